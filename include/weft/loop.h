@@ -1,0 +1,185 @@
+/* weft/loop.h: event loops and loop groups.
+ *
+ * A weft_loop is one thread running the hybrid selector (see source.h and
+ * docs/architecture.md): it polls every registered source without blocking,
+ * runs due timers and queued tasks, keeps polling while anything happens, and
+ * after `busy_poll_us` microseconds without an event arms every source and
+ * sleeps in epoll until an fd, a task or the next timer deadline wakes it.
+ *
+ * A weft_loop_group owns N loops, each on its own thread, by default one per
+ * online CPU and pinned to it. Everything that belongs to a loop (sources,
+ * timers, channels, the buffer pool) is touched only on that loop's thread;
+ * other threads reach a loop only through weft_loop_execute().
+ *
+ * Lifecycle: weft_loop_group_new -> weft_loop_group_start ->
+ * (work) -> weft_loop_group_stop -> weft_loop_group_join -> weft_loop_group_free.
+ */
+#ifndef WEFT_LOOP_H
+#define WEFT_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weft_loop weft_loop;
+typedef struct weft_loop_group weft_loop_group;
+typedef struct weft_pool weft_pool;
+
+/** A task or timer callback: runs on the loop's thread with `arg`. */
+typedef void (*weft_task_cb)(void *arg);
+
+/** Default busy-poll window in microseconds (hadroNIO's 20 µs). */
+#define WEFT_BUSY_POLL_US_DEFAULT 20
+
+/** Options for a loop group. Initialise with weft_loop_options_init(). */
+typedef struct weft_loop_options {
+  int n_loops;      /* number of loops; 0 = one per online CPU */
+  int busy_poll_us; /* in microseconds: poll this long after the last event
+                       before sleeping; 0 = always block, -1 = never block */
+  bool pin;         /* pin loop i to online CPU i mod n_cpus (default true) */
+  int poll_budget;  /* max events one source handles per poll (default 64) */
+  const char *name; /* thread name prefix, at most 10 chars (default "weft") */
+} weft_loop_options;
+
+/** Fills `opts` with the defaults documented on each field. */
+void weft_loop_options_init(weft_loop_options *opts);
+
+/**
+ * Creates a group of loops (not yet running). `opts` may be NULL for the
+ * defaults. On success stores the group in `*out` and returns 0; otherwise
+ * WEFT_EINVAL (a bad option), WEFT_ENOMEM, or the error of epoll_create1 /
+ * eventfd. The caller owns the group and frees it with weft_loop_group_free().
+ * Any thread.
+ */
+int weft_loop_group_new(weft_loop_group **out, const weft_loop_options *opts);
+
+/**
+ * Starts one thread per loop. Returns 0, or the error from pthread_create
+ * (loops already started are stopped and joined again). Pinning failures are
+ * logged and ignored. Call once, from a thread that is not a loop thread.
+ */
+int weft_loop_group_start(weft_loop_group *group);
+
+/**
+ * Asks every loop to stop gracefully: each loop runs the tasks already queued,
+ * then its close hooks (weft_loop_on_close), then the tasks those queued, then
+ * destroys its buffer pool (reporting leaks) and exits. Returns at once; use
+ * weft_loop_group_join() to wait. Idempotent. Any thread, including a loop
+ * thread. Tasks executed after a loop has finished are refused (WEFT_ECLOSED).
+ */
+void weft_loop_group_stop(weft_loop_group *group);
+
+/**
+ * Waits for every loop thread to exit. Returns 0, or WEFT_ELEAK if any loop
+ * reported leaked buffers at shutdown. Must not be called from a loop thread
+ * of this group (it would wait for itself): returns WEFT_EINVAL then.
+ */
+int weft_loop_group_join(weft_loop_group *group);
+
+/**
+ * Frees a group. The group must be joined, or never started. Any thread that
+ * is not one of the group's loops.
+ */
+void weft_loop_group_free(weft_loop_group *group);
+
+/** Number of loops in the group. Any thread. */
+int weft_loop_group_size(const weft_loop_group *group);
+
+/** Loop number `i` (0 <= i < size), or NULL if out of range. Any thread. */
+weft_loop *weft_loop_group_get(weft_loop_group *group, int i);
+
+/**
+ * The next loop in round-robin order (an atomic counter), used to spread
+ * channels over loops. Any thread.
+ */
+weft_loop *weft_loop_group_next(weft_loop_group *group);
+
+/**
+ * Queues `cb(arg)` to run on `loop`'s thread. Tasks from one producer thread
+ * run in the order they were queued; each runs exactly once. Wait-free for the
+ * producer apart from one malloc: the queue is an intrusive MPSC list
+ * (Vyukov), and the loop is woken through its eventfd only when it sleeps or
+ * is about to (a flag checked by the producer), so feeding a busy loop takes
+ * no system call. Returns 0, WEFT_ENOMEM, or WEFT_ECLOSED once the loop has
+ * finished. Any thread, including the loop's own (the task then runs on a
+ * later iteration, never inside this call).
+ */
+int weft_loop_execute(weft_loop *loop, weft_task_cb cb, void *arg);
+
+/** True when called on `loop`'s own thread. Any thread. */
+bool weft_loop_in_loop(const weft_loop *loop);
+
+/** The loop whose thread is calling, or NULL on other threads. */
+weft_loop *weft_loop_current(void);
+
+/** The loop's index in its group (0-based). Any thread. */
+int weft_loop_index(const weft_loop *loop);
+
+/**
+ * The loop's buffer pool. Exists while the loop thread runs (created at
+ * thread start, destroyed at shutdown after the close hooks). Allocate from
+ * it on the loop thread only; release from any thread.
+ */
+weft_pool *weft_loop_pool(weft_loop *loop);
+
+/** The loop's busy-poll window in microseconds (see weft_loop_options). */
+int weft_loop_busy_poll_us(const weft_loop *loop);
+
+/**
+ * Changes the busy-poll window; takes effect at the next idle check. Values
+ * below -1 give WEFT_EINVAL. Any thread (the field is atomic).
+ */
+int weft_loop_set_busy_poll_us(weft_loop *loop, int busy_poll_us);
+
+/**
+ * Registers `cb(arg)` to run on the loop thread when the loop stops, after
+ * the tasks queued before the stop. Hooks run in reverse order of
+ * registration (last registered first), each once. Transports use this to
+ * close channels and free per-loop state. Returns 0 or WEFT_ENOMEM. Loop
+ * thread only.
+ */
+int weft_loop_on_close(weft_loop *loop, weft_task_cb cb, void *arg);
+
+/** Maximum number of loop-local keys (see weft_loop_key_create). */
+#define WEFT_LOOP_MAX_KEYS 16
+
+/**
+ * Reserves a process-wide key for one pointer of per-loop state (like
+ * pthread_key_create): layers above the loop, such as a transport plugin,
+ * keep their per-loop instance under it without the loop knowing them.
+ * Returns the key (>= 0) or WEFT_ENOSPC when all are taken. Any thread.
+ */
+int weft_loop_key_create(void);
+
+/** The pointer stored under `key` on `loop` (NULL if none). Loop thread. */
+void *weft_loop_get_local(weft_loop *loop, int key);
+
+/** Stores `value` under `key` on `loop`. Loop thread. */
+void weft_loop_set_local(weft_loop *loop, int key, void *value);
+
+/**
+ * Per-loop counters: the evidence that the selector behaves. The loop thread
+ * updates them with relaxed atomic stores; weft_loop_stats_get() reads them
+ * from any thread (each counter is exact, the set is not one snapshot).
+ */
+typedef struct weft_loop_stats {
+  uint64_t iterations;   /* selector iterations (one poll of every source) */
+  uint64_t polls_busy;   /* iterations in which something happened */
+  uint64_t arms;         /* attempts to arm all sources before sleeping */
+  uint64_t arms_refused; /* arms a source refused (work pending) */
+  uint64_t sleeps;       /* calls to epoll_wait that could block */
+  uint64_t wakeups;      /* sleeps that ended with an fd or eventfd event */
+  uint64_t tasks_run;    /* tasks from weft_loop_execute that ran */
+  uint64_t timers_fired; /* timer callbacks run */
+} weft_loop_stats;
+
+/** Copies `loop`'s counters into `*out`. Any thread. */
+void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_LOOP_H */

@@ -1,0 +1,64 @@
+/* The diagnostic log: a level, a replaceable handler, stderr by default. */
+#include <weft/log.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static weft_log_cb log_cb;
+static void *log_arg;
+/* -1 until the first call reads WEFT_LOG_LEVEL. */
+static _Atomic int log_level = -1;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+static int level_from_env(void) {
+  const char *s = getenv("WEFT_LOG_LEVEL");
+  if (s != NULL) {
+    for (int i = 0; i <= WEFT_LOG_DEBUG; i++)
+      if (strcmp(s, level_names[i]) == 0)
+        return i;
+  }
+  return WEFT_LOG_WARN;
+}
+
+void weft_log_set_handler(weft_log_cb cb, void *arg) {
+  log_cb = cb;
+  log_arg = arg;
+}
+
+void weft_log_set_level(weft_log_level level) {
+  atomic_store(&log_level, (int)level);
+}
+
+weft_log_level weft_log_get_level(void) {
+  int level = atomic_load_explicit(&log_level, memory_order_relaxed);
+  if (level < 0) {
+    /* Racing first calls all compute the same value. */
+    level = level_from_env();
+    int expected = -1;
+    atomic_compare_exchange_strong(&log_level, &expected, level);
+    level = atomic_load(&log_level);
+  }
+  return (weft_log_level)level;
+}
+
+void weft_log(weft_log_level level, const char *fmt, ...) {
+  if ((int)level > (int)weft_log_get_level())
+    return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (log_cb != NULL) {
+    log_cb(level, msg, log_arg);
+    return;
+  }
+  /* One fprintf per message: stdio locks the stream, so lines from several
+   * threads do not interleave. */
+  fprintf(stderr, "weft: %s: %s\n", level_names[level], msg);
+}

@@ -1,0 +1,56 @@
+/* main() for every test program, plus log capture. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/log.h>
+
+static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
+static char cap_buf[1 << 16];
+static size_t cap_len;
+
+static void capture(weft_log_level level, const char *msg, void *arg) {
+  (void)level;
+  (void)arg;
+  pthread_mutex_lock(&cap_lock);
+  size_t n = strlen(msg);
+  if (cap_len + n + 2 < sizeof cap_buf) {
+    memcpy(cap_buf + cap_len, msg, n);
+    cap_len += n;
+    cap_buf[cap_len++] = '\n';
+    cap_buf[cap_len] = '\0';
+  }
+  pthread_mutex_unlock(&cap_lock);
+}
+
+void th_log_capture_start(void) {
+  pthread_mutex_lock(&cap_lock);
+  cap_len = 0;
+  cap_buf[0] = '\0';
+  pthread_mutex_unlock(&cap_lock);
+  weft_log_set_level(WEFT_LOG_DEBUG);
+  weft_log_set_handler(capture, NULL);
+}
+
+void th_log_capture_stop(void) { weft_log_set_handler(NULL, NULL); }
+
+int th_log_count(const char *needle) {
+  pthread_mutex_lock(&cap_lock);
+  int n = 0;
+  for (const char *p = cap_buf; (p = strstr(p, needle)) != NULL; p++)
+    n++;
+  pthread_mutex_unlock(&cap_lock);
+  return n;
+}
+
+const char *th_log_text(void) { return cap_buf; }
+
+int main(void) {
+  SRunner *sr = srunner_create(weft_test_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
