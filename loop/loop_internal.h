@@ -1,0 +1,183 @@
+/* struct weft_loop and the pieces of the loop that its files share:
+ * loop.c (life cycle, tasks, sources, hooks, keys), selector.c (one
+ * selector iteration), timer.c (the heap) and loop_group.c (threads).
+ */
+#ifndef WEFT_LOOP_LOOP_INTERNAL_H
+#define WEFT_LOOP_LOOP_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/types.h>
+
+#include <weft/buf.h>
+#include <weft/loop.h>
+#include <weft/source.h>
+
+#include "loop/task_queue.h"
+#include "loop/timer_internal.h"
+
+/** Events one epoll call can return. */
+#define WEFT__MAX_EVENTS 64
+
+/** Default events one source may handle per poll (weft_loop_options). */
+#define WEFT__DEFAULT_POLL_BUDGET 64
+
+/** The counters of weft_loop_stats, written by the loop thread only. */
+typedef struct weft__loop_counters {
+  _Atomic uint64_t iterations;
+  _Atomic uint64_t polls_busy;
+  _Atomic uint64_t arms;
+  _Atomic uint64_t arms_refused;
+  _Atomic uint64_t sleeps;
+  _Atomic uint64_t wakeups;
+  _Atomic uint64_t tasks_run;
+  _Atomic uint64_t timers_fired;
+} weft__loop_counters;
+
+/**
+ * Adds `n` to a counter. Only the loop thread writes counters, so a relaxed
+ * load and store (no locked instruction) is exact; readers on other threads
+ * see each value whole because the field is atomic.
+ */
+static inline void weft__stat_add(_Atomic uint64_t *c, uint64_t n) {
+  atomic_store_explicit(
+      c, atomic_load_explicit(c, memory_order_relaxed) + n,
+      memory_order_relaxed);
+}
+
+/** A close hook (weft_loop_on_close), in a LIFO list. */
+typedef struct weft__close_hook {
+  struct weft__close_hook *next;
+  weft_task_cb cb;
+  void *arg;
+} weft__close_hook;
+
+/** Where a loop is in its life. */
+typedef enum weft__loop_state {
+  WEFT__LOOP_CREATED = 0, /* thread not started */
+  WEFT__LOOP_RUNNING,     /* selector running */
+  WEFT__LOOP_FINISHED,    /* thread returned (or never started, at free) */
+} weft__loop_state;
+
+struct weft_loop {
+  /* Loop thread only. */
+  int epfd;                   /* sources' fds and wakeup_fd */
+  weft_source *sources;       /* registration order */
+  weft_source *sources_tail;
+  weft_source *poll_cursor;   /* next source to poll: removal moves it */
+  struct epoll_event ready[WEFT__MAX_EVENTS]; /* last epoll batch */
+  int n_ready;                /* entries in `ready` being dispatched */
+  weft__timer_heap timers;
+  uint64_t last_active_ns;    /* when an iteration last found work */
+  int poll_budget;            /* events per source poll */
+  void *locals[WEFT_LOOP_MAX_KEYS];
+  weft__close_hook *close_hooks; /* newest first */
+  _Atomic(weft_pool *) pool;  /* exists while the thread runs; atomic
+                                 because weft_loop_pool() reads it from
+                                 any thread */
+  size_t leaks;               /* buffers the pool reported at destroy */
+
+  /* Shared with producers (weft_loop_execute, pool remote notify, stop). */
+  int wakeup_fd;              /* eventfd, EFD_NONBLOCK */
+  weft__task_queue tasks;
+  _Atomic bool sleeping;      /* the loop is in (or about to enter) epoll */
+  _Atomic int wakeup_pending; /* 1 = wakeup_fd written and not yet read */
+  _Atomic int remote_returns; /* 1 = the pool's return stack was filled
+                                 since the loop last drained it */
+  _Atomic int inflight;       /* producers between closed check and push */
+  _Atomic bool closed;        /* execute refuses from now on */
+  _Atomic bool stop_requested;
+  _Atomic int busy_poll_us;   /* in microseconds, -1 = never block */
+  _Atomic int state;          /* weft__loop_state */
+  _Atomic pid_t tid;          /* the loop thread's kernel id, 0 until set */
+  weft__loop_counters stats;
+
+  /* Set at creation, then read-only. */
+  int index;
+  weft_loop_group *group;
+  pthread_t thread;
+  bool thread_started;        /* creator's view: pthread_create succeeded */
+  int pin_cpu;                /* CPU to pin to, -1 = do not pin */
+  char thread_name[16];
+  weft_loop *attached_prev;   /* weft__loop_attach: the thread's previous
+                                 current loop, restored by detach */
+};
+
+/**
+ * Creates loop `index` of `group` (epoll set, wakeup eventfd, empty queues).
+ * Returns 0 and the loop in `*out`, or a negative weft error.
+ */
+int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
+                   int busy_poll_us, int poll_budget);
+
+/** Frees a loop whose thread has exited or never started. */
+void weft__loop_free(weft_loop *loop);
+
+/** The thread body: runs `arg` (a weft_loop) until it is stopped. */
+void *weft__loop_thread(void *arg);
+
+/**
+ * Makes the calling thread act as `loop`'s thread without starting one
+ * (embedded channels, tests): weft_loop_current() returns `loop` there and
+ * the loop's pool is created. `group` may be NULL for such loops. Returns 0
+ * or WEFT_ENOMEM. Drive it with weft__loop_run_pending(); end it with
+ * weft__loop_detach() on the same thread, then weft__loop_free().
+ */
+int weft__loop_attach(weft_loop *loop);
+
+/**
+ * Runs an attached loop's work once without blocking: buffers returned by
+ * other threads, queued tasks, due timers, and the tasks those queued.
+ * Sources are not polled. Returns how many things ran. Attached thread.
+ */
+int weft__loop_run_pending(weft_loop *loop);
+
+/**
+ * Stops an attached loop as a loop thread stops (tasks, close hooks, tasks,
+ * pool destroyed) and restores the thread's previous current loop. Returns
+ * the number of leaked buffers. Attached thread.
+ */
+size_t weft__loop_detach(weft_loop *loop);
+
+/** Asks the loop to stop gracefully and wakes it. Any thread. Idempotent. */
+void weft__loop_request_stop(weft_loop *loop);
+
+/**
+ * Wakes the loop if it sleeps or is about to: the producer half of the
+ * Dekker handshake. Call after publishing work (a task, a returned buffer).
+ * Any thread.
+ */
+void weft__loop_wake(weft_loop *loop);
+
+/** Unconditionally writes the wakeup eventfd. Any thread. */
+void weft__loop_signal(weft_loop *loop);
+
+/**
+ * Runs queued tasks: with a `mark` from weft__task_queue_mark() only those
+ * queued before it was taken (tasks they queue wait for the next
+ * iteration), with NULL until the queue is empty. Returns how many ran;
+ * sets `*pending` when a half-linked push stopped it early. Loop thread.
+ */
+int weft__loop_run_tasks(weft_loop *loop, weft__task *mark, bool *pending);
+
+/**
+ * One selector iteration (poll, pool returns, timers, tasks, maybe sleep).
+ * Loop thread only.
+ */
+void weft__selector_iteration(weft_loop *loop);
+
+/** The loop thread's kernel thread id (gettid), 0 until it started. */
+pid_t weft__loop_tid(const weft_loop *loop);
+
+/** Leaked buffers the loop's pool reported at shutdown. After join. */
+size_t weft__loop_leaks(const weft_loop *loop);
+
+/** The group a loop belongs to. */
+static inline weft_loop_group *weft__loop_group(const weft_loop *loop) {
+  return loop->group;
+}
+
+#endif /* WEFT_LOOP_LOOP_INTERNAL_H */

@@ -1,0 +1,574 @@
+/* The hybrid selector: sleeping when idle, the busy-poll window, arming,
+ * failing sources and removal during poll/dispatch. Test sources are backed
+ * by an eventfd, a timerfd and a pipe. No tight timing asserts: windows are
+ * made huge or waits long so scheduling noise cannot flip a result. */
+#include "harness.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <weft/clock.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+#include <weft/source.h>
+
+#include "loop/loop_internal.h"
+
+#define WAIT_FOR(cond)                                                         \
+  do {                                                                         \
+    uint64_t wf_end_ = weft_now_ns() + 10000000000u;                           \
+    while (!(cond) && weft_now_ns() < wf_end_)                                 \
+      usleep(200);                                                             \
+    ck_assert_msg((cond), "timed out waiting for " #cond);                     \
+  } while (0)
+
+static weft_loop_group *group;
+
+static weft_loop *start_group(int n, int busy_poll_us, int budget) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = n;
+  o.busy_poll_us = busy_poll_us;
+  if (budget > 0)
+    o.poll_budget = budget;
+  o.pin = n <= 2; /* pinned like production where the machine allows */
+  ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
+  ck_assert_int_eq(weft_loop_group_start(group), 0);
+  return weft_loop_group_get(group, 0);
+}
+
+static void finish_group(void) {
+  weft_loop_group_stop(group);
+  ck_assert_int_eq(weft_loop_group_join(group), 0);
+  weft_loop_group_free(group);
+}
+
+struct call {
+  void (*fn)(void *);
+  void *arg;
+  _Atomic int done;
+};
+static void call_task(void *p) {
+  struct call *c = p;
+  c->fn(c->arg);
+  atomic_store(&c->done, 1);
+}
+static void run_on(weft_loop *loop, void (*fn)(void *), void *arg) {
+  struct call c = {fn, arg, 0};
+  ck_assert_int_eq(weft_loop_execute(loop, call_task, &c), 0);
+  WAIT_FOR(atomic_load(&c.done));
+}
+
+static uint64_t loop_sleeps(weft_loop *loop) {
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  return st.sleeps;
+}
+
+/* ---- Test sources -------------------------------------------------------- */
+
+struct tsrc {
+  weft_source src;
+  weft_loop *loop;
+  int wfd;                   /* write end (pipe), else == src.fd */
+  _Atomic int polls;
+  _Atomic int handled;       /* events consumed by poll */
+  _Atomic uint64_t sleeps_at_handled; /* loop's sleeps when first handled */
+  _Atomic int arms;
+  int refuse_arms;           /* arm returns 1 this many times */
+  int polls_at_last_arm;
+  _Atomic int arm_without_poll; /* arm called twice with no poll between */
+  _Atomic int wakeups;
+  _Atomic uint32_t wake_events;
+  int max_per_poll;
+  int poll_error;            /* poll returns this if non-zero */
+  int remove_self;           /* poll removes its own source */
+  struct tsrc *victim;       /* poll / wakeup removes this one */
+};
+
+static void note_handled(struct tsrc *t, int n) {
+  if (atomic_load(&t->handled) == 0)
+    atomic_store(&t->sleeps_at_handled, loop_sleeps(t->loop));
+  atomic_fetch_add(&t->handled, n);
+}
+
+static int poison_poll(weft_source *src, int budget);
+static void poison_wakeup(weft_source *src, uint32_t events);
+static const weft_source_ops poison_ops = {"poison", poison_poll, NULL,
+                                           poison_wakeup};
+static _Atomic int poisoned_calls;
+static int poison_poll(weft_source *src, int budget) {
+  atomic_fetch_add(&poisoned_calls, 1);
+  return 0;
+}
+static void poison_wakeup(weft_source *src, uint32_t events) {
+  atomic_fetch_add(&poisoned_calls, 1);
+}
+
+/* Removes the victim (once) and poisons its ops, as if its owner freed it. */
+static void remove_victim(struct tsrc *t) {
+  struct tsrc *v = t->victim;
+  if (v == NULL || v->src.loop == NULL)
+    return;
+  ck_assert_int_eq(weft_loop_remove_source(t->loop, &v->src), 0);
+  v->src.ops = &poison_ops;
+}
+
+/* Reads an eventfd or timerfd counter: one event when non-zero. */
+static int counter_poll(weft_source *src, int budget) {
+  struct tsrc *t = src->data;
+  atomic_fetch_add(&t->polls, 1);
+  remove_victim(t);
+  if (t->remove_self)
+    ck_assert_int_eq(weft_loop_remove_source(t->loop, src), 0);
+  if (t->poll_error)
+    return t->poll_error;
+  uint64_t v;
+  if (read(src->fd, &v, sizeof v) != (ssize_t)sizeof v)
+    return 0;
+  note_handled(t, 1);
+  return 1;
+}
+
+/* Reads at most `budget` bytes of a pipe. */
+static int pipe_poll(weft_source *src, int budget) {
+  struct tsrc *t = src->data;
+  atomic_fetch_add(&t->polls, 1);
+  char buf[1024];
+  ssize_t n = read(src->fd, buf, (size_t)budget < sizeof buf ? (size_t)budget
+                                                             : sizeof buf);
+  if (n <= 0)
+    return 0;
+  if (n > t->max_per_poll)
+    t->max_per_poll = (int)n;
+  note_handled(t, (int)n);
+  return (int)n;
+}
+
+static int refusing_arm(weft_source *src) {
+  struct tsrc *t = src->data;
+  int polls = atomic_load(&t->polls);
+  if (atomic_load(&t->arms) > 0 && polls == t->polls_at_last_arm)
+    atomic_store(&t->arm_without_poll, 1);
+  t->polls_at_last_arm = polls;
+  int n = atomic_fetch_add(&t->arms, 1);
+  return n < t->refuse_arms ? 1 : 0;
+}
+
+static void record_wakeup(weft_source *src, uint32_t events) {
+  struct tsrc *t = src->data;
+  atomic_fetch_or(&t->wake_events, events);
+  atomic_fetch_add(&t->wakeups, 1);
+  remove_victim(t);
+}
+
+/* Wakeup that consumes the eventfd; its poll does nothing. */
+static int idle_poll(weft_source *src, int budget) {
+  struct tsrc *t = src->data;
+  atomic_fetch_add(&t->polls, 1);
+  return 0;
+}
+static void reading_wakeup(weft_source *src, uint32_t events) {
+  uint64_t v;
+  ssize_t r = read(src->fd, &v, sizeof v);
+  (void)r;
+  record_wakeup(src, events);
+}
+
+static const weft_source_ops eventfd_ops = {"eventfd-src", counter_poll, NULL,
+                                            record_wakeup};
+static const weft_source_ops timerfd_ops = {"timerfd-src", counter_poll, NULL,
+                                            record_wakeup};
+static const weft_source_ops pipe_ops = {"pipe-src", pipe_poll, NULL,
+                                         record_wakeup};
+static const weft_source_ops refusing_ops = {"refusing-src", idle_poll,
+                                             refusing_arm, NULL};
+static const weft_source_ops failing_ops = {"failing-src", counter_poll, NULL,
+                                            NULL};
+static const weft_source_ops wake_only_ops = {"wake-only-src", idle_poll, NULL,
+                                              reading_wakeup};
+
+static void tsrc_init(struct tsrc *t, weft_loop *loop,
+                      const weft_source_ops *ops, int fd) {
+  memset(t, 0, sizeof *t);
+  t->loop = loop;
+  t->wfd = fd;
+  weft_source_init(&t->src, ops, fd, t);
+}
+
+static int new_eventfd(void) {
+  int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  ck_assert_int_ge(fd, 0);
+  return fd;
+}
+
+static void kick(int fd) {
+  uint64_t one = 1;
+  ck_assert_int_eq(write(fd, &one, sizeof one), (ssize_t)sizeof one);
+}
+
+static void add_task(void *arg) {
+  struct tsrc *t = arg;
+  ck_assert_int_eq(weft_loop_add_source(t->loop, &t->src), 0);
+  ck_assert_int_eq(weft_loop_add_source(t->loop, &t->src), WEFT_EALREADY);
+}
+
+static void remove_task(void *arg) {
+  struct tsrc *t = arg;
+  if (t->src.loop != NULL)
+    ck_assert_int_eq(weft_loop_remove_source(t->loop, &t->src), 0);
+}
+
+/* ---- Idle ---------------------------------------------------------------- */
+
+/* utime + stime of one thread, in clock ticks. */
+static long thread_cpu_ticks(pid_t tid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* The name in parentheses may hold spaces: fields start after the last
+   * ')'. Then: state(3) ... utime(14) stime(15). */
+  char *p = strrchr(buf, ')');
+  ck_assert_ptr_nonnull(p);
+  unsigned long utime = 0, stime = 0;
+  int got = sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                   &utime, &stime);
+  ck_assert_int_eq(got, 2);
+  return (long)(utime + stime);
+}
+
+START_TEST(selector_idle_group_sleeps_low_cpu) {
+  start_group(2, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  static struct tsrc ev[2], tf[2], pp[2];
+  int pfd[2][2];
+  pid_t tid[2];
+  for (int i = 0; i < 2; i++) {
+    weft_loop *loop = weft_loop_group_get(group, i);
+    tsrc_init(&ev[i], loop, &eventfd_ops, new_eventfd());
+    int t = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    ck_assert_int_ge(t, 0);
+    tsrc_init(&tf[i], loop, &timerfd_ops, t);
+    ck_assert_int_eq(pipe2(pfd[i], O_NONBLOCK | O_CLOEXEC), 0);
+    tsrc_init(&pp[i], loop, &pipe_ops, pfd[i][0]);
+    run_on(loop, add_task, &ev[i]);
+    run_on(loop, add_task, &tf[i]);
+    run_on(loop, add_task, &pp[i]);
+    WAIT_FOR(weft__loop_tid(loop) != 0);
+    tid[i] = weft__loop_tid(loop);
+  }
+  usleep(100 * 1000); /* let them settle into their sleep */
+  long cpu0 = thread_cpu_ticks(tid[0]) + thread_cpu_ticks(tid[1]);
+  weft_loop_stats before[2];
+  for (int i = 0; i < 2; i++)
+    weft_loop_stats_get(weft_loop_group_get(group, i), &before[i]);
+  sleep(2);
+  long cpu = thread_cpu_ticks(tid[0]) + thread_cpu_ticks(tid[1]) - cpu0;
+  long ticks_per_s = sysconf(_SC_CLK_TCK);
+  for (int i = 0; i < 2; i++) {
+    weft_loop_stats st;
+    weft_loop_stats_get(weft_loop_group_get(group, i), &st);
+    ck_assert_uint_gt(st.sleeps, 0);
+    /* Asleep the whole time: a busy loop would count millions. */
+    ck_assert_uint_lt(st.iterations - before[i].iterations, 100);
+    ck_assert_uint_lt(st.iterations, 100000);
+  }
+  ck_assert_msg(cpu * 10 < 2 * ticks_per_s,
+                "idle loops used %ld ticks of CPU in 2 s", cpu);
+  for (int i = 0; i < 2; i++) {
+    weft_loop *loop = weft_loop_group_get(group, i);
+    run_on(loop, remove_task, &ev[i]);
+    run_on(loop, remove_task, &tf[i]);
+    run_on(loop, remove_task, &pp[i]);
+    close(ev[i].src.fd);
+    close(tf[i].src.fd);
+    close(pfd[i][0]);
+    close(pfd[i][1]);
+  }
+  finish_group();
+}
+END_TEST
+
+/* ---- The busy-poll window ------------------------------------------------ */
+
+struct window {
+  struct tsrc *t;
+  uint64_t sleeps;
+};
+static void add_and_note(void *arg) {
+  struct window *w = arg;
+  add_task(w->t);
+  w->sleeps = loop_sleeps(w->t->loop);
+}
+
+START_TEST(selector_event_inside_window_no_sleep) {
+  /* A 2 s window: the event 10 ms after the last work is surely inside. */
+  weft_loop *loop = start_group(1, 2000000, 0);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  struct window w = {&t, 0};
+  run_on(loop, add_and_note, &w);
+  usleep(10 * 1000);
+  kick(t.src.fd);
+  WAIT_FOR(atomic_load(&t.handled) == 1);
+  ck_assert_uint_eq(atomic_load(&t.sleeps_at_handled), w.sleeps);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+START_TEST(selector_event_after_window_one_sleep) {
+  weft_loop *loop = start_group(1, 20, 0);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  struct window w = {&t, 0};
+  run_on(loop, add_and_note, &w);
+  weft_loop_stats before;
+  weft_loop_stats_get(loop, &before);
+  /* 50 ms is 2500 windows: the loop is asleep when the event comes, and
+   * nothing else (no timer, no task) can wake it in between. */
+  usleep(50 * 1000);
+  kick(t.src.fd);
+  WAIT_FOR(atomic_load(&t.handled) == 1);
+  ck_assert_uint_eq(atomic_load(&t.sleeps_at_handled), w.sleeps + 1);
+  ck_assert_int_eq(atomic_load(&t.wakeups), 1);
+  ck_assert(atomic_load(&t.wake_events) & EPOLLIN);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+START_TEST(selector_busy_poll_negative_never_sleeps) {
+  weft_loop *loop = start_group(1, -1, 0);
+  ck_assert_int_eq(weft_loop_busy_poll_us(loop), -1);
+  usleep(100 * 1000);
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  ck_assert_uint_eq(st.sleeps, 0);
+  ck_assert_uint_eq(st.arms, 0);
+  ck_assert_uint_gt(st.iterations, 1000);
+  finish_group();
+}
+END_TEST
+
+START_TEST(selector_set_busy_poll_us_changes_window) {
+  weft_loop *loop = start_group(1, -1, 0);
+  ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, -2), WEFT_EINVAL);
+  usleep(20 * 1000);
+  ck_assert_uint_eq(loop_sleeps(loop), 0);
+  ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, 0), 0);
+  ck_assert_int_eq(weft_loop_busy_poll_us(loop), 0);
+  WAIT_FOR(loop_sleeps(loop) > 0);
+  finish_group();
+}
+END_TEST
+
+/* ---- Arming -------------------------------------------------------------- */
+
+START_TEST(selector_arm_refused_polls_again) {
+  weft_loop *loop = start_group(1, 0, 0);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &refusing_ops, -1); /* polled only */
+  t.refuse_arms = 3;
+  weft_loop_stats before;
+  weft_loop_stats_get(loop, &before);
+  run_on(loop, add_task, &t);
+  WAIT_FOR(atomic_load(&t.arms) >= 4);
+  WAIT_FOR(loop_sleeps(loop) > before.sleeps);
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  ck_assert_uint_eq(st.arms_refused, 3);
+  ck_assert_uint_ge(st.arms - before.arms, 4);
+  ck_assert_int_eq(atomic_load(&t.arm_without_poll), 0);
+  run_on(loop, remove_task, &t);
+  finish_group();
+}
+END_TEST
+
+/* ---- Failing and removed sources ----------------------------------------- */
+
+static void check_gone(void *arg) {
+  struct tsrc *t = arg;
+  ck_assert_int_eq(weft_loop_remove_source(t->loop, &t->src), WEFT_ENOENT);
+}
+
+START_TEST(selector_poll_error_removes_and_logs_source) {
+  th_log_capture_start();
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &failing_ops, new_eventfd());
+  t.poll_error = WEFT_EIO;
+  run_on(loop, add_task, &t);
+  WAIT_FOR(atomic_load(&t.polls) >= 1);
+  kick(t.src.fd); /* readable: it would be polled and woken if still there */
+  usleep(50 * 1000);
+  ck_assert_int_eq(atomic_load(&t.polls), 1);
+  run_on(loop, check_gone, &t);
+  ck_assert_int_eq(th_log_count("failing-src"), 1);
+  ck_assert_int_eq(th_log_count(weft_strerror(WEFT_EIO)), 1);
+  finish_group();
+  th_log_capture_stop();
+  close(t.src.fd);
+}
+END_TEST
+
+START_TEST(selector_remove_self_inside_poll) {
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  t.remove_self = 1;
+  kick(t.src.fd);
+  run_on(loop, add_task, &t);
+  WAIT_FOR(atomic_load(&t.polls) >= 1);
+  usleep(50 * 1000);
+  ck_assert_int_eq(atomic_load(&t.polls), 1);
+  run_on(loop, check_gone, &t);
+  finish_group();
+  close(t.src.fd);
+}
+END_TEST
+
+static void add_pair(void *arg) {
+  struct tsrc *t = arg; /* t[0] then t[1]: polled in this order */
+  add_task(&t[0]);
+  add_task(&t[1]);
+}
+
+START_TEST(selector_remove_next_source_inside_poll) {
+  /* Busy polling: many iterations, none of them may reach t[1]. */
+  weft_loop *loop = start_group(1, -1, 0);
+  static struct tsrc t[2];
+  tsrc_init(&t[0], loop, &eventfd_ops, new_eventfd());
+  tsrc_init(&t[1], loop, &eventfd_ops, new_eventfd());
+  t[0].victim = &t[1]; /* the source the selector would poll next */
+  run_on(loop, add_pair, t);
+  WAIT_FOR(atomic_load(&t[0].polls) >= 3);
+  usleep(10 * 1000);
+  ck_assert_int_eq(atomic_load(&t[1].polls), 0);
+  ck_assert_int_eq(atomic_load(&poisoned_calls), 0);
+  run_on(loop, check_gone, &t[1]);
+  run_on(loop, remove_task, &t[0]);
+  finish_group();
+  close(t[0].src.fd);
+  close(t[1].src.fd);
+}
+END_TEST
+
+struct gate {
+  _Atomic int open;
+  _Atomic int entered;
+};
+static void gate_task(void *arg) {
+  struct gate *g = arg;
+  atomic_store(&g->entered, 1);
+  while (!atomic_load(&g->open))
+    usleep(100);
+}
+
+START_TEST(selector_remove_other_source_during_dispatch) {
+  weft_loop *loop = start_group(1, 0, 0);
+  static struct tsrc t[2];
+  tsrc_init(&t[0], loop, &wake_only_ops, new_eventfd());
+  tsrc_init(&t[1], loop, &wake_only_ops, new_eventfd());
+  /* Whichever wakes first removes the other, with both in one epoll batch:
+   * the loop is held in a task while both fds become readable. */
+  t[0].victim = &t[1];
+  t[1].victim = &t[0];
+  run_on(loop, add_pair, t);
+  static struct gate g;
+  ck_assert_int_eq(weft_loop_execute(loop, gate_task, &g), 0);
+  WAIT_FOR(atomic_load(&g.entered));
+  kick(t[0].src.fd);
+  kick(t[1].src.fd);
+  atomic_store(&g.open, 1);
+  WAIT_FOR(atomic_load(&t[0].wakeups) + atomic_load(&t[1].wakeups) >= 1);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t[0].wakeups) + atomic_load(&t[1].wakeups), 1);
+  ck_assert_int_eq(atomic_load(&poisoned_calls), 0);
+  struct tsrc *survivor = t[0].src.loop != NULL ? &t[0] : &t[1];
+  run_on(loop, remove_task, survivor);
+  finish_group();
+  close(t[0].src.fd);
+  close(t[1].src.fd);
+}
+END_TEST
+
+/* ---- fd kinds and budget ------------------------------------------------- */
+
+static void arm_timerfd_task(void *arg) {
+  struct tsrc *t = arg;
+  add_task(t);
+  struct itimerspec its = {.it_value = {0, 5 * 1000 * 1000}};
+  ck_assert_int_eq(timerfd_settime(t->src.fd, 0, &its, NULL), 0);
+}
+
+START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
+  weft_loop *loop = start_group(1, 0, 0);
+  static struct tsrc t;
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  ck_assert_int_ge(fd, 0);
+  tsrc_init(&t, loop, &timerfd_ops, fd);
+  run_on(loop, arm_timerfd_task, &t);
+  WAIT_FOR(atomic_load(&t.handled) == 1);
+  ck_assert_int_eq(atomic_load(&t.wakeups), 1);
+  ck_assert(atomic_load(&t.wake_events) & EPOLLIN);
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  ck_assert_uint_ge(st.wakeups, 1);
+  run_on(loop, remove_task, &t);
+  finish_group();
+  close(fd);
+}
+END_TEST
+
+START_TEST(selector_pipe_source_poll_budget_respected) {
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 16);
+  static struct tsrc t;
+  int p[2];
+  ck_assert_int_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  tsrc_init(&t, loop, &pipe_ops, p[0]);
+  char data[100];
+  memset(data, 'x', sizeof data);
+  ck_assert_int_eq(write(p[1], data, sizeof data), (ssize_t)sizeof data);
+  run_on(loop, add_task, &t);
+  WAIT_FOR(atomic_load(&t.handled) == 100);
+  ck_assert_int_le(t.max_per_poll, 16);
+  ck_assert_int_ge(atomic_load(&t.polls), 7);
+  run_on(loop, remove_task, &t);
+  finish_group();
+  close(p[0]);
+  close(p[1]);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("selector");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 60);
+  tcase_add_test(tc, selector_idle_group_sleeps_low_cpu);
+  tcase_add_test(tc, selector_event_inside_window_no_sleep);
+  tcase_add_test(tc, selector_event_after_window_one_sleep);
+  tcase_add_test(tc, selector_busy_poll_negative_never_sleeps);
+  tcase_add_test(tc, selector_set_busy_poll_us_changes_window);
+  tcase_add_test(tc, selector_arm_refused_polls_again);
+  tcase_add_test(tc, selector_poll_error_removes_and_logs_source);
+  tcase_add_test(tc, selector_remove_self_inside_poll);
+  tcase_add_test(tc, selector_remove_next_source_inside_poll);
+  tcase_add_test(tc, selector_remove_other_source_during_dispatch);
+  tcase_add_test(tc, selector_timerfd_source_wakes_sleeping_loop);
+  tcase_add_test(tc, selector_pipe_source_poll_budget_respected);
+  suite_add_tcase(s, tc);
+  return s;
+}
