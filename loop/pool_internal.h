@@ -1,0 +1,123 @@
+/* Internals shared by pool.c (slabs, free lists, return stack, leak list)
+ * and buf.c (reference counting, slices, wrapping, accessors).
+ *
+ * Threading model, in one place:
+ * - Everything in struct weft_pool except `returned` is touched by the owner
+ *   thread only (the thread that called weft_pool_new). The exceptions are
+ *   fields written once before any buffer is shared and only read afterwards
+ *   (owner, leak_detect, notify, hook keys).
+ * - `returned` is a Treiber stack: other threads push buffers whose last
+ *   reference they dropped; the owner takes the whole stack at once with
+ *   atomic_exchange(NULL). Nobody pops single nodes, so there is no ABA.
+ * - The live list (leak detection) is owner-only: a buffer freed remotely is
+ *   unlinked when the owner drains it. touched_at is written from any thread
+ *   that touches the buffer, always with a relaxed __atomic store, and read
+ *   with a relaxed __atomic load (on the owner, at destroy), so the benign
+ *   race is also a well-defined one that TSan does not report.
+ */
+#ifndef WEFT_LOOP_POOL_INTERNAL_H
+#define WEFT_LOOP_POOL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <weft/buf.h>
+
+/* weft_buf.flags: the low two bits say where the memory came from. */
+#define WEFT__BUF_POOLED 0u   /* a block of a slab; header in the slab */
+#define WEFT__BUF_UNPOOLED 1u /* header and data in one malloc */
+#define WEFT__BUF_WRAPPED 2u  /* caller's memory; header from the spares */
+#define WEFT__BUF_SLICE 3u    /* a view of a root; header from the spares */
+#define WEFT__BUF_KIND_MASK 3u
+/* The buffer is linked into pool->live (leak detection on, or unpooled). */
+#define WEFT__BUF_TRACKED 4u
+
+/* Block size of size class `c`: 64 << 2c (64, 256, 1 Ki, ... 64 Ki). */
+#define WEFT__CLASS_BYTES(c) ((size_t)WEFT_POOL_MIN_CLASS << (2 * (c)))
+
+/* Spare headers (slices, wrapped buffers) are allocated this many at once. */
+#define WEFT__HEADER_CHUNK 64
+
+/**
+ * A slab: `data` is one page-aligned region of `nblocks` blocks of one size
+ * class (what slab hooks register), and headers[i] is the weft_buf of block
+ * i for the slab's whole life, so allocating a pooled buffer never allocates
+ * a header and buf->slab->keys[] is one load away.
+ */
+struct weft__slab {
+  struct weft__slab *next; /* pool->slabs list (all classes) */
+  uint8_t *data;           /* page-aligned, nblocks * block bytes */
+  size_t data_bytes;       /* registered length */
+  size_t nblocks;
+  size_t carved;  /* blocks handed out at least once; headers[carved..] are
+                     untouched, so a new slab costs no O(nblocks) setup */
+  uint8_t size_class;
+  uint64_t keys[WEFT_POOL_MAX_HOOKS]; /* WEFT_MEM_KEY_NONE if unregistered */
+  weft_buf headers[];
+};
+
+/* A block of spare headers; chunks are freed only by weft_pool_destroy. */
+struct weft__header_chunk {
+  struct weft__header_chunk *next;
+  weft_buf headers[WEFT__HEADER_CHUNK];
+};
+
+struct weft__slab_hook {
+  weft_slab_reg_cb reg;
+  weft_slab_unreg_cb unreg;
+  void *arg;
+};
+
+struct weft_pool {
+  pthread_t owner;   /* the thread that called weft_pool_new */
+  size_t slab_bytes; /* bytes per slab as configured */
+  bool leak_detect;
+  weft_buf *free_list[WEFT_POOL_CLASSES]; /* linked through buf->next */
+  weft__slab *current[WEFT_POOL_CLASSES]; /* slab still being carved */
+  weft__slab *slabs;                      /* every slab, newest first */
+  weft_buf *spare_headers;                /* linked through buf->next */
+  struct weft__header_chunk *chunks;
+  weft_buf *live; /* head of the live list (TRACKED buffers) */
+  struct weft__slab_hook hooks[WEFT_POOL_MAX_HOOKS];
+  int nhooks;
+  void (*notify)(void *arg); /* remote notify, see weft_pool_set_remote_notify */
+  void *notify_arg;
+  weft_pool_stats stats; /* owner-only counters */
+  /* Buffers released on other threads; the only field they write. */
+  _Atomic(weft_buf *) returned;
+};
+
+/** True on the pool's owner thread. */
+static inline bool weft__pool_on_owner(const weft_pool *pool) {
+  return pthread_equal(pthread_self(), pool->owner) != 0;
+}
+
+/** Records `at` as the buffer's last touch when leak detection is on. */
+static inline void weft__buf_touch(weft_buf *buf, const char *at) {
+  if (buf->pool->leak_detect)
+    __atomic_store_n(&buf->touched_at, at, __ATOMIC_RELAXED);
+}
+
+/**
+ * A pooled block of size class `cls` with its header initialised (indices
+ * 0, one reference), or NULL when memory or a slab hook fails. Owner only.
+ */
+weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls);
+
+/** A zeroed spare header for a slice or wrapped buffer, or NULL. Owner. */
+weft_buf *weft__pool_get_header(weft_pool *pool);
+
+/** Counts a new buffer as live and links it into the live list if tracked.
+ * Owner only. */
+void weft__pool_track(weft_pool *pool, weft_buf *buf, const char *at);
+
+/**
+ * Frees a buffer whose count just reached zero: directly on the owner
+ * thread, otherwise via the return stack. Any thread.
+ */
+void weft__pool_free(weft_buf *buf);
+
+#endif /* WEFT_LOOP_POOL_INTERNAL_H */

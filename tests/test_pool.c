@@ -1,0 +1,662 @@
+/* weft_pool: size classes, reuse, unpooled, slab hooks, cross-thread
+ * release, leak reports. */
+#include "harness.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/buf.h>
+#include <weft/log.h>
+
+static weft_pool *new_pool_opts(size_t slab_bytes, int leak_detect) {
+  weft_pool_options opts;
+  weft_pool_options_init(&opts);
+  if (slab_bytes != 0)
+    opts.slab_bytes = slab_bytes;
+  opts.leak_detect = leak_detect;
+  weft_pool *pool = NULL;
+  ck_assert_int_eq(weft_pool_new(&pool, &opts), 0);
+  ck_assert_ptr_nonnull(pool);
+  return pool;
+}
+
+static weft_pool *new_pool(void) { return new_pool_opts(0, 1); }
+
+static weft_pool_stats stats_of(const weft_pool *pool) {
+  weft_pool_stats st;
+  weft_pool_stats_get(pool, &st);
+  return st;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Creation and arguments                                                    */
+
+START_TEST(pool_new_bad_options_einval) {
+  weft_pool_options opts;
+  weft_pool_options_init(&opts);
+  ck_assert_uint_eq(opts.slab_bytes, 1u << 20);
+  ck_assert_int_eq(opts.leak_detect, -1);
+  weft_pool *pool = (weft_pool *)&opts; /* must be overwritten with NULL */
+  opts.slab_bytes = WEFT_POOL_MAX_CLASS - 1;
+  ck_assert_int_eq(weft_pool_new(&pool, &opts), WEFT_EINVAL);
+  ck_assert_ptr_null(pool);
+  weft_pool_options_init(&opts);
+  opts.leak_detect = 2;
+  ck_assert_int_eq(weft_pool_new(&pool, &opts), WEFT_EINVAL);
+  ck_assert_int_eq(weft_pool_new(NULL, NULL), WEFT_EINVAL);
+  /* NULL options are the defaults. */
+  ck_assert_int_eq(weft_pool_new(&pool, NULL), 0);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_null_arguments_harmless) {
+  ck_assert_uint_eq(weft_pool_destroy(NULL), 0);
+  ck_assert_uint_eq(weft_pool_drain(NULL), 0);
+  ck_assert_ptr_null(weft_buf_alloc(NULL, 64));
+  ck_assert(!weft_pool_leak_detect(NULL));
+  ck_assert_int_eq(weft_pool_add_slab_hook(NULL, NULL, NULL, NULL),
+                   WEFT_EINVAL);
+  ck_assert_uint_eq(weft_buf_mem_key(NULL, 0), WEFT_MEM_KEY_NONE);
+  weft_pool_set_remote_notify(NULL, NULL, NULL);
+  weft_pool_stats st;
+  weft_pool_stats_get(NULL, &st);
+  ck_assert_uint_eq(st.live, 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Size classes, reuse, unpooled                                             */
+
+START_TEST(pool_size_class_rounding) {
+  static const size_t cases[][2] = {
+      {0, 64},        {1, 64},         {64, 64},        {65, 256},
+      {256, 256},     {257, 1024},     {1024, 1024},    {1025, 4096},
+      {4096, 4096},   {4097, 16384},   {16384, 16384},  {16385, 65536},
+      {65536, 65536},
+  };
+  weft_pool *pool = new_pool();
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    weft_buf *b = weft_buf_alloc(pool, cases[i][0]);
+    ck_assert_ptr_nonnull(b);
+    ck_assert_msg(b->capacity == cases[i][1], "alloc(%zu): capacity %zu",
+                  cases[i][0], b->capacity);
+    /* The whole block is usable (ASan checks the last byte). */
+    b->base[b->capacity - 1] = 0xFF;
+    weft_buf_release(b);
+  }
+  ck_assert_uint_eq(stats_of(pool).slabs, 6);
+  ck_assert_uint_eq(stats_of(pool).unpooled, 0);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_reuse_same_class_same_memory) {
+  weft_pool *pool = new_pool();
+  weft_buf *a = weft_buf_alloc(pool, 1000);
+  ck_assert_ptr_nonnull(a);
+  uint8_t *mem = a->base;
+  ck_assert_uint_eq(stats_of(pool).reused, 0);
+  weft_buf_release(a);
+  weft_buf *b = weft_buf_alloc(pool, 700); /* same 1 KiB class */
+  ck_assert_ptr_nonnull(b);
+  ck_assert_ptr_eq(b->base, mem);
+  ck_assert_uint_eq(b->capacity, 1024);
+  ck_assert_uint_eq(weft_buf_refcnt(b), 1);
+  ck_assert_uint_eq(b->writer_index, 0);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.reused, 1);
+  ck_assert_uint_eq(st.allocs, 2);
+  ck_assert_uint_eq(st.slabs, 1);
+  ck_assert_uint_eq(st.slab_bytes, 1u << 20);
+  /* Another class does not take the 1 KiB block. */
+  weft_buf *c = weft_buf_alloc(pool, 64);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_uint_eq(stats_of(pool).reused, 1);
+  weft_buf_release(b);
+  weft_buf_release(c);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_slab_grows_when_full) {
+  /* 64 KiB slabs hold exactly one block of the largest class. */
+  weft_pool *pool = new_pool_opts(WEFT_POOL_MAX_CLASS, 1);
+  ck_assert_uint_eq(stats_of(pool).slabs, 0); /* nothing until needed */
+  weft_buf *a = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_uint_eq(stats_of(pool).slabs, 1);
+  weft_buf *b = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_ptr_ne(a->base, b->base);
+  ck_assert_uint_eq(stats_of(pool).slabs, 2);
+  ck_assert_uint_eq(stats_of(pool).slab_bytes, 2 * WEFT_POOL_MAX_CLASS);
+  weft_buf_release(a);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_unpooled_above_max_class) {
+  weft_pool *pool = new_pool();
+  weft_buf *b = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS + 1);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_uint_eq(b->capacity, WEFT_POOL_MAX_CLASS + 1);
+  b->base[0] = 1;
+  b->base[b->capacity - 1] = 2;
+  ck_assert_uint_eq(weft_buf_mem_key(b, 0), WEFT_MEM_KEY_NONE);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.unpooled, 1);
+  ck_assert_uint_eq(st.slabs, 0);
+  ck_assert_uint_eq(st.live, 1);
+  weft_buf_release(b);
+  ck_assert_uint_eq(stats_of(pool).live, 0);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Slab hooks                                                                */
+
+#define MAX_REGS 16
+
+struct hook_log {
+  int regs, unregs;
+  int fail_from;   /* reg calls with index >= this fail (-1: never) */
+  uint64_t key_base;
+  void *bases[MAX_REGS];
+  size_t lens[MAX_REGS];
+  uint64_t unreg_keys[MAX_REGS];
+};
+
+static int hook_reg(void *arg, void *base, size_t len, uint64_t *key_out) {
+  struct hook_log *h = arg;
+  if (h->fail_from >= 0 && h->regs >= h->fail_from)
+    return WEFT_ENODEV;
+  ck_assert_int_lt(h->regs, MAX_REGS);
+  h->bases[h->regs] = base;
+  h->lens[h->regs] = len;
+  *key_out = h->key_base + (uint64_t)h->regs;
+  h->regs++;
+  return 0;
+}
+
+static void hook_unreg(void *arg, void *base, size_t len, uint64_t key) {
+  struct hook_log *h = arg;
+  (void)base;
+  (void)len;
+  ck_assert_int_lt(h->unregs, MAX_REGS);
+  h->unreg_keys[h->unregs++] = key;
+}
+
+START_TEST(pool_slab_hook_existing_and_new_slabs) {
+  weft_pool *pool = new_pool();
+  weft_buf *small = weft_buf_alloc(pool, 64); /* slab before the hook */
+  ck_assert_ptr_nonnull(small);
+  struct hook_log h = {.fail_from = -1, .key_base = 1000};
+  ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &h), 0);
+  ck_assert_int_eq(h.regs, 1); /* the existing slab, at once */
+  ck_assert_uint_eq((uintptr_t)h.bases[0] % 4096, 0);
+  ck_assert_uint_eq(h.lens[0], 1u << 20);
+  ck_assert_uint_eq(weft_buf_mem_key(small, 0), 1000);
+
+  weft_buf *big = weft_buf_alloc(pool, 16384); /* a new slab */
+  ck_assert_ptr_nonnull(big);
+  ck_assert_int_eq(h.regs, 2);
+  ck_assert_uint_eq(weft_buf_mem_key(big, 0), 1001);
+  ck_assert(big->base >= (uint8_t *)h.bases[1] &&
+            big->base + big->capacity <= (uint8_t *)h.bases[1] + h.lens[1]);
+  ck_assert_uint_eq(weft_buf_mem_key(big, 1), WEFT_MEM_KEY_NONE); /* no hook */
+  ck_assert_uint_eq(weft_buf_mem_key(big, -1), WEFT_MEM_KEY_NONE);
+  ck_assert_uint_eq(weft_buf_mem_key(big, WEFT_POOL_MAX_HOOKS),
+                    WEFT_MEM_KEY_NONE);
+
+  /* Slices resolve to the root's slab, also through a slice of a slice. */
+  weft_buf *s1 = weft_buf_slice(big, 100, 1000);
+  weft_buf *s2 = weft_buf_slice(s1, 10, 10);
+  ck_assert_ptr_nonnull(s2);
+  ck_assert_uint_eq(weft_buf_mem_key(s2, 0), 1001);
+
+  /* Memory the pool does not own has no key. */
+  weft_buf *unpooled = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS * 2);
+  uint8_t ext[32];
+  weft_buf *wrapped = weft_buf_wrap(pool, ext, sizeof ext, 0, NULL, NULL);
+  ck_assert_ptr_nonnull(unpooled);
+  ck_assert_ptr_nonnull(wrapped);
+  ck_assert_uint_eq(weft_buf_mem_key(unpooled, 0), WEFT_MEM_KEY_NONE);
+  ck_assert_uint_eq(weft_buf_mem_key(wrapped, 0), WEFT_MEM_KEY_NONE);
+  ck_assert_int_eq(h.regs, 2);
+
+  weft_buf_release(s1);
+  weft_buf_release(s2);
+  weft_buf_release(small);
+  weft_buf_release(big);
+  weft_buf_release(unpooled);
+  weft_buf_release(wrapped);
+  ck_assert_int_eq(h.unregs, 0);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_int_eq(h.unregs, 2);
+  ck_assert(h.unreg_keys[0] + h.unreg_keys[1] == 1000 + 1001);
+}
+END_TEST
+
+START_TEST(pool_slab_hook_failure_fails_alloc) {
+  weft_pool *pool = new_pool();
+  struct hook_log ok = {.fail_from = -1, .key_base = 1};
+  struct hook_log bad = {.fail_from = 1, .key_base = 100};
+  ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &ok), 0);
+  ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &bad),
+                   1);
+  weft_buf *a = weft_buf_alloc(pool, 64); /* bad's first reg succeeds */
+  ck_assert_ptr_nonnull(a);
+  ck_assert_uint_eq(weft_buf_mem_key(a, 1), 100);
+
+  /* A new slab: ok registers it, bad fails, so ok's registration is undone
+   * and the allocation fails without a slab left behind. */
+  ck_assert_ptr_null(weft_buf_alloc(pool, 4096));
+  ck_assert_int_eq(ok.regs, 2);
+  ck_assert_int_eq(ok.unregs, 1);
+  ck_assert_uint_eq(ok.unreg_keys[0], 2);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs, 1);
+  ck_assert_uint_eq(st.live, 1);
+  ck_assert_uint_eq(st.allocs, 1);
+
+  /* The existing slab still serves its class. */
+  weft_buf *b = weft_buf_alloc(pool, 64);
+  ck_assert_ptr_nonnull(b);
+  weft_buf_release(a);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_int_eq(ok.unregs, 2); /* the remaining slab */
+  ck_assert_int_eq(bad.unregs, 1);
+}
+END_TEST
+
+START_TEST(pool_slab_hook_add_fails_cleanly) {
+  weft_pool *pool = new_pool();
+  weft_buf *a = weft_buf_alloc(pool, 64);
+  weft_buf *b = weft_buf_alloc(pool, 256);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(b);
+  /* Registers the first slab, fails on the second: the first is undone and
+   * the hook is not added. */
+  struct hook_log bad = {.fail_from = 1, .key_base = 7};
+  ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &bad),
+                   WEFT_ENODEV);
+  ck_assert_int_eq(bad.regs, 1);
+  ck_assert_int_eq(bad.unregs, 1);
+  ck_assert_uint_eq(weft_buf_mem_key(a, 0), WEFT_MEM_KEY_NONE);
+  ck_assert_uint_eq(weft_buf_mem_key(b, 0), WEFT_MEM_KEY_NONE);
+  /* All hooks: the fifth is refused. */
+  struct hook_log ok[WEFT_POOL_MAX_HOOKS] = {0};
+  for (int i = 0; i < WEFT_POOL_MAX_HOOKS; i++) {
+    ok[i].fail_from = -1;
+    ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, NULL, &ok[i]), i);
+  }
+  ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, NULL, &bad),
+                   WEFT_ENOSPC);
+  weft_buf_release(a);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_int_eq(bad.unregs, 1); /* not called again at destroy */
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Cross-thread release                                                      */
+
+static _Atomic int notify_calls;
+
+/* Plain int reads keep Check's failure messages readable. */
+static int notifies(void) { return atomic_load(&notify_calls); }
+
+static void count_notify(void *arg) {
+  ck_assert_ptr_eq(arg, &notify_calls);
+  atomic_fetch_add(&notify_calls, 1);
+}
+
+struct release_job {
+  weft_buf **bufs;
+  size_t n;
+  size_t start; /* index to begin at, so threads release in other orders */
+  uint64_t sum; /* of the bytes read before each release */
+};
+
+/* Reads each buffer (header and memory) before releasing it, as a consumer
+ * would: the owner's later reuse of the memory must not race with that. */
+static void *release_all(void *arg) {
+  struct release_job *job = arg;
+  for (size_t i = 0; i < job->n; i++) {
+    weft_buf *b = job->bufs[(job->start + i) % job->n];
+    if (b->capacity >= 4)
+      job->sum += weft_buf_get_u32be(b, 0);
+    weft_buf_release(b);
+  }
+  return NULL;
+}
+
+static void release_on_thread(weft_buf **bufs, size_t n) {
+  struct release_job job = {bufs, n, 0, 0};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, release_all, &job), 0);
+  ck_assert_int_eq(pthread_join(t, NULL), 0);
+}
+
+START_TEST(pool_remote_release_notify_and_drain) {
+  weft_pool *pool = new_pool();
+  atomic_store(&notify_calls, 0);
+  weft_pool_set_remote_notify(pool, count_notify, &notify_calls);
+  enum { N = 8 };
+  weft_buf *bufs[N];
+  uint8_t *mems[N];
+  for (int i = 0; i < N; i++) {
+    bufs[i] = weft_buf_alloc(pool, 256);
+    ck_assert_ptr_nonnull(bufs[i]);
+    mems[i] = bufs[i]->base;
+  }
+  release_on_thread(bufs, N);
+  /* One empty -> non-empty transition, however many pushes. */
+  ck_assert_int_eq(notifies(), 1);
+  ck_assert_uint_eq(stats_of(pool).live, N); /* until drained */
+  ck_assert_uint_eq(weft_pool_drain(pool), N);
+  ck_assert_uint_eq(weft_pool_drain(pool), 0);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.live, 0);
+  ck_assert_uint_eq(st.remote_frees, N);
+
+  /* Drained blocks are reused. */
+  weft_buf *again = weft_buf_alloc(pool, 256);
+  ck_assert_ptr_nonnull(again);
+  bool found = false;
+  for (int i = 0; i < N; i++)
+    found |= again->base == mems[i];
+  ck_assert(found);
+  ck_assert_uint_eq(stats_of(pool).reused, 1);
+
+  /* The stack is empty again, so the next remote release notifies again. */
+  release_on_thread(&again, 1);
+  ck_assert_int_eq(notifies(), 2);
+  ck_assert_uint_eq(weft_pool_drain(pool), 1);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_remote_release_drained_by_alloc) {
+  /* An empty free list drains the return stack before carving new memory. */
+  weft_pool *pool = new_pool_opts(WEFT_POOL_MAX_CLASS, 1);
+  weft_buf *b = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS);
+  ck_assert_ptr_nonnull(b);
+  uint8_t *mem = b->base;
+  release_on_thread(&b, 1);
+  weft_buf *again = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS);
+  ck_assert_ptr_nonnull(again);
+  ck_assert_ptr_eq(again->base, mem);
+  ck_assert_uint_eq(stats_of(pool).slabs, 1);
+  ck_assert_uint_eq(stats_of(pool).remote_frees, 1);
+  weft_buf_release(again);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+static pthread_t wrap_owner;
+static _Atomic int wrap_frees_on_owner;
+
+static void wrap_free_on_owner(void *base, size_t capacity, void *arg) {
+  (void)base;
+  (void)capacity;
+  (void)arg;
+  if (pthread_equal(pthread_self(), wrap_owner))
+    atomic_fetch_add(&wrap_frees_on_owner, 1);
+}
+
+static int owner_frees(void) { return atomic_load(&wrap_frees_on_owner); }
+
+START_TEST(pool_remote_release_slice_and_wrap_on_owner) {
+  weft_pool *pool = new_pool();
+  wrap_owner = pthread_self();
+  atomic_store(&wrap_frees_on_owner, 0);
+  uint8_t ext[64];
+  weft_buf *w = weft_buf_wrap(pool, ext, sizeof ext, 64, wrap_free_on_owner,
+                              NULL);
+  ck_assert_ptr_nonnull(w);
+  weft_buf *root = weft_buf_alloc(pool, 64);
+  ck_assert_ptr_nonnull(root);
+  weft_buf *s = weft_buf_slice(root, 0, 10);
+  ck_assert_ptr_nonnull(s);
+  weft_buf_release(root); /* only the slice holds it now */
+  weft_buf *remote[2] = {w, s};
+  release_on_thread(remote, 2);
+  ck_assert_int_eq(owner_frees(), 0); /* not yet */
+  ck_assert_uint_eq(stats_of(pool).live, 3);
+  ck_assert_uint_eq(weft_pool_drain(pool), 2);
+  ck_assert_int_eq(owner_frees(), 1);
+  ck_assert_uint_eq(stats_of(pool).live, 0); /* the slice freed its root */
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+enum { THREADS = 4, PER_THREAD_BUFS = 2000 };
+
+static void overwrite_reused(weft_pool *pool, size_t size) {
+  weft_buf *b = weft_buf_alloc(pool, size);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(weft_buf_write_u32be(b, 0xFFFFFFFFu), 0);
+  weft_buf *s = weft_buf_slice(b, 0, 4);
+  ck_assert_ptr_nonnull(s);
+  weft_buf_release(s);
+  weft_buf_release(b);
+}
+
+START_TEST(pool_remote_release_many_threads) {
+  weft_pool *pool = new_pool();
+  atomic_store(&notify_calls, 0);
+  weft_pool_set_remote_notify(pool, count_notify, &notify_calls);
+  static weft_buf *bufs[PER_THREAD_BUFS];
+  /* Every buffer is released once by every thread, so each one's last
+   * reference races between threads; sizes cover several classes and an
+   * unpooled one, and a slice of each so roots are released at drain. */
+  static const size_t sizes[] = {64, 200, 1000, 4000, 70000};
+  for (size_t i = 0; i < PER_THREAD_BUFS; i++) {
+    weft_buf *root = weft_buf_alloc(pool, sizes[i % 5]);
+    ck_assert_ptr_nonnull(root);
+    weft_buf_write_u32be(root, (uint32_t)i);
+    bufs[i] = weft_buf_slice(root, 0, 4);
+    ck_assert_ptr_nonnull(bufs[i]);
+    weft_buf_release(root);
+    for (int t = 1; t < THREADS; t++)
+      weft_buf_retain(bufs[i]);
+  }
+  pthread_t tids[THREADS];
+  struct release_job jobs[THREADS];
+  for (int t = 0; t < THREADS; t++) {
+    jobs[t] = (struct release_job){bufs, PER_THREAD_BUFS,
+                                   (size_t)t * PER_THREAD_BUFS / THREADS, 0};
+    ck_assert_int_eq(pthread_create(&tids[t], NULL, release_all, &jobs[t]), 0);
+  }
+  /* The owner drains while the threads push, as a loop would, and reuses
+   * the memory (and slice headers) it got back at once: under TSan, a
+   * missing happens-before from any releasing thread to the owner shows as
+   * a race on the block or the header. */
+  /* Allocations drain too when a free list runs dry, so the count to wait
+   * for is the pool's, not the sum of what weft_pool_drain returned. */
+  while (stats_of(pool).remote_frees < PER_THREAD_BUFS) {
+    size_t n = weft_pool_drain(pool);
+    for (size_t i = 0; n > 0 && i < 5; i++)
+      overwrite_reused(pool, sizes[i]);
+  }
+  for (int t = 0; t < THREADS; t++)
+    ck_assert_int_eq(pthread_join(tids[t], NULL), 0);
+  /* Every thread read every value intact: no block was reused early. */
+  for (int t = 0; t < THREADS; t++)
+    ck_assert_uint_eq(jobs[t].sum, (uint64_t)PER_THREAD_BUFS *
+                                       (PER_THREAD_BUFS - 1) / 2);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.live, 0);
+  ck_assert_uint_eq(st.remote_frees, PER_THREAD_BUFS);
+  ck_assert_int_ge(notifies(), 1);
+  ck_assert_int_le(notifies(), PER_THREAD_BUFS);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+static void *alloc_on_thread(void *arg) { return weft_buf_alloc(arg, 64); }
+
+START_TEST(pool_alloc_wrong_thread_null) {
+  weft_pool *pool = new_pool();
+  th_log_capture_start();
+  pthread_t t;
+  void *result = &t;
+  ck_assert_int_eq(pthread_create(&t, NULL, alloc_on_thread, pool), 0);
+  ck_assert_int_eq(pthread_join(t, &result), 0);
+  th_log_capture_stop();
+  ck_assert_ptr_null(result);
+  ck_assert_int_eq(th_log_count("owner thread"), 1);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
+/* Leak reports                                                              */
+
+START_TEST(pool_leak_reported_with_location) {
+  weft_pool *pool = new_pool();
+  ck_assert(weft_pool_leak_detect(pool));
+  weft_buf *fine = weft_buf_alloc(pool, 64);
+  weft_buf *leaked = weft_buf_alloc(pool, 300);
+  ck_assert_ptr_nonnull(fine);
+  ck_assert_ptr_nonnull(leaked);
+  weft_buf_release(fine);
+  weft_buf_touch(leaked);
+  char where[32];
+  snprintf(where, sizeof where, "test_pool.c:%d", __LINE__ - 2);
+  th_log_capture_start();
+  ck_assert_uint_eq(weft_pool_destroy(pool), 1);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count("LEAK"), 1);
+  ck_assert_int_eq(th_log_count(where), 1);
+  ck_assert_int_eq(th_log_count("weft_buf 1024 bytes, refcnt 1"), 1);
+  ck_assert_int_eq(th_log_count("1 leaked buffer"), 1); /* the summary */
+}
+END_TEST
+
+START_TEST(pool_leak_location_is_last_touch) {
+  weft_pool *pool = new_pool();
+  weft_buf *b = weft_buf_alloc(pool, 64);
+  ck_assert_ptr_nonnull(b);
+  weft_buf_retain(b);
+  weft_buf_retain(b);
+  weft_buf_release(b);
+  int line = __LINE__ - 1;
+  char where[32];
+  snprintf(where, sizeof where, "test_pool.c:%d", line);
+  th_log_capture_start();
+  ck_assert_uint_eq(weft_pool_destroy(pool), 1);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count(where), 1);
+  ck_assert_int_eq(th_log_count("refcnt 2"), 1);
+}
+END_TEST
+
+START_TEST(pool_leak_detect_off_still_counts) {
+  weft_pool *pool = new_pool_opts(0, 0);
+  ck_assert(!weft_pool_leak_detect(pool));
+  weft_buf *pooled = weft_buf_alloc(pool, 64);
+  weft_buf *unpooled = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS + 10);
+  uint8_t ext[8];
+  weft_buf *wrapped = weft_buf_wrap(pool, ext, sizeof ext, 0, NULL, NULL);
+  ck_assert_ptr_nonnull(pooled);
+  ck_assert_ptr_nonnull(unpooled);
+  ck_assert_ptr_nonnull(wrapped);
+  th_log_capture_start();
+  /* Leaked memory is freed all the same (ASan would report the unpooled
+   * one otherwise). */
+  ck_assert_uint_eq(weft_pool_destroy(pool), 3);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count("LEAK"), 0);
+  ck_assert_int_eq(th_log_count("3 leaked buffers"), 1);
+  ck_assert_int_eq(th_log_count("leak detection is off"), 1);
+}
+END_TEST
+
+START_TEST(pool_leak_detect_env_and_option_precedence) {
+  const char *saved = getenv("WEFT_LEAK_DETECT");
+  char *copy = saved != NULL ? strdup(saved) : NULL;
+  weft_pool *pool;
+
+  setenv("WEFT_LEAK_DETECT", "0", 1);
+  pool = new_pool_opts(0, -1);
+  ck_assert(!weft_pool_leak_detect(pool));
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  pool = new_pool_opts(0, 1); /* the option beats the environment */
+  ck_assert(weft_pool_leak_detect(pool));
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+
+  setenv("WEFT_LEAK_DETECT", "1", 1);
+  pool = new_pool_opts(0, -1);
+  ck_assert(weft_pool_leak_detect(pool));
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  pool = new_pool_opts(0, 0);
+  ck_assert(!weft_pool_leak_detect(pool));
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+
+  if (copy != NULL) {
+    setenv("WEFT_LEAK_DETECT", copy, 1);
+    free(copy);
+  } else {
+    unsetenv("WEFT_LEAK_DETECT");
+  }
+}
+END_TEST
+
+START_TEST(pool_remote_released_buffers_not_leaks) {
+  /* Released on another thread and never drained by hand: destroy drains
+   * them, so they are not reported. */
+  weft_pool *pool = new_pool();
+  weft_buf *b = weft_buf_alloc(pool, 64);
+  ck_assert_ptr_nonnull(b);
+  release_on_thread(&b, 1);
+  th_log_capture_start();
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count("LEAK"), 0);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("pool");
+  TCase *tc = tcase_create("classes");
+  tcase_add_test(tc, pool_new_bad_options_einval);
+  tcase_add_test(tc, pool_null_arguments_harmless);
+  tcase_add_test(tc, pool_size_class_rounding);
+  tcase_add_test(tc, pool_reuse_same_class_same_memory);
+  tcase_add_test(tc, pool_slab_grows_when_full);
+  tcase_add_test(tc, pool_unpooled_above_max_class);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("hooks");
+  tcase_add_test(tc, pool_slab_hook_existing_and_new_slabs);
+  tcase_add_test(tc, pool_slab_hook_failure_fails_alloc);
+  tcase_add_test(tc, pool_slab_hook_add_fails_cleanly);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("threads");
+  tcase_add_test(tc, pool_remote_release_notify_and_drain);
+  tcase_add_test(tc, pool_remote_release_drained_by_alloc);
+  tcase_add_test(tc, pool_remote_release_slice_and_wrap_on_owner);
+  tcase_add_test(tc, pool_remote_release_many_threads);
+  tcase_add_test(tc, pool_alloc_wrong_thread_null);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("leaks");
+  tcase_add_test(tc, pool_leak_reported_with_location);
+  tcase_add_test(tc, pool_leak_location_is_last_touch);
+  tcase_add_test(tc, pool_leak_detect_off_still_counts);
+  tcase_add_test(tc, pool_leak_detect_env_and_option_precedence);
+  tcase_add_test(tc, pool_remote_released_buffers_not_leaks);
+  suite_add_tcase(s, tc);
+  return s;
+}
