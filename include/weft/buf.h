@@ -42,6 +42,7 @@
 #include <stdint.h>
 
 #include <weft/error.h>
+#include <weft/msg.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,6 +64,7 @@ typedef void (*weft_buf_free_cb)(void *base, size_t capacity, void *arg);
 
 /** A buffer. Fields are public to read, except where marked. */
 typedef struct weft_buf {
+  weft_msg msg;        /* read-only: a weft_buf is a pipeline message */
   uint8_t *base;       /* read-only: first byte of this buffer's memory */
   size_t capacity;     /* read-only: bytes usable from base */
   size_t reader_index; /* public: next byte to read, <= writer_index */
@@ -80,6 +82,13 @@ typedef struct weft_buf {
   const char *touched_at; /* leak detection: last call site */
   struct weft_buf *live_prev, *live_next;
 } weft_buf;
+
+/**
+ * The message type of every weft_buf (msg.type), so a buffer can travel a
+ * pipeline: weft_msg_is(msg, &weft_buf_msg_type), and weft_msg_release()
+ * drops one reference as weft_buf_release() does.
+ */
+extern const weft_msg_type weft_buf_msg_type;
 
 /** Smallest and largest pooled block sizes in bytes (powers of 4 between). */
 #define WEFT_POOL_MIN_CLASS 64

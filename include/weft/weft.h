@@ -2,13 +2,20 @@
 #ifndef WEFT_WEFT_H
 #define WEFT_WEFT_H
 
+#include <weft/bootstrap.h>
 #include <weft/buf.h>
+#include <weft/channel.h>
 #include <weft/clock.h>
+#include <weft/config.h>
+#include <weft/embedded.h>
 #include <weft/error.h>
 #include <weft/log.h>
 #include <weft/loop.h>
+#include <weft/msg.h>
+#include <weft/pipeline.h>
 #include <weft/source.h>
 #include <weft/timer.h>
+#include <weft/transport.h>
 #include <weft/version.h>
 
 #endif /* WEFT_WEFT_H */

@@ -1,0 +1,121 @@
+/* weft/bootstrap.h: starting servers and clients (Netty's ServerBootstrap
+ * and Bootstrap).
+ *
+ *   weft_server_bootstrap sb = {.group = group,
+ *                               .listen = "tcp://0.0.0.0:7000",
+ *                               .child_init = build_pipeline};
+ *   weft_channel_config_init(&sb.child_options);
+ *   weft_server *srv;
+ *   int rc = weft_server_bind(&srv, &sb);
+ *
+ * The transport is the endpoint's scheme, so swapping it is a change of the
+ * URI (or of one line in a config file, see config.h), never of code.
+ */
+#ifndef WEFT_BOOTSTRAP_H
+#define WEFT_BOOTSTRAP_H
+
+#include <stdint.h>
+
+#include <weft/channel.h>
+#include <weft/loop.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Builds a new channel's pipeline (add the handlers here). Runs on the
+ * channel's loop before channel_active.
+ */
+typedef void (*weft_channel_init_cb)(weft_channel *ch, void *arg);
+
+/** Options applied to a new channel; -1 keeps the default. */
+typedef struct weft_channel_config {
+  int tcp_nodelay;          /* 0/1 (default 1) */
+  int so_sndbuf;            /* bytes */
+  int so_rcvbuf;            /* bytes */
+  int so_keepalive;         /* 0/1 (default 0) */
+  int64_t write_low_watermark;  /* bytes (default 32 KiB) */
+  int64_t write_high_watermark; /* bytes (default 64 KiB) */
+  int connect_timeout_ms;   /* ms (default 10000); 0 = none */
+} weft_channel_config;
+
+/** Sets every field to -1 (the defaults). */
+void weft_channel_config_init(weft_channel_config *cfg);
+
+/**
+ * Applies every field that is not -1 to `ch`. Options the transport does
+ * not have are skipped. Returns 0 or the first error. Loop thread.
+ */
+int weft_channel_config_apply(const weft_channel_config *cfg,
+                              weft_channel *ch);
+
+typedef struct weft_server weft_server;
+
+/** What a server needs. Fields not set must be zero / NULL. */
+typedef struct weft_server_bootstrap {
+  weft_loop_group *group;  /* started; loop 0 runs the listener, accepted
+                              channels go to the loops round-robin */
+  const char *listen;      /* endpoint URI, e.g. "tcp://0.0.0.0:7000" */
+  int backlog;             /* listen backlog (0 = 511) */
+  weft_channel_init_cb child_init; /* required */
+  void *child_init_arg;
+  weft_channel_config child_options; /* set with weft_channel_config_init
+                                        first: zero is a real value */
+} weft_server_bootstrap;
+
+/**
+ * Starts listening and waits until the listener is up (or failed). Returns
+ * 0 and the server in `*out`, WEFT_EINVAL (bad URI; logged with the reason),
+ * WEFT_ENOTRANSPORT (unknown or unavailable transport; logged with why), or
+ * the listen error (WEFT_EADDRINUSE, ...). Any thread except a loop thread of
+ * `group` (it waits for loop 0).
+ */
+int weft_server_bind(weft_server **out, const weft_server_bootstrap *b);
+
+/**
+ * Writes the bound address as a URI ("tcp://127.0.0.1:41234": the real
+ * port when the URI asked for port 0). Returns 0 or WEFT_ENOSPC. Any thread.
+ */
+int weft_server_address(const weft_server *srv, char *buf, size_t len);
+
+/**
+ * Stops listening, waits until the listener is closed, and frees the
+ * server. Channels already accepted stay open (close them, or stop the
+ * group). Any thread except a loop thread of the server's group.
+ */
+void weft_server_close(weft_server *srv);
+
+/**
+ * Reports the outcome of a connect, on the channel's loop: `status` 0 with
+ * an ACTIVE channel, or an error (WEFT_ECONNREFUSED, WEFT_ETIMEDOUT, ...)
+ * with the channel already closing (do not use it after the callback
+ * returns unless retained). `ch` is NULL when the channel could not even be
+ * created (the transport's per-loop instance failed to start).
+ */
+typedef void (*weft_connect_cb)(weft_channel *ch, int status, void *arg);
+
+/** What a client connection needs. Fields not set must be zero / NULL. */
+typedef struct weft_bootstrap {
+  weft_loop_group *group; /* started; the channel goes to the next loop */
+  weft_loop *loop;        /* or a specific loop (overrides group) */
+  const char *connect;    /* endpoint URI, e.g. "tcp://127.0.0.1:7000" */
+  weft_channel_init_cb init; /* required */
+  void *init_arg;
+  weft_channel_config options; /* weft_channel_config_init first */
+  weft_connect_cb on_connect; /* optional */
+  void *connect_arg;
+} weft_bootstrap;
+
+/**
+ * Starts a connection. Returns 0 when started (on_connect reports the
+ * outcome later, on the channel's loop), or at once WEFT_EINVAL (bad URI),
+ * WEFT_ENOTRANSPORT (logged with why) or WEFT_ENOMEM, in which case
+ * on_connect is not called. Any thread.
+ */
+int weft_bootstrap_connect(const weft_bootstrap *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_BOOTSTRAP_H */

@@ -1,0 +1,157 @@
+/* weft/channel.h: channels, the connections of weft.
+ *
+ * A channel is one connection over one transport, bound to one loop for its
+ * whole life; its pipeline (pipeline.h) handles its events. States:
+ *
+ *   REGISTERED --(connected / accepted)--> ACTIVE --(close, reset, EOF)-->
+ *   INACTIVE --(transport released, channel_inactive fired)--> CLOSED
+ *
+ * Writes (weft_channel_write) only queue; flush hands everything queued to
+ * the transport in as few system calls or work requests as it can (gathering
+ * writes). Queued bytes count against the write watermarks: above the high
+ * watermark the channel becomes unwritable and writability_changed(false)
+ * fires; once below the low watermark it becomes writable again and
+ * writability_changed(true) fires. Unwritable is advice: writes are still
+ * accepted. Nothing accepted by a write is dropped silently: its promise
+ * completes with 0 once sent or with the error that stopped it (WEFT_ECLOSED
+ * when the channel closed first).
+ *
+ * Threads: every function here runs on the channel's loop thread, except
+ * weft_channel_retain / weft_channel_release / weft_channel_loop, which any
+ * thread holding a reference may call. To act on a channel from another
+ * thread, retain it, then weft_loop_execute() on weft_channel_loop().
+ *
+ * Lifetime: the channel holds one reference to itself while it is open; it
+ * drops it once CLOSED. The memory is freed on the loop thread when the last
+ * reference is gone. A handler may use its channel pointer freely inside
+ * events; code that keeps the pointer past them must hold a reference.
+ */
+#ifndef WEFT_CHANNEL_H
+#define WEFT_CHANNEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <weft/loop.h>
+#include <weft/msg.h>
+#include <weft/pipeline.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Channel states, in the order a channel goes through them. */
+typedef enum weft_channel_state {
+  WEFT_CHANNEL_REGISTERED = 0, /* created, not yet connected */
+  WEFT_CHANNEL_ACTIVE = 1,     /* connected: reads and writes flow */
+  WEFT_CHANNEL_INACTIVE = 2,   /* closing: no more reads or writes */
+  WEFT_CHANNEL_CLOSED = 3      /* closed; channel_inactive has fired */
+} weft_channel_state;
+
+/** Channel options, set with weft_channel_set_option(). */
+typedef enum weft_channel_option {
+  WEFT_OPT_TCP_NODELAY = 1,          /* 0/1, default 1 (tcp, uring) */
+  WEFT_OPT_SO_SNDBUF = 2,            /* bytes, default: the kernel's */
+  WEFT_OPT_SO_RCVBUF = 3,            /* bytes, default: the kernel's */
+  WEFT_OPT_SO_KEEPALIVE = 4,         /* 0/1, default 0 */
+  WEFT_OPT_WRITE_LOW_WATERMARK = 5,  /* bytes, default 32 KiB */
+  WEFT_OPT_WRITE_HIGH_WATERMARK = 6, /* bytes, default 64 KiB */
+  WEFT_OPT_CONNECT_TIMEOUT_MS = 7,   /* ms, default 10000; 0 = none */
+  WEFT_OPT_AUTO_READ = 8             /* 0/1, default 1: read when ready */
+} weft_channel_option;
+
+/** Default write watermarks in bytes (Netty's). */
+#define WEFT_WRITE_LOW_WATERMARK_DEFAULT (32 * 1024)
+#define WEFT_WRITE_HIGH_WATERMARK_DEFAULT (64 * 1024)
+
+/** The channel's pipeline. */
+weft_pipeline *weft_channel_pipeline(weft_channel *ch);
+
+/** The loop the channel belongs to. Any thread holding a reference. */
+weft_loop *weft_channel_loop(weft_channel *ch);
+
+/** The current state. */
+weft_channel_state weft_channel_state_of(const weft_channel *ch);
+
+/** True while ACTIVE. */
+bool weft_channel_is_active(const weft_channel *ch);
+
+/** True while queued bytes have not crossed the high watermark. */
+bool weft_channel_is_writable(const weft_channel *ch);
+
+/** Bytes written but not yet handed to the transport (watermark count). */
+size_t weft_channel_pending_bytes(const weft_channel *ch);
+
+/** A number unique among this process's channels, for logs. */
+uint64_t weft_channel_id(const weft_channel *ch);
+
+/** The name of the channel's transport ("tcp", "uring", ...). */
+const char *weft_channel_transport_name(const weft_channel *ch);
+
+/**
+ * Writes the peer's (or the local) address as text ("127.0.0.1:7000",
+ * "[::1]:7000") into `buf`. Returns 0, WEFT_ENOTCONN, WEFT_ENOSPC (buffer
+ * too small), or WEFT_ENOTSUP when the transport has no address.
+ */
+int weft_channel_remote_address(const weft_channel *ch, char *buf, size_t len);
+int weft_channel_local_address(const weft_channel *ch, char *buf, size_t len);
+
+/**
+ * Starts a write at the tail of the pipeline: `msg` (one reference) passes
+ * down through the outbound handlers and is queued at the head. See the
+ * file comment for what the promise reports.
+ */
+void weft_channel_write(weft_channel *ch, void *msg, weft_promise promise);
+
+/** Flushes everything written so far (from the tail of the pipeline). */
+void weft_channel_flush(weft_channel *ch);
+
+/** weft_channel_write() then weft_channel_flush(). */
+void weft_channel_write_and_flush(weft_channel *ch, void *msg,
+                                  weft_promise promise);
+
+/**
+ * Closes the channel (from the tail of the pipeline). Queued writes that
+ * were not flushed fail with WEFT_ECLOSED; channel_inactive fires; the
+ * promise completes with 0 once CLOSED. Closing a closed channel completes
+ * the promise with 0 at once.
+ */
+void weft_channel_close(weft_channel *ch, weft_promise promise);
+
+/**
+ * Half-close: flushes, then shuts down the sending side (TCP FIN); reads
+ * go on until the peer closes. The promise reports the shutdown result;
+ * WEFT_ENOTSUP where the transport has no half-close.
+ */
+void weft_channel_shutdown_output(weft_channel *ch, weft_promise promise);
+
+/**
+ * Sets an option. Returns 0, WEFT_EINVAL (bad value, e.g. a low watermark
+ * above the high one), WEFT_ENOTSUP (the transport has no such option), or
+ * the system error.
+ */
+int weft_channel_set_option(weft_channel *ch, weft_channel_option opt,
+                            int64_t value);
+
+/** Reads an option into `*value`. Returns 0 or WEFT_ENOTSUP. */
+int weft_channel_get_option(const weft_channel *ch, weft_channel_option opt,
+                            int64_t *value);
+
+/** The user's pointer (NULL until set). */
+void *weft_channel_user_data(const weft_channel *ch);
+void weft_channel_set_user_data(weft_channel *ch, void *data);
+
+/** Adds a reference. Any thread holding one. Returns `ch`. */
+weft_channel *weft_channel_retain(weft_channel *ch);
+
+/**
+ * Drops a reference; the last one frees the channel on its loop (from
+ * another thread, the free is queued to the loop). Any thread holding one.
+ */
+void weft_channel_release(weft_channel *ch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_CHANNEL_H */

@@ -1,0 +1,407 @@
+/* Pipeline semantics on the embedded channel: event order, handlers added
+ * and removed during events, watermarks, promises, exceptions, and the tail
+ * releasing what nobody handled. */
+#include "harness.h"
+
+#include <string.h>
+
+#include <weft/embedded.h>
+#include <weft/error.h>
+#include <weft/weft.h>
+
+/* A recording handler: appends "<name>:<event>" to a shared trace. */
+typedef struct recorder {
+  const char *name;
+  char *trace; /* shared, 4 KiB */
+  const char *remove_on_read; /* name of a handler to remove on read */
+  bool consume_reads;          /* release instead of forwarding */
+} recorder;
+
+static void trace(weft_ctx *ctx, const char *event) {
+  recorder *r = weft_ctx_state(ctx);
+  strcat(r->trace, r->name);
+  strcat(r->trace, ":");
+  strcat(r->trace, event);
+  strcat(r->trace, " ");
+}
+
+static void rec_active(weft_ctx *ctx) {
+  trace(ctx, "active");
+  weft_ctx_fire_channel_active(ctx);
+}
+static void rec_inactive(weft_ctx *ctx) {
+  trace(ctx, "inactive");
+  weft_ctx_fire_channel_inactive(ctx);
+}
+static void rec_read(weft_ctx *ctx, void *msg) {
+  recorder *r = weft_ctx_state(ctx);
+  trace(ctx, "read");
+  if (r->remove_on_read != NULL)
+    ck_assert_int_eq(weft_pipeline_remove(weft_ctx_pipeline(ctx),
+                                          r->remove_on_read), 0);
+  if (r->consume_reads)
+    weft_msg_release(msg);
+  else
+    weft_ctx_fire_channel_read(ctx, msg);
+}
+static void rec_read_complete(weft_ctx *ctx) {
+  trace(ctx, "complete");
+  weft_ctx_fire_channel_read_complete(ctx);
+}
+static void rec_write(weft_ctx *ctx, void *msg, weft_promise p) {
+  trace(ctx, "write");
+  weft_ctx_write(ctx, msg, p);
+}
+static void rec_flush(weft_ctx *ctx) {
+  trace(ctx, "flush");
+  weft_ctx_flush(ctx);
+}
+static void rec_removed(weft_ctx *ctx) { trace(ctx, "removed"); }
+
+static const weft_handler inbound_h = {.name = "in",
+                                       .channel_active = rec_active,
+                                       .channel_inactive = rec_inactive,
+                                       .channel_read = rec_read,
+                                       .channel_read_complete =
+                                           rec_read_complete,
+                                       .handler_removed = rec_removed};
+static const weft_handler outbound_h = {.name = "out",
+                                        .write = rec_write,
+                                        .flush = rec_flush,
+                                        .handler_removed = rec_removed};
+static const weft_handler duplex_h = {.name = "both",
+                                      .channel_read = rec_read,
+                                      .write = rec_write,
+                                      .handler_removed = rec_removed};
+
+static char trace_buf[4096];
+static recorder r1, r2, r3;
+
+static void init_three(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "decoder", &inbound_h, &r1), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "encoder", &outbound_h, &r2), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "logic", &duplex_h, &r3), 0);
+}
+
+static void setup(void) {
+  trace_buf[0] = '\0';
+  r1 = (recorder){.name = "1", .trace = trace_buf};
+  r2 = (recorder){.name = "2", .trace = trace_buf};
+  r3 = (recorder){.name = "3", .trace = trace_buf};
+}
+
+static weft_buf *bytes(weft_embedded *e, const char *s) {
+  weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), strlen(s));
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(weft_buf_write_bytes(b, s, strlen(s)), 0);
+  return b;
+}
+
+static void release_all_outbound(weft_embedded *e) {
+  void *m;
+  while ((m = weft_embedded_read_outbound(e)) != NULL)
+    weft_msg_release(m);
+}
+
+START_TEST(pipeline_event_order_matches_netty_example) {
+  setup();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  ck_assert_str_eq(trace_buf, "1:active ");
+  trace_buf[0] = '\0';
+  ck_assert_int_eq(weft_embedded_write_inbound(e, bytes(e, "x")), 0);
+  ck_assert_str_eq(trace_buf, "1:read 3:read 1:complete ");
+  trace_buf[0] = '\0';
+  weft_channel_write_and_flush(weft_embedded_channel(e), bytes(e, "y"),
+                               WEFT_PROMISE_NONE);
+  ck_assert_str_eq(trace_buf, "3:write 2:write 2:flush ");
+  weft_msg_release(weft_embedded_read_inbound(e));
+  release_all_outbound(e);
+  trace_buf[0] = '\0';
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  /* close fires inactive, then every handler is removed, tail to head */
+  ck_assert_str_eq(trace_buf, "1:inactive 3:removed 2:removed 1:removed ");
+}
+END_TEST
+
+START_TEST(pipeline_ctx_write_starts_below_its_handler) {
+  setup();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  trace_buf[0] = '\0';
+  weft_ctx *logic =
+      weft_pipeline_context(weft_channel_pipeline(weft_embedded_channel(e)),
+                            "logic");
+  ck_assert_ptr_nonnull(logic);
+  weft_ctx_write_and_flush(logic, bytes(e, "z"), WEFT_PROMISE_NONE);
+  ck_assert_str_eq(trace_buf, "2:write 2:flush ");
+  weft_buf *out = weft_embedded_read_outbound(e);
+  ck_assert_ptr_nonnull(out);
+  ck_assert_uint_eq(weft_buf_readable(out), 1);
+  ck_assert_int_eq(weft_buf_read_u8(out), 'z');
+  weft_buf_release(out);
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(pipeline_remove_self_during_read_forwards_from_old_place) {
+  setup();
+  r1.remove_on_read = "decoder"; /* handler 1 removes itself */
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  trace_buf[0] = '\0';
+  weft_embedded_write_inbound(e, bytes(e, "a"));
+  ck_assert_str_eq(trace_buf, "1:read 1:removed 3:read ");
+  trace_buf[0] = '\0';
+  weft_embedded_write_inbound(e, bytes(e, "b"));
+  ck_assert_str_eq(trace_buf, "3:read ");
+  weft_msg_release(weft_embedded_read_inbound(e));
+  weft_msg_release(weft_embedded_read_inbound(e));
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(pipeline_remove_next_during_read_skips_it) {
+  setup();
+  r1.remove_on_read = "logic"; /* handler 1 removes the one after it */
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  trace_buf[0] = '\0';
+  weft_embedded_write_inbound(e, bytes(e, "a"));
+  ck_assert_str_eq(trace_buf, "1:read 3:removed 1:complete ");
+  /* with "logic" gone the message reached the tail */
+  weft_buf *b = weft_embedded_read_inbound(e);
+  ck_assert_ptr_nonnull(b);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(pipeline_add_during_event_takes_part_in_next_event) {
+  setup();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_pipeline *p = weft_channel_pipeline(weft_embedded_channel(e));
+  ck_assert_int_eq(weft_pipeline_add_last(p, "a", &inbound_h, &r1), 0);
+  ck_assert_int_eq(weft_pipeline_add_first(p, "b", &inbound_h, &r2), 0);
+  ck_assert_int_eq(weft_pipeline_add_after(p, "b", "c", &inbound_h, &r3), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "a", &inbound_h, &r1),
+                   WEFT_EEXIST);
+  ck_assert_int_eq(weft_pipeline_add_before(p, "nope", "d", &inbound_h, &r1),
+                   WEFT_ENOENT);
+  trace_buf[0] = '\0';
+  weft_embedded_write_inbound(e, bytes(e, "a"));
+  ck_assert_str_eq(trace_buf, "2:read 3:read 1:read 2:complete 3:complete "
+                              "1:complete ");
+  ck_assert_int_eq(weft_pipeline_replace(p, "c", "c2", &outbound_h, &r3), 0);
+  ck_assert_ptr_null(weft_pipeline_context(p, "c"));
+  ck_assert_ptr_nonnull(weft_pipeline_context(p, "c2"));
+  weft_msg_release(weft_embedded_read_inbound(e));
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+/* ---- promises and watermarks ---- */
+
+static int promise_status[8];
+static int promise_calls;
+static void record_promise(void *arg, int status) {
+  promise_status[(intptr_t)arg] = status;
+  promise_calls++;
+}
+
+static bool writability_trace[16];
+static int writability_events;
+static void on_writability(weft_ctx *ctx, bool writable) {
+  writability_trace[writability_events++] = writable;
+  weft_ctx_fire_writability_changed(ctx, writable);
+}
+static const weft_handler writability_h = {.name = "w",
+                                           .writability_changed =
+                                               on_writability};
+
+static void init_writability(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "w", &writability_h, NULL);
+  /* a high watermark below the current low one is refused */
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK,
+                                           1000), WEFT_EINVAL);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK,
+                                           500), 0);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK,
+                                           1000), 0);
+}
+
+static weft_buf *filled(weft_embedded *e, size_t n) {
+  weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), n);
+  memset(b->base, 'q', n);
+  b->writer_index = n;
+  return b;
+}
+
+START_TEST(pipeline_watermarks_have_hysteresis) {
+  writability_events = 0;
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_writability, NULL), 0);
+  weft_channel *ch = weft_embedded_channel(e);
+  weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
+  weft_channel_write(ch, filled(e, 600), WEFT_PROMISE_NONE);
+  ck_assert(weft_channel_is_writable(ch));
+  weft_channel_write(ch, filled(e, 600), WEFT_PROMISE_NONE); /* 1200 > 1000 */
+  ck_assert(!weft_channel_is_writable(ch));
+  ck_assert_int_eq(writability_events, 1);
+  ck_assert(!writability_trace[0]);
+  weft_channel_flush(ch);
+  weft_embedded_set_write_limit(e, 500); /* 700 left: above low, still off */
+  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 700);
+  ck_assert(!weft_channel_is_writable(ch));
+  ck_assert_int_eq(writability_events, 1);
+  weft_embedded_set_write_limit(e, 300); /* 400 left: below low */
+  ck_assert(weft_channel_is_writable(ch));
+  ck_assert_int_eq(writability_events, 2);
+  ck_assert(writability_trace[1]);
+  weft_embedded_set_write_limit(e, SIZE_MAX);
+  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 0);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK,
+                                           5000), WEFT_EINVAL);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(pipeline_promises_report_sent_and_closed) {
+  promise_calls = 0;
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_channel *ch = weft_embedded_channel(e);
+  weft_channel_write(ch, bytes(e, "sent"),
+                     (weft_promise){record_promise, (void *)0});
+  weft_channel_write(ch, bytes(e, "never flushed"),
+                     (weft_promise){record_promise, (void *)1});
+  ck_assert_int_eq(promise_calls, 0); /* write only queues */
+  /* the "socket" takes 4 bytes: the first write only */
+  weft_embedded_set_write_limit(e, 4);
+  weft_channel_flush(ch);
+  ck_assert_int_eq(promise_calls, 1);
+  ck_assert_int_eq(promise_status[0], 0);
+  weft_channel_close(ch, (weft_promise){record_promise, (void *)2});
+  ck_assert_int_eq(promise_calls, 3);
+  ck_assert_int_eq(promise_status[1], WEFT_ECLOSED);
+  ck_assert_int_eq(promise_status[2], 0);
+  weft_channel_write(ch, bytes(e, "late"),
+                     (weft_promise){record_promise, (void *)3});
+  ck_assert_int_eq(promise_calls, 4);
+  ck_assert_int_eq(promise_status[3], WEFT_ECLOSED);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+/* A message that is not a weft_buf must not reach the transport. */
+static void free_plain(void *msg) { (void)msg; promise_calls += 100; }
+static const weft_msg_type plain_type = {"plain", free_plain};
+
+START_TEST(pipeline_head_refuses_non_buffer_message) {
+  promise_calls = 0;
+  th_log_capture_start();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_msg plain = {&plain_type};
+  weft_channel_write_and_flush(weft_embedded_channel(e), &plain,
+                               (weft_promise){record_promise, (void *)4});
+  ck_assert_int_eq(promise_status[4], WEFT_EINVAL);
+  ck_assert_int_eq(promise_calls, 101); /* promise failed, message released */
+  ck_assert_int_ge(th_log_count("encoder missing"), 1);
+  th_log_capture_stop();
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+/* ---- exceptions ---- */
+
+static int seen_err;
+static void catch_exc(weft_ctx *ctx, int err, const char *reason) {
+  seen_err = err;
+  ck_assert_str_eq(reason, "bad frame");
+  weft_ctx_fire_exception_caught(ctx, err, reason);
+}
+static void throw_on_read(weft_ctx *ctx, void *msg) {
+  weft_msg_release(msg);
+  weft_ctx_fire_exception_caught(ctx, WEFT_EBADFRAME, "bad frame");
+}
+static const weft_handler thrower_h = {.name = "thrower",
+                                       .channel_read = throw_on_read};
+static const weft_handler catcher_h = {.name = "catcher",
+                                       .exception_caught = catch_exc};
+
+static void init_exc(weft_channel *ch, void *arg) {
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  weft_pipeline_add_last(p, "thrower", &thrower_h, NULL);
+  weft_pipeline_add_last(p, "catcher", &catcher_h, NULL);
+}
+
+START_TEST(pipeline_exception_reaches_tail_and_closes_channel) {
+  seen_err = 0;
+  th_log_capture_start();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_exc, NULL), 0);
+  weft_embedded_write_inbound(e, bytes(e, "garbage"));
+  ck_assert_int_eq(seen_err, WEFT_EBADFRAME);
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_EBADFRAME);
+  ck_assert_int_eq(weft_channel_state_of(weft_embedded_channel(e)),
+                   WEFT_CHANNEL_CLOSED);
+  ck_assert_int_eq(th_log_count("EBADFRAME"), 1);
+  ck_assert_int_eq(weft_embedded_write_inbound(e, bytes(e, "more")),
+                   WEFT_ECLOSED);
+  th_log_capture_stop();
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+/* ---- the tail ---- */
+
+START_TEST(pipeline_tail_releases_unhandled_and_queue_at_close) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_channel *ch = weft_embedded_channel(e);
+  for (int i = 0; i < 10; i++)
+    weft_embedded_write_inbound(e, bytes(e, "unhandled"));
+  for (int i = 0; i < 10; i++) /* queued, never flushed */
+    weft_channel_write(ch, bytes(e, "queued"), WEFT_PROMISE_NONE);
+  /* finish() must release all 20 buffers: any one left is a leak */
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(pipeline_leak_is_reported_at_finish) {
+  th_log_capture_start();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_buf *kept = bytes(e, "kept");
+  weft_buf_retain(kept);
+  weft_embedded_write_inbound(e, kept); /* tail holds one, we hold one */
+  ck_assert_uint_eq(weft_embedded_finish(e), 1);
+  ck_assert_int_ge(th_log_count("LEAK"), 1);
+  th_log_capture_stop();
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("pipeline");
+  TCase *tc = tcase_create("embedded");
+  tcase_add_test(tc, pipeline_event_order_matches_netty_example);
+  tcase_add_test(tc, pipeline_ctx_write_starts_below_its_handler);
+  tcase_add_test(tc, pipeline_remove_self_during_read_forwards_from_old_place);
+  tcase_add_test(tc, pipeline_remove_next_during_read_skips_it);
+  tcase_add_test(tc, pipeline_add_during_event_takes_part_in_next_event);
+  tcase_add_test(tc, pipeline_watermarks_have_hysteresis);
+  tcase_add_test(tc, pipeline_promises_report_sent_and_closed);
+  tcase_add_test(tc, pipeline_head_refuses_non_buffer_message);
+  tcase_add_test(tc, pipeline_exception_reaches_tail_and_closes_channel);
+  tcase_add_test(tc, pipeline_tail_releases_unhandled_and_queue_at_close);
+  tcase_add_test(tc, pipeline_leak_is_reported_at_finish);
+  suite_add_tcase(s, tc);
+  return s;
+}

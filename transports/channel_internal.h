@@ -1,0 +1,126 @@
+/* Internal layout of channels, pipelines and listeners (transports/). */
+#ifndef WEFT_TRANSPORTS_CHANNEL_INTERNAL_H
+#define WEFT_TRANSPORTS_CHANNEL_INTERNAL_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include <weft/bootstrap.h>
+#include <weft/channel.h>
+#include <weft/pipeline.h>
+#include <weft/timer.h>
+#include <weft/transport.h>
+
+/* One handler instance in a pipeline. */
+struct weft_ctx {
+  weft_pipeline *pipeline;
+  weft_ctx *prev, *next; /* a removed ctx keeps them: forwarding goes on */
+  const weft_handler *handler;
+  void *state;
+  char *name;
+  bool removed;
+  weft_ctx *graveyard_next; /* removed, freed when no event is running */
+};
+
+struct weft_pipeline {
+  weft_channel *channel;
+  weft_ctx head, tail; /* sentinels: head talks to the transport */
+  int depth;           /* nesting of events running now */
+  weft_ctx *graveyard; /* removed contexts waiting for depth 0 */
+};
+
+/* One written message waiting in the outbound queue. */
+typedef struct weft__outbound_entry {
+  weft_buf *buf;
+  weft_promise promise;
+} weft__outbound_entry;
+
+/* The outbound queue: a growable ring of entries. Entries [head, flushed)
+ * are flushed (the transport may send them), [flushed, tail) are written
+ * but not yet flushed. Indices grow without wrapping; slot = index & mask. */
+typedef struct weft__outbound {
+  weft__outbound_entry *ring;
+  size_t mask; /* capacity - 1 (capacity is a power of two) */
+  size_t head, flushed, tail;
+  size_t pending_bytes; /* readable bytes in all entries */
+  size_t low, high;     /* write watermarks in bytes */
+  bool writable;
+} weft__outbound;
+
+/* Hooks an embedded channel sets to see what reaches the tail; NULL on
+ * network channels. */
+typedef struct weft__tail_hooks {
+  bool (*read)(weft_channel *ch, void *msg); /* true = kept */
+  void (*exception)(weft_channel *ch, int err);
+} weft__tail_hooks;
+
+typedef struct weft__close_waiter {
+  weft_promise promise;
+  struct weft__close_waiter *next;
+} weft__close_waiter;
+
+struct weft_channel {
+  const weft_transport_ops *transport;
+  weft_loop *loop;
+  weft_pipeline pipeline;
+  _Atomic uint32_t refcnt;
+  weft_channel_state state;
+  uint64_t id;
+  void *user_data;
+  weft__outbound out;
+  bool auto_read;
+  int64_t connect_timeout_ms;
+  weft_timer connect_timer;
+  weft_connect_cb on_connect;
+  void *connect_arg;
+  weft__close_waiter *close_waiters;
+  const weft__tail_hooks *tail_hooks;
+  weft_channel *loop_prev, *loop_next; /* the loop's open channels */
+  alignas(max_align_t) unsigned char priv[];
+};
+
+struct weft_listener {
+  const weft_transport_ops *transport;
+  weft_loop *loop;
+  weft_server *server;
+  void *priv;
+};
+
+/**
+ * Allocates a REGISTERED channel of `transport` on `loop` with an empty
+ * pipeline, one reference held by the channel itself, options at their
+ * defaults. Returns NULL on ENOMEM or when the transport's per-loop
+ * instance cannot start (`*err` says why). Loop thread.
+ */
+weft_channel *weft__channel_new(const weft_transport_ops *transport,
+                                weft_loop *loop, int *err);
+
+/** Makes a REGISTERED channel ACTIVE and fires channel_active. */
+void weft__channel_activate(weft_channel *ch);
+
+/** Starts the connect timeout (WEFT_OPT_CONNECT_TIMEOUT_MS), if any. */
+int weft__channel_start_connect_timer(weft_channel *ch);
+
+/** Closes the channel (what the head does for close). */
+void weft__channel_close(weft_channel *ch, weft_promise promise);
+
+/** Initialises / tears down a pipeline (tear down calls handler_removed on
+ *  every handler, tail to head). */
+void weft__pipeline_init(weft_pipeline *p, weft_channel *ch);
+void weft__pipeline_destroy(weft_pipeline *p);
+
+/* Outbound queue (outbound.c). */
+void weft__outbound_init(weft__outbound *o);
+/** Queues `buf`; returns 0 or WEFT_ENOMEM (the caller fails the promise). */
+int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p);
+/** Marks everything written so far as flushed. */
+void weft__outbound_mark_flushed(weft__outbound *o);
+/** Fails every entry with `err` (buffers released, promises completed). */
+void weft__outbound_fail_all(weft_channel *ch, int err);
+void weft__outbound_destroy(weft__outbound *o);
+
+/** Runs `fn(arg)` on `loop` and waits for it; inline when on the loop. */
+int weft__loop_call(weft_loop *loop, int (*fn)(void *), void *arg);
+
+#endif

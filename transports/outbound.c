@@ -1,0 +1,134 @@
+/* The outbound queue of a channel (Netty's ChannelOutboundBuffer): written
+ * buffers with their promises, the flushed mark, pending bytes and the
+ * write watermarks. Transports read it through weft_outbound_*. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/error.h>
+
+#include "transports/channel_internal.h"
+
+#define INITIAL_SLOTS 16
+
+void weft__outbound_init(weft__outbound *o) {
+  memset(o, 0, sizeof *o);
+  o->low = WEFT_WRITE_LOW_WATERMARK_DEFAULT;
+  o->high = WEFT_WRITE_HIGH_WATERMARK_DEFAULT;
+  o->writable = true;
+}
+
+static weft__outbound_entry *slot(const weft__outbound *o, size_t i) {
+  return &o->ring[i & o->mask];
+}
+
+/* Doubles the ring, copying live entries so index i keeps slot i & mask. */
+static int grow(weft__outbound *o) {
+  size_t cap = o->ring == NULL ? INITIAL_SLOTS : (o->mask + 1) * 2;
+  weft__outbound_entry *ring = malloc(cap * sizeof *ring);
+  if (ring == NULL)
+    return WEFT_ENOMEM;
+  for (size_t i = o->head; i != o->tail; i++)
+    ring[i & (cap - 1)] = *slot(o, i);
+  free(o->ring);
+  o->ring = ring;
+  o->mask = cap - 1;
+  return 0;
+}
+
+/* Fires writability_changed when pending bytes cross a watermark: above
+ * high -> unwritable, below low -> writable again (hysteresis). */
+static void update_writability(weft_channel *ch) {
+  weft__outbound *o = &ch->out;
+  bool writable = o->writable;
+  if (o->writable && o->pending_bytes > o->high)
+    writable = false;
+  else if (!o->writable && o->pending_bytes < o->low)
+    writable = true;
+  if (writable == o->writable)
+    return;
+  o->writable = writable;
+  weft_pipeline_fire_writability_changed(&ch->pipeline, writable);
+}
+
+int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p) {
+  weft__outbound *o = &ch->out;
+  if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
+    return WEFT_ENOMEM;
+  *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};
+  o->pending_bytes += weft_buf_readable(buf);
+  update_writability(ch);
+  return 0;
+}
+
+void weft__outbound_mark_flushed(weft__outbound *o) { o->flushed = o->tail; }
+
+bool weft_outbound_is_empty(const weft_channel *ch) {
+  return ch->out.head == ch->out.flushed;
+}
+
+size_t weft_outbound_count(const weft_channel *ch) {
+  return ch->out.flushed - ch->out.head;
+}
+
+weft_buf *weft_outbound_buf(const weft_channel *ch, size_t i) {
+  return i < weft_outbound_count(ch) ? slot(&ch->out, ch->out.head + i)->buf
+                                     : NULL;
+}
+
+int weft_outbound_iov(weft_channel *ch, struct iovec *iov, int max,
+                      size_t *bytes) {
+  const weft__outbound *o = &ch->out;
+  int n = 0;
+  size_t total = 0;
+  for (size_t i = o->head; i != o->flushed && n < max; i++) {
+    weft_buf *b = slot(o, i)->buf;
+    size_t len = weft_buf_readable(b);
+    if (len == 0)
+      continue; /* an empty write completes with the next consume */
+    iov[n++] = (struct iovec){.iov_base = weft_buf_rptr(b), .iov_len = len};
+    total += len;
+  }
+  *bytes = total;
+  return n;
+}
+
+/* Completes and removes the head entry. The promise runs after the entry
+ * left the queue, so a callback that writes again sees a consistent one. */
+static void complete_head(weft_channel *ch, int status) {
+  weft__outbound *o = &ch->out;
+  weft__outbound_entry e = *slot(o, o->head++);
+  if (o->flushed < o->head)
+    o->flushed = o->head;
+  o->pending_bytes -= weft_buf_readable(e.buf);
+  weft_buf_release(e.buf);
+  weft_promise_complete(e.promise, status);
+}
+
+void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
+  weft__outbound *o = &ch->out;
+  while (o->head != o->flushed) {
+    weft_buf *b = slot(o, o->head)->buf;
+    size_t len = weft_buf_readable(b);
+    if (len > bytes) {
+      b->reader_index += bytes; /* partly sent: the rest goes next time */
+      o->pending_bytes -= bytes;
+      break;
+    }
+    bytes -= len;
+    complete_head(ch, 0);
+  }
+  update_writability(ch);
+}
+
+void weft__outbound_fail_all(weft_channel *ch, int err) {
+  weft__outbound *o = &ch->out;
+  o->flushed = o->tail;
+  while (o->head != o->tail)
+    complete_head(ch, err);
+  /* No writability event here: the channel is closing. */
+}
+
+void weft__outbound_destroy(weft__outbound *o) {
+  free(o->ring);
+  o->ring = NULL;
+}

@@ -1,0 +1,360 @@
+/* The channel pipeline: a doubly linked list of handler contexts between a
+ * head (the transport side) and a tail (the application's end), with event
+ * dispatch in both directions. See include/weft/pipeline.h for the rules. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/error.h>
+#include <weft/log.h>
+
+#include "transports/channel_internal.h"
+
+/* ---- dispatch bookkeeping ----
+ * Handlers may remove themselves (or others) while an event runs, so a
+ * removed context is unlinked at once but freed only when no event is
+ * running on the pipeline (depth 0): the forwarding calls still on the stack
+ * may read its prev/next pointers. */
+
+static void free_ctx(weft_ctx *ctx) {
+  free(ctx->name);
+  free(ctx);
+}
+
+static void enter(weft_pipeline *p) { p->depth++; }
+
+static void leave(weft_pipeline *p) {
+  if (--p->depth > 0)
+    return;
+  while (p->graveyard != NULL) {
+    weft_ctx *ctx = p->graveyard;
+    p->graveyard = ctx->graveyard_next;
+    free_ctx(ctx);
+  }
+}
+
+/* Next context towards the tail that handles an inbound op; the tail
+ * handles all of them, so the walk always ends. */
+#define NEXT_INBOUND(ctx, op)                                                  \
+  ({                                                                           \
+    weft_ctx *n_ = (ctx)->next;                                                \
+    while (n_->handler->op == NULL)                                            \
+      n_ = n_->next;                                                           \
+    n_;                                                                        \
+  })
+
+/* Next context towards the head that handles an outbound op; the head
+ * handles all of them. */
+#define NEXT_OUTBOUND(ctx, op)                                                 \
+  ({                                                                           \
+    weft_ctx *p_ = (ctx)->prev;                                                \
+    while (p_->handler->op == NULL)                                            \
+      p_ = p_->prev;                                                           \
+    p_;                                                                        \
+  })
+
+/* ---- inbound ---- */
+
+void weft_ctx_fire_channel_active(weft_ctx *ctx) {
+  weft_ctx *n = NEXT_INBOUND(ctx, channel_active);
+  enter(n->pipeline);
+  n->handler->channel_active(n);
+  leave(n->pipeline);
+}
+
+void weft_ctx_fire_channel_inactive(weft_ctx *ctx) {
+  weft_ctx *n = NEXT_INBOUND(ctx, channel_inactive);
+  enter(n->pipeline);
+  n->handler->channel_inactive(n);
+  leave(n->pipeline);
+}
+
+void weft_ctx_fire_channel_read(weft_ctx *ctx, void *msg) {
+  weft_ctx *n = NEXT_INBOUND(ctx, channel_read);
+  enter(n->pipeline);
+  n->handler->channel_read(n, msg);
+  leave(n->pipeline);
+}
+
+void weft_ctx_fire_channel_read_complete(weft_ctx *ctx) {
+  weft_ctx *n = NEXT_INBOUND(ctx, channel_read_complete);
+  enter(n->pipeline);
+  n->handler->channel_read_complete(n);
+  leave(n->pipeline);
+}
+
+void weft_ctx_fire_writability_changed(weft_ctx *ctx, bool writable) {
+  weft_ctx *n = NEXT_INBOUND(ctx, writability_changed);
+  enter(n->pipeline);
+  n->handler->writability_changed(n, writable);
+  leave(n->pipeline);
+}
+
+void weft_ctx_fire_user_event(weft_ctx *ctx, void *event) {
+  weft_ctx *n = NEXT_INBOUND(ctx, user_event);
+  enter(n->pipeline);
+  n->handler->user_event(n, event);
+  leave(n->pipeline);
+}
+
+void weft_ctx_fire_exception_caught(weft_ctx *ctx, int err,
+                                    const char *reason) {
+  weft_ctx *n = NEXT_INBOUND(ctx, exception_caught);
+  enter(n->pipeline);
+  n->handler->exception_caught(n, err, reason);
+  leave(n->pipeline);
+}
+
+void weft_pipeline_fire_channel_active(weft_pipeline *p) {
+  weft_ctx_fire_channel_active(&p->head);
+}
+void weft_pipeline_fire_channel_inactive(weft_pipeline *p) {
+  weft_ctx_fire_channel_inactive(&p->head);
+}
+void weft_pipeline_fire_channel_read(weft_pipeline *p, void *msg) {
+  weft_ctx_fire_channel_read(&p->head, msg);
+}
+void weft_pipeline_fire_channel_read_complete(weft_pipeline *p) {
+  weft_ctx_fire_channel_read_complete(&p->head);
+}
+void weft_pipeline_fire_writability_changed(weft_pipeline *p, bool writable) {
+  weft_ctx_fire_writability_changed(&p->head, writable);
+}
+void weft_pipeline_fire_user_event(weft_pipeline *p, void *event) {
+  weft_ctx_fire_user_event(&p->head, event);
+}
+void weft_pipeline_fire_exception_caught(weft_pipeline *p, int err,
+                                         const char *reason) {
+  weft_ctx_fire_exception_caught(&p->head, err, reason);
+}
+
+/* ---- outbound ---- */
+
+void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
+  weft_ctx *n = NEXT_OUTBOUND(ctx, write);
+  enter(n->pipeline);
+  n->handler->write(n, msg, promise);
+  leave(n->pipeline);
+}
+
+void weft_ctx_flush(weft_ctx *ctx) {
+  weft_ctx *n = NEXT_OUTBOUND(ctx, flush);
+  enter(n->pipeline);
+  n->handler->flush(n);
+  leave(n->pipeline);
+}
+
+void weft_ctx_write_and_flush(weft_ctx *ctx, void *msg, weft_promise promise) {
+  weft_ctx_write(ctx, msg, promise);
+  weft_ctx_flush(ctx);
+}
+
+void weft_ctx_close(weft_ctx *ctx, weft_promise promise) {
+  weft_ctx *n = NEXT_OUTBOUND(ctx, close);
+  enter(n->pipeline);
+  n->handler->close(n, promise);
+  leave(n->pipeline);
+}
+
+/* ---- head and tail ---- */
+
+static void head_write(weft_ctx *ctx, void *msg, weft_promise promise) {
+  weft_channel *ch = ctx->pipeline->channel;
+  int err = 0;
+  if (ch->state >= WEFT_CHANNEL_INACTIVE)
+    err = WEFT_ECLOSED;
+  else if (!weft_msg_is(msg, &weft_buf_msg_type))
+    err = WEFT_EINVAL;
+  if (err == 0)
+    err = weft__outbound_add(ch, (weft_buf *)msg, promise);
+  if (err == 0)
+    return;
+  if (err == WEFT_EINVAL)
+    weft_log(WEFT_LOG_WARN,
+             "channel %llu: a %s reached the head; only weft_buf can be "
+             "written (is an encoder missing?)",
+             (unsigned long long)ch->id, weft_msg_type_name(msg));
+  weft_msg_release(msg);
+  weft_promise_complete(promise, err);
+}
+
+static void head_flush(weft_ctx *ctx) {
+  weft_channel *ch = ctx->pipeline->channel;
+  if (ch->state != WEFT_CHANNEL_ACTIVE)
+    return; /* queued writes fail when the channel closes */
+  weft__outbound_mark_flushed(&ch->out);
+  if (weft_outbound_is_empty(ch))
+    return;
+  int rc = ch->transport->flush(ch);
+  if (rc < 0)
+    weft_channel_transport_closed(ch, rc, "write failed");
+}
+
+static void head_close(weft_ctx *ctx, weft_promise promise) {
+  weft__channel_close(ctx->pipeline->channel, promise);
+}
+
+static void tail_read(weft_ctx *ctx, void *msg) {
+  weft_channel *ch = ctx->pipeline->channel;
+  if (ch->tail_hooks != NULL && ch->tail_hooks->read(ch, msg))
+    return;
+  weft_log(WEFT_LOG_DEBUG,
+           "channel %llu: a %s reached the tail of the pipeline and was "
+           "released (no handler consumed it)",
+           (unsigned long long)ch->id, weft_msg_type_name(msg));
+  weft_msg_release(msg);
+}
+
+static void tail_exception(weft_ctx *ctx, int err, const char *reason) {
+  weft_channel *ch = ctx->pipeline->channel;
+  if (ch->tail_hooks != NULL)
+    ch->tail_hooks->exception(ch, err);
+  weft_log(WEFT_LOG_WARN,
+           "channel %llu: unhandled exception %s (%s): %s; closing the "
+           "channel",
+           (unsigned long long)ch->id, weft_err_name(err),
+           weft_strerror(err), reason != NULL ? reason : "");
+  weft__channel_close(ch, WEFT_PROMISE_NONE);
+}
+
+static void tail_ignore(weft_ctx *ctx) { (void)ctx; }
+static void tail_ignore_writable(weft_ctx *ctx, bool w) { (void)ctx, (void)w; }
+static void tail_ignore_event(weft_ctx *ctx, void *e) { (void)ctx, (void)e; }
+
+static const weft_handler head_handler = {
+    .name = "head", .write = head_write, .flush = head_flush,
+    .close = head_close};
+
+static const weft_handler tail_handler = {
+    .name = "tail",
+    .channel_active = tail_ignore,
+    .channel_inactive = tail_ignore,
+    .channel_read = tail_read,
+    .channel_read_complete = tail_ignore,
+    .writability_changed = tail_ignore_writable,
+    .user_event = tail_ignore_event,
+    .exception_caught = tail_exception};
+
+void weft__pipeline_init(weft_pipeline *p, weft_channel *ch) {
+  memset(p, 0, sizeof *p);
+  p->channel = ch;
+  p->head = (weft_ctx){.pipeline = p, .next = &p->tail,
+                       .handler = &head_handler, .name = "head"};
+  p->tail = (weft_ctx){.pipeline = p, .prev = &p->head,
+                       .handler = &tail_handler, .name = "tail"};
+}
+
+/* ---- building ---- */
+
+static weft_ctx *find(weft_pipeline *p, const char *name) {
+  for (weft_ctx *c = p->head.next; c != &p->tail; c = c->next)
+    if (strcmp(c->name, name) == 0)
+      return c;
+  return NULL;
+}
+
+/* Links a new context between `prev` and prev->next. */
+static int insert_after(weft_pipeline *p, weft_ctx *prev, const char *name,
+                        const weft_handler *h, void *state) {
+  if (name == NULL || h == NULL)
+    return WEFT_EINVAL;
+  if (find(p, name) != NULL)
+    return WEFT_EEXIST;
+  weft_ctx *ctx = calloc(1, sizeof *ctx);
+  char *copy = strdup(name);
+  if (ctx == NULL || copy == NULL) {
+    free(ctx);
+    free(copy);
+    return WEFT_ENOMEM;
+  }
+  *ctx = (weft_ctx){.pipeline = p, .prev = prev, .next = prev->next,
+                    .handler = h, .state = state, .name = copy};
+  prev->next->prev = ctx;
+  prev->next = ctx;
+  if (h->handler_added != NULL) {
+    enter(p);
+    h->handler_added(ctx);
+    leave(p);
+  }
+  return 0;
+}
+
+int weft_pipeline_add_first(weft_pipeline *p, const char *name,
+                            const weft_handler *h, void *state) {
+  return insert_after(p, &p->head, name, h, state);
+}
+
+int weft_pipeline_add_last(weft_pipeline *p, const char *name,
+                           const weft_handler *h, void *state) {
+  return insert_after(p, p->tail.prev, name, h, state);
+}
+
+int weft_pipeline_add_before(weft_pipeline *p, const char *base,
+                             const char *name, const weft_handler *h,
+                             void *state) {
+  weft_ctx *b = find(p, base);
+  return b == NULL ? WEFT_ENOENT : insert_after(p, b->prev, name, h, state);
+}
+
+int weft_pipeline_add_after(weft_pipeline *p, const char *base,
+                            const char *name, const weft_handler *h,
+                            void *state) {
+  weft_ctx *b = find(p, base);
+  return b == NULL ? WEFT_ENOENT : insert_after(p, b, name, h, state);
+}
+
+/* Unlinks `ctx` (keeping its own pointers), calls handler_removed and puts
+ * it in the graveyard until no event is running. */
+static void unlink_ctx(weft_pipeline *p, weft_ctx *ctx) {
+  ctx->prev->next = ctx->next;
+  ctx->next->prev = ctx->prev;
+  ctx->removed = true;
+  enter(p);
+  if (ctx->handler->handler_removed != NULL)
+    ctx->handler->handler_removed(ctx);
+  ctx->graveyard_next = p->graveyard;
+  p->graveyard = ctx;
+  leave(p);
+}
+
+int weft_pipeline_remove(weft_pipeline *p, const char *name) {
+  weft_ctx *ctx = name != NULL ? find(p, name) : NULL;
+  if (ctx == NULL)
+    return WEFT_ENOENT;
+  unlink_ctx(p, ctx);
+  return 0;
+}
+
+int weft_pipeline_replace(weft_pipeline *p, const char *old_name,
+                          const char *new_name, const weft_handler *h,
+                          void *state) {
+  weft_ctx *old = old_name != NULL ? find(p, old_name) : NULL;
+  if (old == NULL)
+    return WEFT_ENOENT;
+  if (new_name == NULL || h == NULL)
+    return WEFT_EINVAL;
+  if (strcmp(old_name, new_name) != 0 && find(p, new_name) != NULL)
+    return WEFT_EEXIST;
+  weft_ctx *prev = old->prev;
+  unlink_ctx(p, old);
+  return insert_after(p, prev, new_name, h, state);
+}
+
+void weft__pipeline_destroy(weft_pipeline *p) {
+  enter(p);
+  while (p->tail.prev != &p->head)
+    unlink_ctx(p, p->tail.prev);
+  leave(p);
+}
+
+weft_ctx *weft_pipeline_context(weft_pipeline *p, const char *name) {
+  return name != NULL ? find(p, name) : NULL;
+}
+
+weft_channel *weft_pipeline_channel(weft_pipeline *p) { return p->channel; }
+
+void *weft_ctx_state(weft_ctx *ctx) { return ctx->state; }
+void weft_ctx_set_state(weft_ctx *ctx, void *state) { ctx->state = state; }
+const char *weft_ctx_name(const weft_ctx *ctx) { return ctx->name; }
+weft_channel *weft_ctx_channel(weft_ctx *ctx) { return ctx->pipeline->channel; }
+weft_pipeline *weft_ctx_pipeline(weft_ctx *ctx) { return ctx->pipeline; }
+bool weft_ctx_is_removed(const weft_ctx *ctx) { return ctx->removed; }
