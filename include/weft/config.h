@@ -1,0 +1,119 @@
+/* weft/config.h: configuration from an INI file and WEFT_* variables.
+ *
+ * An INI file (parsed with libinih) with the sections below; samples add
+ * their own ([kv], [bench], [echo]) through a section callback. Example:
+ *
+ *   [loop]
+ *   loops = 2              ; 0 = one per online CPU
+ *   busy_poll_us = 20      ; µs; 0 = always block, -1 = never block
+ *   pin = true
+ *   poll_budget = 64
+ *
+ *   [transport]
+ *   name = tcp             ; used by endpoints written without a scheme
+ *   tcp_nodelay = true
+ *   so_sndbuf = 0          ; bytes, 0 = the kernel's default
+ *   so_rcvbuf = 0
+ *   write_low_watermark = 32768
+ *   write_high_watermark = 65536
+ *   connect_timeout_ms = 10000
+ *
+ *   [server]
+ *   listen = 0.0.0.0:7000  ; or tcp://0.0.0.0:7000, uring://...
+ *   backlog = 511
+ *
+ *   [client]
+ *   connect = 127.0.0.1:7000
+ *
+ * Swapping the transport is one line: `name = uring` under [transport].
+ * Every key can also be set in the environment as WEFT_<SECTION>_<KEY>
+ * (WEFT_LOOP_BUSY_POLL_US=0, WEFT_TRANSPORT_NAME=uring), which wins over the
+ * file. An unknown section or key, or a bad value, is an error whose message
+ * names the file, the line, the key and the valid values, e.g.
+ *
+ *   weft.ini:3: [loop] busy_poll_us = "fast": expected an integer >= -1
+ *   (microseconds; 0 = always block, -1 = never block)
+ */
+#ifndef WEFT_CONFIG_H
+#define WEFT_CONFIG_H
+
+#include <stddef.h>
+
+#include <weft/bootstrap.h>
+#include <weft/loop.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Longest endpoint text a config holds, including the NUL. */
+#define WEFT_CONFIG_URI_MAX 300
+
+/** A configuration. Initialise with weft_config_init(). */
+typedef struct weft_config {
+  weft_loop_options loop;      /* [loop] */
+  char transport[16];          /* [transport] name (default "tcp") */
+  weft_channel_config channel; /* [transport] channel options */
+  char listen[WEFT_CONFIG_URI_MAX];  /* [server] listen (default
+                                        "0.0.0.0:7000") */
+  int backlog;                       /* [server] backlog (default 511) */
+  char connect[WEFT_CONFIG_URI_MAX]; /* [client] connect (default
+                                        "127.0.0.1:7000") */
+} weft_config;
+
+/**
+ * Handles a key of a section weft does not know (an application's). Return
+ * 0 if handled, WEFT_ENOENT if the section or key is unknown (weft then
+ * reports it), or WEFT_EINVAL with a sentence in `err` naming the valid
+ * values (weft prefixes file, line, section and key).
+ */
+typedef int (*weft_config_section_cb)(void *arg, const char *section,
+                                      const char *key, const char *value,
+                                      char *err, size_t err_len);
+
+/** Fills `cfg` with the defaults. */
+void weft_config_init(weft_config *cfg);
+
+/**
+ * Reads the INI file at `path` into `cfg` (keys not in the file keep their
+ * value). `app` (may be NULL) handles sections weft does not know. Returns
+ * 0, or WEFT_ENOENT / the open error (file missing: message names it) or
+ * WEFT_EBADCONF with the first problem in `err` ("file:line: [section] key
+ * ...: valid values"). Stops at the first error. Any thread.
+ */
+int weft_config_load(weft_config *cfg, const char *path,
+                     weft_config_section_cb app, void *app_arg, char *err,
+                     size_t err_len);
+
+/**
+ * Applies WEFT_<SECTION>_<KEY> environment variables for every key weft
+ * knows, and for `app_keys` (a NULL-terminated list of "section.key"
+ * strings the application knows, may be NULL). Returns 0 or WEFT_EBADCONF
+ * with `err` naming the variable. Any thread (reads the environment).
+ */
+int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
+                          weft_config_section_cb app, void *app_arg,
+                          char *err, size_t err_len);
+
+/**
+ * Sets one key as the file would ("loop", "busy_poll_us", "0"). `where`
+ * (e.g. "weft.ini:3" or "WEFT_LOOP_BUSY_POLL_US") prefixes error messages.
+ * Returns 0 or WEFT_EBADCONF with `err` filled. For command-line flags.
+ */
+int weft_config_set(weft_config *cfg, const char *where, const char *section,
+                    const char *key, const char *value,
+                    weft_config_section_cb app, void *app_arg, char *err,
+                    size_t err_len);
+
+/**
+ * Resolves an endpoint text from a config: returns `uri` unchanged if it
+ * has a scheme, or "<cfg->transport>://<uri>". Writes into `out`. Returns 0
+ * or WEFT_ENOSPC.
+ */
+int weft_config_endpoint(const weft_config *cfg, const char *uri, char *out,
+                         size_t out_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_CONFIG_H */

@@ -1,0 +1,530 @@
+/* Configuration: the INI file, WEFT_* variables, application sections and
+ * the exact text of every kind of error. Each test writes its file into its
+ * own mkdtemp directory, removed again by the fixture. */
+#include "harness.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <weft/config.h>
+#include <weft/error.h>
+
+static char dir[64];
+static char path[128]; /* the file the test wrote, as passed to load */
+static char err[1024];
+
+static void setup(void) {
+  snprintf(dir, sizeof dir, "/tmp/weft-test-config-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(path, sizeof path, "%s/weft.ini", dir);
+  err[0] = '\0';
+}
+
+static void teardown(void) {
+  unlink(path);
+  rmdir(dir);
+}
+
+static void write_ini(const char *text) {
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Loads `text` without an application callback and expects `rc`. */
+static int load_text(weft_config *cfg, const char *text) {
+  write_ini(text);
+  return weft_config_load(cfg, path, NULL, NULL, err, sizeof err);
+}
+
+/* Asserts that the error message is exactly "<path>:<line>: <rest>". */
+static void assert_err_at(int line, const char *rest) {
+  char want[1024];
+  snprintf(want, sizeof want, "%s:%d: %s", path, line, rest);
+  ck_assert_str_eq(err, want);
+}
+
+/* ---- defaults and valid files ---- */
+
+START_TEST(config_init_defaults) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_str_eq(c.transport, "tcp");
+  ck_assert_int_eq(c.loop.busy_poll_us, WEFT_BUSY_POLL_US_DEFAULT);
+  ck_assert_int_eq(c.channel.tcp_nodelay, 1);
+  ck_assert_int_eq(c.channel.so_sndbuf, -1);
+  ck_assert_int_eq(c.channel.write_low_watermark, 32768);
+  ck_assert_int_eq(c.channel.write_high_watermark, 65536);
+  ck_assert_int_eq(c.channel.connect_timeout_ms, 10000);
+  ck_assert_str_eq(c.listen, "0.0.0.0:7000");
+  ck_assert_int_eq(c.backlog, 511);
+  ck_assert_str_eq(c.connect, "127.0.0.1:7000");
+}
+END_TEST
+
+START_TEST(config_load_every_key) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "; weft test\n"
+                                 "[loop]\n"
+                                 "loops = 3\n"
+                                 "busy_poll_us = -1  ; never block\n"
+                                 "pin = off\n"
+                                 "poll_budget = 16\n"
+                                 "[transport]\n"
+                                 "name = uring\n"
+                                 "tcp_nodelay = no\n"
+                                 "so_sndbuf = 4096\n"
+                                 "so_rcvbuf = 8192\n"
+                                 "so_keepalive = yes\n"
+                                 "write_low_watermark = 1000\n"
+                                 "write_high_watermark = 5000000000\n"
+                                 "connect_timeout_ms = 0\n"
+                                 "[server]\n"
+                                 "listen = uring://[::]:7100\n"
+                                 "backlog = 64\n"
+                                 "[client]\n"
+                                 "connect = 10.0.0.1:7100\n"),
+                   0);
+  ck_assert_str_eq(err, "");
+  ck_assert_int_eq(c.loop.n_loops, 3);
+  ck_assert_int_eq(c.loop.busy_poll_us, -1);
+  ck_assert(!c.loop.pin);
+  ck_assert_int_eq(c.loop.poll_budget, 16);
+  ck_assert_str_eq(c.transport, "uring");
+  ck_assert_int_eq(c.channel.tcp_nodelay, 0);
+  ck_assert_int_eq(c.channel.so_sndbuf, 4096);
+  ck_assert_int_eq(c.channel.so_rcvbuf, 8192);
+  ck_assert_int_eq(c.channel.so_keepalive, 1);
+  ck_assert_int_eq(c.channel.write_low_watermark, 1000);
+  ck_assert_int_eq(c.channel.write_high_watermark, 5000000000LL);
+  ck_assert_int_eq(c.channel.connect_timeout_ms, 0);
+  ck_assert_str_eq(c.listen, "uring://[::]:7100");
+  ck_assert_int_eq(c.backlog, 64);
+  ck_assert_str_eq(c.connect, "10.0.0.1:7100");
+}
+END_TEST
+
+START_TEST(config_load_keeps_keys_not_in_file) {
+  weft_config c;
+  weft_config_init(&c);
+  c.backlog = 7;
+  ck_assert_int_eq(load_text(&c, "[loop]\nloops = 2\n"), 0);
+  ck_assert_int_eq(c.loop.n_loops, 2);
+  ck_assert_int_eq(c.backlog, 7);
+}
+END_TEST
+
+START_TEST(config_load_bool_spellings) {
+  static const char *const yes[] = {"true", "yes", "on", "1", "TRUE", "On"};
+  static const char *const no[] = {"false", "no", "off", "0", "False"};
+  weft_config c;
+  char text[64];
+  weft_config_init(&c);
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+    c.loop.pin = false;
+    snprintf(text, sizeof text, "[loop]\npin = %s\n", yes[i]);
+    ck_assert_int_eq(load_text(&c, text), 0);
+    ck_assert(c.loop.pin);
+  }
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+    c.loop.pin = true;
+    snprintf(text, sizeof text, "[loop]\npin = %s\n", no[i]);
+    ck_assert_int_eq(load_text(&c, text), 0);
+    ck_assert(!c.loop.pin);
+  }
+}
+END_TEST
+
+START_TEST(config_load_sockbuf_zero_is_kernel_default) {
+  weft_config c;
+  weft_config_init(&c);
+  c.channel.so_sndbuf = 4096;
+  ck_assert_int_eq(load_text(&c, "[transport]\nso_sndbuf = 0\n"), 0);
+  ck_assert_int_eq(c.channel.so_sndbuf, -1);
+}
+END_TEST
+
+/* ---- errors in the file ---- */
+
+START_TEST(config_load_refused_unknown_section) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[loop]\nloops = 2\n[lop]\nloops = 1\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(4, "unknown section [lop]; valid sections: loop, "
+                   "transport, server, client");
+  ck_assert_int_eq(c.loop.n_loops, 0); /* nothing applied on error */
+}
+END_TEST
+
+START_TEST(config_load_refused_unknown_key) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[loop]\n\nkye = 1\n"), WEFT_EBADCONF);
+  assert_err_at(3, "[loop] unknown key 'kye'; valid keys: loops, "
+                   "busy_poll_us, pin, poll_budget");
+}
+END_TEST
+
+START_TEST(config_load_refused_key_outside_section) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "loops = 1\n"), WEFT_EBADCONF);
+  assert_err_at(1, "key 'loops' outside any section; valid sections: loop, "
+                   "transport, server, client");
+}
+END_TEST
+
+START_TEST(config_load_refused_bad_integer) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[loop]\nloops = 1\nbusy_poll_us = fast\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(3, "[loop] busy_poll_us = \"fast\": expected an integer >= "
+                   "-1 (microseconds; 0 = always block, -1 = never block)");
+  static const char *const bad[] = {"12abc", "1.5", "0x10", "- 1", "+"};
+  char text[64];
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(text, sizeof text, "[server]\nbacklog = %s\n", bad[i]);
+    ck_assert_int_eq(load_text(&c, text), WEFT_EBADCONF);
+    ck_assert_ptr_nonnull(strstr(err, ":2: [server] backlog = \""));
+    ck_assert_ptr_nonnull(strstr(err, "expected an integer >= 1"));
+  }
+  ck_assert_int_eq(c.backlog, 511);
+}
+END_TEST
+
+START_TEST(config_load_refused_bad_bool) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[transport]\ntcp_nodelay = maybe\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(2, "[transport] tcp_nodelay = \"maybe\": expected a boolean "
+                   "(valid values: true, false, yes, no, on, off, 1, 0)");
+  ck_assert_int_eq(c.channel.tcp_nodelay, 1);
+}
+END_TEST
+
+START_TEST(config_load_refused_out_of_range) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[loop]\nloops = 1025\n"), WEFT_EBADCONF);
+  assert_err_at(2, "[loop] loops = \"1025\": expected an integer from 0 to "
+                   "1024 (number of event loops; 0 = one per online CPU)");
+  ck_assert_int_eq(load_text(&c, "[loop]\npoll_budget = 0\n"), WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "from 1 to 65536"));
+  ck_assert_int_eq(load_text(&c, "[loop]\nbusy_poll_us = -2\n"), WEFT_EBADCONF);
+  ck_assert_int_eq(load_text(&c, "[loop]\nbusy_poll_us = 2147483648\n"),
+                   WEFT_EBADCONF);
+  ck_assert_int_eq(load_text(&c, "[transport]\nwrite_high_watermark = "
+                                 "9223372036854775808\n"),
+                   WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "write_high_watermark = \"9223"));
+}
+END_TEST
+
+START_TEST(config_load_refused_bad_transport_name) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[transport]\nname = U-ring\n"),
+                   WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, ":2: [transport] name = \"U-ring\": "
+                                    "expected a transport name"));
+  ck_assert_ptr_nonnull(strstr(err, "tcp, uring, verbs, ucx"));
+  ck_assert_int_eq(load_text(&c, "[transport]\nname = abcdefghijklmnop\n"),
+                   WEFT_EBADCONF);
+  ck_assert_str_eq(c.transport, "tcp");
+}
+END_TEST
+
+START_TEST(config_load_refused_bad_endpoint) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[server]\nlisten = 0.0.0.0\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(2, "[server] listen = \"0.0.0.0\": missing port; expected "
+                   "host:port or scheme://host:port, e.g. 0.0.0.0:7000 or "
+                   "tcp://0.0.0.0:7000");
+  ck_assert_int_eq(load_text(&c, "[client]\nconnect = tcp://::1:7\n"),
+                   WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "brackets"));
+}
+END_TEST
+
+START_TEST(config_load_refused_low_above_high) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[transport]\nwrite_low_watermark = "
+                                 "70000\n"),
+                   WEFT_EBADCONF);
+  char want[512];
+  snprintf(want, sizeof want,
+           "%s: [transport] write_low_watermark = 70000 is above "
+           "write_high_watermark = 65536; write_low_watermark must be <= "
+           "write_high_watermark",
+           path);
+  ck_assert_str_eq(err, want);
+  ck_assert_int_eq(c.channel.write_low_watermark, 32768);
+  ck_assert_int_eq(load_text(&c, "[transport]\nwrite_low_watermark = 70000\n"
+                                 "write_high_watermark = 70000\n"),
+                   0);
+}
+END_TEST
+
+START_TEST(config_load_refused_missing_file) {
+  weft_config c;
+  char missing[160];
+  weft_config_init(&c);
+  snprintf(missing, sizeof missing, "%s/nope.ini", dir);
+  ck_assert_int_eq(weft_config_load(&c, missing, NULL, NULL, err, sizeof err),
+                   WEFT_ENOENT);
+  ck_assert_ptr_nonnull(strstr(err, missing));
+  ck_assert_ptr_nonnull(strstr(err, "no such file"));
+}
+END_TEST
+
+START_TEST(config_load_refused_syntax_error) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[loop]\nloops = 2\njust words\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(3, "syntax error: expected [section], key = value, or a "
+                   "comment");
+  ck_assert_int_eq(c.loop.n_loops, 0);
+}
+END_TEST
+
+START_TEST(config_load_refused_long_line) {
+  weft_config c;
+  char text[400];
+  weft_config_init(&c);
+  snprintf(text, sizeof text, "[client]\n\nconnect = tcp://%0250d:1\n", 0);
+  ck_assert_int_eq(load_text(&c, text), WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, ":3: line longer than"));
+  ck_assert_str_eq(c.connect, "127.0.0.1:7000");
+}
+END_TEST
+
+/* ---- application sections ---- */
+
+typedef struct app_state {
+  long capacity;
+  char tls[32];
+  int calls;
+} app_state;
+
+static int app_cb(void *arg, const char *section, const char *key,
+                  const char *value, char *why, size_t why_len) {
+  app_state *st = arg;
+  st->calls++;
+  if (strcmp(section, "kv") == 0 && strcmp(key, "capacity") == 0) {
+    char *end;
+    st->capacity = strtol(value, &end, 10);
+    if (*end == '\0')
+      return 0;
+    snprintf(why, why_len,
+             "expected a number of entries (valid values: "
+             "1 or more)");
+    return WEFT_EINVAL;
+  }
+  if (strcmp(section, "transport.ucx") == 0 && strcmp(key, "tls") == 0) {
+    snprintf(st->tls, sizeof st->tls, "%s", value);
+    return 0;
+  }
+  return WEFT_ENOENT;
+}
+
+START_TEST(config_load_app_section_handled) {
+  weft_config c;
+  app_state st = {0};
+  weft_config_init(&c);
+  write_ini("[kv]\ncapacity = 1000\n[transport.ucx]\ntls = rc,sm\n"
+            "[loop]\nloops = 4\n");
+  ck_assert_int_eq(weft_config_load(&c, path, app_cb, &st, err, sizeof err), 0);
+  ck_assert_int_eq(st.capacity, 1000);
+  ck_assert_str_eq(st.tls, "rc,sm");
+  ck_assert_int_eq(c.loop.n_loops, 4);
+  ck_assert_int_eq(st.calls, 2); /* weft's own keys never reach the app */
+}
+END_TEST
+
+START_TEST(config_load_refused_app_unknown_key) {
+  weft_config c;
+  app_state st = {0};
+  weft_config_init(&c);
+  write_ini("[kv]\ncapacity = 10\ncapactiy = 10\n");
+  ck_assert_int_eq(weft_config_load(&c, path, app_cb, &st, err, sizeof err),
+                   WEFT_EBADCONF);
+  assert_err_at(3, "[kv] unknown key 'capactiy' (the application does not "
+                   "know it); weft's own sections: loop, transport, server, "
+                   "client");
+}
+END_TEST
+
+START_TEST(config_load_refused_app_bad_value) {
+  weft_config c;
+  app_state st = {0};
+  weft_config_init(&c);
+  write_ini("[kv]\ncapacity = lots\n");
+  ck_assert_int_eq(weft_config_load(&c, path, app_cb, &st, err, sizeof err),
+                   WEFT_EBADCONF);
+  assert_err_at(2, "[kv] capacity = \"lots\": expected a number of entries "
+                   "(valid values: 1 or more)");
+}
+END_TEST
+
+START_TEST(config_load_refused_app_section_without_app) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[kv]\ncapacity = 10\n"), WEFT_EBADCONF);
+  assert_err_at(2, "unknown section [kv]; valid sections: loop, transport, "
+                   "server, client");
+}
+END_TEST
+
+/* ---- the environment ---- */
+
+START_TEST(config_env_overrides_file) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(load_text(&c, "[loop]\nbusy_poll_us = 50\n"
+                                 "[transport]\nname = tcp\n"),
+                   0);
+  setenv("WEFT_LOOP_BUSY_POLL_US", "0", 1);
+  setenv("WEFT_TRANSPORT_NAME", "uring", 1);
+  setenv("WEFT_SERVER_LISTEN", "[::1]:9", 1);
+  ck_assert_int_eq(weft_config_apply_env(&c, NULL, NULL, NULL, err, sizeof err),
+                   0);
+  unsetenv("WEFT_LOOP_BUSY_POLL_US");
+  unsetenv("WEFT_TRANSPORT_NAME");
+  unsetenv("WEFT_SERVER_LISTEN");
+  ck_assert_int_eq(c.loop.busy_poll_us, 0);
+  ck_assert_str_eq(c.transport, "uring");
+  ck_assert_str_eq(c.listen, "[::1]:9");
+}
+END_TEST
+
+START_TEST(config_env_refused_bad_value_names_variable) {
+  weft_config c;
+  weft_config_init(&c);
+  setenv("WEFT_LOOP_LOOPS", "3", 1);
+  setenv("WEFT_LOOP_PIN", "maybe", 1);
+  int rc = weft_config_apply_env(&c, NULL, NULL, NULL, err, sizeof err);
+  unsetenv("WEFT_LOOP_LOOPS");
+  unsetenv("WEFT_LOOP_PIN");
+  ck_assert_int_eq(rc, WEFT_EBADCONF);
+  ck_assert_str_eq(err, "WEFT_LOOP_PIN: [loop] pin = \"maybe\": expected a "
+                        "boolean (valid values: true, false, yes, no, on, "
+                        "off, 1, 0)");
+  ck_assert_int_eq(c.loop.n_loops, 0); /* all or nothing */
+}
+END_TEST
+
+START_TEST(config_env_refused_low_above_high) {
+  weft_config c;
+  weft_config_init(&c);
+  setenv("WEFT_TRANSPORT_WRITE_HIGH_WATERMARK", "1000", 1);
+  int rc = weft_config_apply_env(&c, NULL, NULL, NULL, err, sizeof err);
+  unsetenv("WEFT_TRANSPORT_WRITE_HIGH_WATERMARK");
+  ck_assert_int_eq(rc, WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "write_low_watermark = 32768 is above "
+                                    "write_high_watermark = 1000"));
+  ck_assert_int_eq(c.channel.write_high_watermark, 65536);
+}
+END_TEST
+
+START_TEST(config_env_app_keys) {
+  static const char *const keys[] = {"kv.capacity", "transport.ucx.tls", NULL};
+  weft_config c;
+  app_state st = {0};
+  weft_config_init(&c);
+  setenv("WEFT_KV_CAPACITY", "77", 1);
+  setenv("WEFT_TRANSPORT_UCX_TLS", "tcp", 1);
+  int rc = weft_config_apply_env(&c, keys, app_cb, &st, err, sizeof err);
+  ck_assert_int_eq(rc, 0);
+  ck_assert_int_eq(st.capacity, 77);
+  ck_assert_str_eq(st.tls, "tcp");
+  setenv("WEFT_KV_CAPACITY", "x", 1);
+  rc = weft_config_apply_env(&c, keys, app_cb, &st, err, sizeof err);
+  unsetenv("WEFT_KV_CAPACITY");
+  unsetenv("WEFT_TRANSPORT_UCX_TLS");
+  ck_assert_int_eq(rc, WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "WEFT_KV_CAPACITY: [kv] capacity = "));
+}
+END_TEST
+
+/* ---- single keys and endpoints ---- */
+
+START_TEST(config_set_prefixes_where) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert_int_eq(weft_config_set(&c, "--loops", "loop", "loops", "8", NULL,
+                                   NULL, err, sizeof err),
+                   0);
+  ck_assert_int_eq(c.loop.n_loops, 8);
+  ck_assert_int_eq(weft_config_set(&c, "--loops", "loop", "loops", "x", NULL,
+                                   NULL, err, sizeof err),
+                   WEFT_EBADCONF);
+  ck_assert_ptr_eq(strstr(err, "--loops: [loop] loops = \"x\""), err);
+  ck_assert_int_eq(
+      weft_config_set(&c, NULL, "loop", "loops", "x", NULL, NULL, NULL, 0),
+      WEFT_EBADCONF);
+}
+END_TEST
+
+START_TEST(config_endpoint_adds_scheme) {
+  weft_config c;
+  char out[WEFT_CONFIG_URI_MAX + 16];
+  weft_config_init(&c);
+  snprintf(c.transport, sizeof c.transport, "uring");
+  ck_assert_int_eq(weft_config_endpoint(&c, "0.0.0.0:7000", out, sizeof out),
+                   0);
+  ck_assert_str_eq(out, "uring://0.0.0.0:7000");
+  ck_assert_int_eq(
+      weft_config_endpoint(&c, "tcp://[::1]:7000", out, sizeof out), 0);
+  ck_assert_str_eq(out, "tcp://[::1]:7000");
+  ck_assert_int_eq(weft_config_endpoint(&c, "0.0.0.0:7000", out, 20),
+                   WEFT_ENOSPC);
+  ck_assert_int_eq(weft_config_endpoint(&c, "0.0.0.0:7000", out, 21), 0);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("config");
+  TCase *tc = tcase_create("core");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, config_init_defaults);
+  tcase_add_test(tc, config_load_every_key);
+  tcase_add_test(tc, config_load_keeps_keys_not_in_file);
+  tcase_add_test(tc, config_load_bool_spellings);
+  tcase_add_test(tc, config_load_sockbuf_zero_is_kernel_default);
+  tcase_add_test(tc, config_load_refused_unknown_section);
+  tcase_add_test(tc, config_load_refused_unknown_key);
+  tcase_add_test(tc, config_load_refused_key_outside_section);
+  tcase_add_test(tc, config_load_refused_bad_integer);
+  tcase_add_test(tc, config_load_refused_bad_bool);
+  tcase_add_test(tc, config_load_refused_out_of_range);
+  tcase_add_test(tc, config_load_refused_bad_transport_name);
+  tcase_add_test(tc, config_load_refused_bad_endpoint);
+  tcase_add_test(tc, config_load_refused_low_above_high);
+  tcase_add_test(tc, config_load_refused_missing_file);
+  tcase_add_test(tc, config_load_refused_syntax_error);
+  tcase_add_test(tc, config_load_refused_long_line);
+  tcase_add_test(tc, config_load_app_section_handled);
+  tcase_add_test(tc, config_load_refused_app_unknown_key);
+  tcase_add_test(tc, config_load_refused_app_bad_value);
+  tcase_add_test(tc, config_load_refused_app_section_without_app);
+  tcase_add_test(tc, config_env_overrides_file);
+  tcase_add_test(tc, config_env_refused_bad_value_names_variable);
+  tcase_add_test(tc, config_env_refused_low_above_high);
+  tcase_add_test(tc, config_env_app_keys);
+  tcase_add_test(tc, config_set_prefixes_where);
+  tcase_add_test(tc, config_endpoint_adds_scheme);
+  suite_add_tcase(s, tc);
+  return s;
+}

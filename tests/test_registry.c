@@ -1,0 +1,143 @@
+/* The transport registry: registration, lookup, and cached probes. Each
+ * test uses its own names: the registry is process-wide and has no
+ * unregister, so tests must not depend on running in separate processes. */
+#include "harness.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <weft/error.h>
+#include <weft/transport.h>
+
+static int probe_calls;
+
+static int probe_fails(char *why, size_t why_len) {
+  probe_calls++;
+  snprintf(why, why_len, "fakedev: no device found; use transport=tcp");
+  return WEFT_ENODEV;
+}
+
+static int probe_silent_fail(char *why, size_t why_len) {
+  (void)why;
+  (void)why_len;
+  return WEFT_EPERM;
+}
+
+static const weft_transport_ops fake_ok = {.name = "fake"};
+static const weft_transport_ops dup_first = {.name = "dup"};
+static const weft_transport_ops dup_second = {.name = "dup"};
+static const weft_transport_ops fake_other = {.name = "fake2"};
+static const weft_transport_ops fake_broken = {.name = "broken",
+                                               .probe = probe_fails};
+static const weft_transport_ops fake_silent = {.name = "silent",
+                                               .probe = probe_silent_fail};
+
+START_TEST(registry_find_registered) {
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&fake_ok), 0);
+  ck_assert_ptr_eq(weft_transport_find("fake", why, sizeof why), &fake_ok);
+  ck_assert_str_eq(why, ""); /* success leaves `why` alone */
+}
+END_TEST
+
+START_TEST(registry_register_refused_duplicate) {
+  ck_assert_int_eq(weft_transport_register(&dup_first), 0);
+  ck_assert_int_eq(weft_transport_register(&dup_second), WEFT_EEXIST);
+  ck_assert_ptr_eq(weft_transport_find("dup", NULL, 0), &dup_first);
+}
+END_TEST
+
+START_TEST(registry_register_refused_builtin_name) {
+  static const weft_transport_ops fake_tcp = {.name = "tcp"};
+  ck_assert_int_eq(weft_transport_register(&fake_tcp), WEFT_EEXIST);
+}
+END_TEST
+
+START_TEST(registry_register_refused_bad_name) {
+  static const weft_transport_ops upper = {.name = "Fake"};
+  static const weft_transport_ops noname = {.name = NULL};
+  ck_assert_int_eq(weft_transport_register(&upper), WEFT_EINVAL);
+  ck_assert_int_eq(weft_transport_register(&noname), WEFT_EINVAL);
+  ck_assert_int_eq(weft_transport_register(NULL), WEFT_EINVAL);
+}
+END_TEST
+
+START_TEST(registry_register_refused_full) {
+  static weft_transport_ops many[20];
+  static char names[20][16];
+  int rc = 0, i;
+  for (i = 0; i < 20 && rc == 0; i++) {
+    snprintf(names[i], sizeof names[i], "many%d", i);
+    many[i].name = names[i];
+    rc = weft_transport_register(&many[i]);
+  }
+  ck_assert_int_eq(rc, WEFT_ENOSPC);
+  ck_assert_int_le(i, 16); /* the built-ins take some of the 16 slots */
+}
+END_TEST
+
+START_TEST(registry_find_unknown_lists_registered) {
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&fake_other), 0);
+  ck_assert_ptr_null(weft_transport_find("foo", why, sizeof why));
+  ck_assert_ptr_nonnull(strstr(why, "unknown transport 'foo'; registered: "));
+  ck_assert_ptr_nonnull(strstr(why, "tcp"));
+  ck_assert_ptr_nonnull(strstr(why, ", fake2"));
+  ck_assert_ptr_null(weft_transport_find("foo", NULL, 0)); /* no why */
+  ck_assert_ptr_null(weft_transport_find(NULL, why, sizeof why));
+}
+END_TEST
+
+START_TEST(registry_find_probe_failure_cached) {
+  char why[256] = "";
+  probe_calls = 0;
+  ck_assert_int_eq(weft_transport_register(&fake_broken), 0);
+  ck_assert_ptr_null(weft_transport_find("broken", why, sizeof why));
+  ck_assert_str_eq(why, "fakedev: no device found; use transport=tcp");
+  why[0] = '\0';
+  ck_assert_ptr_null(weft_transport_find("broken", why, sizeof why));
+  ck_assert_str_eq(why, "fakedev: no device found; use transport=tcp");
+  ck_assert_int_eq(probe_calls, 1);
+}
+END_TEST
+
+START_TEST(registry_find_probe_failure_without_reason) {
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&fake_silent), 0);
+  ck_assert_ptr_null(weft_transport_find("silent", why, sizeof why));
+  ck_assert_ptr_nonnull(strstr(why, "'silent' cannot run here"));
+  ck_assert_ptr_nonnull(strstr(why, weft_strerror(WEFT_EPERM)));
+}
+END_TEST
+
+START_TEST(registry_find_builtin_tcp) {
+  const weft_transport_ops *tcp = weft_transport_find("tcp", NULL, 0);
+  /* tcp may be unavailable (probe) only on exotic hosts; then it is NULL
+   * with a reason, never "unknown". */
+  if (tcp == NULL) {
+    char why[256];
+    ck_assert_ptr_null(weft_transport_find("tcp", why, sizeof why));
+    ck_assert_ptr_null(strstr(why, "unknown transport"));
+  } else {
+    ck_assert_str_eq(tcp->name, "tcp");
+  }
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("registry");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, registry_find_registered);
+  tcase_add_test(tc, registry_register_refused_duplicate);
+  tcase_add_test(tc, registry_register_refused_builtin_name);
+  tcase_add_test(tc, registry_register_refused_bad_name);
+  tcase_add_test(tc, registry_find_unknown_lists_registered);
+  tcase_add_test(tc, registry_find_probe_failure_cached);
+  tcase_add_test(tc, registry_find_probe_failure_without_reason);
+  tcase_add_test(tc, registry_find_builtin_tcp);
+  /* Last: it fills the registry, which would break the tests after it when
+   * Check runs them in one process (CK_FORK=no). */
+  tcase_add_test(tc, registry_register_refused_full);
+  suite_add_tcase(s, tc);
+  return s;
+}

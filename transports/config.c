@@ -1,0 +1,579 @@
+/* Configuration: an INI file (libinih), WEFT_* environment variables and
+ * single keys set by the application, all through one table of keys.
+ *
+ * Every key weft knows is one row of a table below: its section, name,
+ * kind, where it lives in weft_config and its valid range. The loader, the
+ * environment and weft_config_set all go through weft_config_set, so a key
+ * is checked the same way wherever it comes from, and the error messages
+ * can list the valid keys and sections from the same rows. */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <ini.h>
+
+#include <weft/config.h>
+#include <weft/error.h>
+
+#include "transports/endpoint_internal.h"
+
+typedef enum key_kind {
+  KIND_INT,    /* int */
+  KIND_I64,    /* int64_t */
+  KIND_BOOL,   /* bool */
+  KIND_FLAG,   /* int, 0 or 1 */
+  KIND_SCHEME, /* char[16]: a transport name */
+  KIND_URI     /* char[WEFT_CONFIG_URI_MAX]: [scheme://]host:port */
+} key_kind;
+
+typedef struct key_def {
+  const char *name;
+  key_kind kind;
+  size_t off;         /* offset in weft_config */
+  long long min, max; /* integers only */
+  bool zero_is_unset; /* integers: 0 in the file is -1 in the struct */
+  const char *hint;   /* integers: units and special values */
+} key_def;
+
+typedef struct section_def {
+  const char *name;
+  const key_def *keys;
+  size_t n_keys;
+} section_def;
+
+#define OFF(field) offsetof(weft_config, field)
+
+static const key_def loop_keys[] = {
+    {"loops", KIND_INT, OFF(loop.n_loops), 0, 1024, false,
+     "number of event loops; 0 = one per online CPU"},
+    {"busy_poll_us", KIND_INT, OFF(loop.busy_poll_us), -1, INT_MAX, false,
+     "microseconds; 0 = always block, -1 = never block"},
+    {"pin", KIND_BOOL, OFF(loop.pin), 0, 0, false, NULL},
+    {"poll_budget", KIND_INT, OFF(loop.poll_budget), 1, 65536, false,
+     "events one source handles per poll"},
+};
+
+/* so_sndbuf/so_rcvbuf: 0 means "leave the kernel's default", which the
+ * channel config spells -1 (0 is a real value for setsockopt). */
+static const key_def transport_keys[] = {
+    {"name", KIND_SCHEME, OFF(transport), 0, 0, false, NULL},
+    {"tcp_nodelay", KIND_FLAG, OFF(channel.tcp_nodelay), 0, 0, false, NULL},
+    {"so_sndbuf", KIND_INT, OFF(channel.so_sndbuf), 0, INT_MAX, true,
+     "bytes; 0 = the kernel's default"},
+    {"so_rcvbuf", KIND_INT, OFF(channel.so_rcvbuf), 0, INT_MAX, true,
+     "bytes; 0 = the kernel's default"},
+    {"so_keepalive", KIND_FLAG, OFF(channel.so_keepalive), 0, 0, false, NULL},
+    {"write_low_watermark", KIND_I64, OFF(channel.write_low_watermark), 0,
+     INT64_MAX, false, "bytes"},
+    {"write_high_watermark", KIND_I64, OFF(channel.write_high_watermark), 1,
+     INT64_MAX, false, "bytes"},
+    {"connect_timeout_ms", KIND_INT, OFF(channel.connect_timeout_ms), 0,
+     INT_MAX, false, "milliseconds; 0 = no timeout"},
+};
+
+static const key_def server_keys[] = {
+    {"listen", KIND_URI, OFF(listen), 0, 0, false, NULL},
+    {"backlog", KIND_INT, OFF(backlog), 1, INT_MAX, false,
+     "connections the kernel queues before accept"},
+};
+
+static const key_def client_keys[] = {
+    {"connect", KIND_URI, OFF(connect), 0, 0, false, NULL},
+};
+
+#define SECTION(name, keys)                                                    \
+  { name, keys, sizeof keys / sizeof keys[0] }
+static const section_def sections[] = {
+    SECTION("loop", loop_keys),
+    SECTION("transport", transport_keys),
+    SECTION("server", server_keys),
+    SECTION("client", client_keys),
+};
+#define N_SECTIONS (sizeof sections / sizeof sections[0])
+
+#define BOOL_VALUES "true, false, yes, no, on, off, 1, 0"
+
+/* ---- small helpers ---- */
+
+/* Appends printf-style text to a message buffer, truncating safely. */
+static void msg_append(char *err, size_t len, size_t *off, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void msg_append(char *err, size_t len, size_t *off, const char *fmt,
+                       ...) {
+  if (err == NULL || *off >= len)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(err + *off, len - *off, fmt, ap);
+  va_end(ap);
+  if (n > 0)
+    *off += (size_t)n;
+}
+
+static void msg_where(char *err, size_t len, size_t *off, const char *where) {
+  if (where != NULL && where[0] != '\0')
+    msg_append(err, len, off, "%s: ", where);
+}
+
+static const section_def *find_section(const char *name) {
+  for (size_t i = 0; i < N_SECTIONS; i++)
+    if (strcmp(sections[i].name, name) == 0)
+      return &sections[i];
+  return NULL;
+}
+
+static const key_def *find_key(const section_def *s, const char *name) {
+  for (size_t i = 0; i < s->n_keys; i++)
+    if (strcmp(s->keys[i].name, name) == 0)
+      return &s->keys[i];
+  return NULL;
+}
+
+/* Strict: the whole text is one decimal integer, nothing around it. */
+static bool parse_int(const char *s, long long *out) {
+  if (!(isdigit((unsigned char)s[0]) ||
+        ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
+    return false;
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno == ERANGE || *end != '\0')
+    return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_bool(const char *s, bool *out) {
+  static const char *const yes[] = {"true", "yes", "on", "1"};
+  static const char *const no[] = {"false", "no", "off", "0"};
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(s, yes[i]) == 0)
+      return *out = true, true;
+    if (strcasecmp(s, no[i]) == 0)
+      return *out = false, true;
+  }
+  return false;
+}
+
+/* ---- one value: parse, check, store ---- */
+
+/* Writes the "expected ..." part of a bad-value message for `k`. */
+static void explain_expected(const key_def *k, char *err, size_t len,
+                             size_t *off) {
+  switch (k->kind) {
+  case KIND_INT:
+  case KIND_I64:
+    if (k->max == INT_MAX || k->max == INT64_MAX)
+      msg_append(err, len, off, "expected an integer >= %lld (%s)", k->min,
+                 k->hint);
+    else
+      msg_append(err, len, off, "expected an integer from %lld to %lld (%s)",
+                 k->min, k->max, k->hint);
+    break;
+  case KIND_BOOL:
+  case KIND_FLAG:
+    msg_append(err, len, off,
+               "expected a boolean (valid values: " BOOL_VALUES ")");
+    break;
+  case KIND_SCHEME:
+    msg_append(err, len, off,
+               "expected a transport name: 1 to %d lowercase letters or "
+               "digits, starting with a letter (e.g. tcp, uring, verbs, ucx)",
+               WEFT__SCHEME_MAX);
+    break;
+  case KIND_URI:
+    msg_append(err, len, off,
+               "expected host:port or scheme://host:port, e.g. 0.0.0.0:7000 "
+               "or tcp://0.0.0.0:7000");
+    break;
+  }
+}
+
+static bool store_int(weft_config *cfg, const key_def *k, const char *v) {
+  long long n;
+  if (!parse_int(v, &n) || n < k->min || n > k->max)
+    return false;
+  if (k->zero_is_unset && n == 0)
+    n = -1;
+  char *field = (char *)cfg + k->off;
+  if (k->kind == KIND_I64)
+    *(int64_t *)(void *)field = (int64_t)n;
+  else
+    *(int *)(void *)field = (int)n;
+  return true;
+}
+
+static bool store_bool(weft_config *cfg, const key_def *k, const char *v) {
+  bool b;
+  if (!parse_bool(v, &b))
+    return false;
+  char *field = (char *)cfg + k->off;
+  if (k->kind == KIND_BOOL)
+    *(bool *)(void *)field = b;
+  else
+    *(int *)(void *)field = b ? 1 : 0;
+  return true;
+}
+
+/* A URI is checked now, so a typo is reported with its file and line; an
+ * endpoint without a scheme is checked as if it had one, since the scheme
+ * comes from [transport] name, which may follow. `why` gets the detail. */
+static bool store_uri(weft_config *cfg, const key_def *k, const char *v,
+                      const char **why) {
+  char uri[WEFT_CONFIG_URI_MAX + 8];
+  weft_endpoint ep;
+  if (strlen(v) >= WEFT_CONFIG_URI_MAX) {
+    *why = "longer than 299 characters";
+    return false;
+  }
+  snprintf(uri, sizeof uri, "%s%s", strstr(v, "://") ? "" : "any://", v);
+  *why = weft__endpoint_parse(uri, &ep);
+  if (*why != NULL)
+    return false;
+  snprintf((char *)cfg + k->off, WEFT_CONFIG_URI_MAX, "%s", v);
+  return true;
+}
+
+static bool store_value(weft_config *cfg, const key_def *k, const char *v,
+                        const char **why) {
+  *why = NULL;
+  switch (k->kind) {
+  case KIND_INT:
+  case KIND_I64:
+    return store_int(cfg, k, v);
+  case KIND_BOOL:
+  case KIND_FLAG:
+    return store_bool(cfg, k, v);
+  case KIND_SCHEME:
+    if (!weft__scheme_valid(v, strlen(v)))
+      return false;
+    snprintf(cfg->transport, sizeof cfg->transport, "%s", v);
+    return true;
+  case KIND_URI:
+    return store_uri(cfg, k, v, why);
+  }
+  return false;
+}
+
+/* ---- error messages ---- */
+
+static int bad_value(const char *where, const char *section, const key_def *k,
+                     const char *value, const char *why, char *err,
+                     size_t len) {
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  msg_append(err, len, &off, "[%s] %s = \"%s\": ", section, k->name, value);
+  if (why != NULL)
+    msg_append(err, len, &off, "%s; ", why);
+  explain_expected(k, err, len, &off);
+  return WEFT_EBADCONF;
+}
+
+static int unknown_key(const char *where, const section_def *s, const char *key,
+                       char *err, size_t len) {
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  msg_append(err, len, &off, "[%s] unknown key '%s'; valid keys:", s->name,
+             key);
+  for (size_t i = 0; i < s->n_keys; i++)
+    msg_append(err, len, &off, "%s %s", i > 0 ? "," : "", s->keys[i].name);
+  return WEFT_EBADCONF;
+}
+
+static void list_sections(char *err, size_t len, size_t *off) {
+  for (size_t i = 0; i < N_SECTIONS; i++)
+    msg_append(err, len, off, "%s %s", i > 0 ? "," : "", sections[i].name);
+}
+
+/* Without an application callback the section is simply unknown. With one,
+ * the application said "unknown" and weft cannot tell whether it meant the
+ * section or the key, so the message names both. */
+static int unknown_section(const char *where, const char *section,
+                           const char *key, bool has_app, char *err,
+                           size_t len) {
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  if (section[0] == '\0')
+    msg_append(err, len, &off,
+               "key '%s' outside any section; valid "
+               "sections:",
+               key);
+  else if (!has_app)
+    msg_append(err, len, &off,
+               "unknown section [%s]; valid sections:", section);
+  else
+    msg_append(err, len, &off,
+               "[%s] unknown key '%s' (the application "
+               "does not know it); weft's own sections:",
+               section, key);
+  list_sections(err, len, &off);
+  return WEFT_EBADCONF;
+}
+
+static int app_value(const char *where, const char *section, const char *key,
+                     const char *value, weft_config_section_cb app,
+                     void *app_arg, char *err, size_t len) {
+  char why[512] = "";
+  int rc = app(app_arg, section, key, value, why, sizeof why);
+  if (rc == 0)
+    return 0;
+  if (rc == WEFT_ENOENT)
+    return unknown_section(where, section, key, true, err, len);
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  msg_append(err, len, &off, "[%s] %s = \"%s\": %s", section, key, value,
+             why[0] != '\0' ? why : weft_strerror(rc));
+  return WEFT_EBADCONF;
+}
+
+/* ---- public entry points ---- */
+
+void weft_config_init(weft_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  weft_loop_options_init(&cfg->loop);
+  snprintf(cfg->transport, sizeof cfg->transport, "tcp");
+  /* The documented defaults, spelled out rather than -1, so that a config
+   * shows what will be used and the watermark check compares real values. */
+  cfg->channel = (weft_channel_config){
+      .tcp_nodelay = 1,
+      .so_sndbuf = -1,
+      .so_rcvbuf = -1,
+      .so_keepalive = 0,
+      .write_low_watermark = 32 * 1024,
+      .write_high_watermark = 64 * 1024,
+      .connect_timeout_ms = 10000,
+  };
+  snprintf(cfg->listen, sizeof cfg->listen, "0.0.0.0:7000");
+  cfg->backlog = 511;
+  snprintf(cfg->connect, sizeof cfg->connect, "127.0.0.1:7000");
+}
+
+int weft_config_set(weft_config *cfg, const char *where, const char *section,
+                    const char *key, const char *value,
+                    weft_config_section_cb app, void *app_arg, char *err,
+                    size_t err_len) {
+  if (err == NULL)
+    err_len = 0;
+  if (section == NULL || key == NULL || value == NULL)
+    return WEFT_EBADCONF;
+  const section_def *s = find_section(section);
+  if (s == NULL) {
+    if (app != NULL && section[0] != '\0')
+      return app_value(where, section, key, value, app, app_arg, err, err_len);
+    return unknown_section(where, section, key, false, err, err_len);
+  }
+  const key_def *k = find_key(s, key);
+  if (k == NULL)
+    return unknown_key(where, s, key, err, err_len);
+  const char *why;
+  if (!store_value(cfg, k, value, &why))
+    return bad_value(where, section, k, value, why, err, err_len);
+  return 0;
+}
+
+/* Checks what single keys cannot: relations between keys. */
+static int check_relations(const weft_config *cfg, const char *where, char *err,
+                           size_t len) {
+  const weft_channel_config *ch = &cfg->channel;
+  if (ch->write_low_watermark <= ch->write_high_watermark)
+    return 0;
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  msg_append(err, len, &off,
+             "[transport] write_low_watermark = %lld is above "
+             "write_high_watermark = %lld; write_low_watermark must be <= "
+             "write_high_watermark",
+             (long long)ch->write_low_watermark,
+             (long long)ch->write_high_watermark);
+  return WEFT_EBADCONF;
+}
+
+/* ---- the file ---- */
+
+/* State of one weft_config_load. Keys go into a copy of the config, which
+ * replaces the caller's only if the whole file is good: a half-applied file
+ * would leave a config that matches neither the file nor the defaults. */
+typedef struct load_ctx {
+  weft_config tmp;
+  const char *path;
+  FILE *f;
+  int line;      /* lines read so far = the line being parsed */
+  int fail_line; /* line of the first error we reported, 0 = none */
+  weft_config_section_cb app;
+  void *app_arg;
+  char *err;
+  size_t err_len;
+} load_ctx;
+
+/* inih's line reader, wrapped to count lines (the Debian build of libinih
+ * does not pass line numbers to handlers), to stop at the first error
+ * (its STOP_ON_FIRST_ERROR is off), and to refuse lines longer than its
+ * buffer, which it would otherwise split into two lines silently. */
+static char *read_line(char *str, int num, void *stream) {
+  load_ctx *c = stream;
+  if (c->fail_line != 0 || fgets(str, num, c->f) == NULL)
+    return NULL;
+  c->line++;
+  size_t n = strlen(str);
+  if (n == 0 || str[n - 1] == '\n')
+    return str;
+  int next = getc(c->f);
+  if (next == EOF || next == '\n')
+    return str; /* last line, or exactly full: the line is complete */
+  c->fail_line = c->line;
+  size_t off = 0;
+  msg_append(c->err, c->err_len, &off,
+             "%s:%d: line longer than %d "
+             "characters (libinih's limit)",
+             c->path, c->line, num - 1);
+  return NULL;
+}
+
+static int on_key(void *user, const char *section, const char *key,
+                  const char *value) {
+  load_ctx *c = user;
+  char where[4096 + 32];
+  snprintf(where, sizeof where, "%s:%d", c->path, c->line);
+  if (weft_config_set(&c->tmp, where, section, key, value, c->app, c->app_arg,
+                      c->err, c->err_len) == 0)
+    return 1;
+  c->fail_line = c->line;
+  return 0;
+}
+
+/* Turns what inih and the reader saw into one result and message. */
+static int load_result(load_ctx *c, int ini_rc) {
+  size_t off = 0;
+  if (ini_rc > 0 && (c->fail_line == 0 || ini_rc < c->fail_line)) {
+    msg_append(c->err, c->err_len, &off,
+               "%s:%d: syntax error: expected "
+               "[section], key = value, or a comment",
+               c->path, ini_rc);
+    return WEFT_EBADCONF;
+  }
+  if (c->fail_line != 0)
+    return WEFT_EBADCONF;
+  if (ini_rc < 0) {
+    msg_append(c->err, c->err_len, &off, "%s: out of memory", c->path);
+    return WEFT_ENOMEM;
+  }
+  if (ferror(c->f)) { /* e.g. a directory: fopen succeeds, reads fail */
+    msg_append(c->err, c->err_len, &off, "%s: cannot read the file", c->path);
+    return WEFT_EIO;
+  }
+  return check_relations(&c->tmp, c->path, c->err, c->err_len);
+}
+
+int weft_config_load(weft_config *cfg, const char *path,
+                     weft_config_section_cb app, void *app_arg, char *err,
+                     size_t err_len) {
+  load_ctx c = {.tmp = *cfg,
+                .path = path,
+                .app = app,
+                .app_arg = app_arg,
+                .err = err,
+                .err_len = err != NULL ? err_len : 0};
+  size_t off = 0;
+  c.f = fopen(path, "r");
+  if (c.f == NULL) {
+    int rc = -errno;
+    msg_append(c.err, c.err_len, &off, "%s: cannot open the config file: %s",
+               path, weft_strerror(rc));
+    return rc;
+  }
+  int rc = load_result(&c, ini_parse_stream(read_line, &c, on_key, &c));
+  fclose(c.f);
+  if (rc == 0)
+    *cfg = c.tmp;
+  return rc;
+}
+
+/* ---- the environment ---- */
+
+/* "transport.ucx", "rndv_thresh" -> "WEFT_TRANSPORT_UCX_RNDV_THRESH". */
+static bool env_name(char *buf, size_t len, const char *section,
+                     const char *key) {
+  int n = snprintf(buf, len, "WEFT_%s_%s", section, key);
+  if (n < 0 || (size_t)n >= len)
+    return false;
+  for (char *p = buf; *p != '\0'; p++)
+    *p = isalnum((unsigned char)*p) ? (char)toupper((unsigned char)*p) : '_';
+  return true;
+}
+
+static int env_one(weft_config *cfg, const char *section, const char *key,
+                   weft_config_section_cb app, void *app_arg, char *err,
+                   size_t len) {
+  char var[256];
+  if (!env_name(var, sizeof var, section, key))
+    return 0; /* no such variable can be meant: nothing to apply */
+  const char *v = getenv(var);
+  if (v == NULL)
+    return 0;
+  return weft_config_set(cfg, var, section, key, v, app, app_arg, err, len);
+}
+
+/* "section.key" (the section may hold dots) -> one env_one. */
+static int env_app_key(weft_config *cfg, const char *spec,
+                       weft_config_section_cb app, void *app_arg, char *err,
+                       size_t len) {
+  const char *dot = strrchr(spec, '.');
+  char section[128];
+  size_t off = 0;
+  if (dot == NULL || dot == spec || dot[1] == '\0' ||
+      (size_t)(dot - spec) >= sizeof section) {
+    msg_append(err, len, &off,
+               "application key '%s': expected "
+               "\"section.key\", e.g. \"kv.capacity\"",
+               spec);
+    return WEFT_EBADCONF;
+  }
+  memcpy(section, spec, (size_t)(dot - spec));
+  section[dot - spec] = '\0';
+  return env_one(cfg, section, dot + 1, app, app_arg, err, len);
+}
+
+int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
+                          weft_config_section_cb app, void *app_arg, char *err,
+                          size_t err_len) {
+  weft_config tmp = *cfg; /* all or nothing, as for a file */
+  if (err == NULL)
+    err_len = 0;
+  for (size_t i = 0; i < N_SECTIONS; i++) {
+    const section_def *s = &sections[i];
+    for (size_t j = 0; j < s->n_keys; j++) {
+      int rc =
+          env_one(&tmp, s->name, s->keys[j].name, app, app_arg, err, err_len);
+      if (rc != 0)
+        return rc;
+    }
+  }
+  for (size_t i = 0; app_keys != NULL && app_keys[i] != NULL; i++) {
+    int rc = env_app_key(&tmp, app_keys[i], app, app_arg, err, err_len);
+    if (rc != 0)
+      return rc;
+  }
+  int rc = check_relations(&tmp, "WEFT_* environment", err, err_len);
+  if (rc == 0)
+    *cfg = tmp;
+  return rc;
+}
+
+int weft_config_endpoint(const weft_config *cfg, const char *uri, char *out,
+                         size_t out_len) {
+  if (uri == NULL || out == NULL)
+    return WEFT_EINVAL;
+  int n = strstr(uri, "://") != NULL
+              ? snprintf(out, out_len, "%s", uri)
+              : snprintf(out, out_len, "%s://%s", cfg->transport, uri);
+  if (n < 0 || (size_t)n >= out_len)
+    return WEFT_ENOSPC;
+  return 0;
+}

@@ -1,0 +1,26 @@
+/* transports/endpoint_internal.h: endpoint and scheme checks shared by the
+ * URI parser, the config loader and the transport registry. */
+#ifndef WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H
+#define WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H
+
+#include <stdbool.h>
+
+#include <weft/transport.h>
+
+/** Longest scheme (transport name), without the NUL. */
+#define WEFT__SCHEME_MAX 15
+
+/**
+ * True if `s` is a valid scheme: 1 to 15 lowercase letters or digits,
+ * starting with a letter. `n` is its length (the text need not end there).
+ */
+bool weft__scheme_valid(const char *s, size_t n);
+
+/**
+ * Parses "scheme://host:port" into `*out`. Returns NULL on success, or a
+ * short static phrase saying what is wrong ("missing port"), which callers
+ * wrap in their own message.
+ */
+const char *weft__endpoint_parse(const char *uri, weft_endpoint *out);
+
+#endif
