@@ -1,0 +1,995 @@
+/* The channel integration suite: real connections over loopback, run once
+ * per transport (Netty's testsuite module is the model). The transport comes
+ * from WEFT_TEST_TRANSPORT (default "tcp"); tests/CMakeLists.txt registers
+ * this file once per transport.
+ *
+ * Every test starts its own loop group, checks what it is about, and ends
+ * with weft_loop_group_join() == 0: no buffer leaked (WEFT_LEAK_DETECT=1).
+ * Waits have generous timeouts and no test asserts on tight timings: the
+ * machine running them may be small, shared and noisy.
+ *
+ * WEFT_TEST_SCALE (a factor, default 1) scales the bytes of the 100-client
+ * echo test, so slow builds (sanitizers) can run it smaller.
+ */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <weft/bootstrap.h>
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+#include <weft/pipeline.h>
+#include <weft/transport.h>
+
+#define MIB (1024u * 1024u)
+#define PENDING 1 /* a status not yet reported (statuses are <= 0) */
+
+/* ---- environment ---- */
+
+static const char *transport_name(void) {
+  const char *t = getenv("WEFT_TEST_TRANSPORT");
+  return t != NULL && t[0] != '\0' ? t : "tcp";
+}
+
+static double test_scale(void) {
+  const char *s = getenv("WEFT_TEST_SCALE");
+  double v = s != NULL ? atof(s) : 1.0;
+  return v > 0 ? v : 1.0;
+}
+
+/* Tests that talk to weft with plain kernel sockets on the other end need
+ * a transport that is TCP on the wire (tcp, uring): SOCKET_OPTS says so. */
+static bool transport_speaks_tcp(void) {
+  const weft_transport_ops *ops =
+      weft_transport_find(transport_name(), NULL, 0);
+  return ops != NULL && (ops->caps & WEFT_TRANSPORT_CAP_SOCKET_OPTS);
+}
+
+static bool transport_has(uint32_t cap) {
+  const weft_transport_ops *ops =
+      weft_transport_find(transport_name(), NULL, 0);
+  return ops != NULL && (ops->caps & cap);
+}
+
+#define SKIP_UNLESS(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s: skipped on transport %s (needs %s)\n", __func__,    \
+              transport_name(), #cond);                                        \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+/* ---- time ---- */
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Polls `cond` every millisecond for up to `ms`; true if it became true. */
+#define WAIT_UNTIL(cond, ms)                                                   \
+  ({                                                                           \
+    uint64_t deadline_ = now_ms() + (ms);                                      \
+    bool ok_;                                                                  \
+    while (!(ok_ = (cond)) && now_ms() < deadline_)                            \
+      sleep_ms(1);                                                             \
+    ok_;                                                                       \
+  })
+
+/* Typed loads for assertions: functions, not macros, so a failing Check
+ * assertion prints "ldi(&p.closed) == 1" rather than the atomic's expansion. */
+static int ldi(atomic_int *p) { return atomic_load(p); }
+static size_t ldz(atomic_size_t *p) { return atomic_load(p); }
+static long long ldll(atomic_llong *p) { return atomic_load(p); }
+
+#define ASSERT_EVENTUALLY(cond, ms)                                            \
+  ck_assert_msg(WAIT_UNTIL(cond, ms), "timed out after %d ms waiting for %s",  \
+                (int)(ms), #cond)
+
+/* ---- the seeded byte stream ----
+ * Byte i of stream `seed` is byte (i % 8) of splitmix64(seed, i / 8): any
+ * range can be produced or checked without state. */
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static void stream_fill(uint64_t seed, uint64_t off, uint8_t *dst, size_t n) {
+  uint64_t block = splitmix64(seed ^ ((off >> 3) * 0xd1b54a32d192ed03ull));
+  for (size_t i = 0; i < n; i++, off++) {
+    if ((off & 7) == 0)
+      block = splitmix64(seed ^ ((off >> 3) * 0xd1b54a32d192ed03ull));
+    dst[i] = (uint8_t)(block >> ((off & 7) * 8));
+  }
+}
+
+/* Index of the first byte of dst[0..n) that differs from the stream at
+ * `off`, or n. */
+static size_t stream_check(uint64_t seed, uint64_t off, const uint8_t *src,
+                           size_t n) {
+  uint8_t want[4096];
+  for (size_t done = 0; done < n;) {
+    size_t k = n - done < sizeof want ? n - done : sizeof want;
+    stream_fill(seed, off + done, want, k);
+    if (memcmp(want, src + done, k) != 0)
+      for (size_t i = 0; i < k; i++)
+        if (want[i] != src[done + i])
+          return done + i;
+    done += k;
+  }
+  return n;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+  *s += 1;
+  return splitmix64(*s);
+}
+
+/* A write size from 1 B to 64 KiB, log-uniform: tiny writes are as common
+ * as large ones. */
+static size_t rng_write_size(uint64_t *s) {
+  uint64_t r = rng_next(s);
+  size_t max = (size_t)1 << (r % 17); /* 1 .. 64 Ki */
+  return 1 + (size_t)((r >> 8) % max);
+}
+
+/* ---- an echo server with counters ---- */
+
+typedef struct server_stats {
+  atomic_int active;
+  atomic_int inactive;
+  atomic_int exceptions;
+  atomic_int inactive_after_exception;
+  atomic_int last_err;
+  atomic_llong bytes;
+} server_stats;
+
+typedef struct echo_conn {
+  server_stats *st;
+  bool saw_exception;
+} echo_conn;
+
+static void echo_removed(weft_ctx *ctx) { free(weft_ctx_state(ctx)); }
+
+static void echo_active(weft_ctx *ctx) {
+  echo_conn *e = weft_ctx_state(ctx);
+  atomic_fetch_add(&e->st->active, 1);
+}
+
+static void echo_inactive(weft_ctx *ctx) {
+  echo_conn *e = weft_ctx_state(ctx);
+  if (e->saw_exception)
+    atomic_fetch_add(&e->st->inactive_after_exception, 1);
+  atomic_fetch_add(&e->st->inactive, 1);
+}
+
+static void echo_read(weft_ctx *ctx, void *msg) {
+  echo_conn *e = weft_ctx_state(ctx);
+  atomic_fetch_add(&e->st->bytes, (long long)weft_buf_readable(msg));
+  weft_ctx_write(ctx, msg, WEFT_PROMISE_NONE);
+}
+
+static void echo_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
+
+/* Back-pressure: stop reading while the echo cannot be sent, so a client
+ * that does not read cannot make the server queue without bound. */
+static void echo_writability(weft_ctx *ctx, bool writable) {
+  weft_channel_set_option(weft_ctx_channel(ctx), WEFT_OPT_AUTO_READ,
+                          writable ? 1 : 0);
+}
+
+static void echo_exception(weft_ctx *ctx, int err, const char *reason) {
+  (void)reason;
+  echo_conn *e = weft_ctx_state(ctx);
+  e->saw_exception = true;
+  atomic_store(&e->st->last_err, err);
+  atomic_fetch_add(&e->st->exceptions, 1);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static const weft_handler echo_handler = {
+    .name = "echo",
+    .handler_removed = echo_removed,
+    .channel_active = echo_active,
+    .channel_inactive = echo_inactive,
+    .channel_read = echo_read,
+    .channel_read_complete = echo_read_complete,
+    .writability_changed = echo_writability,
+    .exception_caught = echo_exception};
+
+static void echo_init(weft_channel *ch, void *arg) {
+  echo_conn *e = calloc(1, sizeof *e);
+  ck_assert_ptr_nonnull(e);
+  e->st = arg;
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "echo",
+                                          &echo_handler, e),
+                   0);
+}
+
+/* A loop group, and optionally an echo server on it. */
+typedef struct fixture {
+  weft_loop_group *group;
+  weft_server *srv;
+  server_stats st;
+  char uri[300]; /* the server's bound address */
+  uint16_t port;
+} fixture;
+
+static void group_start(fixture *f, const char *name) {
+  weft_loop_options opts;
+  weft_loop_options_init(&opts);
+  opts.n_loops = 2;
+  opts.name = name;
+  ck_assert_int_eq(weft_loop_group_new(&f->group, &opts), 0);
+  ck_assert_int_eq(weft_loop_group_start(f->group), 0);
+}
+
+static void server_start(fixture *f, const char *name) {
+  memset(f, 0, sizeof *f);
+  group_start(f, name);
+  char listen[64];
+  snprintf(listen, sizeof listen, "%s://127.0.0.1:0", transport_name());
+  weft_server_bootstrap sb = {.group = f->group,
+                              .listen = listen,
+                              .child_init = echo_init,
+                              .child_init_arg = &f->st};
+  weft_channel_config_init(&sb.child_options);
+  ck_assert_int_eq(weft_server_bind(&f->srv, &sb), 0);
+  ck_assert_int_eq(weft_server_address(f->srv, f->uri, sizeof f->uri), 0);
+  const char *colon = strrchr(f->uri, ':');
+  ck_assert_ptr_nonnull(colon);
+  f->port = (uint16_t)atoi(colon + 1);
+  ck_assert_uint_ne(f->port, 0);
+}
+
+/* Stops everything; every buffer must be back in its pool. */
+static void fixture_stop(fixture *f) {
+  if (f->srv != NULL)
+    weft_server_close(f->srv);
+  weft_loop_group_stop(f->group);
+  ck_assert_int_eq(weft_loop_group_join(f->group), 0);
+  weft_loop_group_free(f->group);
+}
+
+/* ---- a streaming echo client ----
+ * Sends `total` bytes of its seeded stream in randomly sized writes with
+ * random flush points, never more than `limit`, pausing while the channel
+ * is unwritable; checks that every echoed byte comes back in order; closes
+ * once all came back. */
+
+typedef struct stream_client {
+  uint64_t seed;
+  uint64_t rng;        /* write sizes and flush points */
+  size_t total;        /* bytes to send and receive */
+  size_t sent;         /* loop thread */
+  size_t received;     /* loop thread */
+  atomic_size_t limit; /* send at most this many (raised by the test) */
+  weft_channel *ch;    /* loop thread; NULL once inactive */
+  bool pumping, repump;
+  atomic_int state; /* 0 running, 1 done, -1 failed (see why) */
+  atomic_int connect_status;
+  atomic_size_t received_pub; /* `received`, for the test thread */
+  char why[200];
+} stream_client;
+
+static void client_fail(stream_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void client_fail(stream_client *c, const char *fmt, ...) {
+  if (atomic_load(&c->state) != 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->why, sizeof c->why, fmt, ap);
+  va_end(ap);
+  atomic_store(&c->state, -1); /* publishes why */
+  if (c->ch != NULL)
+    weft_channel_close(c->ch, WEFT_PROMISE_NONE);
+}
+
+static void client_write_done(void *arg, int status) {
+  if (status != 0)
+    client_fail(arg, "a write failed: %s", weft_err_name(status));
+}
+
+/* One round: write while writable, then flush what was written. */
+static void pump_once(stream_client *c) {
+  weft_channel *ch = c->ch;
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(ch));
+  size_t limit = atomic_load(&c->limit);
+  if (limit > c->total)
+    limit = c->total;
+  while (c->sent < limit && weft_channel_is_writable(ch) &&
+         weft_channel_is_active(ch)) {
+    size_t n = rng_write_size(&c->rng);
+    if (n > limit - c->sent)
+      n = limit - c->sent;
+    weft_buf *b = weft_buf_alloc(pool, n);
+    ck_assert_ptr_nonnull(b);
+    stream_fill(c->seed, c->sent, weft_buf_wptr(b), n);
+    b->writer_index += n;
+    c->sent += n;
+    weft_channel_write(ch, b, (weft_promise){client_write_done, c});
+    if (rng_next(&c->rng) % 4 == 0)
+      weft_channel_flush(ch);
+  }
+  if (weft_channel_is_active(ch))
+    weft_channel_flush(ch);
+}
+
+/* Writability can come back inside our own flush; then go round again
+ * instead of nesting. */
+static void pump(stream_client *c) {
+  if (c->pumping) {
+    c->repump = true;
+    return;
+  }
+  c->pumping = true;
+  do {
+    c->repump = false;
+    if (c->ch != NULL)
+      pump_once(c);
+  } while (c->repump);
+  c->pumping = false;
+}
+
+static void pump_task(void *arg) { pump(arg); }
+
+static void client_closed(void *arg, int status) {
+  stream_client *c = arg;
+  int running = 0;
+  if (status == 0)
+    atomic_compare_exchange_strong(&c->state, &running, 1);
+  else
+    client_fail(c, "close failed: %s", weft_err_name(status));
+}
+
+static void client_active(weft_ctx *ctx) {
+  stream_client *c = weft_ctx_state(ctx);
+  c->ch = weft_ctx_channel(ctx);
+  pump(c);
+}
+
+static void client_read(weft_ctx *ctx, void *msg) {
+  stream_client *c = weft_ctx_state(ctx);
+  weft_buf *b = msg;
+  size_t n = weft_buf_readable(b);
+  size_t bad = stream_check(c->seed, c->received, weft_buf_rptr(b), n);
+  if (bad < n)
+    client_fail(c, "byte %zu of the echo differs", c->received + bad);
+  else if (c->received + n > c->total)
+    client_fail(c, "%zu bytes echoed, %zu sent", c->received + n, c->total);
+  c->received += n;
+  atomic_store(&c->received_pub, c->received);
+  weft_buf_release(b);
+  if (c->received == c->total && atomic_load(&c->state) == 0)
+    weft_channel_close(weft_ctx_channel(ctx), (weft_promise){client_closed, c});
+}
+
+static void client_writability(weft_ctx *ctx, bool writable) {
+  if (writable)
+    pump(weft_ctx_state(ctx));
+}
+
+static void client_inactive(weft_ctx *ctx) {
+  stream_client *c = weft_ctx_state(ctx);
+  if (c->received < c->total)
+    client_fail(c, "closed after %zu of %zu bytes came back", c->received,
+                c->total);
+  c->ch = NULL;
+}
+
+static void client_exception(weft_ctx *ctx, int err, const char *reason) {
+  client_fail(weft_ctx_state(ctx), "exception %s: %s", weft_err_name(err),
+              reason != NULL ? reason : "");
+}
+
+static const weft_handler client_handler = {
+    .name = "stream-client",
+    .channel_active = client_active,
+    .channel_inactive = client_inactive,
+    .channel_read = client_read,
+    .writability_changed = client_writability,
+    .exception_caught = client_exception};
+
+static void client_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
+                                          &client_handler, arg),
+                   0);
+}
+
+static void client_connected(weft_channel *ch, int status, void *arg) {
+  stream_client *c = arg;
+  (void)ch;
+  atomic_store(&c->connect_status, status);
+  if (status != 0)
+    client_fail(c, "connect failed: %s", weft_err_name(status));
+}
+
+static void client_setup(stream_client *c, uint64_t seed, size_t total) {
+  memset(c, 0, sizeof *c);
+  c->seed = seed;
+  c->rng = seed * 31 + 7;
+  c->total = total;
+  atomic_init(&c->limit, total);
+  atomic_init(&c->state, 0);
+  atomic_init(&c->connect_status, PENDING);
+  atomic_init(&c->received_pub, 0);
+}
+
+/* Connects `c` to `uri` on `loop` (NULL: the group's next loop). */
+static void client_connect(fixture *f, stream_client *c, const char *uri,
+                           weft_loop *loop) {
+  weft_bootstrap b = {.group = f->group,
+                      .loop = loop,
+                      .connect = uri,
+                      .init = client_init,
+                      .init_arg = c,
+                      .on_connect = client_connected,
+                      .connect_arg = c};
+  weft_channel_config_init(&b.options);
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+}
+
+static bool clients_finished(stream_client *cs, int n) {
+  for (int i = 0; i < n; i++)
+    if (ldi(&cs[i].state) == 0)
+      return false;
+  return true;
+}
+
+/* n clients each echo `bytes` through one server, all at once. */
+static void run_echo(const char *group_name, int n, size_t bytes) {
+  fixture f;
+  server_start(&f, group_name);
+  stream_client *cs = calloc((size_t)n, sizeof *cs);
+  ck_assert_ptr_nonnull(cs);
+  for (int i = 0; i < n; i++) {
+    client_setup(&cs[i], 0x5eed0000u + (uint64_t)i, bytes);
+    client_connect(&f, &cs[i], f.uri, NULL);
+  }
+  bool finished = WAIT_UNTIL(clients_finished(cs, n), 110000);
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(ldi(&cs[i].state) == 1,
+                  "client %d: %s (sent %zu, received %zu of %zu)", i,
+                  ldi(&cs[i].state) == 0 ? "still running" : cs[i].why,
+                  cs[i].sent, ldz(&cs[i].received_pub), bytes);
+  ck_assert(finished);
+  /* Each client closed after its last byte: the server sees every EOF. */
+  ASSERT_EVENTUALLY(ldi(&f.st.inactive) == n, 10000);
+  ck_assert_int_eq(ldi(&f.st.active), n);
+  ck_assert_int_eq(ldi(&f.st.exceptions), 0);
+  ck_assert_int_eq(ldll(&f.st.bytes), (long long)bytes * n);
+  fixture_stop(&f);
+  free(cs);
+}
+
+START_TEST(channel_echo_10mb_one_client) { run_echo("wt-echo1", 1, 10 * MIB); }
+END_TEST
+
+START_TEST(channel_echo_10mb_two_clients) { run_echo("wt-echo2", 2, 10 * MIB); }
+END_TEST
+
+START_TEST(channel_echo_10mb_100_clients) {
+  size_t bytes = (size_t)(10.0 * MIB * test_scale());
+  run_echo("wt-echo100", 100, bytes > 0 ? bytes : 1);
+}
+END_TEST
+
+/* ---- plain kernel sockets for the other end ---- */
+
+static int raw_connect(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  struct timeval tv = {.tv_sec = 20};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+/* A listening socket on 127.0.0.1 and an ephemeral port. */
+static int raw_listen(uint16_t *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  ck_assert_int_eq(listen(fd, 16), 0);
+  socklen_t len = sizeof sin;
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+  *port = ntohs(sin.sin_port);
+  return fd;
+}
+
+static void write_all(int fd, const uint8_t *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    ck_assert_msg(w > 0, "write: %s", strerror(errno));
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* ---- reset ---- */
+
+START_TEST(channel_reset_midstream_closes_only_that_channel) {
+  SKIP_UNLESS(transport_speaks_tcp());
+  fixture f;
+  server_start(&f, "wt-reset");
+  /* The survivor streams in two halves: the second only after the reset. */
+  stream_client c;
+  client_setup(&c, 0xabcdef, 2 * MIB);
+  atomic_store(&c.limit, MIB);
+  weft_loop *survivor_loop = weft_loop_group_get(f.group, 1);
+  client_connect(&f, &c, f.uri, survivor_loop);
+  ASSERT_EVENTUALLY(ldz(&c.received_pub) == MIB, 30000);
+
+  /* The victim: sends, sees its echo start, then resets (SO_LINGER 0). */
+  int fd = raw_connect(f.port);
+  static uint8_t block[64 * 1024];
+  stream_fill(42, 0, block, sizeof block);
+  write_all(fd, block, sizeof block);
+  uint8_t echo[16];
+  ck_assert_int_gt(read(fd, echo, sizeof echo), 0);
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  ck_assert_int_eq(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+  close(fd);
+
+  ASSERT_EVENTUALLY(ldi(&f.st.inactive) == 1, 10000);
+  ck_assert_int_eq(ldi(&f.st.exceptions), 1);
+  ck_assert_int_eq(ldi(&f.st.inactive_after_exception), 1);
+  int err = ldi(&f.st.last_err);
+  ck_assert_msg(err == WEFT_ECONNRESET || err == WEFT_EPIPE,
+                "server saw %s, expected ECONNRESET or EPIPE",
+                weft_err_name(err));
+
+  /* The survivor is untouched and streams on. */
+  ck_assert_int_eq(ldi(&c.state), 0);
+  atomic_store(&c.limit, 2 * MIB);
+  ck_assert_int_eq(weft_loop_execute(survivor_loop, pump_task, &c), 0);
+  ASSERT_EVENTUALLY(ldi(&c.state) != 0, 30000);
+  ck_assert_msg(ldi(&c.state) == 1, "survivor: %s", c.why);
+  ASSERT_EVENTUALLY(ldi(&f.st.inactive) == 2, 10000);
+  ck_assert_int_eq(ldi(&f.st.exceptions), 1);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* ---- connect refused ---- */
+
+START_TEST(channel_connect_refused_reports_econnrefused) {
+  SKIP_UNLESS(transport_speaks_tcp());
+  fixture f;
+  memset(&f, 0, sizeof f);
+  group_start(&f, "wt-refuse");
+  uint16_t port;
+  int lfd = raw_listen(&port);
+  close(lfd); /* nothing listens on `port` now */
+  char uri[64];
+  snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", transport_name(),
+           (unsigned)port);
+  stream_client c;
+  client_setup(&c, 1, 1);
+  client_connect(&f, &c, uri, NULL);
+  ASSERT_EVENTUALLY(ldi(&c.connect_status) != PENDING, 10000);
+  ck_assert_int_eq(ldi(&c.connect_status), WEFT_ECONNREFUSED);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* ---- idle server ---- */
+
+/* CPU time (utime + stime, clock ticks) of this process's threads whose
+ * name starts with `prefix`; `*threads` gets how many matched. */
+static long threads_cpu_ticks(const char *prefix, int *threads) {
+  long ticks = 0;
+  *threads = 0;
+  DIR *d = opendir("/proc/self/task");
+  ck_assert_ptr_nonnull(d);
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (de->d_name[0] == '.')
+      continue;
+    char path[300], line[512];
+    snprintf(path, sizeof path, "/proc/self/task/%s/stat", de->d_name);
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL)
+      continue;
+    char *ok = fgets(line, sizeof line, fp);
+    fclose(fp);
+    char *open = ok != NULL ? strchr(line, '(') : NULL;
+    char *close_paren = ok != NULL ? strrchr(line, ')') : NULL;
+    if (open == NULL || close_paren == NULL ||
+        strncmp(open + 1, prefix, strlen(prefix)) != 0)
+      continue;
+    /* After ") ": state, then 10 fields, then utime and stime. */
+    unsigned long utime = 0, stime = 0;
+    if (sscanf(close_paren + 2,
+               "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+               &stime) == 2) {
+      ticks += (long)(utime + stime);
+      (*threads)++;
+    }
+  }
+  closedir(d);
+  return ticks;
+}
+
+static void noop_task(void *arg) { (void)arg; }
+
+START_TEST(channel_idle_server_sleeps) {
+  SKIP_UNLESS(transport_speaks_tcp());
+  enum { CONNS = 100, POKES = 10 };
+  fixture f;
+  server_start(&f, "wtidle");
+  int fds[CONNS];
+  for (int i = 0; i < CONNS; i++)
+    fds[i] = raw_connect(f.port);
+  ASSERT_EVENTUALLY(ldi(&f.st.active) == CONNS, 20000);
+  sleep_ms(200); /* let the accept burst settle */
+
+  weft_loop_stats before[2], after[2];
+  int threads;
+  for (int i = 0; i < 2; i++)
+    weft_loop_stats_get(weft_loop_group_get(f.group, i), &before[i]);
+  long cpu_before = threads_cpu_ticks("wtidle", &threads);
+  ck_assert_int_eq(threads, 2);
+  uint64_t t0 = now_ms();
+  /* A task now and then wakes each loop: an idle loop must go back to
+   * sleep after each, not spin. */
+  for (int p = 0; p < POKES; p++) {
+    sleep_ms(100);
+    for (int i = 0; i < 2; i++)
+      ck_assert_int_eq(
+          weft_loop_execute(weft_loop_group_get(f.group, i), noop_task, NULL),
+          0);
+  }
+  sleep_ms(50);
+  double secs = (double)(now_ms() - t0) / 1000.0;
+  for (int i = 0; i < 2; i++)
+    weft_loop_stats_get(weft_loop_group_get(f.group, i), &after[i]);
+  long cpu = threads_cpu_ticks("wtidle", &threads) - cpu_before;
+
+  for (int i = 0; i < 2; i++) {
+    uint64_t iters = after[i].iterations - before[i].iterations;
+    uint64_t sleeps = after[i].sleeps - before[i].sleeps;
+    ck_assert_msg(sleeps >= POKES / 2,
+                  "loop %d slept %llu times in %.2f s with %d wake-ups", i,
+                  (unsigned long long)sleeps, secs, POKES);
+    /* After each wake-up the loop busy-polls for busy_poll_us (20 µs, some
+     * 100 iterations here) before it sleeps again; a spinning loop makes
+     * millions per second. */
+    double bound = 1000.0 * secs + 1000.0 * (double)sleeps;
+    ck_assert_msg((double)iters < bound,
+                  "loop %d: %llu iterations in %.2f s while idle (%llu "
+                  "sleeps; bound %.0f)",
+                  i, (unsigned long long)iters, secs,
+                  (unsigned long long)sleeps, bound);
+  }
+  /* Two idle loops for about a second: well under a tenth of a CPU each
+   * (ticks are 10 ms; a spinning loop would show ~100 per second). */
+  long hz = sysconf(_SC_CLK_TCK);
+  ck_assert_msg((double)cpu < 0.2 * (double)hz * secs,
+                "the idle loops used %ld ticks (%ld/s) in %.2f s", cpu, hz,
+                secs);
+
+  for (int i = 0; i < CONNS; i++)
+    close(fds[i]);
+  ASSERT_EVENTUALLY(ldi(&f.st.inactive) == CONNS, 20000);
+  ck_assert_int_eq(ldi(&f.st.exceptions), 0);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* ---- a scripted client for single behaviours ---- */
+
+typedef enum probe_mode {
+  PROBE_PROMISE,     /* write, check pending, flush, wait for the echo */
+  PROBE_AFTER_CLOSE, /* an unflushed write and a write after close */
+  PROBE_WATERMARK,   /* 3 x 32 KiB without flush, then flush */
+  PROBE_HALF_CLOSE   /* 1 MiB then shutdown_output; read the reply */
+} probe_mode;
+
+typedef struct probe {
+  probe_mode mode;
+  size_t expect;   /* bytes to receive */
+  size_t received; /* loop thread */
+  uint64_t seed;   /* what is received (PROBE_HALF_CLOSE) */
+  atomic_int connect_status;
+  atomic_int write_status; /* the first write's promise */
+  atomic_int unflushed_status;
+  atomic_int late_status; /* a write after close */
+  atomic_int shutdown_status;
+  atomic_int closed; /* the close promise ran (1) */
+  atomic_int inactive;
+  atomic_int pending_before_flush; /* the promise waited for the flush */
+  atomic_int writable_at_high;     /* writable with exactly high queued */
+  atomic_int writable_above_high;
+  atomic_int events[8]; /* writability events: 1 true, 0 false */
+  atomic_int n_events;
+  atomic_size_t received_pub;
+  atomic_int bad; /* a received byte differed */
+} probe;
+
+static void status_cb(void *arg, int status) {
+  atomic_store((atomic_int *)arg, status);
+}
+
+static weft_buf *filled(weft_channel *ch, uint64_t seed, uint64_t off,
+                        size_t n) {
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), n);
+  ck_assert_ptr_nonnull(b);
+  stream_fill(seed, off, weft_buf_wptr(b), n);
+  b->writer_index += n;
+  return b;
+}
+
+static void probe_closed(void *arg, int status) {
+  probe *p = arg;
+  (void)status;
+  atomic_store(&p->closed, 1);
+}
+
+/* The close promise runs once the channel is CLOSED: a write now must fail
+ * through its promise. */
+static void probe_closed_then_write(void *arg, int status) {
+  void **a = arg;
+  probe *p = a[0];
+  weft_channel *ch = a[1];
+  (void)status;
+  weft_channel_write(ch, filled(ch, 9, 0, 10),
+                     (weft_promise){status_cb, &p->late_status});
+  atomic_store(&p->closed, 1);
+}
+
+static void probe_active(weft_ctx *ctx) {
+  probe *p = weft_ctx_state(ctx);
+  weft_channel *ch = weft_ctx_channel(ctx);
+  switch (p->mode) {
+  case PROBE_PROMISE:
+  case PROBE_AFTER_CLOSE:
+    weft_channel_write(ch, filled(ch, 1, 0, 5),
+                       (weft_promise){status_cb, &p->write_status});
+    atomic_store(&p->pending_before_flush,
+                 atomic_load(&p->write_status) == PENDING);
+    weft_channel_flush(ch);
+    break;
+  case PROBE_WATERMARK:
+    for (int i = 0; i < 3; i++) {
+      weft_channel_write(ch, filled(ch, 1, (uint64_t)i * 32768, 32768),
+                         WEFT_PROMISE_NONE);
+      if (i == 1)
+        atomic_store(&p->writable_at_high, weft_channel_is_writable(ch));
+    }
+    atomic_store(&p->writable_above_high, weft_channel_is_writable(ch));
+    weft_channel_flush(ch);
+    break;
+  case PROBE_HALF_CLOSE:
+    for (size_t off = 0; off < MIB; off += 65536)
+      weft_channel_write(ch, filled(ch, 1, off, 65536), WEFT_PROMISE_NONE);
+    weft_channel_shutdown_output(
+        ch, (weft_promise){status_cb, &p->shutdown_status});
+    break;
+  }
+}
+
+static void probe_read(weft_ctx *ctx, void *msg) {
+  probe *p = weft_ctx_state(ctx);
+  weft_channel *ch = weft_ctx_channel(ctx);
+  weft_buf *b = msg;
+  size_t n = weft_buf_readable(b);
+  if (stream_check(p->seed, p->received, weft_buf_rptr(b), n) != n)
+    atomic_store(&p->bad, 1);
+  p->received += n;
+  atomic_store(&p->received_pub, p->received);
+  weft_buf_release(b);
+  if (p->received < p->expect || p->mode == PROBE_HALF_CLOSE)
+    return;
+  if (p->mode == PROBE_AFTER_CLOSE) {
+    /* Written, never flushed: fails when the channel closes. */
+    weft_channel_write(ch, filled(ch, 9, 0, 10),
+                       (weft_promise){status_cb, &p->unflushed_status});
+    static void *args[2];
+    args[0] = p;
+    args[1] = ch;
+    weft_channel_close(ch, (weft_promise){probe_closed_then_write, args});
+  } else {
+    weft_channel_close(ch, (weft_promise){probe_closed, p});
+  }
+}
+
+static void probe_writability(weft_ctx *ctx, bool writable) {
+  probe *p = weft_ctx_state(ctx);
+  int i = atomic_fetch_add(&p->n_events, 1);
+  if (i < 8)
+    atomic_store(&p->events[i], writable);
+}
+
+static void probe_inactive(weft_ctx *ctx) {
+  probe *p = weft_ctx_state(ctx);
+  atomic_store(&p->inactive, 1);
+}
+
+static const weft_handler probe_handler = {.name = "probe",
+                                           .channel_active = probe_active,
+                                           .channel_inactive = probe_inactive,
+                                           .channel_read = probe_read,
+                                           .writability_changed =
+                                               probe_writability};
+
+static void probe_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "probe",
+                                          &probe_handler, arg),
+                   0);
+}
+
+static void probe_connected(weft_channel *ch, int status, void *arg) {
+  (void)ch;
+  atomic_store(&((probe *)arg)->connect_status, status);
+}
+
+static void probe_setup(probe *p, probe_mode mode, size_t expect) {
+  memset(p, 0, sizeof *p);
+  p->mode = mode;
+  p->expect = expect;
+  p->seed = 1;
+  atomic_init(&p->connect_status, PENDING);
+  atomic_init(&p->write_status, PENDING);
+  atomic_init(&p->unflushed_status, PENDING);
+  atomic_init(&p->late_status, PENDING);
+  atomic_init(&p->shutdown_status, PENDING);
+}
+
+static void probe_connect(fixture *f, probe *p, const char *uri) {
+  weft_bootstrap b = {.group = f->group,
+                      .connect = uri,
+                      .init = probe_init,
+                      .init_arg = p,
+                      .on_connect = probe_connected,
+                      .connect_arg = p};
+  weft_channel_config_init(&b.options);
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+}
+
+START_TEST(channel_write_promise_completes_after_flush) {
+  fixture f;
+  server_start(&f, "wt-promise");
+  probe p;
+  probe_setup(&p, PROBE_PROMISE, 5);
+  probe_connect(&f, &p, f.uri);
+  ASSERT_EVENTUALLY(ldi(&p.closed) == 1, 10000);
+  ck_assert_int_eq(ldi(&p.connect_status), 0);
+  ck_assert_int_eq(ldi(&p.pending_before_flush), 1);
+  ck_assert_int_eq(ldi(&p.write_status), 0);
+  ck_assert_int_eq(ldi(&p.bad), 0);
+  ck_assert_uint_eq(ldz(&p.received_pub), 5);
+  fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(channel_write_after_close_fails_eclosed) {
+  fixture f;
+  server_start(&f, "wt-closed");
+  probe p;
+  probe_setup(&p, PROBE_AFTER_CLOSE, 5);
+  probe_connect(&f, &p, f.uri);
+  ASSERT_EVENTUALLY(ldi(&p.closed) == 1, 10000);
+  ck_assert_int_eq(ldi(&p.write_status), 0);
+  ck_assert_int_eq(ldi(&p.unflushed_status), WEFT_ECLOSED);
+  ck_assert_int_eq(ldi(&p.late_status), WEFT_ECLOSED);
+  fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(channel_watermark_unwritable_above_high_fires_writability) {
+  fixture f;
+  server_start(&f, "wt-wmark");
+  probe p;
+  probe_setup(&p, PROBE_WATERMARK, 3 * 32768);
+  probe_connect(&f, &p, f.uri);
+  ASSERT_EVENTUALLY(ldi(&p.closed) == 1, 10000);
+  ck_assert_int_eq(ldi(&p.bad), 0);
+  /* 64 KiB queued is not above the 64 KiB high watermark; 96 KiB is. */
+  ck_assert_int_eq(ldi(&p.writable_at_high), 1);
+  ck_assert_int_eq(ldi(&p.writable_above_high), 0);
+  ck_assert_int_eq(ldi(&p.n_events), 2);
+  ck_assert_int_eq(ldi(&p.events[0]), 0);
+  ck_assert_int_eq(ldi(&p.events[1]), 1);
+  fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(channel_half_close_peer_reads_eof_and_replies) {
+  SKIP_UNLESS(transport_speaks_tcp() &&
+              transport_has(WEFT_TRANSPORT_CAP_HALF_CLOSE));
+  fixture f;
+  memset(&f, 0, sizeof f);
+  group_start(&f, "wt-half");
+  uint16_t port;
+  int lfd = raw_listen(&port);
+  char uri[64];
+  snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", transport_name(),
+           (unsigned)port);
+  probe p;
+  probe_setup(&p, PROBE_HALF_CLOSE, MIB);
+  p.seed = 2; /* the reply's stream */
+  probe_connect(&f, &p, uri);
+
+  int fd = accept(lfd, NULL, NULL);
+  ck_assert_int_ge(fd, 0);
+  struct timeval tv = {.tv_sec = 20};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  /* The peer reads the whole request, then EOF... */
+  static uint8_t buf[65536];
+  size_t got = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    ck_assert_msg(n >= 0, "read: %s", strerror(errno));
+    if (n == 0)
+      break;
+    ck_assert_uint_eq(stream_check(1, got, buf, (size_t)n), (size_t)n);
+    got += (size_t)n;
+  }
+  ck_assert_uint_eq(got, MIB);
+  /* ...and still sends its reply, which the half-closed channel reads. */
+  for (size_t off = 0; off < MIB; off += sizeof buf) {
+    stream_fill(2, off, buf, sizeof buf);
+    write_all(fd, buf, sizeof buf);
+  }
+  close(fd);
+  close(lfd);
+  ASSERT_EVENTUALLY(ldi(&p.inactive) == 1, 20000);
+  ck_assert_int_eq(ldi(&p.shutdown_status), 0);
+  ck_assert_uint_eq(ldz(&p.received_pub), MIB);
+  ck_assert_int_eq(ldi(&p.bad), 0);
+  fixture_stop(&f);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("channel");
+  TCase *echo = tcase_create("echo");
+  tcase_add_test(echo, channel_echo_10mb_one_client);
+  tcase_add_test(echo, channel_echo_10mb_two_clients);
+  tcase_add_test(echo, channel_echo_10mb_100_clients);
+  suite_add_tcase(s, echo);
+
+  TCase *life = tcase_create("lifecycle");
+  tcase_add_test(life, channel_reset_midstream_closes_only_that_channel);
+  tcase_add_test(life, channel_connect_refused_reports_econnrefused);
+  tcase_add_test(life, channel_idle_server_sleeps);
+  tcase_add_test(life, channel_write_promise_completes_after_flush);
+  tcase_add_test(life, channel_write_after_close_fails_eclosed);
+  tcase_add_test(life,
+                 channel_watermark_unwritable_above_high_fires_writability);
+  tcase_add_test(life, channel_half_close_peer_reads_eof_and_replies);
+  suite_add_tcase(s, life);
+  return s;
+}

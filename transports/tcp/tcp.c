@@ -1,0 +1,914 @@
+/* The epoll TCP transport ("tcp"): the portable baseline.
+ *
+ * Per loop, one inner epoll set holds every socket of this transport on the
+ * loop (listeners and channels). The inner epoll fd is registered with the
+ * loop as a weft_source: the hybrid selector polls it without blocking
+ * (epoll_wait with timeout 0) and, when it wants to sleep, waits on the
+ * inner fd itself, which the outer epoll reports readable as soon as any
+ * socket in the set is ready (level-triggered epoll all the way down, so
+ * arming needs no work and no event can be lost).
+ *
+ * Sockets are non-blocking and sends use MSG_NOSIGNAL, so a peer that went
+ * away gives EPIPE instead of a SIGPIPE.
+ *
+ * This plugin uses the public headers only, as an out-of-tree plugin would.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/log.h>
+#include <weft/pipeline.h>
+#include <weft/source.h>
+#include <weft/timer.h>
+#include <weft/transport.h>
+
+#include "transports/tcp/tcp.h"
+
+/* ---- tuning ---- */
+
+#define TCP_MAX_EVENTS 256              /* epoll events per poll, at most */
+#define TCP_MAX_IOV 64                  /* iovecs per sendmsg */
+#define TCP_MAX_WRITES_PER_FLUSH 16     /* sendmsg calls before yielding */
+#define TCP_MAX_READS_PER_EVENT 16      /* reads per readiness (fairness) */
+#define TCP_MAX_READ_BYTES (256 * 1024) /* bytes per readiness (fairness) */
+#define TCP_MAX_ACCEPTS_PER_EVENT 64    /* accepts per readiness */
+#define TCP_ACCEPT_BACKOFF_NS (100u * 1000u * 1000u) /* 100 ms on EMFILE */
+
+/* Adaptive receive sizes (Netty's AdaptiveRecvByteBufAllocator): the next
+ * read's buffer size is a guess from this table, raised two steps when a
+ * read filled its buffer and lowered one step after two reads in a row that
+ * would have fit the next smaller size. */
+static const size_t recv_sizes[] = {512,  1024,  2048,  4096,
+                                    8192, 16384, 32768, 65536};
+#define RECV_SIZES (sizeof recv_sizes / sizeof recv_sizes[0])
+#define RECV_INITIAL 3 /* 4 KiB: fits most requests, no waste for small */
+#define RECV_GROW 2
+#define RECV_SHRINK 1
+
+/* ---- conversions at the edge ---- */
+
+static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
+
+static int gai_to_weft(int gai) {
+  switch (gai) {
+  case EAI_NONAME:
+#ifdef EAI_NODATA
+  case EAI_NODATA:
+#endif
+  case EAI_ADDRFAMILY:
+    return WEFT_EADDRNOTAVAIL;
+  case EAI_MEMORY:
+    return WEFT_ENOMEM;
+  case EAI_FAMILY:
+    return WEFT_EAFNOSUPPORT;
+  case EAI_SYSTEM:
+    return neg_errno();
+  case EAI_AGAIN:
+    return WEFT_EAGAIN;
+  default:
+    return WEFT_EINVAL;
+  }
+}
+
+/* Formats `sa` as "127.0.0.1:41234" or "[::1]:41234". */
+static int format_sockaddr(const struct sockaddr_storage *ss, char *buf,
+                           size_t len) {
+  char host[INET6_ADDRSTRLEN];
+  int n;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
+  } else {
+    return WEFT_EAFNOSUPPORT;
+  }
+  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
+}
+
+/* Resolves host:port. Numeric hosts first (never blocks); a name goes
+ * through the system resolver, which blocks the calling loop (fine for
+ * "localhost" and /etc/hosts names; resolve elsewhere for real DNS).
+ * connect uses the first address returned; listen binds the first that
+ * works. */
+static int resolve(const weft_endpoint *ep, bool passive,
+                   struct addrinfo **out) {
+  char port[8];
+  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
+  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
+                                       (passive ? AI_PASSIVE : 0)};
+  int rc = getaddrinfo(host, port, &hints, out);
+  if (rc == EAI_NONAME && host != NULL) {
+    hints.ai_flags &= ~AI_NUMERICHOST;
+    hints.ai_flags |= AI_ADDRCONFIG;
+    rc = getaddrinfo(host, port, &hints, out);
+  }
+  return rc == 0 ? 0 : gai_to_weft(rc);
+}
+
+/* ---- the per-loop instance ---- */
+
+/* Every entry in the inner epoll set starts with this, so the dispatcher
+ * knows what an event is for. */
+enum tcp_kind { TCP_KIND_CHANNEL = 1, TCP_KIND_LISTENER = 2 };
+
+typedef struct tcp_io {
+  enum tcp_kind kind;
+  int fd;            /* -1 once closed */
+  uint32_t interest; /* epoll events registered now; 0 = not in the set */
+} tcp_io;
+
+typedef struct tcp_listener tcp_listener;
+
+typedef struct tcp_loop {
+  weft_loop *loop;
+  weft_source source;
+  int epfd;
+  /* The batch being dispatched: closing an io clears its later events in
+   * the batch, so no event reaches freed or reused state. */
+  struct epoll_event events[TCP_MAX_EVENTS];
+  int n_ready;
+  int cursor;
+  tcp_listener *listeners; /* closed by loop_fini if still open */
+} tcp_loop;
+
+struct tcp_listener {
+  tcp_io io;
+  weft_listener *l;
+  tcp_loop *tl;
+  weft_timer backoff; /* accepting pauses after EMFILE/ENFILE */
+  bool paused;
+  tcp_listener *prev, *next;
+};
+
+/* Socket options set before the socket exists wait here. */
+enum { OPT_NODELAY, OPT_SNDBUF, OPT_RCVBUF, OPT_KEEPALIVE, OPT_COUNT };
+
+/* Per-channel state (channel_priv_size bytes, zeroed by the core). */
+typedef struct tcp_channel {
+  tcp_io io;
+  weft_channel *ch;
+  tcp_loop *tl;
+  bool has_fd;           /* io.fd is ours (adopt / connect got that far) */
+  bool connecting;       /* non-blocking connect in progress */
+  bool reading;          /* auto-read: EPOLLIN wanted */
+  bool want_out;         /* EPOLLOUT wanted: flushed bytes wait */
+  bool in_flush;         /* flush is on the stack (re-entry guard) */
+  bool shutdown_pending; /* shut down output once the queue drained */
+  bool output_shut;
+  uint8_t recv_index;    /* into recv_sizes */
+  bool recv_shrink_next; /* the last read was small too */
+  uint8_t opts_set;      /* bit per OPT_*: a value waits in opts[] */
+  int opts[OPT_COUNT];
+} tcp_channel;
+
+static tcp_channel *tcp_of(const weft_channel *ch) {
+  return weft_channel_priv(ch);
+}
+
+static int tcp_loop_poll(weft_source *src, int budget);
+
+/* Level-triggered epoll needs no arming: the outer epoll sees the inner fd
+ * readable whenever a socket in the set is ready. */
+static int tcp_loop_arm(weft_source *src) {
+  (void)src;
+  return 0;
+}
+
+static const weft_source_ops tcp_source_ops = {
+    .name = "tcp", .poll = tcp_loop_poll, .arm = tcp_loop_arm};
+
+/* Registers, modifies or removes `io` so that its interest becomes `want`.
+ * An empty interest takes the fd out of the set: EPOLLHUP and EPOLLERR are
+ * reported even with no events requested, and a socket nobody reads would
+ * otherwise report them on every poll. */
+static int io_set_interest(tcp_loop *tl, tcp_io *io, uint32_t want) {
+  if (io->fd < 0 || io->interest == want)
+    return 0;
+  struct epoll_event ev = {.events = want, .data.ptr = io};
+  int op = io->interest == 0 ? EPOLL_CTL_ADD
+           : want == 0       ? EPOLL_CTL_DEL
+                             : EPOLL_CTL_MOD;
+  if (epoll_ctl(tl->epfd, op, io->fd, &ev) < 0)
+    return neg_errno();
+  io->interest = want;
+  return 0;
+}
+
+/* Drops the events for `io` still waiting in the batch being dispatched. */
+static void io_forget_events(tcp_loop *tl, const tcp_io *io) {
+  for (int i = tl->cursor + 1; i < tl->n_ready; i++)
+    if (tl->events[i].data.ptr == io)
+      tl->events[i].data.ptr = NULL;
+}
+
+/* Takes `io` out of the set and closes its fd. */
+static void io_close(tcp_loop *tl, tcp_io *io) {
+  if (io->fd < 0)
+    return;
+  io_set_interest(tl, io, 0);
+  io_forget_events(tl, io);
+  close(io->fd);
+  io->fd = -1;
+}
+
+static void channel_event(tcp_channel *tc, uint32_t events);
+static void listener_event(tcp_listener *tln);
+
+static int tcp_loop_poll(weft_source *src, int budget) {
+  tcp_loop *tl = src->data;
+  int max = budget < TCP_MAX_EVENTS ? budget : TCP_MAX_EVENTS;
+  int n = epoll_wait(tl->epfd, tl->events, max, 0);
+  if (n < 0)
+    return errno == EINTR ? 0 : neg_errno();
+  tl->n_ready = n;
+  for (tl->cursor = 0; tl->cursor < n; tl->cursor++) {
+    struct epoll_event *ev = &tl->events[tl->cursor];
+    tcp_io *io = ev->data.ptr;
+    if (io == NULL)
+      continue; /* closed by an earlier event of this batch */
+    if (io->kind == TCP_KIND_CHANNEL)
+      channel_event((tcp_channel *)io, ev->events);
+    else
+      listener_event((tcp_listener *)io);
+  }
+  tl->n_ready = tl->cursor = 0;
+  return n;
+}
+
+static int tcp_loop_init(weft_loop *loop, void **loop_state) {
+  int err;
+  tcp_loop *tl = calloc(1, sizeof *tl);
+  if (tl == NULL)
+    return WEFT_ENOMEM;
+  tl->loop = loop;
+  tl->epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (tl->epfd < 0) {
+    err = neg_errno();
+    goto failed_epoll_create;
+  }
+  weft_source_init(&tl->source, &tcp_source_ops, tl->epfd, tl);
+  err = weft_loop_add_source(loop, &tl->source);
+  if (err < 0)
+    goto failed_add_source;
+  *loop_state = tl;
+  return 0;
+
+failed_add_source:
+  close(tl->epfd);
+failed_epoll_create:
+  weft_log(WEFT_LOG_ERROR, "tcp: cannot start on loop %d: %s",
+           weft_loop_index(loop), weft_strerror(err));
+  free(tl);
+  return err;
+}
+
+static void listener_free(tcp_listener *tln);
+
+/* The core closed every channel of this loop before; listeners a server did
+ * not close are closed here (their weft_listener forgets us). */
+static void tcp_loop_fini(weft_loop *loop, void *loop_state) {
+  tcp_loop *tl = loop_state;
+  while (tl->listeners != NULL) {
+    tcp_listener *tln = tl->listeners;
+    weft_listener_set_priv(tln->l, NULL);
+    listener_free(tln);
+  }
+  weft_loop_remove_source(loop, &tl->source);
+  close(tl->epfd);
+  free(tl);
+}
+
+static tcp_loop *loop_state_of(weft_loop *loop, int *err) {
+  return weft_transport_loop_state(&weft__transport_tcp, loop, err);
+}
+
+/* ---- listeners ---- */
+
+static void listener_pause(tcp_listener *tln);
+
+static void listener_resume(void *arg) {
+  tcp_listener *tln = arg;
+  tln->paused = false;
+  int err = io_set_interest(tln->tl, &tln->io, EPOLLIN);
+  if (err < 0) {
+    weft_log(WEFT_LOG_ERROR, "tcp: listener: cannot resume accepting: %s",
+             weft_strerror(err));
+    listener_pause(tln);
+  }
+}
+
+/* Stops accepting for a while: with no fd left, the pending connection
+ * stays in the backlog and epoll would report it again at once. */
+static void listener_pause(tcp_listener *tln) {
+  if (tln->paused)
+    return;
+  tln->paused = true;
+  io_set_interest(tln->tl, &tln->io, 0);
+  weft_timer_start(&tln->backoff, TCP_ACCEPT_BACKOFF_NS, 0, listener_resume,
+                   tln);
+}
+
+static void listener_event(tcp_listener *tln) {
+  for (int i = 0; i < TCP_MAX_ACCEPTS_PER_EVENT && tln->io.fd >= 0; i++) {
+    int fd = accept4(tln->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      weft_listener_accepted(tln->l, fd);
+      continue;
+    }
+    switch (errno) {
+    case EAGAIN:
+      return;
+    case EINTR:
+    case ECONNABORTED: /* the peer gave up while in the backlog */
+    case EPROTO:
+    case EPERM: /* a firewall said no to this one */
+      continue;
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+      weft_log(WEFT_LOG_WARN,
+               "tcp: accept: %s; not accepting for %u ms (raise the fd "
+               "limit with ulimit -n?)",
+               weft_strerror(neg_errno()),
+               (unsigned)(TCP_ACCEPT_BACKOFF_NS / 1000000u));
+      listener_pause(tln);
+      return;
+    default:
+      weft_log(WEFT_LOG_ERROR, "tcp: accept: %s; pausing the listener",
+               weft_strerror(neg_errno()));
+      listener_pause(tln);
+      return;
+    }
+  }
+}
+
+/* Creates, binds and starts listening on one resolved address. */
+static int listen_socket(const struct addrinfo *ai, int backlog, int *out) {
+  int one = 1, err;
+  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  ai->ai_protocol);
+  if (fd < 0)
+    return neg_errno();
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
+    goto failed;
+  if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0)
+    goto failed;
+  if (listen(fd, backlog) < 0)
+    goto failed;
+  *out = fd;
+  return 0;
+failed:
+  err = neg_errno();
+  close(fd);
+  return err;
+}
+
+static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
+  int err = 0;
+  tcp_loop *tl = loop_state_of(weft_listener_loop(l), &err);
+  if (tl == NULL)
+    return err;
+  struct addrinfo *res;
+  err = resolve(ep, true, &res);
+  if (err < 0)
+    return err;
+  int fd = -1;
+  for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+    if ((err = listen_socket(ai, backlog, &fd)) == 0)
+      break;
+  freeaddrinfo(res);
+  if (fd < 0)
+    return err < 0 ? err : WEFT_EADDRNOTAVAIL;
+
+  tcp_listener *tln = calloc(1, sizeof *tln);
+  if (tln == NULL) {
+    err = WEFT_ENOMEM;
+    goto failed_alloc;
+  }
+  *tln = (tcp_listener){
+      .io = {.kind = TCP_KIND_LISTENER, .fd = fd}, .l = l, .tl = tl};
+  weft_timer_init(tl->loop, &tln->backoff);
+  err = io_set_interest(tl, &tln->io, EPOLLIN);
+  if (err < 0)
+    goto failed_register;
+  tln->next = tl->listeners;
+  if (tl->listeners != NULL)
+    tl->listeners->prev = tln;
+  tl->listeners = tln;
+  weft_listener_set_priv(l, tln);
+  return 0;
+
+failed_register:
+  free(tln);
+failed_alloc:
+  close(fd);
+  return err;
+}
+
+static void listener_free(tcp_listener *tln) {
+  tcp_loop *tl = tln->tl;
+  weft_timer_stop(&tln->backoff);
+  io_close(tl, &tln->io);
+  if (tln->prev != NULL)
+    tln->prev->next = tln->next;
+  else
+    tl->listeners = tln->next;
+  if (tln->next != NULL)
+    tln->next->prev = tln->prev;
+  free(tln);
+}
+
+static void tcp_listen_close(weft_listener *l) {
+  tcp_listener *tln = weft_listener_priv(l);
+  if (tln == NULL)
+    return; /* the loop stopped first and closed it */
+  weft_listener_set_priv(l, NULL);
+  listener_free(tln);
+}
+
+static int tcp_listen_address(weft_listener *l, char *buf, size_t len) {
+  tcp_listener *tln = weft_listener_priv(l);
+  if (tln == NULL || tln->io.fd < 0)
+    return WEFT_ECLOSED;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(tln->io.fd, (struct sockaddr *)&ss, &sl) < 0)
+    return neg_errno();
+  return format_sockaddr(&ss, buf, len);
+}
+
+/* ---- socket options ---- */
+
+static bool opt_index(weft_channel_option opt, int *idx, int *level,
+                      int *name) {
+  switch (opt) {
+  case WEFT_OPT_TCP_NODELAY:
+    *idx = OPT_NODELAY, *level = IPPROTO_TCP, *name = TCP_NODELAY;
+    return true;
+  case WEFT_OPT_SO_SNDBUF:
+    *idx = OPT_SNDBUF, *level = SOL_SOCKET, *name = SO_SNDBUF;
+    return true;
+  case WEFT_OPT_SO_RCVBUF:
+    *idx = OPT_RCVBUF, *level = SOL_SOCKET, *name = SO_RCVBUF;
+    return true;
+  case WEFT_OPT_SO_KEEPALIVE:
+    *idx = OPT_KEEPALIVE, *level = SOL_SOCKET, *name = SO_KEEPALIVE;
+    return true;
+  default:
+    return false;
+  }
+}
+
+static int setsockopt_int(int fd, int level, int name, int v) {
+  return setsockopt(fd, level, name, &v, sizeof v) < 0 ? neg_errno() : 0;
+}
+
+/* Applies the options set before the socket existed; TCP_NODELAY is on
+ * unless the channel asked otherwise (request/response latency first). */
+static int apply_stored_options(tcp_channel *tc) {
+  if (!(tc->opts_set & (1u << OPT_NODELAY))) {
+    tc->opts[OPT_NODELAY] = 1;
+    tc->opts_set |= 1u << OPT_NODELAY;
+  }
+  static const weft_channel_option all[OPT_COUNT] = {
+      WEFT_OPT_TCP_NODELAY, WEFT_OPT_SO_SNDBUF, WEFT_OPT_SO_RCVBUF,
+      WEFT_OPT_SO_KEEPALIVE};
+  for (int i = 0; i < OPT_COUNT; i++) {
+    int idx, level, name;
+    if (!(tc->opts_set & (1u << i)) || !opt_index(all[i], &idx, &level, &name))
+      continue;
+    int err = setsockopt_int(tc->io.fd, level, name, tc->opts[idx]);
+    if (err < 0)
+      return err;
+  }
+  return 0;
+}
+
+static int tcp_set_option(weft_channel *ch, weft_channel_option opt,
+                          int64_t v) {
+  tcp_channel *tc = tcp_of(ch);
+  int idx, level, name;
+  if (!opt_index(opt, &idx, &level, &name))
+    return WEFT_ENOTSUP;
+  bool boolean = idx == OPT_NODELAY || idx == OPT_KEEPALIVE;
+  if (boolean ? (v != 0 && v != 1) : (v <= 0 || v > INT_MAX))
+    return WEFT_EINVAL;
+  if (tc->has_fd && tc->io.fd >= 0) {
+    int err = setsockopt_int(tc->io.fd, level, name, (int)v);
+    if (err < 0)
+      return err;
+  }
+  tc->opts[idx] = (int)v;
+  tc->opts_set |= 1u << idx;
+  return 0;
+}
+
+static int tcp_get_option(const weft_channel *ch, weft_channel_option opt,
+                          int64_t *v) {
+  const tcp_channel *tc = tcp_of(ch);
+  int idx, level, name;
+  if (!opt_index(opt, &idx, &level, &name))
+    return WEFT_ENOTSUP;
+  if (tc->has_fd && tc->io.fd >= 0) {
+    int val = 0;
+    socklen_t len = sizeof val;
+    if (getsockopt(tc->io.fd, level, name, &val, &len) < 0)
+      return neg_errno();
+    *v = idx == OPT_NODELAY || idx == OPT_KEEPALIVE ? val != 0 : val;
+    return 0;
+  }
+  if (tc->opts_set & (1u << idx)) {
+    *v = tc->opts[idx];
+    return 0;
+  }
+  switch (idx) {
+  case OPT_NODELAY:
+    *v = 1;
+    return 0;
+  case OPT_KEEPALIVE:
+    *v = 0;
+    return 0;
+  default:
+    return WEFT_ENOTCONN; /* the kernel's default is known once it exists */
+  }
+}
+
+/* ---- channel interest ---- */
+
+/* What the channel wants from epoll now. */
+static uint32_t channel_interest(const tcp_channel *tc) {
+  if (tc->connecting)
+    return EPOLLOUT;
+  return (tc->reading ? EPOLLIN | EPOLLRDHUP : 0) |
+         (tc->want_out ? EPOLLOUT : 0);
+}
+
+static int channel_update_interest(tcp_channel *tc) {
+  return io_set_interest(tc->tl, &tc->io, channel_interest(tc));
+}
+
+static bool channel_open(const tcp_channel *tc) {
+  return tc->io.fd >= 0 && weft_channel_state_of(tc->ch) == WEFT_CHANNEL_ACTIVE;
+}
+
+/* ---- writing ---- */
+
+/* Shuts the sending side down once the queue drained (see shutdown_output). */
+static int finish_shutdown(tcp_channel *tc) {
+  tc->shutdown_pending = false;
+  if (tc->output_shut)
+    return 0;
+  tc->output_shut = true;
+  return shutdown(tc->io.fd, SHUT_WR) < 0 ? neg_errno() : 0;
+}
+
+/* One gathering sendmsg of the flushed bytes. Returns bytes sent, 0 when
+ * the socket is full, or an error. */
+static ssize_t send_some(tcp_channel *tc, size_t *asked) {
+  struct iovec iov[TCP_MAX_IOV];
+  int n = weft_outbound_iov(tc->ch, iov, TCP_MAX_IOV, asked);
+  if (n == 0)
+    return 0; /* only empty buffers: consumed(0) completes them */
+  struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+  ssize_t w;
+  do
+    w = sendmsg(tc->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (w < 0 && errno == EINTR);
+  if (w < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : neg_errno();
+  return w;
+}
+
+/* Sends flushed bytes until the queue is empty, the socket is full or the
+ * batch limit is reached; asks for EPOLLOUT while bytes remain. Promise
+ * callbacks run inside weft_outbound_consumed and may write, flush or close
+ * the channel: a nested flush returns at once (this loop picks its bytes
+ * up), and a close ends the loop. The caller holds a channel reference. */
+static int write_pending(tcp_channel *tc) {
+  if (tc->in_flush)
+    return 0;
+  tc->in_flush = true;
+  int err = 0;
+  bool blocked = false;
+  for (int i = 0; i < TCP_MAX_WRITES_PER_FLUSH && !blocked; i++) {
+    if (!channel_open(tc) || weft_outbound_is_empty(tc->ch))
+      break;
+    size_t asked = 0;
+    ssize_t w = send_some(tc, &asked);
+    if (w < 0) {
+      err = (int)w;
+      break;
+    }
+    blocked = asked > 0 && (size_t)w < asked;
+    weft_outbound_consumed(tc->ch, (size_t)w);
+  }
+  tc->in_flush = false;
+  if (err < 0 || !channel_open(tc))
+    return err;
+  bool empty = weft_outbound_is_empty(tc->ch);
+  tc->want_out = !empty;
+  if (empty && tc->shutdown_pending)
+    err = finish_shutdown(tc);
+  int rc = channel_update_interest(tc);
+  return err < 0 ? err : rc;
+}
+
+static int tcp_flush(weft_channel *ch) {
+  tcp_channel *tc = tcp_of(ch);
+  if (tc->want_out)
+    return 0;              /* the socket is full: EPOLLOUT sends the rest */
+  weft_channel_retain(ch); /* a promise may close and free the channel */
+  int err = write_pending(tc);
+  weft_channel_release(ch);
+  return err;
+}
+
+static int tcp_shutdown_output(weft_channel *ch) {
+  tcp_channel *tc = tcp_of(ch);
+  if (!tc->has_fd || tc->io.fd < 0)
+    return WEFT_ENOTCONN;
+  if (!weft_outbound_is_empty(ch)) {
+    tc->shutdown_pending = true; /* after the last queued byte */
+    return 0;
+  }
+  return finish_shutdown(tc);
+}
+
+/* ---- reading ---- */
+
+static void recv_record(tcp_channel *tc, size_t got, size_t capacity) {
+  if (got >= capacity) {
+    size_t next = (size_t)tc->recv_index + RECV_GROW;
+    tc->recv_index = (uint8_t)(next < RECV_SIZES ? next : RECV_SIZES - 1);
+    tc->recv_shrink_next = false;
+  } else if (tc->recv_index >= RECV_SHRINK &&
+             got <= recv_sizes[tc->recv_index - RECV_SHRINK]) {
+    if (tc->recv_shrink_next) {
+      tc->recv_index -= RECV_SHRINK;
+      tc->recv_shrink_next = false;
+    } else {
+      tc->recv_shrink_next = true;
+    }
+  } else {
+    tc->recv_shrink_next = false;
+  }
+}
+
+/* Outcome of one read into a fresh buffer: bytes (> 0, fired as
+ * channel_read), 0 at EOF, WEFT_EAGAIN when drained, or an error. */
+static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
+  weft_buf *b = weft_buf_alloc(pool, recv_sizes[tc->recv_index]);
+  if (b == NULL)
+    return WEFT_ENOMEM;
+  ssize_t n;
+  do
+    n = read(tc->io.fd, weft_buf_wptr(b), weft_buf_writable(b));
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) {
+    int err = n == 0 ? 0 : errno == EWOULDBLOCK ? WEFT_EAGAIN : neg_errno();
+    weft_buf_release(b);
+    return err;
+  }
+  *capacity = b->capacity;
+  b->writer_index += (size_t)n;
+  weft_pipeline_fire_channel_read(weft_channel_pipeline(tc->ch), b);
+  return n;
+}
+
+/* Reads what is ready, bounded per event so one busy channel cannot starve
+ * the others of the loop, then fires one channel_read_complete. A handler
+ * may close the channel or stop reading inside channel_read: the state is
+ * checked after every read. The caller holds a channel reference. */
+static void read_ready(tcp_channel *tc) {
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
+  size_t total = 0;
+  ssize_t last = 0;
+  bool fired = false;
+  for (int i = 0; i < TCP_MAX_READS_PER_EVENT; i++) {
+    size_t capacity = 0;
+    last = pool != NULL ? read_once(tc, pool, &capacity) : WEFT_ENOMEM;
+    if (last <= 0)
+      break;
+    fired = true;
+    total += (size_t)last;
+    recv_record(tc, (size_t)last, capacity);
+    if (!channel_open(tc) || !tc->reading || (size_t)last < capacity ||
+        total >= TCP_MAX_READ_BYTES)
+      break;
+  }
+  if (fired && channel_open(tc))
+    weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
+  if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN)
+    return;
+  if (last == 0) {
+    weft_channel_transport_closed(tc->ch, 0, "peer closed");
+  } else {
+    char reason[96];
+    snprintf(reason, sizeof reason, "read: %s", weft_strerror((int)last));
+    weft_channel_transport_closed(tc->ch, (int)last, reason);
+  }
+}
+
+/* ---- connecting ---- */
+
+static void connect_done(tcp_channel *tc) {
+  int soerr = 0;
+  socklen_t len = sizeof soerr;
+  if (getsockopt(tc->io.fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+    soerr = errno;
+  if (soerr == EINPROGRESS || soerr == EALREADY)
+    return; /* spurious: still connecting */
+  tc->connecting = false;
+  int err = soerr != 0 ? -soerr : channel_update_interest(tc);
+  weft_channel_connected(tc->ch, err);
+}
+
+/* ---- events ---- */
+
+static void channel_event(tcp_channel *tc, uint32_t events) {
+  weft_channel *ch = tc->ch;
+  weft_channel_retain(ch); /* handlers may close and release it */
+  if (tc->connecting) {
+    connect_done(tc);
+    goto out;
+  }
+  if ((events & EPOLLOUT) && channel_open(tc)) {
+    int err = write_pending(tc);
+    if (err < 0 && channel_open(tc)) {
+      char reason[96];
+      snprintf(reason, sizeof reason, "write: %s", weft_strerror(err));
+      weft_channel_transport_closed(ch, err, reason);
+    }
+  }
+  /* EPOLLHUP/EPOLLERR come without being asked for; a read reports the
+   * error or EOF they stand for. */
+  if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) &&
+      channel_open(tc) && tc->reading)
+    read_ready(tc);
+out:
+  weft_channel_release(ch);
+}
+
+/* ---- channel lifecycle ---- */
+
+/* Common to adopt and connect: the channel owns `fd` from here on. */
+static int channel_take_fd(weft_channel *ch, int fd) {
+  tcp_channel *tc = tcp_of(ch);
+  int err = 0;
+  tcp_loop *tl = loop_state_of(weft_channel_loop(ch), &err);
+  if (tl == NULL)
+    return err;
+  int64_t auto_read = 1;
+  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
+  tc->io = (tcp_io){.kind = TCP_KIND_CHANNEL, .fd = fd};
+  tc->ch = ch;
+  tc->tl = tl;
+  tc->has_fd = true;
+  tc->reading = auto_read != 0;
+  tc->recv_index = RECV_INITIAL;
+  return apply_stored_options(tc);
+}
+
+static int tcp_adopt(weft_channel *ch, intptr_t handle) {
+  int fd = (int)handle;
+  int err = channel_take_fd(ch, fd);
+  if (err == 0)
+    err = channel_update_interest(tcp_of(ch));
+  if (err < 0) {
+    tcp_channel *tc = tcp_of(ch);
+    if (tc->has_fd)
+      io_close(tc->tl, &tc->io); /* the core's close then finds fd -1 */
+    else
+      close(fd);
+  }
+  return err;
+}
+
+static void tcp_discard(intptr_t handle) { close((int)handle); }
+
+/* Starts a non-blocking connect to the first address of `ep` that gives a
+ * socket. */
+static int connect_start(weft_channel *ch, const struct addrinfo *ai) {
+  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  ai->ai_protocol);
+  if (fd < 0)
+    return neg_errno();
+  int err = channel_take_fd(ch, fd);
+  tcp_channel *tc = tcp_of(ch);
+  if (err < 0) {
+    if (!tc->has_fd)
+      close(fd); /* otherwise the caller's io_close releases it */
+    return err;
+  }
+  int rc;
+  do
+    rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+  while (rc < 0 && errno == EINTR);
+  if (rc < 0 && errno != EINPROGRESS)
+    return neg_errno();
+  tc->connecting = rc < 0;
+  err = channel_update_interest(tc);
+  if (err < 0)
+    return err;
+  if (!tc->connecting)
+    weft_channel_connected(ch, 0); /* loopback may connect at once */
+  return 0;
+}
+
+static int tcp_connect(weft_channel *ch, const weft_endpoint *ep) {
+  struct addrinfo *res;
+  int err = resolve(ep, false, &res);
+  if (err < 0)
+    return err;
+  err = res != NULL ? connect_start(ch, res) : WEFT_EADDRNOTAVAIL;
+  freeaddrinfo(res);
+  if (err < 0) {
+    tcp_channel *tc = tcp_of(ch);
+    if (tc->has_fd)
+      io_close(tc->tl, &tc->io);
+  }
+  return err;
+}
+
+/* Releases the socket; called once, by the core, when the channel closes. */
+static void tcp_close(weft_channel *ch) {
+  tcp_channel *tc = tcp_of(ch);
+  if (!tc->has_fd)
+    return;
+  io_close(tc->tl, &tc->io);
+  tc->want_out = tc->reading = tc->connecting = false;
+}
+
+static int tcp_set_read(weft_channel *ch, bool on) {
+  tcp_channel *tc = tcp_of(ch);
+  if (!tc->has_fd)
+    return 0; /* applied at adopt / connect from the channel's option */
+  tc->reading = on;
+  return channel_update_interest(tc);
+}
+
+static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
+                         bool peer) {
+  const tcp_channel *tc = tcp_of(ch);
+  if (!tc->has_fd || tc->io.fd < 0)
+    return WEFT_ENOTCONN;
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  int rc = peer ? getpeername(tc->io.fd, (struct sockaddr *)&ss, &sl)
+                : getsockname(tc->io.fd, (struct sockaddr *)&ss, &sl);
+  if (rc < 0)
+    return neg_errno();
+  return format_sockaddr(&ss, buf, len);
+}
+
+static int tcp_remote_address(const weft_channel *ch, char *buf, size_t len) {
+  return peer_or_local(ch, buf, len, true);
+}
+
+static int tcp_local_address(const weft_channel *ch, char *buf, size_t len) {
+  return peer_or_local(ch, buf, len, false);
+}
+
+const weft_transport_ops weft__transport_tcp = {
+    .name = "tcp",
+    .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
+            WEFT_TRANSPORT_CAP_SOCKET_OPTS,
+    .channel_priv_size = sizeof(tcp_channel),
+    .loop_init = tcp_loop_init,
+    .loop_fini = tcp_loop_fini,
+    .listen = tcp_listen,
+    .listen_close = tcp_listen_close,
+    .listen_address = tcp_listen_address,
+    .connect = tcp_connect,
+    .adopt = tcp_adopt,
+    .discard = tcp_discard,
+    .flush = tcp_flush,
+    .close = tcp_close,
+    .shutdown_output = tcp_shutdown_output,
+    .set_option = tcp_set_option,
+    .get_option = tcp_get_option,
+    .set_read = tcp_set_read,
+    .remote_address = tcp_remote_address,
+    .local_address = tcp_local_address,
+};
