@@ -1,0 +1,334 @@
+/* weft-echo: the smallest complete weft server and client.
+ *
+ *   weft-echo server [-c FILE] [-o section.key=value ...]
+ *   weft-echo client [-c FILE] [-o ...]      ping-pong against a server
+ *   weft-echo demo   [-c FILE] [-o ...]      both in one process
+ *
+ * The server's pipeline is one handler that writes back what it reads. The
+ * client opens [echo] connections channels, each sending a message of
+ * [echo] size bytes, waiting for all of it to come back, [echo] count times,
+ * and prints round-trip percentiles. The transport is the one in the config
+ * ([transport] name, or the scheme of [server] listen / [client] connect),
+ * so `-o transport.name=uring` swaps it without a code change.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <weft/weft.h>
+
+/* ---- configuration: weft's sections plus [echo] ---- */
+
+typedef struct echo_opts {
+  long size;        /* bytes per message */
+  long count;       /* round trips per connection */
+  long connections; /* client channels */
+} echo_opts;
+
+static int parse_long(const char *v, long min, long max, long *out) {
+  char *end;
+  long n = strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || n < min || n > max)
+    return WEFT_EINVAL;
+  *out = n;
+  return 0;
+}
+
+static int echo_section(void *arg, const char *section, const char *key,
+                        const char *value, char *err, size_t err_len) {
+  echo_opts *o = arg;
+  if (strcmp(section, "echo") != 0)
+    return WEFT_ENOENT;
+  long *field = strcmp(key, "size") == 0          ? &o->size
+                : strcmp(key, "count") == 0       ? &o->count
+                : strcmp(key, "connections") == 0 ? &o->connections
+                                                  : NULL;
+  if (field == NULL)
+    return WEFT_ENOENT;
+  long max = field == &o->size ? 16 << 20 : 100000000;
+  if (parse_long(value, 1, max, field) < 0) {
+    snprintf(err, err_len, "expected an integer from 1 to %ld", max);
+    return WEFT_EINVAL;
+  }
+  return 0;
+}
+
+static const char *const echo_keys[] = {"echo.size", "echo.count",
+                                        "echo.connections", NULL};
+
+static int load_config(int argc, char **argv, weft_config *cfg,
+                       echo_opts *o) {
+  char err[512];
+  weft_config_init(cfg);
+  *o = (echo_opts){.size = 16, .count = 10000, .connections = 1};
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-c") == 0 && i + 1 < argc &&
+        weft_config_load(cfg, argv[++i], echo_section, o, err, sizeof err) <
+            0) {
+      fprintf(stderr, "weft-echo: %s\n", err);
+      return -1;
+    }
+  }
+  if (weft_config_apply_env(cfg, echo_keys, echo_section, o, err,
+                            sizeof err) < 0) {
+    fprintf(stderr, "weft-echo: %s\n", err);
+    return -1;
+  }
+  for (int i = 0; i < argc; i++) {
+    if (strcmp(argv[i], "-o") != 0 || i + 1 >= argc)
+      continue;
+    char section[64], key[64], value[WEFT_CONFIG_URI_MAX];
+    if (sscanf(argv[++i], "%63[^.].%63[^=]=%299[^\n]", section, key, value) !=
+            3 ||
+        weft_config_set(cfg, "-o", section, key, value, echo_section, o, err,
+                        sizeof err) < 0) {
+      fprintf(stderr, "weft-echo: -o %s: %s\n", argv[i],
+              err[0] ? err : "expected section.key=value");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* ---- the server: one handler ---- */
+
+static void echo_read(weft_ctx *ctx, void *msg) {
+  weft_ctx_write(ctx, msg, WEFT_PROMISE_NONE); /* the buffer goes back out */
+}
+
+static void echo_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
+
+static const weft_handler echo_handler = {
+    .name = "echo", .channel_read = echo_read,
+    .channel_read_complete = echo_read_complete};
+
+static void server_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
+                         NULL);
+}
+
+static int start_server(weft_loop_group *group, const weft_config *cfg,
+                        weft_server **srv) {
+  char uri[WEFT_CONFIG_URI_MAX + 16];
+  weft_config_endpoint(cfg, cfg->listen, uri, sizeof uri);
+  weft_server_bootstrap sb = {.group = group, .listen = uri,
+                              .backlog = cfg->backlog,
+                              .child_init = server_init,
+                              .child_options = cfg->channel};
+  int rc = weft_server_bind(srv, &sb);
+  if (rc < 0)
+    fprintf(stderr, "weft-echo: cannot listen on %s: %s\n", uri,
+            weft_strerror(rc));
+  return rc;
+}
+
+/* ---- the client: ping-pong per channel ---- */
+
+typedef struct client_run {
+  echo_opts opts;
+  pthread_mutex_t lock;
+  pthread_cond_t done_cond;
+  long done;     /* channels finished */
+  long failed;   /* channels that failed */
+  uint64_t *rtt; /* all round trips, ns: connections * count */
+} client_run;
+
+typedef struct client_conn {
+  client_run *run;
+  long index;
+  long sent;      /* round trips started */
+  size_t pending; /* bytes of the current echo still to come */
+  uint64_t t0;
+} client_conn;
+
+static void conn_finish(client_conn *c, bool ok) {
+  client_run *run = c->run;
+  pthread_mutex_lock(&run->lock);
+  run->done++;
+  run->failed += !ok;
+  pthread_cond_signal(&run->done_cond);
+  pthread_mutex_unlock(&run->lock);
+}
+
+static void send_ping(weft_ctx *ctx, client_conn *c) {
+  weft_channel *ch = weft_ctx_channel(ctx);
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)),
+                               (size_t)c->run->opts.size);
+  if (b == NULL) {
+    weft_ctx_fire_exception_caught(ctx, WEFT_ENOMEM, "ping buffer");
+    return;
+  }
+  memset(b->base, 'p', (size_t)c->run->opts.size);
+  b->writer_index = (size_t)c->run->opts.size;
+  c->pending = (size_t)c->run->opts.size;
+  c->t0 = weft_now_ns();
+  weft_ctx_write_and_flush(ctx, b, WEFT_PROMISE_NONE);
+}
+
+static void client_active(weft_ctx *ctx) { send_ping(ctx, weft_ctx_state(ctx)); }
+
+static void client_read(weft_ctx *ctx, void *msg) {
+  client_conn *c = weft_ctx_state(ctx);
+  weft_buf *b = msg;
+  size_t n = weft_buf_readable(b);
+  weft_buf_release(b);
+  c->pending = n >= c->pending ? 0 : c->pending - n;
+  if (c->pending > 0)
+    return;
+  uint64_t rtt = weft_now_ns() - c->t0;
+  c->run->rtt[c->index * c->run->opts.count + c->sent] = rtt;
+  if (++c->sent < c->run->opts.count) {
+    send_ping(ctx, c);
+    return;
+  }
+  conn_finish(c, true);
+  c->run = NULL; /* finished: inactive must not count it again */
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static void client_inactive(weft_ctx *ctx) {
+  client_conn *c = weft_ctx_state(ctx);
+  if (c->run != NULL) {
+    fprintf(stderr, "weft-echo: connection %ld closed early\n", c->index);
+    conn_finish(c, false);
+    c->run = NULL;
+  }
+  weft_ctx_fire_channel_inactive(ctx);
+}
+
+static void client_removed(weft_ctx *ctx) { free(weft_ctx_state(ctx)); }
+
+static const weft_handler client_handler = {
+    .name = "ping", .channel_active = client_active,
+    .channel_read = client_read, .channel_inactive = client_inactive,
+    .handler_removed = client_removed};
+
+static void client_init(weft_channel *ch, void *arg) {
+  client_conn *c = arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "ping", &client_handler, c);
+}
+
+static void client_connected(weft_channel *ch, int status, void *arg) {
+  client_conn *c = arg;
+  if (status == 0)
+    return;
+  fprintf(stderr, "weft-echo: connect: %s\n", weft_strerror(status));
+  conn_finish(c, false);
+  c->run = NULL;
+  if (ch == NULL) /* no channel, so no handler_removed will free c */
+    free(c);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void print_rtts(uint64_t *rtt, size_t n, const echo_opts *o,
+                       const char *transport, int busy_poll_us) {
+  qsort(rtt, n, sizeof *rtt, cmp_u64);
+  double sum = 0;
+  for (size_t i = 0; i < n; i++)
+    sum += (double)rtt[i];
+  printf("weft-echo: %zu round trips of %ld B over %s, %ld connection(s), "
+         "busy_poll_us=%d\n",
+         n, o->size, transport, o->connections, busy_poll_us);
+  printf("  rtt us: p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  mean %.1f\n",
+         rtt[n / 2] / 1e3, rtt[n * 99 / 100] / 1e3, rtt[n * 999 / 1000] / 1e3,
+         rtt[n - 1] / 1e3, sum / (double)n / 1e3);
+}
+
+static int run_client(weft_loop_group *group, const weft_config *cfg,
+                      const echo_opts *o, const char *uri) {
+  client_run run = {.opts = *o, .lock = PTHREAD_MUTEX_INITIALIZER,
+                    .done_cond = PTHREAD_COND_INITIALIZER};
+  run.rtt = calloc((size_t)(o->connections * o->count), sizeof *run.rtt);
+  if (run.rtt == NULL)
+    return WEFT_ENOMEM;
+  for (long i = 0; i < o->connections; i++) {
+    client_conn *c = calloc(1, sizeof *c);
+    *c = (client_conn){.run = &run, .index = i};
+    weft_bootstrap b = {.group = group, .connect = uri, .init = client_init,
+                        .init_arg = c, .options = cfg->channel,
+                        .on_connect = client_connected, .connect_arg = c};
+    if (weft_bootstrap_connect(&b) < 0) {
+      free(c);
+      run.done++, run.failed++;
+    }
+  }
+  pthread_mutex_lock(&run.lock);
+  while (run.done < o->connections)
+    pthread_cond_wait(&run.done_cond, &run.lock);
+  pthread_mutex_unlock(&run.lock);
+  if (run.failed == 0)
+    print_rtts(run.rtt, (size_t)(o->connections * o->count), o, uri,
+               cfg->loop.busy_poll_us);
+  free(run.rtt);
+  return run.failed == 0 ? 0 : WEFT_ECONNABORTED;
+}
+
+/* ---- main ---- */
+
+static volatile sig_atomic_t stop_signal;
+static void on_signal(int sig) { stop_signal = sig; }
+
+static int usage(void) {
+  fprintf(stderr, "usage: weft-echo server|client|demo [-c FILE] "
+                  "[-o section.key=value ...]\n");
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2)
+    return usage();
+  const char *mode = argv[1];
+  bool server = strcmp(mode, "server") == 0, client = !strcmp(mode, "client"),
+       demo = !strcmp(mode, "demo");
+  if (!server && !client && !demo)
+    return usage();
+  weft_config cfg;
+  echo_opts opts;
+  if (load_config(argc - 2, argv + 2, &cfg, &opts) < 0)
+    return 2;
+  weft_loop_group *group;
+  int rc = weft_loop_group_new(&group, &cfg.loop);
+  if (rc == 0)
+    rc = weft_loop_group_start(group);
+  if (rc < 0) {
+    fprintf(stderr, "weft-echo: loops: %s\n", weft_strerror(rc));
+    return 1;
+  }
+  weft_server *srv = NULL;
+  char uri[WEFT_CONFIG_URI_MAX + 16];
+  if (server || demo) {
+    if (demo) /* any free port, on loopback */
+      weft_config_set(&cfg, "demo", "server", "listen", "127.0.0.1:0", NULL,
+                      NULL, uri, sizeof uri);
+    if ((rc = start_server(group, &cfg, &srv)) < 0)
+      goto out;
+    weft_server_address(srv, uri, sizeof uri);
+    fprintf(stderr, "weft-echo: listening on %s\n", uri);
+  } else {
+    weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri);
+  }
+  if (server) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    while (!stop_signal)
+      pause();
+  } else {
+    rc = run_client(group, &cfg, &opts, uri);
+  }
+out:
+  if (srv != NULL)
+    weft_server_close(srv);
+  weft_loop_group_stop(group);
+  int join = weft_loop_group_join(group);
+  weft_loop_group_free(group);
+  return rc < 0 || join < 0 ? 1 : 0;
+}
