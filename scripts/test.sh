@@ -16,6 +16,8 @@ run_suite() { # NAME CMAKE-ARGS... ; builds into build/NAME and runs ctest
 }
 
 run_suite default -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "=== weft tests: install, then build a user's program with pkg-config and CMake ==="
+tests/consumer/check.sh build/default
 if [ "${1:-}" != "--quick" ]; then
   # Debug build type keeps asserts and the buffer leak detector on.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
