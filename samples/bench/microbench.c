@@ -8,15 +8,21 @@
  *   malloc+free         the C library doing the same sizes;
  *   loop execute        another thread queues N tasks with weft_loop_execute;
  *                       time until the loop has run all N (an atomic counter);
+ *   mutex queue         the peer of loop execute: the same handoff through
+ *                       a mutex-protected list to a thread that polls it;
  *   timer start+stop    on the loop thread, N start+stop pairs with random
- *                       delays among 1024 other active timers.
+ *                       delays among 1024 other active timers, beside
+ *   timerfd arm+disarm  the kernel's timer doing the same (two syscalls).
  *
  * Every benchmark runs REPS times, interleaved (run 1 of each, then run 2 of
  * each, ...) so a noisy neighbour hurts all of them alike; the table shows
  * the median and the spread (min..max). Numbers from a shared 2-core machine
  * are indications, not results: compare rows of one run, not runs.
  */
+#include <pthread.h>
 #include <sched.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -179,6 +185,96 @@ static double bench_timer_start_stop(bench_env *env, size_t size,
   return job.ns_per_op;
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Peer of execute: a mutex-protected FIFO drained by a polling thread       */
+
+typedef struct mq_node {
+  struct mq_node *next;
+} mq_node;
+
+static struct {
+  pthread_mutex_t lock;
+  mq_node *head, *tail;
+  _Atomic bool stop;
+  _Atomic size_t consumed;
+} mq = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Takes the whole list under the lock, then frees it outside, as a loop
+ * would run its tasks; yields when empty, as a busy loop polls. */
+static void *mq_consumer(void *arg) {
+  (void)arg;
+  while (!atomic_load_explicit(&mq.stop, memory_order_relaxed)) {
+    pthread_mutex_lock(&mq.lock);
+    mq_node *n = mq.head;
+    mq.head = mq.tail = NULL;
+    pthread_mutex_unlock(&mq.lock);
+    if (n == NULL) {
+      sched_yield();
+      continue;
+    }
+    size_t count = 0;
+    while (n != NULL) {
+      mq_node *next = n->next;
+      free(n);
+      n = next;
+      count++;
+    }
+    atomic_fetch_add_explicit(&mq.consumed, count, memory_order_relaxed);
+  }
+  return NULL;
+}
+
+static double bench_mutex_queue(bench_env *env, size_t size, size_t iters) {
+  (void)env, (void)size;
+  pthread_t consumer;
+  atomic_store(&mq.stop, false);
+  atomic_store(&mq.consumed, 0);
+  if (pthread_create(&consumer, NULL, mq_consumer, NULL) != 0)
+    return -1;
+  uint64_t t0 = weft_now_ns();
+  for (size_t i = 0; i < iters; i++) {
+    mq_node *n = malloc(sizeof *n);
+    n->next = NULL;
+    pthread_mutex_lock(&mq.lock);
+    if (mq.tail != NULL)
+      mq.tail->next = n;
+    else
+      mq.head = n;
+    mq.tail = n;
+    pthread_mutex_unlock(&mq.lock);
+  }
+  while (atomic_load_explicit(&mq.consumed, memory_order_relaxed) < iters)
+    sched_yield();
+  double ns = (double)(weft_now_ns() - t0) / (double)iters;
+  atomic_store(&mq.stop, true);
+  pthread_join(consumer, NULL);
+  return ns;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Peer of the timer heap: a timerfd armed and disarmed                      */
+
+static double bench_timerfd(bench_env *env, size_t size, size_t iters) {
+  (void)env, (void)size;
+  int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  struct itimerspec off = {0};
+  uint64_t t0 = weft_now_ns();
+  for (size_t i = 0; i < iters; i++) {
+    uint64_t ns = 1000 + xorshift64(&rng) % 1000000000ull;
+    struct itimerspec on = {.it_value = {(time_t)(ns / 1000000000u),
+                                         (long)(ns % 1000000000u)}};
+    timerfd_settime(fd, 0, &on, NULL);
+    timerfd_settime(fd, 0, &off, NULL);
+  }
+  double r = (double)(weft_now_ns() - t0) / (double)iters;
+  close(fd);
+  return r;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Table of benchmarks, setup, statistics, output                            */
 
@@ -192,8 +288,10 @@ static const bench benches[] = {
      400000},
     {"malloc+free 16 KiB", bench_malloc_free, 16384, 4000000, 400000},
     {"loop execute (other thread)", bench_loop_execute, 0, 1000000, 100000},
+    {"mutex queue (other thread)", bench_mutex_queue, 0, 1000000, 100000},
     {"timer start+stop (1024 active)", bench_timer_start_stop, 0, 1000000,
      100000},
+    {"timerfd arm+disarm", bench_timerfd, 0, 1000000, 100000},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
