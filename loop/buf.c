@@ -40,7 +40,8 @@ static unsigned size_class_of(size_t capacity) {
   if (capacity <= WEFT_POOL_MIN_CLASS)
     return 0;
   /* bits = ceil(log2(capacity)); classes step by two bits from 2^6. */
-  unsigned bits = 64u - (unsigned)__builtin_clzll((unsigned long long)capacity - 1);
+  unsigned bits =
+      64u - (unsigned)__builtin_clzll((unsigned long long)capacity - 1);
   return (bits - 6 + 1) / 2;
 }
 

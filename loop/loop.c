@@ -270,8 +270,10 @@ static void setup_thread(weft_loop *loop) {
     CPU_SET(loop->pin_cpu, &set);
     err = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
     if (err != 0)
-      weft_log(WEFT_LOG_WARN, "loop %d: cannot pin to CPU %d: %s; running "
-               "unpinned", loop->index, loop->pin_cpu, weft_strerror(-err));
+      weft_log(WEFT_LOG_WARN,
+               "loop %d: cannot pin to CPU %d: %s; running "
+               "unpinned",
+               loop->index, loop->pin_cpu, weft_strerror(-err));
   }
 }
 
@@ -397,9 +399,9 @@ int weft_loop_key_create(void) {
   do {
     if (key >= WEFT_LOOP_MAX_KEYS)
       return WEFT_ENOSPC;
-  } while (!atomic_compare_exchange_weak_explicit(
-      &keys_created, &key, key + 1, memory_order_relaxed,
-      memory_order_relaxed));
+  } while (!atomic_compare_exchange_weak_explicit(&keys_created, &key, key + 1,
+                                                  memory_order_relaxed,
+                                                  memory_order_relaxed));
   return key;
 }
 
@@ -472,8 +474,8 @@ int weft_loop_remove_source(weft_loop *loop, weft_source *src) {
     /* Failure is harmless: if the owner already closed the fd, the kernel
      * dropped it from the epoll set with its last reference. */
     if (epoll_ctl(loop->epfd, EPOLL_CTL_DEL, src->fd, NULL) < 0)
-      weft_log(WEFT_LOG_DEBUG, "source %s: epoll_ctl(DEL): %s",
-               src->ops->name, weft_strerror(-errno));
+      weft_log(WEFT_LOG_DEBUG, "source %s: epoll_ctl(DEL): %s", src->ops->name,
+               weft_strerror(-errno));
     /* Events of this epoll batch not dispatched yet must not reach a
      * source its owner may free as soon as we return. */
     for (int i = 0; i < loop->n_ready; i++)

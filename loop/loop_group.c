@@ -38,8 +38,7 @@ void weft_loop_options_init(weft_loop_options *opts) {
 static int check_options(const weft_loop_options *o) {
   if (o->n_loops < 0 || o->busy_poll_us < -1 || o->poll_budget <= 0)
     return WEFT_EINVAL;
-  if (o->name == NULL || o->name[0] == '\0' ||
-      strlen(o->name) > NAME_MAX_CHARS)
+  if (o->name == NULL || o->name[0] == '\0' || strlen(o->name) > NAME_MAX_CHARS)
     return WEFT_EINVAL;
   return 0;
 }
@@ -177,7 +176,7 @@ void weft_loop_group_free(weft_loop_group *group) {
     /* A contract breach (free before join), but stopping and joining here
      * beats freeing memory that running threads use. */
     weft_log(WEFT_LOG_WARN, "weft_loop_group_free: group not joined; "
-             "stopping it first");
+                            "stopping it first");
     weft_loop_group_stop(group);
     weft_loop_group_join(group);
   }

@@ -43,9 +43,8 @@ typedef struct weft__loop_counters {
  * see each value whole because the field is atomic.
  */
 static inline void weft__stat_add(_Atomic uint64_t *c, uint64_t n) {
-  atomic_store_explicit(
-      c, atomic_load_explicit(c, memory_order_relaxed) + n,
-      memory_order_relaxed);
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                        memory_order_relaxed);
 }
 
 /** A close hook (weft_loop_on_close), in a LIFO list. */
@@ -64,24 +63,24 @@ typedef enum weft__loop_state {
 
 struct weft_loop {
   /* Loop thread only. */
-  int epfd;                   /* sources' fds and wakeup_fd */
-  weft_source *sources;       /* registration order */
+  int epfd;             /* sources' fds and wakeup_fd */
+  weft_source *sources; /* registration order */
   weft_source *sources_tail;
-  weft_source *poll_cursor;   /* next source to poll: removal moves it */
+  weft_source *poll_cursor; /* next source to poll: removal moves it */
   struct epoll_event ready[WEFT__MAX_EVENTS]; /* last epoll batch */
-  int n_ready;                /* entries in `ready` being dispatched */
+  int n_ready; /* entries in `ready` being dispatched */
   weft__timer_heap timers;
-  uint64_t last_active_ns;    /* when an iteration last found work */
-  int poll_budget;            /* events per source poll */
+  uint64_t last_active_ns; /* when an iteration last found work */
+  int poll_budget;         /* events per source poll */
   void *locals[WEFT_LOOP_MAX_KEYS];
   weft__close_hook *close_hooks; /* newest first */
-  _Atomic(weft_pool *) pool;  /* exists while the thread runs; atomic
-                                 because weft_loop_pool() reads it from
-                                 any thread */
-  size_t leaks;               /* buffers the pool reported at destroy */
+  _Atomic(weft_pool *) pool;     /* exists while the thread runs; atomic
+                                    because weft_loop_pool() reads it from
+                                    any thread */
+  size_t leaks;                  /* buffers the pool reported at destroy */
 
   /* Shared with producers (weft_loop_execute, pool remote notify, stop). */
-  int wakeup_fd;              /* eventfd, EFD_NONBLOCK */
+  int wakeup_fd; /* eventfd, EFD_NONBLOCK */
   weft__task_queue tasks;
   _Atomic bool sleeping;      /* the loop is in (or about to enter) epoll */
   _Atomic int wakeup_pending; /* 1 = wakeup_fd written and not yet read */
@@ -90,20 +89,20 @@ struct weft_loop {
   _Atomic int inflight;       /* producers between closed check and push */
   _Atomic bool closed;        /* execute refuses from now on */
   _Atomic bool stop_requested;
-  _Atomic int busy_poll_us;   /* in microseconds, -1 = never block */
-  _Atomic int state;          /* weft__loop_state */
-  _Atomic pid_t tid;          /* the loop thread's kernel id, 0 until set */
+  _Atomic int busy_poll_us; /* in microseconds, -1 = never block */
+  _Atomic int state;        /* weft__loop_state */
+  _Atomic pid_t tid;        /* the loop thread's kernel id, 0 until set */
   weft__loop_counters stats;
 
   /* Set at creation, then read-only. */
   int index;
   weft_loop_group *group;
   pthread_t thread;
-  bool thread_started;        /* creator's view: pthread_create succeeded */
-  int pin_cpu;                /* CPU to pin to, -1 = do not pin */
+  bool thread_started; /* creator's view: pthread_create succeeded */
+  int pin_cpu;         /* CPU to pin to, -1 = do not pin */
   char thread_name[16];
-  weft_loop *attached_prev;   /* weft__loop_attach: the thread's previous
-                                 current loop, restored by detach */
+  weft_loop *attached_prev; /* weft__loop_attach: the thread's previous
+                               current loop, restored by detach */
 };
 
 /**

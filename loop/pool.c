@@ -141,8 +141,7 @@ size_t weft_pool_destroy(weft_pool *pool) {
   if (leaks > 0)
     weft_log(WEFT_LOG_WARN, "buffer pool destroyed with %zu leaked buffer%s%s",
              leaks, leaks == 1 ? "" : "s",
-             pool->leak_detect ? ""
-                               : " (leak detection is off: no locations)");
+             pool->leak_detect ? "" : " (leak detection is off: no locations)");
   free_slabs(pool);
   free_header_chunks(pool);
   free(pool);
@@ -179,14 +178,14 @@ void weft_pool_stats_get(const weft_pool *pool, weft_pool_stats *out) {
 static int register_slab(weft_pool *pool, weft__slab *slab) {
   for (int h = 0; h < pool->nhooks; h++) {
     const struct weft__slab_hook *hook = &pool->hooks[h];
-    int err = hook->reg(hook->arg, slab->data, slab->data_bytes,
-                        &slab->keys[h]);
+    int err =
+        hook->reg(hook->arg, slab->data, slab->data_bytes, &slab->keys[h]);
     if (err < 0) {
       slab->keys[h] = WEFT_MEM_KEY_NONE;
       for (int u = h - 1; u >= 0; u--) {
         if (pool->hooks[u].unreg != NULL)
-          pool->hooks[u].unreg(pool->hooks[u].arg, slab->data,
-                               slab->data_bytes, slab->keys[u]);
+          pool->hooks[u].unreg(pool->hooks[u].arg, slab->data, slab->data_bytes,
+                               slab->keys[u]);
         slab->keys[u] = WEFT_MEM_KEY_NONE;
       }
       return err;

@@ -52,8 +52,8 @@ struct weft__slab {
   uint8_t *data;           /* page-aligned, nblocks * block bytes */
   size_t data_bytes;       /* registered length */
   size_t nblocks;
-  size_t carved;  /* blocks handed out at least once; headers[carved..] are
-                     untouched, so a new slab costs no O(nblocks) setup */
+  size_t carved; /* blocks handed out at least once; headers[carved..] are
+                    untouched, so a new slab costs no O(nblocks) setup */
   uint8_t size_class;
   uint64_t keys[WEFT_POOL_MAX_HOOKS]; /* WEFT_MEM_KEY_NONE if unregistered */
   weft_buf headers[];
@@ -83,7 +83,8 @@ struct weft_pool {
   weft_buf *live; /* head of the live list (TRACKED buffers) */
   struct weft__slab_hook hooks[WEFT_POOL_MAX_HOOKS];
   int nhooks;
-  void (*notify)(void *arg); /* remote notify, see weft_pool_set_remote_notify */
+  void (*notify)(
+      void *arg); /* remote notify, see weft_pool_set_remote_notify */
   void *notify_arg;
   weft_pool_stats stats; /* owner-only counters */
   /* Buffers released on other threads; the only field they write. */

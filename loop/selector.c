@@ -102,19 +102,21 @@ static bool arm_sources(weft_loop *loop) {
 /* epoll with a nanosecond timeout (NULL = forever). */
 static int epoll_wait_ns(weft_loop *loop, const struct timespec *timeout) {
   if (!atomic_load_explicit(&no_epoll_pwait2, memory_order_relaxed)) {
-    int n = epoll_pwait2(loop->epfd, loop->ready, WEFT__MAX_EVENTS, timeout,
-                         NULL);
+    int n =
+        epoll_pwait2(loop->epfd, loop->ready, WEFT__MAX_EVENTS, timeout, NULL);
     if (n >= 0 || (errno != ENOSYS && errno != EPERM))
       return n;
     atomic_store_explicit(&no_epoll_pwait2, 1, memory_order_relaxed);
-    weft_log(WEFT_LOG_DEBUG, "epoll_pwait2 unavailable (%s); timer deadlines "
-             "round up to milliseconds", weft_strerror(-errno));
+    weft_log(WEFT_LOG_DEBUG,
+             "epoll_pwait2 unavailable (%s); timer deadlines "
+             "round up to milliseconds",
+             weft_strerror(-errno));
   }
   int ms = -1;
   if (timeout != NULL) {
     /* Round up: waking early would only spin until the deadline. */
-    uint64_t ns = (uint64_t)timeout->tv_sec * 1000000000u +
-                  (uint64_t)timeout->tv_nsec;
+    uint64_t ns =
+        (uint64_t)timeout->tv_sec * 1000000000u + (uint64_t)timeout->tv_nsec;
     uint64_t up = (ns + 999999u) / 1000000u;
     ms = up > INT_MAX ? INT_MAX : (int)up;
   }

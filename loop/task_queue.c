@@ -48,8 +48,7 @@ weft__tq_status weft__task_queue_pop(weft__task_queue *q, weft__task *mark,
     if (next == NULL) {
       /* Head still at the stub: really empty. Head elsewhere: a producer
        * exchanged head but has not linked stub->next yet. */
-      return atomic_load(&q->head) == stub ? WEFT__TQ_EMPTY
-                                           : WEFT__TQ_PENDING;
+      return atomic_load(&q->head) == stub ? WEFT__TQ_EMPTY : WEFT__TQ_PENDING;
     }
     /* Skip the stub; it is not a task. */
     q->tail = next;

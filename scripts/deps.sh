@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
-      liburing-dev clang)
+      liburing-dev clang clang-format)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 
 JOBS=$(nproc)
+echo "=== weft tests: clang-format (.clang-format) ==="
+git ls-files '*.c' '*.h' | xargs clang-format --dry-run --Werror
+
 run_suite() { # NAME CMAKE-ARGS... ; builds into build/NAME and runs ctest
   local name=$1; shift
   echo "=== weft tests: $name ==="

@@ -136,8 +136,7 @@ struct affinity {
 static void read_affinity(void *arg) {
   struct affinity *a = arg;
   cpu_set_t set;
-  ck_assert_int_eq(
-      pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
+  ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
   a->n_cpus = CPU_COUNT(&set);
   a->cpu = -1;
   for (int c = 0; c < CPU_SETSIZE; c++)
@@ -312,8 +311,13 @@ START_TEST(loop_group_current_and_in_loop) {
   ck_assert_int_eq(weft_loop_group_start(g), 0);
   ck_assert_ptr_null(weft_loop_current());
   ck_assert(!weft_loop_in_loop(weft_loop_group_get(g, 0)));
-  struct whoami w = {weft_loop_group_get(g, 0), weft_loop_group_get(g, 1),
-                     NULL, false, true, 0, g};
+  struct whoami w = {weft_loop_group_get(g, 0),
+                     weft_loop_group_get(g, 1),
+                     NULL,
+                     false,
+                     true,
+                     0,
+                     g};
   run_on(w.self, whoami_task, &w);
   ck_assert_ptr_eq(w.current, w.self);
   ck_assert(w.in_self);

@@ -12,9 +12,9 @@
 /* A recording handler: appends "<name>:<event>" to a shared trace. */
 typedef struct recorder {
   const char *name;
-  char *trace; /* shared, 4 KiB */
+  char *trace;                /* shared, 4 KiB */
   const char *remove_on_read; /* name of a handler to remove on read */
-  bool consume_reads;          /* release instead of forwarding */
+  bool consume_reads;         /* release instead of forwarding */
 } recorder;
 
 static void trace(weft_ctx *ctx, const char *event) {
@@ -37,8 +37,8 @@ static void rec_read(weft_ctx *ctx, void *msg) {
   recorder *r = weft_ctx_state(ctx);
   trace(ctx, "read");
   if (r->remove_on_read != NULL)
-    ck_assert_int_eq(weft_pipeline_remove(weft_ctx_pipeline(ctx),
-                                          r->remove_on_read), 0);
+    ck_assert_int_eq(
+        weft_pipeline_remove(weft_ctx_pipeline(ctx), r->remove_on_read), 0);
   if (r->consume_reads)
     weft_msg_release(msg);
   else
@@ -131,9 +131,8 @@ START_TEST(pipeline_ctx_write_starts_below_its_handler) {
   weft_embedded *e;
   ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
   trace_buf[0] = '\0';
-  weft_ctx *logic =
-      weft_pipeline_context(weft_channel_pipeline(weft_embedded_channel(e)),
-                            "logic");
+  weft_ctx *logic = weft_pipeline_context(
+      weft_channel_pipeline(weft_embedded_channel(e)), "logic");
   ck_assert_ptr_nonnull(logic);
   weft_ctx_write_and_flush(logic, bytes(e, "z"), WEFT_PROMISE_NONE);
   ck_assert_str_eq(trace_buf, "2:write 2:flush ");
@@ -218,20 +217,20 @@ static void on_writability(weft_ctx *ctx, bool writable) {
   writability_trace[writability_events++] = writable;
   weft_ctx_fire_writability_changed(ctx, writable);
 }
-static const weft_handler writability_h = {.name = "w",
-                                           .writability_changed =
-                                               on_writability};
+static const weft_handler writability_h = {
+    .name = "w", .writability_changed = on_writability};
 
 static void init_writability(weft_channel *ch, void *arg) {
   (void)arg;
   weft_pipeline_add_last(weft_channel_pipeline(ch), "w", &writability_h, NULL);
   /* a high watermark below the current low one is refused */
-  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK,
-                                           1000), WEFT_EINVAL);
-  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK,
-                                           500), 0);
-  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK,
-                                           1000), 0);
+  ck_assert_int_eq(
+      weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK, 1000),
+      WEFT_EINVAL);
+  ck_assert_int_eq(
+      weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK, 500), 0);
+  ck_assert_int_eq(
+      weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK, 1000), 0);
 }
 
 static weft_buf *filled(weft_embedded *e, size_t n) {
@@ -264,8 +263,9 @@ START_TEST(pipeline_watermarks_have_hysteresis) {
   ck_assert(writability_trace[1]);
   weft_embedded_set_write_limit(e, SIZE_MAX);
   ck_assert_uint_eq(weft_channel_pending_bytes(ch), 0);
-  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK,
-                                           5000), WEFT_EINVAL);
+  ck_assert_int_eq(
+      weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK, 5000),
+      WEFT_EINVAL);
   release_all_outbound(e);
   ck_assert_uint_eq(weft_embedded_finish(e), 0);
 }
@@ -300,7 +300,10 @@ START_TEST(pipeline_promises_report_sent_and_closed) {
 END_TEST
 
 /* A message that is not a weft_buf must not reach the transport. */
-static void free_plain(void *msg) { (void)msg; promise_calls += 100; }
+static void free_plain(void *msg) {
+  (void)msg;
+  promise_calls += 100;
+}
 static const weft_msg_type plain_type = {"plain", free_plain};
 
 START_TEST(pipeline_head_refuses_non_buffer_message) {

@@ -73,9 +73,9 @@ END_TEST
 
 START_TEST(pool_size_class_rounding) {
   static const size_t cases[][2] = {
-      {0, 64},        {1, 64},         {64, 64},        {65, 256},
-      {256, 256},     {257, 1024},     {1024, 1024},    {1025, 4096},
-      {4096, 4096},   {4097, 16384},   {16384, 16384},  {16385, 65536},
+      {0, 64},        {1, 64},       {64, 64},       {65, 256},
+      {256, 256},     {257, 1024},   {1024, 1024},   {1025, 4096},
+      {4096, 4096},   {4097, 16384}, {16384, 16384}, {16385, 65536},
       {65536, 65536},
   };
   weft_pool *pool = new_pool();
@@ -165,7 +165,7 @@ END_TEST
 
 struct hook_log {
   int regs, unregs;
-  int fail_from;   /* reg calls with index >= this fail (-1: never) */
+  int fail_from; /* reg calls with index >= this fail (-1: never) */
   uint64_t key_base;
   void *bases[MAX_REGS];
   size_t lens[MAX_REGS];
@@ -420,8 +420,8 @@ START_TEST(pool_remote_release_slice_and_wrap_on_owner) {
   wrap_owner = pthread_self();
   atomic_store(&wrap_frees_on_owner, 0);
   uint8_t ext[64];
-  weft_buf *w = weft_buf_wrap(pool, ext, sizeof ext, 64, wrap_free_on_owner,
-                              NULL);
+  weft_buf *w =
+      weft_buf_wrap(pool, ext, sizeof ext, 64, wrap_free_on_owner, NULL);
   ck_assert_ptr_nonnull(w);
   weft_buf *root = weft_buf_alloc(pool, 64);
   ck_assert_ptr_nonnull(root);
@@ -492,8 +492,8 @@ START_TEST(pool_remote_release_many_threads) {
     ck_assert_int_eq(pthread_join(tids[t], NULL), 0);
   /* Every thread read every value intact: no block was reused early. */
   for (int t = 0; t < THREADS; t++)
-    ck_assert_uint_eq(jobs[t].sum, (uint64_t)PER_THREAD_BUFS *
-                                       (PER_THREAD_BUFS - 1) / 2);
+    ck_assert_uint_eq(jobs[t].sum,
+                      (uint64_t)PER_THREAD_BUFS * (PER_THREAD_BUFS - 1) / 2);
   weft_pool_stats st = stats_of(pool);
   ck_assert_uint_eq(st.live, 0);
   ck_assert_uint_eq(st.remote_frees, PER_THREAD_BUFS);

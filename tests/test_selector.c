@@ -77,20 +77,20 @@ static uint64_t loop_sleeps(weft_loop *loop) {
 struct tsrc {
   weft_source src;
   weft_loop *loop;
-  int wfd;                   /* write end (pipe), else == src.fd */
+  int wfd; /* write end (pipe), else == src.fd */
   _Atomic int polls;
-  _Atomic int handled;       /* events consumed by poll */
+  _Atomic int handled;                /* events consumed by poll */
   _Atomic uint64_t sleeps_at_handled; /* loop's sleeps when first handled */
   _Atomic int arms;
-  int refuse_arms;           /* arm returns 1 this many times */
+  int refuse_arms; /* arm returns 1 this many times */
   int polls_at_last_arm;
   _Atomic int arm_without_poll; /* arm called twice with no poll between */
   _Atomic int wakeups;
   _Atomic uint32_t wake_events;
   int max_per_poll;
-  int poll_error;            /* poll returns this if non-zero */
-  int remove_self;           /* poll removes its own source */
-  struct tsrc *victim;       /* poll / wakeup removes this one */
+  int poll_error;      /* poll returns this if non-zero */
+  int remove_self;     /* poll removes its own source */
+  struct tsrc *victim; /* poll / wakeup removes this one */
 };
 
 static void note_handled(struct tsrc *t, int n) {
@@ -142,8 +142,8 @@ static int pipe_poll(weft_source *src, int budget) {
   struct tsrc *t = src->data;
   atomic_fetch_add(&t->polls, 1);
   char buf[1024];
-  ssize_t n = read(src->fd, buf, (size_t)budget < sizeof buf ? (size_t)budget
-                                                             : sizeof buf);
+  ssize_t n = read(src->fd, buf,
+                   (size_t)budget < sizeof buf ? (size_t)budget : sizeof buf);
   if (n <= 0)
     return 0;
   if (n > t->max_per_poll)

@@ -142,7 +142,8 @@ static void *producer(void *arg) {
   for (uintptr_t i = 0; i < PER_PRODUCER; i++) {
     int err;
     /* ENOMEM is not expected; anything but 0 fails the test below. */
-    err = weft_loop_execute(loop, order_task, (void *)(((uintptr_t)p << 24) | i));
+    err =
+        weft_loop_execute(loop, order_task, (void *)(((uintptr_t)p << 24) | i));
     if (err != 0)
       order.errors[p] += 1000000;
   }
@@ -153,8 +154,8 @@ START_TEST(task_queue_execute_per_producer_fifo_four_threads) {
   order_group = new_group(2);
   pthread_t th[PRODUCERS];
   for (int p = 0; p < PRODUCERS; p++)
-    ck_assert_int_eq(pthread_create(&th[p], NULL, producer, (void *)(intptr_t)p),
-                     0);
+    ck_assert_int_eq(
+        pthread_create(&th[p], NULL, producer, (void *)(intptr_t)p), 0);
   for (int p = 0; p < PRODUCERS; p++)
     pthread_join(th[p], NULL);
   /* The graceful stop runs everything queued; join orders the loops'
@@ -181,8 +182,8 @@ END_TEST
 struct self_exec {
   weft_loop *loop;
   _Atomic int second_ran;
-  int second_ran_inline;     /* second_ran as seen right after execute */
-  uint64_t first_iteration;  /* stats.iterations seen by each task */
+  int second_ran_inline;    /* second_ran as seen right after execute */
+  uint64_t first_iteration; /* stats.iterations seen by each task */
   uint64_t second_iteration;
   int execute_result;
   _Atomic int done;
@@ -237,10 +238,10 @@ END_TEST
 
 struct stop_state {
   weft_loop *loop;
-  _Atomic int gate;      /* the blocker waits until this is 1 */
-  _Atomic int blocking;  /* the blocker is running */
-  int counted;           /* tasks run (loop thread only) */
-  int counted_at_hook;   /* `counted` when the close hook ran */
+  _Atomic int gate;     /* the blocker waits until this is 1 */
+  _Atomic int blocking; /* the blocker is running */
+  int counted;          /* tasks run (loop thread only) */
+  int counted_at_hook;  /* `counted` when the close hook ran */
   int hook_task_ran;
 };
 

@@ -70,7 +70,7 @@ static void run_on_loop(void (*fn)(void *), void *arg) {
 
 struct fired_log {
   weft_timer timers[N_TIMERS];
-  int order[N_TIMERS];        /* timer index per firing */
+  int order[N_TIMERS];         /* timer index per firing */
   uint64_t deadline[N_TIMERS]; /* deadline of each firing */
   uint64_t seq[N_TIMERS];
   uint64_t fired_at[N_TIMERS];
@@ -166,8 +166,7 @@ START_TEST(timer_fire_equal_deadlines_start_order) {
   for (int i = 0; i < 8; i++) {
     weft_timer_init(l, &t[i]);
     ck_assert_int_eq(
-        weft_timer_start(&t[i], UINT64_MAX, 0, tie_cb, (void *)(intptr_t)i),
-        0);
+        weft_timer_start(&t[i], UINT64_MAX, 0, tie_cb, (void *)(intptr_t)i), 0);
   }
   weft_timer_stop(&t[3]);
   /* Restarting moves a timer behind the others with the same deadline. */
@@ -303,8 +302,8 @@ static void periodic_restart_cb(void *arg) {
   r->count++;
   /* A periodic timer turned into a one-shot from its own callback. */
   if (r->count == 2)
-    r->restart_result |= weft_timer_start(&r->t, 1 * MS, 0, periodic_restart_cb,
-                                          r);
+    r->restart_result |=
+        weft_timer_start(&r->t, 1 * MS, 0, periodic_restart_cb, r);
   if (r->count == 3)
     atomic_store(&r->done, 1);
 }

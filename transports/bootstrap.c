@@ -45,7 +45,9 @@ static void loop_call_task(void *arg) {
 int weft__loop_call(weft_loop *loop, int (*fn)(void *), void *arg) {
   if (weft_loop_in_loop(loop))
     return fn(arg);
-  loop_call c = {.fn = fn, .arg = arg, .lock = PTHREAD_MUTEX_INITIALIZER,
+  loop_call c = {.fn = fn,
+                 .arg = arg,
+                 .lock = PTHREAD_MUTEX_INITIALIZER,
                  .cond = PTHREAD_COND_INITIALIZER};
   int rc = weft_loop_execute(loop, loop_call_task, &c);
   if (rc < 0)
@@ -62,8 +64,10 @@ int weft__loop_call(weft_loop *loop, int (*fn)(void *), void *arg) {
 /* ---- channel options ---- */
 
 void weft_channel_config_init(weft_channel_config *cfg) {
-  *cfg = (weft_channel_config){.tcp_nodelay = -1, .so_sndbuf = -1,
-                               .so_rcvbuf = -1, .so_keepalive = -1,
+  *cfg = (weft_channel_config){.tcp_nodelay = -1,
+                               .so_sndbuf = -1,
+                               .so_rcvbuf = -1,
+                               .so_keepalive = -1,
                                .write_low_watermark = -1,
                                .write_high_watermark = -1,
                                .connect_timeout_ms = -1};
@@ -145,7 +149,8 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
     rc = WEFT_ENOTSUP;
     goto failed_resolve;
   }
-  *srv = (weft_server){.group = b->group, .ep = srv->ep,
+  *srv = (weft_server){.group = b->group,
+                       .ep = srv->ep,
                        .backlog = b->backlog > 0 ? b->backlog : 511,
                        .child_init = b->child_init,
                        .child_init_arg = b->child_init_arg,
@@ -234,7 +239,8 @@ void weft_listener_accepted(weft_listener *l, intptr_t handle) {
   }
   *t = (adopt_task){.ops = l->transport,
                     .loop = weft_loop_group_next(srv->group),
-                    .handle = handle, .init = srv->child_init,
+                    .handle = handle,
+                    .init = srv->child_init,
                     .init_arg = srv->child_init_arg,
                     .options = srv->child_options};
   if (weft_loop_in_loop(t->loop)) {

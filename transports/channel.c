@@ -364,8 +364,7 @@ const weft_transport_ops *weft_channel_transport(const weft_channel *ch) {
   return ch->transport;
 }
 
-int weft_channel_remote_address(const weft_channel *ch, char *buf,
-                                size_t len) {
+int weft_channel_remote_address(const weft_channel *ch, char *buf, size_t len) {
   if (ch->transport->remote_address == NULL)
     return WEFT_ENOTSUP;
   return ch->transport->remote_address(ch, buf, len);

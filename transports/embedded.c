@@ -80,8 +80,8 @@ static int embedded_flush(weft_channel *ch) {
     size_t n = len < budget ? len : budget;
     if (n == 0 && len > 0)
       break;
-    weft_buf *out = n == len ? weft_buf_retain(b)
-                             : weft_buf_slice(b, b->reader_index, n);
+    weft_buf *out =
+        n == len ? weft_buf_retain(b) : weft_buf_slice(b, b->reader_index, n);
     if (out == NULL)
       return WEFT_ENOMEM;
     if (fifo_push(&e->outbound, out) < 0) {

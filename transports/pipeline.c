@@ -211,8 +211,8 @@ static void tail_exception(weft_ctx *ctx, int err, const char *reason) {
   weft_log(WEFT_LOG_WARN,
            "channel %llu: unhandled exception %s (%s): %s; closing the "
            "channel",
-           (unsigned long long)ch->id, weft_err_name(err),
-           weft_strerror(err), reason != NULL ? reason : "");
+           (unsigned long long)ch->id, weft_err_name(err), weft_strerror(err),
+           reason != NULL ? reason : "");
   weft__channel_close(ch, WEFT_PROMISE_NONE);
 }
 
@@ -220,27 +220,32 @@ static void tail_ignore(weft_ctx *ctx) { (void)ctx; }
 static void tail_ignore_writable(weft_ctx *ctx, bool w) { (void)ctx, (void)w; }
 static void tail_ignore_event(weft_ctx *ctx, void *e) { (void)ctx, (void)e; }
 
-static const weft_handler head_handler = {
-    .name = "head", .write = head_write, .flush = head_flush,
-    .close = head_close};
+static const weft_handler head_handler = {.name = "head",
+                                          .write = head_write,
+                                          .flush = head_flush,
+                                          .close = head_close};
 
-static const weft_handler tail_handler = {
-    .name = "tail",
-    .channel_active = tail_ignore,
-    .channel_inactive = tail_ignore,
-    .channel_read = tail_read,
-    .channel_read_complete = tail_ignore,
-    .writability_changed = tail_ignore_writable,
-    .user_event = tail_ignore_event,
-    .exception_caught = tail_exception};
+static const weft_handler tail_handler = {.name = "tail",
+                                          .channel_active = tail_ignore,
+                                          .channel_inactive = tail_ignore,
+                                          .channel_read = tail_read,
+                                          .channel_read_complete = tail_ignore,
+                                          .writability_changed =
+                                              tail_ignore_writable,
+                                          .user_event = tail_ignore_event,
+                                          .exception_caught = tail_exception};
 
 void weft__pipeline_init(weft_pipeline *p, weft_channel *ch) {
   memset(p, 0, sizeof *p);
   p->channel = ch;
-  p->head = (weft_ctx){.pipeline = p, .next = &p->tail,
-                       .handler = &head_handler, .name = "head"};
-  p->tail = (weft_ctx){.pipeline = p, .prev = &p->head,
-                       .handler = &tail_handler, .name = "tail"};
+  p->head = (weft_ctx){.pipeline = p,
+                       .next = &p->tail,
+                       .handler = &head_handler,
+                       .name = "head"};
+  p->tail = (weft_ctx){.pipeline = p,
+                       .prev = &p->head,
+                       .handler = &tail_handler,
+                       .name = "tail"};
 }
 
 /* ---- building ---- */
@@ -266,8 +271,12 @@ static int insert_after(weft_pipeline *p, weft_ctx *prev, const char *name,
     free(copy);
     return WEFT_ENOMEM;
   }
-  *ctx = (weft_ctx){.pipeline = p, .prev = prev, .next = prev->next,
-                    .handler = h, .state = state, .name = copy};
+  *ctx = (weft_ctx){.pipeline = p,
+                    .prev = prev,
+                    .next = prev->next,
+                    .handler = h,
+                    .state = state,
+                    .name = copy};
   prev->next->prev = ctx;
   prev->next = ctx;
   if (h->handler_added != NULL) {

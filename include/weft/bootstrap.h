@@ -31,13 +31,13 @@ typedef void (*weft_channel_init_cb)(weft_channel *ch, void *arg);
 
 /** Options applied to a new channel; -1 keeps the default. */
 typedef struct weft_channel_config {
-  int tcp_nodelay;          /* 0/1 (default 1) */
-  int so_sndbuf;            /* bytes */
-  int so_rcvbuf;            /* bytes */
-  int so_keepalive;         /* 0/1 (default 0) */
+  int tcp_nodelay;              /* 0/1 (default 1) */
+  int so_sndbuf;                /* bytes */
+  int so_rcvbuf;                /* bytes */
+  int so_keepalive;             /* 0/1 (default 0) */
   int64_t write_low_watermark;  /* bytes (default 32 KiB) */
   int64_t write_high_watermark; /* bytes (default 64 KiB) */
-  int connect_timeout_ms;   /* ms (default 10000); 0 = none */
+  int connect_timeout_ms;       /* ms (default 10000); 0 = none */
 } weft_channel_config;
 
 /** Sets every field to -1 (the defaults). */
@@ -47,17 +47,16 @@ void weft_channel_config_init(weft_channel_config *cfg);
  * Applies every field that is not -1 to `ch`. Options the transport does
  * not have are skipped. Returns 0 or the first error. Loop thread.
  */
-int weft_channel_config_apply(const weft_channel_config *cfg,
-                              weft_channel *ch);
+int weft_channel_config_apply(const weft_channel_config *cfg, weft_channel *ch);
 
 typedef struct weft_server weft_server;
 
 /** What a server needs. Fields not set must be zero / NULL. */
 typedef struct weft_server_bootstrap {
-  weft_loop_group *group;  /* started; loop 0 runs the listener, accepted
-                              channels go to the loops round-robin */
-  const char *listen;      /* endpoint URI, e.g. "tcp://0.0.0.0:7000" */
-  int backlog;             /* listen backlog (0 = 511) */
+  weft_loop_group *group; /* started; loop 0 runs the listener, accepted
+                             channels go to the loops round-robin */
+  const char *listen;     /* endpoint URI, e.g. "tcp://0.0.0.0:7000" */
+  int backlog;            /* listen backlog (0 = 511) */
   weft_channel_init_cb child_init; /* required */
   void *child_init_arg;
   weft_channel_config child_options; /* set with weft_channel_config_init
@@ -97,13 +96,13 @@ typedef void (*weft_connect_cb)(weft_channel *ch, int status, void *arg);
 
 /** What a client connection needs. Fields not set must be zero / NULL. */
 typedef struct weft_bootstrap {
-  weft_loop_group *group; /* started; the channel goes to the next loop */
-  weft_loop *loop;        /* or a specific loop (overrides group) */
-  const char *connect;    /* endpoint URI, e.g. "tcp://127.0.0.1:7000" */
+  weft_loop_group *group;    /* started; the channel goes to the next loop */
+  weft_loop *loop;           /* or a specific loop (overrides group) */
+  const char *connect;       /* endpoint URI, e.g. "tcp://127.0.0.1:7000" */
   weft_channel_init_cb init; /* required */
   void *init_arg;
   weft_channel_config options; /* weft_channel_config_init first */
-  weft_connect_cb on_connect; /* optional */
+  weft_connect_cb on_connect;  /* optional */
   void *connect_arg;
 } weft_bootstrap;
 

@@ -190,11 +190,11 @@ weft_buf *weft_buf_alloc_at(weft_pool *pool, size_t capacity, const char *at);
  * on ENOMEM. Pool owner thread only.
  */
 #define weft_buf_wrap(pool, base, capacity, len, free_cb, arg)                 \
-  weft_buf_wrap_at((pool), (base), (capacity), (len), (free_cb), (arg),          \
-                 WEFT__HERE)
+  weft_buf_wrap_at((pool), (base), (capacity), (len), (free_cb), (arg),        \
+                   WEFT__HERE)
 weft_buf *weft_buf_wrap_at(weft_pool *pool, void *base, size_t capacity,
-                         size_t len, weft_buf_free_cb free_cb, void *arg,
-                         const char *at);
+                           size_t len, weft_buf_free_cb free_cb, void *arg,
+                           const char *at);
 
 /** Adds a reference and returns `buf`. Any thread holding a reference. */
 #define weft_buf_retain(buf) weft_buf_retain_at((buf), WEFT__HERE)
@@ -216,7 +216,7 @@ void weft_buf_release_at(weft_buf *buf, const char *at);
 #define weft_buf_slice(buf, offset, len)                                       \
   weft_buf_slice_at((buf), (offset), (len), WEFT__HERE)
 weft_buf *weft_buf_slice_at(weft_buf *buf, size_t offset, size_t len,
-                          const char *at);
+                            const char *at);
 
 /**
  * Slices the next `len` readable bytes and advances the reader index past
@@ -309,7 +309,7 @@ int weft_buf_read_bytes(weft_buf *b, void *dst, size_t n);
   }                                                                            \
   static inline int weft_buf_write_##SFX(weft_buf *b, T v) {                   \
     if (weft_buf_writable(b) < sizeof(T))                                      \
-      return WEFT_ENOSPC;                                                            \
+      return WEFT_ENOSPC;                                                      \
     weft_buf_set_##SFX(b, b->writer_index, v);                                 \
     b->writer_index += sizeof(T);                                              \
     return 0;                                                                  \

@@ -51,9 +51,9 @@ extern "C" {
 
 /** A configuration. Initialise with weft_config_init(). */
 typedef struct weft_config {
-  weft_loop_options loop;      /* [loop] */
-  char transport[16];          /* [transport] name (default "tcp") */
-  weft_channel_config channel; /* [transport] channel options */
+  weft_loop_options loop;            /* [loop] */
+  char transport[16];                /* [transport] name (default "tcp") */
+  weft_channel_config channel;       /* [transport] channel options */
   char listen[WEFT_CONFIG_URI_MAX];  /* [server] listen (default
                                         "0.0.0.0:7000") */
   int backlog;                       /* [server] backlog (default 511) */
@@ -92,8 +92,8 @@ int weft_config_load(weft_config *cfg, const char *path,
  * with `err` naming the variable. Any thread (reads the environment).
  */
 int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
-                          weft_config_section_cb app, void *app_arg,
-                          char *err, size_t err_len);
+                          weft_config_section_cb app, void *app_arg, char *err,
+                          size_t err_len);
 
 /**
  * Sets one key as the file would ("loop", "busy_poll_us", "0"). `where`

@@ -62,8 +62,8 @@ extern "C" {
   XX(EBADCONF, -4002, "invalid configuration")                                 \
   XX(ETOOLONG, -4003, "frame longer than the configured maximum")              \
   XX(EBADFRAME, -4004, "malformed frame")                                      \
-  XX(ENOTRANSPORT, -4005, "transport not available on this host")             \
-  XX(ESTATE, -4006, "operation not allowed in the current state")             \
+  XX(ENOTRANSPORT, -4005, "transport not available on this host")              \
+  XX(ESTATE, -4006, "operation not allowed in the current state")              \
   XX(ELEAK, -4007, "buffers still referenced at shutdown")
 
 /** Error codes. Always negative; 0 means success. */
@@ -72,7 +72,7 @@ typedef enum weft_errno {
   WEFT_ERRNO_MAP(WEFT__SYS_ERR)
 #undef WEFT__SYS_ERR
 #define WEFT__OWN_ERR(name, val, msg) WEFT_##name = (val),
-  WEFT_OWN_ERR_MAP(WEFT__OWN_ERR)
+      WEFT_OWN_ERR_MAP(WEFT__OWN_ERR)
 #undef WEFT__OWN_ERR
 } weft_errno;
 

@@ -12,7 +12,8 @@
  * other threads reach a loop only through weft_loop_execute().
  *
  * Lifecycle: weft_loop_group_new -> weft_loop_group_start ->
- * (work) -> weft_loop_group_stop -> weft_loop_group_join -> weft_loop_group_free.
+ * (work) -> weft_loop_group_stop -> weft_loop_group_join ->
+ * weft_loop_group_free.
  */
 #ifndef WEFT_LOOP_H
 #define WEFT_LOOP_H

@@ -193,8 +193,7 @@ void weft_ctx_fire_channel_read(weft_ctx *ctx, void *msg);
 void weft_ctx_fire_channel_read_complete(weft_ctx *ctx);
 void weft_ctx_fire_writability_changed(weft_ctx *ctx, bool writable);
 void weft_ctx_fire_user_event(weft_ctx *ctx, void *event);
-void weft_ctx_fire_exception_caught(weft_ctx *ctx, int err,
-                                    const char *reason);
+void weft_ctx_fire_exception_caught(weft_ctx *ctx, int err, const char *reason);
 
 /*
  * Outbound: pass the operation to the next handler towards the head. write

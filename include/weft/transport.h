@@ -36,13 +36,16 @@ extern "C" {
 
 /* Capability flags: what a transport has. Core code tests these, never a
  * transport's name. */
-#define WEFT_TRANSPORT_CAP_STREAM 0x1u     /* byte stream (tcp, uring): writes
+#define WEFT_TRANSPORT_CAP_STREAM                                              \
+  0x1u                                     /* byte stream (tcp, uring): writes \
                                               may be split or merged */
 #define WEFT_TRANSPORT_CAP_HALF_CLOSE 0x2u /* shutdown_output (tcp, uring) */
-#define WEFT_TRANSPORT_CAP_SOCKET_OPTS 0x4u /* TCP_NODELAY, SO_*BUF (tcp,
-                                               uring) */
-#define WEFT_TRANSPORT_CAP_REGISTERED_MEM 0x8u /* sends need registered
-                                                  memory (verbs) */
+#define WEFT_TRANSPORT_CAP_SOCKET_OPTS                                         \
+  0x4u /* TCP_NODELAY, SO_*BUF (tcp,                                           \
+          uring) */
+#define WEFT_TRANSPORT_CAP_REGISTERED_MEM                                      \
+  0x8u /* sends need registered                                                \
+          memory (verbs) */
 
 /** A parsed endpoint URI: "scheme://host:port". */
 typedef struct weft_endpoint {

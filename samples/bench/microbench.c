@@ -21,14 +21,14 @@
  */
 #include <pthread.h>
 #include <sched.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <weft/buf.h>
 #include <weft/clock.h>
@@ -41,8 +41,8 @@
 /* Shared state of one program run. */
 typedef struct bench_env {
   bool quick;
-  weft_pool *pool;         /* standalone pool owned by the main thread */
-  weft_loop_group *group;  /* one loop; NULL if it could not start */
+  weft_pool *pool;        /* standalone pool owned by the main thread */
+  weft_loop_group *group; /* one loop; NULL if it could not start */
   weft_loop *loop;
 } bench_env;
 
@@ -58,7 +58,9 @@ typedef struct bench {
 
 /* Keeps the compiler from optimising a malloc/free (or alloc/release) pair
  * away: the pointer escapes into an empty asm that may read memory. */
-static inline void escape(void *p) { __asm__ volatile("" : : "g"(p) : "memory"); }
+static inline void escape(void *p) {
+  __asm__ volatile("" : : "g"(p) : "memory");
+}
 
 static uint64_t xorshift64(uint64_t *state) {
   uint64_t x = *state;
@@ -136,8 +138,8 @@ static double bench_loop_execute(bench_env *env, size_t size, size_t iters) {
 struct timer_job {
   weft_loop *loop;
   size_t iters;
-  double ns_per_op;       /* result, written on the loop thread */
-  _Atomic bool done;      /* release-stored after ns_per_op */
+  double ns_per_op;  /* result, written on the loop thread */
+  _Atomic bool done; /* release-stored after ns_per_op */
 };
 
 static void never_fires(void *arg) { (void)arg; }
@@ -184,7 +186,6 @@ static double bench_timer_start_stop(bench_env *env, size_t size,
     nanosleep(&nap, NULL);
   return job.ns_per_op;
 }
-
 
 /* ------------------------------------------------------------------------ */
 /* Peer of execute: a mutex-protected FIFO drained by a polling thread       */
@@ -265,8 +266,8 @@ static double bench_timerfd(bench_env *env, size_t size, size_t iters) {
   uint64_t t0 = weft_now_ns();
   for (size_t i = 0; i < iters; i++) {
     uint64_t ns = 1000 + xorshift64(&rng) % 1000000000ull;
-    struct itimerspec on = {.it_value = {(time_t)(ns / 1000000000u),
-                                         (long)(ns % 1000000000u)}};
+    struct itimerspec on = {
+        .it_value = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)}};
     timerfd_settime(fd, 0, &on, NULL);
     timerfd_settime(fd, 0, &off, NULL);
   }
@@ -281,8 +282,7 @@ static double bench_timerfd(bench_env *env, size_t size, size_t iters) {
 static const bench benches[] = {
     {"buf alloc+release 64 B", bench_buf_alloc_release, 64, 4000000, 400000},
     {"malloc+free 64 B", bench_malloc_free, 64, 4000000, 400000},
-    {"buf alloc+release 1 KiB", bench_buf_alloc_release, 1024, 4000000,
-     400000},
+    {"buf alloc+release 1 KiB", bench_buf_alloc_release, 1024, 4000000, 400000},
     {"malloc+free 1 KiB", bench_malloc_free, 1024, 4000000, 400000},
     {"buf alloc+release 16 KiB", bench_buf_alloc_release, 16384, 4000000,
      400000},
@@ -374,9 +374,9 @@ int main(int argc, char **argv) {
   static double ns[NBENCH][REPS];
   for (int rep = 0; rep < REPS; rep++)
     for (size_t b = 0; b < NBENCH; b++)
-      ns[b][rep] = benches[b].run(
-          &env, benches[b].size,
-          env.quick ? benches[b].quick_iters : benches[b].iters);
+      ns[b][rep] =
+          benches[b].run(&env, benches[b].size,
+                         env.quick ? benches[b].quick_iters : benches[b].iters);
 
   printf("weft microbench: median of %d interleaved runs%s\n", REPS,
          env.quick ? " (--quick)" : "");

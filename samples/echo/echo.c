@@ -60,8 +60,7 @@ static int echo_section(void *arg, const char *section, const char *key,
 static const char *const echo_keys[] = {"echo.size", "echo.count",
                                         "echo.connections", NULL};
 
-static int load_config(int argc, char **argv, weft_config *cfg,
-                       echo_opts *o) {
+static int load_config(int argc, char **argv, weft_config *cfg, echo_opts *o) {
   char err[512];
   weft_config_init(cfg);
   *o = (echo_opts){.size = 16, .count = 10000, .connections = 1};
@@ -73,8 +72,8 @@ static int load_config(int argc, char **argv, weft_config *cfg,
       return -1;
     }
   }
-  if (weft_config_apply_env(cfg, echo_keys, echo_section, o, err,
-                            sizeof err) < 0) {
+  if (weft_config_apply_env(cfg, echo_keys, echo_section, o, err, sizeof err) <
+      0) {
     fprintf(stderr, "weft-echo: %s\n", err);
     return -1;
   }
@@ -102,9 +101,10 @@ static void echo_read(weft_ctx *ctx, void *msg) {
 
 static void echo_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
 
-static const weft_handler echo_handler = {
-    .name = "echo", .channel_read = echo_read,
-    .channel_read_complete = echo_read_complete};
+static const weft_handler echo_handler = {.name = "echo",
+                                          .channel_read = echo_read,
+                                          .channel_read_complete =
+                                              echo_read_complete};
 
 static void server_init(weft_channel *ch, void *arg) {
   (void)arg;
@@ -116,7 +116,8 @@ static int start_server(weft_loop_group *group, const weft_config *cfg,
                         weft_server **srv) {
   char uri[WEFT_CONFIG_URI_MAX + 16];
   weft_config_endpoint(cfg, cfg->listen, uri, sizeof uri);
-  weft_server_bootstrap sb = {.group = group, .listen = uri,
+  weft_server_bootstrap sb = {.group = group,
+                              .listen = uri,
                               .backlog = cfg->backlog,
                               .child_init = server_init,
                               .child_options = cfg->channel};
@@ -170,7 +171,9 @@ static void send_ping(weft_ctx *ctx, client_conn *c) {
   weft_ctx_write_and_flush(ctx, b, WEFT_PROMISE_NONE);
 }
 
-static void client_active(weft_ctx *ctx) { send_ping(ctx, weft_ctx_state(ctx)); }
+static void client_active(weft_ctx *ctx) {
+  send_ping(ctx, weft_ctx_state(ctx));
+}
 
 static void client_read(weft_ctx *ctx, void *msg) {
   client_conn *c = weft_ctx_state(ctx);
@@ -203,10 +206,11 @@ static void client_inactive(weft_ctx *ctx) {
 
 static void client_removed(weft_ctx *ctx) { free(weft_ctx_state(ctx)); }
 
-static const weft_handler client_handler = {
-    .name = "ping", .channel_active = client_active,
-    .channel_read = client_read, .channel_inactive = client_inactive,
-    .handler_removed = client_removed};
+static const weft_handler client_handler = {.name = "ping",
+                                            .channel_active = client_active,
+                                            .channel_read = client_read,
+                                            .channel_inactive = client_inactive,
+                                            .handler_removed = client_removed};
 
 static void client_init(weft_channel *ch, void *arg) {
   client_conn *c = arg;
@@ -245,7 +249,8 @@ static void print_rtts(uint64_t *rtt, size_t n, const echo_opts *o,
 
 static int run_client(weft_loop_group *group, const weft_config *cfg,
                       const echo_opts *o, const char *uri) {
-  client_run run = {.opts = *o, .lock = PTHREAD_MUTEX_INITIALIZER,
+  client_run run = {.opts = *o,
+                    .lock = PTHREAD_MUTEX_INITIALIZER,
                     .done_cond = PTHREAD_COND_INITIALIZER};
   run.rtt = calloc((size_t)(o->connections * o->count), sizeof *run.rtt);
   if (run.rtt == NULL)
@@ -253,9 +258,13 @@ static int run_client(weft_loop_group *group, const weft_config *cfg,
   for (long i = 0; i < o->connections; i++) {
     client_conn *c = calloc(1, sizeof *c);
     *c = (client_conn){.run = &run, .index = i};
-    weft_bootstrap b = {.group = group, .connect = uri, .init = client_init,
-                        .init_arg = c, .options = cfg->channel,
-                        .on_connect = client_connected, .connect_arg = c};
+    weft_bootstrap b = {.group = group,
+                        .connect = uri,
+                        .init = client_init,
+                        .init_arg = c,
+                        .options = cfg->channel,
+                        .on_connect = client_connected,
+                        .connect_arg = c};
     if (weft_bootstrap_connect(&b) < 0) {
       free(c);
       run.done++, run.failed++;
