@@ -68,9 +68,11 @@ void *weft_transport_loop_state(const weft_transport_ops *ops, weft_loop *loop,
     *err = WEFT_ENOMEM;
     return NULL;
   }
+  /* A transport without loop state still gets a non-NULL answer. */
   for (int i = 0; i < b->n_transports; i++)
     if (b->transports[i].ops == ops)
-      return b->transports[i].state;
+      return b->transports[i].state != NULL ? b->transports[i].state
+                                            : (void *)ops;
   if (b->n_transports == MAX_LOOP_TRANSPORTS) {
     *err = WEFT_ENOSPC;
     return NULL;
@@ -86,7 +88,6 @@ void *weft_transport_loop_state(const weft_transport_ops *ops, weft_loop *loop,
   b->transports[b->n_transports].ops = ops;
   b->transports[b->n_transports].state = state;
   b->n_transports++;
-  /* A transport without loop state still gets a non-NULL answer. */
   return state != NULL ? state : (void *)ops;
 }
 
