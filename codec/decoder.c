@@ -1,0 +1,159 @@
+/* The cumulating decoder base (see decoder.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+
+#include "codec/decoder.h"
+
+void weft__decoder_init(weft__decoder *d, weft__decode_cb decode,
+                        void (*free_state)(weft__decoder *d)) {
+  memset(d, 0, sizeof *d);
+  d->decode = decode;
+  d->free_state = free_state;
+}
+
+int weft__decoder_fail(weft__decoder *d, int err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->reason_buf, sizeof d->reason_buf, fmt, ap);
+  va_end(ap);
+  d->reason = d->reason_buf;
+  return err;
+}
+
+bool weft__decoder_leave(weft__decoder *d) {
+  if (--d->depth > 0 || !d->removed)
+    return true;
+  d->free_state(d);
+  return false;
+}
+
+static void drop_cumulation(weft__decoder *d) {
+  weft_buf_release(d->cum);
+  d->cum = NULL;
+}
+
+/* Makes room for `n` more bytes in the cumulation and appends them. The
+ * bytes can be moved to the front only while no frame sliced from the
+ * cumulation is alive (refcnt 1), or that frame's bytes would change. */
+static int cumulate(weft__decoder *d, weft_pool *pool, const uint8_t *src,
+                    size_t n) {
+  weft_buf *c = d->cum;
+  if (weft_buf_writable(c) >= n)
+    return weft_buf_write_bytes(c, src, n);
+  size_t readable = weft_buf_readable(c);
+  if (weft_buf_refcnt(c) == 1 && c->capacity >= readable + n) {
+    memmove(c->base, weft_buf_rptr(c), readable);
+    c->reader_index = 0;
+    c->writer_index = readable;
+    return weft_buf_write_bytes(c, src, n);
+  }
+  size_t cap = readable + n;
+  if (cap < d->need)
+    cap = d->need;
+  else if (cap < 2 * readable)
+    cap = 2 * readable; /* amortise a frame that trickles in */
+  weft_buf *grown = weft_buf_alloc(pool, cap);
+  if (grown == NULL)
+    return WEFT_ENOMEM;
+  weft_buf_write_bytes(grown, weft_buf_rptr(c), readable);
+  weft_buf_write_bytes(grown, src, n);
+  weft_buf_release(c);
+  d->cum = grown;
+  return 0;
+}
+
+/* Keeps the bytes of `in` (the received buffer) that no frame used. */
+static int keep_rest(weft__decoder *d, weft_pool *pool, weft_buf *in) {
+  size_t rest = weft_buf_readable(in);
+  size_t cap = rest > d->need ? rest : d->need;
+  d->cum = weft_buf_alloc(pool, cap);
+  if (d->cum == NULL)
+    return WEFT_ENOMEM;
+  return weft_buf_write_bytes(d->cum, weft_buf_rptr(in), rest);
+}
+
+/* Runs `decode` over `in` until it needs more bytes or fails. */
+static void decode_all(weft_ctx *ctx, weft__decoder *d, weft_buf *in) {
+  while (!d->failed && !d->removed && weft_buf_readable(in) > 0) {
+    void *out = NULL;
+    d->need = 0;
+    d->resync = false;
+    int rc = d->decode(d, in, &out);
+    if (rc == 0)
+      return;
+    if (rc > 0) {
+      if (out != NULL)
+        weft_ctx_fire_channel_read(ctx, out);
+      continue;
+    }
+    if (!d->resync) {
+      d->failed = true;
+      drop_cumulation(d);
+    }
+    weft_ctx_fire_exception_caught(ctx, rc, d->reason ? d->reason : "decode");
+  }
+}
+
+static void fail_nomem(weft_ctx *ctx, weft__decoder *d) {
+  d->failed = true;
+  drop_cumulation(d);
+  weft_ctx_fire_exception_caught(ctx, WEFT_ENOMEM, "decoder cumulation");
+}
+
+void weft__decoder_channel_read(weft_ctx *ctx, void *msg) {
+  weft__decoder *d = weft_ctx_state(ctx);
+  if (!weft_msg_is(msg, &weft_buf_msg_type)) {
+    weft_ctx_fire_channel_read(ctx, msg);
+    return;
+  }
+  weft_buf *rx = msg;
+  if (d->failed) {
+    weft_buf_release(rx);
+    return;
+  }
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(ctx)));
+  weft__decoder_enter(d);
+  if (d->cum != NULL) {
+    int rc = cumulate(d, pool, weft_buf_rptr(rx), weft_buf_readable(rx));
+    weft_buf_release(rx);
+    if (rc < 0)
+      fail_nomem(ctx, d);
+    else
+      decode_all(ctx, d, d->cum);
+    if (!d->failed && !d->removed && d->cum != NULL &&
+        weft_buf_readable(d->cum) == 0)
+      drop_cumulation(d); /* an idle channel holds no buffer */
+  } else {
+    decode_all(ctx, d, rx);
+    if (!d->failed && !d->removed && weft_buf_readable(rx) > 0 &&
+        keep_rest(d, pool, rx) < 0)
+      fail_nomem(ctx, d);
+    weft_buf_release(rx);
+  }
+  if (d->removed)
+    drop_cumulation(d);
+  weft__decoder_leave(d);
+}
+
+void weft__decoder_handler_removed(weft_ctx *ctx) {
+  weft__decoder *d = weft_ctx_state(ctx);
+  if (d->depth > 0) {
+    d->removed = true; /* the running event frees it on its way out */
+    return;
+  }
+  drop_cumulation(d);
+  d->free_state(d);
+}
+
+int weft__decoder_add_last(weft_pipeline *p, const char *name,
+                           const weft_handler *h, weft__decoder *d) {
+  int rc = weft_pipeline_add_last(p, name, h, d);
+  if (rc < 0)
+    d->free_state(d);
+  return rc;
+}

@@ -1,0 +1,396 @@
+/* RESP2: the command decoder (client -> server) and reply encoders. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <weft/error.h>
+#include <weft/resp.h>
+
+#include "codec/decoder.h"
+
+/* A count or length line ("*123\r\n", "$-1\r\n") longer than this is
+ * malformed: 20 digits, a sign, the prefix and "\r\n" fit. */
+#define MAX_NUMBER_LINE 24
+
+typedef enum phase {
+  PHASE_START = 0,   /* at a command's first byte */
+  PHASE_BULK_HEADER, /* at "$<len>\r\n" of the next argument */
+  PHASE_BULK_DATA,   /* at an argument's bytes and their "\r\n" */
+} phase;
+
+typedef struct arg_pos {
+  size_t off, len; /* from the command's first byte */
+} arg_pos;
+
+/* Parse progress is kept as offsets from the reader index, which stay valid
+ * when the base moves unread bytes into its cumulation buffer; so a command
+ * arriving a byte at a time is parsed once, not once per byte. */
+typedef struct resp_decoder {
+  weft__decoder base;
+  weft_resp_options o;
+  phase phase;
+  size_t pos;    /* next byte to parse */
+  size_t nargs;  /* the array's element count */
+  size_t got;    /* arguments parsed */
+  arg_pos *args; /* nargs entries once the count is known and checked */
+  size_t args_cap;
+  size_t scanned; /* inline: bytes known to hold no '\n' */
+} resp_decoder;
+
+static void cmd_release(void *msg) { weft_resp_cmd_release(msg); }
+
+const weft_msg_type weft_resp_cmd_type = {.name = "weft_resp_cmd",
+                                          .release = cmd_release};
+
+void weft_resp_cmd_release(weft_resp_cmd *cmd) {
+  if (cmd == NULL)
+    return;
+  weft_buf_release(cmd->data);
+  free(cmd);
+}
+
+weft_buf *weft_resp_arg_slice(const weft_resp_cmd *cmd, size_t i) {
+  if (i >= cmd->argc)
+    return NULL;
+  return weft_buf_slice(cmd->data, (size_t)(cmd->argv[i].ptr - cmd->data->base),
+                        cmd->argv[i].len);
+}
+
+bool weft_resp_arg_equals(const weft_resp_cmd *cmd, size_t i, const char *s) {
+  size_t n = strlen(s);
+  return i < cmd->argc && cmd->argv[i].len == n &&
+         strncasecmp((const char *)cmd->argv[i].ptr, s, n) == 0;
+}
+
+void weft_resp_options_init(weft_resp_options *o) {
+  *o = (weft_resp_options){.max_args = 1024,
+                           .max_bulk = 512 * 1024,
+                           .max_command = 1024 * 1024,
+                           .max_inline = 64 * 1024};
+}
+
+/* ---- decoding ---- */
+
+static void reset(resp_decoder *s) {
+  s->phase = PHASE_START;
+  s->pos = s->nargs = s->got = s->scanned = 0;
+}
+
+/* Parses "<prefix><integer>\r\n" at `pos`. Returns 1 with the value and the
+ * offset after the line, 0 if incomplete, WEFT_EBADFRAME if malformed. */
+static int parse_number_line(resp_decoder *s, weft_buf *in, size_t pos,
+                             int64_t *value, size_t *next) {
+  const uint8_t *p = weft_buf_rptr(in) + pos;
+  size_t avail = weft_buf_readable(in) - pos;
+  size_t i = 1; /* past the prefix */
+  bool neg = i < avail && p[i] == '-';
+  i += neg;
+  uint64_t v = 0;
+  size_t digits = 0;
+  for (; i < avail && p[i] >= '0' && p[i] <= '9'; i++, digits++) {
+    if (digits == 18)
+      goto bad; /* keeps v far from overflow; no sane count is this long */
+    v = v * 10 + (uint64_t)(p[i] - '0');
+  }
+  if (i + 2 > avail)
+    return avail >= MAX_NUMBER_LINE
+               ? weft__decoder_fail(&s->base, WEFT_EBADFRAME,
+                                    "resp decoder: count line too long")
+               : 0;
+  if (digits == 0 || p[i] != '\r' || p[i + 1] != '\n')
+    goto bad;
+  *value = neg ? -(int64_t)v : (int64_t)v;
+  *next = pos + i + 2;
+  return 1;
+bad:
+  return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
+                            "resp decoder: malformed count after '%c'", p[0]);
+}
+
+/* The finished command: one slice of its bytes, argv pointing into it. */
+static int emit(resp_decoder *s, weft_buf *in, size_t len, size_t argc,
+                const arg_pos *args, bool is_inline, void **out) {
+  weft_resp_cmd *cmd = malloc(sizeof *cmd + argc * sizeof(weft_resp_arg));
+  if (cmd == NULL)
+    return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder: command");
+  weft_buf *data = weft_buf_read_slice(in, len);
+  if (data == NULL) {
+    free(cmd);
+    return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder: slice");
+  }
+  *cmd = (weft_resp_cmd){.msg = {&weft_resp_cmd_type},
+                         .argc = argc,
+                         .argv = (weft_resp_arg *)(cmd + 1),
+                         .is_inline = is_inline,
+                         .data = data};
+  for (size_t i = 0; i < argc; i++)
+    cmd->argv[i] = (weft_resp_arg){data->base + args[i].off, args[i].len};
+  reset(s);
+  *out = cmd;
+  return 1;
+}
+
+static bool is_space(uint8_t c) { return c == ' ' || c == '\t'; }
+
+/* Splits an inline line into at most max_args arguments in s->args. */
+static int split_inline(resp_decoder *s, const uint8_t *p, size_t len,
+                        size_t *argc) {
+  size_t n = 0;
+  for (size_t i = 0; i < len;) {
+    while (i < len && is_space(p[i]))
+      i++;
+    if (i == len)
+      break;
+    size_t start = i;
+    while (i < len && !is_space(p[i]))
+      i++;
+    if (n == s->o.max_args)
+      return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
+                                "resp decoder: inline command with more than "
+                                "%zu arguments",
+                                s->o.max_args);
+    if (n == s->args_cap) {
+      size_t cap = s->args_cap ? 2 * s->args_cap : 8;
+      arg_pos *a = realloc(s->args, cap * sizeof *a);
+      if (a == NULL)
+        return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
+      s->args = a;
+      s->args_cap = cap;
+    }
+    s->args[n++] = (arg_pos){start, i - start};
+  }
+  *argc = n;
+  return 1;
+}
+
+static int decode_inline(resp_decoder *s, weft_buf *in, void **out) {
+  const uint8_t *p = weft_buf_rptr(in);
+  size_t readable = weft_buf_readable(in);
+  const uint8_t *nl = memchr(p + s->scanned, '\n', readable - s->scanned);
+  if (nl == NULL) {
+    s->scanned = readable;
+    if (readable > s->o.max_inline)
+      return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
+                                "resp decoder: inline command longer than "
+                                "%zu bytes",
+                                s->o.max_inline);
+    return 0;
+  }
+  size_t eol = (size_t)(nl - p);
+  size_t line = eol > 0 && p[eol - 1] == '\r' ? eol - 1 : eol;
+  if (line > s->o.max_inline)
+    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
+                              "resp decoder: inline command of %zu bytes, "
+                              "maximum %zu",
+                              line, s->o.max_inline);
+  size_t argc = 0;
+  int rc = split_inline(s, p, line, &argc);
+  if (rc < 0)
+    return rc;
+  if (argc == 0) { /* a blank line: skip it, as Redis does */
+    in->reader_index += eol + 1;
+    reset(s);
+    return 1;
+  }
+  return emit(s, in, eol + 1, argc, s->args, true, out);
+}
+
+static int start_array(resp_decoder *s, weft_buf *in) {
+  int64_t n;
+  size_t next;
+  int rc = parse_number_line(s, in, 0, &n, &next);
+  if (rc <= 0)
+    return rc;
+  if (n <= 0) { /* "*0" and the null array "*-1": nothing to run */
+    in->reader_index += next;
+    return 1;
+  }
+  if ((uint64_t)n > s->o.max_args)
+    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
+                              "resp decoder: array of %" PRId64
+                              " elements, maximum %zu",
+                              n, s->o.max_args);
+  if ((size_t)n > s->args_cap) {
+    arg_pos *a = realloc(s->args, (size_t)n * sizeof *a);
+    if (a == NULL)
+      return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
+    s->args = a;
+    s->args_cap = (size_t)n;
+  }
+  s->nargs = (size_t)n;
+  s->pos = next;
+  s->phase = PHASE_BULK_HEADER;
+  return 2; /* go on parsing */
+}
+
+static int bulk_header(resp_decoder *s, weft_buf *in) {
+  uint8_t c = weft_buf_rptr(in)[s->pos];
+  if (c != '$')
+    return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
+                              "resp decoder: expected '$', got 0x%02x", c);
+  int64_t len;
+  size_t next;
+  int rc = parse_number_line(s, in, s->pos, &len, &next);
+  if (rc <= 0)
+    return rc;
+  if (len < 0)
+    return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
+                              "resp decoder: null bulk string in a command");
+  if ((uint64_t)len > s->o.max_bulk)
+    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
+                              "resp decoder: bulk string of %" PRId64
+                              " bytes, maximum %zu",
+                              len, s->o.max_bulk);
+  if (next + (size_t)len + 2 > s->o.max_command)
+    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
+                              "resp decoder: command longer than %zu bytes",
+                              s->o.max_command);
+  s->args[s->got] = (arg_pos){next, (size_t)len};
+  s->pos = next;
+  s->phase = PHASE_BULK_DATA;
+  return 2;
+}
+
+static int bulk_data(resp_decoder *s, weft_buf *in, void **out) {
+  arg_pos a = s->args[s->got];
+  size_t end = a.off + a.len + 2;
+  if (weft_buf_readable(in) < end) {
+    s->base.need = end;
+    return 0;
+  }
+  const uint8_t *p = weft_buf_rptr(in);
+  if (p[end - 2] != '\r' || p[end - 1] != '\n')
+    return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
+                              "resp decoder: bulk string not followed by "
+                              "\\r\\n");
+  s->pos = end;
+  if (++s->got == s->nargs)
+    return emit(s, in, end, s->nargs, s->args, false, out);
+  s->phase = PHASE_BULK_HEADER;
+  return 2;
+}
+
+static int resp_decode(weft__decoder *d, weft_buf *in, void **out) {
+  resp_decoder *s = (resp_decoder *)d;
+  int rc = 2;
+  while (rc == 2) {
+    if (s->pos >= weft_buf_readable(in))
+      return 0;
+    switch (s->phase) {
+    case PHASE_START:
+      rc = weft_buf_rptr(in)[0] == '*' ? start_array(s, in)
+                                       : decode_inline(s, in, out);
+      break;
+    case PHASE_BULK_HEADER:
+      rc = bulk_header(s, in);
+      break;
+    case PHASE_BULK_DATA:
+      rc = bulk_data(s, in, out);
+      break;
+    }
+  }
+  return rc;
+}
+
+static void resp_free(weft__decoder *d) {
+  resp_decoder *s = (resp_decoder *)d;
+  free(s->args);
+  free(s);
+}
+
+static const weft_handler resp_handler = {
+    .name = "resp_decoder",
+    .channel_read = weft__decoder_channel_read,
+    .handler_removed = weft__decoder_handler_removed};
+
+int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
+                               const weft_resp_options *opts) {
+  resp_decoder *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return WEFT_ENOMEM;
+  weft__decoder_init(&s->base, resp_decode, resp_free);
+  if (opts != NULL)
+    s->o = *opts;
+  else
+    weft_resp_options_init(&s->o);
+  return weft__decoder_add_last(p, name, &resp_handler, &s->base);
+}
+
+/* ---- reply encoders ---- */
+
+static int write_line(weft_buf *b, char prefix, const char *s, size_t n) {
+  if (memchr(s, '\r', n) != NULL || memchr(s, '\n', n) != NULL)
+    return WEFT_EINVAL;
+  if (weft_buf_writable(b) < n + 3)
+    return WEFT_ENOSPC;
+  uint8_t *w = weft_buf_wptr(b);
+  w[0] = (uint8_t)prefix;
+  memcpy(w + 1, s, n);
+  memcpy(w + 1 + n, "\r\n", 2);
+  b->writer_index += n + 3;
+  return 0;
+}
+
+static int write_number(weft_buf *b, char prefix, int64_t v) {
+  char tmp[24];
+  int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
+  return write_line(b, prefix, tmp, (size_t)n);
+}
+
+static size_t decimal_digits(size_t v) {
+  size_t n = 1;
+  while (v >= 10) {
+    v /= 10;
+    n++;
+  }
+  return n;
+}
+
+int weft_resp_write_simple(weft_buf *b, const char *s) {
+  return write_line(b, '+', s, strlen(s));
+}
+
+int weft_resp_write_error(weft_buf *b, const char *msg) {
+  return write_line(b, '-', msg, strlen(msg));
+}
+
+int weft_resp_write_integer(weft_buf *b, int64_t v) {
+  return write_number(b, ':', v);
+}
+
+size_t weft_resp_bulk_size(size_t len) {
+  return 1 + decimal_digits(len) + 2 + len + 2;
+}
+
+int weft_resp_write_bulk(weft_buf *b, const void *data, size_t len) {
+  if (weft_buf_writable(b) < weft_resp_bulk_size(len))
+    return WEFT_ENOSPC;
+  write_number(b, '$', (int64_t)len);
+  weft_buf_write_bytes(b, data, len);
+  return weft_buf_write_bytes(b, "\r\n", 2);
+}
+
+int weft_resp_write_null(weft_buf *b) { return write_number(b, '$', -1); }
+
+int weft_resp_write_array(weft_buf *b, size_t n) {
+  return write_number(b, '*', (int64_t)n);
+}
+
+size_t weft_resp_command_size(size_t argc, const weft_resp_arg *argv) {
+  size_t n = 1 + decimal_digits(argc) + 2;
+  for (size_t i = 0; i < argc; i++)
+    n += weft_resp_bulk_size(argv[i].len);
+  return n;
+}
+
+int weft_resp_write_command(weft_buf *b, size_t argc,
+                            const weft_resp_arg *argv) {
+  if (weft_buf_writable(b) < weft_resp_command_size(argc, argv))
+    return WEFT_ENOSPC;
+  weft_resp_write_array(b, argc);
+  for (size_t i = 0; i < argc; i++)
+    weft_resp_write_bulk(b, argv[i].ptr, argv[i].len);
+  return 0;
+}

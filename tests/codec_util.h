@@ -1,0 +1,79 @@
+/* Helpers for the codec and handler tests: feed bytes into an embedded
+ * channel whole, one byte at a time, or in random splits, and collect what
+ * reached the tail. */
+#ifndef WEFT_TESTS_CODEC_UTIL_H
+#define WEFT_TESTS_CODEC_UTIL_H
+
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/embedded.h>
+#include <weft/weft.h>
+
+/** How feed() cuts the bytes. */
+enum feed_mode { FEED_WHOLE, FEED_BYTES, FEED_RANDOM, FEED_MODES };
+
+/* xorshift: reproducible splits without touching rand()'s global state. */
+static inline unsigned cu_rand(unsigned *seed) {
+  unsigned x = *seed;
+  x ^= x << 13;
+  x ^= x >> 17;
+  x ^= x << 5;
+  return *seed = x;
+}
+
+/** Writes `len` bytes inbound, cut according to `mode` (seeded by `seed`). */
+static inline void feed(weft_embedded *e, const void *data, size_t len,
+                        int mode, unsigned seed) {
+  const uint8_t *p = data;
+  size_t off = 0;
+  while (off < len) {
+    size_t n = len - off;
+    if (mode == FEED_BYTES)
+      n = 1;
+    else if (mode == FEED_RANDOM)
+      n = 1 + cu_rand(&seed) % (n < 37 ? n : 37);
+    int rc = weft_embedded_write_inbound_bytes(e, p + off, n);
+    if (rc == WEFT_ECLOSED)
+      return;
+    ck_assert_int_eq(rc, 0);
+    off += n;
+  }
+}
+
+/** Appends the readable bytes of every weft_buf that reached the tail to
+ * `out` (cap bytes), releasing them; returns how many frames there were. */
+static inline size_t drain_frames(weft_embedded *e, uint8_t *out, size_t cap,
+                                  size_t *len) {
+  size_t frames = 0;
+  void *m;
+  *len = 0;
+  while ((m = weft_embedded_read_inbound(e)) != NULL) {
+    ck_assert(weft_msg_is(m, &weft_buf_msg_type));
+    weft_buf *b = m;
+    ck_assert_uint_le(*len + weft_buf_readable(b), cap);
+    memcpy(out + *len, weft_buf_rptr(b), weft_buf_readable(b));
+    *len += weft_buf_readable(b);
+    weft_buf_release(b);
+    frames++;
+  }
+  return frames;
+}
+
+/** Concatenates every flushed outbound buffer into `out`; returns bytes. */
+static inline size_t drain_outbound(weft_embedded *e, uint8_t *out,
+                                    size_t cap) {
+  size_t len = 0;
+  void *m;
+  while ((m = weft_embedded_read_outbound(e)) != NULL) {
+    weft_buf *b = m;
+    ck_assert_uint_le(len + weft_buf_readable(b), cap);
+    memcpy(out + len, weft_buf_rptr(b), weft_buf_readable(b));
+    len += weft_buf_readable(b);
+    weft_buf_release(b);
+  }
+  return len;
+}
+
+#endif /* WEFT_TESTS_CODEC_UTIL_H */

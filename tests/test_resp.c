@@ -1,0 +1,182 @@
+/* The RESP2 command decoder and reply encoders on the embedded channel. */
+#include "harness.h"
+
+#include "codec_util.h"
+
+static weft_resp_options opts;
+
+static void init_resp(weft_channel *ch, void *arg) {
+  (void)arg;
+  ck_assert_int_eq(
+      weft_resp_decoder_add_last(weft_channel_pipeline(ch), "resp", &opts), 0);
+}
+
+static void setup(void) { weft_resp_options_init(&opts); }
+
+static void check_cmd(weft_resp_cmd *cmd, size_t argc, const char **argv) {
+  ck_assert_ptr_nonnull(cmd);
+  ck_assert(weft_msg_is(cmd, &weft_resp_cmd_type));
+  ck_assert_uint_eq(cmd->argc, argc);
+  for (size_t i = 0; i < argc; i++) {
+    ck_assert_uint_eq(cmd->argv[i].len, strlen(argv[i]));
+    ck_assert_mem_eq(cmd->argv[i].ptr, argv[i], cmd->argv[i].len);
+  }
+}
+
+START_TEST(resp_commands_decode_at_any_split) {
+  static const char wire[] =
+      "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nv\r\n\0x\r\n"
+      "PING\r\n"
+      "\r\n"
+      "*0\r\n"
+      "  get   k2 \r\n"
+      "*1\r\n$0\r\n\r\n";
+  const char *set[] = {"SET", "key", "v\r\n\0x"};
+  for (int mode = 0; mode < FEED_MODES; mode++) {
+    weft_embedded *e;
+    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+    feed(e, wire, sizeof wire - 1, mode, 17u + (unsigned)mode);
+    weft_resp_cmd *c = weft_embedded_read_inbound(e);
+    ck_assert_uint_eq(c->argc, 3);
+    ck_assert_mem_eq(c->argv[2].ptr, set[2], 5);
+    ck_assert(!c->is_inline);
+    ck_assert(weft_resp_arg_equals(c, 0, "set"));
+    weft_msg_release(c);
+    c = weft_embedded_read_inbound(e);
+    check_cmd(c, 1, (const char *[]){"PING"});
+    ck_assert(c->is_inline);
+    weft_msg_release(c);
+    c = weft_embedded_read_inbound(e);
+    check_cmd(c, 2, (const char *[]){"get", "k2"});
+    weft_msg_release(c);
+    c = weft_embedded_read_inbound(e);
+    check_cmd(c, 1, (const char *[]){""});
+    weft_msg_release(c);
+    ck_assert_ptr_null(weft_embedded_read_inbound(e));
+    ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
+    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  }
+}
+END_TEST
+
+START_TEST(resp_command_encoder_round_trips) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  static uint8_t big[5000];
+  memset(big, 'z', sizeof big);
+  weft_resp_arg argv[] = {{(const uint8_t *)"MSET", 4},
+                          {(const uint8_t *)"a", 1},
+                          {big, sizeof big}};
+  size_t n = weft_resp_command_size(3, argv);
+  weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), n);
+  ck_assert_int_eq(weft_resp_write_command(b, 3, argv), 0);
+  ck_assert_uint_eq(weft_buf_readable(b), n);
+  feed(e, weft_buf_rptr(b), n, FEED_RANDOM, 3);
+  weft_buf_release(b);
+  weft_resp_cmd *c = weft_embedded_read_inbound(e);
+  ck_assert_uint_eq(c->argc, 3);
+  ck_assert_uint_eq(c->argv[2].len, sizeof big);
+  ck_assert_mem_eq(c->argv[2].ptr, big, sizeof big);
+  /* An argument kept past its command stays valid. */
+  weft_buf *kept = weft_resp_arg_slice(c, 1);
+  weft_msg_release(c);
+  ck_assert_uint_eq(weft_buf_readable(kept), 1);
+  ck_assert_uint_eq(weft_buf_rptr(kept)[0], 'a');
+  weft_buf_release(kept);
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(resp_reply_encoders_write_resp2) {
+  weft_pool *pool;
+  ck_assert_int_eq(weft_pool_new(&pool, NULL), 0);
+  weft_buf *b = weft_buf_alloc(pool, 256);
+  ck_assert_int_eq(weft_resp_write_simple(b, "OK"), 0);
+  ck_assert_int_eq(weft_resp_write_error(b, "ERR no"), 0);
+  ck_assert_int_eq(weft_resp_write_integer(b, -42), 0);
+  ck_assert_int_eq(weft_resp_write_bulk(b, "ab", 2), 0);
+  ck_assert_int_eq(weft_resp_write_null(b), 0);
+  ck_assert_int_eq(weft_resp_write_array(b, 2), 0);
+  ck_assert_int_eq(weft_resp_write_simple(b, "bad\r\n"), WEFT_EINVAL);
+  const char want[] = "+OK\r\n-ERR no\r\n:-42\r\n$2\r\nab\r\n$-1\r\n*2\r\n";
+  ck_assert_uint_eq(weft_buf_readable(b), sizeof want - 1);
+  ck_assert_mem_eq(weft_buf_rptr(b), want, sizeof want - 1);
+  ck_assert_uint_eq(weft_resp_bulk_size(2), 8);
+  b->writer_index = b->capacity - 3;
+  ck_assert_int_eq(weft_resp_write_bulk(b, "ab", 2), WEFT_ENOSPC);
+  ck_assert_uint_eq(b->writer_index, b->capacity - 3);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+}
+END_TEST
+
+/* Each input must close the channel with its error, fed byte by byte,
+ * without allocating above a limit. */
+START_TEST(resp_refuses_malformed_and_oversized_input) {
+  static const struct {
+    const char *wire;
+    int err;
+  } cases[] = {
+      {"*2\r\n$3\r\nGET\r\n:5\r\n", WEFT_EBADFRAME}, /* not a bulk */
+      {"*1\r\n*1\r\n", WEFT_EBADFRAME},              /* nested array */
+      {"*x\r\n", WEFT_EBADFRAME},                    /* bad count */
+      {"*1\r\n$-1\r\n", WEFT_EBADFRAME},             /* null argument */
+      {"*1\r\n$3\r\nabcXY", WEFT_EBADFRAME},         /* no \r\n after */
+      {"*12345678901234567890\r\n", WEFT_EBADFRAME}, /* absurd count */
+      {"*2000\r\n", WEFT_ETOOLONG},                  /* > max_args */
+      {"*1\r\n$999999999\r\n", WEFT_ETOOLONG},       /* > max_bulk */
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    weft_embedded *e;
+    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+    weft_pool_stats before, after;
+    weft_pool_stats_get(weft_embedded_pool(e), &before);
+    th_log_capture_start();
+    feed(e, cases[c].wire, strlen(cases[c].wire), FEED_BYTES, 0);
+    th_log_capture_stop();
+    weft_pool_stats_get(weft_embedded_pool(e), &after);
+    ck_assert_msg(weft_embedded_exception(e, 0) == cases[c].err,
+                  "case %zu: got %d", c, weft_embedded_exception(e, 0));
+    ck_assert_int_eq(th_log_count("resp decoder"), 1);
+    ck_assert_uint_eq(after.unpooled, before.unpooled);
+    ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
+    ck_assert_ptr_null(weft_embedded_read_inbound(e));
+    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  }
+}
+END_TEST
+
+START_TEST(resp_inline_longer_than_limit_closes_channel) {
+  opts.max_inline = 16;
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  th_log_capture_start();
+  feed(e, "GET aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 34, FEED_BYTES, 0);
+  th_log_capture_stop();
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+START_TEST(resp_partial_command_at_close_leaks_nothing) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  feed(e, "*2\r\n$3\r\nGET\r\n$10\r\nabc", 21, FEED_BYTES, 0);
+  ck_assert_ptr_null(weft_embedded_read_inbound(e));
+  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("resp");
+  TCase *tc = tcase_create("codec");
+  tcase_add_checked_fixture(tc, setup, NULL);
+  tcase_add_test(tc, resp_commands_decode_at_any_split);
+  tcase_add_test(tc, resp_command_encoder_round_trips);
+  tcase_add_test(tc, resp_reply_encoders_write_resp2);
+  tcase_add_test(tc, resp_refuses_malformed_and_oversized_input);
+  tcase_add_test(tc, resp_inline_longer_than_limit_closes_channel);
+  tcase_add_test(tc, resp_partial_command_at_close_leaks_nothing);
+  suite_add_tcase(s, tc);
+  return s;
+}
