@@ -23,6 +23,9 @@
 #include <weft/error.h>
 
 #include "transports/endpoint_internal.h"
+#ifdef WEFT_WITH_UCX
+#include "transports/ucx/ucx.h"
+#endif
 
 typedef enum key_kind {
   KIND_INT,    /* int */
@@ -363,6 +366,26 @@ int weft_config_set(weft_config *cfg, const char *where, const char *section,
     err_len = 0;
   if (section == NULL || key == NULL || value == NULL)
     return WEFT_EBADCONF;
+#ifdef WEFT_WITH_UCX
+  /* [transport.ucx] belongs to the UCX plugin (process-wide settings). */
+  if (strcmp(section, "transport.ucx") == 0) {
+    char why[256] = "";
+    int rc = weft__ucx_config_set(key, value, why, sizeof why);
+    if (app != NULL) /* an application that handles the section decides */
+      return app_value(where, section, key, value, app, app_arg, err, err_len);
+    if (rc == 0)
+      return 0;
+    size_t off = 0;
+    msg_where(err, err_len, &off, where);
+    msg_append(err, err_len, &off, "[transport.ucx] %s = \"%s\": %s", key,
+               value,
+               rc == WEFT_ENOENT ? "unknown key; valid keys: tls, devices, "
+                                   "rndv_thresh, window, max_message, "
+                                   "error_mode"
+                                 : why);
+    return WEFT_EBADCONF;
+  }
+#endif
   const section_def *s = find_section(section);
   if (s == NULL) {
     if (app != NULL && section[0] != '\0')

@@ -1,0 +1,1456 @@
+/* The UCX transport ("ucx"): channels over UCP active messages.
+ *
+ * Three levels, as the plugin interface has them:
+ *
+ *   process  one ucp_context (features AM | WAKEUP), shared by the workers
+ *            of every loop (mt_workers_shared), created by the first
+ *            loop_init and cleaned up with the last loop_fini;
+ *   loop     one ucp_worker in single-thread mode per loop, never one per
+ *            connection (hadroNIO's worker per connection made connection
+ *            setup take seconds). Its event fd is the loop's source fd:
+ *            poll runs ucp_worker_progress until it returns 0 (or the
+ *            budget is spent), arm is ucp_worker_arm (UCS_ERR_BUSY = poll
+ *            again); nothing here ever blocks in UCX;
+ *   channel  one ucp_ep (sockaddr client-server flow, peer error handling),
+ *            and a slot in the loop's channel table whose index and
+ *            generation the peer puts in every message header.
+ *
+ * Wire protocol: one AM id; the header (ucx_hdr) says what a message is.
+ *
+ *   HELLO      client -> server, sent with UCP_AM_SEND_FLAG_REPLY so the
+ *              server finds the channel by its reply ep; carries the
+ *              client's slot and receive window.
+ *   HELLO_ACK  server -> client: the server's slot and window; the client's
+ *              connect completes here.
+ *   DATA       bytes, with a per-channel sequence number and piggy-backed
+ *              credit (bytes the sender consumed since its last grant).
+ *   CREDIT     credit alone, when there is no data to carry it.
+ *   FIN        orderly close; sequenced like DATA, so the peer sees EOF
+ *              after the last byte.
+ *
+ * Order: AMs on one ep are handled in send order, but the data of a
+ * rendezvous message arrives later (ucp_am_recv_data_nbx), so every DATA and
+ * FIN enters a per-channel reassembly queue ordered by sequence number and
+ * reaches the pipeline only from its head, once complete.
+ *
+ * Flow control (hadroNIO's lesson: without it UCX's unexpected-message
+ * memory grows without bound): a byte window per channel. A sender sends at
+ * most the credit its peer granted; the receiver grants bytes back only
+ * when they reached the pipeline. A reader that stops reading (auto-read
+ * off) thus holds at most one window of data, the sender's bytes stay in
+ * its outbound queue, and its watermarks make it unwritable.
+ *
+ * Send path: the flushed buffers are merged into one contiguous send of at
+ * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
+ * off once merged into one UCX send); a single large buffer is sent in
+ * place (retained until UCX completes it). Receive path: eager data UCX
+ * lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a weft_buf
+ * without a copy and handed back with ucp_am_data_release when the last
+ * reference goes; other eager data is copied into a pool buffer; rendezvous
+ * data is received straight into a pool buffer.
+ *
+ * Callbacks from UCX (AM handler, send/receive completions, ep errors) only
+ * record what happened and put the channel on the loop's pending list; the
+ * pipeline runs from poll, after ucp_worker_progress returned, so user
+ * handlers never run inside UCX.
+ *
+ * This plugin uses the public headers only, as an out-of-tree plugin would.
+ */
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <ucp/api/ucp.h>
+
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/log.h>
+#include <weft/pipeline.h>
+#include <weft/source.h>
+#include <weft/transport.h>
+
+#include "transports/ucx/ucx.h"
+
+/* ---- tuning ---- */
+
+#define UCX_AM_ID 0x77u                    /* the one AM id weft uses */
+#define UCX_MAX_IOV 64                     /* buffers merged per send */
+#define UCX_SENDS_PER_FLUSH 64             /* sends before yielding */
+#define UCX_ZCOPY_MIN (16u * 1024u)        /* below: merge by copying */
+#define UCX_DEFAULT_WINDOW (1024u * 1024u) /* bytes in flight per channel */
+#define UCX_DEFAULT_MAX_MESSAGE                                                \
+  (64u * 1024u)                           /* bytes per DATA message: one       \
+                                             pool size class */
+#define UCX_CLOSE_WAIT_NS (2000000000ull) /* loop_fini waits for closes */
+
+/* ---- process-wide settings and the context ---- */
+
+typedef struct ucx_settings {
+  char tls[128];        /* UCX_TLS; empty = UCX's default */
+  char devices[128];    /* UCX_NET_DEVICES; empty = all */
+  char rndv_thresh[32]; /* UCX_RNDV_THRESH; empty = auto */
+  size_t window;        /* bytes */
+  size_t max_message;   /* bytes */
+  bool err_mode_none;   /* error_mode = none: no peer failure detection,
+                           but shared memory transports become usable */
+} ucx_settings;
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucx_settings settings = {.window = UCX_DEFAULT_WINDOW,
+                                .max_message = UCX_DEFAULT_MAX_MESSAGE};
+static ucp_context_h ctx;
+static int ctx_refs;
+
+static int status_to_weft(ucs_status_t st) {
+  switch (st) {
+  case UCS_OK:
+    return 0;
+  case UCS_ERR_NO_MEMORY:
+    return WEFT_ENOMEM;
+  case UCS_ERR_CONNECTION_RESET:
+  case UCS_ERR_ENDPOINT_TIMEOUT:
+    return WEFT_ECONNRESET;
+  case UCS_ERR_REJECTED:
+    return WEFT_ECONNREFUSED;
+  case UCS_ERR_UNREACHABLE:
+    return WEFT_EHOSTUNREACH;
+  case UCS_ERR_TIMED_OUT:
+    return WEFT_ETIMEDOUT;
+  case UCS_ERR_NO_DEVICE:
+  case UCS_ERR_NO_RESOURCE:
+    return WEFT_ENODEV;
+  case UCS_ERR_UNSUPPORTED:
+    return WEFT_ENOTSUP;
+  case UCS_ERR_INVALID_PARAM:
+    return WEFT_EINVAL;
+  case UCS_ERR_BUSY:
+    return WEFT_EADDRINUSE;
+  default:
+    return WEFT_EIO;
+  }
+}
+
+/* Sets UCX config `name` from the weft setting, unless UCX_<name> is in
+ * the environment (UCX's own variables win over weft's file). */
+static void config_apply(ucp_config_t *cfg, const char *name,
+                         const char *value) {
+  char var[64];
+  snprintf(var, sizeof var, "UCX_%s", name);
+  if (value[0] == '\0' || getenv(var) != NULL)
+    return;
+  ucs_status_t st = ucp_config_modify(cfg, name, value);
+  if (st != UCS_OK)
+    weft_log(WEFT_LOG_WARN, "ucx: %s = %s: %s (ignored)", name, value,
+             ucs_status_string(st));
+}
+
+static int ctx_create(char *why, size_t why_len) {
+  ucp_config_t *cfg;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+  if (st != UCS_OK) {
+    snprintf(why, why_len, "ucp_config_read: %s (check the UCX_* variables)",
+             ucs_status_string(st));
+    return status_to_weft(st);
+  }
+  config_apply(cfg, "TLS", settings.tls);
+  config_apply(cfg, "NET_DEVICES", settings.devices);
+  config_apply(cfg, "RNDV_THRESH", settings.rndv_thresh);
+  ucp_params_t params = {
+      .field_mask =
+          UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+      .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+      /* Each loop's worker runs on its own thread over the one context. */
+      .mt_workers_shared = 1};
+  st = ucp_init(&params, cfg, &ctx);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) {
+    snprintf(why, why_len,
+             "ucp_init: %s (no usable UCX transport? check UCX_TLS and "
+             "`ucx_info -d`; or use transport=tcp)",
+             ucs_status_string(st));
+    ctx = NULL;
+    return status_to_weft(st);
+  }
+  return 0;
+}
+
+static int settings_from_env(char *why, size_t why_len);
+
+/* Takes a reference on the process's context, creating it first. */
+static int ctx_acquire(ucx_settings *out, char *why, size_t why_len) {
+  int err = 0;
+  pthread_mutex_lock(&ctx_lock);
+  if (ctx_refs == 0) {
+    err = settings_from_env(why, why_len);
+    if (err == 0)
+      err = ctx_create(why, why_len);
+  }
+  if (err == 0) {
+    ctx_refs++;
+    if (out != NULL)
+      *out = settings;
+  }
+  pthread_mutex_unlock(&ctx_lock);
+  return err;
+}
+
+static void ctx_release(void) {
+  pthread_mutex_lock(&ctx_lock);
+  if (--ctx_refs == 0) {
+    ucp_cleanup(ctx);
+    ctx = NULL;
+  }
+  pthread_mutex_unlock(&ctx_lock);
+}
+
+static int parse_size(const char *value, size_t min, size_t max, size_t *out) {
+  char *end;
+  unsigned long long v = strtoull(value, &end, 10);
+  if (end == value || *end != '\0' || v < min || v > max)
+    return WEFT_EINVAL;
+  *out = (size_t)v;
+  return 0;
+}
+
+static int copy_setting(char *dst, size_t len, const char *value) {
+  if (strlen(value) >= len)
+    return WEFT_EINVAL;
+  strcpy(dst, value);
+  return 0;
+}
+
+/* weft__ucx_config_set with ctx_lock held. */
+static int setting_set(const char *key, const char *value, char *why,
+                       size_t why_len) {
+  int err = WEFT_ENOENT;
+  if (strcmp(key, "error_mode") == 0) {
+    err = strcmp(value, "peer") == 0 || strcmp(value, "none") == 0
+              ? 0
+              : WEFT_EINVAL;
+    if (err == 0)
+      settings.err_mode_none = strcmp(value, "none") == 0;
+    else
+      snprintf(why, why_len,
+               "peer (a failed peer closes the channel; UCX 1.13 then uses "
+               "no shared memory transport) or none (shared memory works; a "
+               "peer that vanishes without closing is not detected)");
+  } else if (strcmp(key, "tls") == 0) {
+    err = copy_setting(settings.tls, sizeof settings.tls, value);
+    if (err < 0)
+      snprintf(why, why_len,
+               "a UCX_TLS list shorter than %zu characters "
+               "(e.g. tcp, or posix,sysv,cma,tcp)",
+               sizeof settings.tls);
+  } else if (strcmp(key, "devices") == 0) {
+    err = copy_setting(settings.devices, sizeof settings.devices, value);
+    if (err < 0)
+      snprintf(why, why_len,
+               "a UCX_NET_DEVICES list shorter than %zu "
+               "characters (e.g. lo, or mlx5_0:1)",
+               sizeof settings.devices);
+  } else if (strcmp(key, "rndv_thresh") == 0) {
+    err =
+        copy_setting(settings.rndv_thresh, sizeof settings.rndv_thresh, value);
+    if (err < 0)
+      snprintf(why, why_len, "bytes, or auto (UCX_RNDV_THRESH)");
+  } else if (strcmp(key, "window") == 0) {
+    err = parse_size(value, 4096, (size_t)1 << 30, &settings.window);
+    if (err < 0)
+      snprintf(why, why_len, "bytes per channel in flight, 4096 .. 2^30");
+  } else if (strcmp(key, "max_message") == 0) {
+    err = parse_size(value, 1024, (size_t)1 << 26, &settings.max_message);
+    if (err < 0)
+      snprintf(why, why_len, "bytes per message, 1024 .. 2^26");
+  }
+  return err;
+}
+
+int weft__ucx_config_set(const char *key, const char *value, char *why,
+                         size_t why_len) {
+  pthread_mutex_lock(&ctx_lock);
+  int err = setting_set(key, value, why, why_len);
+  pthread_mutex_unlock(&ctx_lock);
+  return err;
+}
+
+static const char *const setting_keys[] = {
+    "tls", "devices", "rndv_thresh", "window", "max_message", "error_mode"};
+
+/* WEFT_TRANSPORT_UCX_<KEY> (the names weft's config gives [transport.ucx]
+ * keys in the environment) win over values set from a file. With
+ * ctx_lock held. */
+static int settings_from_env(char *why, size_t why_len) {
+  for (size_t i = 0; i < sizeof setting_keys / sizeof setting_keys[0]; i++) {
+    char var[64];
+    int n = snprintf(var, sizeof var, "WEFT_TRANSPORT_UCX_%s", setting_keys[i]);
+    for (int j = 0; j < n; j++)
+      if (var[j] >= 'a' && var[j] <= 'z')
+        var[j] = (char)(var[j] - 'a' + 'A');
+    const char *v = getenv(var);
+    if (v == NULL)
+      continue;
+    char valid[256] = "";
+    int err = setting_set(setting_keys[i], v, valid, sizeof valid);
+    if (err < 0) {
+      snprintf(why, why_len, "%s = \"%s\": expected %s", var, v, valid);
+      return err;
+    }
+  }
+  return 0;
+}
+
+/* ---- wire header ---- */
+
+enum ucx_msg {
+  UMSG_HELLO = 1,
+  UMSG_HELLO_ACK,
+  UMSG_DATA,
+  UMSG_CREDIT,
+  UMSG_FIN
+};
+
+/* Host byte order: both ends run this code on the same kind of host (UCX
+ * itself does not mix endianness either). */
+typedef struct ucx_hdr {
+  uint32_t type;    /* enum ucx_msg */
+  uint32_t dst;     /* receiver's slot (not in HELLO) */
+  uint32_t dst_gen; /* its generation: a stale message is dropped */
+  uint32_t seq;     /* DATA, FIN: order in the channel */
+  uint32_t src;     /* HELLO, HELLO_ACK: the sender's slot */
+  uint32_t src_gen;
+  uint64_t credit; /* bytes granted to the receiver of this message */
+} ucx_hdr;
+
+/* ---- per-loop and per-channel state ---- */
+
+typedef struct ucx_loop ucx_loop;
+typedef struct ucx_channel ucx_channel;
+
+/* One message waiting in a channel's reassembly queue. */
+typedef struct rq_entry {
+  struct rq_entry *next;
+  ucx_channel *uc; /* NULL once the channel closed (rendezvous in flight) */
+  weft_buf *b;     /* NULL for FIN */
+  uint32_t seq;
+  bool ready; /* all bytes are here */
+} rq_entry;
+
+/* Work a UCX callback left for poll. */
+enum {
+  PEND_DELIVER = 1u,   /* the queue head is ready */
+  PEND_FLUSH = 2u,     /* credit arrived or the peer became known */
+  PEND_CONNECTED = 4u, /* HELLO_ACK arrived */
+  PEND_ERROR = 8u      /* the ep failed: uc->err */
+};
+
+struct ucx_channel {
+  weft_channel *ch;
+  ucx_loop *tl;
+  ucp_ep_h ep;
+  uint32_t id, gen; /* our slot */
+  uint32_t peer_id, peer_gen;
+  bool has_slot;
+  bool peer_known;
+  bool connecting;
+  bool reading;
+  bool ep_failed;
+  bool fin_received;
+  bool in_flush;
+  bool listed; /* on the loop's pending list */
+  unsigned pend;
+  int err;              /* PEND_ERROR's error */
+  uint64_t err_drain;   /* tl->drains when the ep failed */
+  uint64_t send_credit; /* bytes we may send now */
+  uint64_t credit_owed; /* bytes delivered, not granted back yet */
+  uint32_t send_seq;    /* next DATA/FIN sequence to send */
+  rq_entry *rq_head, *rq_tail;
+  ucx_channel *pend_next;
+};
+
+typedef struct ucx_slot {
+  ucx_channel *uc; /* NULL = free */
+  uint32_t gen;
+  uint32_t next_free;
+} ucx_slot;
+
+typedef struct ucx_listener ucx_listener;
+
+struct ucx_loop {
+  weft_loop *loop;
+  weft_source source;
+  ucp_worker_h worker;
+  ucx_settings cfg;
+  ucx_slot *slots;
+  uint32_t n_slots;
+  uint32_t free_head; /* UINT32_MAX = none */
+  ucx_channel *pend_head, *pend_tail;
+  size_t n_pend;
+  void **closing; /* ucp_ep_close_nbx requests in flight */
+  size_t n_closing, cap_closing;
+  ucx_listener *listeners;
+  size_t live_wraps; /* UCX receive descriptors held by weft_bufs */
+  uint64_t drains;   /* polls whose progress ran until nothing was left */
+};
+
+struct ucx_listener {
+  ucp_listener_h ul;
+  weft_listener *l;
+  ucx_loop *tl;
+  ucx_listener *prev, *next;
+};
+
+/* A send in flight: the header must live until UCX completes it, and so
+ * must the data (`hold`). */
+typedef struct ucx_send {
+  ucx_hdr hdr;
+  weft_buf *hold;
+} ucx_send;
+
+static ucx_channel *ucx_of(const weft_channel *ch) {
+  return weft_channel_priv(ch);
+}
+
+static ucx_loop *loop_state_of(weft_loop *loop, int *err) {
+  return weft_transport_loop_state(&weft__transport_ucx, loop, err);
+}
+
+static bool channel_active(const ucx_channel *uc) {
+  return uc->has_slot && weft_channel_is_active(uc->ch);
+}
+
+/* ---- the channel table ---- */
+
+static int slot_take(ucx_loop *tl, ucx_channel *uc) {
+  if (tl->free_head == UINT32_MAX) {
+    uint32_t n = tl->n_slots ? tl->n_slots * 2 : 64;
+    ucx_slot *s = realloc(tl->slots, n * sizeof *s);
+    if (s == NULL)
+      return WEFT_ENOMEM;
+    for (uint32_t i = tl->n_slots; i < n; i++)
+      s[i] = (ucx_slot){.next_free = i + 1 < n ? i + 1 : UINT32_MAX};
+    tl->free_head = tl->n_slots;
+    tl->slots = s;
+    tl->n_slots = n;
+  }
+  uint32_t i = tl->free_head;
+  tl->free_head = tl->slots[i].next_free;
+  tl->slots[i].uc = uc;
+  uc->id = i;
+  uc->gen = tl->slots[i].gen;
+  uc->has_slot = true;
+  return 0;
+}
+
+static void slot_free(ucx_loop *tl, ucx_channel *uc) {
+  ucx_slot *s = &tl->slots[uc->id];
+  s->uc = NULL;
+  s->gen++; /* messages still addressed to the old channel are dropped */
+  s->next_free = tl->free_head;
+  tl->free_head = uc->id;
+  uc->has_slot = false;
+}
+
+static ucx_channel *slot_find(ucx_loop *tl, uint32_t id, uint32_t gen) {
+  if (id >= tl->n_slots || tl->slots[id].gen != gen)
+    return NULL;
+  return tl->slots[id].uc;
+}
+
+/* Errors and HELLOs name an ep, not a slot; they are rare enough for a
+ * scan. */
+static ucx_channel *slot_find_ep(ucx_loop *tl, ucp_ep_h ep) {
+  for (uint32_t i = 0; i < tl->n_slots; i++)
+    if (tl->slots[i].uc != NULL && tl->slots[i].uc->ep == ep)
+      return tl->slots[i].uc;
+  return NULL;
+}
+
+/* ---- the pending list ---- */
+
+static void pend_mark(ucx_channel *uc, unsigned what) {
+  ucx_loop *tl = uc->tl;
+  uc->pend |= what;
+  if (uc->listed)
+    return;
+  uc->listed = true;
+  uc->pend_next = NULL;
+  weft_channel_retain(uc->ch); /* the list holds a reference */
+  if (tl->pend_tail != NULL)
+    tl->pend_tail->pend_next = uc;
+  else
+    tl->pend_head = uc;
+  tl->pend_tail = uc;
+  tl->n_pend++;
+}
+
+static ucx_channel *pend_pop(ucx_loop *tl) {
+  ucx_channel *uc = tl->pend_head;
+  if (uc == NULL)
+    return NULL;
+  tl->pend_head = uc->pend_next;
+  if (tl->pend_head == NULL)
+    tl->pend_tail = NULL;
+  tl->n_pend--;
+  uc->listed = false;
+  return uc;
+}
+
+/* Takes a closing channel off the list; the caller drops the reference. */
+static bool pend_unlink(ucx_channel *uc) {
+  ucx_loop *tl = uc->tl;
+  if (!uc->listed)
+    return false;
+  ucx_channel *prev = NULL;
+  for (ucx_channel *p = tl->pend_head; p != NULL; prev = p, p = p->pend_next) {
+    if (p != uc)
+      continue;
+    if (prev != NULL)
+      prev->pend_next = p->pend_next;
+    else
+      tl->pend_head = p->pend_next;
+    if (tl->pend_tail == p)
+      tl->pend_tail = prev;
+    tl->n_pend--;
+    break;
+  }
+  uc->listed = false;
+  uc->pend = 0;
+  return true;
+}
+
+/* ---- sending ---- */
+
+static void send_done(void *request, ucs_status_t status, void *user_data) {
+  ucx_send *s = user_data;
+  (void)status; /* a failed ep is reported by the error handler */
+  if (s->hold != NULL)
+    weft_buf_release(s->hold);
+  free(s);
+  ucp_request_free(request);
+}
+
+/* Sends one AM: `s` (header and held data) is freed when UCX is done with
+ * it. Returns 0 or an error (then `s` is freed here). */
+static int am_send(ucp_ep_h ep, ucx_send *s, const void *data, size_t len,
+                   uint32_t flags) {
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                               UCP_OP_ATTR_FIELD_USER_DATA |
+                                               UCP_OP_ATTR_FIELD_FLAGS,
+                               .cb.send = send_done,
+                               .user_data = s,
+                               .flags = flags};
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(ep, UCX_AM_ID, &s->hdr, sizeof s->hdr, data, len, &param);
+  if (req == NULL || UCS_PTR_IS_ERR(req)) {
+    if (s->hold != NULL)
+      weft_buf_release(s->hold);
+    free(s);
+    return req == NULL ? 0 : status_to_weft(UCS_PTR_STATUS(req));
+  }
+  return 0; /* send_done frees it */
+}
+
+static int send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
+  ucx_send *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return WEFT_ENOMEM;
+  s->hdr = (ucx_hdr){.type = type,
+                     .dst = uc->peer_id,
+                     .dst_gen = uc->peer_gen,
+                     .src = uc->id,
+                     .src_gen = uc->gen};
+  if (type == UMSG_HELLO || type == UMSG_HELLO_ACK) {
+    s->hdr.credit = uc->tl->cfg.window;
+  } else if (type == UMSG_CREDIT) {
+    s->hdr.credit = uc->credit_owed;
+    uc->credit_owed = 0;
+  } else if (type == UMSG_FIN) {
+    s->hdr.seq = uc->send_seq++;
+  }
+  return am_send(uc->ep, s, NULL, 0, flags | UCP_AM_SEND_FLAG_EAGER);
+}
+
+/* The first flushed buffer with bytes left, if it starts at `base`: it can
+ * be sent in place. */
+static weft_buf *first_buf_at(weft_channel *ch, const void *base) {
+  size_t n = weft_outbound_count(ch);
+  for (size_t i = 0; i < n; i++) {
+    weft_buf *b = weft_outbound_buf(ch, i);
+    if (weft_buf_readable(b) == 0)
+      continue;
+    return weft_buf_rptr(b) == base ? b : NULL;
+  }
+  return NULL;
+}
+
+/* Builds and sends one DATA message of up to min(credit, max_message)
+ * flushed bytes. Returns bytes handed to UCX (0: nothing to send) or an
+ * error. */
+static ssize_t send_one(ucx_channel *uc) {
+  struct iovec iov[UCX_MAX_IOV];
+  size_t bytes = 0;
+  int n = weft_outbound_iov(uc->ch, iov, UCX_MAX_IOV, &bytes);
+  size_t len = bytes;
+  if (len > uc->send_credit)
+    len = (size_t)uc->send_credit;
+  if (len > uc->tl->cfg.max_message)
+    len = uc->tl->cfg.max_message;
+  if (n == 0 || len == 0)
+    return 0;
+  ucx_send *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return WEFT_ENOMEM;
+  const void *data;
+  weft_buf *in_place = NULL;
+  if (len >= UCX_ZCOPY_MIN && iov[0].iov_len >= len)
+    in_place = first_buf_at(uc->ch, iov[0].iov_base);
+  if (in_place != NULL) {
+    s->hold = weft_buf_retain(in_place);
+    data = iov[0].iov_base;
+  } else {
+    s->hold = weft_buf_alloc(weft_loop_pool(weft_channel_loop(uc->ch)), len);
+    if (s->hold == NULL) {
+      free(s);
+      return WEFT_ENOMEM;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n && off < len; i++) {
+      size_t k = iov[i].iov_len < len - off ? iov[i].iov_len : len - off;
+      memcpy(weft_buf_wptr(s->hold) + off, iov[i].iov_base, k);
+      off += k;
+    }
+    s->hold->writer_index += len;
+    data = weft_buf_rptr(s->hold);
+  }
+  s->hdr = (ucx_hdr){.type = UMSG_DATA,
+                     .dst = uc->peer_id,
+                     .dst_gen = uc->peer_gen,
+                     .seq = uc->send_seq++,
+                     .credit = uc->credit_owed};
+  uc->credit_owed = 0;
+  uc->send_credit -= len;
+  int err = am_send(uc->ep, s, data, len, 0);
+  return err < 0 ? err : (ssize_t)len;
+}
+
+/* Sends flushed bytes while credit lasts. Promise callbacks (inside
+ * weft_outbound_consumed) may write, flush or close: a nested flush returns
+ * at once (this loop picks its bytes up), a close ends the loop. The caller
+ * holds a channel reference. */
+static int flush_now(ucx_channel *uc) {
+  if (uc->in_flush)
+    return 0;
+  uc->in_flush = true;
+  int err = 0;
+  for (int i = 0; i < UCX_SENDS_PER_FLUSH; i++) {
+    if (!channel_active(uc) || !uc->peer_known || uc->ep_failed ||
+        weft_outbound_is_empty(uc->ch))
+      break;
+    ssize_t sent = send_one(uc);
+    if (sent < 0) {
+      err = (int)sent;
+      break;
+    }
+    weft_outbound_consumed(uc->ch, (size_t)sent);
+    if (sent == 0 && uc->send_credit == 0)
+      break; /* waiting for credit; empty buffers were completed above */
+  }
+  uc->in_flush = false;
+  if (err == 0 && channel_active(uc) && !weft_outbound_is_empty(uc->ch) &&
+      uc->send_credit > 0 && uc->peer_known)
+    pend_mark(uc, PEND_FLUSH); /* the batch limit hit: go on next poll */
+  return err;
+}
+
+static int ucx_flush(weft_channel *ch) {
+  ucx_channel *uc = ucx_of(ch);
+  weft_channel_retain(ch); /* a promise may close and free the channel */
+  int err = flush_now(uc);
+  weft_channel_release(ch);
+  return err;
+}
+
+/* Grants delivered bytes back once a quarter window is owed (DATA carries
+ * it for free when there is data). */
+static void return_credit(ucx_channel *uc) {
+  if (uc->credit_owed < uc->tl->cfg.window / 4 || !channel_active(uc) ||
+      !uc->peer_known || uc->ep_failed)
+    return;
+  int err = send_ctrl(uc, UMSG_CREDIT, 0);
+  if (err < 0) {
+    uc->err = err;
+    pend_mark(uc, PEND_ERROR);
+  }
+}
+
+/* ---- receiving ---- */
+
+static bool seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
+
+/* Inserts `e` by sequence number; in-order arrival (the rule) appends. */
+static void rq_insert(ucx_channel *uc, rq_entry *e) {
+  e->next = NULL;
+  if (uc->rq_tail == NULL) {
+    uc->rq_head = uc->rq_tail = e;
+    return;
+  }
+  if (!seq_before(e->seq, uc->rq_tail->seq)) {
+    uc->rq_tail->next = e;
+    uc->rq_tail = e;
+    return;
+  }
+  rq_entry **pp = &uc->rq_head;
+  while (*pp != NULL && !seq_before(e->seq, (*pp)->seq))
+    pp = &(*pp)->next;
+  e->next = *pp;
+  *pp = e;
+}
+
+static void rq_check_head(ucx_channel *uc) {
+  if (uc->reading && uc->rq_head != NULL && uc->rq_head->ready)
+    pend_mark(uc, PEND_DELIVER);
+}
+
+/* Frees the queue of a closing channel; a rendezvous receive in flight
+ * still writes into its buffer, so its entry is orphaned and freed by the
+ * completion. */
+static void rq_free(ucx_channel *uc) {
+  rq_entry *e = uc->rq_head;
+  while (e != NULL) {
+    rq_entry *next = e->next;
+    if (!e->ready) {
+      e->uc = NULL;
+    } else {
+      if (e->b != NULL)
+        weft_buf_release(e->b);
+      free(e);
+    }
+    e = next;
+  }
+  uc->rq_head = uc->rq_tail = NULL;
+}
+
+static void rndv_done(void *request, ucs_status_t status, size_t length,
+                      void *user_data) {
+  rq_entry *e = user_data;
+  ucp_request_free(request);
+  if (e->uc == NULL) {
+    weft_buf_release(e->b);
+    free(e);
+    return;
+  }
+  e->ready = true;
+  if (status != UCS_OK) {
+    e->uc->err = status_to_weft(status);
+    pend_mark(e->uc, PEND_ERROR);
+    return;
+  }
+  e->b->writer_index += length;
+  rq_check_head(e->uc);
+}
+
+static void wrap_free(void *base, size_t capacity, void *arg) {
+  ucx_loop *tl = arg;
+  (void)capacity;
+  ucp_am_data_release(tl->worker, base);
+  tl->live_wraps--;
+}
+
+/* Takes one DATA message into the reassembly queue. Returns what the AM
+ * handler returns to UCX. */
+static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
+                            size_t len, const ucp_am_recv_param_t *param) {
+  ucx_loop *tl = uc->tl;
+  weft_pool *pool = weft_loop_pool(tl->loop);
+  rq_entry *e = calloc(1, sizeof *e);
+  if (e == NULL)
+    goto failed;
+  *e = (rq_entry){.uc = uc, .seq = seq, .ready = true};
+  ucs_status_t ret = UCS_OK;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    e->b = weft_buf_alloc(pool, len > 0 ? len : 1);
+    if (e->b == NULL)
+      goto failed_entry;
+    e->ready = false;
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                              UCP_OP_ATTR_FIELD_USER_DATA,
+                              .cb.recv_am = rndv_done,
+                              .user_data = e};
+    ucs_status_ptr_t req =
+        ucp_am_recv_data_nbx(tl->worker, data, weft_buf_wptr(e->b), len, &rp);
+    if (UCS_PTR_IS_ERR(req)) {
+      weft_buf_release(e->b);
+      free(e);
+      uc->err = status_to_weft(UCS_PTR_STATUS(req));
+      pend_mark(uc, PEND_ERROR);
+      return UCS_OK;
+    }
+    if (req == NULL) {
+      e->b->writer_index += len;
+      e->ready = true;
+    }
+  } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+    /* UCX lets us keep its descriptor: no copy. */
+    e->b = weft_buf_wrap(pool, data, len, len, wrap_free, tl);
+    if (e->b == NULL)
+      goto failed_entry;
+    tl->live_wraps++;
+    ret = UCS_INPROGRESS;
+  } else {
+    e->b = weft_buf_alloc(pool, len > 0 ? len : 1);
+    if (e->b == NULL)
+      goto failed_entry;
+    memcpy(weft_buf_wptr(e->b), data, len);
+    e->b->writer_index += len;
+  }
+  rq_insert(uc, e);
+  rq_check_head(uc);
+  return ret;
+
+failed_entry:
+  free(e);
+failed:
+  uc->err = WEFT_ENOMEM;
+  pend_mark(uc, PEND_ERROR);
+  return UCS_OK;
+}
+
+static void rq_fin(ucx_channel *uc, uint32_t seq) {
+  rq_entry *e = calloc(1, sizeof *e);
+  uc->fin_received = true;
+  if (e == NULL) {
+    uc->err = WEFT_ENOMEM;
+    pend_mark(uc, PEND_ERROR);
+    return;
+  }
+  *e = (rq_entry){.uc = uc, .seq = seq, .ready = true};
+  rq_insert(uc, e);
+  rq_check_head(uc);
+}
+
+/* HELLO names no slot: the server finds the channel by the reply ep. */
+static void on_hello(ucx_loop *tl, const ucx_hdr *h,
+                     const ucp_am_recv_param_t *param) {
+  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
+    return;
+  ucx_channel *uc = slot_find_ep(tl, param->reply_ep);
+  if (uc == NULL || uc->peer_known)
+    return;
+  uc->peer_id = h->src;
+  uc->peer_gen = h->src_gen;
+  uc->peer_known = true;
+  uc->send_credit += h->credit;
+  int err = send_ctrl(uc, UMSG_HELLO_ACK, 0);
+  if (err < 0) {
+    uc->err = err;
+    pend_mark(uc, PEND_ERROR);
+    return;
+  }
+  pend_mark(uc, PEND_FLUSH); /* bytes written before the HELLO */
+}
+
+static ucs_status_t am_recv(void *arg, const void *header, size_t header_len,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param) {
+  ucx_loop *tl = arg;
+  ucx_hdr h;
+  if (header_len != sizeof h)
+    return UCS_OK; /* not ours: drop */
+  memcpy(&h, header, sizeof h);
+  if (h.type == UMSG_HELLO) {
+    on_hello(tl, &h, param);
+    return UCS_OK;
+  }
+  ucx_channel *uc = slot_find(tl, h.dst, h.dst_gen);
+  if (uc == NULL)
+    return UCS_OK; /* the channel closed: drop */
+  if (h.credit > 0) {
+    uc->send_credit += h.credit;
+    pend_mark(uc, PEND_FLUSH);
+  }
+  switch (h.type) {
+  case UMSG_HELLO_ACK:
+    if (!uc->peer_known) {
+      uc->peer_id = h.src;
+      uc->peer_gen = h.src_gen;
+      uc->peer_known = true;
+      pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
+    }
+    return UCS_OK;
+  case UMSG_DATA:
+    return rq_data(uc, h.seq, data, len, param);
+  case UMSG_FIN:
+    rq_fin(uc, h.seq);
+    return UCS_OK;
+  default:
+    return UCS_OK;
+  }
+}
+
+/* Hands ready bytes to the pipeline from the queue's head, in order, while
+ * the channel reads; FIN becomes an orderly close. */
+static void deliver(ucx_channel *uc) {
+  weft_pipeline *p = weft_channel_pipeline(uc->ch);
+  bool fired = false;
+  while (uc->reading && channel_active(uc) && uc->rq_head != NULL &&
+         uc->rq_head->ready) {
+    rq_entry *e = uc->rq_head;
+    uc->rq_head = e->next;
+    if (uc->rq_head == NULL)
+      uc->rq_tail = NULL;
+    weft_buf *b = e->b;
+    free(e);
+    if (b == NULL) {
+      if (fired)
+        weft_pipeline_fire_channel_read_complete(p);
+      fired = false;
+      if (channel_active(uc))
+        weft_channel_transport_closed(uc->ch, 0, "peer closed");
+      return;
+    }
+    uc->credit_owed += weft_buf_readable(b);
+    fired = true;
+    weft_pipeline_fire_channel_read(p, b);
+  }
+  if (fired && channel_active(uc))
+    weft_pipeline_fire_channel_read_complete(p);
+  return_credit(uc);
+}
+
+static void report_error(ucx_channel *uc, int err, const char *what) {
+  char reason[128];
+  snprintf(reason, sizeof reason, "ucx: %s: %s", what, weft_strerror(err));
+  weft_channel_transport_closed(uc->ch, err, reason);
+}
+
+/* Runs what callbacks left for one channel. The list's reference is
+ * released by the caller. */
+static void run_pending(ucx_channel *uc) {
+  unsigned what = uc->pend;
+  uc->pend = 0;
+  if ((what & PEND_ERROR) && uc->connecting) {
+    uc->connecting = false;
+    weft_channel_connected(uc->ch, uc->err);
+    return;
+  }
+  if ((what & PEND_CONNECTED) && uc->connecting) {
+    uc->connecting = false;
+    weft_channel_connected(uc->ch, 0);
+  }
+  if ((what & PEND_FLUSH) && channel_active(uc)) {
+    int err = flush_now(uc);
+    if (err < 0 && channel_active(uc))
+      report_error(uc, err, "send");
+  }
+  if (what & (PEND_DELIVER | PEND_ERROR))
+    deliver(uc); /* bytes that arrived before an error still count */
+  if (!(what & PEND_ERROR) || !channel_active(uc))
+    return;
+  /* The peer's FIN and its disconnect travel on different lanes (shared
+   * memory and the sockaddr CM): a FIN already sent may not be received
+   * yet when the disconnect is. Report the error only after a complete
+   * progress drain since it came; a FIN found meanwhile closes in order. */
+  if (uc->tl->drains < uc->err_drain + 2) {
+    uc->pend |= PEND_ERROR;
+    pend_mark(uc, PEND_ERROR);
+    return;
+  }
+  report_error(uc, uc->err, "connection");
+}
+
+static int dispatch_pending(ucx_loop *tl) {
+  size_t n = tl->n_pend; /* channels marked meanwhile wait for next poll */
+  int done = 0;
+  for (size_t i = 0; i < n; i++) {
+    ucx_channel *uc = pend_pop(tl);
+    if (uc == NULL)
+      break;
+    weft_channel *ch = uc->ch;
+    if (uc->has_slot)
+      run_pending(uc);
+    weft_channel_release(ch);
+    done++;
+  }
+  return done;
+}
+
+/* Peer error handling: the ep is unusable. A peer that sent FIN first
+ * closed in order; its disconnect is not an error. */
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  ucx_loop *tl = arg;
+  ucx_channel *uc = slot_find_ep(tl, ep);
+  if (uc == NULL)
+    return; /* closing already */
+  uc->ep_failed = true;
+  if (uc->fin_received && !uc->connecting)
+    return;
+  int err = status_to_weft(status);
+  if (uc->connecting &&
+      (status == UCS_ERR_UNREACHABLE || status == UCS_ERR_CONNECTION_RESET ||
+       status == UCS_ERR_REJECTED))
+    err = WEFT_ECONNREFUSED;
+  uc->err = err;
+  uc->err_drain = tl->drains;
+  pend_mark(uc, PEND_ERROR);
+}
+
+/* ---- the per-loop instance ---- */
+
+static void reap_closing(ucx_loop *tl) {
+  size_t j = 0;
+  for (size_t i = 0; i < tl->n_closing; i++) {
+    if (ucp_request_check_status(tl->closing[i]) == UCS_INPROGRESS)
+      tl->closing[j++] = tl->closing[i];
+    else
+      ucp_request_free(tl->closing[i]);
+  }
+  tl->n_closing = j;
+}
+
+static int ucx_loop_poll(weft_source *src, int budget) {
+  ucx_loop *tl = src->data;
+  int n = 0;
+  while (n < budget) {
+    unsigned k = ucp_worker_progress(tl->worker);
+    if (k == 0) {
+      tl->drains++;
+      break;
+    }
+    n += (int)k;
+  }
+  n += dispatch_pending(tl);
+  if (tl->n_closing > 0)
+    reap_closing(tl);
+  return n;
+}
+
+/* UCS_ERR_BUSY: events arrived since the last progress, so sleeping now
+ * could miss them; poll again. */
+static int ucx_loop_arm(weft_source *src) {
+  ucx_loop *tl = src->data;
+  if (tl->pend_head != NULL)
+    return 1;
+  ucs_status_t st = ucp_worker_arm(tl->worker);
+  if (st == UCS_ERR_BUSY)
+    return 1;
+  if (st != UCS_OK) {
+    weft_log(WEFT_LOG_WARN, "ucx: ucp_worker_arm: %s", ucs_status_string(st));
+    return 1;
+  }
+  return 0;
+}
+
+static const weft_source_ops ucx_source_ops = {
+    .name = "ucx", .poll = ucx_loop_poll, .arm = ucx_loop_arm};
+
+static int worker_create(ucx_loop *tl) {
+  ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                            .thread_mode = UCS_THREAD_MODE_SINGLE};
+  ucs_status_t st = ucp_worker_create(ctx, &wp, &tl->worker);
+  if (st != UCS_OK)
+    return status_to_weft(st);
+  ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                             UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                                             UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                             UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                               .id = UCX_AM_ID,
+                               .flags = UCP_AM_FLAG_WHOLE_MSG,
+                               .cb = am_recv,
+                               .arg = tl};
+  st = ucp_worker_set_am_recv_handler(tl->worker, &hp);
+  if (st != UCS_OK) {
+    ucp_worker_destroy(tl->worker);
+    return status_to_weft(st);
+  }
+  return 0;
+}
+
+static int ucx_loop_init(weft_loop *loop, void **loop_state) {
+  char why[256] = "";
+  int err;
+  ucx_loop *tl = calloc(1, sizeof *tl);
+  if (tl == NULL)
+    return WEFT_ENOMEM;
+  tl->loop = loop;
+  tl->free_head = UINT32_MAX;
+  err = ctx_acquire(&tl->cfg, why, sizeof why);
+  if (err < 0)
+    goto failed_context;
+  err = worker_create(tl);
+  if (err < 0) {
+    snprintf(why, sizeof why, "ucp_worker_create: %s", weft_strerror(err));
+    goto failed_worker;
+  }
+  int efd = -1;
+  ucs_status_t st = ucp_worker_get_efd(tl->worker, &efd);
+  if (st != UCS_OK) {
+    err = status_to_weft(st);
+    snprintf(why, sizeof why, "ucp_worker_get_efd: %s", ucs_status_string(st));
+    goto failed_efd;
+  }
+  weft_source_init(&tl->source, &ucx_source_ops, efd, tl);
+  err = weft_loop_add_source(loop, &tl->source);
+  if (err < 0) {
+    snprintf(why, sizeof why, "adding the worker's fd: %s", weft_strerror(err));
+    goto failed_efd;
+  }
+  *loop_state = tl;
+  return 0;
+
+failed_efd:
+  ucp_worker_destroy(tl->worker);
+failed_worker:
+  ctx_release();
+failed_context:
+  weft_log(WEFT_LOG_ERROR, "ucx: cannot start on loop %d: %s",
+           weft_loop_index(loop), why);
+  free(tl);
+  return err;
+}
+
+static void listener_free(ucx_listener *uln);
+
+/* Channels were closed by the core before; their ep closes may still be in
+ * flight, so progress until they end (bounded: a vanished peer is not
+ * waited for forever). */
+static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
+  ucx_loop *tl = loop_state;
+  while (tl->listeners != NULL) {
+    weft_listener_set_priv(tl->listeners->l, NULL);
+    listener_free(tl->listeners);
+  }
+  while (tl->pend_head != NULL)
+    weft_channel_release(pend_pop(tl)->ch);
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  while (tl->n_closing > 0) {
+    ucp_worker_progress(tl->worker);
+    reap_closing(tl);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t ns = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull +
+                  (uint64_t)t.tv_nsec - (uint64_t)t0.tv_nsec;
+    if (ns > UCX_CLOSE_WAIT_NS) {
+      weft_log(WEFT_LOG_WARN, "ucx: %zu endpoint closes did not finish",
+               tl->n_closing);
+      for (size_t i = 0; i < tl->n_closing; i++)
+        ucp_request_free(tl->closing[i]);
+      tl->n_closing = 0;
+    }
+  }
+  weft_loop_remove_source(loop, &tl->source);
+  if (tl->live_wraps > 0) {
+    /* A handler still holds received buffers that point into UCX's memory:
+     * keeping the worker is the lesser evil (the leak detector names them). */
+    weft_log(WEFT_LOG_ERROR,
+             "ucx: %zu received buffers still held at loop stop; the worker "
+             "is not destroyed",
+             tl->live_wraps);
+    return;
+  }
+  ucp_worker_destroy(tl->worker);
+  ctx_release();
+  free(tl->closing);
+  free(tl->slots);
+  free(tl);
+}
+
+/* ---- addresses ---- */
+
+static int format_sockaddr(const struct sockaddr_storage *ss, char *buf,
+                           size_t len) {
+  char host[INET6_ADDRSTRLEN];
+  int n;
+  if (ss->ss_family == AF_INET) {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
+    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
+  } else {
+    return WEFT_EAFNOSUPPORT;
+  }
+  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
+}
+
+/* Resolves host:port to the first address (numeric first: never blocks;
+ * a name goes through the system resolver). */
+static int resolve(const weft_endpoint *ep, bool passive,
+                   struct sockaddr_storage *out, socklen_t *out_len) {
+  char port[8];
+  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
+  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
+                                       (passive ? AI_PASSIVE : 0)};
+  struct addrinfo *res;
+  int rc = getaddrinfo(host, port, &hints, &res);
+  if (rc == EAI_NONAME && host != NULL) {
+    hints.ai_flags &= ~AI_NUMERICHOST;
+    rc = getaddrinfo(host, port, &hints, &res);
+  }
+  if (rc != 0)
+    return rc == EAI_MEMORY ? WEFT_ENOMEM : WEFT_EADDRNOTAVAIL;
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  *out_len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+/* ---- listeners ---- */
+
+/* A connection request: handed to the core, which adopts it on the next
+ * loop; that loop's worker creates the ep (UCX lets a request from one
+ * worker's listener be accepted on another worker). */
+static void conn_handler(ucp_conn_request_h req, void *arg) {
+  ucx_listener *uln = arg;
+  weft_listener_accepted(uln->l, (intptr_t)req);
+}
+
+static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
+  (void)backlog; /* UCX 1.13 has no backlog parameter */
+  int err = 0;
+  ucx_loop *tl = loop_state_of(weft_listener_loop(l), &err);
+  if (tl == NULL)
+    return err;
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  err = resolve(ep, true, &ss, &sl);
+  if (err < 0)
+    return err;
+  ucx_listener *uln = calloc(1, sizeof *uln);
+  if (uln == NULL)
+    return WEFT_ENOMEM;
+  uln->l = l;
+  uln->tl = tl;
+  ucp_listener_params_t lp = {
+      .field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
+                    UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
+      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sl},
+      .conn_handler = {.cb = conn_handler, .arg = uln}};
+  ucs_status_t st = ucp_listener_create(tl->worker, &lp, &uln->ul);
+  if (st != UCS_OK) {
+    free(uln);
+    return status_to_weft(st);
+  }
+  uln->next = tl->listeners;
+  if (tl->listeners != NULL)
+    tl->listeners->prev = uln;
+  tl->listeners = uln;
+  weft_listener_set_priv(l, uln);
+  return 0;
+}
+
+static void listener_free(ucx_listener *uln) {
+  ucx_loop *tl = uln->tl;
+  ucp_listener_destroy(uln->ul);
+  if (uln->prev != NULL)
+    uln->prev->next = uln->next;
+  else
+    tl->listeners = uln->next;
+  if (uln->next != NULL)
+    uln->next->prev = uln->prev;
+  free(uln);
+}
+
+static void ucx_listen_close(weft_listener *l) {
+  ucx_listener *uln = weft_listener_priv(l);
+  if (uln == NULL)
+    return;
+  weft_listener_set_priv(l, NULL);
+  listener_free(uln);
+}
+
+static int ucx_listen_address(weft_listener *l, char *buf, size_t len) {
+  ucx_listener *uln = weft_listener_priv(l);
+  if (uln == NULL)
+    return WEFT_ECLOSED;
+  ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
+  ucs_status_t st = ucp_listener_query(uln->ul, &attr);
+  if (st != UCS_OK)
+    return status_to_weft(st);
+  return format_sockaddr(&attr.sockaddr, buf, len);
+}
+
+/* ---- channel lifecycle ---- */
+
+/* Common to connect and adopt: a slot, the read state, the ep. */
+static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
+  ucx_channel *uc = ucx_of(ch);
+  int err = 0;
+  ucx_loop *tl = loop_state_of(weft_channel_loop(ch), &err);
+  if (tl == NULL)
+    return err;
+  int64_t auto_read = 1;
+  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
+  uc->ch = ch;
+  uc->tl = tl;
+  uc->reading = auto_read != 0;
+  err = slot_take(tl, uc);
+  if (err < 0)
+    return err;
+  params->field_mask |=
+      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params->err_mode = tl->cfg.err_mode_none ? UCP_ERR_HANDLING_MODE_NONE
+                                           : UCP_ERR_HANDLING_MODE_PEER;
+  params->err_handler = (ucp_err_handler_t){.cb = ep_error, .arg = tl};
+  ucs_status_t st = ucp_ep_create(tl->worker, params, &uc->ep);
+  if (st != UCS_OK) {
+    uc->ep = NULL;
+    slot_free(tl, uc);
+    return status_to_weft(st);
+  }
+  return 0;
+}
+
+static int ucx_adopt(weft_channel *ch, intptr_t handle) {
+  ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
+                            .conn_request = (ucp_conn_request_h)handle};
+  return channel_start(ch, &params);
+}
+
+/* A request nobody adopts: UCX frees it with the listener's worker, and the
+ * client's connect fails then. Rejecting needs the listener's worker, which
+ * belongs to another loop's thread. */
+static void ucx_discard(intptr_t handle) { (void)handle; }
+
+static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
+  struct sockaddr_storage ss;
+  socklen_t sl;
+  int err = resolve(ep, false, &ss, &sl);
+  if (err < 0)
+    return err;
+  ucp_ep_params_t params = {
+      .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR,
+      .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sl}};
+  err = channel_start(ch, &params);
+  if (err < 0)
+    return err;
+  ucx_channel *uc = ucx_of(ch);
+  uc->connecting = true;
+  /* Queued by UCX until the connection is up. */
+  return send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
+}
+
+/* Releases the ep; called once by the core when the channel closes. An
+ * orderly close sends FIN after the last byte and closes the ep in flush
+ * mode; a failed ep is closed by force. */
+static void ucx_close(weft_channel *ch) {
+  ucx_channel *uc = ucx_of(ch);
+  if (!uc->has_slot)
+    return;
+  ucx_loop *tl = uc->tl;
+  if (pend_unlink(uc))
+    weft_channel_release(ch);
+  rq_free(uc);
+  if (uc->ep != NULL && !uc->ep_failed && uc->peer_known && !uc->fin_received)
+    send_ctrl(uc, UMSG_FIN, 0);
+  slot_free(tl, uc);
+  if (uc->ep == NULL)
+    return;
+  ucp_request_param_t param = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+      .flags = uc->ep_failed || uc->fin_received ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+  ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
+  uc->ep = NULL;
+  if (req == NULL || UCS_PTR_IS_ERR(req))
+    return;
+  if (tl->n_closing == tl->cap_closing) {
+    size_t cap = tl->cap_closing ? tl->cap_closing * 2 : 16;
+    void **c = realloc(tl->closing, cap * sizeof *c);
+    if (c == NULL) {
+      ucp_request_free(req); /* UCX finishes the close on its own */
+      return;
+    }
+    tl->closing = c;
+    tl->cap_closing = cap;
+  }
+  tl->closing[tl->n_closing++] = req;
+}
+
+static int ucx_set_read(weft_channel *ch, bool on) {
+  ucx_channel *uc = ucx_of(ch);
+  if (!uc->has_slot)
+    return 0; /* applied at adopt / connect from the channel's option */
+  uc->reading = on;
+  if (on)
+    rq_check_head(uc);
+  return 0;
+}
+
+static int ucx_set_option(weft_channel *ch, weft_channel_option opt,
+                          int64_t v) {
+  (void)ch, (void)opt, (void)v;
+  return WEFT_ENOTSUP; /* no socket options: UCX settings are per process */
+}
+
+static int ucx_get_option(const weft_channel *ch, weft_channel_option opt,
+                          int64_t *v) {
+  (void)ch, (void)opt, (void)v;
+  return WEFT_ENOTSUP;
+}
+
+static int ep_address(const weft_channel *ch, char *buf, size_t len,
+                      bool remote) {
+  const ucx_channel *uc = ucx_of(ch);
+  if (!uc->has_slot || uc->ep == NULL)
+    return WEFT_ENOTCONN;
+  ucp_ep_attr_t attr = {.field_mask = remote
+                                          ? UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR
+                                          : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR};
+  ucs_status_t st = ucp_ep_query(uc->ep, &attr);
+  if (st != UCS_OK)
+    return status_to_weft(st);
+  return format_sockaddr(remote ? &attr.remote_sockaddr : &attr.local_sockaddr,
+                         buf, len);
+}
+
+static int ucx_remote_address(const weft_channel *ch, char *buf, size_t len) {
+  return ep_address(ch, buf, len, true);
+}
+
+static int ucx_local_address(const weft_channel *ch, char *buf, size_t len) {
+  return ep_address(ch, buf, len, false);
+}
+
+/* Creates (and drops) the context: UCX loads, and some transport is
+ * usable with the current UCX_* settings. */
+static int ucx_probe(char *why, size_t why_len) {
+  int err = ctx_acquire(NULL, why, why_len);
+  if (err == 0)
+    ctx_release();
+  return err;
+}
+
+const weft_transport_ops weft__transport_ucx = {
+    .name = "ucx",
+    .caps = WEFT_TRANSPORT_CAP_STREAM,
+    .channel_priv_size = sizeof(ucx_channel),
+    .probe = ucx_probe,
+    .loop_init = ucx_loop_init,
+    .loop_fini = ucx_loop_fini,
+    .listen = ucx_listen,
+    .listen_close = ucx_listen_close,
+    .listen_address = ucx_listen_address,
+    .connect = ucx_connect,
+    .adopt = ucx_adopt,
+    .discard = ucx_discard,
+    .flush = ucx_flush,
+    .close = ucx_close,
+    .set_option = ucx_set_option,
+    .get_option = ucx_get_option,
+    .set_read = ucx_set_read,
+    .remote_address = ucx_remote_address,
+    .local_address = ucx_local_address,
+};
