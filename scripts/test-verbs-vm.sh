@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs weft's verbs tests on a real verbs stack: boots Debian's kernel in qemu
+# with Soft-RoCE (rdma_rxe), shares this machine's / read-only into the VM
+# and runs tests/verbs-vm/guest-tests.sh chrooted into it against a normal
+# build directory. Exit 0 only when the tests passed inside the VM; a VM
+# that cannot be built or booted is a failure, never a skip.
+#
+# Usage: scripts/test-verbs-vm.sh [BUILD_DIR]   (default build/default,
+#        which must be configured with -DWEFT_WITH_VERBS=ON and built)
+#   env WEFT_VM_DIR      kernel + initramfs cache (default build/verbs-vm)
+#   env WEFT_VM_TESTS    test programs to run (default: the verbs ones)
+#   env WEFT_VM_TIMEOUT  seconds before the VM is killed (default 900)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=$(cd "${1:-build/default}" && pwd)
+VM=${WEFT_VM_DIR:-build/verbs-vm}
+mkdir -p "$VM"
+VM=$(cd "$VM" && pwd)
+
+for p in qemu-system-x86_64 busybox cpio rdma depmod; do
+  command -v "$p" >/dev/null || {
+    echo "test-verbs-vm: FAIL: $p is missing (scripts/deps.sh installs it)" >&2
+    exit 1
+  }
+done
+# The kernel and initramfs are cached; rebuilt when the script changes.
+if [ ! -s "$VM/initrd.gz" ] || [ ! -s "$VM/vmlinuz" ] ||
+   [ tests/verbs-vm/build-initrd.sh -nt "$VM/initrd.gz" ]; then
+  echo "=== verbs VM: building kernel + initramfs in $VM ==="
+  bash tests/verbs-vm/build-initrd.sh "$VM" >"$VM/build.log" 2>&1 || {
+    tail -20 "$VM/build.log" >&2
+    echo "test-verbs-vm: FAIL: cannot build the VM image (see $VM/build.log)" >&2
+    exit 1
+  }
+fi
+# What the VM runs: the guest script with the build directory baked in (the
+# kernel command line cannot carry arguments with spaces).
+RUN="$VM/run-in-vm.sh"
+{
+  echo '#!/bin/sh'
+  [ -z "${WEFT_VM_TESTS:-}" ] || echo "export WEFT_VM_TESTS='$WEFT_VM_TESTS'"
+  echo "exec sh '$ROOT/tests/verbs-vm/guest-tests.sh' '$BUILD'"
+} >"$RUN"
+chmod +x "$RUN"
+echo "=== verbs VM: running the verbs tests from $BUILD ==="
+rc=0
+SHARE_DIR=/ VM_TIMEOUT=${WEFT_VM_TIMEOUT:-900} \
+  VM_APPEND="rxe_chroot=/mnt/host rxe_test=$RUN" \
+  bash tests/verbs-vm/run-vm.sh "$VM" || rc=$?
+LOG=$(ls -t "$VM"/console-*.log | head -n1)
+if ! grep -q 'rxe0 created' "$LOG"; then
+  echo "test-verbs-vm: FAIL: the VM did not boot to a working rxe0 (see $LOG)" >&2
+  exit 1
+fi
+if [ $rc -ne 0 ]; then
+  echo "test-verbs-vm: FAIL: verbs tests failed inside the VM (see $LOG)" >&2
+  exit 1
+fi
+echo "=== verbs VM: passed ==="

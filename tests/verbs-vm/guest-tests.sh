@@ -1,0 +1,30 @@
+#!/bin/sh
+# Runs inside the Soft-RoCE VM, chrooted into the host's tree (see
+# scripts/test-verbs-vm.sh): the verbs tests of build directory $1, then a
+# check of rxe's counters that no RNR NAK was sent or received (credits must
+# keep every receive posted). Exit 0 only if everything passed.
+BUILD=$1
+[ -d "$BUILD/tests" ] || { echo "no build directory $BUILD"; exit 1; }
+export WEFT_LEAK_DETECT=1 CK_DEFAULT_TIMEOUT=240 WEFT_TEST_TRANSPORT=verbs
+# RoCE has no loopback: servers listen on the address rxe0 is bound to.
+export WEFT_TEST_HOST=${IP:-192.0.2.1}
+# The 100-client echo moves 2 GB at full scale: far too slow under TCG.
+export WEFT_TEST_SCALE=${WEFT_TEST_SCALE:-0.05}
+ts() { echo "[t=$(cut -d' ' -f1 /proc/uptime)s] $*"; }
+rc=0
+for t in ${WEFT_VM_TESTS:-test_channel_verbs test_verbs}; do
+  ts "===== $t"
+  if [ -x "$BUILD/tests/$t" ]; then
+    "$BUILD/tests/$t" || rc=1
+  else
+    echo "missing $BUILD/tests/$t"; rc=1
+  fi
+done
+C=/sys/class/infiniband/rxe0/ports/1/hw_counters
+for c in rcvd_rnr_err send_rnr_err retry_rnr_exceeded_err retry_exceeded_err; do
+  v=$(cat "$C/$c" 2>/dev/null || echo "?")
+  echo "rxe0 $c = $v"
+  case $v in 0|"?") ;; *) [ "$c" = retry_exceeded_err ] || rc=1 ;; esac
+done
+ts "verbs tests rc=$rc"
+exit $rc

@@ -1,0 +1,1617 @@
+/* The raw ibverbs RC transport ("verbs"): reliable-connected queue pairs,
+ * set up with rdma_cm (IP:port addressing, RoCE and InfiniBand alike).
+ *
+ * Per loop:
+ *   - one rdma_cm event channel; its fd is a weft_source (connection setup,
+ *     accept, disconnects);
+ *   - per device (normally one): a PD, a CQ with a completion channel whose
+ *     fd is a weft_source, an SRQ shared by every QP of the loop, and a
+ *     registered slab of fixed-size receive slots. The loop's buffer pool
+ *     registers every slab with the PD once (weft_pool_add_slab_hook), so a
+ *     send from pool memory needs no registration on the data path.
+ * Per channel: one RC QP (send queue of its own, receives from the SRQ).
+ *
+ * Receive path: after each CQ poll batch the SRQ is refilled at once with
+ * exactly as many receives as were consumed, in one chained post, before
+ * any handler runs. A received message goes up as a weft_buf wrapping its
+ * slot; the slot returns to the free set when the buffer is released (the
+ * refill takes fresh slots, so a held buffer never starves the SRQ until
+ * the spare slots are all held; then credits stop, see below).
+ *
+ * Send path: flush gathers the flushed outbound buffers into SEND_WITH_IMM
+ * work requests of at most the peer's receive size (up to VERBS_MAX_SGE
+ * buffers each), inline up to the device's max_inline_data, otherwise
+ * straight from registered memory (a buffer outside registered memory is
+ * copied into a pool buffer), chained into one ibv_post_send. Only the last
+ * work request of a post (and one every half send queue) is signaled; a
+ * signaled completion retires every earlier one, so the send queue never
+ * overflows and the CQ gets one completion per post.
+ *
+ * Flow control (credits, counted in messages): the handshake's private data
+ * gives each side VERBS_CREDITS credits for the peer. A data message costs
+ * one. A credit comes back once the receive it used is delivered to the
+ * handlers and reposted; returned credits ride in imm_data of any message,
+ * or in a zero-length credit message once VERBS_CREDIT_THRESHOLD of them
+ * wait and no data is going out. Credit messages and the close message
+ * (FIN) need no credit: the SRQ keeps VERBS_CTRL_RESERVE receives per
+ * channel for them (a side sends at most one credit message per
+ * VERBS_CREDIT_THRESHOLD data messages it received, so the reserve covers
+ * them). The SRQ is sized for every channel's credits plus reserve, so a
+ * receive is always posted for what arrives: no RNR in normal operation.
+ * While the slab has no free slot for a refill, no credit is returned.
+ *
+ * Closing: an orderly close sends FIN after the data already posted, waits
+ * for its completion (at most VERBS_LINGER_NS), then disconnects. A peer
+ * that disconnects without FIN, a QP error or a transport timeout closes
+ * the channel with exception_caught.
+ *
+ * This plugin uses the public headers only, as an out-of-tree plugin would.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/log.h>
+#include <weft/pipeline.h>
+#include <weft/source.h>
+#include <weft/timer.h>
+#include <weft/transport.h>
+
+#include "transports/registry_internal.h"
+
+/* ---- tuning ---- */
+
+#define VERBS_SLOT_SIZE 8192u    /* bytes per receive slot = max message */
+#define VERBS_SRQ_DEPTH 3072u    /* receives posted per loop and device */
+#define VERBS_SPARE_SLOTS 1024   /* slots for buffers handlers still hold */
+#define VERBS_CREDITS 16         /* messages a peer may have in flight */
+#define VERBS_CREDIT_THRESHOLD 8 /* returned credits worth a message */
+#define VERBS_CTRL_RESERVE (VERBS_CREDITS / VERBS_CREDIT_THRESHOLD + 2)
+#define VERBS_SQ_DEPTH 64     /* send work requests per QP */
+#define VERBS_MAX_SGE 4       /* buffers gathered per work request */
+#define VERBS_POST_BATCH 16   /* work requests per ibv_post_send */
+#define VERBS_POLL_BATCH 32   /* completions per ibv_poll_cq */
+#define VERBS_INLINE_WANT 256 /* inline bytes asked for (device may cut) */
+#define VERBS_CQ_ACK_BATCH 64 /* CQ events acknowledged together */
+#define VERBS_MAX_DEVICES 4
+#define VERBS_HASH_BUCKETS 256
+#define VERBS_RESOLVE_MS 2000 /* address and route resolution timeouts */
+#define VERBS_LINGER_NS (2000ull * 1000u * 1000u) /* FIN completion wait */
+#define VERBS_HELLO_MAGIC 0x5776u                 /* "Wv" */
+#define VERBS_HELLO_VERSION 1
+
+/* imm_data (network order on the wire): flags in the top byte, returned
+ * credits in the low 24 bits. */
+#define VERBS_IMM_FIN 0x80000000u
+#define VERBS_IMM_CREDITS 0x00ffffffu
+
+/* The handshake's private data (REQ and REP), in network order. */
+typedef struct verbs_hello {
+  uint16_t magic;
+  uint8_t version;
+  uint8_t pad;
+  uint16_t credits; /* messages the sender of this hello can receive */
+  uint16_t pad2;
+  uint32_t recv_size; /* bytes per message the sender can receive */
+} verbs_hello;
+
+/* ---- conversions at the edge ---- */
+
+static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
+
+/* rdma_cm calls return -1 and set errno; some providers leave errno 0. */
+static int cm_err(void) { return errno > 0 ? -errno : WEFT_EIO; }
+
+static int format_sockaddr(const struct sockaddr *sa, char *buf, size_t len) {
+  char host[INET6_ADDRSTRLEN];
+  int n;
+  if (sa == NULL)
+    return WEFT_ENOTCONN;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
+    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)sa;
+    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
+  } else {
+    return WEFT_EAFNOSUPPORT;
+  }
+  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
+}
+
+/* Numeric hosts first; names through the system resolver (blocks the loop,
+ * as tcp's does). */
+static int resolve(const weft_endpoint *ep, bool passive,
+                   struct sockaddr_storage *out) {
+  char port[8];
+  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
+  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
+                                       (passive ? AI_PASSIVE : 0)};
+  struct addrinfo *res;
+  int rc = getaddrinfo(host, port, &hints, &res);
+  if (rc == EAI_NONAME && host != NULL) {
+    hints.ai_flags &= ~AI_NUMERICHOST;
+    rc = getaddrinfo(host, port, &hints, &res);
+  }
+  if (rc != 0)
+    return rc == EAI_MEMORY ? WEFT_ENOMEM : WEFT_EADDRNOTAVAIL;
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  return 0;
+}
+
+/* What a failed work completion means for the channel. */
+static int wc_status_to_weft(enum ibv_wc_status s) {
+  switch (s) {
+  case IBV_WC_RETRY_EXC_ERR:
+    return WEFT_ETIMEDOUT;
+  case IBV_WC_RNR_RETRY_EXC_ERR:
+    return WEFT_ENOBUFS;
+  case IBV_WC_WR_FLUSH_ERR:
+    return WEFT_ECONNRESET;
+  case IBV_WC_LOC_LEN_ERR:
+    return WEFT_EMSGSIZE;
+  default:
+    return WEFT_EIO;
+  }
+}
+
+/* ---- state ---- */
+
+enum verbs_kind { KIND_CHANNEL = 1, KIND_LISTENER = 2 };
+
+typedef struct verbs_loop verbs_loop;
+typedef struct verbs_dev verbs_dev;
+typedef struct verbs_chan verbs_chan;
+
+/* Buffers one send work request holds until a signaled completion at or
+ * after it: pool buffers sent without a copy, or the copy. */
+typedef struct send_rec {
+  weft_buf *bufs[VERBS_MAX_SGE];
+  uint8_t n;
+} send_rec;
+
+enum vc_state {
+  VC_IDLE = 0,    /* no id yet */
+  VC_RESOLVING,   /* address / route resolution */
+  VC_CONNECTING,  /* rdma_connect or rdma_accept sent */
+  VC_ESTABLISHED, /* data flows */
+  VC_LINGER,      /* closed by the core; FIN posted, waiting for it */
+  VC_DONE         /* torn down */
+};
+
+struct verbs_chan {
+  enum verbs_kind kind; /* first: rdma_cm contexts are tagged */
+  weft_channel *ch;
+  verbs_loop *vl;
+  verbs_dev *dev; /* once the QP exists */
+  struct rdma_cm_id *id;
+  struct ibv_qp *qp;
+  uint32_t qp_num;
+  enum vc_state state;
+  bool passive;
+  bool reading;                   /* auto-read: deliver received messages */
+  bool in_flush;                  /* send_pending is on the stack */
+  bool reserved;                  /* holds its share of the SRQ */
+  bool fin_received, fin_pending; /* FIN seen; waits behind held data */
+  bool errored;                   /* the QP failed: no FIN, no more posts */
+  bool touched;                   /* in the device's batch list */
+  bool got_data;                  /* channel_read fired in this batch */
+  bool in_deliver;                /* in the device's deliver list */
+  uint32_t peer_recv_size;        /* bytes per message the peer takes */
+  int32_t credits;                /* data messages we may still send */
+  uint32_t granted;               /* credits the peer holds or used, unseen */
+  uint64_t sq_head, sq_tail;      /* send records [head, tail) are posted */
+  uint64_t last_signaled;
+  uint64_t fin_seq;
+  send_rec recs[VERBS_SQ_DEPTH];
+  weft_buf *held[VERBS_CREDITS + 1]; /* received, not yet delivered */
+  uint32_t held_head, n_held;
+  weft_timer linger;
+  verbs_chan *hash_next;
+  verbs_chan *prev, *next; /* the loop's channels with an id */
+  verbs_chan *deliver_next;
+};
+
+struct verbs_dev {
+  verbs_loop *vl;          /* NULL once the loop finished (memory still held) */
+  struct ibv_context *ctx; /* rdma_cm's; not ours to close */
+  struct ibv_pd *pd;
+  struct ibv_comp_channel *cc;
+  struct ibv_cq *cq;
+  struct ibv_srq *srq;
+  weft_source source;
+  bool source_added;
+  int refs; /* the loop, each pool slab MR, each held receive slot */
+  unsigned cq_unacked;
+  uint32_t max_inline;
+  int max_sge;
+  uint32_t srq_depth, max_channels, n_channels;
+  uint8_t *slab;
+  size_t slab_len;
+  struct ibv_mr *slab_mr;
+  uint32_t n_slots, n_free;
+  uint32_t *free_slots;
+  uint32_t owed; /* receives consumed and not yet reposted */
+  bool starved;  /* a refill fell short: credits wait */
+  int pool_hook;
+  verbs_chan *hash[VERBS_HASH_BUCKETS];
+  verbs_chan *touched[2 * VERBS_POLL_BATCH];
+  int n_touched;
+  verbs_chan *deliver; /* channels whose held messages can go up */
+};
+
+typedef struct verbs_listener {
+  enum verbs_kind kind;
+  weft_listener *l;
+  verbs_loop *vl;
+  struct rdma_cm_id *id;
+  struct verbs_listener *prev, *next;
+} verbs_listener;
+
+struct verbs_loop {
+  weft_loop *loop;
+  struct rdma_event_channel *ec;
+  weft_source cm_source;
+  verbs_dev *devs[VERBS_MAX_DEVICES];
+  int n_devs;
+  verbs_chan *chans;
+  verbs_listener *listeners;
+};
+
+/* An accepted connection on its way to its loop (weft_listener_accepted). */
+typedef struct verbs_pending {
+  struct rdma_cm_id *id;
+  uint16_t credits;
+  uint32_t recv_size;
+} verbs_pending;
+
+static verbs_chan *vc_of(const weft_channel *ch) {
+  return weft_channel_priv(ch);
+}
+
+static bool vc_active(const verbs_chan *vc) {
+  return vc->ch != NULL && weft_channel_state_of(vc->ch) == WEFT_CHANNEL_ACTIVE;
+}
+
+static void vc_fail(verbs_chan *vc, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- the probe ---- */
+
+static int verbs_probe(char *why, size_t why_len) {
+  int n = 0;
+  struct ibv_device **list = ibv_get_device_list(&n);
+  if (list == NULL || n == 0) {
+    int e = list == NULL ? errno : 0;
+    if (list != NULL)
+      ibv_free_device_list(list);
+    bool kernel = access("/sys/class/infiniband", F_OK) == 0;
+    snprintf(why, why_len,
+             "verbs: no RDMA device found (ibv_get_device_list returned "
+             "%s%s%s); load rdma_rxe for Soft-RoCE (modprobe rdma_rxe; rdma "
+             "link add rxe0 type rxe netdev <if>), or use transport=tcp",
+             list == NULL ? "an error: " : "none",
+             list == NULL ? strerror(e) : "",
+             kernel ? "" : "; the kernel has no RDMA support loaded");
+    return WEFT_ENODEV;
+  }
+  ibv_free_device_list(list);
+  if (access("/dev/infiniband/rdma_cm", F_OK) != 0) {
+    snprintf(why, why_len,
+             "verbs: rdma_cm is not available (/dev/infiniband/rdma_cm is "
+             "missing: modprobe rdma_ucm), or use transport=tcp");
+    return WEFT_ENODEV;
+  }
+  return 0;
+}
+
+/* ---- devices: PD, CQ, SRQ, receive slab ---- */
+
+static void dev_unref(verbs_dev *d);
+
+static int slab_reg(void *arg, void *base, size_t len, uint64_t *key) {
+  verbs_dev *d = arg;
+  struct ibv_mr *mr = ibv_reg_mr(d->pd, base, len, IBV_ACCESS_LOCAL_WRITE);
+  if (mr == NULL)
+    return neg_errno();
+  d->refs++;
+  *key = (uint64_t)(uintptr_t)mr; /* the MR: unreg needs it, lkey is in it */
+  return 0;
+}
+
+static void slab_unreg(void *arg, void *base, size_t len, uint64_t key) {
+  (void)base;
+  (void)len;
+  ibv_dereg_mr((struct ibv_mr *)(uintptr_t)key);
+  dev_unref(arg);
+}
+
+/* Frees what is left once the loop, the pool and every held slot let go. */
+static void dev_unref(verbs_dev *d) {
+  if (--d->refs > 0)
+    return;
+  if (d->slab_mr != NULL)
+    ibv_dereg_mr(d->slab_mr);
+  free(d->slab);
+  free(d->free_slots);
+  if (d->pd != NULL)
+    ibv_dealloc_pd(d->pd);
+  free(d);
+}
+
+static uint8_t *slot_ptr(const verbs_dev *d, uint32_t i) {
+  return d->slab + (size_t)i * VERBS_SLOT_SIZE;
+}
+
+static void slot_put(verbs_dev *d, uint32_t i) {
+  d->free_slots[d->n_free++] = i;
+}
+
+/* A received buffer's last reference went (loop thread). */
+static void slot_release(void *base, size_t capacity, void *arg) {
+  (void)capacity;
+  verbs_dev *d = arg;
+  if (d->vl != NULL)
+    slot_put(d, (uint32_t)(((uint8_t *)base - d->slab) / VERBS_SLOT_SIZE));
+  dev_unref(d);
+}
+
+/* Posts up to `n` receives from free slots, chained, in one call. Returns
+ * how many were posted or an error. */
+static int srq_post(verbs_dev *d, uint32_t n) {
+  struct ibv_recv_wr wrs[VERBS_POLL_BATCH * 2];
+  struct ibv_sge sges[VERBS_POLL_BATCH * 2];
+  uint32_t max = sizeof wrs / sizeof wrs[0];
+  uint32_t k = n < d->n_free ? n : d->n_free;
+  if (k > max)
+    k = max;
+  if (k == 0)
+    return 0;
+  for (uint32_t i = 0; i < k; i++) {
+    uint32_t slot = d->free_slots[d->n_free - 1 - i];
+    sges[i] = (struct ibv_sge){.addr = (uintptr_t)slot_ptr(d, slot),
+                               .length = VERBS_SLOT_SIZE,
+                               .lkey = d->slab_mr->lkey};
+    wrs[i] = (struct ibv_recv_wr){.wr_id = slot,
+                                  .sg_list = &sges[i],
+                                  .num_sge = 1,
+                                  .next = i + 1 < k ? &wrs[i + 1] : NULL};
+  }
+  struct ibv_recv_wr *bad = NULL;
+  int rc = ibv_post_srq_recv(d->srq, wrs, &bad);
+  if (rc != 0)
+    return rc > 0 ? -rc : WEFT_EIO;
+  d->n_free -= k;
+  return (int)k;
+}
+
+/* Reposts exactly what was consumed, as far as free slots allow. */
+static void srq_refill(verbs_dev *d) {
+  while (d->owed > 0 && d->n_free > 0) {
+    int k = srq_post(d, d->owed);
+    if (k <= 0) {
+      weft_log(WEFT_LOG_ERROR, "verbs: ibv_post_srq_recv: %s",
+               weft_strerror(k < 0 ? k : WEFT_EIO));
+      break;
+    }
+    d->owed -= (uint32_t)k;
+  }
+}
+
+static int dev_poll(weft_source *src, int budget);
+static int dev_arm(weft_source *src);
+static void dev_wakeup(weft_source *src, uint32_t events);
+
+static const weft_source_ops dev_source_ops = {
+    .name = "verbs-cq", .poll = dev_poll, .arm = dev_arm, .wakeup = dev_wakeup};
+
+/* Sizes from what the device allows. */
+static int dev_size(verbs_dev *d) {
+  struct ibv_device_attr attr;
+  int rc = ibv_query_device(d->ctx, &attr);
+  if (rc != 0)
+    return -rc;
+  d->srq_depth = VERBS_SRQ_DEPTH;
+  if (attr.max_srq_wr > 0 && (uint32_t)attr.max_srq_wr < d->srq_depth)
+    d->srq_depth = (uint32_t)attr.max_srq_wr;
+  uint32_t per = VERBS_CREDITS + VERBS_CTRL_RESERVE;
+  d->max_channels = d->srq_depth / per;
+  uint32_t cqe = d->srq_depth + d->max_channels * VERBS_SQ_DEPTH;
+  if (attr.max_cqe > 0 && (uint32_t)attr.max_cqe < cqe) {
+    cqe = (uint32_t)attr.max_cqe;
+    uint32_t by_cq =
+        cqe > d->srq_depth ? (cqe - d->srq_depth) / VERBS_SQ_DEPTH : 0;
+    if (by_cq < d->max_channels)
+      d->max_channels = by_cq;
+  }
+  d->max_sge = attr.max_sge < VERBS_MAX_SGE ? attr.max_sge : VERBS_MAX_SGE;
+  if (d->max_channels == 0 || d->max_sge < 1)
+    return WEFT_ENOBUFS;
+  return (int)cqe;
+}
+
+static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
+  int err;
+  verbs_dev *d = calloc(1, sizeof *d);
+  if (d == NULL)
+    return WEFT_ENOMEM;
+  d->vl = vl;
+  d->ctx = ctx;
+  d->refs = 1;
+  int cqe = dev_size(d);
+  if (cqe < 0) {
+    err = cqe;
+    goto failed_size;
+  }
+  d->pd = ibv_alloc_pd(ctx);
+  if (d->pd == NULL) {
+    err = neg_errno();
+    goto failed_size;
+  }
+  d->n_slots = d->srq_depth + VERBS_SPARE_SLOTS;
+  d->slab_len = (size_t)d->n_slots * VERBS_SLOT_SIZE;
+  d->slab = aligned_alloc(4096, d->slab_len);
+  d->free_slots = calloc(d->n_slots, sizeof *d->free_slots);
+  if (d->slab == NULL || d->free_slots == NULL) {
+    err = WEFT_ENOMEM;
+    goto failed_slab; /* dev_unref frees what was allocated */
+  }
+  for (uint32_t i = d->n_slots; i > 0; i--)
+    slot_put(d, i - 1);
+  d->slab_mr = ibv_reg_mr(d->pd, d->slab, d->slab_len, IBV_ACCESS_LOCAL_WRITE);
+  if (d->slab_mr == NULL) {
+    err = neg_errno();
+    goto failed_slab;
+  }
+  d->cc = ibv_create_comp_channel(ctx);
+  if (d->cc == NULL) {
+    err = neg_errno();
+    goto failed_slab;
+  }
+  if (fcntl(d->cc->fd, F_SETFL, fcntl(d->cc->fd, F_GETFL) | O_NONBLOCK) < 0) {
+    err = neg_errno();
+    goto failed_cq;
+  }
+  d->cq = ibv_create_cq(ctx, cqe, d, d->cc, 0);
+  if (d->cq == NULL) {
+    err = neg_errno();
+    goto failed_cq;
+  }
+  struct ibv_srq_init_attr sa = {
+      .attr = {.max_wr = d->srq_depth, .max_sge = 1}};
+  d->srq = ibv_create_srq(d->pd, &sa);
+  if (d->srq == NULL) {
+    err = neg_errno();
+    goto failed_srq;
+  }
+  d->owed = d->srq_depth;
+  srq_refill(d);
+  if (d->owed != 0) {
+    err = WEFT_EIO;
+    goto failed_post;
+  }
+  /* Every pool slab, now and later, is registered once. Allocating one
+   * buffer first makes sure the pool has a slab, so its destruction calls
+   * slab_unreg at least once and drops the last reference. */
+  weft_pool *pool = weft_loop_pool(vl->loop);
+  weft_buf_release(weft_buf_alloc(pool, 1));
+  d->pool_hook = weft_pool_add_slab_hook(pool, slab_reg, slab_unreg, d);
+  if (d->pool_hook < 0) {
+    err = d->pool_hook;
+    goto failed_post;
+  }
+  weft_source_init(&d->source, &dev_source_ops, d->cc->fd, d);
+  err = weft_loop_add_source(vl->loop, &d->source);
+  if (err < 0)
+    goto failed_source;
+  d->source_added = true;
+  *out = d;
+  return 0;
+
+failed_source:
+  /* The hook stays with the pool and holds its references: keep the PD. */
+  ibv_destroy_srq(d->srq);
+  ibv_destroy_cq(d->cq);
+  ibv_destroy_comp_channel(d->cc);
+  d->vl = NULL;
+  dev_unref(d);
+  return err;
+failed_post:
+  ibv_destroy_srq(d->srq);
+failed_srq:
+  ibv_destroy_cq(d->cq);
+failed_cq:
+  ibv_destroy_comp_channel(d->cc);
+failed_slab:
+failed_size:
+  d->vl = NULL;
+  dev_unref(d);
+  return err;
+}
+
+/* Called by loop_fini once no channel uses the device. */
+static void dev_close(verbs_dev *d) {
+  if (d->source_added)
+    weft_loop_remove_source(d->vl->loop, &d->source);
+  ibv_destroy_srq(d->srq);
+  if (d->cq_unacked > 0)
+    ibv_ack_cq_events(d->cq, d->cq_unacked);
+  ibv_destroy_cq(d->cq);
+  ibv_destroy_comp_channel(d->cc);
+  d->vl = NULL;
+  dev_unref(d);
+}
+
+static int dev_get(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
+  for (int i = 0; i < vl->n_devs; i++)
+    if (vl->devs[i]->ctx == ctx) {
+      *out = vl->devs[i];
+      return 0;
+    }
+  if (vl->n_devs == VERBS_MAX_DEVICES)
+    return WEFT_ENOSPC;
+  int err = dev_open(vl, ctx, out);
+  if (err < 0) {
+    weft_log(WEFT_LOG_ERROR, "verbs: cannot set up device %s: %s",
+             ibv_get_device_name(ctx->device), weft_strerror(err));
+    return err;
+  }
+  vl->devs[vl->n_devs++] = *out;
+  return 0;
+}
+
+/* ---- the QP number -> channel map ---- */
+
+static void hash_add(verbs_dev *d, verbs_chan *vc) {
+  verbs_chan **b = &d->hash[vc->qp_num % VERBS_HASH_BUCKETS];
+  vc->hash_next = *b;
+  *b = vc;
+}
+
+static void hash_del(verbs_dev *d, verbs_chan *vc) {
+  for (verbs_chan **p = &d->hash[vc->qp_num % VERBS_HASH_BUCKETS]; *p != NULL;
+       p = &(*p)->hash_next)
+    if (*p == vc) {
+      *p = vc->hash_next;
+      return;
+    }
+}
+
+static verbs_chan *hash_find(verbs_dev *d, uint32_t qp_num) {
+  for (verbs_chan *vc = d->hash[qp_num % VERBS_HASH_BUCKETS]; vc != NULL;
+       vc = vc->hash_next)
+    if (vc->qp_num == qp_num)
+      return vc;
+  return NULL;
+}
+
+/* ---- sending ---- */
+
+/* Credits we can hand back now: receives the peer used that were delivered
+ * (not held) and reposted. None while a refill is short. */
+static uint32_t returnable(const verbs_chan *vc) {
+  if (vc->dev == NULL || vc->dev->owed > 0)
+    return 0;
+  uint32_t used = vc->granted + vc->n_held;
+  return used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
+}
+
+static uint32_t take_returns(verbs_chan *vc) {
+  uint32_t r = returnable(vc);
+  vc->granted += r;
+  return r;
+}
+
+/* The lkey of registered memory at `p` inside `b`, or false. */
+static bool lkey_of(const verbs_dev *d, const weft_buf *b, const uint8_t *p,
+                    uint32_t *lkey) {
+  if (p >= d->slab && p < d->slab + d->slab_len) {
+    *lkey = d->slab_mr->lkey; /* a received buffer sent on (echo) */
+    return true;
+  }
+  uint64_t k = weft_buf_mem_key(b, d->pool_hook);
+  if (k == WEFT_MEM_KEY_NONE)
+    return false;
+  const struct ibv_mr *mr = (const struct ibv_mr *)(uintptr_t)k;
+  if (mr->pd != d->pd)
+    return false; /* another loop's pool: another PD */
+  *lkey = mr->lkey;
+  return true;
+}
+
+/* Releases the buffers of send records up to and including `seq`. */
+static void retire_sends(verbs_chan *vc, uint64_t seq) {
+  while (vc->sq_head < vc->sq_tail && vc->sq_head <= seq) {
+    send_rec *r = &vc->recs[vc->sq_head % VERBS_SQ_DEPTH];
+    for (uint8_t i = 0; i < r->n; i++)
+      weft_buf_release(r->bufs[i]);
+    r->n = 0;
+    vc->sq_head++;
+  }
+}
+
+/* Where the gather stands in the outbound queue. */
+typedef struct gather {
+  size_t idx; /* outbound buffer */
+  size_t off; /* bytes of it already taken */
+  size_t count;
+} gather;
+
+/* Fills one work request from the outbound queue. Returns its bytes (0 =
+ * nothing left) or an error. */
+static ssize_t build_wr(verbs_chan *vc, gather *g, struct ibv_send_wr *wr,
+                        struct ibv_sge *sge, send_rec *rec) {
+  verbs_dev *d = vc->dev;
+  size_t total = 0;
+  int n = 0;
+  bool copy = false;
+  weft_buf *bufs[VERBS_MAX_SGE];
+  while (g->idx < g->count && n < d->max_sge && total < vc->peer_recv_size) {
+    weft_buf *b = weft_outbound_buf(vc->ch, g->idx);
+    size_t avail = weft_buf_readable(b) - g->off;
+    if (avail == 0) {
+      g->idx++, g->off = 0;
+      continue;
+    }
+    size_t take =
+        avail < vc->peer_recv_size - total ? avail : vc->peer_recv_size - total;
+    uint8_t *p = weft_buf_rptr(b) + g->off;
+    uint32_t lkey = 0;
+    if (!lkey_of(d, b, p, &lkey))
+      copy = true;
+    sge[n] = (struct ibv_sge){
+        .addr = (uintptr_t)p, .length = (uint32_t)take, .lkey = lkey};
+    bufs[n++] = b;
+    total += take;
+    g->off += take;
+    if (g->off == weft_buf_readable(b))
+      g->idx++, g->off = 0;
+  }
+  if (total == 0)
+    return 0;
+  rec->n = 0;
+  *wr = (struct ibv_send_wr){
+      .opcode = IBV_WR_SEND_WITH_IMM, .sg_list = sge, .num_sge = n};
+  if (total <= d->max_inline) {
+    wr->send_flags = IBV_SEND_INLINE; /* copied at post time */
+  } else if (copy) {
+    /* Memory no hook registered: one copy into a registered pool buffer. */
+    weft_buf *c =
+        weft_buf_alloc(weft_loop_pool(weft_channel_loop(vc->ch)), total);
+    if (c == NULL)
+      return WEFT_ENOMEM;
+    for (int i = 0; i < n; i++)
+      weft_buf_write_bytes(c, (void *)(uintptr_t)sge[i].addr, sge[i].length);
+    uint32_t lkey;
+    if (!lkey_of(d, c, weft_buf_rptr(c), &lkey)) {
+      weft_buf_release(c);
+      return WEFT_EIO;
+    }
+    sge[0] = (struct ibv_sge){.addr = (uintptr_t)weft_buf_rptr(c),
+                              .length = (uint32_t)total,
+                              .lkey = lkey};
+    wr->num_sge = 1;
+    rec->bufs[rec->n++] = c;
+  } else {
+    for (int i = 0; i < n; i++)
+      rec->bufs[rec->n++] = weft_buf_retain(bufs[i]);
+  }
+  return (ssize_t)total;
+}
+
+/* Releases the records of `n` work requests built but not posted. */
+static void release_recs(verbs_chan *vc, int n) {
+  for (int i = 0; i < n; i++) {
+    send_rec *r = &vc->recs[(vc->sq_tail + (uint64_t)i) % VERBS_SQ_DEPTH];
+    for (uint8_t k = 0; k < r->n; k++)
+      weft_buf_release(r->bufs[k]);
+    r->n = 0;
+  }
+}
+
+/* Posts `n` chained work requests; on failure the records taken for them
+ * are released again. */
+static int post_chain(verbs_chan *vc, struct ibv_send_wr *wrs, int n) {
+  for (int i = 0; i < n; i++) {
+    uint64_t seq = vc->sq_tail + (uint64_t)i;
+    wrs[i].wr_id = seq;
+    wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+    /* Signal the last of the post, and one every half queue, so send
+     * records retire and the queue cannot fill with unsignaled work. */
+    if (i == n - 1 || seq - vc->last_signaled >= VERBS_SQ_DEPTH / 2) {
+      wrs[i].send_flags |= IBV_SEND_SIGNALED;
+      vc->last_signaled = seq;
+    }
+  }
+  struct ibv_send_wr *bad = NULL;
+  int rc = ibv_post_send(vc->qp, wrs, &bad);
+  if (rc != 0) {
+    release_recs(vc, n);
+    return rc > 0 ? -rc : WEFT_EIO;
+  }
+  vc->sq_tail += (uint64_t)n;
+  return 0;
+}
+
+static bool sq_room(const verbs_chan *vc) {
+  return vc->sq_tail - vc->sq_head < VERBS_SQ_DEPTH;
+}
+
+/* Posts data while credits and send queue allow, gathering queued buffers.
+ * Returns 0 or an error. Promises run in weft_outbound_consumed. */
+static int post_data(verbs_chan *vc) {
+  struct ibv_send_wr wrs[VERBS_POST_BATCH];
+  struct ibv_sge sges[VERBS_POST_BATCH][VERBS_MAX_SGE];
+  for (;;) {
+    if (vc->state != VC_ESTABLISHED || !vc_active(vc) ||
+        weft_outbound_is_empty(vc->ch))
+      return 0;
+    gather g = {.count = weft_outbound_count(vc->ch)};
+    int n = 0;
+    size_t bytes = 0;
+    while (n < VERBS_POST_BATCH && vc->credits > 0 &&
+           vc->sq_tail + (uint64_t)n - vc->sq_head < VERBS_SQ_DEPTH) {
+      send_rec *rec = &vc->recs[(vc->sq_tail + (uint64_t)n) % VERBS_SQ_DEPTH];
+      ssize_t got = build_wr(vc, &g, &wrs[n], sges[n], rec);
+      if (got < 0) {
+        release_recs(vc, n);
+        return (int)got;
+      }
+      if (got == 0)
+        break;
+      wrs[n].imm_data = htonl(take_returns(vc) & VERBS_IMM_CREDITS);
+      vc->credits--;
+      bytes += (size_t)got;
+      n++;
+    }
+    if (n == 0) {
+      if (g.idx >= g.count) /* only empty buffers: complete them */
+        weft_outbound_consumed(vc->ch, 0);
+      return 0;
+    }
+    int err = post_chain(vc, wrs, n);
+    if (err < 0)
+      return err;
+    weft_outbound_consumed(vc->ch, bytes);
+  }
+}
+
+/* A zero-length message: returned credits, and FIN when closing. */
+static int post_control(verbs_chan *vc, uint32_t flags) {
+  struct ibv_send_wr wr = {.opcode = IBV_WR_SEND_WITH_IMM, .num_sge = 0};
+  wr.imm_data = htonl(flags | (take_returns(vc) & VERBS_IMM_CREDITS));
+  vc->recs[vc->sq_tail % VERBS_SQ_DEPTH].n = 0;
+  return post_chain(vc, &wr, 1);
+}
+
+/* Sends what can go now: data, then a credit message if enough credits
+ * wait and no data carried them. The caller holds a channel reference. */
+static int send_pending(verbs_chan *vc) {
+  if (vc->in_flush || vc->state != VC_ESTABLISHED || vc->errored)
+    return 0;
+  vc->in_flush = true;
+  int err = post_data(vc);
+  if (err == 0 && vc->state == VC_ESTABLISHED &&
+      returnable(vc) >= VERBS_CREDIT_THRESHOLD && sq_room(vc))
+    err = post_control(vc, 0);
+  vc->in_flush = false;
+  return err;
+}
+
+static int verbs_flush(weft_channel *ch) {
+  verbs_chan *vc = vc_of(ch);
+  weft_channel_retain(ch); /* a promise may close and free the channel */
+  int err = send_pending(vc);
+  weft_channel_release(ch);
+  return err;
+}
+
+/* ---- teardown ---- */
+
+static void vc_unlink(verbs_chan *vc) {
+  verbs_loop *vl = vc->vl;
+  if (vc->prev != NULL)
+    vc->prev->next = vc->next;
+  else if (vl->chans == vc)
+    vl->chans = vc->next;
+  if (vc->next != NULL)
+    vc->next->prev = vc->prev;
+  vc->prev = vc->next = NULL;
+}
+
+static void deliver_unlink(verbs_chan *vc) {
+  if (!vc->in_deliver)
+    return;
+  for (verbs_chan **p = &vc->dev->deliver; *p != NULL; p = &(*p)->deliver_next)
+    if (*p == vc) {
+      *p = vc->deliver_next;
+      break;
+    }
+  vc->in_deliver = false;
+}
+
+/* Releases the QP, the id and every buffer the channel holds. */
+static void vc_teardown(verbs_chan *vc) {
+  if (vc->state == VC_DONE)
+    return;
+  bool lingering = vc->state == VC_LINGER;
+  vc->state = VC_DONE;
+  weft_timer_stop(&vc->linger);
+  if (vc->id != NULL) {
+    if (vc->qp != NULL) {
+      rdma_disconnect(vc->id);
+      hash_del(vc->dev, vc);
+      rdma_destroy_qp(vc->id);
+      vc->qp = NULL;
+    }
+    rdma_destroy_id(vc->id);
+    vc->id = NULL;
+    vc_unlink(vc);
+  }
+  /* The QP is gone: the device touches none of these buffers any more. */
+  retire_sends(vc, UINT64_MAX);
+  while (vc->n_held > 0) {
+    weft_buf_release(vc->held[vc->held_head]);
+    vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
+    vc->n_held--;
+  }
+  if (vc->dev != NULL) {
+    deliver_unlink(vc);
+    if (vc->reserved)
+      vc->dev->n_channels--;
+    vc->reserved = false;
+  }
+  if (lingering)
+    weft_channel_release(vc->ch); /* taken when the linger began */
+}
+
+static void linger_timeout(void *arg) { vc_teardown(arg); }
+
+/* The core closes the channel: send FIN behind the posted data when the
+ * QP works, and tear down once it completed. */
+static void verbs_close(weft_channel *ch) {
+  verbs_chan *vc = vc_of(ch);
+  if (vc->state == VC_DONE || vc->vl == NULL)
+    return;
+  if (vc->state == VC_ESTABLISHED && !vc->errored && sq_room(vc) &&
+      post_control(vc, VERBS_IMM_FIN) == 0) {
+    vc->fin_seq = vc->sq_tail - 1;
+    vc->state = VC_LINGER;
+    weft_channel_retain(ch);
+    weft_timer_start(&vc->linger, VERBS_LINGER_NS, 0, linger_timeout, vc);
+    return;
+  }
+  vc_teardown(vc);
+}
+
+/* Reports a failure on a live channel; the core's close tears it down. */
+static void vc_fail(verbs_chan *vc, int err, const char *fmt, ...) {
+  vc->errored = true;
+  if (vc->state == VC_LINGER) {
+    vc_teardown(vc);
+    return;
+  }
+  if (vc->ch == NULL || weft_channel_state_of(vc->ch) >= WEFT_CHANNEL_INACTIVE)
+    return;
+  char reason[200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof reason, fmt, ap);
+  va_end(ap);
+  if (weft_channel_state_of(vc->ch) == WEFT_CHANNEL_REGISTERED)
+    weft_channel_connected(vc->ch, err);
+  else
+    weft_channel_transport_closed(vc->ch, err, reason);
+}
+
+/* ---- receiving ---- */
+
+static void touch(verbs_dev *d, verbs_chan *vc) {
+  if (vc->touched || d->n_touched == 2 * VERBS_POLL_BATCH)
+    return;
+  vc->touched = true;
+  weft_channel_retain(vc->ch);
+  d->touched[d->n_touched++] = vc;
+}
+
+static void held_push(verbs_chan *vc, weft_buf *b) {
+  uint32_t tail = (vc->held_head + vc->n_held) % (VERBS_CREDITS + 1);
+  vc->held[tail] = b;
+  vc->n_held++;
+}
+
+static bool can_deliver(const verbs_chan *vc) {
+  return vc->reading && vc_active(vc) && vc->state != VC_LINGER &&
+         vc->state != VC_DONE;
+}
+
+/* Delivers held messages while the channel reads; returns how many. */
+static int deliver_held(verbs_chan *vc) {
+  int n = 0;
+  while (vc->n_held > 0 && can_deliver(vc)) {
+    weft_buf *b = vc->held[vc->held_head];
+    vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
+    vc->n_held--;
+    vc->got_data = true;
+    n++;
+    weft_pipeline_fire_channel_read(weft_channel_pipeline(vc->ch), b);
+  }
+  if (vc->n_held == 0 && vc->fin_received)
+    vc->fin_pending = true;
+  return n;
+}
+
+static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
+  uint32_t slot = (uint32_t)wc->wr_id;
+  uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+  if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER) {
+    slot_put(d, slot); /* for a channel that is gone or closing */
+    return;
+  }
+  if (wc->status != IBV_WC_SUCCESS) {
+    slot_put(d, slot);
+    touch(d, vc);
+    vc_fail(vc, wc_status_to_weft(wc->status), "verbs: receive failed: %s",
+            ibv_wc_status_str(wc->status));
+    return;
+  }
+  if (vc->state == VC_CONNECTING && vc->passive)
+    vc->state = VC_ESTABLISHED; /* data before the ESTABLISHED event */
+  if (wc->byte_len > 0 && vc->granted > 0)
+    vc->granted--; /* control messages use the reserve, not credits */
+  vc->credits += (int32_t)(imm & VERBS_IMM_CREDITS);
+  touch(d, vc);
+  if (wc->byte_len > 0) {
+    weft_buf *b = weft_buf_wrap(weft_loop_pool(d->vl->loop), slot_ptr(d, slot),
+                                VERBS_SLOT_SIZE, wc->byte_len, slot_release, d);
+    if (b == NULL) {
+      slot_put(d, slot);
+      vc_fail(vc, WEFT_ENOMEM, "verbs: no memory for a received buffer");
+      return;
+    }
+    d->refs++;
+    held_push(vc, b);
+    deliver_held(vc);
+  } else {
+    slot_put(d, slot);
+  }
+  if (imm & VERBS_IMM_FIN) {
+    vc->fin_received = true;
+    if (vc->n_held == 0)
+      vc->fin_pending = true;
+  }
+}
+
+static void on_send(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
+  if (vc == NULL || vc->state == VC_DONE)
+    return;
+  retire_sends(vc, wc->wr_id);
+  if (wc->status != IBV_WC_SUCCESS) {
+    touch(d, vc);
+    vc_fail(vc, wc_status_to_weft(wc->status), "verbs: send failed: %s",
+            ibv_wc_status_str(wc->status));
+    return;
+  }
+  if (vc->state == VC_LINGER && wc->wr_id >= vc->fin_seq) {
+    vc_teardown(vc); /* FIN delivered: disconnect */
+    return;
+  }
+  touch(d, vc);
+}
+
+/* After a batch: read_complete, FIN as EOF, sends the new credits allow. */
+static void finish_batch(verbs_dev *d) {
+  for (int i = 0; i < d->n_touched; i++) {
+    verbs_chan *vc = d->touched[i];
+    weft_channel *ch = vc->ch;
+    vc->touched = false;
+    if (vc->got_data && vc_active(vc)) {
+      vc->got_data = false;
+      weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(ch));
+    }
+    vc->got_data = false;
+    if (vc->fin_pending && vc_active(vc)) {
+      vc->fin_pending = false;
+      weft_channel_transport_closed(ch, 0, "peer closed");
+    }
+    int err = vc_active(vc) ? send_pending(vc) : 0;
+    if (err < 0)
+      vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
+    weft_channel_release(ch);
+  }
+  d->n_touched = 0;
+}
+
+/* Channels whose held messages may go up now (auto-read came back). */
+static int deliver_pending(verbs_dev *d) {
+  int n = 0;
+  while (d->deliver != NULL && d->n_touched < VERBS_POLL_BATCH) {
+    verbs_chan *vc = d->deliver;
+    d->deliver = vc->deliver_next;
+    vc->in_deliver = false;
+    touch(d, vc);
+    n += deliver_held(vc) + 1;
+  }
+  return n;
+}
+
+/* After a short refill caught up: every channel may return credits. */
+static void unstarve(verbs_dev *d) {
+  d->starved = false;
+  for (verbs_chan *vc = d->vl->chans; vc != NULL; vc = vc->next)
+    if (vc->dev == d && vc->state == VC_ESTABLISHED &&
+        returnable(vc) >= VERBS_CREDIT_THRESHOLD && !vc->in_deliver) {
+      vc->in_deliver = true; /* the deliver pass sends the credits */
+      vc->deliver_next = d->deliver;
+      d->deliver = vc;
+    }
+}
+
+static int dev_poll(weft_source *src, int budget) {
+  verbs_dev *d = src->data;
+  if (d->owed > 0 && d->n_free > 0)
+    srq_refill(d); /* slots came back since the last short refill */
+  if (d->starved && d->owed == 0)
+    unstarve(d);
+  int handled = deliver_pending(d);
+  struct ibv_wc wcs[VERBS_POLL_BATCH];
+  int max = budget < VERBS_POLL_BATCH ? budget : VERBS_POLL_BATCH;
+  int n = ibv_poll_cq(d->cq, max > 0 ? max : 1, wcs);
+  if (n < 0) {
+    weft_log(WEFT_LOG_ERROR, "verbs: ibv_poll_cq failed");
+    n = 0;
+  }
+  /* Refill the SRQ before any handler runs. */
+  for (int i = 0; i < n; i++)
+    if (wcs[i].opcode & IBV_WC_RECV)
+      d->owed++;
+  srq_refill(d);
+  if (d->owed > 0)
+    d->starved = true;
+  for (int i = 0; i < n; i++) {
+    verbs_chan *vc = hash_find(d, wcs[i].qp_num);
+    if (wcs[i].opcode & IBV_WC_RECV)
+      on_recv(d, vc, &wcs[i]);
+    else
+      on_send(d, vc, &wcs[i]);
+  }
+  finish_batch(d);
+  return n + handled;
+}
+
+/* Arms the CQ, then polls once more: a completion that landed between the
+ * last poll and the arm raises no event. */
+static int dev_arm(weft_source *src) {
+  verbs_dev *d = src->data;
+  if (d->deliver != NULL || (d->owed > 0 && d->n_free > 0))
+    return 1;
+  if (ibv_req_notify_cq(d->cq, 0) != 0)
+    weft_log(WEFT_LOG_ERROR, "verbs: ibv_req_notify_cq failed");
+  return dev_poll(src, VERBS_POLL_BATCH);
+}
+
+/* Takes the CQ events off the completion channel; acknowledges in batches
+ * (ibv_ack_cq_events takes a lock). */
+static void dev_wakeup(weft_source *src, uint32_t events) {
+  (void)events;
+  verbs_dev *d = src->data;
+  struct ibv_cq *cq;
+  void *ctx;
+  while (ibv_get_cq_event(d->cc, &cq, &ctx) == 0)
+    d->cq_unacked++;
+  if (d->cq_unacked >= VERBS_CQ_ACK_BATCH) {
+    ibv_ack_cq_events(d->cq, d->cq_unacked);
+    d->cq_unacked = 0;
+  }
+}
+
+/* ---- connection setup ---- */
+
+static void hello_fill(verbs_hello *h) {
+  *h = (verbs_hello){.magic = htons(VERBS_HELLO_MAGIC),
+                     .version = VERBS_HELLO_VERSION,
+                     .credits = htons(VERBS_CREDITS),
+                     .recv_size = htonl(VERBS_SLOT_SIZE)};
+}
+
+static bool hello_parse(const void *data, uint8_t len, uint16_t *credits,
+                        uint32_t *recv_size) {
+  verbs_hello h;
+  if (data == NULL || len < sizeof h)
+    return false;
+  memcpy(&h, data, sizeof h);
+  if (ntohs(h.magic) != VERBS_HELLO_MAGIC || h.version != VERBS_HELLO_VERSION)
+    return false;
+  *credits = ntohs(h.credits);
+  *recv_size = ntohl(h.recv_size);
+  return *credits > 0 && *recv_size > 0;
+}
+
+static struct rdma_conn_param conn_param(verbs_hello *h) {
+  hello_fill(h);
+  return (struct rdma_conn_param){.private_data = h,
+                                  .private_data_len = sizeof *h,
+                                  .retry_count = 7,
+                                  /* credits keep RNR away; retry forever
+                                   * if it happens (the counters show it) */
+                                  .rnr_retry_count = 7};
+}
+
+/* Creates the channel's QP on the device rdma_cm chose, with its SRQ
+ * share reserved. */
+static int vc_setup_qp(verbs_chan *vc) {
+  verbs_dev *d;
+  int err = dev_get(vc->vl, vc->id->verbs, &d);
+  if (err < 0)
+    return err;
+  if (d->n_channels >= d->max_channels) {
+    weft_log(WEFT_LOG_WARN,
+             "verbs: loop %d has %u channels on %s, as many as its shared "
+             "receive queue has credits for",
+             weft_loop_index(vc->vl->loop), d->n_channels,
+             ibv_get_device_name(d->ctx->device));
+    return WEFT_ENOBUFS;
+  }
+  struct ibv_qp_init_attr qa = {.send_cq = d->cq,
+                                .recv_cq = d->cq,
+                                .srq = d->srq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = VERBS_SQ_DEPTH,
+                                        .max_send_sge = (uint32_t)d->max_sge,
+                                        .max_inline_data = VERBS_INLINE_WANT}};
+  if (rdma_create_qp(vc->id, d->pd, &qa) != 0) {
+    qa.cap.max_inline_data = 0; /* a device without inline sends */
+    if (rdma_create_qp(vc->id, d->pd, &qa) != 0)
+      return cm_err();
+  }
+  d->max_inline = qa.cap.max_inline_data;
+  vc->dev = d;
+  vc->qp = vc->id->qp;
+  vc->qp_num = vc->qp->qp_num;
+  hash_add(d, vc);
+  d->n_channels++;
+  vc->reserved = true;
+  vc->granted = VERBS_CREDITS;
+  return 0;
+}
+
+static void vc_link(verbs_chan *vc) {
+  verbs_loop *vl = vc->vl;
+  vc->next = vl->chans;
+  if (vl->chans != NULL)
+    vl->chans->prev = vc;
+  vl->chans = vc;
+}
+
+static verbs_loop *loop_state_of(weft_loop *loop, int *err) {
+  return weft_transport_loop_state(&weft__transport_verbs, loop, err);
+}
+
+static void vc_init(verbs_chan *vc, weft_channel *ch, verbs_loop *vl) {
+  int64_t auto_read = 1;
+  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
+  vc->kind = KIND_CHANNEL;
+  vc->ch = ch;
+  vc->vl = vl;
+  vc->reading = auto_read != 0;
+  weft_timer_init(vl->loop, &vc->linger);
+}
+
+static int verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
+  verbs_chan *vc = vc_of(ch);
+  int err = 0;
+  verbs_loop *vl = loop_state_of(weft_channel_loop(ch), &err);
+  if (vl == NULL)
+    return err;
+  struct sockaddr_storage dst;
+  err = resolve(ep, false, &dst);
+  if (err < 0)
+    return err;
+  vc_init(vc, ch, vl);
+  if (rdma_create_id(vl->ec, &vc->id, vc, RDMA_PS_TCP) != 0)
+    return cm_err();
+  vc_link(vc);
+  vc->state = VC_RESOLVING;
+  if (rdma_resolve_addr(vc->id, NULL, (struct sockaddr *)&dst,
+                        VERBS_RESOLVE_MS) != 0) {
+    err = cm_err();
+    vc_teardown(vc);
+    return err;
+  }
+  return 0;
+}
+
+static void on_route_resolved(verbs_chan *vc) {
+  int err = vc_setup_qp(vc);
+  if (err < 0) {
+    vc_fail(vc, err, "verbs: QP setup failed");
+    return;
+  }
+  verbs_hello h;
+  struct rdma_conn_param p = conn_param(&h);
+  if (rdma_connect(vc->id, &p) != 0) {
+    err = cm_err();
+    vc_fail(vc, err, "verbs: rdma_connect failed");
+    return;
+  }
+  vc->state = VC_CONNECTING;
+}
+
+static void on_established(verbs_chan *vc, const void *pdata, uint8_t plen) {
+  if (!vc->passive) {
+    uint16_t credits;
+    uint32_t rsize;
+    if (!hello_parse(pdata, plen, &credits, &rsize)) {
+      vc_fail(vc, WEFT_EPROTO, "verbs: the peer's handshake is not weft's");
+      return;
+    }
+    vc->credits += credits; /* early messages may have returned some */
+    vc->peer_recv_size = rsize;
+  }
+  vc->state = VC_ESTABLISHED;
+  weft_channel *ch = vc->ch;
+  weft_channel_retain(ch);
+  if (!vc->passive)
+    weft_channel_connected(ch, 0);
+  if (vc_active(vc)) {
+    deliver_held(vc);
+    int err = send_pending(vc);
+    if (err < 0)
+      vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
+  }
+  weft_channel_release(ch);
+}
+
+static void drain_cq(verbs_dev *d) {
+  while (dev_poll(&d->source, VERBS_POLL_BATCH) > 0) {
+  }
+}
+
+/* The peer disconnected: orderly if its FIN came first. */
+static void on_disconnected(verbs_chan *vc) {
+  weft_channel *ch = vc->ch;
+  weft_channel_retain(ch);
+  if (vc->dev != NULL && vc->state != VC_DONE)
+    drain_cq(vc->dev); /* the FIN may wait in the CQ */
+  if (vc->state == VC_LINGER) {
+    vc_teardown(vc);
+  } else if (vc->state != VC_DONE && !vc->fin_received) {
+    vc_fail(vc, WEFT_ECONNRESET,
+            "verbs: the peer disconnected without closing (rdma_cm "
+            "DISCONNECTED)");
+  }
+  weft_channel_release(ch);
+}
+
+static int event_error(const struct rdma_cm_event *ev) {
+  switch (ev->event) {
+  case RDMA_CM_EVENT_REJECTED:
+    return WEFT_ECONNREFUSED;
+  case RDMA_CM_EVENT_UNREACHABLE:
+    return ev->status == -ETIMEDOUT ? WEFT_ETIMEDOUT : WEFT_EHOSTUNREACH;
+  case RDMA_CM_EVENT_ADDR_ERROR:
+    return WEFT_EADDRNOTAVAIL;
+  case RDMA_CM_EVENT_ROUTE_ERROR:
+    return WEFT_ENETUNREACH;
+  case RDMA_CM_EVENT_DEVICE_REMOVAL:
+    return WEFT_ENODEV;
+  default:
+    return ev->status < 0 ? ev->status : WEFT_ECONNABORTED;
+  }
+}
+
+static void channel_event(verbs_chan *vc, const struct rdma_cm_event *ev,
+                          const void *pdata, uint8_t plen) {
+  switch (ev->event) {
+  case RDMA_CM_EVENT_ADDR_RESOLVED:
+    if (rdma_resolve_route(vc->id, VERBS_RESOLVE_MS) != 0)
+      vc_fail(vc, cm_err(), "verbs: rdma_resolve_route failed");
+    break;
+  case RDMA_CM_EVENT_ROUTE_RESOLVED:
+    on_route_resolved(vc);
+    break;
+  case RDMA_CM_EVENT_ESTABLISHED:
+    on_established(vc, pdata, plen);
+    break;
+  case RDMA_CM_EVENT_DISCONNECTED:
+  case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+    on_disconnected(vc);
+    break;
+  case RDMA_CM_EVENT_ADDR_ERROR:
+  case RDMA_CM_EVENT_ROUTE_ERROR:
+  case RDMA_CM_EVENT_CONNECT_ERROR:
+  case RDMA_CM_EVENT_UNREACHABLE:
+  case RDMA_CM_EVENT_REJECTED:
+  case RDMA_CM_EVENT_DEVICE_REMOVAL:
+    vc_fail(vc, event_error(ev), "verbs: %s (status %d)",
+            rdma_event_str(ev->event), ev->status);
+    break;
+  default:
+    break;
+  }
+}
+
+static void listener_event(verbs_listener *vls, const struct rdma_cm_event *ev,
+                           const void *pdata, uint8_t plen) {
+  if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
+    return;
+  verbs_pending *p = malloc(sizeof *p);
+  if (p == NULL || !hello_parse(pdata, plen, &(uint16_t){0}, &(uint32_t){0})) {
+    free(p);
+    rdma_reject(ev->id, NULL, 0);
+    rdma_destroy_id(ev->id);
+    return;
+  }
+  p->id = ev->id;
+  hello_parse(pdata, plen, &p->credits, &p->recv_size);
+  weft_listener_accepted(vls->l, (intptr_t)p);
+}
+
+/* rdma_cm events, taken off the non-blocking event channel. Each event is
+ * copied and acknowledged before it is handled: rdma_destroy_id waits for
+ * the acknowledgement of every event of its id. */
+static int cm_poll(weft_source *src, int budget) {
+  verbs_loop *vl = src->data;
+  int n = 0;
+  struct rdma_cm_event *e;
+  while (n < budget && rdma_get_cm_event(vl->ec, &e) == 0) {
+    struct rdma_cm_event ev = *e;
+    uint8_t pdata[256];
+    uint8_t plen = e->param.conn.private_data_len;
+    if (e->param.conn.private_data == NULL)
+      plen = 0;
+    memcpy(pdata,
+           e->param.conn.private_data != NULL ? e->param.conn.private_data
+                                              : pdata,
+           plen);
+    rdma_ack_cm_event(e);
+    n++;
+    void *ctx = ev.event == RDMA_CM_EVENT_CONNECT_REQUEST
+                    ? ev.listen_id->context
+                    : ev.id->context;
+    if (ctx == NULL)
+      continue;
+    if (*(enum verbs_kind *)ctx == KIND_LISTENER)
+      listener_event(ctx, &ev, pdata, plen);
+    else
+      channel_event(ctx, &ev, pdata, plen);
+  }
+  return n;
+}
+
+static const weft_source_ops cm_source_ops = {.name = "verbs-cm",
+                                              .poll = cm_poll};
+
+/* ---- accept ---- */
+
+static void verbs_discard(intptr_t handle) {
+  verbs_pending *p = (verbs_pending *)handle;
+  rdma_reject(p->id, NULL, 0);
+  rdma_destroy_id(p->id);
+  free(p);
+}
+
+static int verbs_adopt(weft_channel *ch, intptr_t handle) {
+  verbs_pending *p = (verbs_pending *)handle;
+  verbs_chan *vc = vc_of(ch);
+  int err = 0;
+  verbs_loop *vl = loop_state_of(weft_channel_loop(ch), &err);
+  if (vl == NULL) {
+    verbs_discard(handle);
+    return err;
+  }
+  vc_init(vc, ch, vl);
+  vc->passive = true;
+  vc->credits = p->credits;
+  vc->peer_recv_size = p->recv_size;
+  /* Events of this id now come to this loop. */
+  p->id->context = vc;
+  if (p->id->channel != vl->ec && rdma_migrate_id(p->id, vl->ec) != 0) {
+    err = cm_err();
+    verbs_discard(handle);
+    return err;
+  }
+  vc->id = p->id;
+  free(p);
+  vc_link(vc);
+  err = vc_setup_qp(vc);
+  if (err < 0) {
+    rdma_reject(vc->id, NULL, 0);
+    vc_teardown(vc);
+    return err;
+  }
+  verbs_hello h;
+  struct rdma_conn_param cp = conn_param(&h);
+  if (rdma_accept(vc->id, &cp) != 0) {
+    err = cm_err();
+    vc_teardown(vc);
+    return err;
+  }
+  vc->state = VC_CONNECTING;
+  return 0;
+}
+
+/* ---- listeners ---- */
+
+static int verbs_listen(weft_listener *l, const weft_endpoint *ep,
+                        int backlog) {
+  int err = 0;
+  verbs_loop *vl = loop_state_of(weft_listener_loop(l), &err);
+  if (vl == NULL)
+    return err;
+  struct sockaddr_storage addr;
+  err = resolve(ep, true, &addr);
+  if (err < 0)
+    return err;
+  verbs_listener *vls = calloc(1, sizeof *vls);
+  if (vls == NULL)
+    return WEFT_ENOMEM;
+  *vls = (verbs_listener){.kind = KIND_LISTENER, .l = l, .vl = vl};
+  if (rdma_create_id(vl->ec, &vls->id, vls, RDMA_PS_TCP) != 0) {
+    err = cm_err();
+    goto failed_id;
+  }
+  if (rdma_bind_addr(vls->id, (struct sockaddr *)&addr) != 0 ||
+      rdma_listen(vls->id, backlog) != 0) {
+    err = cm_err();
+    goto failed_bind;
+  }
+  vls->next = vl->listeners;
+  if (vl->listeners != NULL)
+    vl->listeners->prev = vls;
+  vl->listeners = vls;
+  weft_listener_set_priv(l, vls);
+  return 0;
+
+failed_bind:
+  rdma_destroy_id(vls->id);
+failed_id:
+  free(vls);
+  return err;
+}
+
+static void listener_free(verbs_listener *vls) {
+  verbs_loop *vl = vls->vl;
+  rdma_destroy_id(vls->id);
+  if (vls->prev != NULL)
+    vls->prev->next = vls->next;
+  else
+    vl->listeners = vls->next;
+  if (vls->next != NULL)
+    vls->next->prev = vls->prev;
+  free(vls);
+}
+
+static void verbs_listen_close(weft_listener *l) {
+  verbs_listener *vls = weft_listener_priv(l);
+  if (vls == NULL)
+    return;
+  weft_listener_set_priv(l, NULL);
+  listener_free(vls);
+}
+
+static int verbs_listen_address(weft_listener *l, char *buf, size_t len) {
+  verbs_listener *vls = weft_listener_priv(l);
+  if (vls == NULL)
+    return WEFT_ECLOSED;
+  return format_sockaddr(rdma_get_local_addr(vls->id), buf, len);
+}
+
+/* ---- the per-loop instance ---- */
+
+static int verbs_loop_init(weft_loop *loop, void **loop_state) {
+  int err;
+  verbs_loop *vl = calloc(1, sizeof *vl);
+  if (vl == NULL)
+    return WEFT_ENOMEM;
+  vl->loop = loop;
+  vl->ec = rdma_create_event_channel();
+  if (vl->ec == NULL) {
+    err = neg_errno();
+    goto failed_channel;
+  }
+  if (fcntl(vl->ec->fd, F_SETFL, fcntl(vl->ec->fd, F_GETFL) | O_NONBLOCK) < 0) {
+    err = neg_errno();
+    goto failed_source;
+  }
+  weft_source_init(&vl->cm_source, &cm_source_ops, vl->ec->fd, vl);
+  err = weft_loop_add_source(loop, &vl->cm_source);
+  if (err < 0)
+    goto failed_source;
+  *loop_state = vl;
+  return 0;
+
+failed_source:
+  rdma_destroy_event_channel(vl->ec);
+failed_channel:
+  weft_log(WEFT_LOG_ERROR,
+           "verbs: cannot start on loop %d: rdma_create_event_channel: %s "
+           "(is rdma_ucm loaded?)",
+           weft_loop_index(loop), weft_strerror(err));
+  free(vl);
+  return err;
+}
+
+/* The core closed every channel before; lingering ones end now. */
+static void verbs_loop_fini(weft_loop *loop, void *loop_state) {
+  verbs_loop *vl = loop_state;
+  while (vl->chans != NULL)
+    vc_teardown(vl->chans);
+  while (vl->listeners != NULL) {
+    weft_listener_set_priv(vl->listeners->l, NULL);
+    listener_free(vl->listeners);
+  }
+  for (int i = 0; i < vl->n_devs; i++)
+    dev_close(vl->devs[i]);
+  weft_loop_remove_source(loop, &vl->cm_source);
+  rdma_destroy_event_channel(vl->ec);
+  free(vl);
+}
+
+/* ---- options and addresses ---- */
+
+static int verbs_set_read(weft_channel *ch, bool on) {
+  verbs_chan *vc = vc_of(ch);
+  vc->reading = on;
+  if (on && vc->dev != NULL && vc->n_held > 0 && !vc->in_deliver) {
+    /* Delivered by the next poll, not from inside this call. */
+    vc->in_deliver = true;
+    vc->deliver_next = vc->dev->deliver;
+    vc->dev->deliver = vc;
+  }
+  return 0;
+}
+
+static int verbs_remote_address(const weft_channel *ch, char *buf, size_t len) {
+  const verbs_chan *vc = vc_of(ch);
+  if (vc->id == NULL)
+    return WEFT_ENOTCONN;
+  return format_sockaddr(rdma_get_peer_addr(vc->id), buf, len);
+}
+
+static int verbs_local_address(const weft_channel *ch, char *buf, size_t len) {
+  const verbs_chan *vc = vc_of(ch);
+  if (vc->id == NULL)
+    return WEFT_ENOTCONN;
+  return format_sockaddr(rdma_get_local_addr(vc->id), buf, len);
+}
+
+const weft_transport_ops weft__transport_verbs = {
+    .name = "verbs",
+    .caps = WEFT_TRANSPORT_CAP_REGISTERED_MEM,
+    .channel_priv_size = sizeof(verbs_chan),
+    .probe = verbs_probe,
+    .loop_init = verbs_loop_init,
+    .loop_fini = verbs_loop_fini,
+    .listen = verbs_listen,
+    .listen_close = verbs_listen_close,
+    .listen_address = verbs_listen_address,
+    .connect = verbs_connect,
+    .adopt = verbs_adopt,
+    .discard = verbs_discard,
+    .flush = verbs_flush,
+    .close = verbs_close,
+    .set_read = verbs_set_read,
+    .remote_address = verbs_remote_address,
+    .local_address = verbs_local_address,
+};
