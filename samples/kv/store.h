@@ -1,0 +1,334 @@
+/* samples/kv/store.h: the storage core of weft's sample key-value service.
+ *
+ * An in-memory map from binary-safe keys to binary-safe values with the
+ * commands the server maps Redis (RESP) and weft RPC requests onto: GET, SET
+ * (EX/PX/NX/XX/KEEPTTL), DEL, EXISTS, INCR/INCRBY/DECR, MGET, MSET, SCAN,
+ * DBSIZE, FLUSHALL, PTTL, plus the counters INFO reports. It knows nothing
+ * of the network.
+ *
+ * Concurrency: lock striping. The key space is split into N stripes by the
+ * key's hash; each stripe is its own hash table behind its own mutex. Values
+ * are reference-counted immutable blobs (kv_blob), so a GET holds the lock
+ * only long enough to take a reference and the reply is encoded outside it;
+ * a SET allocates its blob before taking the lock and releases the old one
+ * after dropping it. samples/kv/README.md says why this beat shard-per-loop
+ * with message passing (numbers in docs/benchmarks.md).
+ *
+ * Thread rules: every function is safe from any thread at any time, except
+ * kv_store_free (no other call may run or follow) and, for a store created
+ * with `single_thread`, all of them (one thread at a time). Multi-key
+ * commands (DEL, EXISTS, MGET, MSET, FLUSHALL) are atomic: they lock every
+ * stripe they touch, in stripe order, so no reader sees half an MSET.
+ *
+ * Limits: keys are 0 .. max_key_len bytes (default 64 KiB, not Redis' 512
+ * MiB: a key is copied into every reply and hashed on every request, and
+ * the server's frame limit is sized from it); values 0 .. max_value_len
+ * bytes (default 1 MiB). Longer input is refused with WEFT_EMSGSIZE before
+ * anything is allocated.
+ *
+ * Expiry: a key with a TTL is deleted lazily when a command touches it after
+ * its deadline, and actively by kv_store_expire_some(), which the server
+ * calls from a periodic loop timer (sampling with bounded work, like Redis'
+ * activeExpireCycle). Time is weft_now_ns() (CLOCK_MONOTONIC) unless a test
+ * injects a clock with kv_store_set_clock().
+ *
+ * Errors are negative weft codes (weft/error.h); kv_error_message() gives
+ * the text a Redis client expects for the ones a command can return.
+ */
+#ifndef WEFT_SAMPLES_KV_STORE_H
+#define WEFT_SAMPLES_KV_STORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kv_store kv_store;
+
+/**
+ * An immutable, reference-counted byte string: a value held by the store or
+ * handed to a caller. `len` and `data` are read-only once the blob is given
+ * to the store (fill `data` between kv_blob_new and kv_set_blob only);
+ * `refs` is private. Each holder of a reference releases it once with
+ * kv_blob_release(); the memory is freed with the last reference.
+ */
+typedef struct kv_blob {
+  _Atomic uint32_t refs; /* private: reference count */
+  size_t len;            /* read-only: bytes in data */
+  unsigned char data[];  /* read-only once stored: the bytes */
+} kv_blob;
+
+/** A key or value passed by the caller: `len` bytes at `ptr` (borrowed). */
+typedef struct kv_key {
+  const void *ptr;
+  size_t len;
+} kv_key;
+
+/** Default and upper limits (bytes, stripes). */
+#define KV_MAX_KEY_LEN_DEFAULT (64u * 1024u)
+#define KV_MAX_VALUE_LEN_DEFAULT (1024u * 1024u)
+#define KV_STRIPES_DEFAULT 64u
+#define KV_STRIPES_MAX 1024u
+
+/** Options for kv_store_new(). Initialise with kv_store_options_init(). */
+typedef struct kv_store_options {
+  unsigned n_stripes;   /* power of two, 1..KV_STRIPES_MAX (default 64) */
+  size_t max_key_len;   /* bytes, >= 1 (default 64 KiB) */
+  size_t max_value_len; /* bytes (default 1 MiB) */
+  bool single_thread;   /* true: no locks at all; the caller guarantees one
+                           thread at a time (a shard owned by one loop).
+                           Forces n_stripes = 1. Default false. */
+} kv_store_options;
+
+/** Fills `opts` with the defaults documented on each field. Any thread. */
+void kv_store_options_init(kv_store_options *opts);
+
+/**
+ * Creates an empty store. `opts` may be NULL for the defaults. Stores the
+ * store in `*out` and returns 0, or WEFT_EINVAL (a bad option) or
+ * WEFT_ENOMEM. The caller owns the store and frees it with kv_store_free().
+ * Any thread.
+ */
+int kv_store_new(kv_store **out, const kv_store_options *opts);
+
+/**
+ * Frees the store, every key, and the store's reference to every value
+ * (blobs still referenced by callers stay valid until they release them).
+ * No other call on the store may run concurrently or follow. NULL is a
+ * no-op.
+ */
+void kv_store_free(kv_store *store);
+
+/** The clock kv_store_set_clock() installs: nanoseconds, monotonic. */
+typedef uint64_t (*kv_clock_fn)(void *arg);
+
+/**
+ * Test hook: makes the store read time from `fn(arg)` (nanoseconds, must
+ * never go backwards) instead of weft_now_ns(); `fn` NULL restores
+ * weft_now_ns. Call before the store is shared with other threads; `fn` may
+ * be called from any thread that uses the store.
+ */
+void kv_store_set_clock(kv_store *store, kv_clock_fn fn, void *arg);
+
+/**
+ * Allocates a blob for a value of `len` bytes, refusing a length above the
+ * store's max_value_len before allocating, so the server can call it as soon
+ * as it knows a bulk string's length. The bytes are uninitialised: fill
+ * `data`, then pass the blob to kv_set_blob() or release it. Stores the blob
+ * (one reference, the caller's) in `*out` and returns 0, or WEFT_EMSGSIZE or
+ * WEFT_ENOMEM. Any thread.
+ */
+int kv_blob_new(const kv_store *store, size_t len, kv_blob **out);
+
+/** Takes one more reference to `blob` and returns it. Any thread. */
+kv_blob *kv_blob_retain(kv_blob *blob);
+
+/** Drops one reference; frees the blob with the last. NULL is a no-op. */
+void kv_blob_release(kv_blob *blob);
+
+/**
+ * GET: looks `key` up. If present (and not expired) stores a new reference
+ * to its value in `*out` (the caller releases it) and returns 1; if absent
+ * stores NULL and returns 0 (an expired key is deleted now). Counts a hit
+ * or a miss. Errors: WEFT_EMSGSIZE (key longer than max_key_len). An empty
+ * key is a valid key, as in Redis. Any thread.
+ */
+int kv_get(kv_store *store, const void *key, size_t klen, kv_blob **out);
+
+/** SET condition and TTL flags (kv_set_options.flags). */
+enum kv_set_flags {
+  KV_SET_NX = 1u << 0,      /* only if the key does not exist */
+  KV_SET_XX = 1u << 1,      /* only if the key exists */
+  KV_SET_KEEPTTL = 1u << 2, /* keep the key's current TTL (if any) */
+};
+
+/** Options of one SET. Zero-initialised = plain SET without TTL. */
+typedef struct kv_set_options {
+  unsigned flags; /* kv_set_flags, OR-ed */
+  int64_t ttl_ms; /* in milliseconds, > 0 = expire after that long (PX;
+                     EX n becomes n * 1000, see kv_ttl_ms_from_seconds);
+                     0 = no TTL: clears any existing TTL unless KEEPTTL */
+} kv_set_options;
+
+/**
+ * Converts an EX argument in seconds to kv_set_options.ttl_ms. Returns 0,
+ * or WEFT_EINVAL when `seconds` <= 0 or the product overflows (Redis:
+ * "invalid expire time"). Any thread.
+ */
+int kv_ttl_ms_from_seconds(int64_t seconds, int64_t *ttl_ms);
+
+/**
+ * SET: stores a copy of `val` (`vlen` bytes) under `key`. `opts` may be NULL
+ * (plain SET). Returns 1 if the value was stored, 0 if NX/XX prevented it.
+ * Errors: WEFT_EMSGSIZE (key or value above the maximum; nothing is
+ * allocated), WEFT_EINVAL (NX with XX, KEEPTTL with a TTL, a negative TTL or
+ * one whose deadline overflows: Redis' "syntax error" / "invalid expire
+ * time"), WEFT_ENOMEM. On error the store is unchanged. Any thread.
+ */
+int kv_set(kv_store *store, const void *key, size_t klen, const void *val,
+           size_t vlen, const kv_set_options *opts);
+
+/**
+ * SET with a value the caller built with kv_blob_new(): like kv_set(), and
+ * it always consumes the caller's reference to `blob` (the store keeps it,
+ * or releases it when nothing was stored or on error). Any thread.
+ */
+int kv_set_blob(kv_store *store, const void *key, size_t klen, kv_blob *blob,
+                const kv_set_options *opts);
+
+/**
+ * DEL: deletes the `n` keys (duplicates count once: the second finds the key
+ * gone). Returns the number deleted (expired keys count as absent), or
+ * WEFT_EMSGSIZE for a key longer than max_key_len (then nothing is deleted)
+ * or WEFT_EINVAL when n > INT_MAX. Atomic. Any thread.
+ */
+int kv_del(kv_store *store, size_t n, const kv_key *keys);
+
+/**
+ * EXISTS: the number of the `n` keys that exist (a key given twice counts
+ * twice, as in Redis). Errors as kv_del. Atomic. Any thread.
+ */
+int kv_exists(kv_store *store, size_t n, const kv_key *keys);
+
+/**
+ * INCRBY: adds `delta` to the value at `key` read as a signed 64-bit decimal
+ * (Redis' rules: optional '-', no '+', no spaces, no leading zeros, at most
+ * 20 characters), storing the sum as decimal text and keeping the key's TTL.
+ * A missing key counts as 0. Stores the new value in `*result` and returns
+ * 0. Errors: WEFT_EINVAL (the value is not such an integer: "value is not an
+ * integer or out of range"), WEFT_ERANGE (the sum overflows: "increment or
+ * decrement would overflow"), WEFT_EMSGSIZE for a key above the maximum,
+ * WEFT_ENOMEM. On error the value is unchanged. Any thread.
+ */
+int kv_incrby(kv_store *store, const void *key, size_t klen, int64_t delta,
+              int64_t *result);
+
+/** INCR: kv_incrby with delta 1. */
+int kv_incr(kv_store *store, const void *key, size_t klen, int64_t *result);
+
+/** DECR: kv_incrby with delta -1. */
+int kv_decr(kv_store *store, const void *key, size_t klen, int64_t *result);
+
+/**
+ * MGET: for each of the `n` keys stores in `out[i]` a new reference to its
+ * value (the caller releases each non-NULL entry) or NULL if absent. Returns
+ * the number found, or an error as kv_del (then every out[i] is NULL).
+ * Counts hits and misses. Atomic (one snapshot). Any thread.
+ */
+int kv_mget(kv_store *store, size_t n, const kv_key *keys, kv_blob **out);
+
+/**
+ * MSET: sets the `n` pairs keys[i] = vals[i] (copies), clearing their TTLs;
+ * a later duplicate key wins. Every allocation happens before the locks are
+ * taken. Returns 0, or WEFT_EMSGSIZE (a key or value above its maximum),
+ * WEFT_EINVAL (n > INT_MAX), WEFT_ENOMEM; on error nothing is set. Atomic. Any
+ * thread.
+ */
+int kv_mset(kv_store *store, size_t n, const kv_key *keys, const kv_key *vals);
+
+/**
+ * PTTL: if `key` exists returns 1 and stores its remaining time to live in
+ * `*ttl_ms` (milliseconds, rounded up; -1 = no TTL); returns 0 if absent.
+ * Errors as kv_get. Any thread.
+ */
+int kv_pttl(kv_store *store, const void *key, size_t klen, int64_t *ttl_ms);
+
+/**
+ * The keys one SCAN call returned: `n` keys, each a blob owned by the
+ * result. Initialise with {0}; kv_scan_result_clear() releases the keys and
+ * the array (reusable after).
+ */
+typedef struct kv_scan_result {
+  size_t n;       /* read-only: number of keys */
+  size_t cap;     /* private */
+  kv_blob **keys; /* read-only: the keys, n entries */
+} kv_scan_result;
+
+/** Releases every key of `res` and its array; leaves it empty. */
+void kv_scan_result_clear(kv_scan_result *res);
+
+/**
+ * SCAN: continues the iteration at `cursor` (0 starts one) and appends to
+ * `res` the keys of the next buckets, stopping after about `count` keys
+ * (a hint, 0 means 10) or `count` * 10 empty buckets. With `pattern` (NULL
+ * for none; `plen` bytes, Redis glob: * ? [abc] [^a] [a-z] \x) only matching
+ * keys are kept; the filtering happens after the stripe lock is dropped,
+ * so like Redis a call may return no keys without having finished. Stores
+ * the next cursor in `*next`: 0 when the iteration is complete.
+ *
+ * Guarantee (Redis' reverse-binary cursor over power-of-two tables): a full
+ * iteration returns every key that was present from its start to its end
+ * at least once, even if tables grow or shrink in between; a key may be
+ * returned more than once; keys added or removed during the iteration may or
+ * may not appear. Expired keys are not returned. Any cursor value is
+ * accepted. Returns 0, or WEFT_ENOMEM (the keys appended so far stay in
+ * `res`; retry with the same cursor). Any thread; one stripe lock at a time.
+ */
+int kv_scan(kv_store *store, uint64_t cursor, size_t count, const void *pattern,
+            size_t plen, kv_scan_result *res, uint64_t *next);
+
+/**
+ * True if `str` matches the Redis glob `pattern` (* ? [...] and \ escapes;
+ * binary safe). Linear-time backtracking: no pattern can make it explode.
+ * Any thread.
+ */
+bool kv_glob_match(const void *pattern, size_t plen, const void *str,
+                   size_t slen);
+
+/**
+ * DBSIZE: the number of keys, including keys whose TTL has passed but that
+ * no command or expiry cycle has deleted yet (as Redis). Any thread; exact
+ * when no writer runs concurrently.
+ */
+uint64_t kv_dbsize(kv_store *store);
+
+/**
+ * FLUSHALL: deletes every key atomically. The entries are freed (and the
+ * store's value references released) after the locks are dropped. Counters
+ * other than keys and memory stay. Returns 0 or WEFT_ENOMEM (the store is
+ * unchanged then). Any thread.
+ */
+int kv_flushall(kv_store *store);
+
+/**
+ * Active expiry: examines at most `budget` keys that have a TTL, sampled at
+ * random, stripe after stripe (continuing where the last call stopped), and
+ * deletes the expired ones. A stripe is sampled again while more than a
+ * quarter of its sample was expired (Redis' activeExpireCycle heuristic).
+ * Returns the number of keys deleted. Meant for a periodic loop timer: the
+ * work per call is bounded by `budget`. Any thread.
+ */
+size_t kv_store_expire_some(kv_store *store, size_t budget);
+
+/** Counters for INFO. Each is exact; the set is not one snapshot. */
+typedef struct kv_store_stats {
+  uint64_t keys;         /* keys stored (as kv_dbsize) */
+  uint64_t expires;      /* keys with a TTL */
+  uint64_t expired_keys; /* keys deleted because their TTL passed */
+  uint64_t mem_bytes;    /* bytes of keys plus values stored (payload only) */
+  uint64_t hits;         /* GET/MGET lookups that found the key */
+  uint64_t misses;       /* GET/MGET lookups that did not */
+} kv_store_stats;
+
+/** Sums the stripes' counters into `*out`. Any thread, takes no lock. */
+void kv_store_stats_get(kv_store *store, kv_store_stats *out);
+
+/**
+ * The Redis error text (without the "ERR " prefix) for an error a command
+ * returned: WEFT_EINVAL -> "value is not an integer or out of range" (the
+ * only EINVAL a well-formed command gets; the server rejects bad SET flags
+ * while parsing, with "syntax error"), WEFT_ERANGE -> "increment or
+ * decrement would overflow", WEFT_EMSGSIZE -> "string exceeds maximum
+ * allowed size"; other codes give weft_strerror(). Static string. Any
+ * thread.
+ */
+const char *kv_error_message(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_SAMPLES_KV_STORE_H */

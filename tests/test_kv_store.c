@@ -1,0 +1,933 @@
+/* The KV service's storage core (samples/kv/store.h): every command against
+ * a model, TTL expiry on an injected clock, SCAN's full-iteration guarantee
+ * while tables grow and shrink, INCR's errors, size limits, glob patterns,
+ * counters, and four threads mixing commands. */
+#include "harness.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/error.h>
+
+#include "samples/kv/store.h"
+
+#define MS 1000000ull /* ns */
+
+/* ---- helpers ---- */
+
+static _Atomic uint64_t fake_now = 1000 * MS;
+
+static uint64_t fake_clock(void *arg) {
+  (void)arg;
+  return atomic_load(&fake_now);
+}
+
+static void advance_ms(uint64_t ms) { atomic_fetch_add(&fake_now, ms * MS); }
+
+static kv_store *new_store(unsigned stripes, bool fake_time) {
+  kv_store_options o;
+  kv_store_options_init(&o);
+  o.n_stripes = stripes;
+  kv_store *s = NULL;
+  ck_assert_int_eq(kv_store_new(&s, &o), 0);
+  if (fake_time)
+    kv_store_set_clock(s, fake_clock, NULL);
+  return s;
+}
+
+static uint64_t rng_next(uint64_t *x) {
+  *x ^= *x << 13;
+  *x ^= *x >> 7;
+  *x ^= *x << 17;
+  return *x;
+}
+
+static int set_str(kv_store *s, const char *k, const char *v) {
+  return kv_set(s, k, strlen(k), v, strlen(v), NULL);
+}
+
+/* Asserts that `k` holds exactly `v` (NULL: absent). */
+static void assert_value(kv_store *s, const void *k, size_t klen, const void *v,
+                         size_t vlen) {
+  kv_blob *b = NULL;
+  int r = kv_get(s, k, klen, &b);
+  if (v == NULL) {
+    ck_assert_int_eq(r, 0);
+    ck_assert_ptr_null(b);
+    return;
+  }
+  ck_assert_int_eq(r, 1);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_uint_eq(b->len, vlen);
+  ck_assert_mem_eq(b->data, v, vlen);
+  kv_blob_release(b);
+}
+
+static void assert_str(kv_store *s, const char *k, const char *v) {
+  assert_value(s, k, strlen(k), v, v ? strlen(v) : 0);
+}
+
+/* ---- the model: key i -> value, deadline ---- */
+
+#define M_KEYS 40
+#define M_VAL_MAX 24
+
+typedef struct mslot {
+  bool present; /* physically present (lazily deleted only when touched) */
+  unsigned char val[M_VAL_MAX];
+  size_t len;
+  uint64_t at; /* deadline in ns, 0 = none */
+} mslot;
+
+typedef struct model {
+  mslot slot[M_KEYS];
+  char key[M_KEYS][16];
+  size_t klen[M_KEYS];
+  uint64_t hits, misses, lazily_expired;
+} model;
+
+static void model_init(model *m) {
+  memset(m, 0, sizeof(*m));
+  for (int i = 0; i < M_KEYS; i++) {
+    /* Key 0 is empty, odd keys carry a NUL byte: keys are binary. */
+    int n = i == 0 ? 0 : snprintf(m->key[i], sizeof(m->key[i]), "k%d", i);
+    if (i % 2)
+      m->key[i][n++] = '\0';
+    m->klen[i] = (size_t)n;
+  }
+}
+
+static bool m_expired(const mslot *x) {
+  return x->at != 0 && x->at <= atomic_load(&fake_now);
+}
+
+/* A command touching key i deletes it if expired (lazy expiry). */
+static void m_touch(model *m, int i) {
+  if (m->slot[i].present && m_expired(&m->slot[i])) {
+    m->slot[i].present = false;
+    m->lazily_expired++;
+  }
+}
+
+static bool m_live(const model *m, int i) {
+  return m->slot[i].present && !m_expired(&m->slot[i]);
+}
+
+/* The canonical-decimal rule, written independently of the store: a value
+ * is an integer iff strtoll reads all of it and prints it back the same. */
+static bool m_parse_int(const mslot *x, int64_t *out) {
+  char buf[M_VAL_MAX + 1], back[32];
+  if (x->len == 0 || memchr(x->val, '\0', x->len))
+    return false;
+  memcpy(buf, x->val, x->len);
+  buf[x->len] = '\0';
+  errno = 0;
+  char *end;
+  long long v = strtoll(buf, &end, 10);
+  if (errno || *end)
+    return false;
+  snprintf(back, sizeof(back), "%lld", v);
+  if (strcmp(back, buf) != 0)
+    return false;
+  *out = v;
+  return true;
+}
+
+static const char *const int_texts[] = {"0",
+                                        "7",
+                                        "-5",
+                                        "007",
+                                        "+3",
+                                        " 4",
+                                        "1.5",
+                                        "-0",
+                                        "9223372036854775807",
+                                        "-9223372036854775808",
+                                        "9223372036854775808",
+                                        "abc",
+                                        ""};
+
+static void random_value(uint64_t *rng, unsigned char *v, size_t *len) {
+  if (rng_next(rng) % 3 == 0) {
+    const char *t =
+        int_texts[rng_next(rng) % (sizeof(int_texts) / sizeof(int_texts[0]))];
+    *len = strlen(t);
+    memcpy(v, t, *len);
+    return;
+  }
+  *len = rng_next(rng) % M_VAL_MAX;
+  for (size_t i = 0; i < *len; i++)
+    v[i] = (unsigned char)rng_next(rng);
+}
+
+static kv_key m_kv_key(model *m, int i) {
+  return (kv_key){m->key[i], m->klen[i]};
+}
+
+/* ---- one random operation of each kind, checked against the model ---- */
+
+static void op_get(kv_store *s, model *m, uint64_t *rng) {
+  int i = (int)(rng_next(rng) % M_KEYS);
+  m_touch(m, i);
+  mslot *x = &m->slot[i];
+  if (x->present)
+    m->hits++;
+  else
+    m->misses++;
+  assert_value(s, m->key[i], m->klen[i], x->present ? x->val : NULL, x->len);
+}
+
+static void op_set(kv_store *s, model *m, uint64_t *rng) {
+  int i = (int)(rng_next(rng) % M_KEYS);
+  static const unsigned flag_choices[] = {0, 0, KV_SET_NX, KV_SET_XX,
+                                          KV_SET_KEEPTTL};
+  kv_set_options o = {flag_choices[rng_next(rng) % 5], 0};
+  if (!(o.flags & KV_SET_KEEPTTL) && rng_next(rng) % 2)
+    o.ttl_ms = 1 + (int64_t)(rng_next(rng) % 20);
+  unsigned char v[M_VAL_MAX];
+  size_t len;
+  random_value(rng, v, &len);
+  m_touch(m, i);
+  mslot *x = &m->slot[i];
+  int want = !((o.flags & KV_SET_NX) && x->present) &&
+             !((o.flags & KV_SET_XX) && !x->present);
+  ck_assert_int_eq(kv_set(s, m->key[i], m->klen[i], v, len, &o), want);
+  if (!want)
+    return;
+  uint64_t at = o.ttl_ms
+                    ? atomic_load(&fake_now) + (uint64_t)o.ttl_ms * MS
+                    : ((o.flags & KV_SET_KEEPTTL) && x->present ? x->at : 0);
+  x->present = true;
+  x->at = at;
+  memcpy(x->val, v, len);
+  x->len = len;
+}
+
+static int random_keys(model *m, uint64_t *rng, kv_key *keys, int *idx) {
+  int n = 1 + (int)(rng_next(rng) % 4);
+  for (int j = 0; j < n; j++) {
+    idx[j] = (int)(rng_next(rng) % M_KEYS);
+    keys[j] = m_kv_key(m, idx[j]);
+  }
+  return n;
+}
+
+static void op_del_exists(kv_store *s, model *m, uint64_t *rng, bool del) {
+  kv_key keys[4];
+  int idx[4], want = 0;
+  int n = random_keys(m, rng, keys, idx);
+  for (int j = 0; j < n; j++) {
+    m_touch(m, idx[j]);
+    want += m->slot[idx[j]].present;
+    if (del)
+      m->slot[idx[j]].present = false;
+  }
+  int got = del ? kv_del(s, (size_t)n, keys) : kv_exists(s, (size_t)n, keys);
+  ck_assert_int_eq(got, want);
+}
+
+static void op_incrby(kv_store *s, model *m, uint64_t *rng) {
+  int i = (int)(rng_next(rng) % M_KEYS);
+  static const int64_t deltas[] = {1, -1, 42, INT64_MAX, INT64_MIN, 0};
+  int64_t delta = deltas[rng_next(rng) % 6], old = 0, got = 12345, sum;
+  m_touch(m, i);
+  mslot *x = &m->slot[i];
+  int want = 0;
+  if (x->present && !m_parse_int(x, &old))
+    want = WEFT_EINVAL;
+  else if (__builtin_add_overflow(old, delta, &sum))
+    want = WEFT_ERANGE;
+  ck_assert_int_eq(kv_incrby(s, m->key[i], m->klen[i], delta, &got), want);
+  if (want != 0)
+    return;
+  ck_assert_int_eq(got, sum);
+  x->len = (size_t)snprintf((char *)x->val, M_VAL_MAX, "%" PRId64, sum);
+  if (!x->present)
+    x->at = 0; /* a new key has no TTL; an existing one keeps its own */
+  x->present = true;
+}
+
+static void op_mget(kv_store *s, model *m, uint64_t *rng) {
+  kv_key keys[4];
+  kv_blob *out[4];
+  int idx[4], want = 0;
+  int n = random_keys(m, rng, keys, idx);
+  int got = kv_mget(s, (size_t)n, keys, out);
+  for (int j = 0; j < n; j++) {
+    m_touch(m, idx[j]);
+    mslot *x = &m->slot[idx[j]];
+    want += x->present;
+    if (x->present) {
+      m->hits++;
+      ck_assert_ptr_nonnull(out[j]);
+      ck_assert_uint_eq(out[j]->len, x->len);
+      ck_assert_mem_eq(out[j]->data, x->val, x->len);
+    } else {
+      m->misses++;
+      ck_assert_ptr_null(out[j]);
+    }
+    kv_blob_release(out[j]);
+  }
+  ck_assert_int_eq(got, want);
+}
+
+static void op_mset(kv_store *s, model *m, uint64_t *rng) {
+  kv_key keys[4], vals[4];
+  int idx[4];
+  unsigned char v[4][M_VAL_MAX];
+  size_t len[4];
+  int n = random_keys(m, rng, keys, idx);
+  for (int j = 0; j < n; j++) {
+    random_value(rng, v[j], &len[j]);
+    vals[j] = (kv_key){v[j], len[j]};
+  }
+  ck_assert_int_eq(kv_mset(s, (size_t)n, keys, vals), 0);
+  for (int j = 0; j < n; j++) {
+    mslot *x = &m->slot[idx[j]];
+    m_touch(m, idx[j]);
+    x->present = true;
+    x->at = 0;
+    memcpy(x->val, v[j], len[j]);
+    x->len = len[j];
+  }
+}
+
+static void op_pttl(kv_store *s, model *m, uint64_t *rng) {
+  int i = (int)(rng_next(rng) % M_KEYS);
+  int64_t ttl = 0;
+  m_touch(m, i);
+  mslot *x = &m->slot[i];
+  ck_assert_int_eq(kv_pttl(s, m->key[i], m->klen[i], &ttl), x->present);
+  if (!x->present)
+    return;
+  uint64_t now = atomic_load(&fake_now);
+  int64_t want = x->at ? (int64_t)((x->at - now + MS - 1) / MS) : -1;
+  ck_assert_int_eq(ttl, want);
+}
+
+/* A full SCAN returns exactly the live keys (each at least once). */
+static void check_scan_equals_model(kv_store *s, model *m) {
+  bool seen[M_KEYS] = {false};
+  uint64_t cursor = 0;
+  do {
+    kv_scan_result r = {0};
+    ck_assert_int_eq(kv_scan(s, cursor, 3, NULL, 0, &r, &cursor), 0);
+    for (size_t j = 0; j < r.n; j++) {
+      int found = -1;
+      for (int i = 0; i < M_KEYS; i++)
+        if (r.keys[j]->len == m->klen[i] &&
+            memcmp(r.keys[j]->data, m->key[i], m->klen[i]) == 0)
+          found = i;
+      ck_assert_int_ge(found, 0);
+      ck_assert_msg(m_live(m, found), "SCAN returned a dead key %d", found);
+      seen[found] = true;
+    }
+    kv_scan_result_clear(&r);
+  } while (cursor != 0);
+  for (int i = 0; i < M_KEYS; i++)
+    ck_assert_msg(seen[i] == m_live(m, i), "key %d live=%d seen=%d", i,
+                  m_live(m, i), seen[i]);
+}
+
+static void check_dbsize(kv_store *s, model *m) {
+  uint64_t live = 0, physical = 0;
+  for (int i = 0; i < M_KEYS; i++) {
+    live += m_live(m, i);
+    physical += m->slot[i].present;
+  }
+  /* Expired keys no command touched may or may not be reclaimed yet. */
+  uint64_t n = kv_dbsize(s);
+  ck_assert_uint_ge(n, live);
+  ck_assert_uint_le(n, physical);
+}
+
+static void run_model(unsigned stripes, uint64_t seed, int ops) {
+  kv_store *s = new_store(stripes, true);
+  model *m = malloc(sizeof(*m));
+  model_init(m);
+  uint64_t rng = seed;
+  for (int k = 0; k < ops; k++) {
+    switch (rng_next(&rng) % 12) {
+    case 0:
+    case 1:
+      op_get(s, m, &rng);
+      break;
+    case 2:
+    case 3:
+      op_set(s, m, &rng);
+      break;
+    case 4:
+      op_del_exists(s, m, &rng, true);
+      break;
+    case 5:
+      op_del_exists(s, m, &rng, false);
+      break;
+    case 6:
+      op_incrby(s, m, &rng);
+      break;
+    case 7:
+      op_mget(s, m, &rng);
+      break;
+    case 8:
+      op_mset(s, m, &rng);
+      break;
+    case 9:
+      op_pttl(s, m, &rng);
+      break;
+    case 10:
+      advance_ms(rng_next(&rng) % 4);
+      break;
+    default:
+      if (rng_next(&rng) % 50 == 0) {
+        ck_assert_int_eq(kv_flushall(s), 0);
+        for (int i = 0; i < M_KEYS; i++)
+          m->slot[i].present = false;
+      } else {
+        kv_store_expire_some(s, rng_next(&rng) % 30);
+      }
+    }
+    check_dbsize(s, m);
+    if (k % 250 == 0)
+      check_scan_equals_model(s, m);
+  }
+  check_scan_equals_model(s, m);
+  kv_store_stats st;
+  kv_store_stats_get(s, &st);
+  ck_assert_uint_eq(st.hits, m->hits);
+  ck_assert_uint_eq(st.misses, m->misses);
+  ck_assert_uint_ge(st.expired_keys, m->lazily_expired);
+  ck_assert_uint_eq(st.keys, kv_dbsize(s));
+  free(m);
+  kv_store_free(s);
+}
+
+START_TEST(kv_commands_match_model_random_ops) {
+  run_model(64, 0x243F6A8885A308D3ull, 6000);
+  run_model(1, 0x13198A2E03707344ull, 6000); /* everything in one table */
+  run_model(2, 0xA4093822299F31D0ull, 6000);
+}
+END_TEST
+
+/* ---- TTL ---- */
+
+START_TEST(kv_ttl_expires_lazily_on_injected_clock) {
+  kv_store *s = new_store(8, true);
+  kv_set_options px = {0, 100};
+  ck_assert_int_eq(kv_set(s, "a", 1, "1", 1, &px), 1);
+  int64_t ex;
+  ck_assert_int_eq(kv_ttl_ms_from_seconds(2, &ex), 0);
+  kv_set_options exo = {0, ex};
+  ck_assert_int_eq(kv_set(s, "b", 1, "2", 1, &exo), 1);
+  int64_t ttl;
+  ck_assert_int_eq(kv_pttl(s, "a", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, 100);
+  advance_ms(99);
+  assert_str(s, "a", "1");
+  ck_assert_int_eq(kv_pttl(s, "a", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, 1);
+  advance_ms(1); /* the deadline itself counts as expired */
+  assert_str(s, "a", NULL);
+  kv_store_stats st;
+  kv_store_stats_get(s, &st);
+  ck_assert_uint_eq(st.expired_keys, 1);
+  ck_assert_uint_eq(st.keys, 1);
+  ck_assert_uint_eq(st.expires, 1);
+  /* KEEPTTL keeps it, INCR keeps it, a plain SET clears it. */
+  kv_set_options keep = {KV_SET_KEEPTTL, 0};
+  ck_assert_int_eq(kv_set(s, "b", 1, "5", 1, &keep), 1);
+  int64_t v;
+  ck_assert_int_eq(kv_incr(s, "b", 1, &v), 0);
+  ck_assert_int_eq(v, 6);
+  ck_assert_int_eq(kv_pttl(s, "b", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, 1900);
+  ck_assert_int_eq(set_str(s, "b", "x"), 1);
+  ck_assert_int_eq(kv_pttl(s, "b", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, -1);
+  advance_ms(5000);
+  assert_str(s, "b", "x");
+  /* NX on an expired key succeeds: the key is gone. */
+  ck_assert_int_eq(kv_set(s, "c", 1, "1", 1, &px), 1);
+  advance_ms(100);
+  kv_set_options nx = {KV_SET_NX, 0};
+  ck_assert_int_eq(kv_set(s, "c", 1, "2", 1, &nx), 1);
+  assert_str(s, "c", "2");
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_ttl_bad_options_einval) {
+  kv_store *s = new_store(8, true);
+  int64_t ms;
+  ck_assert_int_eq(kv_ttl_ms_from_seconds(0, &ms), WEFT_EINVAL);
+  ck_assert_int_eq(kv_ttl_ms_from_seconds(INT64_MAX / 10, &ms), WEFT_EINVAL);
+  kv_set_options bad[] = {
+      {KV_SET_NX | KV_SET_XX, 0}, {KV_SET_KEEPTTL, 5}, {0, -1}, {0, INT64_MAX}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    ck_assert_int_eq(kv_set(s, "k", 1, "v", 1, &bad[i]), WEFT_EINVAL);
+  ck_assert_uint_eq(kv_dbsize(s), 0);
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_expire_some_reclaims_with_bounded_work) {
+  kv_store *s = new_store(16, true);
+  char k[32];
+  kv_set_options px = {0, 10};
+  for (int i = 0; i < 2000; i++) {
+    int n = snprintf(k, sizeof(k), "key%d", i);
+    ck_assert_int_eq(kv_set(s, k, (size_t)n, "v", 1, i % 2 ? &px : NULL), 1);
+  }
+  ck_assert_uint_eq(kv_store_expire_some(s, 1000), 0); /* nothing due yet */
+  advance_ms(10);
+  size_t total = 0, calls = 0, got;
+  while ((got = kv_store_expire_some(s, 50)) > 0 || kv_dbsize(s) > 1000) {
+    ck_assert_uint_le(got, 50);
+    total += got;
+    ck_assert_uint_lt(++calls, 10000);
+  }
+  ck_assert_uint_eq(total, 1000);
+  kv_store_stats st;
+  kv_store_stats_get(s, &st);
+  ck_assert_uint_eq(st.expired_keys, 1000);
+  ck_assert_uint_eq(st.expires, 0);
+  ck_assert_uint_eq(st.keys, 1000);
+  kv_store_free(s);
+}
+END_TEST
+
+/* ---- SCAN ---- */
+
+static void put_key(kv_store *s, const char *fmt, int i) {
+  char k[32];
+  int n = snprintf(k, sizeof(k), fmt, i);
+  ck_assert_int_eq(kv_set(s, k, (size_t)n, "v", 1, NULL), 1);
+}
+
+/* Marks base keys ("base%d") found in one SCAN reply. */
+static void mark_base(const kv_scan_result *r, bool *seen, int n_base) {
+  for (size_t j = 0; j < r->n; j++) {
+    char k[32] = {0};
+    int i;
+    memcpy(k, r->keys[j]->data, r->keys[j]->len < 31 ? r->keys[j]->len : 31);
+    if (sscanf(k, "base%d", &i) == 1 && i >= 0 && i < n_base)
+      seen[i] = true;
+  }
+}
+
+static void scan_while_resizing(unsigned stripes) {
+  enum { N_BASE = 1500, N_EXTRA = 30000 };
+  kv_store *s = new_store(stripes, false);
+  for (int i = 0; i < N_BASE; i++)
+    put_key(s, "base%d", i);
+  bool *seen = calloc(N_BASE, sizeof(bool));
+  uint64_t cursor = 0;
+  int calls = 0, extra = 0;
+  do {
+    kv_scan_result r = {0};
+    ck_assert_int_eq(kv_scan(s, cursor, 5, NULL, 0, &r, &cursor), 0);
+    mark_base(&r, seen, N_BASE);
+    kv_scan_result_clear(&r);
+    calls++;
+    if (calls < 60) { /* grow: every stripe's table doubles several times */
+      for (int j = 0; j < N_EXTRA / 60; j++)
+        put_key(s, "extra%d", extra++);
+    } else { /* then shrink back */
+      for (int j = 0; j < N_EXTRA / 60 && extra > 0; j++) {
+        char k[32];
+        int n = snprintf(k, sizeof(k), "extra%d", --extra);
+        kv_key key = {k, (size_t)n};
+        ck_assert_int_eq(kv_del(s, 1, &key), 1);
+      }
+    }
+  } while (cursor != 0);
+  for (int i = 0; i < N_BASE; i++)
+    ck_assert_msg(seen[i], "base%d missed by SCAN (%u stripes)", i, stripes);
+  free(seen);
+  kv_store_free(s);
+}
+
+START_TEST(kv_scan_full_iteration_returns_every_key_while_resizing) {
+  scan_while_resizing(64);
+  scan_while_resizing(1);
+}
+END_TEST
+
+START_TEST(kv_scan_match_count_and_empty) {
+  kv_store *s = new_store(4, false);
+  kv_scan_result r = {0};
+  uint64_t cursor = 99;
+  ck_assert_int_eq(kv_scan(s, 0, 10, NULL, 0, &r, &cursor), 0);
+  ck_assert_uint_eq(cursor, 0);
+  ck_assert_uint_eq(r.n, 0);
+  for (int i = 0; i < 200; i++)
+    put_key(s, i % 2 ? "user:%d" : "item:%d", i);
+  int users = 0;
+  do {
+    ck_assert_int_eq(kv_scan(s, cursor, 7, "user:*", 6, &r, &cursor), 0);
+    for (size_t j = 0; j < r.n; j++)
+      ck_assert_mem_eq(r.keys[j]->data, "user:", 5);
+    users += (int)r.n;
+    kv_scan_result_clear(&r);
+  } while (cursor != 0);
+  ck_assert_int_ge(users, 100); /* duplicates allowed, misses not */
+  /* COUNT is a hint: a large one returns everything in one call. */
+  ck_assert_int_eq(kv_scan(s, 0, 100000, NULL, 0, &r, &cursor), 0);
+  ck_assert_uint_eq(cursor, 0);
+  ck_assert_uint_eq(r.n, 200);
+  kv_scan_result_clear(&r);
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_glob_match_redis_syntax) {
+  struct {
+    const char *p, *s;
+    bool m;
+  } c[] = {
+      {"*", "", true},
+      {"*", "abc", true},
+      {"a*c", "abbbc", true},
+      {"a*c", "abcd", false},
+      {"h?llo", "hello", true},
+      {"h?llo", "hllo", false},
+      {"h[ae]llo", "hallo", true},
+      {"h[ae]llo", "hillo", false},
+      {"h[^e]llo", "hallo", true},
+      {"h[^e]llo", "hello", false},
+      {"h[a-b]llo", "hbllo", true},
+      {"h[b-a]llo", "hallo", true},
+      {"h[a-b]llo", "hcllo", false},
+      {"a\\*b", "a*b", true},
+      {"a\\*b", "axb", false},
+      {"*a*b*c*", "xxaxxbxxcxx", true},
+      {"*a*b*c*", "xxaxxcxxbxx", false},
+      {"[abc", "a", true},
+      {"", "", true},
+      {"", "a", false},
+      {"a\\", "a\\", true},
+      {"user:*", "user:", true},
+  };
+  for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+    ck_assert_msg(
+        kv_glob_match(c[i].p, strlen(c[i].p), c[i].s, strlen(c[i].s)) == c[i].m,
+        "pattern '%s' on '%s' should be %d", c[i].p, c[i].s, c[i].m);
+  /* Binary: a NUL byte in key and pattern. */
+  ck_assert(kv_glob_match("a\0?", 3, "a\0b", 3));
+  ck_assert(!kv_glob_match("a\0?", 3, "a\1b", 3));
+  /* A pathological pattern finishes (quadratic, not exponential). */
+  char pat[200], str[4000];
+  for (int i = 0; i < 100; i++) {
+    pat[2 * i] = '*';
+    pat[2 * i + 1] = 'a';
+  }
+  memset(str, 'a', sizeof(str));
+  ck_assert(kv_glob_match(pat, sizeof(pat), str, sizeof(str)));
+  str[sizeof(str) - 1] = 'b';
+  ck_assert(!kv_glob_match(pat, sizeof(pat), str, sizeof(str)));
+}
+END_TEST
+
+/* ---- INCR, sizes, multi-key details, counters ---- */
+
+START_TEST(kv_incr_rejects_non_integers_and_overflow) {
+  kv_store *s = new_store(8, false);
+  int64_t v = 77;
+  const char *bad[] = {"abc",
+                       "",
+                       " 1",
+                       "1 ",
+                       "01",
+                       "+1",
+                       "1.5",
+                       "-0",
+                       "-",
+                       "99999999999999999999",
+                       "9223372036854775808",
+                       "-9223372036854775809",
+                       "1\0"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    size_t len = i == 12 ? 2 : strlen(bad[i]);
+    ck_assert_int_eq(kv_set(s, "k", 1, bad[i], len, NULL), 1);
+    ck_assert_int_eq(kv_incr(s, "k", 1, &v), WEFT_EINVAL);
+    assert_value(s, "k", 1, bad[i], len); /* unchanged */
+  }
+  ck_assert_int_eq(v, 77);
+  ck_assert_str_eq(kv_error_message(WEFT_EINVAL),
+                   "value is not an integer or out of range");
+  ck_assert_int_eq(set_str(s, "k", "9223372036854775806"), 1);
+  ck_assert_int_eq(kv_incr(s, "k", 1, &v), 0);
+  ck_assert_int_eq(v, INT64_MAX);
+  ck_assert_int_eq(kv_incr(s, "k", 1, &v), WEFT_ERANGE);
+  assert_str(s, "k", "9223372036854775807");
+  ck_assert_str_eq(kv_error_message(WEFT_ERANGE),
+                   "increment or decrement would overflow");
+  ck_assert_int_eq(set_str(s, "k", "-9223372036854775807"), 1);
+  ck_assert_int_eq(kv_decr(s, "k", 1, &v), 0);
+  ck_assert_int_eq(v, INT64_MIN);
+  assert_str(s, "k", "-9223372036854775808");
+  ck_assert_int_eq(kv_decr(s, "k", 1, &v), WEFT_ERANGE);
+  ck_assert_int_eq(kv_incrby(s, "k", 1, INT64_MAX, &v), 0);
+  ck_assert_int_eq(v, -1);
+  /* A missing key starts at 0. */
+  ck_assert_int_eq(kv_incrby(s, "new", 3, -10, &v), 0);
+  ck_assert_int_eq(v, -10);
+  assert_str(s, "new", "-10");
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_oversize_refused_before_allocating) {
+  kv_store_options o;
+  kv_store_options_init(&o);
+  ck_assert_uint_eq(o.max_value_len, 1024 * 1024);
+  ck_assert_uint_eq(o.max_key_len, 64 * 1024);
+  o.max_value_len = 16;
+  o.max_key_len = 8;
+  kv_store *s = NULL;
+  ck_assert_int_eq(kv_store_new(&s, &o), 0);
+  char buf[32] = "0123456789abcdefg";
+  ck_assert_int_eq(kv_set(s, "k", 1, buf, 16, NULL), 1);
+  ck_assert_int_eq(kv_set(s, "k", 1, buf, 17, NULL), WEFT_EMSGSIZE);
+  /* SIZE_MAX / 2 bytes: an allocation would fail with ENOMEM (and a copy
+   * would crash); refusing first gives EMSGSIZE. */
+  ck_assert_int_eq(kv_set(s, "k", 1, buf, SIZE_MAX / 2, NULL), WEFT_EMSGSIZE);
+  kv_blob *b = (kv_blob *)1;
+  ck_assert_int_eq(kv_blob_new(s, SIZE_MAX / 2, &b), WEFT_EMSGSIZE);
+  ck_assert_ptr_null(b);
+  ck_assert_int_eq(kv_set(s, "123456789", 9, "v", 1, NULL), WEFT_EMSGSIZE);
+  ck_assert_int_eq(kv_get(s, "123456789", 9, &b), WEFT_EMSGSIZE);
+  kv_key keys[2] = {{"a", 1}, {"b", 1}}, vals[2] = {{"1", 1}, {buf, 17}};
+  ck_assert_int_eq(kv_mset(s, 2, keys, vals), WEFT_EMSGSIZE);
+  assert_str(s, "a", NULL); /* MSET is all or nothing */
+  assert_value(s, "k", 1, buf, 16);
+  /* A blob built by the caller: SET consumes the reference either way. */
+  ck_assert_int_eq(kv_blob_new(s, 3, &b), 0);
+  memcpy(b->data, "xyz", 3);
+  ck_assert_int_eq(kv_set_blob(s, "z", 1, b, NULL), 1);
+  assert_str(s, "z", "xyz");
+  kv_store *bad = NULL;
+  ck_assert_int_eq(kv_store_new(&bad, &(kv_store_options){3, 8, 8, false}),
+                   WEFT_EINVAL);
+  ck_assert_int_eq(kv_store_new(&bad, &(kv_store_options){2048, 8, 8, false}),
+                   WEFT_EINVAL);
+  ck_assert_ptr_null(bad);
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_multi_key_duplicates_and_nx_xx) {
+  kv_store *s = new_store(8, false);
+  ck_assert_int_eq(set_str(s, "a", "1"), 1);
+  kv_key aa[3] = {{"a", 1}, {"a", 1}, {"nope", 4}};
+  ck_assert_int_eq(kv_exists(s, 3, aa), 2); /* counted twice, like Redis */
+  ck_assert_int_eq(kv_del(s, 3, aa), 1);    /* deleted once */
+  kv_set_options nx = {KV_SET_NX, 0}, xx = {KV_SET_XX, 0};
+  ck_assert_int_eq(kv_set(s, "b", 1, "1", 1, &xx), 0);
+  assert_str(s, "b", NULL);
+  ck_assert_int_eq(kv_set(s, "b", 1, "1", 1, &nx), 1);
+  ck_assert_int_eq(kv_set(s, "b", 1, "2", 1, &nx), 0);
+  ck_assert_int_eq(kv_set(s, "b", 1, "3", 1, &xx), 1);
+  assert_str(s, "b", "3");
+  kv_key kk[2] = {{"c", 1}, {"c", 1}}, vv[2] = {{"first", 5}, {"last", 4}};
+  ck_assert_int_eq(kv_mset(s, 2, kk, vv), 0);
+  assert_str(s, "c", "last");
+  ck_assert_int_eq(set_str(s, "", "empty key"), 1);
+  assert_str(s, "", "empty key");
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_stats_count_keys_memory_hits_misses) {
+  kv_store *s = new_store(8, false);
+  ck_assert_int_eq(set_str(s, "key1", "value"), 1); /* 4 + 5 */
+  ck_assert_int_eq(set_str(s, "k2", "vv"), 1);      /* 2 + 2 */
+  ck_assert_int_eq(set_str(s, "k2", "longer!"), 1); /* 2 + 7 */
+  kv_blob *b = NULL;
+  ck_assert_int_eq(kv_get(s, "key1", 4, &b), 1);
+  ck_assert_int_eq(set_str(s, "key1", "replaced"), 1); /* 4 + 8 */
+  /* The old value stays valid for the reader that holds it. */
+  ck_assert_mem_eq(b->data, "value", 5);
+  kv_blob_release(b);
+  ck_assert_int_eq(kv_get(s, "missing", 7, &b), 0);
+  kv_store_stats st;
+  kv_store_stats_get(s, &st);
+  ck_assert_uint_eq(st.keys, 2);
+  ck_assert_uint_eq(st.mem_bytes, 4 + 8 + 2 + 7);
+  ck_assert_uint_eq(st.hits, 1);
+  ck_assert_uint_eq(st.misses, 1);
+  kv_key k = {"k2", 2};
+  ck_assert_int_eq(kv_del(s, 1, &k), 1);
+  kv_store_stats_get(s, &st);
+  ck_assert_uint_eq(st.mem_bytes, 12);
+  ck_assert_int_eq(kv_flushall(s), 0);
+  kv_store_stats_get(s, &st);
+  ck_assert_uint_eq(st.keys, 0);
+  ck_assert_uint_eq(st.mem_bytes, 0);
+  ck_assert_uint_eq(kv_dbsize(s), 0);
+  assert_str(s, "key1", NULL);
+  ck_assert_int_eq(set_str(s, "after", "flush"), 1);
+  assert_str(s, "after", "flush");
+  kv_store_free(s);
+}
+END_TEST
+
+START_TEST(kv_single_thread_store_works) {
+  kv_store_options o;
+  kv_store_options_init(&o);
+  o.single_thread = true;
+  kv_store *s = NULL;
+  ck_assert_int_eq(kv_store_new(&s, &o), 0);
+  for (int i = 0; i < 500; i++)
+    put_key(s, "k%d", i);
+  ck_assert_uint_eq(kv_dbsize(s), 500);
+  assert_str(s, "k42", "v");
+  ck_assert_int_eq(kv_flushall(s), 0);
+  ck_assert_uint_eq(kv_dbsize(s), 0);
+  kv_store_free(s);
+}
+END_TEST
+
+/* ---- four threads ---- */
+
+enum { N_THREADS = 4, T_OPS = 20000, T_PRIVATE = 64 };
+
+typedef struct worker {
+  kv_store *s;
+  int id;
+  uint64_t gets;           /* GET lookups made */
+  char val[T_PRIVATE][24]; /* the model of this thread's private keys */
+  bool present[T_PRIVATE];
+  int64_t incrs; /* INCRs of the shared counter */
+  int torn;      /* MGETs that saw half an MSET */
+} worker;
+
+static void *worker_run(void *arg) {
+  worker *w = arg;
+  uint64_t rng = 0x9E3779B97F4A7C15ull * (uint64_t)(w->id + 1);
+  char k[32], v[24];
+  for (int i = 0; i < T_OPS; i++) {
+    int key = (int)(rng_next(&rng) % T_PRIVATE);
+    int kl = snprintf(k, sizeof(k), "t%d:%d", w->id, key);
+    kv_blob *b = NULL;
+    switch (rng_next(&rng) % 6) {
+    case 0: {
+      int vl = snprintf(v, sizeof(v), "%d-%d", w->id, i);
+      kv_set(w->s, k, (size_t)kl, v, (size_t)vl, NULL);
+      memcpy(w->val[key], v, (size_t)vl + 1);
+      w->present[key] = true;
+      break;
+    }
+    case 1: {
+      kv_key kk = {k, (size_t)kl};
+      kv_del(w->s, 1, &kk);
+      w->present[key] = false;
+      break;
+    }
+    case 2: {
+      int64_t r;
+      if (kv_incr(w->s, "shared:counter", 14, &r) == 0)
+        w->incrs++;
+      break;
+    }
+    case 3: { /* MSET of two shared keys with one value: MGET sees a pair */
+      int vl = snprintf(v, sizeof(v), "%d-%d", w->id, i);
+      kv_key keys[2] = {{"shared:a", 8}, {"shared:b", 8}};
+      kv_key vals[2] = {{v, (size_t)vl}, {v, (size_t)vl}};
+      kv_mset(w->s, 2, keys, vals);
+      break;
+    }
+    case 4: {
+      kv_key keys[2] = {{"shared:a", 8}, {"shared:b", 8}};
+      kv_blob *out[2];
+      if (kv_mget(w->s, 2, keys, out) == 2 &&
+          (out[0]->len != out[1]->len ||
+           memcmp(out[0]->data, out[1]->data, out[0]->len) != 0))
+        w->torn++;
+      kv_blob_release(out[0]);
+      kv_blob_release(out[1]);
+      w->gets += 2;
+      break;
+    }
+    default:
+      kv_get(w->s, k, (size_t)kl, &b);
+      kv_blob_release(b);
+      w->gets++;
+      if (i % 64 == 0) { /* and a few readers of the whole store */
+        uint64_t c;
+        kv_scan_result r = {0};
+        kv_scan(w->s, rng_next(&rng), 4, "t*", 2, &r, &c);
+        kv_scan_result_clear(&r);
+        kv_store_expire_some(w->s, 10);
+        kv_store_stats st;
+        kv_store_stats_get(w->s, &st);
+      }
+    }
+  }
+  return NULL;
+}
+
+START_TEST(kv_concurrent_threads_stay_consistent) {
+  kv_store *s = new_store(8, false); /* few stripes: more contention */
+  worker *w = calloc(N_THREADS, sizeof(*w));
+  pthread_t th[N_THREADS];
+  for (int i = 0; i < N_THREADS; i++) {
+    w[i].s = s;
+    w[i].id = i;
+    ck_assert_int_eq(pthread_create(&th[i], NULL, worker_run, &w[i]), 0);
+  }
+  int64_t incrs = 0;
+  uint64_t gets = 0, present = 0;
+  for (int i = 0; i < N_THREADS; i++) {
+    pthread_join(th[i], NULL);
+    incrs += w[i].incrs;
+    gets += w[i].gets;
+    ck_assert_int_eq(w[i].torn, 0);
+  }
+  /* Every thread's private keys hold what its model says. */
+  for (int i = 0; i < N_THREADS; i++)
+    for (int key = 0; key < T_PRIVATE; key++) {
+      char k[32];
+      snprintf(k, sizeof(k), "t%d:%d", i, key);
+      assert_str(s, k, w[i].present[key] ? w[i].val[key] : NULL);
+      present += w[i].present[key];
+    }
+  char want[32];
+  snprintf(want, sizeof(want), "%" PRId64, incrs);
+  assert_str(s, "shared:counter", incrs ? want : NULL);
+  kv_store_stats st;
+  kv_store_stats_get(s, &st);
+  /* + the N_THREADS * T_PRIVATE + 1 GETs of the checks above */
+  ck_assert_uint_eq(st.hits + st.misses, gets + N_THREADS * T_PRIVATE + 1);
+  uint64_t shared =
+      (incrs > 0) + 2 * (kv_exists(s, 1, &(kv_key){"shared:a", 8}));
+  ck_assert_uint_eq(kv_dbsize(s), present + shared);
+  free(w);
+  kv_store_free(s);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("kv_store");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, kv_commands_match_model_random_ops);
+  tcase_add_test(tc, kv_ttl_expires_lazily_on_injected_clock);
+  tcase_add_test(tc, kv_ttl_bad_options_einval);
+  tcase_add_test(tc, kv_expire_some_reclaims_with_bounded_work);
+  tcase_add_test(tc, kv_scan_full_iteration_returns_every_key_while_resizing);
+  tcase_add_test(tc, kv_scan_match_count_and_empty);
+  tcase_add_test(tc, kv_glob_match_redis_syntax);
+  tcase_add_test(tc, kv_incr_rejects_non_integers_and_overflow);
+  tcase_add_test(tc, kv_oversize_refused_before_allocating);
+  tcase_add_test(tc, kv_multi_key_duplicates_and_nx_xx);
+  tcase_add_test(tc, kv_stats_count_keys_memory_hits_misses);
+  tcase_add_test(tc, kv_single_thread_store_works);
+  tcase_add_test(tc, kv_concurrent_threads_stay_consistent);
+  suite_add_tcase(s, tc);
+  return s;
+}
