@@ -1,0 +1,123 @@
+/* samples/kv/proto.h: the KV service's binary protocol over weft RPC.
+ *
+ * A request is one RPC REQUEST (include/weft/rpc.h) whose method id is the
+ * command (kv_cmd) and whose payload is the arguments after the command
+ * name, each a varint (LEB128) length followed by that many bytes:
+ *
+ *     payload = varint argc, { varint len, len bytes } * argc
+ *
+ * The reply is one RPC RESPONSE whose payload is one value, mirroring RESP's
+ * types in a binary form (tag byte, then):
+ *
+ *     '+' simple string   varint len, bytes
+ *     '-' error           varint len, bytes (e.g. "ERR value is not ...")
+ *     ':' integer         8 bytes, big-endian, two's complement
+ *     '$' bulk string     varint len, bytes
+ *     '_' null            nothing
+ *     '*' array           varint count, then count values
+ *
+ * An unknown method gets an RPC ERROR with WEFT_ENOSYS (the RPC server's
+ * rule). docs/protocol.md has the RPC framing underneath.
+ *
+ * Threads: all functions are pure (no state) and safe on any thread.
+ */
+#ifndef WEFT_SAMPLES_KV_PROTO_H
+#define WEFT_SAMPLES_KV_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <weft/buf.h>
+
+#include "store.h"
+
+/** The commands; the value is the RPC method id. */
+typedef enum kv_cmd {
+  KV_CMD_PING = 1,
+  KV_CMD_GET = 2,
+  KV_CMD_SET = 3,
+  KV_CMD_DEL = 4,
+  KV_CMD_EXISTS = 5,
+  KV_CMD_INCR = 6,
+  KV_CMD_INCRBY = 7,
+  KV_CMD_DECR = 8,
+  KV_CMD_MGET = 9,
+  KV_CMD_MSET = 10,
+  KV_CMD_SCAN = 11,
+  KV_CMD_DBSIZE = 12,
+  KV_CMD_FLUSHALL = 13,
+  KV_CMD_INFO = 14,
+  KV_CMD_COUNT_ /* one past the last */
+} kv_cmd;
+
+/** An argument: bytes that stay owned by whoever holds the message. */
+typedef kv_key kv_arg;
+
+/** The command's name in upper case ("GET"), or NULL if out of range. */
+const char *kv_cmd_name(int cmd);
+
+/**
+ * The command named `name` (case-insensitive, as Redis), or 0 when the
+ * name is not one of kv_cmd.
+ */
+int kv_cmd_from_name(const void *name, size_t len);
+
+/** Reply value tags. */
+enum kv_tag {
+  KV_TAG_SIMPLE = '+',
+  KV_TAG_ERROR = '-',
+  KV_TAG_INTEGER = ':',
+  KV_TAG_BULK = '$',
+  KV_TAG_NULL = '_',
+  KV_TAG_ARRAY = '*'
+};
+
+/** Bytes kv_proto_write_args() needs for these arguments. */
+size_t kv_proto_args_size(size_t argc, const kv_arg *argv);
+
+/**
+ * Appends the argument list to `b`. Returns 0 or WEFT_ENOSPC (then `b` may
+ * hold part of it: size it with kv_proto_args_size first).
+ */
+int kv_proto_write_args(weft_buf *b, size_t argc, const kv_arg *argv);
+
+/**
+ * Parses an argument list from the readable bytes of `payload` without
+ * copying: argv[i].ptr points into `payload`, valid while the caller holds
+ * it. At most `max_args` are accepted. Returns 0 with `*argc` set,
+ * WEFT_ERANGE when there are more than `max_args`, or
+ * WEFT_EBADFRAME when the payload is malformed (truncated, trailing bytes).
+ * NULL payload means no arguments.
+ */
+int kv_proto_read_args(const weft_buf *payload, size_t max_args,
+                       kv_arg *argv, size_t *argc);
+
+/* Reply writers: each appends one value (or an array header) to `b` and
+ * returns 0, or WEFT_ENOSPC with nothing written. */
+int kv_proto_write_simple(weft_buf *b, const char *s);
+int kv_proto_write_error(weft_buf *b, const char *msg);
+int kv_proto_write_integer(weft_buf *b, int64_t v);
+int kv_proto_write_bulk(weft_buf *b, const void *data, size_t len);
+int kv_proto_write_null(weft_buf *b);
+int kv_proto_write_array(weft_buf *b, size_t count);
+
+/** Bytes a bulk value of `len` bytes takes (tag, length, data). */
+size_t kv_proto_bulk_size(size_t len);
+
+/** One parsed reply value. For arrays, `len` is the element count and the
+ *  elements follow as separate values. */
+typedef struct kv_value {
+  uint8_t tag;         /* enum kv_tag */
+  int64_t integer;     /* KV_TAG_INTEGER */
+  const uint8_t *ptr;  /* SIMPLE, ERROR, BULK: the bytes, inside the buffer */
+  size_t len;          /* SIMPLE, ERROR, BULK: bytes; ARRAY: count */
+} kv_value;
+
+/**
+ * Reads the next value from the readable bytes of `b` and advances its
+ * reader index past it. Returns 0, or WEFT_EBADFRAME (unknown tag,
+ * truncated) with the reader index unchanged.
+ */
+int kv_proto_read_value(weft_buf *b, kv_value *out);
+
+#endif

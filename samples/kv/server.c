@@ -1,0 +1,519 @@
+/* The KV service (server.h): one shared store, served over weft RPC (any
+ * transport) and RESP (tcp, uring), with a periodic active-expiry timer. */
+#include "server.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <weft/weft.h>
+
+#include "command.h"
+#include "proto.h"
+
+#define MAX_ARGS 1024          /* arguments of one command */
+#define RESP_CHUNK 16384       /* bytes of one RESP reply buffer */
+#define ZERO_COPY_MIN 16384    /* bulk values at least this large are sent
+                                  from the stored blob, not copied */
+#define EXPIRE_BUDGET 64       /* keys one expiry pass may look at */
+
+struct kv_server {
+  weft_loop_group *group;
+  kv_store *store;
+  kv_exec_env env;
+  kv_server_options opts;
+  weft_server *rpc, *resp;
+  weft_rpc_method methods[KV_CMD_COUNT_ - 1];
+  weft_resp_options resp_opts;
+  weft_rpc_codec_options rpc_opts;
+  weft_timer expire_timer; /* on loop 0 */
+};
+
+/* ---- options ---- */
+
+const char *const kv_server_config_keys[] = {
+    "kv.rpc_listen", "kv.resp_listen", "kv.max_value_bytes", "kv.stripes",
+    "kv.expire_hz", NULL};
+
+void kv_server_options_init(kv_server_options *o) {
+  *o = (kv_server_options){.max_value_bytes = 1 << 20, .stripes = 64,
+                           .expire_hz = 10};
+  strcpy(o->rpc_listen, "0.0.0.0:7001");
+  strcpy(o->resp_listen, "0.0.0.0:6380");
+}
+
+static int parse_ulong(const char *v, unsigned long max, unsigned long *out,
+                       char *err, size_t err_len) {
+  char *end;
+  unsigned long n = strtoul(v, &end, 10);
+  if (*v == '\0' || *v == '-' || *end != '\0' || n < 1 || n > max) {
+    snprintf(err, err_len, "expected an integer from 1 to %lu", max);
+    return WEFT_EINVAL;
+  }
+  *out = n;
+  return 0;
+}
+
+int kv_server_config_section(void *arg, const char *section, const char *key,
+                             const char *value, char *err, size_t err_len) {
+  kv_server_options *o = arg;
+  unsigned long n;
+  if (strcmp(section, "kv") != 0)
+    return WEFT_ENOENT;
+  if (strcmp(key, "rpc_listen") == 0 || strcmp(key, "resp_listen") == 0) {
+    char *dst = key[1] == 'p' ? o->rpc_listen : o->resp_listen;
+    if (strlen(value) >= WEFT_CONFIG_URI_MAX) {
+      snprintf(err, err_len, "expected at most %d bytes",
+               WEFT_CONFIG_URI_MAX - 1);
+      return WEFT_EINVAL;
+    }
+    strcpy(dst, value);
+    return 0;
+  }
+  if (strcmp(key, "max_value_bytes") == 0) {
+    int rc = parse_ulong(value, 512ul << 20, &n, err, err_len);
+    o->max_value_bytes = rc == 0 ? n : o->max_value_bytes;
+    return rc;
+  }
+  if (strcmp(key, "stripes") == 0 || strcmp(key, "expire_hz") == 0) {
+    bool stripes = key[0] == 's';
+    int rc = parse_ulong(value, stripes ? 4096 : 1000, &n, err, err_len);
+    if (rc == 0 && stripes && (n & (n - 1)) != 0) {
+      snprintf(err, err_len, "expected a power of two from 1 to 4096");
+      return WEFT_EINVAL;
+    }
+    if (rc == 0)
+      *(stripes ? &o->stripes : &o->expire_hz) = (unsigned)n;
+    return rc;
+  }
+  return WEFT_ENOENT;
+}
+
+/* ---- RESP: reply writer streaming into the channel ---- */
+
+typedef struct resp_conn {
+  kv_server *srv;
+  weft_ctx *ctx;
+  weft_buf *out; /* replies not yet written down the pipeline */
+} resp_conn;
+
+/* Makes room for `n` bytes: the current buffer goes down the pipeline when
+ * full (written, flushed at channel_read_complete). */
+static weft_buf *resp_room(resp_conn *c, size_t n) {
+  if (c->out != NULL && weft_buf_writable(c->out) >= n)
+    return c->out;
+  if (c->out != NULL)
+    weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
+  c->out = weft_buf_alloc(pool, n > RESP_CHUNK ? n : RESP_CHUNK);
+  return c->out;
+}
+
+static void resp_simple(void *w, const char *s) {
+  weft_buf *b = resp_room(w, strlen(s) + 3);
+  if (b != NULL)
+    weft_resp_write_simple(b, s);
+}
+
+static void resp_error(void *w, const char *msg) {
+  weft_buf *b = resp_room(w, strlen(msg) + 3);
+  if (b != NULL)
+    weft_resp_write_error(b, msg);
+}
+
+static void resp_integer(void *w, int64_t v) {
+  weft_buf *b = resp_room(w, 24);
+  if (b != NULL)
+    weft_resp_write_integer(b, v);
+}
+
+static void free_blob(void *base, size_t capacity, void *arg) {
+  (void)base, (void)capacity;
+  kv_blob_release(arg);
+}
+
+/* Large stored values go out as a buffer over the blob itself: header,
+ * value, CRLF, with no copy of the value. */
+static void resp_bulk_zero_copy(resp_conn *c, const void *data, size_t len,
+                                kv_blob *blob) {
+  weft_buf *b = resp_room(c, 24);
+  if (b == NULL)
+    return;
+  b->writer_index += (size_t)snprintf((char *)weft_buf_wptr(b), 24,
+                                      "$%zu\r\n", len);
+  weft_ctx_write(c->ctx, b, WEFT_PROMISE_NONE);
+  c->out = NULL;
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
+  weft_buf *v = weft_buf_wrap(pool, (void *)data, len, len, free_blob,
+                              kv_blob_retain(blob));
+  if (v == NULL) {
+    kv_blob_release(blob);
+    return;
+  }
+  weft_ctx_write(c->ctx, v, WEFT_PROMISE_NONE);
+  if ((b = resp_room(c, 2)) != NULL)
+    weft_buf_write_bytes(b, "\r\n", 2);
+}
+
+static void resp_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
+  resp_conn *c = w;
+  if (blob != NULL && len >= ZERO_COPY_MIN)
+    return resp_bulk_zero_copy(c, data, len, blob);
+  weft_buf *b = resp_room(c, weft_resp_bulk_size(len));
+  if (b != NULL)
+    weft_resp_write_bulk(b, data, len);
+}
+
+static void resp_null(void *w) {
+  weft_buf *b = resp_room(w, 5);
+  if (b != NULL)
+    weft_resp_write_null(b);
+}
+
+static void resp_array(void *w, size_t n) {
+  weft_buf *b = resp_room(w, 24);
+  if (b != NULL)
+    weft_resp_write_array(b, n);
+}
+
+static const kv_reply_ops resp_ops = {resp_simple, resp_error, resp_integer,
+                                      resp_bulk,   resp_null,  resp_array};
+
+/* ---- RESP: commands only Redis clients send ---- */
+
+/* CONFIG GET <parameter>: redis-benchmark asks for "save" and "appendonly"
+ * at start; answer as a Redis with persistence off would. */
+static void resp_config(resp_conn *c, const weft_resp_cmd *cmd) {
+  if (cmd->argc != 3 || !weft_resp_arg_equals(cmd, 1, "GET"))
+    return resp_error(c, "ERR CONFIG: only CONFIG GET <parameter> is "
+                         "supported");
+  const char *value = weft_resp_arg_equals(cmd, 2, "save")         ? ""
+                      : weft_resp_arg_equals(cmd, 2, "appendonly") ? "no"
+                                                                   : NULL;
+  if (value == NULL)
+    return resp_array(c, 0);
+  resp_array(c, 2);
+  resp_bulk(c, cmd->argv[2].ptr, cmd->argv[2].len, NULL);
+  resp_bulk(c, value, strlen(value), NULL);
+}
+
+/* Returns true when the command was one of Redis' connection commands. */
+static bool resp_builtin(resp_conn *c, const weft_resp_cmd *cmd) {
+  if (weft_resp_arg_equals(cmd, 0, "COMMAND")) {
+    resp_array(c, 0); /* redis-cli asks for command docs: we have none */
+  } else if (weft_resp_arg_equals(cmd, 0, "CONFIG")) {
+    resp_config(c, cmd);
+  } else if (weft_resp_arg_equals(cmd, 0, "SELECT")) {
+    bool zero = cmd->argc == 2 && cmd->argv[1].len == 1 &&
+                cmd->argv[1].ptr[0] == '0';
+    zero ? resp_simple(c, "OK") : resp_error(c, "ERR DB index is out of range");
+  } else if (weft_resp_arg_equals(cmd, 0, "ECHO") && cmd->argc == 2) {
+    resp_bulk(c, cmd->argv[1].ptr, cmd->argv[1].len, NULL);
+  } else if (weft_resp_arg_equals(cmd, 0, "CLIENT")) {
+    resp_simple(c, "OK");
+  } else if (weft_resp_arg_equals(cmd, 0, "QUIT")) {
+    resp_simple(c, "OK");
+    weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
+    c->out = NULL;
+    weft_ctx_flush(c->ctx);
+    weft_ctx_close(c->ctx, WEFT_PROMISE_NONE);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+static void resp_unknown(resp_conn *c, const weft_resp_cmd *cmd) {
+  char msg[128];
+  int n = (int)(cmd->argv[0].len > 40 ? 40 : cmd->argv[0].len);
+  snprintf(msg, sizeof msg, "ERR unknown command '%.*s'", n,
+           (const char *)cmd->argv[0].ptr);
+  resp_error(c, msg);
+}
+
+static void resp_read(weft_ctx *ctx, void *msg) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
+    weft_ctx_fire_channel_read(ctx, msg);
+    return;
+  }
+  weft_resp_cmd *cmd = msg;
+  int id = kv_cmd_from_name(cmd->argv[0].ptr, cmd->argv[0].len);
+  if (id != 0) {
+    kv_arg argv[MAX_ARGS];
+    size_t argc = cmd->argc - 1;
+    for (size_t i = 0; i < argc; i++)
+      argv[i] = (kv_arg){cmd->argv[i + 1].ptr, cmd->argv[i + 1].len};
+    kv_exec(&c->srv->env, id, argc, argv, &resp_ops, c);
+  } else if (!resp_builtin(c, cmd)) {
+    resp_unknown(c, cmd);
+  }
+  weft_resp_cmd_release(cmd);
+}
+
+/* One flush per batch of commands read together (pipelining). */
+static void resp_read_complete(weft_ctx *ctx) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (c->out != NULL && weft_buf_readable(c->out) > 0) {
+    weft_ctx_write(ctx, c->out, WEFT_PROMISE_NONE);
+    c->out = NULL;
+  }
+  weft_ctx_flush(ctx);
+}
+
+static void resp_removed(weft_ctx *ctx) {
+  resp_conn *c = weft_ctx_state(ctx);
+  weft_buf_release(c->out);
+  free(c);
+}
+
+static const weft_handler resp_handler = {
+    .name = "kv-resp", .channel_read = resp_read,
+    .channel_read_complete = resp_read_complete,
+    .handler_removed = resp_removed};
+
+static void resp_init(weft_channel *ch, void *arg) {
+  kv_server *srv = arg;
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  resp_conn *c = calloc(1, sizeof *c);
+  if (c == NULL || weft_resp_decoder_add_last(p, "resp", &srv->resp_opts) < 0 ||
+      weft_pipeline_add_last(p, "kv", &resp_handler, c) < 0) {
+    free(c);
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
+  c->srv = srv;
+  c->ctx = weft_pipeline_context(p, "kv");
+}
+
+/* ---- RPC: reply writer into one growing payload ---- */
+
+typedef struct rpc_writer {
+  weft_pool *pool;
+  weft_buf *out;
+  bool failed; /* ENOMEM on the way: the call fails as a whole */
+} rpc_writer;
+
+static weft_buf *rpc_room(rpc_writer *w, size_t n) {
+  if (w->failed)
+    return NULL;
+  if (w->out != NULL && weft_buf_writable(w->out) >= n)
+    return w->out;
+  size_t have = w->out != NULL ? weft_buf_readable(w->out) : 0;
+  size_t cap = w->out != NULL ? w->out->capacity * 2 : 256;
+  if (cap < have + n)
+    cap = have + n;
+  weft_buf *b = weft_buf_alloc(w->pool, cap);
+  if (b == NULL) {
+    w->failed = true;
+    return NULL;
+  }
+  if (w->out != NULL) {
+    weft_buf_write_bytes(b, weft_buf_rptr(w->out), have);
+    weft_buf_release(w->out);
+  }
+  return w->out = b;
+}
+
+static void rpc_simple(void *w, const char *s) {
+  weft_buf *b = rpc_room(w, kv_proto_bulk_size(strlen(s)));
+  if (b != NULL)
+    kv_proto_write_simple(b, s);
+}
+
+static void rpc_error(void *w, const char *msg) {
+  weft_buf *b = rpc_room(w, kv_proto_bulk_size(strlen(msg)));
+  if (b != NULL)
+    kv_proto_write_error(b, msg);
+}
+
+static void rpc_integer(void *w, int64_t v) {
+  weft_buf *b = rpc_room(w, 9);
+  if (b != NULL)
+    kv_proto_write_integer(b, v);
+}
+
+static void rpc_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
+  (void)blob;
+  weft_buf *b = rpc_room(w, kv_proto_bulk_size(len));
+  if (b != NULL)
+    kv_proto_write_bulk(b, data, len);
+}
+
+static void rpc_null(void *w) {
+  weft_buf *b = rpc_room(w, 1);
+  if (b != NULL)
+    kv_proto_write_null(b);
+}
+
+static void rpc_array(void *w, size_t n) {
+  weft_buf *b = rpc_room(w, 11);
+  if (b != NULL)
+    kv_proto_write_array(b, n);
+}
+
+static const kv_reply_ops rpc_ops = {rpc_simple, rpc_error, rpc_integer,
+                                     rpc_bulk,   rpc_null,  rpc_array};
+
+static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
+  kv_server *srv = arg;
+  kv_arg argv[MAX_ARGS];
+  size_t argc;
+  int rc = kv_proto_read_args(req->payload, MAX_ARGS, argv, &argc);
+  if (rc < 0) {
+    weft_rpc_msg_release(req);
+    weft_rpc_reply_error(call, rc, NULL);
+    return;
+  }
+  weft_channel *ch = weft_rpc_call_channel(call);
+  rpc_writer w = {.pool = weft_loop_pool(weft_channel_loop(ch))};
+  kv_exec(&srv->env, weft_rpc_call_method(call), argc, argv, &rpc_ops, &w);
+  weft_rpc_msg_release(req); /* argv pointed into its payload */
+  if (w.failed) {
+    weft_buf_release(w.out);
+    weft_rpc_reply_error(call, WEFT_ENOMEM, NULL);
+    return;
+  }
+  weft_rpc_reply(call, 0, w.out);
+}
+
+static void rpc_init(weft_channel *ch, void *arg) {
+  kv_server *srv = arg;
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  if (weft_rpc_codec_add_last(p, "rpc", &srv->rpc_opts) < 0 ||
+      weft_flush_consolidation_add_last(p, "flush", NULL) < 0 ||
+      weft_rpc_server_add_last(p, "kv", srv->methods, KV_CMD_COUNT_ - 1) < 0)
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+}
+
+/* ---- start and stop ---- */
+
+/* Runs fn(arg) on `loop` and waits for it (the public API has no such call:
+ * a mutex and a condition variable do). */
+typedef struct sync_call {
+  void (*fn)(void *);
+  void *arg;
+  bool done;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+} sync_call;
+
+static void sync_call_task(void *arg) {
+  sync_call *c = arg;
+  c->fn(c->arg);
+  pthread_mutex_lock(&c->lock);
+  c->done = true;
+  pthread_cond_signal(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+}
+
+static void run_on_loop(weft_loop *loop, void (*fn)(void *), void *arg) {
+  sync_call c = {.fn = fn, .arg = arg, .lock = PTHREAD_MUTEX_INITIALIZER,
+                 .cond = PTHREAD_COND_INITIALIZER};
+  if (weft_loop_execute(loop, sync_call_task, &c) < 0)
+    return; /* the loop has finished: nothing left to start or stop */
+  pthread_mutex_lock(&c.lock);
+  while (!c.done)
+    pthread_cond_wait(&c.cond, &c.lock);
+  pthread_mutex_unlock(&c.lock);
+}
+
+static void expire_tick(void *arg) {
+  kv_server *srv = arg;
+  kv_store_expire_some(srv->store, EXPIRE_BUDGET);
+}
+
+static void expire_start(void *arg) {
+  kv_server *srv = arg;
+  uint64_t period = 1000000000ull / srv->opts.expire_hz;
+  weft_timer_start(&srv->expire_timer, period, period, expire_tick, srv);
+}
+
+static void expire_stop(void *arg) {
+  weft_timer_stop(&((kv_server *)arg)->expire_timer);
+}
+
+static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
+                    weft_channel_init_cb init, weft_server **out) {
+  char full[WEFT_CONFIG_URI_MAX + 32];
+  int rc = weft_config_endpoint(cfg, uri, full, sizeof full);
+  if (rc < 0)
+    return rc;
+  weft_server_bootstrap sb = {.group = srv->group, .listen = full,
+                              .backlog = cfg->backlog, .child_init = init,
+                              .child_init_arg = srv,
+                              .child_options = cfg->channel};
+  rc = weft_server_bind(out, &sb);
+  if (rc < 0)
+    weft_log(WEFT_LOG_ERROR, "kv: cannot listen on %s: %s", full,
+             weft_strerror(rc));
+  return rc;
+}
+
+static void setup_codecs(kv_server *srv) {
+  weft_resp_options_init(&srv->resp_opts);
+  /* A SET of the largest value must fit, with room for the key. */
+  srv->resp_opts.max_bulk = srv->opts.max_value_bytes;
+  srv->resp_opts.max_command = srv->opts.max_value_bytes + 128 * 1024;
+  weft_rpc_codec_options_init(&srv->rpc_opts);
+  srv->rpc_opts.max_payload = srv->opts.max_value_bytes + 128 * 1024;
+  for (int c = 1; c < KV_CMD_COUNT_; c++)
+    srv->methods[c - 1] = (weft_rpc_method){(uint16_t)c, rpc_method, srv};
+}
+
+int kv_server_start(kv_server **out, weft_loop_group *group,
+                    const weft_config *cfg, const kv_server_options *opts) {
+  kv_server *srv = calloc(1, sizeof *srv);
+  if (srv == NULL)
+    return WEFT_ENOMEM;
+  srv->group = group;
+  srv->opts = *opts;
+  kv_store_options so;
+  kv_store_options_init(&so);
+  so.n_stripes = opts->stripes;
+  so.max_value_len = opts->max_value_bytes;
+  int rc = kv_store_new(&srv->store, &so);
+  if (rc < 0)
+    goto failed_store;
+  srv->env = (kv_exec_env){.store = srv->store};
+  setup_codecs(srv);
+  if (opts->rpc_listen[0] != '\0' &&
+      (rc = bind_one(srv, cfg, opts->rpc_listen, rpc_init, &srv->rpc)) < 0)
+    goto failed_rpc;
+  if (opts->resp_listen[0] != '\0' &&
+      (rc = bind_one(srv, cfg, opts->resp_listen, resp_init, &srv->resp)) < 0)
+    goto failed_resp;
+  weft_loop *loop0 = weft_loop_group_get(group, 0);
+  weft_timer_init(loop0, &srv->expire_timer);
+  run_on_loop(loop0, expire_start, srv);
+  *out = srv;
+  return 0;
+failed_resp:
+  weft_server_close(srv->rpc);
+failed_rpc:
+  kv_store_free(srv->store);
+failed_store:
+  free(srv);
+  return rc;
+}
+
+int kv_server_address(const kv_server *s, int which, char *buf, size_t len) {
+  weft_server *ws = which == 0 ? s->rpc : s->resp;
+  if (ws == NULL)
+    return WEFT_ENOENT;
+  return weft_server_address(ws, buf, len);
+}
+
+kv_store *kv_server_store(kv_server *s) { return s->store; }
+
+void kv_server_stop(kv_server *s) {
+  if (s == NULL)
+    return;
+  run_on_loop(weft_loop_group_get(s->group, 0), expire_stop, s);
+  weft_server_close(s->rpc);
+  weft_server_close(s->resp);
+  kv_store_free(s->store);
+  free(s);
+}
