@@ -123,8 +123,8 @@ static void cmd_set(const call *c) {
   kv_set_options o;
   if (parse_set_options(c, &o) < 0)
     return;
-  int rc = kv_set(c->env->store, c->argv[0].ptr, c->argv[0].len,
-                  c->argv[1].ptr, c->argv[1].len, &o);
+  int rc = kv_set(c->env->store, c->argv[0].ptr, c->argv[0].len, c->argv[1].ptr,
+                  c->argv[1].len, &o);
   if (rc == WEFT_EINVAL)
     return c->ops->error(c->w, "ERR syntax error");
   if (rc < 0)
@@ -134,8 +134,8 @@ static void cmd_set(const call *c) {
   c->ops->simple(c->w, "OK");
 }
 
-static void cmd_del_exists(const call *c, int (*fn)(kv_store *, size_t,
-                                                    const kv_key *)) {
+static void cmd_del_exists(const call *c,
+                           int (*fn)(kv_store *, size_t, const kv_key *)) {
   if (c->argc < 1)
     return wrong_arity(c);
   int rc = fn(c->env->store, c->argc, c->argv);
@@ -149,8 +149,8 @@ static void cmd_exists(const call *c) { cmd_del_exists(c, kv_exists); }
 
 static void incr_by(const call *c, int64_t delta) {
   int64_t result;
-  int rc = kv_incrby(c->env->store, c->argv[0].ptr, c->argv[0].len, delta,
-                     &result);
+  int rc =
+      kv_incrby(c->env->store, c->argv[0].ptr, c->argv[0].len, delta, &result);
   if (rc < 0)
     return store_error(c, rc);
   c->ops->integer(c->w, result);
@@ -241,9 +241,9 @@ static void cmd_scan(const call *c) {
   }
   kv_scan_result res = {0};
   uint64_t next;
-  int rc = kv_scan(c->env->store, (uint64_t)cursor, (size_t)count,
-                   match ? match->ptr : NULL, match ? match->len : 0, &res,
-                   &next);
+  int rc =
+      kv_scan(c->env->store, (uint64_t)cursor, (size_t)count,
+              match ? match->ptr : NULL, match ? match->len : 0, &res, &next);
   if (rc < 0) {
     kv_scan_result_clear(&res);
     return store_error(c, rc);
@@ -279,16 +279,14 @@ static void cmd_info(const call *c) {
   kv_store_stats st;
   kv_store_stats_get(c->env->store, &st);
   char text[1024];
-  int n = snprintf(text, sizeof text,
-                   "# Server\r\nweft_kv:1\r\n%s"
-                   "# Stats\r\nkeyspace_hits:%" PRIu64
-                   "\r\nkeyspace_misses:%" PRIu64 "\r\nexpired_keys:%" PRIu64
-                   "\r\n# Memory\r\nused_memory_payload:%" PRIu64
-                   "\r\n# Keyspace\r\ndb0:keys=%" PRIu64 ",expires=%" PRIu64
-                   "\r\n",
-                   c->env->server_info ? c->env->server_info : "", st.hits,
-                   st.misses, st.expired_keys, st.mem_bytes, st.keys,
-                   st.expires);
+  int n = snprintf(
+      text, sizeof text,
+      "# Server\r\nweft_kv:1\r\n%s"
+      "# Stats\r\nkeyspace_hits:%" PRIu64 "\r\nkeyspace_misses:%" PRIu64
+      "\r\nexpired_keys:%" PRIu64 "\r\n# Memory\r\nused_memory_payload:%" PRIu64
+      "\r\n# Keyspace\r\ndb0:keys=%" PRIu64 ",expires=%" PRIu64 "\r\n",
+      c->env->server_info ? c->env->server_info : "", st.hits, st.misses,
+      st.expired_keys, st.mem_bytes, st.keys, st.expires);
   c->ops->bulk(c->w, text, n < (int)sizeof text ? (size_t)n : sizeof text - 1,
                NULL);
 }
@@ -315,7 +313,7 @@ void kv_exec(const kv_exec_env *env, int cmd, size_t argc, const kv_arg *argv,
   for (; upper[i] != '\0' && i + 1 < sizeof name; i++)
     name[i] = (char)(upper[i] | 0x20); /* ASCII letters to lower case */
   name[i] = '\0';
-  call c = {.env = env, .name = name, .argc = argc, .argv = argv,
-            .ops = ops, .w = w};
+  call c = {
+      .env = env, .name = name, .argc = argc, .argv = argv, .ops = ops, .w = w};
   commands[cmd](&c);
 }

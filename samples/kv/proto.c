@@ -47,8 +47,8 @@ int kv_proto_write_args(weft_buf *b, size_t argc, const kv_arg *argv) {
   return 0;
 }
 
-int kv_proto_read_args(const weft_buf *payload, size_t max_args,
-                       kv_arg *argv, size_t *argc) {
+int kv_proto_read_args(const weft_buf *payload, size_t max_args, kv_arg *argv,
+                       size_t *argc) {
   *argc = 0;
   if (payload == NULL)
     return 0;

@@ -89,8 +89,8 @@ int kv_proto_write_args(weft_buf *b, size_t argc, const kv_arg *argv);
  * WEFT_EBADFRAME when the payload is malformed (truncated, trailing bytes).
  * NULL payload means no arguments.
  */
-int kv_proto_read_args(const weft_buf *payload, size_t max_args,
-                       kv_arg *argv, size_t *argc);
+int kv_proto_read_args(const weft_buf *payload, size_t max_args, kv_arg *argv,
+                       size_t *argc);
 
 /* Reply writers: each appends one value (or an array header) to `b` and
  * returns 0, or WEFT_ENOSPC with nothing written. */
@@ -107,10 +107,10 @@ size_t kv_proto_bulk_size(size_t len);
 /** One parsed reply value. For arrays, `len` is the element count and the
  *  elements follow as separate values. */
 typedef struct kv_value {
-  uint8_t tag;         /* enum kv_tag */
-  int64_t integer;     /* KV_TAG_INTEGER */
-  const uint8_t *ptr;  /* SIMPLE, ERROR, BULK: the bytes, inside the buffer */
-  size_t len;          /* SIMPLE, ERROR, BULK: bytes; ARRAY: count */
+  uint8_t tag;        /* enum kv_tag */
+  int64_t integer;    /* KV_TAG_INTEGER */
+  const uint8_t *ptr; /* SIMPLE, ERROR, BULK: the bytes, inside the buffer */
+  size_t len;         /* SIMPLE, ERROR, BULK: bytes; ARRAY: count */
 } kv_value;
 
 /**

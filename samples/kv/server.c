@@ -13,11 +13,12 @@
 #include "command.h"
 #include "proto.h"
 
-#define MAX_ARGS 1024          /* arguments of one command */
-#define RESP_CHUNK 16384       /* bytes of one RESP reply buffer */
-#define ZERO_COPY_MIN 16384    /* bulk values at least this large are sent
-                                  from the stored blob, not copied */
-#define EXPIRE_BUDGET 64       /* keys one expiry pass may look at */
+#define MAX_ARGS 1024    /* arguments of one command */
+#define RESP_CHUNK 16384 /* bytes of one RESP reply buffer */
+#define ZERO_COPY_MIN                                                          \
+  16384                  /* bulk values at least this large are sent           \
+                            from the stored blob, not copied */
+#define EXPIRE_BUDGET 64 /* keys one expiry pass may look at */
 
 struct kv_server {
   weft_loop_group *group;
@@ -34,12 +35,12 @@ struct kv_server {
 /* ---- options ---- */
 
 const char *const kv_server_config_keys[] = {
-    "kv.rpc_listen", "kv.resp_listen", "kv.max_value_bytes", "kv.stripes",
-    "kv.expire_hz", NULL};
+    "kv.rpc_listen", "kv.resp_listen", "kv.max_value_bytes",
+    "kv.stripes",    "kv.expire_hz",   NULL};
 
 void kv_server_options_init(kv_server_options *o) {
-  *o = (kv_server_options){.max_value_bytes = 1 << 20, .stripes = 64,
-                           .expire_hz = 10};
+  *o = (kv_server_options){
+      .max_value_bytes = 1 << 20, .stripes = 64, .expire_hz = 10};
   strcpy(o->rpc_listen, "0.0.0.0:7001");
   strcpy(o->resp_listen, "0.0.0.0:6380");
 }
@@ -141,8 +142,8 @@ static void resp_bulk_zero_copy(resp_conn *c, const void *data, size_t len,
   weft_buf *b = resp_room(c, 24);
   if (b == NULL)
     return;
-  b->writer_index += (size_t)snprintf((char *)weft_buf_wptr(b), 24,
-                                      "$%zu\r\n", len);
+  b->writer_index +=
+      (size_t)snprintf((char *)weft_buf_wptr(b), 24, "$%zu\r\n", len);
   weft_ctx_write(c->ctx, b, WEFT_PROMISE_NONE);
   c->out = NULL;
   weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
@@ -206,8 +207,8 @@ static bool resp_builtin(resp_conn *c, const weft_resp_cmd *cmd) {
   } else if (weft_resp_arg_equals(cmd, 0, "CONFIG")) {
     resp_config(c, cmd);
   } else if (weft_resp_arg_equals(cmd, 0, "SELECT")) {
-    bool zero = cmd->argc == 2 && cmd->argv[1].len == 1 &&
-                cmd->argv[1].ptr[0] == '0';
+    bool zero =
+        cmd->argc == 2 && cmd->argv[1].len == 1 && cmd->argv[1].ptr[0] == '0';
     zero ? resp_simple(c, "OK") : resp_error(c, "ERR DB index is out of range");
   } else if (weft_resp_arg_equals(cmd, 0, "ECHO") && cmd->argc == 2) {
     resp_bulk(c, cmd->argv[1].ptr, cmd->argv[1].len, NULL);
@@ -269,10 +270,11 @@ static void resp_removed(weft_ctx *ctx) {
   free(c);
 }
 
-static const weft_handler resp_handler = {
-    .name = "kv-resp", .channel_read = resp_read,
-    .channel_read_complete = resp_read_complete,
-    .handler_removed = resp_removed};
+static const weft_handler resp_handler = {.name = "kv-resp",
+                                          .channel_read = resp_read,
+                                          .channel_read_complete =
+                                              resp_read_complete,
+                                          .handler_removed = resp_removed};
 
 static void resp_init(weft_channel *ch, void *arg) {
   kv_server *srv = arg;
@@ -410,7 +412,9 @@ static void sync_call_task(void *arg) {
 }
 
 static void run_on_loop(weft_loop *loop, void (*fn)(void *), void *arg) {
-  sync_call c = {.fn = fn, .arg = arg, .lock = PTHREAD_MUTEX_INITIALIZER,
+  sync_call c = {.fn = fn,
+                 .arg = arg,
+                 .lock = PTHREAD_MUTEX_INITIALIZER,
                  .cond = PTHREAD_COND_INITIALIZER};
   if (weft_loop_execute(loop, sync_call_task, &c) < 0)
     return; /* the loop has finished: nothing left to start or stop */
@@ -441,8 +445,10 @@ static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
   int rc = weft_config_endpoint(cfg, uri, full, sizeof full);
   if (rc < 0)
     return rc;
-  weft_server_bootstrap sb = {.group = srv->group, .listen = full,
-                              .backlog = cfg->backlog, .child_init = init,
+  weft_server_bootstrap sb = {.group = srv->group,
+                              .listen = full,
+                              .backlog = cfg->backlog,
+                              .child_init = init,
                               .child_init_arg = srv,
                               .child_options = cfg->channel};
   rc = weft_server_bind(out, &sb);

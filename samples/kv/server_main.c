@@ -16,8 +16,27 @@
 
 #include "server.h"
 
-static int load(int argc, char **argv, weft_config *cfg,
-                kv_server_options *o) {
+/* Splits "section.key=value" (the value may be empty; the section may hold
+ * dots, the key may not). Returns the value, or NULL if malformed. */
+static const char *split_option(const char *opt, char section[64],
+                                char key[64]) {
+  const char *eq = strchr(opt, '=');
+  if (eq == NULL)
+    return NULL;
+  const char *dot = eq;
+  while (dot > opt && *dot != '.')
+    dot--;
+  size_t slen = (size_t)(dot - opt), klen = (size_t)(eq - dot - 1);
+  if (*dot != '.' || slen == 0 || slen >= 64 || klen == 0 || klen >= 64)
+    return NULL;
+  memcpy(section, opt, slen);
+  section[slen] = '\0';
+  memcpy(key, dot + 1, klen);
+  key[klen] = '\0';
+  return eq + 1;
+}
+
+static int load(int argc, char **argv, weft_config *cfg, kv_server_options *o) {
   char err[512] = "";
   weft_config_init(cfg);
   kv_server_options_init(o);
@@ -40,9 +59,9 @@ static int load(int argc, char **argv, weft_config *cfg,
   for (int i = 1; i + 1 < argc; i++) {
     if (strcmp(argv[i], "-o") != 0)
       continue;
-    char section[64], key[64], value[WEFT_CONFIG_URI_MAX];
-    if (sscanf(argv[++i], "%63[^.].%63[^=]=%299[^\n]", section, key, value) !=
-        3) {
+    char section[64], key[64];
+    const char *value = split_option(argv[++i], section, key);
+    if (value == NULL) {
       snprintf(err, sizeof err, "-o %s: expected section.key=value", argv[i]);
       goto bad;
     }

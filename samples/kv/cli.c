@@ -1,0 +1,326 @@
+/* weft-kv: the KV service's command-line client (binary RPC protocol).
+ *
+ *   weft-kv [-c FILE] [-o section.key=value]... [--connect URI] [--raw]
+ *           [--timeout MS] CMD ARGS...
+ *
+ * The address comes from --connect, else [client] connect of the config
+ * (file, then WEFT_CLIENT_CONNECT, then -o client.connect=...), default
+ * 127.0.0.1:7001 (the server's rpc_listen); an address without a scheme
+ * takes [transport] name. Replies print as redis-cli prints them. Exit
+ * status: 0, 1 for an error reply or a failed call or connect, 2 for bad
+ * usage.
+ */
+#include <ctype.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <weft/config.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+
+#include "client.h"
+
+#define KV_DEFAULT_CONNECT "127.0.0.1:7001"
+#define MAX_OVERRIDES 64
+
+static const char *prog = "weft-kv";
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: %s [-c FILE] [-o section.key=value]... [--connect URI]\n"
+          "          [--raw | --no-raw] [--timeout MS] CMD [ARG]...\n"
+          "commands: get set del exists incr incrby decr mget mset scan "
+          "dbsize flushall ping info\n"
+          "  -c FILE         INI file ([client] connect, [transport] name)\n"
+          "  -o s.k=v        set one config key, e.g. -o transport.name=uring\n"
+          "  --connect URI   server address, e.g. tcp://127.0.0.1:7001\n"
+          "  --raw           print strings as they are (default when stdout is "
+          "not a terminal)\n"
+          "  --no-raw        quote strings (default on a terminal)\n"
+          "  --timeout MS    give up after MS milliseconds (default 10000; 0 = "
+          "never)\n",
+          prog);
+}
+
+/* Sections other programs of the KV service read from the same file. */
+static int other_sections(void *arg, const char *section, const char *key,
+                          const char *value, char *err, size_t err_len) {
+  (void)arg, (void)key, (void)value, (void)err, (void)err_len;
+  if (strcmp(section, "kv") == 0 || strcmp(section, "kvbench") == 0)
+    return 0;
+  return WEFT_ENOENT;
+}
+
+/* ---- printing, as redis-cli ---- */
+
+static void print_quoted(const uint8_t *s, size_t n) {
+  putchar('"');
+  for (size_t i = 0; i < n; i++) {
+    switch (s[i]) {
+    case '\\':
+    case '"':
+      printf("\\%c", s[i]);
+      break;
+    case '\n':
+      fputs("\\n", stdout);
+      break;
+    case '\r':
+      fputs("\\r", stdout);
+      break;
+    case '\t':
+      fputs("\\t", stdout);
+      break;
+    case '\a':
+      fputs("\\a", stdout);
+      break;
+    case '\b':
+      fputs("\\b", stdout);
+      break;
+    default:
+      if (isprint(s[i]))
+        putchar(s[i]);
+      else
+        printf("\\x%02x", s[i]);
+    }
+  }
+  putchar('"');
+}
+
+static void print_value(const kv_reply *r, bool raw, int indent);
+
+static void print_array(const kv_reply *r, bool raw, int indent) {
+  if (r->len == 0) {
+    if (!raw)
+      fputs("(empty array)\n", stdout);
+    return;
+  }
+  int width = snprintf(NULL, 0, "%zu", r->len);
+  for (size_t i = 0; i < r->len; i++) {
+    if (!raw) {
+      if (i > 0)
+        printf("%*s", indent, "");
+      printf("%*zu) ", width, i + 1);
+    }
+    print_value(&r->elem[i], raw, indent + width + 2);
+  }
+}
+
+static void print_value(const kv_reply *r, bool raw, int indent) {
+  switch (r->tag) {
+  case KV_TAG_SIMPLE:
+    printf("%.*s\n", (int)r->len, (const char *)r->str);
+    break;
+  case KV_TAG_ERROR:
+    printf(raw ? "%.*s\n" : "(error) %.*s\n", (int)r->len,
+           (const char *)r->str);
+    break;
+  case KV_TAG_INTEGER:
+    printf(raw ? "%lld\n" : "(integer) %lld\n", (long long)r->integer);
+    break;
+  case KV_TAG_BULK:
+    if (raw)
+      fwrite(r->str, 1, r->len, stdout);
+    else
+      print_quoted(r->str, r->len);
+    putchar('\n');
+    break;
+  case KV_TAG_NULL:
+    puts(raw ? "" : "(nil)");
+    break;
+  case KV_TAG_ARRAY:
+    print_array(r, raw, indent);
+    break;
+  default:
+    printf("(unknown reply type 0x%02x)\n", r->tag);
+  }
+}
+
+/* ---- configuration ---- */
+
+typedef struct cli_opts {
+  const char *file;
+  const char *overrides[MAX_OVERRIDES];
+  int n_overrides;
+  const char *connect;
+  int raw; /* -1 = by terminal */
+  long timeout_ms;
+} cli_opts;
+
+/* "section.key=value" through weft_config_set. */
+static int apply_override(weft_config *cfg, const char *o, char *err,
+                          size_t err_len) {
+  const char *dot = strchr(o, '.'), *eq = strchr(o, '=');
+  if (dot == NULL || eq == NULL || dot > eq) {
+    snprintf(err, err_len, "-o %s: expected section.key=value", o);
+    return WEFT_EINVAL;
+  }
+  char section[64], key[64];
+  snprintf(section, sizeof section, "%.*s", (int)(dot - o), o);
+  snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
+  return weft_config_set(cfg, "-o", section, key, eq + 1, other_sections, NULL,
+                         err, err_len);
+}
+
+static int load_config(weft_config *cfg, const cli_opts *o) {
+  char err[512];
+  weft_config_init(cfg);
+  snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
+  int rc = 0;
+  if (o->file != NULL)
+    rc = weft_config_load(cfg, o->file, other_sections, NULL, err, sizeof err);
+  if (rc == 0)
+    rc =
+        weft_config_apply_env(cfg, NULL, other_sections, NULL, err, sizeof err);
+  for (int i = 0; rc == 0 && i < o->n_overrides; i++)
+    rc = apply_override(cfg, o->overrides[i], err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return rc;
+  }
+  if (o->connect != NULL)
+    snprintf(cfg->connect, sizeof cfg->connect, "%s", o->connect);
+  return 0;
+}
+
+static int parse_args(int argc, char **argv, cli_opts *o) {
+  static const struct option longs[] = {
+      {"connect", required_argument, NULL, 'C'},
+      {"raw", no_argument, NULL, 'r'},
+      {"no-raw", no_argument, NULL, 'R'},
+      {"timeout", required_argument, NULL, 't'},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  *o = (cli_opts){.raw = -1, .timeout_ms = 10000};
+  int opt;
+  /* '+': stop at the command, so "weft-kv incrby k -1" keeps its -1. */
+  while ((opt = getopt_long(argc, argv, "+c:o:h", longs, NULL)) != -1) {
+    switch (opt) {
+    case 'c':
+      o->file = optarg;
+      break;
+    case 'o':
+      if (o->n_overrides == MAX_OVERRIDES) {
+        fprintf(stderr, "%s: more than %d -o options\n", prog, MAX_OVERRIDES);
+        return -1;
+      }
+      o->overrides[o->n_overrides++] = optarg;
+      break;
+    case 'C':
+      o->connect = optarg;
+      break;
+    case 'r':
+      o->raw = 1;
+      break;
+    case 'R':
+      o->raw = 0;
+      break;
+    case 't': {
+      char *end;
+      o->timeout_ms = strtol(optarg, &end, 10);
+      if (*end != '\0' || o->timeout_ms < 0) {
+        fprintf(stderr, "%s: --timeout %s: expected milliseconds >= 0\n", prog,
+                optarg);
+        return -1;
+      }
+      break;
+    }
+    case 'h':
+      usage(stdout);
+      exit(0);
+    default:
+      usage(stderr);
+      return -1;
+    }
+  }
+  if (optind >= argc) {
+    fprintf(stderr, "%s: no command given\n", prog);
+    usage(stderr);
+    return -1;
+  }
+  return optind;
+}
+
+/* ---- main ---- */
+
+static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
+               int cmd, int argc, char **argv, const cli_opts *o) {
+  kv_client_options co;
+  kv_client_options_init(&co);
+  co.channel = cfg->channel;
+  kv_client *c;
+  int rc = kv_sync_connect(&c, group, uri, &co);
+  if (rc < 0) {
+    fprintf(stderr, "%s: cannot connect to %s: %s\n", prog, uri,
+            weft_strerror(rc));
+    return 1;
+  }
+  kv_arg *args = calloc((size_t)argc + 1, sizeof *args);
+  if (args == NULL) {
+    kv_sync_close(c);
+    fprintf(stderr, "%s: out of memory\n", prog);
+    return 1;
+  }
+  for (int i = 0; i < argc; i++)
+    args[i] = (kv_arg){argv[i], strlen(argv[i])};
+  kv_reply *r = NULL;
+  rc = kv_sync_call(c, cmd, (size_t)argc, args,
+                    (uint64_t)o->timeout_ms * 1000000u, &r);
+  free(args);
+  kv_sync_close(c);
+  if (rc < 0) {
+    fprintf(stderr, "%s: %s to %s failed: %s\n", prog, kv_cmd_name(cmd), uri,
+            weft_strerror(rc));
+    return 1;
+  }
+  /* INFO's text is for reading, as redis-cli shows it. */
+  bool raw = o->raw >= 0 ? o->raw : !isatty(STDOUT_FILENO);
+  print_value(r, raw || cmd == KV_CMD_INFO, 0);
+  int status = kv_reply_is_error(r) ? 1 : 0;
+  kv_reply_free(r);
+  return status;
+}
+
+int main(int argc, char **argv) {
+  cli_opts o;
+  int first = parse_args(argc, argv, &o);
+  if (first < 0)
+    return 2;
+  weft_config cfg;
+  if (load_config(&cfg, &o) < 0)
+    return 2;
+  int cmd = kv_cmd_from_name(argv[first], strlen(argv[first]));
+  if (cmd == 0) {
+    fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[first]);
+    usage(stderr);
+    return 2;
+  }
+  char uri[WEFT_CONFIG_URI_MAX + 32];
+  if (weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri) < 0) {
+    fprintf(stderr, "%s: address too long: %s\n", prog, cfg.connect);
+    return 2;
+  }
+  /* One loop that sleeps when idle: a command line tool should not spin. */
+  weft_loop_options lo = cfg.loop;
+  lo.n_loops = 1;
+  lo.busy_poll_us = 0;
+  lo.pin = false;
+  lo.name = "weft-kv";
+  weft_loop_group *group;
+  int rc = weft_loop_group_new(&group, &lo);
+  if (rc == 0 && (rc = weft_loop_group_start(group)) < 0)
+    weft_loop_group_free(group);
+  if (rc < 0) {
+    fprintf(stderr, "%s: cannot start an event loop: %s\n", prog,
+            weft_strerror(rc));
+    return 1;
+  }
+  int status =
+      run(group, &cfg, uri, cmd, argc - first - 1, argv + first + 1, &o);
+  weft_loop_group_stop(group);
+  weft_loop_group_join(group);
+  weft_loop_group_free(group);
+  return status;
+}

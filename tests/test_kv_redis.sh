@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Real Redis clients against weft-kv-server: redis-cli sets, gets and
+# deletes; redis-benchmark runs a short load without errors.
+# Usage: test_kv_redis.sh PATH/TO/weft-kv-server   (run by CTest)
+set -u
+server=$1
+if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then
+  echo "FAIL: redis-cli and redis-benchmark are needed (apt-get install redis-tools)"
+  exit 1
+fi
+log=$(mktemp)
+"$server" -o loop.loops=2 -o kv.rpc_listen= -o kv.resp_listen=127.0.0.1:0 2>"$log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+port=""
+for _ in $(seq 50); do
+  port=$(sed -n 's/.*resp on tcp:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "FAIL: server did not start:"; cat "$log"; exit 1; }
+
+passed=0 failed=0
+check() { # NAME EXPECTED ARGS...: redis-cli's output must equal EXPECTED
+  local name=$1 want=$2; shift 2
+  local got
+  got=$(timeout 10 redis-cli -p "$port" "$@" 2>&1)
+  if [ "$got" == "$want" ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name: redis-cli $*: got '$got', want '$want'"
+  fi
+}
+check kv_redis_set_ok OK set greeting hello
+check kv_redis_get_value hello get greeting
+check kv_redis_exists 1 exists greeting
+check kv_redis_del_counts 1 del greeting
+check kv_redis_get_after_del "" get greeting
+check kv_redis_incr 1 incr counter
+check kv_redis_incr_again 2 incr counter
+check kv_redis_set_text OK set word hello
+check kv_redis_incr_not_integer "ERR value is not an integer or out of range" \
+  incr word
+check kv_redis_mset OK mset a 1 b 2
+check kv_redis_mget "$(printf '1\n2\n')" mget a b missing
+check kv_redis_ping PONG ping
+check kv_redis_unknown "ERR unknown command 'nosuch'" nosuch
+check kv_redis_flushall OK flushall
+check kv_redis_dbsize 0 dbsize
+
+out=$(timeout 120 redis-benchmark -p "$port" -t get,set -n 20000 -c 20 -q 2>&1)
+if [ $? -eq 0 ] && [ "$(grep -c 'requests per second' <<<"$out")" -eq 2 ] &&
+   ! grep -qi 'error' <<<"$out"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL: kv_redis_benchmark_runs_clean: $out"
+fi
+kill -TERM $pid && wait $pid
+rc=$?
+if [ $rc -eq 0 ]; then passed=$((passed + 1)); else
+  failed=$((failed + 1)); echo "FAIL: kv_redis_server_stops_cleanly: exit $rc"
+  cat "$log"; fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

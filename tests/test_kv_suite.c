@@ -1,0 +1,767 @@
+/* The KV service integration suite: the server (samples/kv/server.h) and
+ * the client (samples/kv/client.h) over real connections, run once per
+ * transport (WEFT_TEST_TRANSPORT, default "tcp"; tests/CMakeLists.txt
+ * registers it as test_kv_<transport>). The RESP endpoint only runs on
+ * tcp; everything checked here goes over the binary RPC protocol.
+ *
+ * Every test starts its own loop group and ends with
+ * weft_loop_group_join() == 0: no buffer leaked (WEFT_LEAK_DETECT=1).
+ * No test asserts on timings. WEFT_TEST_SCALE scales the random test.
+ */
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <weft/bootstrap.h>
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/config.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+#include <weft/rpc.h>
+#include <weft/transport.h>
+
+#include "client.h"
+#include "server.h"
+
+#define SEC 1000000000ull
+#define CALL_TIMEOUT (20 * SEC) /* a hung server fails the test, not CI */
+
+static const char *transport_name(void) {
+  const char *t = getenv("WEFT_TEST_TRANSPORT");
+  return t != NULL && t[0] != '\0' ? t : "tcp";
+}
+
+static const char *test_host(void) {
+  const char *h = getenv("WEFT_TEST_HOST");
+  return h != NULL && h[0] != '\0' ? h : "127.0.0.1";
+}
+
+static double test_scale(void) {
+  const char *s = getenv("WEFT_TEST_SCALE");
+  double v = s != NULL ? atof(s) : 1.0;
+  return v > 0 ? v : 1.0;
+}
+
+static uint64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+#define WAIT_UNTIL(cond, ms)                                                   \
+  ({                                                                           \
+    uint64_t deadline_ = now_ms() + (ms);                                      \
+    bool ok_;                                                                  \
+    while (!(ok_ = (cond)) && now_ms() < deadline_)                            \
+      sleep_ms(1);                                                             \
+    ok_;                                                                       \
+  })
+
+#define ASSERT_EVENTUALLY(cond, ms)                                            \
+  ck_assert_msg(WAIT_UNTIL(cond, ms), "timed out after %d ms waiting for %s",  \
+                (int)(ms), #cond)
+
+static int ldi(atomic_int *p) { return atomic_load(p); }
+
+/* ---- fixture: a group, a server, a client ---- */
+
+typedef struct fixture {
+  weft_loop_group *group;
+  weft_config cfg;
+  kv_server *server;
+  char uri[WEFT_CONFIG_URI_MAX + 32];
+  kv_client *client;
+} fixture;
+
+static void group_start(fixture *f) {
+  weft_loop_options lo;
+  weft_loop_options_init(&lo);
+  lo.n_loops = 2;
+  lo.busy_poll_us = 0; /* a shared machine: sleep when idle */
+  lo.pin = false;
+  ck_assert_int_eq(weft_loop_group_new(&f->group, &lo), 0);
+  ck_assert_int_eq(weft_loop_group_start(f->group), 0);
+  weft_config_init(&f->cfg);
+  snprintf(f->cfg.transport, sizeof f->cfg.transport, "%s", transport_name());
+}
+
+static void fixture_start(fixture *f) {
+  memset(f, 0, sizeof *f);
+  group_start(f);
+  kv_server_options o;
+  kv_server_options_init(&o);
+  snprintf(o.rpc_listen, sizeof o.rpc_listen, "%s:0", test_host());
+  if (strcmp(transport_name(), "tcp") == 0)
+    snprintf(o.resp_listen, sizeof o.resp_listen, "%s:0", test_host());
+  else
+    o.resp_listen[0] = '\0';
+  ck_assert_int_eq(kv_server_start(&f->server, f->group, &f->cfg, &o), 0);
+  ck_assert_int_eq(kv_server_address(f->server, 0, f->uri, sizeof f->uri), 0);
+  ck_assert_int_eq(kv_sync_connect(&f->client, f->group, f->uri, NULL), 0);
+}
+
+/* Clients first, then the loops (the server's channels close with them),
+ * then the server and its store, as server.h says. */
+static void fixture_stop(fixture *f) {
+  kv_sync_close(f->client);
+  weft_loop_group_stop(f->group);
+  ck_assert_int_eq(weft_loop_group_join(f->group), 0);
+  kv_server_stop(f->server);
+  weft_loop_group_free(f->group);
+}
+
+/* A sync call that must succeed; the reply is the caller's. */
+static kv_reply *call_ok(kv_client *c, int cmd, size_t argc,
+                         const kv_arg *argv) {
+  kv_reply *r = NULL;
+  int rc = kv_sync_call(c, cmd, argc, argv, CALL_TIMEOUT, &r);
+  ck_assert_msg(rc == 0, "%s failed: %s", kv_cmd_name(cmd), weft_strerror(rc));
+  return r;
+}
+
+/* ---- the model ---- */
+
+#define N_KEYS 16
+#define VAL_MAX 40
+
+typedef struct model_entry {
+  bool present;
+  bool numeric; /* the value is a canonical int64 (INCR works) */
+  int64_t number;
+  size_t len;
+  char val[VAL_MAX];
+} model_entry;
+
+typedef struct model {
+  model_entry e[N_KEYS];
+  char names[N_KEYS][8];
+  uint64_t rng;
+} model;
+
+static uint64_t rnd(model *m) {
+  uint64_t z = (m->rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static kv_arg key_arg(model *m, int k) {
+  return (kv_arg){m->names[k], strlen(m->names[k])};
+}
+
+/* A new value for key k in the model: a number one time in three (so INCR
+ * has something to add to), else bytes, NULs included. */
+static void model_set(model *m, int k) {
+  model_entry *e = &m->e[k];
+  e->present = true;
+  if (rnd(m) % 3 == 0) {
+    e->numeric = true;
+    e->number = (int64_t)(rnd(m) % 2001) - 1000;
+    e->len = (size_t)snprintf(e->val, VAL_MAX, "%lld", (long long)e->number);
+    return;
+  }
+  e->numeric = false;
+  e->len = rnd(m) % 24;
+  for (size_t i = 0; i < e->len; i++)
+    e->val[i] = rnd(m) % 16 == 0 ? '\0' : (char)('a' + rnd(m) % 26);
+}
+
+static void check_value(const kv_reply *r, const model_entry *e,
+                        const char *what) {
+  if (!e->present) {
+    ck_assert_msg(r->tag == KV_TAG_NULL, "%s: expected nil, got tag %c", what,
+                  r->tag);
+    return;
+  }
+  ck_assert_msg(r->tag == KV_TAG_BULK, "%s: expected a bulk, got tag %c", what,
+                r->tag);
+  ck_assert_uint_eq(r->len, e->len);
+  ck_assert_mem_eq(r->str, e->val, e->len);
+}
+
+static void op_get(kv_client *c, model *m) {
+  int k = (int)(rnd(m) % N_KEYS);
+  kv_arg a[] = {key_arg(m, k)};
+  kv_reply *r = call_ok(c, KV_CMD_GET, 1, a);
+  check_value(r, &m->e[k], "GET");
+  kv_reply_free(r);
+}
+
+static void op_set(kv_client *c, model *m) {
+  int k = (int)(rnd(m) % N_KEYS);
+  model_set(m, k);
+  kv_arg a[] = {key_arg(m, k), {m->e[k].val, m->e[k].len}};
+  kv_reply *r = call_ok(c, KV_CMD_SET, 2, a);
+  ck_assert_int_eq(r->tag, KV_TAG_SIMPLE);
+  ck_assert_uint_eq(r->len, 2);
+  ck_assert_mem_eq(r->str, "OK", 2);
+  kv_reply_free(r);
+}
+
+/* DEL with distinct keys (1-3); EXISTS with any (a repeat counts twice). */
+static void op_del_exists(kv_client *c, model *m, bool del) {
+  kv_arg a[3];
+  int keys[3], n = 1 + (int)(rnd(m) % 3), expect = 0;
+  for (int i = 0; i < n; i++) {
+    keys[i] = (int)(rnd(m) % N_KEYS);
+    if (del)
+      for (int j = 0; j < i; j++)
+        if (keys[j] == keys[i])
+          keys[i] = (keys[i] + 1) % N_KEYS, j = -1;
+    a[i] = key_arg(m, keys[i]);
+    expect += m->e[keys[i]].present;
+  }
+  kv_reply *r = call_ok(c, del ? KV_CMD_DEL : KV_CMD_EXISTS, (size_t)n, a);
+  ck_assert_int_eq(r->tag, KV_TAG_INTEGER);
+  ck_assert_int_eq(r->integer, expect);
+  if (del)
+    for (int i = 0; i < n; i++)
+      m->e[keys[i]].present = false;
+  kv_reply_free(r);
+}
+
+static void op_incr(kv_client *c, model *m) {
+  int k = (int)(rnd(m) % N_KEYS);
+  model_entry *e = &m->e[k];
+  kv_arg a[] = {key_arg(m, k)};
+  kv_reply *r = call_ok(c, KV_CMD_INCR, 1, a);
+  if (e->present && !e->numeric) {
+    ck_assert_int_eq(r->tag, KV_TAG_ERROR);
+    ck_assert_int_eq(kv_reply_error_code(r), WEFT_EINVAL);
+  } else {
+    int64_t want = (e->present ? e->number : 0) + 1;
+    ck_assert_int_eq(r->tag, KV_TAG_INTEGER);
+    ck_assert_int_eq(r->integer, want);
+    *e = (model_entry){.present = true, .numeric = true, .number = want};
+    e->len = (size_t)snprintf(e->val, VAL_MAX, "%lld", (long long)want);
+  }
+  kv_reply_free(r);
+}
+
+static void op_mget(kv_client *c, model *m) {
+  kv_arg a[4];
+  int keys[4], n = 1 + (int)(rnd(m) % 4);
+  for (int i = 0; i < n; i++)
+    a[i] = key_arg(m, keys[i] = (int)(rnd(m) % N_KEYS));
+  kv_reply *r = call_ok(c, KV_CMD_MGET, (size_t)n, a);
+  ck_assert_int_eq(r->tag, KV_TAG_ARRAY);
+  ck_assert_uint_eq(r->len, (size_t)n);
+  for (int i = 0; i < n; i++)
+    check_value(&r->elem[i], &m->e[keys[i]], "MGET");
+  kv_reply_free(r);
+}
+
+/* MSET of 1-3 distinct keys. */
+static void op_mset(kv_client *c, model *m) {
+  kv_arg a[6];
+  int keys[3], n = 1 + (int)(rnd(m) % 3);
+  for (int i = 0; i < n; i++) {
+    keys[i] = (int)(rnd(m) % N_KEYS);
+    for (int j = 0; j < i; j++)
+      if (keys[j] == keys[i])
+        keys[i] = (keys[i] + 1) % N_KEYS, j = -1;
+    model_set(m, keys[i]);
+    a[2 * i] = key_arg(m, keys[i]);
+    a[2 * i + 1] = (kv_arg){m->e[keys[i]].val, m->e[keys[i]].len};
+  }
+  kv_reply *r = call_ok(c, KV_CMD_MSET, (size_t)(2 * n), a);
+  ck_assert_int_eq(r->tag, KV_TAG_SIMPLE);
+  kv_reply_free(r);
+}
+
+/* A whole SCAN: every key in the model, nothing else (duplicates allowed,
+ * as in Redis). */
+static void op_scan(kv_client *c, model *m) {
+  bool seen[N_KEYS] = {false};
+  char cursor[24] = "0";
+  int rounds = 0;
+  do {
+    kv_arg a[] = {{cursor, strlen(cursor)}, {"COUNT", 5}, {"4", 1}};
+    kv_reply *r = call_ok(c, KV_CMD_SCAN, 3, a);
+    ck_assert_int_eq(r->tag, KV_TAG_ARRAY);
+    ck_assert_uint_eq(r->len, 2);
+    ck_assert_int_eq(r->elem[0].tag, KV_TAG_BULK);
+    ck_assert_uint_lt(r->elem[0].len, sizeof cursor);
+    memcpy(cursor, r->elem[0].str, r->elem[0].len);
+    cursor[r->elem[0].len] = '\0';
+    const kv_reply *keys = &r->elem[1];
+    ck_assert_int_eq(keys->tag, KV_TAG_ARRAY);
+    for (size_t i = 0; i < keys->len; i++) {
+      int k = -1;
+      for (int j = 0; j < N_KEYS; j++)
+        if (keys->elem[i].len == strlen(m->names[j]) &&
+            memcmp(keys->elem[i].str, m->names[j], keys->elem[i].len) == 0)
+          k = j;
+      ck_assert_msg(k >= 0 && m->e[k].present, "SCAN returned %.*s",
+                    (int)keys->elem[i].len, (const char *)keys->elem[i].str);
+      seen[k] = true;
+    }
+    kv_reply_free(r);
+    ck_assert_int_lt(++rounds, 10000);
+  } while (strcmp(cursor, "0") != 0);
+  for (int k = 0; k < N_KEYS; k++)
+    ck_assert_msg(seen[k] == m->e[k].present, "SCAN: key %s %s", m->names[k],
+                  m->e[k].present ? "missing" : "extra");
+}
+
+static void op_dbsize(kv_client *c, model *m) {
+  int64_t n = 0;
+  for (int k = 0; k < N_KEYS; k++)
+    n += m->e[k].present;
+  kv_reply *r = call_ok(c, KV_CMD_DBSIZE, 0, NULL);
+  ck_assert_int_eq(r->tag, KV_TAG_INTEGER);
+  ck_assert_int_eq(r->integer, n);
+  kv_reply_free(r);
+}
+
+START_TEST(kv_random_ops_match_model) {
+  fixture f;
+  fixture_start(&f);
+  model m = {.rng = 42};
+  for (int k = 0; k < N_KEYS; k++)
+    snprintf(m.names[k], sizeof m.names[k], "k%d", k);
+  int ops = (int)(4000 / test_scale());
+  for (int i = 0; i < ops; i++) {
+    switch (rnd(&m) % 20) {
+    case 0 ... 4:
+      op_get(f.client, &m);
+      break;
+    case 5 ... 8:
+      op_set(f.client, &m);
+      break;
+    case 9 ... 10:
+      op_del_exists(f.client, &m, true);
+      break;
+    case 11 ... 12:
+      op_del_exists(f.client, &m, false);
+      break;
+    case 13 ... 14:
+      op_incr(f.client, &m);
+      break;
+    case 15 ... 16:
+      op_mget(f.client, &m);
+      break;
+    case 17:
+      op_mset(f.client, &m);
+      break;
+    case 18:
+      op_scan(f.client, &m);
+      break;
+    default:
+      op_dbsize(f.client, &m);
+    }
+  }
+  fixture_stop(&f);
+}
+END_TEST
+
+/* ---- pipelining ---- */
+
+#define PIPELINED 2000
+
+typedef struct pipe_state {
+  kv_client *client;
+  atomic_int done, bad, max_outstanding;
+  int outstanding; /* loop thread */
+  bool seen[PIPELINED + 1];
+} pipe_state;
+
+static void on_incr(void *arg, int err, const kv_reply *r) {
+  pipe_state *p = arg;
+  p->outstanding--;
+  if (err != 0 || r->tag != KV_TAG_INTEGER || r->integer < 1 ||
+      r->integer > PIPELINED || p->seen[r->integer])
+    atomic_fetch_add(&p->bad, 1);
+  else
+    p->seen[r->integer] = true;
+  atomic_fetch_add(&p->done, 1);
+}
+
+/* Every INCR is written before any reply can be read: they are all
+ * outstanding at once on one channel. */
+static void issue_incrs(void *arg) {
+  pipe_state *p = arg;
+  kv_arg a[] = {{"counter", 7}};
+  for (int i = 0; i < PIPELINED; i++) {
+    if (kv_client_call(p->client, KV_CMD_INCR, 1, a, CALL_TIMEOUT, on_incr,
+                       p) != 0) {
+      atomic_fetch_add(&p->bad, 1);
+      atomic_fetch_add(&p->done, 1);
+      continue;
+    }
+    p->outstanding++;
+  }
+  atomic_store(&p->max_outstanding, p->outstanding);
+}
+
+START_TEST(kv_pipelined_calls_all_answered_on_loop) {
+  fixture f;
+  fixture_start(&f);
+  pipe_state *p = calloc(1, sizeof *p);
+  p->client = f.client;
+  ck_assert_int_eq(weft_loop_execute(kv_client_loop(f.client), issue_incrs, p),
+                   0);
+  ASSERT_EVENTUALLY(ldi(&p->done) == PIPELINED, 60000);
+  ck_assert_int_eq(ldi(&p->bad), 0);
+  ck_assert_int_eq(ldi(&p->max_outstanding), PIPELINED);
+  for (int i = 1; i <= PIPELINED; i++)
+    ck_assert_msg(p->seen[i], "no INCR answered %d", i);
+  free(p);
+  fixture_stop(&f);
+}
+END_TEST
+
+typedef struct afar_state {
+  atomic_int done, bad;
+  char want[PIPELINED][16];
+} afar_state;
+
+typedef struct afar_call {
+  afar_state *s;
+  int i;
+} afar_call;
+
+static void on_get_afar(void *arg, int err, const kv_reply *r) {
+  afar_call *c = arg;
+  const char *want = c->s->want[c->i];
+  if (err != 0 || r->tag != KV_TAG_BULK || r->len != strlen(want) ||
+      memcmp(r->str, want, r->len) != 0)
+    atomic_fetch_add(&c->s->bad, 1);
+  atomic_fetch_add(&c->s->done, 1);
+}
+
+static void on_set_afar(void *arg, int err, const kv_reply *r) {
+  afar_state *s = arg;
+  if (err != 0 || r->tag != KV_TAG_SIMPLE)
+    atomic_fetch_add(&s->bad, 1);
+  atomic_fetch_add(&s->done, 1);
+}
+
+/* From the test thread (the cross-thread queue): all SETs without waiting,
+ * then all GETs without waiting; each GET sees its SET (one channel keeps
+ * the order of requests). */
+START_TEST(kv_pipelined_calls_all_answered_from_other_thread) {
+  fixture f;
+  fixture_start(&f);
+  afar_state *s = calloc(1, sizeof *s);
+  afar_call *calls = calloc(PIPELINED, sizeof *calls);
+  for (int i = 0; i < PIPELINED; i++) {
+    snprintf(s->want[i], sizeof s->want[i], "v%d", i * 7);
+    char key[16];
+    snprintf(key, sizeof key, "key%d", i);
+    kv_arg a[] = {{key, strlen(key)}, {s->want[i], strlen(s->want[i])}};
+    ck_assert_int_eq(kv_client_call(f.client, KV_CMD_SET, 2, a, CALL_TIMEOUT,
+                                    on_set_afar, s),
+                     0);
+  }
+  for (int i = 0; i < PIPELINED; i++) {
+    char key[16];
+    snprintf(key, sizeof key, "key%d", i);
+    kv_arg a[] = {{key, strlen(key)}};
+    calls[i] = (afar_call){s, i};
+    ck_assert_int_eq(kv_client_call(f.client, KV_CMD_GET, 1, a, CALL_TIMEOUT,
+                                    on_get_afar, &calls[i]),
+                     0);
+  }
+  ASSERT_EVENTUALLY(ldi(&s->done) == 2 * PIPELINED, 60000);
+  ck_assert_int_eq(ldi(&s->bad), 0);
+  fixture_stop(&f);
+  free(calls);
+  free(s);
+}
+END_TEST
+
+/* ---- a server that never answers ---- */
+
+typedef struct sink {
+  int close_after; /* requests, then it closes the channel; 0 = never */
+  atomic_int received;
+} sink;
+
+static void sink_read(weft_ctx *ctx, void *msg) {
+  sink *s = weft_ctx_state(ctx);
+  weft_msg_release(msg);
+  int n = atomic_fetch_add(&s->received, 1) + 1;
+  if (s->close_after > 0 && n == s->close_after)
+    weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static const weft_handler sink_handler = {.name = "sink",
+                                          .channel_read = sink_read};
+
+static void sink_init(weft_channel *ch, void *arg) {
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  ck_assert_int_eq(weft_rpc_codec_add_last(p, "rpc", NULL), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "sink", &sink_handler, arg), 0);
+}
+
+static weft_server *sink_start(fixture *f, sink *s, char *uri, size_t len) {
+  memset(f, 0, sizeof *f);
+  group_start(f);
+  char listen[128], ep[WEFT_CONFIG_URI_MAX + 32];
+  snprintf(listen, sizeof listen, "%s:0", test_host());
+  ck_assert_int_eq(weft_config_endpoint(&f->cfg, listen, ep, sizeof ep), 0);
+  weft_server_bootstrap sb = {.group = f->group,
+                              .listen = ep,
+                              .child_init = sink_init,
+                              .child_init_arg = s};
+  weft_channel_config_init(&sb.child_options);
+  weft_server *srv;
+  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
+  ck_assert_int_eq(weft_server_address(srv, uri, len), 0);
+  return srv;
+}
+
+static void sink_stop(fixture *f, weft_server *srv) {
+  weft_server_close(srv);
+  weft_loop_group_stop(f->group);
+  ck_assert_int_eq(weft_loop_group_join(f->group), 0);
+  weft_loop_group_free(f->group);
+}
+
+typedef struct outcome {
+  atomic_int done, ok, eclosed, other, timedout;
+} outcome;
+
+static void count_outcome(void *arg, int err, const kv_reply *r) {
+  outcome *o = arg;
+  (void)r;
+  if (err == 0)
+    atomic_fetch_add(&o->ok, 1);
+  else if (err == WEFT_ECLOSED)
+    atomic_fetch_add(&o->eclosed, 1);
+  else if (err == WEFT_ETIMEDOUT)
+    atomic_fetch_add(&o->timedout, 1);
+  else
+    atomic_fetch_add(&o->other, 1);
+  atomic_fetch_add(&o->done, 1);
+}
+
+#define IN_FLIGHT 64
+
+START_TEST(kv_pending_calls_fail_when_server_closes) {
+  fixture f;
+  sink s = {.close_after = IN_FLIGHT};
+  char uri[WEFT_CONFIG_URI_MAX + 32];
+  weft_server *srv = sink_start(&f, &s, uri, sizeof uri);
+  kv_client *c;
+  ck_assert_int_eq(kv_sync_connect(&c, f.group, uri, NULL), 0);
+  outcome o = {0};
+  kv_arg a[] = {{"k", 1}};
+  /* The server closes once it holds all of them, none answered. */
+  for (int i = 0; i < IN_FLIGHT; i++)
+    ck_assert_int_eq(kv_client_call(c, KV_CMD_GET, 1, a, 0, count_outcome, &o),
+                     0);
+  ASSERT_EVENTUALLY(ldi(&o.done) == IN_FLIGHT, 60000);
+  ck_assert_int_eq(ldi(&s.received), IN_FLIGHT);
+  ck_assert_int_eq(ldi(&o.ok), 0);
+  ck_assert_int_eq(ldi(&o.eclosed) + ldi(&o.other), IN_FLIGHT);
+  /* A call after the close fails too, through its callback. */
+  ck_assert_int_eq(kv_client_call(c, KV_CMD_GET, 1, a, 0, count_outcome, &o),
+                   0);
+  ASSERT_EVENTUALLY(ldi(&o.done) == IN_FLIGHT + 1, 60000);
+  ck_assert_int_eq(ldi(&o.eclosed), IN_FLIGHT + 1);
+  char *v = NULL;
+  ck_assert_int_eq(kv_sync_get(c, "k", 1, &v, NULL), WEFT_ECLOSED);
+  kv_sync_close(c);
+  sink_stop(&f, srv);
+}
+END_TEST
+
+START_TEST(kv_call_times_out_without_answer) {
+  fixture f;
+  sink s = {.close_after = 0};
+  char uri[WEFT_CONFIG_URI_MAX + 32];
+  weft_server *srv = sink_start(&f, &s, uri, sizeof uri);
+  kv_client *c;
+  ck_assert_int_eq(kv_sync_connect(&c, f.group, uri, NULL), 0);
+  kv_reply *r = NULL;
+  kv_arg a[] = {{"k", 1}};
+  ck_assert_int_eq(kv_sync_call(c, KV_CMD_GET, 1, a, SEC / 20, &r),
+                   WEFT_ETIMEDOUT);
+  ck_assert_ptr_null(r);
+  /* Closing with a call still waiting fails it with ECLOSED first. */
+  outcome o = {0};
+  ck_assert_int_eq(kv_client_call(c, KV_CMD_GET, 1, a, 0, count_outcome, &o),
+                   0);
+  kv_sync_close(c);
+  ck_assert_int_eq(ldi(&o.done), 1);
+  ck_assert_int_eq(ldi(&o.eclosed), 1);
+  sink_stop(&f, srv);
+}
+END_TEST
+
+/* ---- the blocking wrapper on a loop thread ---- */
+
+typedef struct on_loop {
+  kv_client *client;
+  weft_loop_group *group;
+  const char *uri;
+  atomic_int call_rc, get_rc, connect_rc, ran;
+} on_loop;
+
+static void try_sync_on_loop(void *arg) {
+  on_loop *t = arg;
+  kv_reply *r = NULL;
+  char *v = NULL;
+  kv_client *c2 = NULL;
+  atomic_store(&t->call_rc,
+               kv_sync_call(t->client, KV_CMD_PING, 0, NULL, 0, &r));
+  atomic_store(&t->get_rc, kv_sync_get(t->client, "k", 1, &v, NULL));
+  atomic_store(&t->connect_rc, kv_sync_connect(&c2, t->group, t->uri, NULL));
+  atomic_store(&t->ran, 1);
+}
+
+START_TEST(kv_sync_call_refused_on_loop_thread) {
+  fixture f;
+  fixture_start(&f);
+  on_loop t = {.client = f.client, .group = f.group, .uri = f.uri};
+  ck_assert_int_eq(
+      weft_loop_execute(kv_client_loop(f.client), try_sync_on_loop, &t), 0);
+  ASSERT_EVENTUALLY(ldi(&t.ran) == 1, 60000);
+  ck_assert_int_eq(ldi(&t.call_rc), WEFT_EINVAL);
+  ck_assert_int_eq(ldi(&t.get_rc), WEFT_EINVAL);
+  ck_assert_int_eq(ldi(&t.connect_rc), WEFT_EINVAL);
+  /* The same calls work from this thread. */
+  ck_assert_int_eq(kv_sync_set(f.client, "k", 1, "v", 1), 0);
+  char *v = NULL;
+  size_t len = 0;
+  ck_assert_int_eq(kv_sync_get(f.client, "k", 1, &v, &len), 0);
+  ck_assert_str_eq(v, "v");
+  free(v);
+  int64_t n = 0;
+  ck_assert_int_eq(kv_sync_incr(f.client, "n", 1, &n), 0);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(kv_sync_incr(f.client, "k", 1, &n), WEFT_EINVAL);
+  ck_assert_int_eq(kv_sync_del(f.client, "k", 1, &n), 0);
+  ck_assert_int_eq(n, 1);
+  ck_assert_int_eq(kv_sync_get(f.client, "k", 1, &v, &len), WEFT_ENOENT);
+  fixture_stop(&f);
+}
+END_TEST
+
+START_TEST(kv_connect_fails_without_server) {
+  fixture f;
+  sink s = {.close_after = 0};
+  char uri[WEFT_CONFIG_URI_MAX + 32];
+  weft_server *srv = sink_start(&f, &s, uri, sizeof uri);
+  /* Nothing listens there once the listener is closed. */
+  weft_server_close(srv);
+  kv_client *c = NULL;
+  kv_client_options o;
+  kv_client_options_init(&o);
+  o.channel.connect_timeout_ms = 5000;
+  int rc = kv_sync_connect(&c, f.group, uri, &o);
+  ck_assert_int_lt(rc, 0);
+  ck_assert_ptr_null(c);
+  weft_loop_group_stop(f.group);
+  ck_assert_int_eq(weft_loop_group_join(f.group), 0);
+  weft_loop_group_free(f.group);
+}
+END_TEST
+
+/* ---- reply parsing, on the test thread's own pool ---- */
+
+static weft_pool *parse_pool;
+
+/* Parses `bytes`; the buffer stays alive (the nodes point into it) until
+ * the pool is destroyed at the end of the test. */
+static int parse_bytes(const void *bytes, size_t n, kv_reply *nodes,
+                       size_t max) {
+  weft_buf *b = weft_buf_alloc(parse_pool, n + 1);
+  weft_buf_write_bytes(b, bytes, n);
+  int rc = kv_reply_parse(b, nodes, max);
+  ck_assert_int_eq(kv_reply_count(b), rc == WEFT_ENOSPC ? 4 : rc);
+  weft_buf_release(b);
+  return rc;
+}
+
+START_TEST(kv_reply_parse_rejects_malformed) {
+  ck_assert_int_eq(weft_pool_new(&parse_pool, NULL), 0);
+  kv_reply nodes[16];
+  /* ["a", 5, nil] */
+  static const uint8_t good[] = {'*', 3, '$', 1, 'a', ':', 0,  0,
+                                 0,   0, 0,   0, 0,   5,   '_'};
+  ck_assert_int_eq(parse_bytes(good, sizeof good, nodes, 16), 4);
+  ck_assert_int_eq(nodes[0].tag, KV_TAG_ARRAY);
+  ck_assert_uint_eq(nodes[0].len, 3);
+  ck_assert_int_eq(nodes[0].elem[0].tag, KV_TAG_BULK);
+  ck_assert_uint_eq(nodes[0].elem[0].len, 1);
+  ck_assert_int_eq(nodes[0].elem[1].tag, KV_TAG_INTEGER);
+  ck_assert_int_eq(nodes[0].elem[1].integer, 5);
+  ck_assert_int_eq(nodes[0].elem[2].tag, KV_TAG_NULL);
+  ck_assert_int_eq(parse_bytes(good, sizeof good, nodes, 3), WEFT_ENOSPC);
+  ck_assert_int_eq(parse_bytes(good, sizeof good - 1, nodes, 16),
+                   WEFT_EBADFRAME); /* truncated */
+  static const uint8_t trailing[] = {'_', '_'};
+  ck_assert_int_eq(parse_bytes(trailing, 2, nodes, 16), WEFT_EBADFRAME);
+  static const uint8_t liar[] = {'*', 100, '_'};
+  ck_assert_int_eq(parse_bytes(liar, 3, nodes, 16), WEFT_EBADFRAME);
+  static const uint8_t bulk_liar[] = {'$', 9, 'x'};
+  ck_assert_int_eq(parse_bytes(bulk_liar, 3, nodes, 16), WEFT_EBADFRAME);
+  static const uint8_t tag[] = {'?'};
+  ck_assert_int_eq(parse_bytes(tag, 1, nodes, 16), WEFT_EBADFRAME);
+  uint8_t deep[2 * (KV_REPLY_MAX_DEPTH + 1) + 1];
+  for (int i = 0; i <= KV_REPLY_MAX_DEPTH; i++)
+    deep[2 * i] = '*', deep[2 * i + 1] = 1;
+  deep[sizeof deep - 1] = '_';
+  ck_assert_int_eq(parse_bytes(deep, sizeof deep, nodes, 16), WEFT_EBADFRAME);
+  ck_assert_uint_eq(weft_pool_destroy(parse_pool), 0);
+}
+END_TEST
+
+/* A deep copy keeps every byte and the tree's shape. */
+START_TEST(kv_reply_dup_copies_tree) {
+  kv_reply inner[2] = {
+      {.tag = KV_TAG_BULK, .str = (const uint8_t *)"xy", .len = 2},
+      {.tag = KV_TAG_INTEGER, .integer = -7}};
+  kv_reply top[2] = {
+      {.tag = KV_TAG_SIMPLE, .str = (const uint8_t *)"OK", .len = 2},
+      {.tag = KV_TAG_ARRAY, .len = 2, .elem = inner}};
+  kv_reply root = {.tag = KV_TAG_ARRAY, .len = 2, .elem = top};
+  kv_reply *c = kv_reply_dup(&root);
+  ck_assert_ptr_nonnull(c);
+  memset(inner, 0, sizeof inner);
+  ck_assert_uint_eq(c->len, 2);
+  ck_assert_mem_eq(c->elem[0].str, "OK", 2);
+  ck_assert_uint_eq(c->elem[1].len, 2);
+  ck_assert_mem_eq(c->elem[1].elem[0].str, "xy", 2);
+  ck_assert_int_eq(c->elem[1].elem[1].integer, -7);
+  kv_reply_free(c);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  Suite *s = suite_create("kv");
+  /* A transport this host cannot run (no RDMA device for verbs) is a skip
+   * with its probe's reason, not a failure. */
+  char why[256] = "";
+  if (weft_transport_find(transport_name(), why, sizeof why) == NULL) {
+    printf("SKIP: %s\n", why);
+    return s;
+  }
+  TCase *tc = tcase_create("kv");
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, kv_reply_parse_rejects_malformed);
+  tcase_add_test(tc, kv_reply_dup_copies_tree);
+  tcase_add_test(tc, kv_random_ops_match_model);
+  tcase_add_test(tc, kv_pipelined_calls_all_answered_on_loop);
+  tcase_add_test(tc, kv_pipelined_calls_all_answered_from_other_thread);
+  tcase_add_test(tc, kv_pending_calls_fail_when_server_closes);
+  tcase_add_test(tc, kv_call_times_out_without_answer);
+  tcase_add_test(tc, kv_sync_call_refused_on_loop_thread);
+  tcase_add_test(tc, kv_connect_fails_without_server);
+  suite_add_tcase(s, tc);
+  return s;
+}
