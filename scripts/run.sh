@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
-# The main job: builds weft and runs the echo demo end to end: an echo server
-# and a ping-pong client in one process over loopback, with the hybrid
-# selector (busy_poll_us=20) and with pure blocking (busy_poll_us=0).
-# Extra arguments go to weft-echo, e.g. -o transport.name=tcp -o echo.size=1024
+# The main job: builds weft, starts the KV service (weft-kv-server) on the
+# default transport over loopback, runs a short YCSB-style load against it
+# with weft-kvbench (workloads A and C, Zipfian keys), prints the results and
+# stops the server gracefully.
+# Extra arguments go to both programs, e.g. -o transport.name=uring
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF >/dev/null
 cmake --build build/release -j"$(nproc)" >/dev/null
-for us in 20 0; do
-  build/release/samples/echo/weft-echo demo -o loop.loops=2 \
-    -o loop.busy_poll_us=$us -o echo.count=20000 "$@"
+bin=build/release/samples/kv
+log=$(mktemp)
+"$bin/weft-kv-server" -o loop.loops=1 -o kv.rpc_listen=127.0.0.1:0 \
+  -o kv.resp_listen=127.0.0.1:0 "$@" 2>"$log" &
+pid=$!
+trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
+uri=""
+for _ in $(seq 100); do
+  uri=$(sed -n 's/^weft-kv-server: rpc on \(.*\)$/\1/p' "$log")
+  [ -n "$uri" ] && break
+  sleep 0.1
 done
+[ -n "$uri" ] || { cat "$log"; exit 1; }
+cat "$log"
+for w in A C; do
+  echo "--- weft-kvbench workload $w against $uri ---"
+  "$bin/weft-kvbench" -o loop.loops=1 --connect "$uri" --workload $w \
+    --records 100000 --duration 5 --warmup 1 "$@"
+done
+kill -TERM $pid
+wait $pid
+echo "weft-kv-server stopped cleanly"
