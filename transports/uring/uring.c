@@ -90,7 +90,8 @@
 
 #define UR_SQ_ENTRIES 1024
 #define UR_CQ_ENTRIES 8192 /* multishot recvs make many CQEs per SQE */
-#define UR_MAX_IOV 32      /* buffers gathered per sendmsg */
+#define UR_MAX_IOV 256     /* buffers gathered per sendmsg (IOV_MAX 1024) */
+#define UR_SEND_CACHE 16   /* idle send contexts kept per loop */
 #define UR_REAP_MAX 256    /* CQEs copied out per poll, at most */
 #define UR_BGID 0          /* the provided buffer group of every loop */
 #define UR_BUF_COUNT_DEFAULT 256u
@@ -187,6 +188,7 @@ static const unsigned setup_choices[] = {
         IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SUBMIT_ALL,
     IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG |
         IORING_SETUP_SUBMIT_ALL,
+    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_SUBMIT_ALL,
     0,
 };
 
@@ -198,7 +200,8 @@ static bool fallback_tcp;           /* WEFT_URING_FALLBACK=tcp took effect */
 static int ring_create(struct io_uring *ring, unsigned entries, unsigned cq,
                        unsigned *flags_out) {
   int rc = WEFT_EINVAL;
-  for (size_t i = 0; i < sizeof setup_choices / sizeof setup_choices[0]; i++) {
+  size_t first = env_uint("WEFT_URING_X_SETUP", 0, 3);
+  for (size_t i = first; i < sizeof setup_choices / sizeof setup_choices[0]; i++) {
     struct io_uring_params p = {.flags = setup_choices[i]};
     if (cq > 0) {
       p.flags |= IORING_SETUP_CQSIZE;
@@ -401,6 +404,8 @@ typedef struct ur_op {
 } ur_op;
 
 typedef struct ur_listener ur_listener;
+typedef struct ur_channel ur_channel;
+typedef struct ur_send ur_send;
 
 typedef struct ur_loop {
   weft_loop *loop;
@@ -419,6 +424,11 @@ typedef struct ur_loop {
   unsigned send_zc_min;
   uint64_t inflight; /* requests holding a reference, CQE still to come */
   ur_listener *listeners;
+  /* channels that got data in this reap: read_complete fires after it */
+  ur_channel *rc_head, *rc_tail;
+  ur_send *send_free; /* cached send contexts */
+  unsigned send_free_n;
+  unsigned x_flags, x_iov; /* EXPERIMENT */
   weft__uring_stats stats;
 } ur_loop;
 
@@ -442,19 +452,21 @@ enum ur_recv_state {
   UR_RECV_PLAIN,      /* single recv into plain_buf */
 };
 
-/* A zero-copy send: its buffers live until the notification CQE. */
-typedef struct ur_zc {
-  ur_op op;
+/* One send in flight: what the kernel reads (msg, iov) and the buffers
+ * retained until its CQE (for SENDMSG_ZC, until the notification CQE).
+ * Taken from a per-loop cache, so an idle channel holds none. */
+typedef struct ur_send {
+  ur_op op; /* UR_OP_SEND or UR_OP_SEND_ZC */
   weft_channel *ch;
-  bool data_done; /* the first CQE (bytes sent) arrived */
-  int n;
+  int n; /* entries of iov and bufs */
   struct msghdr msg;
   struct iovec iov[UR_MAX_IOV];
   weft_buf *bufs[UR_MAX_IOV];
-} ur_zc;
+  struct ur_send *next_free;
+} ur_send;
 
 /* Per-channel state (channel_priv_size bytes, zeroed by the core). */
-typedef struct ur_channel {
+struct ur_channel {
   weft_channel *ch;
   ur_loop *ul;
   int fd; /* -1 once closed */
@@ -466,18 +478,16 @@ typedef struct ur_channel {
   bool shutdown_pending;
   bool output_shut;
   bool zc_off; /* the kernel copied a zero-copy send: stop trying */
+  bool rc_pending; /* on the loop's read_complete list (holds a ref) */
   uint8_t recv_state;
   uint8_t opts_set;
   int opts[OPT_COUNT];
-  ur_op op_recv, op_plain, op_send, op_connect;
+  ur_op op_recv, op_plain, op_connect;
   weft_buf *plain_buf;
-  int n_sent; /* buffers retained by the send in flight */
-  weft_buf *sent[UR_MAX_IOV];
-  struct iovec iov[UR_MAX_IOV];
-  struct msghdr msg;
   struct sockaddr_storage peer; /* connect's address */
   socklen_t peer_len;
-} ur_channel;
+  ur_channel *rc_next;
+};
 
 #define container_of(p, type, member)                                          \
   ((type *)(void *)((char *)(p)-offsetof(type, member)))
@@ -589,6 +599,7 @@ static void enter_if_needed(ur_loop *ul) {
 
 static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
                      uint32_t flags);
+static void fire_read_completes(ur_loop *ul);
 
 static int reap(ur_loop *ul, int budget) {
   struct {
@@ -613,6 +624,7 @@ static int reap(ur_loop *ul, int budget) {
   ul->stats.cqes += (uint64_t)n;
   for (int i = 0; i < n; i++)
     dispatch(ul, batch[i].user_data, batch[i].res, batch[i].flags);
+  fire_read_completes(ul);
   return n;
 }
 
@@ -627,7 +639,10 @@ static int ur_poll(weft_source *src, int budget) {
   ur_loop *ul = src->data;
   evfd_set(ul, false); /* busy: no eventfd signal per completion */
   enter_if_needed(ul);
-  return reap(ul, budget);
+  int n = reap(ul, budget);
+  if ((ul->x_flags & 2) && io_uring_sq_ready(&ul->ring) > 0)
+    enter_if_needed(ul);
+  return n;
 }
 
 static int ur_arm(weft_source *src) {
@@ -673,6 +688,8 @@ static int ur_loop_init(weft_loop *loop, void **loop_state) {
   ul->efd = -1;
   ul->send_zc_min =
       env_uint("WEFT_URING_SEND_ZC_MIN", UR_SEND_ZC_MIN_DEFAULT, UINT_MAX);
+  ul->x_flags = env_uint("WEFT_URING_X", 3, 255);
+  ul->x_iov = env_uint("WEFT_URING_X_IOV", UR_MAX_IOV, UR_MAX_IOV);
   err = ring_create(&ul->ring, UR_SQ_ENTRIES, UR_CQ_ENTRIES, &ul->setup_flags);
   if (err < 0)
     goto failed_ring;
@@ -718,6 +735,11 @@ failed_ring:
 }
 
 static void loop_free(ur_loop *ul) {
+  while (ul->send_free != NULL) {
+    ur_send *s = ul->send_free;
+    ul->send_free = s->next_free;
+    free(s);
+  }
   free(ul->bufs);
   free(ul);
 }
@@ -1120,8 +1142,36 @@ static void recv_arm(ur_channel *uc) {
 static void fire_read(ur_channel *uc, weft_buf *b) {
   weft_pipeline *p = weft_channel_pipeline(uc->ch);
   weft_pipeline_fire_channel_read(p, b);
-  if (channel_open(uc))
-    weft_pipeline_fire_channel_read_complete(p);
+  if (!(uc->ul->x_flags & 1)) {
+    if (channel_open(uc))
+      weft_pipeline_fire_channel_read_complete(p);
+    return;
+  }
+  if (uc->rc_pending)
+    return;
+  ur_loop *ul = uc->ul;
+  uc->rc_pending = true;
+  uc->rc_next = NULL;
+  weft_channel_retain(uc->ch);
+  if (ul->rc_tail != NULL)
+    ul->rc_tail->rc_next = uc;
+  else
+    ul->rc_head = uc;
+  ul->rc_tail = uc;
+}
+
+static void fire_read_completes(ur_loop *ul) {
+  while (ul->rc_head != NULL) {
+    ur_channel *uc = ul->rc_head;
+    ul->rc_head = uc->rc_next;
+    if (ul->rc_head == NULL)
+      ul->rc_tail = NULL;
+    uc->rc_pending = false;
+    weft_channel *ch = uc->ch;
+    if (channel_open(uc))
+      weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(ch));
+    weft_channel_release(ch);
+  }
 }
 
 /* The end of a recv (multishot or plain): EOF, error, or re-arm. */
@@ -1199,25 +1249,67 @@ static void shutdown_now(ur_channel *uc) {
   io_uring_sqe_set_data64(sqe, 0);
 }
 
-/* Collects up to UR_MAX_IOV flushed buffers, retaining each. */
-static int gather(ur_channel *uc, struct iovec *iov, weft_buf **bufs,
-                  size_t *bytes) {
+/* A send context from the loop's cache (malloc when it is empty). */
+static ur_send *send_get(ur_loop *ul) {
+  ur_send *s = ul->send_free;
+  if (s != NULL) {
+    ul->send_free = s->next_free;
+    ul->send_free_n--;
+    return s;
+  }
+  return malloc(sizeof *s);
+}
+
+/* Releases the buffers the kernel no longer reads and caches the context. */
+static void send_put(ur_loop *ul, ur_send *s) {
+  for (int i = 0; i < s->n; i++)
+    weft_buf_release(s->bufs[i]);
+  if (ul->send_free_n >= UR_SEND_CACHE) {
+    free(s);
+    return;
+  }
+  s->next_free = ul->send_free;
+  ul->send_free = s;
+  ul->send_free_n++;
+}
+
+/* Collects up to UR_MAX_IOV flushed buffers into `s`, retaining each. */
+static size_t gather(ur_channel *uc, ur_send *s) {
   size_t count = weft_outbound_count(uc->ch), total = 0;
   int n = 0;
-  for (size_t i = 0; i < count && n < UR_MAX_IOV; i++) {
+  for (size_t i = 0; i < count && n < (int)uc->ul->x_iov; i++) {
     weft_buf *b = weft_outbound_buf(uc->ch, i);
     size_t len = weft_buf_readable(b);
     if (len == 0)
       continue; /* completed by the next consume */
-    iov[n] = (struct iovec){.iov_base = weft_buf_rptr(b), .iov_len = len};
-    bufs[n++] = weft_buf_retain(b);
+    s->iov[n] = (struct iovec){.iov_base = weft_buf_rptr(b), .iov_len = len};
+    s->bufs[n++] = weft_buf_retain(b);
     total += len;
   }
-  *bytes = total;
-  return n;
+  s->n = n;
+  return total;
 }
 
-static bool send_zc_start(ur_channel *uc, size_t bytes);
+/* Queues the SQE of `s`: SENDMSG_ZC, or send for one buffer, else sendmsg. */
+static void send_prep(ur_channel *uc, ur_send *s, struct io_uring_sqe *sqe,
+                      bool zc) {
+  s->op.kind = zc ? UR_OP_SEND_ZC : UR_OP_SEND;
+  s->ch = uc->ch;
+  s->msg = (struct msghdr){.msg_iov = s->iov, .msg_iovlen = (size_t)s->n};
+  if (zc) {
+    io_uring_prep_sendmsg_zc(sqe, uc->fd, &s->msg, MSG_NOSIGNAL);
+    sqe->ioprio |= IORING_SEND_ZC_REPORT_USAGE;
+    uc->ul->stats.zc_sends++;
+  } else if (s->n == 1) {
+    io_uring_prep_send(sqe, uc->fd, s->iov[0].iov_base, s->iov[0].iov_len,
+                       MSG_NOSIGNAL);
+    uc->ul->stats.sends++;
+  } else {
+    io_uring_prep_sendmsg(sqe, uc->fd, &s->msg, MSG_NOSIGNAL);
+    uc->ul->stats.sends++;
+  }
+  io_uring_sqe_set_data(sqe, s);
+}
 
 /* Starts the channel's one send, if none is in flight and bytes wait. */
 static void send_start(ur_channel *uc) {
@@ -1229,68 +1321,45 @@ static void send_start(ur_channel *uc) {
     return;
   }
   ur_loop *ul = uc->ul;
-  size_t bytes = 0;
-  int n = gather(uc, uc->iov, uc->sent, &bytes);
-  if (n == 0) {
+  ur_send *s = send_get(ul);
+  if (s == NULL) {
+    channel_failed(uc, "write", WEFT_ENOMEM);
+    return;
+  }
+  size_t bytes = gather(uc, s);
+  if ((ul->x_flags & 4) && s->n > 0 && bytes < ul->send_zc_min) {
+    /* EXPERIMENT: direct send */
+    struct msghdr m = {.msg_iov = s->iov, .msg_iovlen = (size_t)s->n};
+    ssize_t w = sendmsg(uc->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      send_put(ul, s);
+      uc->in_consume = true;
+      weft_outbound_consumed(uc->ch, (size_t)w);
+      uc->in_consume = false;
+      send_start(uc);
+      return;
+    }
+  }
+  if (s->n == 0) {
     /* Only empty buffers: complete them. */
+    send_put(ul, s);
     uc->in_consume = true;
     weft_outbound_consumed(uc->ch, 0);
     uc->in_consume = false;
     send_start(uc);
     return;
   }
-  if (bytes >= ul->send_zc_min && ul->send_zc_min > 0 && probed_send_zc &&
-      !uc->zc_off) {
-    for (int i = 0; i < n; i++)
-      weft_buf_release(uc->sent[i]); /* send_zc_start retains its own */
-    if (send_zc_start(uc, bytes))
-      return;
-    n = gather(uc, uc->iov, uc->sent, &bytes);
-  }
   struct io_uring_sqe *sqe = get_sqe(ul);
   if (sqe == NULL) {
-    for (int i = 0; i < n; i++)
-      weft_buf_release(uc->sent[i]);
+    send_put(ul, s);
     channel_failed(uc, "write", WEFT_EIO);
     return;
   }
-  if (n == 1) {
-    io_uring_prep_send(sqe, uc->fd, uc->iov[0].iov_base, uc->iov[0].iov_len,
-                       MSG_NOSIGNAL);
-  } else {
-    uc->msg = (struct msghdr){.msg_iov = uc->iov, .msg_iovlen = (size_t)n};
-    io_uring_prep_sendmsg(sqe, uc->fd, &uc->msg, MSG_NOSIGNAL);
-  }
-  io_uring_sqe_set_data(sqe, &uc->op_send);
-  uc->n_sent = n;
+  bool zc = bytes >= ul->send_zc_min && ul->send_zc_min > 0 &&
+            probed_send_zc && !uc->zc_off;
+  send_prep(uc, s, sqe, zc);
   uc->send_inflight = true;
-  ul->stats.sends++;
   request_started(uc);
-}
-
-/* A zero-copy send; false if it could not be started (send normally). */
-static bool send_zc_start(ur_channel *uc, size_t bytes) {
-  ur_zc *zc = calloc(1, sizeof *zc);
-  if (zc == NULL)
-    return false;
-  zc->op.kind = UR_OP_SEND_ZC;
-  zc->ch = uc->ch;
-  zc->n = gather(uc, zc->iov, zc->bufs, &bytes);
-  struct io_uring_sqe *sqe = get_sqe(uc->ul);
-  if (sqe == NULL) {
-    for (int i = 0; i < zc->n; i++)
-      weft_buf_release(zc->bufs[i]);
-    free(zc);
-    return false;
-  }
-  zc->msg = (struct msghdr){.msg_iov = zc->iov, .msg_iovlen = (size_t)zc->n};
-  io_uring_prep_sendmsg_zc(sqe, uc->fd, &zc->msg, MSG_NOSIGNAL);
-  sqe->ioprio |= IORING_SEND_ZC_REPORT_USAGE;
-  io_uring_sqe_set_data(sqe, zc);
-  uc->send_inflight = true;
-  uc->ul->stats.zc_sends++;
-  request_started(uc);
-  return true;
 }
 
 /* The bytes of the send in flight left (or it failed). */
@@ -1308,20 +1377,18 @@ static void send_finished(ur_channel *uc, int32_t res) {
   send_start(uc);
 }
 
-static void send_done(ur_channel *uc, int32_t res) {
-  ur_loop *ul = uc->ul;
-  weft_channel *ch = uc->ch;
-  for (int i = 0; i < uc->n_sent; i++)
-    weft_buf_release(uc->sent[i]);
-  uc->n_sent = 0;
-  send_finished(uc, res);
+static void send_done(ur_loop *ul, ur_send *s, int32_t res) {
+  weft_channel *ch = s->ch;
+  send_put(ul, s);
+  send_finished(ur_of(ch), res);
   request_ended(ul, ch);
 }
 
 /* SENDMSG_ZC: first the bytes (F_MORE when a notification follows), then
  * the notification, after which the kernel no longer reads the buffers. */
-static void send_zc_done(ur_loop *ul, ur_zc *zc, int32_t res, uint32_t flags) {
-  weft_channel *ch = zc->ch;
+static void send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
+                         uint32_t flags) {
+  weft_channel *ch = s->ch;
   ur_channel *uc = ur_of(ch);
   if (flags & IORING_CQE_F_NOTIF) {
     if ((uint32_t)res & IORING_NOTIF_USAGE_ZC_COPIED) {
@@ -1329,14 +1396,11 @@ static void send_zc_done(ur_loop *ul, ur_zc *zc, int32_t res, uint32_t flags) {
       ul->stats.zc_copied++;
     }
   } else {
-    zc->data_done = true;
     send_finished(uc, res);
     if (flags & IORING_CQE_F_MORE)
       return; /* the notification holds the buffers */
   }
-  for (int i = 0; i < zc->n; i++)
-    weft_buf_release(zc->bufs[i]);
-  free(zc);
+  send_put(ul, s);
   request_ended(ul, ch);
 }
 
@@ -1399,10 +1463,10 @@ static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
     plain_recv_done(container_of(op, ur_channel, op_plain), res);
     break;
   case UR_OP_SEND:
-    send_done(container_of(op, ur_channel, op_send), res);
+    send_done(ul, (ur_send *)op, res);
     break;
   case UR_OP_SEND_ZC:
-    send_zc_done(ul, (ur_zc *)op, res, flags);
+    send_zc_done(ul, (ur_send *)op, res, flags);
     break;
   case UR_OP_CONNECT:
     connect_done(container_of(op, ur_channel, op_connect), res);
@@ -1430,7 +1494,6 @@ static int channel_take_fd(weft_channel *ch, int fd) {
   uc->reading = auto_read != 0;
   uc->op_recv.kind = UR_OP_RECV;
   uc->op_plain.kind = UR_OP_PLAIN_RECV;
-  uc->op_send.kind = UR_OP_SEND;
   uc->op_connect.kind = UR_OP_CONNECT;
   return apply_stored_options(uc);
 }
