@@ -28,11 +28,16 @@
  * pool memory until slots are back, then re-arms the multishot recv. No byte
  * is lost and a slow handler cannot stall the other channels for good.
  *
+ * Every channel that got data in one reap gets one channel_read_complete
+ * after the whole batch is dispatched (as tcp fires one per up to 16
+ * reads), so an echo flushes once per batch, not once per recv CQE.
+ *
  * Sending: at most one send in flight per channel keeps the byte order; it
- * gathers up to UR_MAX_IOV flushed buffers in one sendmsg (send for one).
- * The buffers are retained while the kernel may read them: a close fails
- * the outbound queue at once, but the memory lives until the CQE. Sends of
- * at least WEFT_URING_SEND_ZC_MIN bytes use SENDMSG_ZC; their buffers are
+ * gathers up to UR_MAX_IOV flushed buffers in one sendmsg (send for one),
+ * from a send context taken from a per-loop cache (an idle channel holds
+ * none). The buffers are retained while the kernel may read them: a close
+ * fails the outbound queue at once, but the memory lives until the CQE. Sends
+ * of at least WEFT_URING_SEND_ZC_MIN bytes use SENDMSG_ZC; their buffers are
  * held until the notification CQE. When a notification reports that the
  * kernel copied anyway (loopback, or a device without scatter-gather), the
  * channel stops using zero copy: the copy plus the notification cost more.
@@ -188,7 +193,6 @@ static const unsigned setup_choices[] = {
         IORING_SETUP_TASKRUN_FLAG | IORING_SETUP_SUBMIT_ALL,
     IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG |
         IORING_SETUP_SUBMIT_ALL,
-    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_SUBMIT_ALL,
     0,
 };
 
@@ -200,8 +204,7 @@ static bool fallback_tcp;           /* WEFT_URING_FALLBACK=tcp took effect */
 static int ring_create(struct io_uring *ring, unsigned entries, unsigned cq,
                        unsigned *flags_out) {
   int rc = WEFT_EINVAL;
-  size_t first = env_uint("WEFT_URING_X_SETUP", 0, 3);
-  for (size_t i = first; i < sizeof setup_choices / sizeof setup_choices[0]; i++) {
+  for (size_t i = 0; i < sizeof setup_choices / sizeof setup_choices[0]; i++) {
     struct io_uring_params p = {.flags = setup_choices[i]};
     if (cq > 0) {
       p.flags |= IORING_SETUP_CQSIZE;
@@ -428,7 +431,6 @@ typedef struct ur_loop {
   ur_channel *rc_head, *rc_tail;
   ur_send *send_free; /* cached send contexts */
   unsigned send_free_n;
-  unsigned x_flags, x_iov; /* EXPERIMENT */
   weft__uring_stats stats;
 } ur_loop;
 
@@ -477,7 +479,7 @@ struct ur_channel {
   bool in_consume; /* weft_outbound_consumed on the stack */
   bool shutdown_pending;
   bool output_shut;
-  bool zc_off; /* the kernel copied a zero-copy send: stop trying */
+  bool zc_off;     /* the kernel copied a zero-copy send: stop trying */
   bool rc_pending; /* on the loop's read_complete list (holds a ref) */
   uint8_t recv_state;
   uint8_t opts_set;
@@ -639,10 +641,7 @@ static int ur_poll(weft_source *src, int budget) {
   ur_loop *ul = src->data;
   evfd_set(ul, false); /* busy: no eventfd signal per completion */
   enter_if_needed(ul);
-  int n = reap(ul, budget);
-  if ((ul->x_flags & 2) && io_uring_sq_ready(&ul->ring) > 0)
-    enter_if_needed(ul);
-  return n;
+  return reap(ul, budget);
 }
 
 static int ur_arm(weft_source *src) {
@@ -688,8 +687,6 @@ static int ur_loop_init(weft_loop *loop, void **loop_state) {
   ul->efd = -1;
   ul->send_zc_min =
       env_uint("WEFT_URING_SEND_ZC_MIN", UR_SEND_ZC_MIN_DEFAULT, UINT_MAX);
-  ul->x_flags = env_uint("WEFT_URING_X", 3, 255);
-  ul->x_iov = env_uint("WEFT_URING_X_IOV", UR_MAX_IOV, UR_MAX_IOV);
   err = ring_create(&ul->ring, UR_SQ_ENTRIES, UR_CQ_ENTRIES, &ul->setup_flags);
   if (err < 0)
     goto failed_ring;
@@ -1142,11 +1139,6 @@ static void recv_arm(ur_channel *uc) {
 static void fire_read(ur_channel *uc, weft_buf *b) {
   weft_pipeline *p = weft_channel_pipeline(uc->ch);
   weft_pipeline_fire_channel_read(p, b);
-  if (!(uc->ul->x_flags & 1)) {
-    if (channel_open(uc))
-      weft_pipeline_fire_channel_read_complete(p);
-    return;
-  }
   if (uc->rc_pending)
     return;
   ur_loop *ul = uc->ul;
@@ -1277,7 +1269,7 @@ static void send_put(ur_loop *ul, ur_send *s) {
 static size_t gather(ur_channel *uc, ur_send *s) {
   size_t count = weft_outbound_count(uc->ch), total = 0;
   int n = 0;
-  for (size_t i = 0; i < count && n < (int)uc->ul->x_iov; i++) {
+  for (size_t i = 0; i < count && n < UR_MAX_IOV; i++) {
     weft_buf *b = weft_outbound_buf(uc->ch, i);
     size_t len = weft_buf_readable(b);
     if (len == 0)
@@ -1327,19 +1319,6 @@ static void send_start(ur_channel *uc) {
     return;
   }
   size_t bytes = gather(uc, s);
-  if ((ul->x_flags & 4) && s->n > 0 && bytes < ul->send_zc_min) {
-    /* EXPERIMENT: direct send */
-    struct msghdr m = {.msg_iov = s->iov, .msg_iovlen = (size_t)s->n};
-    ssize_t w = sendmsg(uc->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      send_put(ul, s);
-      uc->in_consume = true;
-      weft_outbound_consumed(uc->ch, (size_t)w);
-      uc->in_consume = false;
-      send_start(uc);
-      return;
-    }
-  }
   if (s->n == 0) {
     /* Only empty buffers: complete them. */
     send_put(ul, s);
@@ -1355,8 +1334,8 @@ static void send_start(ur_channel *uc) {
     channel_failed(uc, "write", WEFT_EIO);
     return;
   }
-  bool zc = bytes >= ul->send_zc_min && ul->send_zc_min > 0 &&
-            probed_send_zc && !uc->zc_off;
+  bool zc = bytes >= ul->send_zc_min && ul->send_zc_min > 0 && probed_send_zc &&
+            !uc->zc_off;
   send_prep(uc, s, sqe, zc);
   uc->send_inflight = true;
   request_started(uc);
@@ -1386,8 +1365,7 @@ static void send_done(ur_loop *ul, ur_send *s, int32_t res) {
 
 /* SENDMSG_ZC: first the bytes (F_MORE when a notification follows), then
  * the notification, after which the kernel no longer reads the buffers. */
-static void send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
-                         uint32_t flags) {
+static void send_zc_done(ur_loop *ul, ur_send *s, int32_t res, uint32_t flags) {
   weft_channel *ch = s->ch;
   ur_channel *uc = ur_of(ch);
   if (flags & IORING_CQE_F_NOTIF) {
