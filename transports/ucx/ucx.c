@@ -49,6 +49,10 @@
  * reference goes; other eager data is copied into a pool buffer; rendezvous
  * data is received straight into a pool buffer.
  *
+ * Close: requests in flight outlive their channel, and its ep stays open
+ * until they ended (see ucx_epr); loop_fini waits for them, bounded, before
+ * it destroys the worker and the loop destroys its pool (docs/ucx.md).
+ *
  * Callbacks from UCX (AM handler, send/receive completions, ep errors) only
  * record what happened and put the channel on the loop's pending list; the
  * pipeline runs from poll, after ucp_worker_progress returned, so user
@@ -89,7 +93,7 @@
 #define UCX_DEFAULT_MAX_MESSAGE                                                \
   (64u * 1024u)                           /* bytes per DATA message: one       \
                                              pool size class */
-#define UCX_CLOSE_WAIT_NS (2000000000ull) /* loop_fini waits for closes */
+#define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
 
 /* ---- process-wide settings and the context ---- */
 
@@ -334,8 +338,41 @@ typedef struct ucx_hdr {
 typedef struct ucx_loop ucx_loop;
 typedef struct ucx_channel ucx_channel;
 
+/* A channel's ep and the count of requests in flight on it; it outlives
+ * the channel. Closing an ep does not end its requests: UCX 1.13 cannot
+ * cancel a send, refuses a forced close without peer error handling, and
+ * completes a flush-mode close while a rendezvous send still waits for the
+ * peer's acknowledgement (ATS, on the data lane; the close completes on the
+ * connection manager's). An ATS handled after the close then reads the
+ * destroyed ep (SIGSEGV in ucp_rndv_ats_handler, seen here), and one that
+ * never comes leaves the send's buffer held past the pool. So a closed
+ * channel's ep lingers, still open, until its requests ended or
+ * UCX_CLOSE_WAIT_NS passed, and only then is closed. */
+typedef struct ucx_epr {
+  ucp_ep_h ep;
+  size_t n_ops;         /* requests on it whose callbacks did not run */
+  bool force;           /* close by force (peer error handling only) */
+  bool keep;            /* not closed: ucp_worker_destroy releases it */
+  uint64_t close_by;    /* lingering: close even with requests, in ns */
+  struct ucx_epr *next; /* on the loop's lingering list */
+} ucx_epr;
+
+/* A UCX request whose callback has not run yet (a send, or a rendezvous
+ * receive) and the pool buffer it reads or writes. The loop lists them all,
+ * so that loop_fini can wait for them before it destroys the worker, and
+ * give back the buffers of those that never end. First member of the
+ * struct it is part of (ucx_send, rq_entry). */
+typedef struct ucx_op {
+  struct ucx_op *prev, *next;
+  ucx_loop *tl;
+  ucx_epr *epr;  /* its ep; NULL once that was closed */
+  void *req;     /* NULL: not listed (completed at once, or not sent yet) */
+  weft_buf **bp; /* the buffer to give back if the request never ends */
+} ucx_op;
+
 /* One message waiting in a channel's reassembly queue. */
 typedef struct rq_entry {
+  ucx_op op; /* a rendezvous receive in flight */
   struct rq_entry *next;
   ucx_channel *uc; /* NULL once the channel closed (rendezvous in flight) */
   weft_buf *b;     /* NULL for FIN */
@@ -355,6 +392,7 @@ struct ucx_channel {
   weft_channel *ch;
   ucx_loop *tl;
   ucp_ep_h ep;
+  ucx_epr *epr;     /* the ep's record, handed to the lingering list at close */
   uint32_t id, gen; /* our slot */
   uint32_t peer_id, peer_gen;
   bool has_slot;
@@ -396,8 +434,11 @@ struct ucx_loop {
   void **closing; /* ucp_ep_close_nbx requests in flight */
   size_t n_closing, cap_closing;
   ucx_listener *listeners;
-  size_t live_wraps; /* UCX receive descriptors held by weft_bufs */
-  uint64_t drains;   /* polls whose progress ran until nothing was left */
+  ucx_op *ops; /* requests in flight */
+  size_t n_ops;
+  ucx_epr *lingering; /* closed channels' eps with requests in flight */
+  size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
+  uint64_t drains;    /* polls whose progress ran until nothing was left */
 };
 
 struct ucx_listener {
@@ -410,9 +451,42 @@ struct ucx_listener {
 /* A send in flight: the header must live until UCX completes it, and so
  * must the data (`hold`). */
 typedef struct ucx_send {
+  ucx_op op;
   ucx_hdr hdr;
   weft_buf *hold;
 } ucx_send;
+
+/* Lists a request UCX returned; its callback unlinks it. */
+static void op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req) {
+  ucx_loop *tl = uc->tl;
+  op->tl = tl;
+  op->epr = uc->epr;
+  op->epr->n_ops++;
+  op->req = req;
+  op->bp = bp;
+  op->prev = NULL;
+  op->next = tl->ops;
+  if (tl->ops != NULL)
+    tl->ops->prev = op;
+  tl->ops = op;
+  tl->n_ops++;
+}
+
+static void op_unlink(ucx_op *op) {
+  ucx_loop *tl = op->tl;
+  if (op->req == NULL)
+    return;
+  if (op->prev != NULL)
+    op->prev->next = op->next;
+  else
+    tl->ops = op->next;
+  if (op->next != NULL)
+    op->next->prev = op->prev;
+  if (op->epr != NULL)
+    op->epr->n_ops--; /* its ep may be closed on the next poll */
+  op->req = NULL;
+  tl->n_ops--;
+}
 
 static ucx_channel *ucx_of(const weft_channel *ch) {
   return weft_channel_priv(ch);
@@ -528,18 +602,22 @@ static bool pend_unlink(ucx_channel *uc) {
 
 /* ---- sending ---- */
 
+/* Also runs for a request loop_fini gave up on, if UCX ends it while the
+ * worker is destroyed: `hold` is NULL then. */
 static void send_done(void *request, ucs_status_t status, void *user_data) {
   ucx_send *s = user_data;
   (void)status; /* a failed ep is reported by the error handler */
+  op_unlink(&s->op);
   if (s->hold != NULL)
     weft_buf_release(s->hold);
   free(s);
   ucp_request_free(request);
 }
 
-/* Sends one AM: `s` (header and held data) is freed when UCX is done with
- * it. Returns 0 or an error (then `s` is freed here). */
-static int am_send(ucp_ep_h ep, ucx_send *s, const void *data, size_t len,
+/* Sends one AM on the channel's ep: `s` (header and held data) is freed
+ * when UCX is done with it. Returns 0 or an error (then `s` is freed
+ * here). */
+static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
                    uint32_t flags) {
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                                UCP_OP_ATTR_FIELD_USER_DATA |
@@ -547,14 +625,15 @@ static int am_send(ucp_ep_h ep, ucx_send *s, const void *data, size_t len,
                                .cb.send = send_done,
                                .user_data = s,
                                .flags = flags};
-  ucs_status_ptr_t req =
-      ucp_am_send_nbx(ep, UCX_AM_ID, &s->hdr, sizeof s->hdr, data, len, &param);
+  ucs_status_ptr_t req = ucp_am_send_nbx(uc->ep, UCX_AM_ID, &s->hdr,
+                                         sizeof s->hdr, data, len, &param);
   if (req == NULL || UCS_PTR_IS_ERR(req)) {
     if (s->hold != NULL)
       weft_buf_release(s->hold);
     free(s);
     return req == NULL ? 0 : status_to_weft(UCS_PTR_STATUS(req));
   }
+  op_link(uc, &s->op, &s->hold, req);
   return 0; /* send_done frees it */
 }
 
@@ -575,7 +654,7 @@ static int send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
   } else if (type == UMSG_FIN) {
     s->hdr.seq = uc->send_seq++;
   }
-  return am_send(uc->ep, s, NULL, 0, flags | UCP_AM_SEND_FLAG_EAGER);
+  return am_send(uc, s, NULL, 0, flags | UCP_AM_SEND_FLAG_EAGER);
 }
 
 /* The first flushed buffer with bytes left, if it starts at `base`: it can
@@ -637,7 +716,7 @@ static ssize_t send_one(ucx_channel *uc) {
                      .credit = uc->credit_owed};
   uc->credit_owed = 0;
   uc->send_credit -= len;
-  int err = am_send(uc->ep, s, data, len, 0);
+  int err = am_send(uc, s, data, len, 0);
   return err < 0 ? err : (ssize_t)len;
 }
 
@@ -738,9 +817,12 @@ static void rq_free(ucx_channel *uc) {
   uc->rq_head = uc->rq_tail = NULL;
 }
 
+/* Also runs for a receive loop_fini gave up on (`b` is NULL then), if UCX
+ * ends it while the worker is destroyed; its channel closed before. */
 static void rndv_done(void *request, ucs_status_t status, size_t length,
                       void *user_data) {
   rq_entry *e = user_data;
+  op_unlink(&e->op);
   ucp_request_free(request);
   if (e->uc == NULL) {
     weft_buf_release(e->b);
@@ -796,6 +878,8 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
     if (req == NULL) {
       e->b->writer_index += len;
       e->ready = true;
+    } else {
+      op_link(uc, &e->op, &e->b, req);
     }
   } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
     /* UCX lets us keep its descriptor: no copy. */
@@ -987,8 +1071,13 @@ static int dispatch_pending(ucx_loop *tl) {
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   ucx_loop *tl = arg;
   ucx_channel *uc = slot_find_ep(tl, ep);
-  if (uc == NULL)
-    return; /* closing already */
+  if (uc == NULL) {
+    /* Closing already; a lingering ep is closed by force then. */
+    for (ucx_epr *r = tl->lingering; r != NULL; r = r->next)
+      if (r->ep == ep)
+        r->force = !tl->cfg.err_mode_none;
+    return;
+  }
   uc->ep_failed = true;
   if (uc->fin_received && !uc->connecting)
     return;
@@ -1000,6 +1089,70 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   uc->err = err;
   uc->err_drain = tl->drains;
   pend_mark(uc, PEND_ERROR);
+}
+
+/* ---- closing eps ---- */
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Closes a channel's ep (unless it is kept) and frees its record; requests
+ * still in flight on it (a lingering ep past its deadline) forget it. */
+static void ep_close(ucx_loop *tl, ucx_epr *r) {
+  if (r->n_ops > 0)
+    for (ucx_op *op = tl->ops; op != NULL; op = op->next)
+      if (op->epr == r)
+        op->epr = NULL;
+  if (r->keep) {
+    free(r);
+    return;
+  }
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                               .flags = r->force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+  ucs_status_ptr_t req = ucp_ep_close_nbx(r->ep, &param);
+  free(r);
+  if (req == NULL)
+    return;
+  if (UCS_PTR_IS_ERR(req)) {
+    /* UCX released the ep anyway. */
+    weft_log(WEFT_LOG_DEBUG, "ucx: ucp_ep_close_nbx: %s",
+             ucs_status_string(UCS_PTR_STATUS(req)));
+    return;
+  }
+  if (tl->n_closing == tl->cap_closing) {
+    size_t cap = tl->cap_closing ? tl->cap_closing * 2 : 16;
+    void **c = realloc(tl->closing, cap * sizeof *c);
+    if (c == NULL) {
+      ucp_request_free(req); /* UCX finishes the close on its own */
+      return;
+    }
+    tl->closing = c;
+    tl->cap_closing = cap;
+  }
+  tl->closing[tl->n_closing++] = req;
+}
+
+/* Closes the lingering eps whose requests ended or whose time is up (or
+ * all of them: `all`). Runs from poll, not from a UCX callback. */
+static void linger_check(ucx_loop *tl, bool all) {
+  uint64_t now = now_ns();
+  ucx_epr **pp = &tl->lingering;
+  while (*pp != NULL) {
+    ucx_epr *r = *pp;
+    if (r->n_ops > 0 && now < r->close_by && !all) {
+      pp = &r->next;
+      continue;
+    }
+    *pp = r->next;
+    if (r->n_ops > 0)
+      weft_log(WEFT_LOG_WARN,
+               "ucx: closing an endpoint with %zu requests still in flight",
+               r->n_ops);
+    ep_close(tl, r);
+  }
 }
 
 /* ---- the per-loop instance ---- */
@@ -1027,6 +1180,8 @@ static int ucx_loop_poll(weft_source *src, int budget) {
     n += (int)k;
   }
   n += dispatch_pending(tl);
+  if (tl->lingering != NULL)
+    linger_check(tl, false);
   if (tl->n_closing > 0)
     reap_closing(tl);
   return n;
@@ -1118,9 +1273,64 @@ failed_context:
 
 static void listener_free(ucx_listener *uln);
 
-/* Channels were closed by the core before; their ep closes may still be in
- * flight, so progress until they end (bounded: a vanished peer is not
- * waited for forever). */
+/* Progresses until every request in flight ended and every ep closed
+ * (requests first: see ucx_epr), or twice UCX_CLOSE_WAIT_NS passed (a
+ * vanished peer is not waited for forever; a lingering ep's own deadline
+ * comes first). */
+static void drain(ucx_loop *tl) {
+  uint64_t t0 = now_ns();
+  while (tl->n_closing > 0 || tl->ops != NULL || tl->lingering != NULL) {
+    ucp_worker_progress(tl->worker);
+    linger_check(tl, false);
+    reap_closing(tl);
+    if (now_ns() - t0 > 2 * UCX_CLOSE_WAIT_NS)
+      break;
+  }
+  linger_check(tl, true);
+  if (tl->n_closing > 0) {
+    weft_log(WEFT_LOG_WARN, "ucx: %zu endpoint closes did not finish",
+             tl->n_closing);
+    for (size_t i = 0; i < tl->n_closing; i++)
+      ucp_request_free(tl->closing[i]);
+    tl->n_closing = 0;
+  }
+}
+
+/* Requests that did not end: ask UCX to cancel them (1.13 cancels only
+ * receives; a send stays), then give their buffers back to the pool, which
+ * is destroyed after this. Their memory stays until the worker is gone
+ * (UCX may still run their callbacks while it destroys the worker). */
+static void abandon_ops(ucx_loop *tl) {
+  if (tl->ops == NULL)
+    return;
+  for (ucx_op *op = tl->ops; op != NULL; op = op->next)
+    ucp_request_cancel(tl->worker, op->req);
+  for (int i = 0; i < 64 && ucp_worker_progress(tl->worker) != 0; i++)
+    continue;
+  if (tl->ops == NULL)
+    return;
+  weft_log(WEFT_LOG_WARN,
+           "ucx: %zu requests still in flight at loop stop; their buffers "
+           "are released",
+           tl->n_ops);
+  for (ucx_op *op = tl->ops; op != NULL; op = op->next) {
+    weft_buf_release(*op->bp);
+    *op->bp = NULL;
+  }
+}
+
+/* After ucp_worker_destroy: the requests it did not end never will. */
+static void free_abandoned(ucx_loop *tl) {
+  while (tl->ops != NULL) {
+    ucx_op *op = tl->ops;
+    tl->ops = op->next;
+    free(op); /* the first member of its ucx_send or rq_entry */
+  }
+  tl->n_ops = 0;
+}
+
+/* Channels were closed by the core before; their ep closes and requests
+ * may still be in flight, so progress until they end (drain). */
 static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
   ucx_loop *tl = loop_state;
   while (tl->listeners != NULL) {
@@ -1129,22 +1339,8 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
   }
   while (tl->pend_head != NULL)
     weft_channel_release(pend_pop(tl)->ch);
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  while (tl->n_closing > 0) {
-    ucp_worker_progress(tl->worker);
-    reap_closing(tl);
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    uint64_t ns = (uint64_t)(t.tv_sec - t0.tv_sec) * 1000000000ull +
-                  (uint64_t)t.tv_nsec - (uint64_t)t0.tv_nsec;
-    if (ns > UCX_CLOSE_WAIT_NS) {
-      weft_log(WEFT_LOG_WARN, "ucx: %zu endpoint closes did not finish",
-               tl->n_closing);
-      for (size_t i = 0; i < tl->n_closing; i++)
-        ucp_request_free(tl->closing[i]);
-      tl->n_closing = 0;
-    }
-  }
+  drain(tl);
+  abandon_ops(tl);
   weft_loop_remove_source(loop, &tl->source);
   if (tl->live_wraps > 0) {
     /* A handler still holds received buffers that point into UCX's memory:
@@ -1156,6 +1352,7 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
     return;
   }
   ucp_worker_destroy(tl->worker);
+  free_abandoned(tl);
   ctx_release();
   free(tl->closing);
   free(tl->slots);
@@ -1296,9 +1493,12 @@ static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
   uc->ch = ch;
   uc->tl = tl;
   uc->reading = auto_read != 0;
+  uc->epr = calloc(1, sizeof *uc->epr);
+  if (uc->epr == NULL)
+    return WEFT_ENOMEM;
   err = slot_take(tl, uc);
   if (err < 0)
-    return err;
+    goto failed_slot;
   params->field_mask |=
       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params->err_mode = tl->cfg.err_mode_none ? UCP_ERR_HANDLING_MODE_NONE
@@ -1306,11 +1506,19 @@ static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
   params->err_handler = (ucp_err_handler_t){.cb = ep_error, .arg = tl};
   ucs_status_t st = ucp_ep_create(tl->worker, params, &uc->ep);
   if (st != UCS_OK) {
-    uc->ep = NULL;
-    slot_free(tl, uc);
-    return status_to_weft(st);
+    err = status_to_weft(st);
+    goto failed_ep;
   }
+  uc->epr->ep = uc->ep;
   return 0;
+
+failed_ep:
+  uc->ep = NULL;
+  slot_free(tl, uc);
+failed_slot:
+  free(uc->epr);
+  uc->epr = NULL;
+  return err;
 }
 
 static int ucx_adopt(weft_channel *ch, intptr_t handle) {
@@ -1345,7 +1553,9 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
 
 /* Releases the ep; called once by the core when the channel closes. An
  * orderly close sends FIN after the last byte and closes the ep in flush
- * mode; a failed ep is closed by force. */
+ * mode; a failed ep is closed by force, where UCX allows it. Sends and
+ * rendezvous receives still in flight keep their buffers until UCX ends
+ * them (their callbacks release them), at the latest in loop_fini. */
 static void ucx_close(weft_channel *ch) {
   ucx_channel *uc = ucx_of(ch);
   if (!uc->has_slot)
@@ -1359,24 +1569,24 @@ static void ucx_close(weft_channel *ch) {
   slot_free(tl, uc);
   if (uc->ep == NULL)
     return;
-  ucp_request_param_t param = {
-      .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-      .flags = uc->ep_failed || uc->fin_received ? UCP_EP_CLOSE_FLAG_FORCE : 0};
-  ucs_status_ptr_t req = ucp_ep_close_nbx(uc->ep, &param);
+  ucx_epr *r = uc->epr;
+  uc->epr = NULL;
   uc->ep = NULL;
-  if (req == NULL || UCS_PTR_IS_ERR(req))
+  /* A peer that closed first (or failed) wants a forced close, which UCX
+   * 1.13 refuses (UCS_ERR_INVALID_PARAM) without peer error handling; a
+   * flush-mode close instead fails noisily (UCX logs "error during flush:
+   * Endpoint timeout" for every lane). With error_mode=none such an ep is
+   * therefore kept until the worker is destroyed, as before. */
+  bool peer_gone = uc->ep_failed || uc->fin_received;
+  r->force = peer_gone && !tl->cfg.err_mode_none;
+  r->keep = peer_gone && tl->cfg.err_mode_none;
+  if (r->n_ops == 0) {
+    ep_close(tl, r);
     return;
-  if (tl->n_closing == tl->cap_closing) {
-    size_t cap = tl->cap_closing ? tl->cap_closing * 2 : 16;
-    void **c = realloc(tl->closing, cap * sizeof *c);
-    if (c == NULL) {
-      ucp_request_free(req); /* UCX finishes the close on its own */
-      return;
-    }
-    tl->closing = c;
-    tl->cap_closing = cap;
   }
-  tl->closing[tl->n_closing++] = req;
+  r->close_by = now_ns() + UCX_CLOSE_WAIT_NS;
+  r->next = tl->lingering;
+  tl->lingering = r;
 }
 
 static int ucx_set_read(weft_channel *ch, bool on) {
