@@ -377,22 +377,34 @@ int weft_channel_local_address(const weft_channel *ch, char *buf, size_t len) {
   return ch->transport->local_address(ch, buf, len);
 }
 
+/* The outbound entry points hold a reference for the whole call: the
+ * operation may close the channel (a failed flush, a handler closing it on
+ * writability_changed) and drop the channel's own reference while the
+ * pipeline is still unwinding. */
 void weft_channel_write(weft_channel *ch, void *msg, weft_promise promise) {
+  weft_channel_retain(ch);
   weft_ctx_write(&ch->pipeline.tail, msg, promise);
+  weft_channel_release(ch);
 }
 
 void weft_channel_flush(weft_channel *ch) {
+  weft_channel_retain(ch);
   weft_ctx_flush(&ch->pipeline.tail);
+  weft_channel_release(ch);
 }
 
 void weft_channel_write_and_flush(weft_channel *ch, void *msg,
                                   weft_promise promise) {
-  weft_channel_write(ch, msg, promise);
-  weft_channel_flush(ch);
+  weft_channel_retain(ch);
+  weft_ctx_write(&ch->pipeline.tail, msg, promise);
+  weft_ctx_flush(&ch->pipeline.tail);
+  weft_channel_release(ch);
 }
 
 void weft_channel_close(weft_channel *ch, weft_promise promise) {
+  weft_channel_retain(ch);
   weft_ctx_close(&ch->pipeline.tail, promise);
+  weft_channel_release(ch);
 }
 
 void weft_channel_shutdown_output(weft_channel *ch, weft_promise promise) {
@@ -404,6 +416,11 @@ void weft_channel_shutdown_output(weft_channel *ch, weft_promise promise) {
     weft_promise_complete(promise, WEFT_ENOTSUP);
     return;
   }
+  weft_channel_retain(ch);
   weft_channel_flush(ch);
-  weft_promise_complete(promise, ch->transport->shutdown_output(ch));
+  /* The flush may have failed and closed the channel. */
+  int rc = ch->state == WEFT_CHANNEL_ACTIVE ? ch->transport->shutdown_output(ch)
+                                            : WEFT_ECLOSED;
+  weft_promise_complete(promise, rc);
+  weft_channel_release(ch);
 }
