@@ -277,8 +277,14 @@ END_TEST
 START_TEST(bench_csv_parses_back_field_for_field) {
   bench_row rows[2] = {make_row("raw-busy", "raw-busy", -1),
                        make_row("tcp, \"odd\" label", "weft", 20)};
-  bench_latency l = {.p50 = 7.25, .p90 = 8, .p99 = 9, .p999 = 10,
-                     .p9999 = 11, .max = 12, .mean = 7.5, .n = 3};
+  bench_latency l = {.p50 = 7.25,
+                     .p90 = 8,
+                     .p99 = 9,
+                     .p999 = 10,
+                     .p9999 = 11,
+                     .max = 12,
+                     .mean = 7.5,
+                     .n = 3};
   for (int k = 0; k < 2; k++) {
     l.p50 = 7.25;
     bench_row_add_latency(&rows[k], &l);
@@ -305,11 +311,11 @@ START_TEST(bench_csv_parses_back_field_for_field) {
     ck_assert_str_eq(f[0], rows[k].config); /* the quoted label survives */
     ck_assert_str_eq(f[4], "pingpong");
     ck_assert_str_eq(f[5], "16");
-    ck_assert_str_eq(f[8], "2");                        /* reps */
-    ck_assert_double_eq_tol(atof(f[9]), 6.875, 1e-9);   /* median of 2 */
-    ck_assert_double_eq_tol(atof(f[10]), 6.5, 1e-9);    /* min */
-    ck_assert_double_eq_tol(atof(f[11]), 7.25, 1e-9);   /* max */
-    ck_assert_str_eq(f[9 + 3 * BENCH_MSGS], "");        /* not measured */
+    ck_assert_str_eq(f[8], "2");                      /* reps */
+    ck_assert_double_eq_tol(atof(f[9]), 6.875, 1e-9); /* median of 2 */
+    ck_assert_double_eq_tol(atof(f[10]), 6.5, 1e-9);  /* min */
+    ck_assert_double_eq_tol(atof(f[11]), 7.25, 1e-9); /* max */
+    ck_assert_str_eq(f[9 + 3 * BENCH_MSGS], "");      /* not measured */
   }
   ck_assert_str_eq(f[3], "20");
   ck_assert_int_eq(*p, '\0');

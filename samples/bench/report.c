@@ -7,11 +7,11 @@
 #include <string.h>
 
 static const char *const metric_names[BENCH_METRICS] = {
-    [BENCH_P50] = "p50_us",          [BENCH_P90] = "p90_us",
-    [BENCH_P99] = "p99_us",          [BENCH_P999] = "p99.9_us",
-    [BENCH_P9999] = "p99.99_us",     [BENCH_MAX] = "max_us",
-    [BENCH_MEAN] = "mean_us",        [BENCH_MSGS] = "msgs_per_s",
-    [BENCH_MBPS] = "mb_per_s",       [BENCH_CONNS] = "conns_per_s",
+    [BENCH_P50] = "p50_us",         [BENCH_P90] = "p90_us",
+    [BENCH_P99] = "p99_us",         [BENCH_P999] = "p99.9_us",
+    [BENCH_P9999] = "p99.99_us",    [BENCH_MAX] = "max_us",
+    [BENCH_MEAN] = "mean_us",       [BENCH_MSGS] = "msgs_per_s",
+    [BENCH_MBPS] = "mb_per_s",      [BENCH_CONNS] = "conns_per_s",
     [BENCH_CPU] = "server_cpu_pct",
 };
 
@@ -135,8 +135,7 @@ static void csv_number(FILE *f, double v) {
 }
 
 void bench_csv_header(FILE *f) {
-  fputs("config,mode,transport,busy_poll_us,pattern,size,conns,window,reps",
-        f);
+  fputs("config,mode,transport,busy_poll_us,pattern,size,conns,window,reps", f);
   for (int m = 0; m < BENCH_METRICS; m++)
     fprintf(f, ",%s,%s_min,%s_max", metric_names[m], metric_names[m],
             metric_names[m]);
@@ -325,8 +324,11 @@ static const pattern_view views[] = {
      BENCH_MBPS,
      {BENCH_MSGS},
      1},
-    {"connect", "Connection setup and teardown, connections/s", BENCH_CONNS,
-     {0}, 0},
+    {"connect",
+     "Connection setup and teardown, connections/s",
+     BENCH_CONNS,
+     {0},
+     0},
     {"idle", "Idle connections: server CPU, % of one core", BENCH_CPU, {0}, 0},
 };
 
@@ -341,8 +343,8 @@ static void md_header(FILE *f, const pattern_view *v) {
   fputs("---:|---:|\n", f);
 }
 
-static void md_row(FILE *f, const bench_row *rows, size_t n,
-                   const bench_row *r, const pattern_view *v) {
+static void md_row(FILE *f, const bench_row *rows, size_t n, const bench_row *r,
+                   const pattern_view *v) {
   fprintf(f, "| %s | ", r->config);
   if (r->size)
     md_size(f, r->size);

@@ -92,8 +92,8 @@ typedef struct hello {
 _Static_assert(sizeof(hello) == 16, "the hello is 16 bytes on the wire");
 
 enum pattern { P_PINGPONG, P_STREAM, P_BIDIR, P_RATE, P_CONNECT, P_IDLE, P_N };
-static const char *const pattern_names[P_N] = {
-    "pingpong", "stream", "bidir", "rate", "connect", "idle"};
+static const char *const pattern_names[P_N] = {"pingpong", "stream",  "bidir",
+                                               "rate",     "connect", "idle"};
 
 /* ---- options and configurations ---- */
 
@@ -132,6 +132,8 @@ typedef struct opts {
   pid_t server_pid;
   const char *csv, *json, *md;
   bool progress, quiet;
+  char excludes[MAX_CONFIGS][32]; /* -x TRANSPORT:PATTERN */
+  int n_excludes;
 } opts;
 
 /* One thing to measure. */
@@ -488,8 +490,7 @@ static weft_loop_group *group_new(const bench_config *cf, int cpu,
 static void weft_session_start(session *s) {
   bench_config *cf = s->cf;
   char name[16];
-  snprintf(s->uri, sizeof s->uri, "%s://%s:%d", cf->transport, O.host,
-           O.port);
+  snprintf(s->uri, sizeof s->uri, "%s://%s:%d", cf->transport, O.host, O.port);
   if (O.role != ROLE_CLIENT) {
     /* the loop's thread is "wb<idx>s-0", which the prefix matches */
     snprintf(name, sizeof name, "wb%ds", s->idx);
@@ -786,9 +787,9 @@ static void raw_connect_rate(session *s, result *res) {
 
 static void measure_idle_cpu(session *s, result *res) {
   uint64_t c0 = server_cpu_ns(s->prefix), w0 = now_ns();
-  struct timespec ts = {(time_t)O.idle_seconds,
-                        (long)((O.idle_seconds - (double)(time_t)O.idle_seconds) *
-                               1e9)};
+  struct timespec ts = {
+      (time_t)O.idle_seconds,
+      (long)((O.idle_seconds - (double)(time_t)O.idle_seconds) * 1e9)};
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
     ;
   uint64_t c1 = server_cpu_ns(s->prefix), w1 = now_ns();
@@ -895,6 +896,8 @@ static void close_all(wrun *r) {
   for (int i = 0; i < r->n; i++)
     if (!r->c[i].gone && r->c[i].ch != NULL)
       weft_channel_close(r->c[i].ch, WEFT_PROMISE_NONE);
+  /* a channel still connecting is closed when its channel_active sees
+   * PH_DONE (client_active) */
 }
 
 static void close_all_task(void *arg) { close_all(arg); }
@@ -960,7 +963,7 @@ static void stream_pump(wconn *c) {
   uint64_t budget = 0;
   while (budget < PUMP_BUDGET && stream_wants(c) &&
          weft_channel_is_writable(c->ch)) {
-    while (weft_channel_is_writable(c->ch) && stream_wants(c)) {
+    while (stream_wants(c) && weft_channel_is_writable(c->ch)) {
       write_msg(c);
       c->sent += r->pt->size;
       budget += r->pt->size;
@@ -1016,9 +1019,18 @@ static void client_active(weft_ctx *ctx) {
   wconn *c = weft_ctx_state(ctx);
   wrun *r = c->run;
   c->ctx = ctx;
-  c->ch = weft_ctx_channel(ctx);
+  /* held until inactive: close_all closes channels outside their own
+   * callbacks, where only a reference keeps them alive */
+  c->ch = weft_channel_retain(weft_ctx_channel(ctx));
   enum pattern p = r->pt->pattern;
-  write_hello(c, p == P_STREAM ? SRV_SINK : p == P_CONNECT ? SRV_CLOSE : SRV_ECHO,
+  if (r->phase == PH_DONE) { /* the run failed while this one connected */
+    weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+    return;
+  }
+  write_hello(c,
+              p == P_STREAM    ? SRV_SINK
+              : p == P_CONNECT ? SRV_CLOSE
+                               : SRV_ECHO,
               r->unit);
   weft_ctx_flush(ctx);
   if (p != P_CONNECT && ++r->connected == r->n)
@@ -1132,6 +1144,8 @@ static void client_writability(weft_ctx *ctx, bool writable) {
 
 static void connect_next(wrun *r);
 
+static void release_task(void *arg) { weft_channel_release(arg); }
+
 static void conn_gone(wrun *r, wconn *c) {
   c->gone = true;
   pthread_mutex_lock(&r->mu);
@@ -1145,6 +1159,13 @@ static void client_inactive(weft_ctx *ctx) {
   wrun *r = c->run;
   if (c->gone)
     return;
+  if (c->ch != NULL) {
+    /* Released from a task, not here: inactive runs inside
+     * weft_channel_close, which still touches the pipeline after the
+     * handlers return, so the last reference must outlive that call. */
+    weft_loop_execute(r->loop, release_task, c->ch);
+    c->ch = NULL;
+  }
   if (r->pt->pattern == P_CONNECT && r->phase != PH_DONE) {
     /* one connection set up and torn down: count it, start the next */
     uint64_t now = now_ns();
@@ -1310,9 +1331,8 @@ static int make_points(point *pts, int max) {
         if (p == P_PINGPONG)
           q.window = 1;
         else if (p == P_BIDIR)
-          q.window = q.size * 2 > BIDIR_INFLIGHT
-                         ? 2
-                         : (int)(BIDIR_INFLIGHT / q.size);
+          q.window =
+              q.size * 2 > BIDIR_INFLIGHT ? 2 : (int)(BIDIR_INFLIGHT / q.size);
         pts[n++] = q;
       }
     } else if (p == P_RATE) {
@@ -1335,7 +1355,15 @@ static int make_points(point *pts, int max) {
 /* raw-busy with many idle connections would be that many spinning
  * threads: not a floor of anything. */
 static bool applies(const bench_config *cf, const point *pt) {
-  return !(pt->pattern == P_IDLE && cf->raw && cf->busy);
+  if (pt->pattern == P_IDLE && cf->raw && cf->busy)
+    return false;
+  char key[48];
+  snprintf(key, sizeof key, "%s:%s", cf->raw ? cf->mode : cf->transport,
+           pattern_names[pt->pattern]);
+  for (int i = 0; i < O.n_excludes; i++)
+    if (strcmp(O.excludes[i], key) == 0)
+      return false;
+  return true;
 }
 
 static void row_init(bench_row *row, const bench_config *cf, const point *pt) {
@@ -1370,7 +1398,8 @@ static void progress(int done, int total, int rep, const point *pt,
     return;
   double el = (double)(now_ns() - started) / 1e9;
   double eta = done > 0 ? el / done * (total - done) : 0;
-  fprintf(stderr, "\r[%d/%d] rep %d/%d %-8s %8zu B %-14s %4.0f s, ~%.0f s left ",
+  fprintf(stderr,
+          "\r[%d/%d] rep %d/%d %-8s %8zu B %-14s %4.0f s, ~%.0f s left ",
           done + 1, total, rep + 1, O.reps, pattern_names[pt->pattern],
           pt->size, cf->label, el, eta);
   fflush(stderr);
@@ -1411,8 +1440,9 @@ static void write_outputs(const bench_row *rows, size_t n, bench_meta *meta) {
     bench_table(outs[k], rows, n);
     fputs("Targets (ratios from this run):\n\n", outs[k]);
     bench_targets(outs[k], rows, n);
-    fprintf(outs[k], "\nLoad average before: %.2f %.2f %.2f, after: %.2f "
-                     "%.2f %.2f (%d CPUs).\n",
+    fprintf(outs[k],
+            "\nLoad average before: %.2f %.2f %.2f, after: %.2f "
+            "%.2f %.2f (%d CPUs).\n",
             meta->load_before[0], meta->load_before[1], meta->load_before[2],
             meta->load_after[0], meta->load_after[1], meta->load_after[2],
             meta->cpus);
@@ -1431,7 +1461,8 @@ static void run_client(const char *command) {
   for (int p = 0; p < np; p++)
     for (int k = 0; k < O.n_configs; k++)
       row_init(&rows[p * O.n_configs + k], &O.configs[k], &pts[p]);
-  bench_meta meta = {.command = command, .cpus = (int)sysconf(_SC_NPROCESSORS_ONLN)};
+  bench_meta meta = {.command = command,
+                     .cpus = (int)sysconf(_SC_NPROCESSORS_ONLN)};
   char started[32];
   time_t t = time(NULL);
   strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%S%z", localtime(&t));
@@ -1447,8 +1478,8 @@ static void run_client(const char *command) {
         if (!applies(cf, &pts[p]))
           continue;
         progress(done, total, rep, &pts[p], cf, t0);
-        result res = {.msgs_per_s = -1, .mb_per_s = -1, .conns_per_s = -1,
-                      .cpu_pct = -1};
+        result res = {
+            .msgs_per_s = -1, .mb_per_s = -1, .conns_per_s = -1, .cpu_pct = -1};
         if (cf->raw)
           raw_measure(cf->s, &pts[p], &res);
         else
@@ -1462,7 +1493,8 @@ static void run_client(const char *command) {
   size_t kept = 0;
   for (size_t i = 0; i < nrows; i++) {
     bench_row_finish(&rows[i]);
-    if (applies(&O.configs[i % (size_t)O.n_configs], &pts[i / (size_t)O.n_configs]))
+    if (applies(&O.configs[i % (size_t)O.n_configs],
+                &pts[i / (size_t)O.n_configs]))
       rows[kept++] = rows[i];
   }
   write_outputs(rows, kept, &meta);
@@ -1506,6 +1538,7 @@ static void usage(void) {
       "  --idle-conns N  (100)   --idle-seconds S (3)\n"
       "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
       "  --server-pid PID   client role: the server process, for idle CPU\n"
+      "  -x TRANSPORT:PATTERN   skip a pattern for a transport (or raw mode)\n"
       "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
       stderr);
   exit(2);
@@ -1574,7 +1607,7 @@ static void each_size(const char *s) {
 }
 
 static void each_rate(const char *s) {
-  int c, w;
+  int c = 0, w = 0;
   if (O.n_rates == MAX_RATES || sscanf(s, "%dx%d", &c, &w) != 2 || c < 1 ||
       w < 1 || c > 1000)
     fail("bad rate point %s (CONNSxWINDOW)", s);
@@ -1681,7 +1714,7 @@ static void load_weft_config(const char *path, weft_config *cfg) {
 static void parse_args(int argc, char **argv, char **specs, int *n_specs,
                        const char **file) {
   int opt;
-  while ((opt = getopt_long(argc, argv, "c:f:p:s:r:n:w:t:qh", long_opts,
+  while ((opt = getopt_long(argc, argv, "c:f:p:s:r:n:w:t:x:qh", long_opts,
                             NULL)) != -1) {
     switch (opt) {
     case 'c':
@@ -1714,6 +1747,11 @@ static void parse_args(int argc, char **argv, char **specs, int *n_specs,
       break;
     case 'q':
       O.quiet = true;
+      break;
+    case 'x':
+      if (O.n_excludes == MAX_CONFIGS || strchr(optarg, ':') == NULL)
+        fail("bad -x %s (TRANSPORT:PATTERN, at most 16)", optarg);
+      snprintf(O.excludes[O.n_excludes++], sizeof O.excludes[0], "%s", optarg);
       break;
     case 'h':
       usage();
@@ -1762,8 +1800,8 @@ static void join_args(int argc, char **argv, char *out, size_t len) {
   size_t off = 0;
   out[0] = '\0';
   for (int i = 0; i < argc && off < len; i++)
-    off += (size_t)snprintf(out + off, len - off, "%s%s", i ? " " : "",
-                            argv[i]);
+    off +=
+        (size_t)snprintf(out + off, len - off, "%s%s", i ? " " : "", argv[i]);
 }
 
 int main(int argc, char **argv) {
