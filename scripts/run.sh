@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF >/dev/null
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF \
+  -DWEFT_WITH_URING=ON -DWEFT_WITH_UCX=ON -DWEFT_WITH_VERBS=ON >/dev/null
 cmake --build build/release -j"$(nproc)" >/dev/null
 bin=build/release/samples/kv
 log=$(mktemp)
