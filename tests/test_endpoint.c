@@ -1,7 +1,13 @@
-/* Endpoint URIs: parsing "scheme://host:port" and formatting it back. */
+/* Endpoint URIs: parsing "scheme://host:port" and formatting it back; the
+ * plugins' socket address helpers (resolve, format). */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 #include <weft/error.h>
 #include <weft/transport.h>
@@ -120,6 +126,180 @@ START_TEST(endpoint_format_refused_short_buffer) {
 }
 END_TEST
 
+/* ---- socket address helpers ---- */
+
+static struct sockaddr_in sin_of(const char *ip, uint16_t port) {
+  struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+  ck_assert_int_eq(inet_pton(AF_INET, ip, &sin.sin_addr), 1);
+  return sin;
+}
+
+static struct sockaddr_in6 sin6_of(const char *ip, uint16_t port) {
+  struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6,
+                              .sin6_port = htons(port)};
+  ck_assert_int_eq(inet_pton(AF_INET6, ip, &sin6.sin6_addr), 1);
+  return sin6;
+}
+
+START_TEST(sockaddr_format_ipv4) {
+  struct sockaddr_in sin = sin_of("127.0.0.1", 41234);
+  char out[64];
+  ck_assert_int_eq(
+      weft_sockaddr_format((struct sockaddr *)&sin, out, sizeof out), 0);
+  ck_assert_str_eq(out, "127.0.0.1:41234");
+}
+END_TEST
+
+START_TEST(sockaddr_format_ipv6_bracketed) {
+  struct sockaddr_in6 sin6 = sin6_of("::1", 41234);
+  char out[64];
+  ck_assert_int_eq(
+      weft_sockaddr_format((struct sockaddr *)&sin6, out, sizeof out), 0);
+  ck_assert_str_eq(out, "[::1]:41234");
+  sin6 = sin6_of("fe80::1:2", 0);
+  ck_assert_int_eq(
+      weft_sockaddr_format((struct sockaddr *)&sin6, out, sizeof out), 0);
+  ck_assert_str_eq(out, "[fe80::1:2]:0");
+}
+END_TEST
+
+START_TEST(sockaddr_format_refused_unknown_family) {
+  struct sockaddr_un sun = {.sun_family = AF_UNIX, .sun_path = "/tmp/x"};
+  char out[64] = "untouched";
+  ck_assert_int_eq(
+      weft_sockaddr_format((struct sockaddr *)&sun, out, sizeof out),
+      WEFT_EAFNOSUPPORT);
+  ck_assert_str_eq(out, "untouched");
+}
+END_TEST
+
+START_TEST(sockaddr_format_refused_short_buffer) {
+  struct sockaddr_in sin = sin_of("127.0.0.1", 41234);
+  char out[16]; /* "127.0.0.1:41234" is 15 characters and the NUL */
+  ck_assert_int_eq(weft_sockaddr_format((struct sockaddr *)&sin, out, 16), 0);
+  ck_assert_str_eq(out, "127.0.0.1:41234");
+  ck_assert_int_eq(weft_sockaddr_format((struct sockaddr *)&sin, out, 15),
+                   WEFT_ENOSPC);
+  ck_assert_uint_eq(strlen(out), 14); /* truncated, still terminated */
+  struct sockaddr_in6 sin6 = sin6_of("::1", 41234);
+  ck_assert_int_eq(weft_sockaddr_format((struct sockaddr *)&sin6, out, 11),
+                   WEFT_ENOSPC); /* "[::1]:41234" needs 12 */
+}
+END_TEST
+
+START_TEST(sockaddr_format_refused_null) {
+  char out[64];
+  ck_assert_int_eq(weft_sockaddr_format(NULL, out, sizeof out), WEFT_ENOTCONN);
+}
+END_TEST
+
+static weft_endpoint ep_of(const char *uri) {
+  weft_endpoint ep;
+  ck_assert_int_eq(weft_endpoint_parse(uri, &ep, NULL, 0), 0);
+  return ep;
+}
+
+/* Resolves `uri` and checks that the first address formats as `want`
+ * (NULL: any loopback address) and that all are stream addresses. */
+static void check_resolve(const char *uri, bool passive, const char *want) {
+  weft_endpoint ep = ep_of(uri);
+  struct addrinfo *res = NULL;
+  ck_assert_int_eq(weft_endpoint_resolve(&ep, passive, &res), 0);
+  ck_assert_ptr_nonnull(res);
+  for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+    ck_assert_int_eq(ai->ai_socktype, SOCK_STREAM);
+    char text[64];
+    ck_assert_int_eq(weft_sockaddr_format(ai->ai_addr, text, sizeof text), 0);
+    if (want != NULL && ai == res)
+      ck_assert_str_eq(text, want);
+    if (want == NULL)
+      ck_assert_msg(strcmp(text, "127.0.0.1:7000") == 0 ||
+                        strcmp(text, "[::1]:7000") == 0,
+                    "%s resolved to %s, not a loopback address", uri, text);
+  }
+  freeaddrinfo(res);
+}
+
+START_TEST(endpoint_resolve_numeric_ipv4) {
+  check_resolve("tcp://127.0.0.1:7000", false, "127.0.0.1:7000");
+  check_resolve("tcp://127.0.0.1:7000", true, "127.0.0.1:7000");
+  check_resolve("tcp://192.0.2.7:0", true, "192.0.2.7:0");
+}
+END_TEST
+
+START_TEST(endpoint_resolve_numeric_ipv6) {
+  check_resolve("tcp://[::1]:7000", false, "[::1]:7000");
+  check_resolve("tcp://[::1]:7000", true, "[::1]:7000");
+  check_resolve("tcp://[2001:db8::5]:65535", false, "[2001:db8::5]:65535");
+}
+END_TEST
+
+START_TEST(endpoint_resolve_name_localhost) {
+  check_resolve("tcp://localhost:7000", false, NULL);
+  check_resolve("tcp://localhost:7000", true, NULL);
+}
+END_TEST
+
+/* An empty host (an endpoint built in code, the parser refuses it): the
+ * wildcard address to listen on, loopback to connect to. */
+START_TEST(endpoint_resolve_empty_host) {
+  weft_endpoint ep = {.transport = "tcp", .host = "", .port = 7000};
+  struct addrinfo *res = NULL;
+  ck_assert_int_eq(weft_endpoint_resolve(&ep, true, &res), 0);
+  char text[64];
+  ck_assert_int_eq(weft_sockaddr_format(res->ai_addr, text, sizeof text), 0);
+  ck_assert_msg(strcmp(text, "0.0.0.0:7000") == 0 ||
+                    strcmp(text, "[::]:7000") == 0,
+                "passive empty host gave %s", text);
+  freeaddrinfo(res);
+  res = NULL;
+  ck_assert_int_eq(weft_endpoint_resolve(&ep, false, &res), 0);
+  ck_assert_int_eq(weft_sockaddr_format(res->ai_addr, text, sizeof text), 0);
+  ck_assert_msg(strcmp(text, "127.0.0.1:7000") == 0 ||
+                    strcmp(text, "[::1]:7000") == 0,
+                "active empty host gave %s", text);
+  freeaddrinfo(res);
+}
+END_TEST
+
+/* "bad..host" has an empty label: glibc refuses it without asking DNS, so
+ * the test never waits on the network. */
+START_TEST(endpoint_resolve_refused_invalid_host) {
+  weft_endpoint ep = ep_of("tcp://bad..host:7000");
+  struct addrinfo sentinel;
+  struct addrinfo *res = &sentinel; /* must stay as it is */
+  ck_assert_int_eq(weft_endpoint_resolve(&ep, false, &res), WEFT_EADDRNOTAVAIL);
+  ck_assert_ptr_eq(res, &sentinel);
+  ck_assert_int_eq(weft_endpoint_resolve(&ep, true, &res), WEFT_EADDRNOTAVAIL);
+  struct sockaddr_storage ss;
+  ck_assert_int_eq(weft_endpoint_resolve_first(&ep, false, &ss, NULL),
+                   WEFT_EADDRNOTAVAIL);
+}
+END_TEST
+
+START_TEST(endpoint_resolve_first_copies_one_address) {
+  weft_endpoint ep = ep_of("verbs://192.0.2.7:7000");
+  struct sockaddr_storage ss;
+  memset(&ss, 0x5a, sizeof ss);
+  socklen_t len = 0;
+  ck_assert_int_eq(weft_endpoint_resolve_first(&ep, false, &ss, &len), 0);
+  ck_assert_uint_eq(len, sizeof(struct sockaddr_in));
+  char text[64];
+  ck_assert_int_eq(
+      weft_sockaddr_format((struct sockaddr *)&ss, text, sizeof text), 0);
+  ck_assert_str_eq(text, "192.0.2.7:7000");
+  for (size_t i = len; i < sizeof ss; i++) /* the rest is zeroed */
+    ck_assert_uint_eq(((unsigned char *)&ss)[i], 0);
+
+  ep = ep_of("ucx://[::1]:7001");
+  ck_assert_int_eq(weft_endpoint_resolve_first(&ep, true, &ss, NULL), 0);
+  ck_assert_int_eq(ss.ss_family, AF_INET6);
+  ck_assert_int_eq(
+      weft_sockaddr_format((struct sockaddr *)&ss, text, sizeof text), 0);
+  ck_assert_str_eq(text, "[::1]:7001");
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("endpoint");
   TCase *tc = tcase_create("core");
@@ -132,6 +312,17 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, endpoint_parse_refused_garbage);
   tcase_add_test(tc, endpoint_format_round_trip);
   tcase_add_test(tc, endpoint_format_refused_short_buffer);
+  tcase_add_test(tc, sockaddr_format_ipv4);
+  tcase_add_test(tc, sockaddr_format_ipv6_bracketed);
+  tcase_add_test(tc, sockaddr_format_refused_unknown_family);
+  tcase_add_test(tc, sockaddr_format_refused_short_buffer);
+  tcase_add_test(tc, sockaddr_format_refused_null);
+  tcase_add_test(tc, endpoint_resolve_numeric_ipv4);
+  tcase_add_test(tc, endpoint_resolve_numeric_ipv6);
+  tcase_add_test(tc, endpoint_resolve_name_localhost);
+  tcase_add_test(tc, endpoint_resolve_empty_host);
+  tcase_add_test(tc, endpoint_resolve_refused_invalid_host);
+  tcase_add_test(tc, endpoint_resolve_first_copies_one_address);
   suite_add_tcase(s, tc);
   return s;
 }

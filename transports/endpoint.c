@@ -3,8 +3,13 @@
  * The parser is strict on purpose: an endpoint usually comes from a config
  * file or a command line, and a typo should fail here with a sentence that
  * names the expected form, not later as a confusing resolver error. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <weft/error.h>
 #include <weft/transport.h>
@@ -166,4 +171,85 @@ int weft_endpoint_format(const weft_endpoint *ep, char *buf, size_t len) {
   if (n < 0 || (size_t)n >= len)
     return WEFT_ENOSPC;
   return 0;
+}
+
+/* ---- socket addresses, for the plugins ---- */
+
+static int gai_to_weft(int gai) {
+  switch (gai) {
+  case EAI_NONAME:
+#ifdef EAI_NODATA
+  case EAI_NODATA:
+#endif
+#ifdef EAI_ADDRFAMILY
+  case EAI_ADDRFAMILY:
+#endif
+    return WEFT_EADDRNOTAVAIL;
+  case EAI_MEMORY:
+    return WEFT_ENOMEM;
+  case EAI_FAMILY:
+    return WEFT_EAFNOSUPPORT;
+  case EAI_SYSTEM:
+    return errno > 0 ? -errno : WEFT_EIO;
+  case EAI_AGAIN:
+    return WEFT_EAGAIN;
+  default:
+    return WEFT_EINVAL;
+  }
+}
+
+int weft_endpoint_resolve(const weft_endpoint *ep, bool passive,
+                          struct addrinfo **out) {
+  char port[8];
+  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
+  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
+  struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
+                                       (passive ? AI_PASSIVE : 0)};
+  int rc = getaddrinfo(host, port, &hints, out);
+  if (rc == EAI_NONAME && host != NULL) {
+    /* Not an address: a name, for the resolver. AI_ADDRCONFIG skips the
+     * families this host cannot reach (no AAAA answer picked first on an
+     * IPv4-only host). */
+    hints.ai_flags &= ~AI_NUMERICHOST;
+    hints.ai_flags |= AI_ADDRCONFIG;
+    rc = getaddrinfo(host, port, &hints, out);
+  }
+  return rc == 0 ? 0 : gai_to_weft(rc);
+}
+
+int weft_endpoint_resolve_first(const weft_endpoint *ep, bool passive,
+                                struct sockaddr_storage *out,
+                                socklen_t *out_len) {
+  struct addrinfo *res;
+  int err = weft_endpoint_resolve(ep, passive, &res);
+  if (err < 0)
+    return err;
+  /* getaddrinfo's addresses are sockaddr_in or sockaddr_in6: both fit. */
+  memset(out, 0, sizeof *out);
+  memcpy(out, res->ai_addr, res->ai_addrlen);
+  if (out_len != NULL)
+    *out_len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return 0;
+}
+
+int weft_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len) {
+  char host[INET6_ADDRSTRLEN];
+  int n;
+  if (sa == NULL)
+    return WEFT_ENOTCONN;
+  if (sa->sa_family == AF_INET) {
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
+    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
+  } else if (sa->sa_family == AF_INET6) {
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)sa;
+    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
+  } else {
+    return WEFT_EAFNOSUPPORT;
+  }
+  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
 }

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <weft/buf.h>
@@ -65,6 +66,62 @@ int weft_endpoint_parse(const char *uri, weft_endpoint *out, char *err,
 
 /** Formats an endpoint back into "scheme://host:port" (IPv6 bracketed). */
 int weft_endpoint_format(const weft_endpoint *ep, char *buf, size_t len);
+
+/* ---- helpers for plugins: socket addresses ---- */
+
+struct addrinfo; /* <netdb.h>; free what weft_endpoint_resolve returns with
+                    freeaddrinfo() */
+
+/**
+ * Resolves `ep`'s host and port into a list of stream socket addresses
+ * (SOCK_STREAM, any family) for a transport's listen (`passive` true) or
+ * connect (`passive` false). An empty host means the wildcard address when
+ * passive and the loopback address otherwise.
+ *
+ * A numeric host ("127.0.0.1", "::1", "fe80::1%eth0") is tried first
+ * (AI_NUMERICHOST) and never blocks. Any other host goes through the system
+ * resolver with AI_ADDRCONFIG (a host with non-loopback addresses of one
+ * family only gets addresses of that family), which BLOCKS the calling
+ * thread: fine for "localhost" and /etc/hosts names; resolve real DNS
+ * names elsewhere, off the loop thread.
+ *
+ * On success `*out` holds at least one address, in the resolver's order of
+ * preference; the caller owns the list and frees it with freeaddrinfo().
+ * On failure `*out` is untouched. Any thread.
+ *
+ * Returns 0, or the resolver's error converted: WEFT_EADDRNOTAVAIL (no such
+ * host, or no address of a usable family), WEFT_EAGAIN (temporary resolver
+ * failure, e.g. the DNS server did not answer), WEFT_ENOMEM,
+ * WEFT_EAFNOSUPPORT, a system error (-errno) when the resolver failed in a
+ * system call, WEFT_EINVAL for anything else.
+ */
+int weft_endpoint_resolve(const weft_endpoint *ep, bool passive,
+                          struct addrinfo **out);
+
+/**
+ * As weft_endpoint_resolve, keeping only the first (most preferred)
+ * address: copies it into `*out` (the bytes past its length are zeroed)
+ * and its length in bytes into `*out_len` if `out_len` is not NULL. For
+ * transports whose library takes one address (rdma_cm, UCX). Blocks on
+ * names, as weft_endpoint_resolve; any thread. Same errors; on failure
+ * `*out` and `*out_len` are untouched.
+ */
+int weft_endpoint_resolve_first(const weft_endpoint *ep, bool passive,
+                                struct sockaddr_storage *out,
+                                socklen_t *out_len);
+
+/**
+ * Formats an IPv4 or IPv6 socket address as text, "127.0.0.1:41234" or
+ * "[::1]:41234" (the port in decimal), into `buf` of `len` bytes,
+ * NUL-terminated. Meant for a transport's listen_address, remote_address
+ * and local_address. Never blocks; any thread.
+ *
+ * Returns 0, WEFT_ENOTCONN when `sa` is NULL (a library reports no address
+ * yet, as rdma_get_peer_addr before the connection), WEFT_EAFNOSUPPORT for
+ * another family (`buf` untouched), or WEFT_ENOSPC when the text does not
+ * fit (`buf` then holds as much as fits, NUL-terminated, if `len` > 0).
+ */
+int weft_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
 
 typedef struct weft_listener weft_listener;
 

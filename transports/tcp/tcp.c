@@ -13,7 +13,6 @@
  *
  * This plugin uses the public headers only, as an out-of-tree plugin would.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
@@ -61,69 +60,6 @@ static const size_t recv_sizes[] = {512,  1024,  2048,  4096,
 /* ---- conversions at the edge ---- */
 
 static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
-
-static int gai_to_weft(int gai) {
-  switch (gai) {
-  case EAI_NONAME:
-#ifdef EAI_NODATA
-  case EAI_NODATA:
-#endif
-  case EAI_ADDRFAMILY:
-    return WEFT_EADDRNOTAVAIL;
-  case EAI_MEMORY:
-    return WEFT_ENOMEM;
-  case EAI_FAMILY:
-    return WEFT_EAFNOSUPPORT;
-  case EAI_SYSTEM:
-    return neg_errno();
-  case EAI_AGAIN:
-    return WEFT_EAGAIN;
-  default:
-    return WEFT_EINVAL;
-  }
-}
-
-/* Formats `sa` as "127.0.0.1:41234" or "[::1]:41234". */
-static int format_sockaddr(const struct sockaddr_storage *ss, char *buf,
-                           size_t len) {
-  char host[INET6_ADDRSTRLEN];
-  int n;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
-    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
-    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
-  } else {
-    return WEFT_EAFNOSUPPORT;
-  }
-  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
-}
-
-/* Resolves host:port. Numeric hosts first (never blocks); a name goes
- * through the system resolver, which blocks the calling loop (fine for
- * "localhost" and /etc/hosts names; resolve elsewhere for real DNS).
- * connect uses the first address returned; listen binds the first that
- * works. */
-static int resolve(const weft_endpoint *ep, bool passive,
-                   struct addrinfo **out) {
-  char port[8];
-  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
-  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                           .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
-                                       (passive ? AI_PASSIVE : 0)};
-  int rc = getaddrinfo(host, port, &hints, out);
-  if (rc == EAI_NONAME && host != NULL) {
-    hints.ai_flags &= ~AI_NUMERICHOST;
-    hints.ai_flags |= AI_ADDRCONFIG;
-    rc = getaddrinfo(host, port, &hints, out);
-  }
-  return rc == 0 ? 0 : gai_to_weft(rc);
-}
 
 /* ---- the per-loop instance ---- */
 
@@ -390,7 +326,7 @@ static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   if (tl == NULL)
     return err;
   struct addrinfo *res;
-  err = resolve(ep, true, &res);
+  err = weft_endpoint_resolve(ep, true, &res);
   if (err < 0)
     return err;
   int fd = -1;
@@ -455,7 +391,7 @@ static int tcp_listen_address(weft_listener *l, char *buf, size_t len) {
   socklen_t sl = sizeof ss;
   if (getsockname(tln->io.fd, (struct sockaddr *)&ss, &sl) < 0)
     return neg_errno();
-  return format_sockaddr(&ss, buf, len);
+  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
 }
 
 /* ---- socket options ---- */
@@ -838,7 +774,7 @@ static int connect_start(weft_channel *ch, const struct addrinfo *ai) {
 
 static int tcp_connect(weft_channel *ch, const weft_endpoint *ep) {
   struct addrinfo *res;
-  int err = resolve(ep, false, &res);
+  int err = weft_endpoint_resolve(ep, false, &res);
   if (err < 0)
     return err;
   err = res != NULL ? connect_start(ch, res) : WEFT_EADDRNOTAVAIL;
@@ -879,7 +815,7 @@ static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
                 : getsockname(tc->io.fd, (struct sockaddr *)&ss, &sl);
   if (rc < 0)
     return neg_errno();
-  return format_sockaddr(&ss, buf, len);
+  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
 }
 
 static int tcp_remote_address(const weft_channel *ch, char *buf, size_t len) {

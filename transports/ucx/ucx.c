@@ -1361,24 +1361,6 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
 
 /* ---- addresses ---- */
 
-static int format_sockaddr(const struct sockaddr_storage *ss, char *buf,
-                           size_t len) {
-  char host[INET6_ADDRSTRLEN];
-  int n;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
-    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
-    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
-  } else {
-    return WEFT_EAFNOSUPPORT;
-  }
-  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
-}
-
 /* Resolves host:port to the first address (numeric first: never blocks;
  * a name goes through the system resolver). */
 static int resolve(const weft_endpoint *ep, bool passive,
@@ -1476,7 +1458,7 @@ static int ucx_listen_address(weft_listener *l, char *buf, size_t len) {
   ucs_status_t st = ucp_listener_query(uln->ul, &attr);
   if (st != UCS_OK)
     return status_to_weft(st);
-  return format_sockaddr(&attr.sockaddr, buf, len);
+  return weft_sockaddr_format((struct sockaddr *)&attr.sockaddr, buf, len);
 }
 
 /* ---- channel lifecycle ---- */
@@ -1622,8 +1604,9 @@ static int ep_address(const weft_channel *ch, char *buf, size_t len,
   ucs_status_t st = ucp_ep_query(uc->ep, &attr);
   if (st != UCS_OK)
     return status_to_weft(st);
-  return format_sockaddr(remote ? &attr.remote_sockaddr : &attr.local_sockaddr,
-                         buf, len);
+  const struct sockaddr_storage *ss =
+      remote ? &attr.remote_sockaddr : &attr.local_sockaddr;
+  return weft_sockaddr_format((const struct sockaddr *)ss, buf, len);
 }
 
 static int ucx_remote_address(const weft_channel *ch, char *buf, size_t len) {

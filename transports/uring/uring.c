@@ -53,7 +53,6 @@
  * liburing 2.3 (Debian 12) lacks io_uring_setup_buf_ring and the SEND_ZC
  * usage report flags; both are written here.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -109,64 +108,6 @@
 /* ---- conversions at the edge ---- */
 
 static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
-
-static int gai_to_weft(int gai) {
-  switch (gai) {
-  case EAI_NONAME:
-#ifdef EAI_NODATA
-  case EAI_NODATA:
-#endif
-  case EAI_ADDRFAMILY:
-    return WEFT_EADDRNOTAVAIL;
-  case EAI_MEMORY:
-    return WEFT_ENOMEM;
-  case EAI_FAMILY:
-    return WEFT_EAFNOSUPPORT;
-  case EAI_SYSTEM:
-    return neg_errno();
-  case EAI_AGAIN:
-    return WEFT_EAGAIN;
-  default:
-    return WEFT_EINVAL;
-  }
-}
-
-static int format_sockaddr(const struct sockaddr_storage *ss, char *buf,
-                           size_t len) {
-  char host[INET6_ADDRSTRLEN];
-  int n;
-  if (ss->ss_family == AF_INET) {
-    const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
-    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
-    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
-  } else if (ss->ss_family == AF_INET6) {
-    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)ss;
-    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
-    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
-  } else {
-    return WEFT_EAFNOSUPPORT;
-  }
-  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
-}
-
-/* Numeric hosts first (never blocks); names go through the resolver. */
-static int resolve(const weft_endpoint *ep, bool passive,
-                   struct addrinfo **out) {
-  char port[8];
-  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
-  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                           .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
-                                       (passive ? AI_PASSIVE : 0)};
-  int rc = getaddrinfo(host, port, &hints, out);
-  if (rc == EAI_NONAME && host != NULL) {
-    hints.ai_flags &= ~AI_NUMERICHOST;
-    hints.ai_flags |= AI_ADDRCONFIG;
-    rc = getaddrinfo(host, port, &hints, out);
-  }
-  return rc == 0 ? 0 : gai_to_weft(rc);
-}
 
 /* Reads a positive integer setting from the environment. */
 static unsigned env_uint(const char *name, unsigned def, unsigned max) {
@@ -891,7 +832,7 @@ static int ur_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   if (ul == NULL)
     return err;
   struct addrinfo *res;
-  err = resolve(ep, true, &res);
+  err = weft_endpoint_resolve(ep, true, &res);
   if (err < 0)
     return err;
   int fd = -1;
@@ -974,7 +915,7 @@ static int ur_listen_address(weft_listener *l, char *buf, size_t len) {
   socklen_t sl = sizeof ss;
   if (getsockname(ln->fd, (struct sockaddr *)&ss, &sl) < 0)
     return neg_errno();
-  return format_sockaddr(&ss, buf, len);
+  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
 }
 
 /* ---- socket options ---- */
@@ -1532,7 +1473,7 @@ static int ur_connect(weft_channel *ch, const weft_endpoint *ep) {
   if (fallback_tcp)
     return fb()->connect(ch, ep);
   struct addrinfo *res;
-  int err = resolve(ep, false, &res);
+  int err = weft_endpoint_resolve(ep, false, &res);
   if (err < 0)
     return err;
   err = res != NULL ? connect_start(ch, res) : WEFT_EADDRNOTAVAIL;
@@ -1604,7 +1545,7 @@ static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
                 : getsockname(uc->fd, (struct sockaddr *)&ss, &sl);
   if (rc < 0)
     return neg_errno();
-  return format_sockaddr(&ss, buf, len);
+  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
 }
 
 static int ur_remote_address(const weft_channel *ch, char *buf, size_t len) {

@@ -116,25 +116,6 @@ static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
 /* rdma_cm calls return -1 and set errno; some providers leave errno 0. */
 static int cm_err(void) { return errno > 0 ? -errno : WEFT_EIO; }
 
-static int format_sockaddr(const struct sockaddr *sa, char *buf, size_t len) {
-  char host[INET6_ADDRSTRLEN];
-  int n;
-  if (sa == NULL)
-    return WEFT_ENOTCONN;
-  if (sa->sa_family == AF_INET) {
-    const struct sockaddr_in *sin = (const struct sockaddr_in *)sa;
-    inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
-    n = snprintf(buf, len, "%s:%u", host, (unsigned)ntohs(sin->sin_port));
-  } else if (sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)sa;
-    inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
-    n = snprintf(buf, len, "[%s]:%u", host, (unsigned)ntohs(sin6->sin6_port));
-  } else {
-    return WEFT_EAFNOSUPPORT;
-  }
-  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
-}
-
 /* Numeric hosts first; names through the system resolver (blocks the loop,
  * as tcp's does). */
 static int resolve(const weft_endpoint *ep, bool passive,
@@ -1514,7 +1495,7 @@ static int verbs_listen_address(weft_listener *l, char *buf, size_t len) {
   verbs_listener *vls = weft_listener_priv(l);
   if (vls == NULL)
     return WEFT_ECLOSED;
-  return format_sockaddr(rdma_get_local_addr(vls->id), buf, len);
+  return weft_sockaddr_format(rdma_get_local_addr(vls->id), buf, len);
 }
 
 /* ---- the per-loop instance ---- */
@@ -1586,14 +1567,14 @@ static int verbs_remote_address(const weft_channel *ch, char *buf, size_t len) {
   const verbs_chan *vc = vc_of(ch);
   if (vc->id == NULL)
     return WEFT_ENOTCONN;
-  return format_sockaddr(rdma_get_peer_addr(vc->id), buf, len);
+  return weft_sockaddr_format(rdma_get_peer_addr(vc->id), buf, len);
 }
 
 static int verbs_local_address(const weft_channel *ch, char *buf, size_t len) {
   const verbs_chan *vc = vc_of(ch);
   if (vc->id == NULL)
     return WEFT_ENOTCONN;
-  return format_sockaddr(rdma_get_local_addr(vc->id), buf, len);
+  return weft_sockaddr_format(rdma_get_local_addr(vc->id), buf, len);
 }
 
 const weft_transport_ops weft__transport_verbs = {
