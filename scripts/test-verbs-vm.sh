@@ -10,6 +10,9 @@
 #   env WEFT_VM_DIR      kernel + initramfs cache (default build/verbs-vm)
 #   env WEFT_VM_TESTS    test programs to run (default: the verbs ones)
 #   env WEFT_VM_TIMEOUT  seconds before the VM is killed (default 900)
+#   env WEFT_VM_BENCH=1  run tests/verbs-vm/guest-bench.sh (weft-bench over
+#                        verbs, tcp and raw sockets; a few minutes) instead
+#                        of the tests; the tables land in $WEFT_VM_DIR/bench.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -37,13 +40,17 @@ fi
 # What the VM runs: the guest script with the build directory baked in (the
 # kernel command line cannot carry arguments with spaces).
 RUN="$VM/run-in-vm.sh"
+GUEST=guest-tests.sh WHAT="the verbs tests"
+[ "${WEFT_VM_BENCH:-0}" = 0 ] || GUEST=guest-bench.sh WHAT="weft-bench"
 {
   echo '#!/bin/sh'
   [ -z "${WEFT_VM_TESTS:-}" ] || echo "export WEFT_VM_TESTS='$WEFT_VM_TESTS'"
-  echo "exec sh '$ROOT/tests/verbs-vm/guest-tests.sh' '$BUILD'"
+  [ -z "${WEFT_VM_BENCH_ARGS:-}" ] ||
+    echo "export WEFT_VM_BENCH_ARGS='$WEFT_VM_BENCH_ARGS'"
+  echo "exec sh '$ROOT/tests/verbs-vm/$GUEST' '$BUILD'"
 } >"$RUN"
 chmod +x "$RUN"
-echo "=== verbs VM: running the verbs tests from $BUILD ==="
+echo "=== verbs VM: running $WHAT from $BUILD ==="
 rc=0
 SHARE_DIR=/ VM_TIMEOUT=${WEFT_VM_TIMEOUT:-900} \
   VM_APPEND="rxe_chroot=/mnt/host rxe_test=$RUN" \
@@ -53,8 +60,13 @@ if ! grep -q 'rxe0 created' "$LOG"; then
   echo "test-verbs-vm: FAIL: the VM did not boot to a working rxe0 (see $LOG)" >&2
   exit 1
 fi
+if [ "$GUEST" = guest-bench.sh ]; then
+  sed -n '/^BENCH-BEGIN/,/^BENCH-END/{/^BENCH-/d;p}' "$LOG" | tr -d '\r' \
+    >"$VM/bench.md"
+  echo "=== verbs VM: weft-bench tables in $VM/bench.md ==="
+fi
 if [ $rc -ne 0 ]; then
-  echo "test-verbs-vm: FAIL: verbs tests failed inside the VM (see $LOG)" >&2
+  echo "test-verbs-vm: FAIL: $WHAT failed inside the VM (see $LOG)" >&2
   exit 1
 fi
 echo "=== verbs VM: passed ==="

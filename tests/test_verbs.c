@@ -5,16 +5,21 @@
  * (inside the Soft-RoCE VM, scripts/test-verbs-vm.sh): a slow receiver that
  * keeps switching auto-read off loses nothing, the sender is held back by
  * credits, and nothing fails with RNR retry exhaustion (the VM script also
- * checks rxe's RNR counters stay 0). Each test skips where the other case
- * holds. WEFT_TEST_HOST is the address to listen on (RoCE has no loopback).
+ * checks rxe's RNR counters stay 0); a peer killed with SIGKILL closes
+ * the surviving channel with exception_caught, then channel_inactive. Each
+ * test skips where the other case holds. WEFT_TEST_HOST is the address to
+ * listen on (RoCE has no loopback).
  */
 #include "harness.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <weft/bootstrap.h>
 #include <weft/buf.h>
@@ -279,12 +284,165 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
 }
 END_TEST
 
+/* ---- a vanished peer ---- */
+
+/* What the surviving side saw, in order: 'E' exception_caught, 'I'
+ * channel_inactive. */
+typedef struct survivor {
+  atomic_llong bytes;
+  atomic_int exceptions;
+  atomic_int inactive;
+  atomic_int first_err;
+  atomic_int order_ok; /* the exception came before inactive */
+} survivor;
+
+static void survivor_read(weft_ctx *ctx, void *msg) {
+  survivor *s = weft_ctx_state(ctx);
+  atomic_fetch_add(&s->bytes, (long long)weft_buf_readable(msg));
+  weft_buf_release(msg);
+}
+
+static void survivor_exception(weft_ctx *ctx, int err, const char *reason) {
+  survivor *s = weft_ctx_state(ctx);
+  fprintf(stderr, "survivor: %s: %s\n", weft_err_name(err), reason);
+  if (atomic_fetch_add(&s->exceptions, 1) == 0)
+    atomic_store(&s->first_err, err);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static void survivor_inactive(weft_ctx *ctx) {
+  survivor *s = weft_ctx_state(ctx);
+  atomic_store(&s->order_ok, atomic_load(&s->exceptions) > 0);
+  atomic_fetch_add(&s->inactive, 1);
+}
+
+static const weft_handler survivor_handler = {
+    .name = "survivor",
+    .channel_read = survivor_read,
+    .channel_inactive = survivor_inactive,
+    .exception_caught = survivor_exception};
+
+static void survivor_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "survivor",
+                                          &survivor_handler, arg),
+                   0);
+}
+
+static void hello_active(weft_ctx *ctx) {
+  weft_channel *ch = weft_ctx_channel(ctx);
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), 64);
+  if (b == NULL)
+    return;
+  memset(b->base, 'h', 64);
+  b->writer_index = 64;
+  weft_channel_write_and_flush(ch, b, WEFT_PROMISE_NONE);
+}
+
+static const weft_handler hello_handler = {.name = "hello",
+                                           .channel_active = hello_active};
+
+static void hello_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "hello", &hello_handler,
+                         NULL);
+}
+
+/* The doomed peer, in a child process: reads the server's URI from fd, opens
+ * its own verbs context, connects, says hello and waits to be killed. No
+ * Check asserts here: a failure shows as the server never seeing the hello. */
+static _Noreturn void doomed_peer(int fd) {
+  char uri[300] = "";
+  ssize_t n = read(fd, uri, sizeof uri - 1);
+  if (n <= 0)
+    _exit(2);
+  uri[n] = '\0';
+  weft_loop_options opts;
+  weft_loop_options_init(&opts);
+  opts.n_loops = 1;
+  opts.name = "wv-doomed";
+  weft_loop_group *g;
+  if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
+    _exit(3);
+  weft_bootstrap b = {
+      .loop = weft_loop_group_get(g, 0), .connect = uri, .init = hello_init};
+  weft_channel_config_init(&b.options);
+  if (weft_bootstrap_connect(&b) != 0)
+    _exit(4);
+  for (;;)
+    pause();
+}
+
+/* kill -9 of the process holding the other QP: its kernel tears the
+ * connection down (rdma_cm DISCONNECTED without FIN), which must close the
+ * survivor with exception_caught, then channel_inactive. */
+START_TEST(verbs_vanished_peer_closes_with_exception) {
+  int pfd[2];
+  ck_assert_int_eq(pipe(pfd), 0);
+  /* Fork before this process touches verbs, so the child starts clean. */
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    close(pfd[1]);
+    doomed_peer(pfd[0]);
+  }
+  close(pfd[0]);
+  char why[256] = "";
+  if (!have_verbs(why, sizeof why)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(pfd[1]);
+    printf("SKIP: %s: %s\n", __func__, why);
+    return;
+  }
+  survivor s;
+  memset(&s, 0, sizeof s);
+  weft_loop_group *g = group_start("wv-vanish");
+  char listen[300];
+  snprintf(listen, sizeof listen, "verbs://%s:0", test_host());
+  weft_server_bootstrap sb = {.group = g,
+                              .listen = listen,
+                              .child_init = survivor_init,
+                              .child_init_arg = &s};
+  weft_channel_config_init(&sb.child_options);
+  weft_server *srv;
+  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
+  char uri[300];
+  ck_assert_int_eq(weft_server_address(srv, uri, sizeof uri), 0);
+  ck_assert_int_eq(write(pfd[1], uri, strlen(uri)), (ssize_t)strlen(uri));
+  close(pfd[1]);
+
+  uint64_t deadline = now_ms() + 60000;
+  while (atomic_load(&s.bytes) < 64 && now_ms() < deadline)
+    sleep_us(10000);
+  ck_assert_int_eq(ldll(&s.bytes), 64);
+  ck_assert_int_eq(ldi(&s.exceptions), 0);
+  ck_assert_int_eq(kill(pid, SIGKILL), 0);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert(WIFSIGNALED(status));
+
+  deadline = now_ms() + 60000;
+  while (atomic_load(&s.inactive) == 0 && now_ms() < deadline)
+    sleep_us(10000);
+  ck_assert_int_eq(ldi(&s.inactive), 1);
+  ck_assert_int_eq(ldi(&s.exceptions), 1);
+  ck_assert_int_eq(ldi(&s.order_ok), 1);
+  ck_assert_int_eq(ldi(&s.first_err), WEFT_ECONNRESET);
+
+  weft_server_close(srv);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  weft_loop_group_free(g);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("verbs");
   TCase *tc = tcase_create("verbs");
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, verbs_start_without_device_names_the_cause);
   tcase_add_test(tc, verbs_slow_receiver_loses_nothing);
+  tcase_add_test(tc, verbs_vanished_peer_closes_with_exception);
   suite_add_tcase(s, tc);
   return s;
 }
