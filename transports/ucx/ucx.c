@@ -43,11 +43,12 @@
  * Send path: the flushed buffers are merged into one contiguous send of at
  * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
  * off once merged into one UCX send); a single large buffer is sent in
- * place (retained until UCX completes it). Receive path: eager data UCX
- * lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a weft_buf
- * without a copy and handed back with ucp_am_data_release when the last
- * reference goes; other eager data is copied into a pool buffer; rendezvous
- * data is received straight into a pool buffer.
+ * place (retained until UCX completes it). Send contexts and queue entries
+ * are recycled through bounded per-loop free lists. Receive path: eager
+ * data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a
+ * weft_buf without a copy and handed back with ucp_am_data_release when the
+ * last reference goes; other eager data is copied into a pool buffer;
+ * rendezvous data is received straight into a pool buffer.
  *
  * Close: requests in flight outlive their channel, and its ep stays open
  * until they ended (see ucx_epr); loop_fini waits for them, bounded, before
@@ -94,6 +95,7 @@
   (64u * 1024u)                           /* bytes per DATA message: one       \
                                              pool size class */
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
+#define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
 
 /* ---- process-wide settings and the context ---- */
 
@@ -439,6 +441,11 @@ struct ucx_loop {
   ucx_epr *lingering; /* closed channels' eps with requests in flight */
   size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
   uint64_t drains;    /* polls whose progress ran until nothing was left */
+  /* Recycled send contexts and queue entries (linked by op.next): every
+   * message needs one of each, and a ping pong pays each malloc in its
+   * round trip. */
+  ucx_op *free_sends, *free_entries;
+  size_t n_free_sends, n_free_entries;
 };
 
 struct ucx_listener {
@@ -455,6 +462,60 @@ typedef struct ucx_send {
   ucx_hdr hdr;
   weft_buf *hold;
 } ucx_send;
+
+/* Takes a zeroed send context or queue entry (`size` bytes, an ucx_op
+ * first) from a free list, or from malloc. */
+static void *op_get(ucx_loop *tl, ucx_op **list, size_t *n, size_t size) {
+  ucx_op *op = *list;
+  if (op != NULL) {
+    *list = op->next;
+    (*n)--;
+    memset(op, 0, size);
+  } else {
+    op = calloc(1, size);
+    if (op == NULL)
+      return NULL;
+  }
+  op->tl = tl;
+  return op;
+}
+
+/* Gives a context back to its free list, or to free() once it is full. */
+static void op_put(ucx_op *op, ucx_op **list, size_t *n) {
+  if (*n >= UCX_FREE_LIST_MAX) {
+    free(op);
+    return;
+  }
+  op->next = *list;
+  *list = op;
+  (*n)++;
+}
+
+static void free_list_clear(ucx_op **list, size_t *n) {
+  while (*list != NULL) {
+    ucx_op *op = *list;
+    *list = op->next;
+    free(op);
+  }
+  *n = 0;
+}
+
+static ucx_send *send_get(ucx_loop *tl) {
+  return op_get(tl, &tl->free_sends, &tl->n_free_sends, sizeof(ucx_send));
+}
+
+static void send_put(ucx_send *s) {
+  ucx_op *op = (ucx_op *)s; /* its first member */
+  op_put(op, &op->tl->free_sends, &op->tl->n_free_sends);
+}
+
+static rq_entry *entry_get(ucx_loop *tl) {
+  return op_get(tl, &tl->free_entries, &tl->n_free_entries, sizeof(rq_entry));
+}
+
+static void entry_put(rq_entry *e) {
+  op_put(&e->op, &e->op.tl->free_entries, &e->op.tl->n_free_entries);
+}
 
 /* Lists a request UCX returned; its callback unlinks it. */
 static void op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req) {
@@ -610,7 +671,7 @@ static void send_done(void *request, ucs_status_t status, void *user_data) {
   op_unlink(&s->op);
   if (s->hold != NULL)
     weft_buf_release(s->hold);
-  free(s);
+  send_put(s);
   ucp_request_free(request);
 }
 
@@ -630,7 +691,7 @@ static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
   if (req == NULL || UCS_PTR_IS_ERR(req)) {
     if (s->hold != NULL)
       weft_buf_release(s->hold);
-    free(s);
+    send_put(s);
     return req == NULL ? 0 : status_to_weft(UCS_PTR_STATUS(req));
   }
   op_link(uc, &s->op, &s->hold, req);
@@ -638,7 +699,7 @@ static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
 }
 
 static int send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
-  ucx_send *s = calloc(1, sizeof *s);
+  ucx_send *s = send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
   s->hdr = (ucx_hdr){.type = type,
@@ -684,7 +745,7 @@ static ssize_t send_one(ucx_channel *uc) {
     len = uc->tl->cfg.max_message;
   if (n == 0 || len == 0)
     return 0;
-  ucx_send *s = calloc(1, sizeof *s);
+  ucx_send *s = send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
   const void *data;
@@ -697,7 +758,7 @@ static ssize_t send_one(ucx_channel *uc) {
   } else {
     s->hold = weft_buf_alloc(weft_loop_pool(weft_channel_loop(uc->ch)), len);
     if (s->hold == NULL) {
-      free(s);
+      send_put(s);
       return WEFT_ENOMEM;
     }
     size_t off = 0;
@@ -810,7 +871,7 @@ static void rq_free(ucx_channel *uc) {
     } else {
       if (e->b != NULL)
         weft_buf_release(e->b);
-      free(e);
+      entry_put(e);
     }
     e = next;
   }
@@ -826,7 +887,7 @@ static void rndv_done(void *request, ucs_status_t status, size_t length,
   ucp_request_free(request);
   if (e->uc == NULL) {
     weft_buf_release(e->b);
-    free(e);
+    entry_put(e);
     return;
   }
   e->ready = true;
@@ -852,10 +913,12 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
                             size_t len, const ucp_am_recv_param_t *param) {
   ucx_loop *tl = uc->tl;
   weft_pool *pool = weft_loop_pool(tl->loop);
-  rq_entry *e = calloc(1, sizeof *e);
+  rq_entry *e = entry_get(tl);
   if (e == NULL)
     goto failed;
-  *e = (rq_entry){.uc = uc, .seq = seq, .ready = true};
+  e->uc = uc;
+  e->seq = seq;
+  e->ready = true;
   ucs_status_t ret = UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
     e->b = weft_buf_alloc(pool, len > 0 ? len : 1);
@@ -870,7 +933,7 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
         ucp_am_recv_data_nbx(tl->worker, data, weft_buf_wptr(e->b), len, &rp);
     if (UCS_PTR_IS_ERR(req)) {
       weft_buf_release(e->b);
-      free(e);
+      entry_put(e);
       uc->err = status_to_weft(UCS_PTR_STATUS(req));
       pend_mark(uc, PEND_ERROR);
       return UCS_OK;
@@ -900,7 +963,7 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
   return ret;
 
 failed_entry:
-  free(e);
+  entry_put(e);
 failed:
   uc->err = WEFT_ENOMEM;
   pend_mark(uc, PEND_ERROR);
@@ -908,14 +971,16 @@ failed:
 }
 
 static void rq_fin(ucx_channel *uc, uint32_t seq) {
-  rq_entry *e = calloc(1, sizeof *e);
+  rq_entry *e = entry_get(uc->tl);
   uc->fin_received = true;
   if (e == NULL) {
     uc->err = WEFT_ENOMEM;
     pend_mark(uc, PEND_ERROR);
     return;
   }
-  *e = (rq_entry){.uc = uc, .seq = seq, .ready = true};
+  e->uc = uc;
+  e->seq = seq;
+  e->ready = true;
   rq_insert(uc, e);
   rq_check_head(uc);
 }
@@ -991,7 +1056,7 @@ static void deliver(ucx_channel *uc) {
     if (uc->rq_head == NULL)
       uc->rq_tail = NULL;
     weft_buf *b = e->b;
-    free(e);
+    entry_put(e);
     if (b == NULL) {
       if (fired)
         weft_pipeline_fire_channel_read_complete(p);
@@ -1353,6 +1418,8 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
   }
   ucp_worker_destroy(tl->worker);
   free_abandoned(tl);
+  free_list_clear(&tl->free_sends, &tl->n_free_sends);
+  free_list_clear(&tl->free_entries, &tl->n_free_entries);
   ctx_release();
   free(tl->closing);
   free(tl->slots);
