@@ -238,7 +238,8 @@ void weft_listener_accepted(weft_listener *l, intptr_t handle) {
     return;
   }
   *t = (adopt_task){.ops = l->transport,
-                    .loop = weft_loop_group_next(srv->group),
+                    .loop = l->accept_local ? l->loop
+                                            : weft_loop_group_next(srv->group),
                     .handle = handle,
                     .init = srv->child_init,
                     .init_arg = srv->child_init_arg,
@@ -255,6 +256,9 @@ void weft_listener_accepted(weft_listener *l, intptr_t handle) {
 
 weft_loop *weft_listener_loop(const weft_listener *l) { return l->loop; }
 void *weft_listener_priv(const weft_listener *l) { return l->priv; }
+void weft_listener_set_accept_local(weft_listener *l, bool on) {
+  l->accept_local = on;
+}
 void weft_listener_set_priv(weft_listener *l, void *priv) { l->priv = priv; }
 
 /* ---- client ---- */

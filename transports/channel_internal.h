@@ -85,6 +85,7 @@ struct weft_listener {
   weft_loop *loop;
   weft_server *server;
   void *priv;
+  bool accept_local; /* adopt on `loop`, not round-robin */
 };
 
 /**

@@ -239,10 +239,20 @@ void weft_channel_transport_closed(weft_channel *ch, int err,
 
 /**
  * Hands an accepted connection to the core, which picks the next loop
- * round-robin, creates the channel there, runs the server's initializer and
- * the transport's adopt. Listener's loop thread.
+ * round-robin (the listener's own loop after
+ * weft_listener_set_accept_local), creates the channel there, runs the
+ * server's initializer and the transport's adopt. Listener's loop thread.
  */
 void weft_listener_accepted(weft_listener *l, intptr_t handle);
+
+/**
+ * Keeps every connection `l` accepts from now on on the listener's own loop
+ * instead of spreading them over the group. For a transport whose library
+ * cannot move an accepted connection to another thread safely (UCX before
+ * 1.18: docs/ucx.md). Call from the plugin's listen op; listener's loop
+ * thread.
+ */
+void weft_listener_set_accept_local(weft_listener *l, bool on);
 
 /** The loop a listener runs on, and its private pointer for the transport. */
 weft_loop *weft_listener_loop(const weft_listener *l);

@@ -1455,9 +1455,22 @@ static int resolve(const weft_endpoint *ep, bool passive,
 
 /* ---- listeners ---- */
 
+/* Whether this UCX can accept a listener's connection request on another
+ * worker safely. UCX lets a request be accepted on any worker, but before
+ * the fix (openucx/ucx#9942, merged in June 2024 after 1.17 had branched,
+ * so taken as 1.18)
+ * moving the request's socket to another worker's async context while the
+ * listener's worker still holds a missed event for it aborts the process
+ * (async.c "Assertion `handler->async == async'"); docs/ucx.md. */
+static bool moves_conn_requests(void) {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  return major > 1 || (major == 1 && minor >= 18);
+}
+
 /* A connection request: handed to the core, which adopts it on the next
- * loop; that loop's worker creates the ep (UCX lets a request from one
- * worker's listener be accepted on another worker). */
+ * loop (or, on an older UCX, on the listener's loop); that loop's worker
+ * creates the ep. */
 static void conn_handler(ucp_conn_request_h req, void *arg) {
   ucx_listener *uln = arg;
   weft_listener_accepted(uln->l, (intptr_t)req);
@@ -1494,6 +1507,7 @@ static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
     tl->listeners->prev = uln;
   tl->listeners = uln;
   weft_listener_set_priv(l, uln);
+  weft_listener_set_accept_local(l, !moves_conn_requests());
   return 0;
 }
 
