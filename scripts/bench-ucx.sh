@@ -2,12 +2,20 @@
 # weft over UCX beside ucx_perftest, interleaved, median of N runs (default 5).
 #   scripts/bench-ucx.sh [BUILD_DIR] [RUNS]
 # Rows: weft-pingpong over ucx (tcp; shared memory with error_mode=none),
+# weft-ucx-peer (UCX AM ping-pong set up as weft sets UCX up, no weft),
 # ucx_perftest tag_lat / am_lat / stream_lat / tag_bw on loopback. perftest's
 # *_lat figure is one-way (half the round trip): the script doubles it.
+# Shared-memory round trips are bimodal here: per process, the host runs
+# the two pinned threads either on one physical core (~0.2 us round trips
+# for ucx_perftest and weft-ucx-peer) or on two (~1 us). Medians over all
+# runs then depend on how many runs landed in each mode, so the shm rows
+# also get per-mode medians (split at the largest gap, if it is over 1.5x)
+# and the shm ratios compare the two-core ("cross") medians, like with like.
 set -euo pipefail
 BUILD=${1:-build-ucx}
 RUNS=${2:-5}
 PP="$BUILD/samples/bench/weft-pingpong"
+PEER="$BUILD/samples/bench/weft-ucx-peer"
 PORT=13400
 declare -A vals
 
@@ -33,12 +41,34 @@ weft() { # TLS MODE -> "p50_us msgs_per_s"
   echo "$out" | sed -E 's/.*p50_us=([0-9.]+).*msgs_per_s=([0-9]+).*/\1 \2/'
 }
 
+peer() { # TLS MODE -> p50 round trip, us
+  UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 60 "$PEER" -n 20000 \
+    -p $((20000 + RANDOM % 20000)) | sed -E 's/.*p50_us=([0-9.]+).*/\1/'
+}
+
 add() { vals[$1]="${vals[$1]:-} $2"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+med() { echo "${vals[$1]}" | median; }
+# Median of the upper (cross-core) or lower (same-core) mode: MODE KEY.
+mode_med() {
+  echo "${vals[$2]}" | tr ' ' '\n' | grep -v '^$' | sort -g | awk -v m="$1" '
+    {a[NR] = $1}
+    END {
+      cut = NR; best = 1.5
+      for (i = 1; i < NR; i++) if (a[i] > 0 && a[i+1] / a[i] > best) { best = a[i+1] / a[i]; cut = i }
+      lo = 1; hi = cut
+      if (m == "cross") { if (cut == NR) { lo = 1; hi = NR } else { lo = cut + 1; hi = NR } }
+      else if (cut == NR) { print "-"; exit }
+      print a[lo + int((hi - lo) / 2)]
+    }'
+}
 for r in $(seq "$RUNS"); do
   read -r p m < <(weft tcp peer);      add weft_tcp_rtt "$p"; add weft_tcp_rate "$m"
   add perf_tcp_tag_rtt "$(perftest tcp tag_lat 16)"
   read -r p m < <(weft shm,tcp none);  add weft_shm_rtt "$p"; add weft_shm_rate "$m"
   add perf_shm_tag_rtt "$(perftest shm tag_lat 16)"
+  add peer_shm_rtt "$(peer shm,tcp none)"
+  add peer_tcp_rtt "$(peer tcp peer)"
   add perf_shm_am_rtt "$(perftest shm ucp_am_lat 16)"
   add perf_shm_stream_rtt "$(perftest shm stream_lat 16)"
   add perf_tcp_am_rtt "$(perftest tcp ucp_am_lat 16)"
@@ -51,4 +81,14 @@ echo "metric median (runs: values)"
 for k in $(printf '%s\n' "${!vals[@]}" | sort); do
   echo "$k $(echo "${vals[$k]}" | median) (${vals[$k]# })"
 done
+for k in weft_shm_rtt peer_shm_rtt perf_shm_tag_rtt perf_shm_am_rtt; do
+  echo "$k cross-core median $(mode_med cross $k), same-core median $(mode_med same $k)"
+done
+wx=$(mode_med cross weft_shm_rtt); px=$(mode_med cross perf_shm_tag_rtt)
+qx=$(mode_med cross peer_shm_rtt)
+echo "ratio weft_shm/perftest_shm_tag (cross-core) $(ratio "$wx" "$px")"
+echo "ratio weft_shm/peer_shm (cross-core) $(ratio "$wx" "$qx")"
+echo "ratio peer_shm/perftest_shm_tag (cross-core) $(ratio "$qx" "$px")"
+echo "ratio weft_tcp/perftest_tcp_tag $(ratio "$(med weft_tcp_rtt)" "$(med perf_tcp_tag_rtt)")"
+echo "ratio weft_tcp/peer_tcp $(ratio "$(med weft_tcp_rtt)" "$(med peer_tcp_rtt)")"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
