@@ -363,17 +363,26 @@ static void start_short(void *arg) {
                    0);
 }
 
+/* Rounded up to milliseconds (epoll_wait instead of epoll_pwait2), every
+ * 200 us sleep would take 1 ms or more; the best of ten runs tells, where
+ * one run alone could be stretched by a busy machine. */
 START_TEST(timer_short_delay_fires_without_ms_rounding_idle_loop) {
   start_loop(0); /* block at once: the timer must end a real sleep */
-  run_on_loop(start_short, NULL);
-  WAIT_FOR(atomic_load(&st200.fired) != 0);
-  uint64_t took = atomic_load(&st200.fired) - st200.started;
-  ck_assert_uint_ge(took, 200 * US);
-  ck_assert_msg(took < 5 * MS, "200 us timer took %llu ns",
-                (unsigned long long)took);
-  weft_loop_stats st;
-  weft_loop_stats_get(loop, &st);
-  ck_assert_uint_gt(st.sleeps, st200.sleeps_before); /* it slept for it */
+  uint64_t best = UINT64_MAX;
+  for (int run = 0; run < 10; run++) {
+    atomic_store(&st200.fired, 0);
+    run_on_loop(start_short, NULL);
+    WAIT_FOR(atomic_load(&st200.fired) != 0);
+    uint64_t took = atomic_load(&st200.fired) - st200.started;
+    ck_assert_uint_ge(took, 200 * US);
+    if (took < best)
+      best = took;
+    weft_loop_stats st;
+    weft_loop_stats_get(loop, &st);
+    ck_assert_uint_gt(st.sleeps, st200.sleeps_before); /* it slept for it */
+  }
+  ck_assert_msg(best < 1 * MS, "200 us timer took at best %llu ns",
+                (unsigned long long)best);
   finish_loop();
 }
 END_TEST
