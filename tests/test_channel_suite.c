@@ -599,6 +599,110 @@ START_TEST(channel_reset_midstream_closes_only_that_channel) {
 }
 END_TEST
 
+/* ---- socket options ---- */
+
+/* What the loop threads read back; -100 = not read yet. */
+typedef struct sockopt_seen {
+  atomic_int server_nodelay;       /* accepted: child_options tcp_nodelay = 0 */
+  atomic_int client_nodelay;       /* the default */
+  atomic_int client_rcvbuf_ok;     /* SO_RCVBUF >= the 64 KiB asked */
+  atomic_int client_nodelay_after; /* after setting 0 on the live socket */
+  atomic_int bad_value;            /* SO_SNDBUF = 0 */
+  atomic_int bad_bool;             /* TCP_NODELAY = 2 */
+  atomic_int other_option;         /* a non-socket option through the store */
+} sockopt_seen;
+
+static int get_opt(weft_channel *ch, weft_channel_option opt) {
+  int64_t v = -1;
+  int rc = weft_channel_get_option(ch, opt, &v);
+  return rc < 0 ? rc : (int)v;
+}
+
+static void sockopt_server_active(weft_ctx *ctx) {
+  sockopt_seen *seen = weft_ctx_state(ctx);
+  atomic_store(&seen->server_nodelay,
+               get_opt(weft_ctx_channel(ctx), WEFT_OPT_TCP_NODELAY));
+}
+
+static const weft_handler sockopt_server_handler = {
+    .name = "sockopt", .channel_active = sockopt_server_active};
+
+static void sockopt_server_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sockopt",
+                                          &sockopt_server_handler, arg),
+                   0);
+}
+
+static void sockopt_client_init(weft_channel *ch, void *arg) {
+  (void)ch;
+  (void)arg;
+}
+
+static void sockopt_connected(weft_channel *ch, int status, void *arg) {
+  sockopt_seen *seen = arg;
+  if (status != 0) {
+    atomic_store(&seen->client_nodelay, status);
+    return;
+  }
+  atomic_store(&seen->client_nodelay, get_opt(ch, WEFT_OPT_TCP_NODELAY));
+  atomic_store(&seen->client_rcvbuf_ok,
+               get_opt(ch, WEFT_OPT_SO_RCVBUF) >= 64 * 1024);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_TCP_NODELAY, 0), 0);
+  atomic_store(&seen->client_nodelay_after, get_opt(ch, WEFT_OPT_TCP_NODELAY));
+  atomic_store(&seen->bad_value,
+               weft_channel_set_option(ch, WEFT_OPT_SO_SNDBUF, 0));
+  atomic_store(&seen->bad_bool,
+               weft_channel_set_option(ch, WEFT_OPT_TCP_NODELAY, 2));
+  atomic_store(&seen->other_option, get_opt(ch, WEFT_OPT_AUTO_READ));
+}
+
+START_TEST(channel_socket_options_reach_the_socket) {
+  SKIP_UNLESS(transport_speaks_tcp());
+  fixture f;
+  memset(&f, 0, sizeof f);
+  group_start(&f, "wt-sockopt");
+  sockopt_seen seen;
+  atomic_int *all[] = {&seen.server_nodelay,   &seen.client_nodelay,
+                       &seen.client_rcvbuf_ok, &seen.client_nodelay_after,
+                       &seen.bad_value,        &seen.bad_bool,
+                       &seen.other_option};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    atomic_init(all[i], -100);
+
+  char listen[64];
+  snprintf(listen, sizeof listen, "%s://127.0.0.1:0", transport_name());
+  weft_server_bootstrap sb = {.group = f.group,
+                              .listen = listen,
+                              .child_init = sockopt_server_init,
+                              .child_init_arg = &seen};
+  weft_channel_config_init(&sb.child_options);
+  sb.child_options.tcp_nodelay = 0; /* stored, applied at accept */
+  ck_assert_int_eq(weft_server_bind(&f.srv, &sb), 0);
+  ck_assert_int_eq(weft_server_address(f.srv, f.uri, sizeof f.uri), 0);
+
+  weft_bootstrap b = {.group = f.group,
+                      .connect = f.uri,
+                      .init = sockopt_client_init,
+                      .on_connect = sockopt_connected,
+                      .connect_arg = &seen};
+  weft_channel_config_init(&b.options);
+  b.options.so_rcvbuf = 64 * 1024; /* stored before the socket exists */
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+
+  ASSERT_EVENTUALLY(ldi(&seen.other_option) != -100 &&
+                        ldi(&seen.server_nodelay) != -100,
+                    10000);
+  ck_assert_int_eq(ldi(&seen.server_nodelay), 0);
+  ck_assert_int_eq(ldi(&seen.client_nodelay), 1);
+  ck_assert_int_eq(ldi(&seen.client_rcvbuf_ok), 1);
+  ck_assert_int_eq(ldi(&seen.client_nodelay_after), 0);
+  ck_assert_int_eq(ldi(&seen.bad_value), WEFT_EINVAL);
+  ck_assert_int_eq(ldi(&seen.bad_bool), WEFT_EINVAL);
+  ck_assert_int_eq(ldi(&seen.other_option), 1); /* auto-read, the core's */
+  fixture_stop(&f);
+}
+END_TEST
+
 /* ---- connect refused ---- */
 
 START_TEST(channel_connect_refused_reports_econnrefused) {
@@ -1008,6 +1112,7 @@ Suite *weft_test_suite(void) {
   TCase *life = tcase_create("lifecycle");
   tcase_add_test(life, channel_reset_midstream_closes_only_that_channel);
   tcase_add_test(life, channel_connect_refused_reports_econnrefused);
+  tcase_add_test(life, channel_socket_options_reach_the_socket);
   tcase_add_test(life, channel_idle_server_sleeps);
   tcase_add_test(life, channel_write_promise_completes_after_flush);
   tcase_add_test(life, channel_write_after_close_fails_eclosed);

@@ -123,6 +123,45 @@ int weft_endpoint_resolve_first(const weft_endpoint *ep, bool passive,
  */
 int weft_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
 
+/**
+ * The socket options of a socket-backed channel, for transport plugins
+ * (tcp, uring): TCP_NODELAY, SO_SNDBUF, SO_RCVBUF and SO_KEEPALIVE. An
+ * option set before the socket exists is stored and applied by
+ * weft_sockopts_apply() once it does. Embed one, zeroed, in the channel's
+ * private state; loop thread only.
+ */
+typedef struct weft_sockopts {
+  int value[4];  /* by option, in the order above */
+  uint8_t isset; /* bit per option: a value waits in value[] */
+} weft_sockopts;
+
+/**
+ * Sets `opt` to `v` (0/1 for TCP_NODELAY and SO_KEEPALIVE, bytes in
+ * 1..INT_MAX for the buffer sizes): on socket `fd` now if `fd` >= 0, and in
+ * `s` for weft_sockopts_apply. Returns 0, WEFT_ENOTSUP for another option,
+ * WEFT_EINVAL for a value out of range, or setsockopt's error (nothing
+ * stored then).
+ */
+int weft_sockopts_set(weft_sockopts *s, int fd, weft_channel_option opt,
+                      int64_t v);
+
+/**
+ * Reads `opt` into `*v`: from socket `fd` if `fd` >= 0 (0/1 for the
+ * booleans), else the stored value, else the default (TCP_NODELAY 1,
+ * SO_KEEPALIVE 0). Returns 0, WEFT_ENOTSUP for another option,
+ * WEFT_ENOTCONN for a buffer size before the socket exists (the kernel's
+ * default is not known yet), or getsockopt's error.
+ */
+int weft_sockopts_get(const weft_sockopts *s, int fd, weft_channel_option opt,
+                      int64_t *v);
+
+/**
+ * Applies the stored options to the new socket `fd`, with TCP_NODELAY on
+ * unless the channel turned it off (request/response latency first).
+ * Returns 0 or the first setsockopt error.
+ */
+int weft_sockopts_apply(weft_sockopts *s, int fd);
+
 typedef struct weft_listener weft_listener;
 
 /** A transport plugin. Optional ops may be NULL (the wrapper returns

@@ -97,7 +97,6 @@ struct tcp_listener {
 };
 
 /* Socket options set before the socket exists wait here. */
-enum { OPT_NODELAY, OPT_SNDBUF, OPT_RCVBUF, OPT_KEEPALIVE, OPT_COUNT };
 
 /* Per-channel state (channel_priv_size bytes, zeroed by the core). */
 typedef struct tcp_channel {
@@ -113,8 +112,7 @@ typedef struct tcp_channel {
   bool output_shut;
   uint8_t recv_index;    /* into recv_sizes */
   bool recv_shrink_next; /* the last read was small too */
-  uint8_t opts_set;      /* bit per OPT_*: a value waits in opts[] */
-  int opts[OPT_COUNT];
+  weft_sockopts opts;    /* set before the socket existed, applied after */
 } tcp_channel;
 
 static tcp_channel *tcp_of(const weft_channel *ch) {
@@ -396,98 +394,20 @@ static int tcp_listen_address(weft_listener *l, char *buf, size_t len) {
 
 /* ---- socket options ---- */
 
-static bool opt_index(weft_channel_option opt, int *idx, int *level,
-                      int *name) {
-  switch (opt) {
-  case WEFT_OPT_TCP_NODELAY:
-    *idx = OPT_NODELAY, *level = IPPROTO_TCP, *name = TCP_NODELAY;
-    return true;
-  case WEFT_OPT_SO_SNDBUF:
-    *idx = OPT_SNDBUF, *level = SOL_SOCKET, *name = SO_SNDBUF;
-    return true;
-  case WEFT_OPT_SO_RCVBUF:
-    *idx = OPT_RCVBUF, *level = SOL_SOCKET, *name = SO_RCVBUF;
-    return true;
-  case WEFT_OPT_SO_KEEPALIVE:
-    *idx = OPT_KEEPALIVE, *level = SOL_SOCKET, *name = SO_KEEPALIVE;
-    return true;
-  default:
-    return false;
-  }
-}
-
-static int setsockopt_int(int fd, int level, int name, int v) {
-  return setsockopt(fd, level, name, &v, sizeof v) < 0 ? neg_errno() : 0;
-}
-
-/* Applies the options set before the socket existed; TCP_NODELAY is on
- * unless the channel asked otherwise (request/response latency first). */
-static int apply_stored_options(tcp_channel *tc) {
-  if (!(tc->opts_set & (1u << OPT_NODELAY))) {
-    tc->opts[OPT_NODELAY] = 1;
-    tc->opts_set |= 1u << OPT_NODELAY;
-  }
-  static const weft_channel_option all[OPT_COUNT] = {
-      WEFT_OPT_TCP_NODELAY, WEFT_OPT_SO_SNDBUF, WEFT_OPT_SO_RCVBUF,
-      WEFT_OPT_SO_KEEPALIVE};
-  for (int i = 0; i < OPT_COUNT; i++) {
-    int idx, level, name;
-    if (!(tc->opts_set & (1u << i)) || !opt_index(all[i], &idx, &level, &name))
-      continue;
-    int err = setsockopt_int(tc->io.fd, level, name, tc->opts[idx]);
-    if (err < 0)
-      return err;
-  }
-  return 0;
+static int channel_fd(const tcp_channel *tc) {
+  return tc->has_fd ? tc->io.fd : -1;
 }
 
 static int tcp_set_option(weft_channel *ch, weft_channel_option opt,
                           int64_t v) {
   tcp_channel *tc = tcp_of(ch);
-  int idx, level, name;
-  if (!opt_index(opt, &idx, &level, &name))
-    return WEFT_ENOTSUP;
-  bool boolean = idx == OPT_NODELAY || idx == OPT_KEEPALIVE;
-  if (boolean ? (v != 0 && v != 1) : (v <= 0 || v > INT_MAX))
-    return WEFT_EINVAL;
-  if (tc->has_fd && tc->io.fd >= 0) {
-    int err = setsockopt_int(tc->io.fd, level, name, (int)v);
-    if (err < 0)
-      return err;
-  }
-  tc->opts[idx] = (int)v;
-  tc->opts_set |= 1u << idx;
-  return 0;
+  return weft_sockopts_set(&tc->opts, channel_fd(tc), opt, v);
 }
 
 static int tcp_get_option(const weft_channel *ch, weft_channel_option opt,
                           int64_t *v) {
   const tcp_channel *tc = tcp_of(ch);
-  int idx, level, name;
-  if (!opt_index(opt, &idx, &level, &name))
-    return WEFT_ENOTSUP;
-  if (tc->has_fd && tc->io.fd >= 0) {
-    int val = 0;
-    socklen_t len = sizeof val;
-    if (getsockopt(tc->io.fd, level, name, &val, &len) < 0)
-      return neg_errno();
-    *v = idx == OPT_NODELAY || idx == OPT_KEEPALIVE ? val != 0 : val;
-    return 0;
-  }
-  if (tc->opts_set & (1u << idx)) {
-    *v = tc->opts[idx];
-    return 0;
-  }
-  switch (idx) {
-  case OPT_NODELAY:
-    *v = 1;
-    return 0;
-  case OPT_KEEPALIVE:
-    *v = 0;
-    return 0;
-  default:
-    return WEFT_ENOTCONN; /* the kernel's default is known once it exists */
-  }
+  return weft_sockopts_get(&tc->opts, channel_fd(tc), opt, v);
 }
 
 /* ---- channel interest ---- */
@@ -723,7 +643,7 @@ static int channel_take_fd(weft_channel *ch, int fd) {
   tc->has_fd = true;
   tc->reading = auto_read != 0;
   tc->recv_index = RECV_INITIAL;
-  return apply_stored_options(tc);
+  return weft_sockopts_apply(&tc->opts, tc->io.fd);
 }
 
 static int tcp_adopt(weft_channel *ch, intptr_t handle) {

@@ -386,8 +386,6 @@ struct ur_listener {
   ur_listener *prev, *next;
 };
 
-enum { OPT_NODELAY, OPT_SNDBUF, OPT_RCVBUF, OPT_KEEPALIVE, OPT_COUNT };
-
 enum ur_recv_state {
   UR_RECV_IDLE,       /* nothing in the kernel */
   UR_RECV_ARMED,      /* multishot recv on the buffer ring */
@@ -423,8 +421,7 @@ struct ur_channel {
   bool zc_off;     /* the kernel copied a zero-copy send: stop trying */
   bool rc_pending; /* on the loop's read_complete list (holds a ref) */
   uint8_t recv_state;
-  uint8_t opts_set;
-  int opts[OPT_COUNT];
+  weft_sockopts opts; /* set before the socket existed, applied after */
   ur_op op_recv, op_plain, op_connect;
   weft_buf *plain_buf;
   struct sockaddr_storage peer; /* connect's address */
@@ -920,68 +917,13 @@ static int ur_listen_address(weft_listener *l, char *buf, size_t len) {
 
 /* ---- socket options ---- */
 
-static bool opt_index(weft_channel_option opt, int *idx, int *level,
-                      int *name) {
-  switch (opt) {
-  case WEFT_OPT_TCP_NODELAY:
-    *idx = OPT_NODELAY, *level = IPPROTO_TCP, *name = TCP_NODELAY;
-    return true;
-  case WEFT_OPT_SO_SNDBUF:
-    *idx = OPT_SNDBUF, *level = SOL_SOCKET, *name = SO_SNDBUF;
-    return true;
-  case WEFT_OPT_SO_RCVBUF:
-    *idx = OPT_RCVBUF, *level = SOL_SOCKET, *name = SO_RCVBUF;
-    return true;
-  case WEFT_OPT_SO_KEEPALIVE:
-    *idx = OPT_KEEPALIVE, *level = SOL_SOCKET, *name = SO_KEEPALIVE;
-    return true;
-  default:
-    return false;
-  }
-}
-
-static int setsockopt_int(int fd, int level, int name, int v) {
-  return setsockopt(fd, level, name, &v, sizeof v) < 0 ? neg_errno() : 0;
-}
-
-/* Options set before the socket existed; TCP_NODELAY on unless asked. */
-static int apply_stored_options(ur_channel *uc) {
-  if (!(uc->opts_set & (1u << OPT_NODELAY))) {
-    uc->opts[OPT_NODELAY] = 1;
-    uc->opts_set |= 1u << OPT_NODELAY;
-  }
-  static const weft_channel_option all[OPT_COUNT] = {
-      WEFT_OPT_TCP_NODELAY, WEFT_OPT_SO_SNDBUF, WEFT_OPT_SO_RCVBUF,
-      WEFT_OPT_SO_KEEPALIVE};
-  for (int i = 0; i < OPT_COUNT; i++) {
-    int idx, level, name;
-    if (!(uc->opts_set & (1u << i)) || !opt_index(all[i], &idx, &level, &name))
-      continue;
-    int err = setsockopt_int(uc->fd, level, name, uc->opts[idx]);
-    if (err < 0)
-      return err;
-  }
-  return 0;
-}
+static int channel_fd(const ur_channel *uc) { return uc->has_fd ? uc->fd : -1; }
 
 static int ur_set_option(weft_channel *ch, weft_channel_option opt, int64_t v) {
   if (fallback_tcp)
     return fb()->set_option(ch, opt, v);
   ur_channel *uc = ur_of(ch);
-  int idx, level, name;
-  if (!opt_index(opt, &idx, &level, &name))
-    return WEFT_ENOTSUP;
-  bool boolean = idx == OPT_NODELAY || idx == OPT_KEEPALIVE;
-  if (boolean ? (v != 0 && v != 1) : (v <= 0 || v > INT_MAX))
-    return WEFT_EINVAL;
-  if (uc->has_fd && uc->fd >= 0) {
-    int err = setsockopt_int(uc->fd, level, name, (int)v);
-    if (err < 0)
-      return err;
-  }
-  uc->opts[idx] = (int)v;
-  uc->opts_set |= 1u << idx;
-  return 0;
+  return weft_sockopts_set(&uc->opts, channel_fd(uc), opt, v);
 }
 
 static int ur_get_option(const weft_channel *ch, weft_channel_option opt,
@@ -989,31 +931,7 @@ static int ur_get_option(const weft_channel *ch, weft_channel_option opt,
   if (fallback_tcp)
     return fb()->get_option(ch, opt, v);
   const ur_channel *uc = ur_of(ch);
-  int idx, level, name;
-  if (!opt_index(opt, &idx, &level, &name))
-    return WEFT_ENOTSUP;
-  if (uc->has_fd && uc->fd >= 0) {
-    int val = 0;
-    socklen_t len = sizeof val;
-    if (getsockopt(uc->fd, level, name, &val, &len) < 0)
-      return neg_errno();
-    *v = idx == OPT_NODELAY || idx == OPT_KEEPALIVE ? val != 0 : val;
-    return 0;
-  }
-  if (uc->opts_set & (1u << idx)) {
-    *v = uc->opts[idx];
-    return 0;
-  }
-  switch (idx) {
-  case OPT_NODELAY:
-    *v = 1;
-    return 0;
-  case OPT_KEEPALIVE:
-    *v = 0;
-    return 0;
-  default:
-    return WEFT_ENOTCONN;
-  }
+  return weft_sockopts_get(&uc->opts, channel_fd(uc), opt, v);
 }
 
 /* ---- helpers for channel requests ---- */
@@ -1414,7 +1332,7 @@ static int channel_take_fd(weft_channel *ch, int fd) {
   uc->op_recv.kind = UR_OP_RECV;
   uc->op_plain.kind = UR_OP_PLAIN_RECV;
   uc->op_connect.kind = UR_OP_CONNECT;
-  return apply_stored_options(uc);
+  return weft_sockopts_apply(&uc->opts, uc->fd);
 }
 
 static int ur_adopt(weft_channel *ch, intptr_t handle) {
