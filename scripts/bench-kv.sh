@@ -22,7 +22,7 @@ wpid=$!
 redis-server --port $RPORT --save "" --appendonly no --daemonize no \
   --loglevel warning >/dev/null &
 rpid=$!
-trap 'kill $wpid $rpid 2>/dev/null; wait 2>/dev/null' EXIT
+trap 'kill $wpid $rpid 2>/dev/null || true; wait 2>/dev/null || true' EXIT
 sleep 1
 out=$(mktemp -d)
 configs=("-P 1 -c 1 -n 20000" "-P 1 -c 50 -n 100000" "-P 16 -c 50 -n 400000")

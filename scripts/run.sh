@@ -15,7 +15,7 @@ log=$(mktemp)
 "$bin/weft-kv-server" -o loop.loops=1 -o kv.rpc_listen=127.0.0.1:0 \
   -o kv.resp_listen=127.0.0.1:0 "$@" 2>"$log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
+trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
 uri=""
 for _ in $(seq 100); do
   uri=$(sed -n 's/^weft-kv-server: rpc on \(.*\)$/\1/p' "$log")

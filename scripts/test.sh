@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds weft and runs every test: the normal build (warnings are errors) and
 # an install check, then the same suite under ASan+UBSan, the cross-thread
-# tests under TSan, the verbs tests in a Soft-RoCE VM, bounded fuzzing of
-# every decoder, and a clang-format check.
+# tests under TSan, the verbs tests in a Soft-RoCE VM, the README's main job
+# (scripts/run.sh), bounded fuzzing of every decoder, and a clang-format
+# check.
 # Usage: scripts/test.sh [--quick]   (--quick: the normal build only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +39,9 @@ if [ "${1:-}" != "--quick" ]; then
   # running the normal build's verbs tests. Fails loudly if the VM cannot boot.
   echo "=== weft tests: verbs in a Soft-RoCE VM ==="
   scripts/test-verbs-vm.sh build/default
+  # The README's main job, as a user runs it: it must exit 0.
+  echo "=== weft tests: the main job (scripts/run.sh) ==="
+  scripts/run.sh
   # Decoder fuzzing: each libFuzzer target for a bounded time under
   # ASan+UBSan, starting from its seed corpus (copied: findings stay out
   # of the tree). WEFT_FUZZ_SECONDS overrides the 20 s per target.

@@ -11,7 +11,7 @@ fi
 log=$(mktemp)
 "$server" -o loop.loops=2 -o kv.rpc_listen= -o kv.resp_listen=127.0.0.1:0 2>"$log" &
 pid=$!
-trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$log"' EXIT
+trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -f "$log"' EXIT
 port=""
 for _ in $(seq 50); do
   port=$(sed -n 's/.*resp on tcp:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log")
