@@ -62,7 +62,6 @@
  * This plugin uses the public headers only, as an out-of-tree plugin would.
  */
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -1426,33 +1425,6 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
   free(tl);
 }
 
-/* ---- addresses ---- */
-
-/* Resolves host:port to the first address (numeric first: never blocks;
- * a name goes through the system resolver). */
-static int resolve(const weft_endpoint *ep, bool passive,
-                   struct sockaddr_storage *out, socklen_t *out_len) {
-  char port[8];
-  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
-  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                           .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
-                                       (passive ? AI_PASSIVE : 0)};
-  struct addrinfo *res;
-  int rc = getaddrinfo(host, port, &hints, &res);
-  if (rc == EAI_NONAME && host != NULL) {
-    hints.ai_flags &= ~AI_NUMERICHOST;
-    rc = getaddrinfo(host, port, &hints, &res);
-  }
-  if (rc != 0)
-    return rc == EAI_MEMORY ? WEFT_ENOMEM : WEFT_EADDRNOTAVAIL;
-  memcpy(out, res->ai_addr, res->ai_addrlen);
-  *out_len = res->ai_addrlen;
-  freeaddrinfo(res);
-  return 0;
-}
-
 /* ---- listeners ---- */
 
 /* Whether this UCX can accept a listener's connection request on another
@@ -1484,7 +1456,7 @@ static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
     return err;
   struct sockaddr_storage ss;
   socklen_t sl;
-  err = resolve(ep, true, &ss, &sl);
+  err = weft_endpoint_resolve_first(ep, true, &ss, &sl);
   if (err < 0)
     return err;
   ucx_listener *uln = calloc(1, sizeof *uln);
@@ -1598,7 +1570,7 @@ static void ucx_discard(intptr_t handle) { (void)handle; }
 static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
   struct sockaddr_storage ss;
   socklen_t sl;
-  int err = resolve(ep, false, &ss, &sl);
+  int err = weft_endpoint_resolve_first(ep, false, &ss, &sl);
   if (err < 0)
     return err;
   ucp_ep_params_t params = {

@@ -50,7 +50,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -115,30 +114,6 @@ static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
 
 /* rdma_cm calls return -1 and set errno; some providers leave errno 0. */
 static int cm_err(void) { return errno > 0 ? -errno : WEFT_EIO; }
-
-/* Numeric hosts first; names through the system resolver (blocks the loop,
- * as tcp's does). */
-static int resolve(const weft_endpoint *ep, bool passive,
-                   struct sockaddr_storage *out) {
-  char port[8];
-  snprintf(port, sizeof port, "%u", (unsigned)ep->port);
-  const char *host = ep->host[0] != '\0' ? ep->host : NULL;
-  struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                           .ai_socktype = SOCK_STREAM,
-                           .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST |
-                                       (passive ? AI_PASSIVE : 0)};
-  struct addrinfo *res;
-  int rc = getaddrinfo(host, port, &hints, &res);
-  if (rc == EAI_NONAME && host != NULL) {
-    hints.ai_flags &= ~AI_NUMERICHOST;
-    rc = getaddrinfo(host, port, &hints, &res);
-  }
-  if (rc != 0)
-    return rc == EAI_MEMORY ? WEFT_ENOMEM : WEFT_EADDRNOTAVAIL;
-  memcpy(out, res->ai_addr, res->ai_addrlen);
-  freeaddrinfo(res);
-  return 0;
-}
 
 /* What a failed work completion means for the channel. */
 static int wc_status_to_weft(enum ibv_wc_status s) {
@@ -1205,7 +1180,7 @@ static int verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
   if (vl == NULL)
     return err;
   struct sockaddr_storage dst;
-  err = resolve(ep, false, &dst);
+  err = weft_endpoint_resolve_first(ep, false, &dst, NULL);
   if (err < 0)
     return err;
   vc_init(vc, ch, vl);
@@ -1441,7 +1416,7 @@ static int verbs_listen(weft_listener *l, const weft_endpoint *ep,
   if (vl == NULL)
     return err;
   struct sockaddr_storage addr;
-  err = resolve(ep, true, &addr);
+  err = weft_endpoint_resolve_first(ep, true, &addr, NULL);
   if (err < 0)
     return err;
   verbs_listener *vls = calloc(1, sizeof *vls);
