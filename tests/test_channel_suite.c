@@ -703,6 +703,58 @@ START_TEST(channel_socket_options_reach_the_socket) {
 }
 END_TEST
 
+/* ---- addresses ---- */
+
+typedef struct addr_seen {
+  char remote[80], local[80];
+  atomic_int status; /* PENDING until the callback filled the strings */
+} addr_seen;
+
+static void addr_connected(weft_channel *ch, int status, void *arg) {
+  addr_seen *seen = arg;
+  if (status == 0) {
+    int rc = weft_channel_remote_address(ch, seen->remote, sizeof seen->remote);
+    if (rc == 0)
+      rc = weft_channel_local_address(ch, seen->local, sizeof seen->local);
+    status = rc;
+  }
+  atomic_store(&seen->status, status);
+}
+
+START_TEST(channel_addresses_and_address_in_use) {
+  SKIP_UNLESS(transport_speaks_tcp());
+  fixture f;
+  server_start(&f, "wt-addr");
+
+  /* A second listener on the bound port is refused, and says why. */
+  weft_server_bootstrap sb = {.group = f.group,
+                              .listen = f.uri,
+                              .child_init = echo_init,
+                              .child_init_arg = &f.st};
+  weft_channel_config_init(&sb.child_options);
+  weft_server *second = NULL;
+  ck_assert_int_eq(weft_server_bind(&second, &sb), WEFT_EADDRINUSE);
+
+  addr_seen seen = {.status = PENDING};
+  weft_bootstrap b = {.group = f.group,
+                      .connect = f.uri,
+                      .init = sockopt_client_init,
+                      .on_connect = addr_connected,
+                      .connect_arg = &seen};
+  weft_channel_config_init(&b.options);
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  ASSERT_EVENTUALLY(ldi(&seen.status) != PENDING, 10000);
+  ck_assert_int_eq(ldi(&seen.status), 0);
+  char want[80];
+  snprintf(want, sizeof want, "127.0.0.1:%u", (unsigned)f.port);
+  ck_assert_str_eq(seen.remote, want);
+  ck_assert_msg(strncmp(seen.local, "127.0.0.1:", 10) == 0 &&
+                    strcmp(seen.local, want) != 0,
+                "local address %s", seen.local);
+  fixture_stop(&f);
+}
+END_TEST
+
 /* ---- connect refused ---- */
 
 START_TEST(channel_connect_refused_reports_econnrefused) {
@@ -1113,6 +1165,7 @@ Suite *weft_test_suite(void) {
   tcase_add_test(life, channel_reset_midstream_closes_only_that_channel);
   tcase_add_test(life, channel_connect_refused_reports_econnrefused);
   tcase_add_test(life, channel_socket_options_reach_the_socket);
+  tcase_add_test(life, channel_addresses_and_address_in_use);
   tcase_add_test(life, channel_idle_server_sleeps);
   tcase_add_test(life, channel_write_promise_completes_after_flush);
   tcase_add_test(life, channel_write_after_close_fails_eclosed);

@@ -124,6 +124,27 @@ int weft_endpoint_resolve_first(const weft_endpoint *ep, bool passive,
 int weft_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
 
 /**
+ * For socket-backed transport plugins (tcp, uring): resolves `ep` as
+ * weft_endpoint_resolve does (passive; BLOCKS on host names) and listens
+ * on the first address that takes it: a SOCK_STREAM socket with
+ * `type_flags` added to its type (SOCK_NONBLOCK, SOCK_CLOEXEC), SO_REUSEADDR,
+ * bound, listening with `backlog`. Returns 0 with the socket in `*fd` (the
+ * caller's to close), or the resolver's error, or the last address's
+ * socket/bind/listen error (-errno, e.g. WEFT_EADDRINUSE), or
+ * WEFT_EADDRNOTAVAIL. Any thread.
+ */
+int weft_socket_listen(const weft_endpoint *ep, int backlog, int type_flags,
+                       int *fd);
+
+/**
+ * Writes the peer's (`peer`) or the local address of socket `fd` as text,
+ * as weft_sockaddr_format does ("127.0.0.1:41234"). Returns 0, the
+ * getpeername/getsockname error (-errno: WEFT_ENOTCONN before a connection
+ * completes), or weft_sockaddr_format's. Any thread.
+ */
+int weft_socket_address(int fd, bool peer, char *buf, size_t len);
+
+/**
  * The socket options of a socket-backed channel, for transport plugins
  * (tcp, uring): TCP_NODELAY, SO_SNDBUF, SO_RCVBUF and SO_KEEPALIVE. An
  * option set before the socket exists is stored and applied by

@@ -297,43 +297,15 @@ static void listener_event(tcp_listener *tln) {
   }
 }
 
-/* Creates, binds and starts listening on one resolved address. */
-static int listen_socket(const struct addrinfo *ai, int backlog, int *out) {
-  int one = 1, err;
-  int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                  ai->ai_protocol);
-  if (fd < 0)
-    return neg_errno();
-  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
-    goto failed;
-  if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0)
-    goto failed;
-  if (listen(fd, backlog) < 0)
-    goto failed;
-  *out = fd;
-  return 0;
-failed:
-  err = neg_errno();
-  close(fd);
-  return err;
-}
-
 static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   int err = 0;
   tcp_loop *tl = loop_state_of(weft_listener_loop(l), &err);
   if (tl == NULL)
     return err;
-  struct addrinfo *res;
-  err = weft_endpoint_resolve(ep, true, &res);
+  int fd;
+  err = weft_socket_listen(ep, backlog, SOCK_NONBLOCK | SOCK_CLOEXEC, &fd);
   if (err < 0)
     return err;
-  int fd = -1;
-  for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
-    if ((err = listen_socket(ai, backlog, &fd)) == 0)
-      break;
-  freeaddrinfo(res);
-  if (fd < 0)
-    return err < 0 ? err : WEFT_EADDRNOTAVAIL;
 
   tcp_listener *tln = calloc(1, sizeof *tln);
   if (tln == NULL) {
@@ -385,11 +357,7 @@ static int tcp_listen_address(weft_listener *l, char *buf, size_t len) {
   tcp_listener *tln = weft_listener_priv(l);
   if (tln == NULL || tln->io.fd < 0)
     return WEFT_ECLOSED;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  if (getsockname(tln->io.fd, (struct sockaddr *)&ss, &sl) < 0)
-    return neg_errno();
-  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
+  return weft_socket_address(tln->io.fd, false, buf, len);
 }
 
 /* ---- socket options ---- */
@@ -729,13 +697,7 @@ static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
   const tcp_channel *tc = tcp_of(ch);
   if (!tc->has_fd || tc->io.fd < 0)
     return WEFT_ENOTCONN;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  int rc = peer ? getpeername(tc->io.fd, (struct sockaddr *)&ss, &sl)
-                : getsockname(tc->io.fd, (struct sockaddr *)&ss, &sl);
-  if (rc < 0)
-    return neg_errno();
-  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
+  return weft_socket_address(tc->io.fd, peer, buf, len);
 }
 
 static int tcp_remote_address(const weft_channel *ch, char *buf, size_t len) {

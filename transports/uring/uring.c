@@ -805,22 +805,6 @@ static void accept_done(ur_listener *ln, int32_t res, uint32_t flags) {
   }
 }
 
-static int listen_socket(const struct addrinfo *ai, int backlog, int *out) {
-  int one = 1, err;
-  int fd =
-      socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-  if (fd < 0)
-    return neg_errno();
-  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
-      bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
-    err = neg_errno();
-    close(fd);
-    return err;
-  }
-  *out = fd;
-  return 0;
-}
-
 static int ur_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   if (fallback_tcp)
     return fb()->listen(l, ep, backlog);
@@ -828,17 +812,10 @@ static int ur_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   ur_loop *ul = loop_state_of(weft_listener_loop(l), &err);
   if (ul == NULL)
     return err;
-  struct addrinfo *res;
-  err = weft_endpoint_resolve(ep, true, &res);
+  int fd;
+  err = weft_socket_listen(ep, backlog, SOCK_CLOEXEC, &fd);
   if (err < 0)
     return err;
-  int fd = -1;
-  for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
-    if ((err = listen_socket(ai, backlog, &fd)) == 0)
-      break;
-  freeaddrinfo(res);
-  if (fd < 0)
-    return err < 0 ? err : WEFT_EADDRNOTAVAIL;
   ur_listener *ln = calloc(1, sizeof *ln);
   if (ln == NULL) {
     close(fd);
@@ -908,11 +885,7 @@ static int ur_listen_address(weft_listener *l, char *buf, size_t len) {
   ur_listener *ln = weft_listener_priv(l);
   if (ln == NULL || ln->fd < 0)
     return WEFT_ECLOSED;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  if (getsockname(ln->fd, (struct sockaddr *)&ss, &sl) < 0)
-    return neg_errno();
-  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
+  return weft_socket_address(ln->fd, false, buf, len);
 }
 
 /* ---- socket options ---- */
@@ -1457,13 +1430,7 @@ static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
   const ur_channel *uc = ur_of(ch);
   if (!uc->has_fd || uc->fd < 0)
     return WEFT_ENOTCONN;
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  int rc = peer ? getpeername(uc->fd, (struct sockaddr *)&ss, &sl)
-                : getsockname(uc->fd, (struct sockaddr *)&ss, &sl);
-  if (rc < 0)
-    return neg_errno();
-  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
+  return weft_socket_address(uc->fd, peer, buf, len);
 }
 
 static int ur_remote_address(const weft_channel *ch, char *buf, size_t len) {

@@ -1,11 +1,15 @@
-/* Socket options for socket-backed transports (tcp, uring): set now when
- * the socket exists, stored until it does (weft_sockopts in transport.h). */
+/* Helpers for socket-backed transports (tcp, uring), declared in
+ * transport.h: a listening socket for an endpoint, a socket's addresses as
+ * text, and socket options (set now when the socket exists, stored until it
+ * does). */
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <weft/error.h>
 #include <weft/transport.h>
@@ -35,6 +39,54 @@ static bool lookup(weft_channel_option opt, int *idx, int *level, int *name) {
 static bool is_boolean(int idx) { return idx == NODELAY || idx == KEEPALIVE; }
 
 static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
+
+/* ---- listening ---- */
+
+/* Creates, binds and starts listening on one resolved address. */
+static int listen_one(const struct addrinfo *ai, int backlog, int type_flags,
+                      int *out) {
+  int one = 1, err;
+  int fd = socket(ai->ai_family, ai->ai_socktype | type_flags, ai->ai_protocol);
+  if (fd < 0)
+    return neg_errno();
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+      bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+    err = neg_errno();
+    close(fd);
+    return err;
+  }
+  *out = fd;
+  return 0;
+}
+
+int weft_socket_listen(const weft_endpoint *ep, int backlog, int type_flags,
+                       int *fd) {
+  struct addrinfo *res;
+  int err = weft_endpoint_resolve(ep, true, &res);
+  if (err < 0)
+    return err;
+  int got = -1;
+  for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+    if ((err = listen_one(ai, backlog, type_flags, &got)) == 0)
+      break;
+  freeaddrinfo(res);
+  if (got < 0)
+    return err < 0 ? err : WEFT_EADDRNOTAVAIL;
+  *fd = got;
+  return 0;
+}
+
+int weft_socket_address(int fd, bool peer, char *buf, size_t len) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  int rc = peer ? getpeername(fd, (struct sockaddr *)&ss, &sl)
+                : getsockname(fd, (struct sockaddr *)&ss, &sl);
+  if (rc < 0)
+    return neg_errno();
+  return weft_sockaddr_format((struct sockaddr *)&ss, buf, len);
+}
+
+/* ---- options ---- */
 
 static int setsockopt_int(int fd, int level, int name, int v) {
   return setsockopt(fd, level, name, &v, sizeof v) < 0 ? neg_errno() : 0;
