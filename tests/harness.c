@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <weft/log.h>
 
@@ -53,4 +54,35 @@ int main(void) {
   int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+uint64_t th_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void th_sleep_ms(unsigned ms) {
+  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+const char *th_transport_name(void) {
+  const char *t = getenv("WEFT_TEST_TRANSPORT");
+  return t != NULL && t[0] != '\0' ? t : "tcp";
+}
+
+const char *th_test_host(void) {
+  const char *h = getenv("WEFT_TEST_HOST");
+  return h != NULL && h[0] != '\0' ? h : "127.0.0.1";
+}
+
+double th_test_scale(void) {
+  const char *s = getenv("WEFT_TEST_SCALE");
+  double v = s != NULL ? atof(s) : 1.0;
+  return v > 0 ? v : 1.0;
+}
+
+int th_suite_loops(void) {
+  return strcmp(th_transport_name(), "ucx") == 0 ? 1 : 2;
 }

@@ -5,7 +5,9 @@
 #define WEFT_TESTS_HARNESS_H
 
 #include <check.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /** Each test program returns its suite here. */
 Suite *weft_test_suite(void);
@@ -18,5 +20,45 @@ void th_log_capture_stop(void);
 int th_log_count(const char *needle);
 /** All captured messages, one per line (valid until the next capture). */
 const char *th_log_text(void);
+
+/* ---- time ---- */
+
+/** CLOCK_MONOTONIC in milliseconds. */
+uint64_t th_now_ms(void);
+/** Sleeps `ms` milliseconds. */
+void th_sleep_ms(unsigned ms);
+
+/* Polls `cond` every millisecond for up to `ms`; true if it became true. */
+#define WAIT_UNTIL(cond, ms)                                                   \
+  ({                                                                           \
+    uint64_t deadline_ = th_now_ms() + (ms);                                   \
+    bool ok_;                                                                  \
+    while (!(ok_ = (cond)) && th_now_ms() < deadline_)                         \
+      th_sleep_ms(1);                                                          \
+    ok_;                                                                       \
+  })
+
+#define ASSERT_EVENTUALLY(cond, ms)                                            \
+  ck_assert_msg(WAIT_UNTIL(cond, ms), "timed out after %d ms waiting for %s",  \
+                (int)(ms), #cond)
+
+/* ---- the environment of the per-transport suites ---- */
+
+/** WEFT_TEST_TRANSPORT, default "tcp". */
+const char *th_transport_name(void);
+/** The address servers listen on: WEFT_TEST_HOST, default 127.0.0.1 (RoCE
+ *  has no loopback: the verbs VM sets the address rxe0 sits on). */
+const char *th_test_host(void);
+/** WEFT_TEST_SCALE, a multiplier for the work of long tests (< 1 under
+ *  emulation or sanitizers), default 1. */
+double th_test_scale(void);
+/**
+ * Loops in a suite's group: 2, or 1 for UCX. UCX before 1.18 can abort when
+ * one process churns connections on several workers (docs/ucx.md: the
+ * server keeps accepted UCX channels on the listener's loop, and in-process
+ * clients on another loop would still share fd numbers with it); test_ucx
+ * covers a multi-loop UCX server with clients in another process.
+ */
+int th_suite_loops(void);
 
 #endif

@@ -39,45 +39,17 @@
 
 /* ---- environment ---- */
 
-static const char *transport_name(void) {
-  const char *t = getenv("WEFT_TEST_TRANSPORT");
-  return t != NULL && t[0] != '\0' ? t : "tcp";
-}
-
-/* Loops in the suite's group. UCX before 1.18 can abort when one process
- * churns connections on several workers (docs/ucx.md: the server keeps
- * accepted UCX channels on the listener's loop, and in-process clients on
- * another loop would still share fd numbers with it), so UCX runs on one;
- * test_ucx covers a multi-loop UCX server with clients in another process. */
-static int suite_loops(void) {
-  return strcmp(transport_name(), "ucx") == 0 ? 1 : 2;
-}
-
-/* The address servers listen on: WEFT_TEST_HOST, default 127.0.0.1. RoCE
- * has no loopback, so the verbs run in the VM sets the address of the
- * interface rxe0 sits on. */
-static const char *test_host(void) {
-  const char *h = getenv("WEFT_TEST_HOST");
-  return h != NULL && h[0] != '\0' ? h : "127.0.0.1";
-}
-
-static double test_scale(void) {
-  const char *s = getenv("WEFT_TEST_SCALE");
-  double v = s != NULL ? atof(s) : 1.0;
-  return v > 0 ? v : 1.0;
-}
-
 /* Tests that talk to weft with plain kernel sockets on the other end need
  * a transport that is TCP on the wire (tcp, uring): SOCKET_OPTS says so. */
 static bool transport_speaks_tcp(void) {
   const weft_transport_ops *ops =
-      weft_transport_find(transport_name(), NULL, 0);
+      weft_transport_find(th_transport_name(), NULL, 0);
   return ops != NULL && (ops->caps & WEFT_TRANSPORT_CAP_SOCKET_OPTS);
 }
 
 static bool transport_has(uint32_t cap) {
   const weft_transport_ops *ops =
-      weft_transport_find(transport_name(), NULL, 0);
+      weft_transport_find(th_transport_name(), NULL, 0);
   return ops != NULL && (ops->caps & cap);
 }
 
@@ -85,43 +57,16 @@ static bool transport_has(uint32_t cap) {
   do {                                                                         \
     if (!(cond)) {                                                             \
       fprintf(stderr, "%s: skipped on transport %s (needs %s)\n", __func__,    \
-              transport_name(), #cond);                                        \
+              th_transport_name(), #cond);                                     \
       return;                                                                  \
     }                                                                          \
   } while (0)
-
-/* ---- time ---- */
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms) {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-/* Polls `cond` every millisecond for up to `ms`; true if it became true. */
-#define WAIT_UNTIL(cond, ms)                                                   \
-  ({                                                                           \
-    uint64_t deadline_ = now_ms() + (ms);                                      \
-    bool ok_;                                                                  \
-    while (!(ok_ = (cond)) && now_ms() < deadline_)                            \
-      sleep_ms(1);                                                             \
-    ok_;                                                                       \
-  })
 
 /* Typed loads for assertions: functions, not macros, so a failing Check
  * assertion prints "ldi(&p.closed) == 1" rather than the atomic's expansion. */
 static int ldi(atomic_int *p) { return atomic_load(p); }
 static size_t ldz(atomic_size_t *p) { return atomic_load(p); }
 static long long ldll(atomic_llong *p) { return atomic_load(p); }
-
-#define ASSERT_EVENTUALLY(cond, ms)                                            \
-  ck_assert_msg(WAIT_UNTIL(cond, ms), "timed out after %d ms waiting for %s",  \
-                (int)(ms), #cond)
 
 /* ---- the seeded byte stream ----
  * Byte i of stream `seed` is byte (i % 8) of splitmix64(seed, i / 8): any
@@ -258,7 +203,7 @@ typedef struct fixture {
 static void group_start(fixture *f, const char *name) {
   weft_loop_options opts;
   weft_loop_options_init(&opts);
-  opts.n_loops = suite_loops();
+  opts.n_loops = th_suite_loops();
   opts.name = name;
   ck_assert_int_eq(weft_loop_group_new(&f->group, &opts), 0);
   ck_assert_int_eq(weft_loop_group_start(f->group), 0);
@@ -268,7 +213,8 @@ static void server_start(fixture *f, const char *name) {
   memset(f, 0, sizeof *f);
   group_start(f, name);
   char listen[64];
-  snprintf(listen, sizeof listen, "%s://%s:0", transport_name(), test_host());
+  snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
+           th_test_host());
   weft_server_bootstrap sb = {.group = f->group,
                               .listen = listen,
                               .child_init = echo_init,
@@ -511,7 +457,7 @@ START_TEST(channel_echo_10mb_two_clients) { run_echo("wt-echo2", 2, 10 * MIB); }
 END_TEST
 
 START_TEST(channel_echo_10mb_100_clients) {
-  size_t bytes = (size_t)(10.0 * MIB * test_scale());
+  size_t bytes = (size_t)(10.0 * MIB * th_test_scale());
   run_echo("wt-echo100", 100, bytes > 0 ? bytes : 1);
 }
 END_TEST
@@ -670,7 +616,7 @@ START_TEST(channel_socket_options_reach_the_socket) {
     atomic_init(all[i], -100);
 
   char listen[64];
-  snprintf(listen, sizeof listen, "%s://127.0.0.1:0", transport_name());
+  snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
   weft_server_bootstrap sb = {.group = f.group,
                               .listen = listen,
                               .child_init = sockopt_server_init,
@@ -766,7 +712,7 @@ START_TEST(channel_connect_refused_reports_econnrefused) {
   int lfd = raw_listen(&port);
   close(lfd); /* nothing listens on `port` now */
   char uri[64];
-  snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", transport_name(),
+  snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", th_transport_name(),
            (unsigned)port);
   stream_client c;
   client_setup(&c, 1, 1);
@@ -826,7 +772,7 @@ START_TEST(channel_idle_server_sleeps) {
   for (int i = 0; i < CONNS; i++)
     fds[i] = raw_connect(f.port);
   ASSERT_EVENTUALLY(ldi(&f.st.active) == CONNS, 20000);
-  sleep_ms(200); /* let the accept burst settle */
+  th_sleep_ms(200); /* let the accept burst settle */
 
   weft_loop_stats before[2], after[2];
   int threads;
@@ -834,18 +780,18 @@ START_TEST(channel_idle_server_sleeps) {
     weft_loop_stats_get(weft_loop_group_get(f.group, i), &before[i]);
   long cpu_before = threads_cpu_ticks("wtidle", &threads);
   ck_assert_int_eq(threads, 2);
-  uint64_t t0 = now_ms();
+  uint64_t t0 = th_now_ms();
   /* A task now and then wakes each loop: an idle loop must go back to
    * sleep after each, not spin. */
   for (int p = 0; p < POKES; p++) {
-    sleep_ms(100);
+    th_sleep_ms(100);
     for (int i = 0; i < 2; i++)
       ck_assert_int_eq(
           weft_loop_execute(weft_loop_group_get(f.group, i), noop_task, NULL),
           0);
   }
-  sleep_ms(50);
-  double secs = (double)(now_ms() - t0) / 1000.0;
+  th_sleep_ms(50);
+  double secs = (double)(th_now_ms() - t0) / 1000.0;
   for (int i = 0; i < 2; i++)
     weft_loop_stats_get(weft_loop_group_get(f.group, i), &after[i]);
   long cpu = threads_cpu_ticks("wtidle", &threads) - cpu_before;
@@ -1108,7 +1054,7 @@ START_TEST(channel_half_close_peer_reads_eof_and_replies) {
   uint16_t port;
   int lfd = raw_listen(&port);
   char uri[64];
-  snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", transport_name(),
+  snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", th_transport_name(),
            (unsigned)port);
   probe p;
   probe_setup(&p, PROBE_HALF_CLOSE, MIB);
@@ -1151,7 +1097,7 @@ Suite *weft_test_suite(void) {
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
   char why[256] = "";
-  if (weft_transport_find(transport_name(), why, sizeof why) == NULL) {
+  if (weft_transport_find(th_transport_name(), why, sizeof why) == NULL) {
     printf("SKIP: %s\n", why);
     return s;
   }

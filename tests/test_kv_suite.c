@@ -32,55 +32,6 @@
 #define SEC 1000000000ull
 #define CALL_TIMEOUT (20 * SEC) /* a hung server fails the test, not CI */
 
-static const char *transport_name(void) {
-  const char *t = getenv("WEFT_TEST_TRANSPORT");
-  return t != NULL && t[0] != '\0' ? t : "tcp";
-}
-
-/* Loops in the suite's group. UCX before 1.18 can abort when one process
- * churns connections on several workers (docs/ucx.md: the server keeps
- * accepted UCX channels on the listener's loop, and in-process clients on
- * another loop would still share fd numbers with it), so UCX runs on one;
- * test_ucx covers a multi-loop UCX server with clients in another process. */
-static int suite_loops(void) {
-  return strcmp(transport_name(), "ucx") == 0 ? 1 : 2;
-}
-
-static const char *test_host(void) {
-  const char *h = getenv("WEFT_TEST_HOST");
-  return h != NULL && h[0] != '\0' ? h : "127.0.0.1";
-}
-
-static double test_scale(void) {
-  const char *s = getenv("WEFT_TEST_SCALE");
-  double v = s != NULL ? atof(s) : 1.0;
-  return v > 0 ? v : 1.0;
-}
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms) {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-#define WAIT_UNTIL(cond, ms)                                                   \
-  ({                                                                           \
-    uint64_t deadline_ = now_ms() + (ms);                                      \
-    bool ok_;                                                                  \
-    while (!(ok_ = (cond)) && now_ms() < deadline_)                            \
-      sleep_ms(1);                                                             \
-    ok_;                                                                       \
-  })
-
-#define ASSERT_EVENTUALLY(cond, ms)                                            \
-  ck_assert_msg(WAIT_UNTIL(cond, ms), "timed out after %d ms waiting for %s",  \
-                (int)(ms), #cond)
-
 static int ldi(atomic_int *p) { return atomic_load(p); }
 
 /* ---- fixture: a group, a server, a client ---- */
@@ -96,13 +47,14 @@ typedef struct fixture {
 static void group_start(fixture *f) {
   weft_loop_options lo;
   weft_loop_options_init(&lo);
-  lo.n_loops = suite_loops();
+  lo.n_loops = th_suite_loops();
   lo.busy_poll_us = 0; /* a shared machine: sleep when idle */
   lo.pin = false;
   ck_assert_int_eq(weft_loop_group_new(&f->group, &lo), 0);
   ck_assert_int_eq(weft_loop_group_start(f->group), 0);
   weft_config_init(&f->cfg);
-  snprintf(f->cfg.transport, sizeof f->cfg.transport, "%s", transport_name());
+  snprintf(f->cfg.transport, sizeof f->cfg.transport, "%s",
+           th_transport_name());
 }
 
 static void fixture_start(fixture *f) {
@@ -110,9 +62,9 @@ static void fixture_start(fixture *f) {
   group_start(f);
   kv_server_options o;
   kv_server_options_init(&o);
-  snprintf(o.rpc_listen, sizeof o.rpc_listen, "%s:0", test_host());
-  if (strcmp(transport_name(), "tcp") == 0)
-    snprintf(o.resp_listen, sizeof o.resp_listen, "%s:0", test_host());
+  snprintf(o.rpc_listen, sizeof o.rpc_listen, "%s:0", th_test_host());
+  if (strcmp(th_transport_name(), "tcp") == 0)
+    snprintf(o.resp_listen, sizeof o.resp_listen, "%s:0", th_test_host());
   else
     o.resp_listen[0] = '\0';
   ck_assert_int_eq(kv_server_start(&f->server, f->group, &f->cfg, &o), 0);
@@ -342,7 +294,7 @@ START_TEST(kv_random_ops_match_model) {
     snprintf(m.names[k], sizeof m.names[k], "k%d", k);
   /* WEFT_TEST_SCALE multiplies the work, as in the channel suite: the
    * verbs VM's 0.05 under emulation gives 200 operations. */
-  int ops = (int)(4000 * test_scale());
+  int ops = (int)(4000 * th_test_scale());
   if (ops < 200)
     ops = 200;
   for (int i = 0; i < ops; i++) {
@@ -523,7 +475,7 @@ static weft_server *sink_start(fixture *f, sink *s, char *uri, size_t len) {
   memset(f, 0, sizeof *f);
   group_start(f);
   char listen[128], ep[WEFT_CONFIG_URI_MAX + 32];
-  snprintf(listen, sizeof listen, "%s:0", test_host());
+  snprintf(listen, sizeof listen, "%s:0", th_test_host());
   ck_assert_int_eq(weft_config_endpoint(&f->cfg, listen, ep, sizeof ep), 0);
   weft_server_bootstrap sb = {.group = f->group,
                               .listen = ep,
@@ -760,7 +712,7 @@ Suite *weft_test_suite(void) {
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
   char why[256] = "";
-  if (weft_transport_find(transport_name(), why, sizeof why) == NULL) {
+  if (weft_transport_find(th_transport_name(), why, sizeof why) == NULL) {
     printf("SKIP: %s\n", why);
     return s;
   }

@@ -34,26 +34,6 @@ extern char **environ;
 #define HIGH_WATERMARK (64u * KIB) /* the channel default */
 #define TOTAL_BYTES (8u * 1024u * KIB)
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms) {
-  struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
-#define WAIT_UNTIL(cond, ms)                                                   \
-  ({                                                                           \
-    uint64_t deadline_ = now_ms() + (ms);                                      \
-    bool ok_;                                                                  \
-    while (!(ok_ = (cond)) && now_ms() < deadline_)                            \
-      sleep_ms(1);                                                             \
-    ok_;                                                                       \
-  })
-
 /* The vanishing peer runs these helpers outside any Check test, where a
  * Check assertion (even one that holds) exits the process. */
 static bool in_child;
@@ -291,7 +271,7 @@ START_TEST(ucx_slow_receiver_bounds_sender_and_loses_nothing) {
   ck_assert_int_eq(atomic_load(&fl.connect_status), 0);
 
   /* The reader does not read for 2 s: the flooder must stall. */
-  sleep_ms(2000);
+  th_sleep_ms(2000);
   size_t stalled_at = atomic_load(&fl.sent_pub);
   size_t bound = window_bytes() + HIGH_WATERMARK + WRITE_SIZE;
   ck_assert_int_eq(atomic_load(&fl.went_unwritable), 1);
@@ -352,7 +332,7 @@ static void vanishing_child(const char *uri) {
   atomic_init(&fl.connect_status, 1);
   flooder_connect(g, &fl, uri);
   WAIT_UNTIL(atomic_load(&fl.sent_pub) == 256u * KIB, 10000);
-  sleep_ms(200);
+  th_sleep_ms(200);
   kill(getpid(), SIGKILL);
 }
 

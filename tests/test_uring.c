@@ -65,21 +65,6 @@ static bool stream_ok(uint64_t off, const uint8_t *p, size_t n) {
   return true;
 }
 
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static bool wait_until(atomic_int *flag, unsigned ms) {
-  uint64_t end = now_ms() + ms;
-  while (!atomic_load(flag) && now_ms() < end) {
-    struct timespec ts = {.tv_nsec = 1000000};
-    nanosleep(&ts, NULL);
-  }
-  return atomic_load(flag) != 0;
-}
-
 /* ---- a server handler: hoards buffers, or echoes ---- */
 
 #define MAX_HELD 4096
@@ -239,7 +224,8 @@ START_TEST(uring_recv_holding_every_buffer_loses_no_byte) {
     write_all(fd, chunk, n);
   }
   close(fd);
-  ck_assert_msg(wait_until(&s->done, 30000), "the server saw no EOF");
+  ck_assert_msg(WAIT_UNTIL(atomic_load(&s->done) != 0, 30000),
+                "the server saw no EOF");
   server_stop(&sv);
 
   ck_assert_msg(!s->corrupt, "a received byte differs from the stream");
@@ -294,7 +280,8 @@ START_TEST(uring_send_zc_above_threshold_keeps_order) {
   server sv;
   server_start(&sv, s);
   echo_round_trip(&sv, 4 * MIB);
-  ck_assert_msg(wait_until(&s->done, 20000), "the server saw no EOF");
+  ck_assert_msg(WAIT_UNTIL(atomic_load(&s->done) != 0, 20000),
+                "the server saw no EOF");
   server_stop(&sv);
   /* Loopback copies anyway and says so; the channel then sends plainly. */
   ck_assert_uint_ge(s->at_end.zc_sends, 1);
@@ -357,7 +344,7 @@ static int child_fallback(void) {
   server sv;
   server_start(&sv, s);
   echo_round_trip(&sv, 256 * 1024);
-  if (!wait_until(&s->done, 20000))
+  if (!WAIT_UNTIL(atomic_load(&s->done) != 0, 20000))
     return CHILD_ECHO_FAILED;
   weft__uring_stats st;
   int rc = weft__uring_stats_get(weft_loop_group_get(sv.group, 0), &st);

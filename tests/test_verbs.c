@@ -38,17 +38,6 @@ static bool have_verbs(char *why, size_t len) {
   return weft_transport_find("verbs", why, len) != NULL;
 }
 
-static const char *test_host(void) {
-  const char *h = getenv("WEFT_TEST_HOST");
-  return h != NULL && h[0] != '\0' ? h : "127.0.0.1";
-}
-
-static uint64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static void sleep_us(long us) {
   struct timespec ts = {.tv_sec = us / 1000000,
                         .tv_nsec = (us % 1000000) * 1000};
@@ -244,7 +233,7 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   atomic_init(&c.connect_status, 1);
   weft_loop_group *g = group_start("wv-slow");
   char listen[300];
-  snprintf(listen, sizeof listen, "verbs://%s:0", test_host());
+  snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   weft_server_bootstrap sb = {.group = g,
                               .listen = listen,
                               .child_init = slow_init,
@@ -265,9 +254,9 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 
   long long total = (long long)SLOW_MESSAGES * SLOW_SIZE;
-  uint64_t deadline = now_ms() + 200000;
+  uint64_t deadline = th_now_ms() + 200000;
   while (atomic_load(&s.bytes) < total && atomic_load(&s.exceptions) == 0 &&
-         atomic_load(&c.exceptions) == 0 && now_ms() < deadline)
+         atomic_load(&c.exceptions) == 0 && th_now_ms() < deadline)
     sleep_us(10000);
   ck_assert_int_eq(ldi(&c.connect_status), 0);
   ck_assert_int_eq(ldi(&c.exceptions), 0);
@@ -398,7 +387,7 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   memset(&s, 0, sizeof s);
   weft_loop_group *g = group_start("wv-vanish");
   char listen[300];
-  snprintf(listen, sizeof listen, "verbs://%s:0", test_host());
+  snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   weft_server_bootstrap sb = {.group = g,
                               .listen = listen,
                               .child_init = survivor_init,
@@ -411,8 +400,8 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   ck_assert_int_eq(write(pfd[1], uri, strlen(uri)), (ssize_t)strlen(uri));
   close(pfd[1]);
 
-  uint64_t deadline = now_ms() + 60000;
-  while (atomic_load(&s.bytes) < 64 && now_ms() < deadline)
+  uint64_t deadline = th_now_ms() + 60000;
+  while (atomic_load(&s.bytes) < 64 && th_now_ms() < deadline)
     sleep_us(10000);
   ck_assert_int_eq(ldll(&s.bytes), 64);
   ck_assert_int_eq(ldi(&s.exceptions), 0);
@@ -421,8 +410,8 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   ck_assert_int_eq(waitpid(pid, &status, 0), pid);
   ck_assert(WIFSIGNALED(status));
 
-  deadline = now_ms() + 60000;
-  while (atomic_load(&s.inactive) == 0 && now_ms() < deadline)
+  deadline = th_now_ms() + 60000;
+  while (atomic_load(&s.inactive) == 0 && th_now_ms() < deadline)
     sleep_us(10000);
   ck_assert_int_eq(ldi(&s.inactive), 1);
   ck_assert_int_eq(ldi(&s.exceptions), 1);
