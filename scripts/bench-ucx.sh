@@ -16,11 +16,14 @@ BUILD=${1:-build-ucx}
 RUNS=${2:-5}
 PP="$BUILD/samples/bench/weft-pingpong"
 PEER="$BUILD/samples/bench/weft-ucx-peer"
-PORT=13400
+# A fresh port per run: each helper runs in a command substitution (a
+# subshell), so a counter would never advance, and a UCX listener cannot
+# reuse a port still in TIME_WAIT.
+new_port() { echo $((20000 + RANDOM % 20000)); }
 declare -A vals
 
 perftest() { # TLS TEST SIZE -> median column (lat: us one-way; bw: MB/s)
-  local tls=$1 test=$2 size=$3 port=$((PORT++))
+  local tls=$1 test=$2 size=$3 port=$(new_port)
   UCX_TLS=$tls ucx_perftest -p "$port" >/dev/null 2>&1 &
   local srv=$!
   sleep 0.3
@@ -43,7 +46,7 @@ weft() { # TLS MODE -> "p50_us msgs_per_s"
 
 peer() { # TLS MODE -> p50 round trip, us
   UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 60 "$PEER" -n 20000 \
-    -p $((20000 + RANDOM % 20000)) | sed -E 's/.*p50_us=([0-9.]+).*/\1/'
+    -p "$(new_port)" | sed -E 's/.*p50_us=([0-9.]+).*/\1/'
 }
 
 add() { vals[$1]="${vals[$1]:-} $2"; }
