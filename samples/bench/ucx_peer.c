@@ -8,7 +8,7 @@
  * (mt_workers_shared), one single-threaded worker per side, a sockaddr
  * listener and a client-server ep over UCX's connection manager, the error
  * mode from WEFT_TRANSPORT_UCX_ERROR_MODE (peer unless "none"), 16 B of data
- * behind a 32 B header (sizeof ucx_hdr) with UCP_AM_FLAG_WHOLE_MSG, and a
+ * behind a 12 B header (sizeof ucx_hdr) with UCP_AM_FLAG_WHOLE_MSG, and a
  * reply sent after ucp_worker_progress returned, never from inside the AM
  * callback. What it leaves out is weft: no loop, selector, pipeline,
  * buffers or flow control. ucx_perftest differs from both: no WAKEUP and an
@@ -39,7 +39,7 @@
 #include <ucp/api/ucp.h>
 
 #define AM_ID 0x77u
-#define HEADER_SIZE 32u /* sizeof(ucx_hdr) in transports/ucx */
+#define HEADER_SIZE 12u /* sizeof(ucx_hdr) in transports/ucx */
 #define DATA_SIZE 16u
 #define WARMUP 2000
 

@@ -42,9 +42,11 @@
  *
  * Send path: the flushed buffers are merged into one contiguous send of at
  * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
- * off once merged into one UCX send); a single large buffer is sent in
- * place (retained until UCX completes it). Send contexts and queue entries
- * are recycled through bounded per-loop free lists. Receive path: eager
+ * off once merged into one UCX send). Up to UCX_IMM_MAX bytes are first
+ * tried as an immediate send from the stack (send_imm); otherwise a single
+ * large buffer is sent in place (retained until UCX completes it) and
+ * smaller ones are merged into a pool buffer. Send contexts and queue
+ * entries are recycled through bounded per-loop free lists. Receive path: eager
  * data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a
  * weft_buf without a copy and handed back with ucp_am_data_release when the
  * last reference goes; other eager data is copied into a pool buffer;
@@ -85,10 +87,11 @@
 
 /* ---- tuning ---- */
 
-#define UCX_AM_ID 0x77u                    /* the one AM id weft uses */
-#define UCX_MAX_IOV 64                     /* buffers merged per send */
-#define UCX_SENDS_PER_FLUSH 64             /* sends before yielding */
-#define UCX_ZCOPY_MIN (16u * 1024u)        /* below: merge by copying */
+#define UCX_AM_ID 0x77u             /* the one AM id weft uses */
+#define UCX_MAX_IOV 64              /* buffers merged per send */
+#define UCX_SENDS_PER_FLUSH 64      /* sends before yielding */
+#define UCX_ZCOPY_MIN (16u * 1024u) /* below: merge by copying */
+#define UCX_IMM_MAX 1024u           /* bytes first tried as an immediate send */
 #define UCX_DEFAULT_WINDOW (1024u * 1024u) /* bytes in flight per channel */
 #define UCX_DEFAULT_MAX_MESSAGE                                                \
   (64u * 1024u)                           /* bytes per DATA message: one       \
@@ -267,6 +270,7 @@ static int setting_set(const char *key, const char *value, char *why,
     if (err < 0)
       snprintf(why, why_len, "bytes, or auto (UCX_RNDV_THRESH)");
   } else if (strcmp(key, "window") == 0) {
+    /* credit travels in 32 bits (ucx_hdr) */
     err = parse_size(value, 4096, (size_t)1 << 30, &settings.window);
     if (err < 0)
       snprintf(why, why_len, "bytes per channel in flight, 4096 .. 2^30");
@@ -322,17 +326,38 @@ enum ucx_msg {
   UMSG_FIN
 };
 
-/* Host byte order: both ends run this code on the same kind of host (UCX
- * itself does not mix endianness either). */
+/* The header of every message: 12 bytes, host byte order (both ends run
+ * this code on the same kind of host; UCX itself does not mix endianness
+ * either). It is this small because on UCX 1.13's shared-memory lanes a
+ * 16 B message round trip took 0.84 us with a header of up to 12 B and
+ * 1.0 us from 16 B on (weft-ucx-peer, docs/benchmarks.md): a user header
+ * plus data of at most 28 B is cheaper to move, and every byte of header
+ * rides on every message anyway. */
 typedef struct ucx_hdr {
-  uint32_t type;    /* enum ucx_msg */
-  uint32_t dst;     /* receiver's slot (not in HELLO) */
-  uint32_t dst_gen; /* its generation: a stale message is dropped */
-  uint32_t seq;     /* DATA, FIN: order in the channel */
-  uint32_t src;     /* HELLO, HELLO_ACK: the sender's slot */
-  uint32_t src_gen;
-  uint64_t credit; /* bytes granted to the receiver of this message */
+  uint32_t to;     /* type and the receiver's slot: slot_ref() */
+  uint32_t seq;    /* DATA, FIN: order in the channel; HELLO, HELLO_ACK:
+                      the sender's slot, slot_ref() with type 0 */
+  uint32_t credit; /* bytes granted to the receiver of this message
+                      (HELLO, HELLO_ACK: the whole window) */
 } ucx_hdr;
+
+/* A slot reference packs a message type (4 bits), a slot generation (the
+ * low 8 bits) and a slot index (20 bits) into 32. Freed slots are reused
+ * last (a FIFO), so a stale message meets the same 8-bit generation only
+ * after 256 reuses of every other free slot in between. */
+#define UCX_SLOT_BITS 20u
+#define UCX_MAX_SLOTS (1u << UCX_SLOT_BITS) /* channels per loop */
+#define UCX_GEN_MASK 0xffu
+
+static uint32_t slot_ref(uint32_t type, uint32_t id, uint32_t gen) {
+  return type << 28 | (gen & UCX_GEN_MASK) << UCX_SLOT_BITS | id;
+}
+
+static uint32_t ref_type(uint32_t ref) { return ref >> 28; }
+static uint32_t ref_id(uint32_t ref) { return ref & (UCX_MAX_SLOTS - 1); }
+static uint32_t ref_gen(uint32_t ref) {
+  return (ref >> UCX_SLOT_BITS) & UCX_GEN_MASK;
+}
 
 /* ---- per-loop and per-channel state ---- */
 
@@ -351,6 +376,7 @@ typedef struct ucx_channel ucx_channel;
  * UCX_CLOSE_WAIT_NS passed, and only then is closed. */
 typedef struct ucx_epr {
   ucp_ep_h ep;
+  ucx_channel *uc;      /* its open channel; NULL once that closed */
   size_t n_ops;         /* requests on it whose callbacks did not run */
   bool force;           /* close by force (peer error handling only) */
   bool keep;            /* not closed: ucp_worker_destroy releases it */
@@ -429,7 +455,7 @@ struct ucx_loop {
   ucx_settings cfg;
   ucx_slot *slots;
   uint32_t n_slots;
-  uint32_t free_head; /* UINT32_MAX = none */
+  uint32_t free_head, free_tail; /* FIFO of free slots; UINT32_MAX = none */
   ucx_channel *pend_head, *pend_tail;
   size_t n_pend;
   void **closing; /* ucp_ep_close_nbx requests in flight */
@@ -565,17 +591,25 @@ static bool channel_active(const ucx_channel *uc) {
 static int slot_take(ucx_loop *tl, ucx_channel *uc) {
   if (tl->free_head == UINT32_MAX) {
     uint32_t n = tl->n_slots ? tl->n_slots * 2 : 64;
+    if (n > UCX_MAX_SLOTS || n <= tl->n_slots) {
+      weft_log(WEFT_LOG_WARN, "ucx: more than %u channels on one loop",
+               UCX_MAX_SLOTS);
+      return WEFT_ENOBUFS;
+    }
     ucx_slot *s = realloc(tl->slots, n * sizeof *s);
     if (s == NULL)
       return WEFT_ENOMEM;
     for (uint32_t i = tl->n_slots; i < n; i++)
       s[i] = (ucx_slot){.next_free = i + 1 < n ? i + 1 : UINT32_MAX};
     tl->free_head = tl->n_slots;
+    tl->free_tail = n - 1;
     tl->slots = s;
     tl->n_slots = n;
   }
   uint32_t i = tl->free_head;
   tl->free_head = tl->slots[i].next_free;
+  if (tl->free_head == UINT32_MAX)
+    tl->free_tail = UINT32_MAX;
   tl->slots[i].uc = uc;
   uc->id = i;
   uc->gen = tl->slots[i].gen;
@@ -586,14 +620,20 @@ static int slot_take(ucx_loop *tl, ucx_channel *uc) {
 static void slot_free(ucx_loop *tl, ucx_channel *uc) {
   ucx_slot *s = &tl->slots[uc->id];
   s->uc = NULL;
-  s->gen++; /* messages still addressed to the old channel are dropped */
-  s->next_free = tl->free_head;
-  tl->free_head = uc->id;
+  /* messages still addressed to the old channel are dropped */
+  s->gen = (s->gen + 1) & UCX_GEN_MASK;
+  s->next_free = UINT32_MAX;
+  if (tl->free_tail != UINT32_MAX)
+    tl->slots[tl->free_tail].next_free = uc->id;
+  else
+    tl->free_head = uc->id;
+  tl->free_tail = uc->id;
   uc->has_slot = false;
 }
 
-static ucx_channel *slot_find(ucx_loop *tl, uint32_t id, uint32_t gen) {
-  if (id >= tl->n_slots || tl->slots[id].gen != gen)
+static ucx_channel *slot_find(ucx_loop *tl, uint32_t ref) {
+  uint32_t id = ref_id(ref);
+  if (id >= tl->n_slots || tl->slots[id].gen != ref_gen(ref))
     return NULL;
   return tl->slots[id].uc;
 }
@@ -662,11 +702,27 @@ static bool pend_unlink(ucx_channel *uc) {
 
 /* ---- sending ---- */
 
+/* A send UCX ended with an error lost its bytes: the channel closes with
+ * that error rather than go on with a hole in its stream (seen with UCX
+ * 1.13: a send queued before the ep's wire-up ended can fail with "Invalid
+ * am_short_iov length"; and with error_mode=none no error handler reports
+ * a vanished peer). A failed ep (ep_error), a peer that closed first and a
+ * connect in progress are reported as before. */
+static void send_failed(ucx_channel *uc, ucs_status_t status) {
+  if (uc->ep_failed || uc->fin_received || uc->connecting ||
+      status == UCS_ERR_CANCELED || (uc->pend & PEND_ERROR))
+    return;
+  uc->err = status_to_weft(status);
+  uc->err_drain = uc->tl->drains;
+  pend_mark(uc, PEND_ERROR);
+}
+
 /* Also runs for a request loop_fini gave up on, if UCX ends it while the
  * worker is destroyed: `hold` is NULL then. */
 static void send_done(void *request, ucs_status_t status, void *user_data) {
   ucx_send *s = user_data;
-  (void)status; /* a failed ep is reported by the error handler */
+  if (status != UCS_OK && s->op.epr != NULL && s->op.epr->uc != NULL)
+    send_failed(s->op.epr->uc, status);
   op_unlink(&s->op);
   if (s->hold != NULL)
     weft_buf_release(s->hold);
@@ -701,15 +757,12 @@ static int send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
   ucx_send *s = send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
-  s->hdr = (ucx_hdr){.type = type,
-                     .dst = uc->peer_id,
-                     .dst_gen = uc->peer_gen,
-                     .src = uc->id,
-                     .src_gen = uc->gen};
+  s->hdr = (ucx_hdr){.to = slot_ref(type, uc->peer_id, uc->peer_gen)};
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK) {
-    s->hdr.credit = uc->tl->cfg.window;
+    s->hdr.seq = slot_ref(0, uc->id, uc->gen);
+    s->hdr.credit = (uint32_t)uc->tl->cfg.window;
   } else if (type == UMSG_CREDIT) {
-    s->hdr.credit = uc->credit_owed;
+    s->hdr.credit = (uint32_t)uc->credit_owed;
     uc->credit_owed = 0;
   } else if (type == UMSG_FIN) {
     s->hdr.seq = uc->send_seq++;
@@ -730,6 +783,48 @@ static weft_buf *first_buf_at(weft_channel *ch, const void *base) {
   return NULL;
 }
 
+/* Merges the first `len` bytes of `iov` into `dst`. */
+static void iov_gather(void *dst, const struct iovec *iov, int n, size_t len) {
+  size_t off = 0;
+  for (int i = 0; i < n && off < len; i++) {
+    size_t k = iov[i].iov_len < len - off ? iov[i].iov_len : len - off;
+    memcpy((char *)dst + off, iov[i].iov_base, k);
+    off += k;
+  }
+}
+
+/* Sends `len` flushed bytes as one DATA message only if UCX can complete
+ * it before returning (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: its short and
+ * bcopy protocols copy the bytes out): header and bytes then live on the
+ * stack, no send context or pool buffer is taken, and a single buffer is
+ * read in place. Returns `len`, an error, or WEFT_EAGAIN when UCX would
+ * need a request (send_one then takes the general path). */
+static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
+                        size_t len) {
+  uint8_t merged[UCX_IMM_MAX];
+  const void *data = iov[0].iov_base;
+  if (iov[0].iov_len < len) {
+    iov_gather(merged, iov, n, len);
+    data = merged;
+  }
+  ucx_hdr hdr = {.to = slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
+                 .seq = uc->send_seq,
+                 .credit = (uint32_t)uc->credit_owed};
+  ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+                                               UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+                               .flags = 0};
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(uc->ep, UCX_AM_ID, &hdr, sizeof hdr, data, len, &param);
+  if (UCS_PTR_STATUS(req) == UCS_ERR_NO_RESOURCE)
+    return WEFT_EAGAIN;
+  if (req != NULL)
+    return status_to_weft(UCS_PTR_STATUS(req));
+  uc->send_seq++;
+  uc->credit_owed = 0;
+  uc->send_credit -= len;
+  return (ssize_t)len;
+}
+
 /* Builds and sends one DATA message of up to min(credit, max_message)
  * flushed bytes. Returns bytes handed to UCX (0: nothing to send) or an
  * error. */
@@ -744,6 +839,11 @@ static ssize_t send_one(ucx_channel *uc) {
     len = uc->tl->cfg.max_message;
   if (n == 0 || len == 0)
     return 0;
+  if (len <= UCX_IMM_MAX) {
+    ssize_t sent = send_imm(uc, iov, n, len);
+    if (sent != WEFT_EAGAIN)
+      return sent;
+  }
   ucx_send *s = send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
@@ -760,20 +860,13 @@ static ssize_t send_one(ucx_channel *uc) {
       send_put(s);
       return WEFT_ENOMEM;
     }
-    size_t off = 0;
-    for (int i = 0; i < n && off < len; i++) {
-      size_t k = iov[i].iov_len < len - off ? iov[i].iov_len : len - off;
-      memcpy(weft_buf_wptr(s->hold) + off, iov[i].iov_base, k);
-      off += k;
-    }
+    iov_gather(weft_buf_wptr(s->hold), iov, n, len);
     s->hold->writer_index += len;
     data = weft_buf_rptr(s->hold);
   }
-  s->hdr = (ucx_hdr){.type = UMSG_DATA,
-                     .dst = uc->peer_id,
-                     .dst_gen = uc->peer_gen,
+  s->hdr = (ucx_hdr){.to = slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
                      .seq = uc->send_seq++,
-                     .credit = uc->credit_owed};
+                     .credit = (uint32_t)uc->credit_owed};
   uc->credit_owed = 0;
   uc->send_credit -= len;
   int err = am_send(uc, s, data, len, 0);
@@ -992,8 +1085,8 @@ static void on_hello(ucx_loop *tl, const ucx_hdr *h,
   ucx_channel *uc = slot_find_ep(tl, param->reply_ep);
   if (uc == NULL || uc->peer_known)
     return;
-  uc->peer_id = h->src;
-  uc->peer_gen = h->src_gen;
+  uc->peer_id = ref_id(h->seq);
+  uc->peer_gen = ref_gen(h->seq);
   uc->peer_known = true;
   uc->send_credit += h->credit;
   int err = send_ctrl(uc, UMSG_HELLO_ACK, 0);
@@ -1013,22 +1106,23 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_len,
   if (header_len != sizeof h)
     return UCS_OK; /* not ours: drop */
   memcpy(&h, header, sizeof h);
-  if (h.type == UMSG_HELLO) {
+  uint32_t type = ref_type(h.to);
+  if (type == UMSG_HELLO) {
     on_hello(tl, &h, param);
     return UCS_OK;
   }
-  ucx_channel *uc = slot_find(tl, h.dst, h.dst_gen);
+  ucx_channel *uc = slot_find(tl, h.to);
   if (uc == NULL)
     return UCS_OK; /* the channel closed: drop */
   if (h.credit > 0) {
     uc->send_credit += h.credit;
     pend_mark(uc, PEND_FLUSH);
   }
-  switch (h.type) {
+  switch (type) {
   case UMSG_HELLO_ACK:
     if (!uc->peer_known) {
-      uc->peer_id = h.src;
-      uc->peer_gen = h.src_gen;
+      uc->peer_id = ref_id(h.seq);
+      uc->peer_gen = ref_gen(h.seq);
       uc->peer_known = true;
       pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
     }
@@ -1299,7 +1393,7 @@ static int ucx_loop_init(weft_loop *loop, void **loop_state) {
   if (tl == NULL)
     return WEFT_ENOMEM;
   tl->loop = loop;
-  tl->free_head = UINT32_MAX;
+  tl->free_head = tl->free_tail = UINT32_MAX;
   err = ctx_acquire(&tl->cfg, why, sizeof why);
   if (err < 0)
     goto failed_context;
@@ -1545,6 +1639,7 @@ static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
     goto failed_ep;
   }
   uc->epr->ep = uc->ep;
+  uc->epr->uc = uc;
   return 0;
 
 failed_ep:
@@ -1605,6 +1700,7 @@ static void ucx_close(weft_channel *ch) {
   if (uc->ep == NULL)
     return;
   ucx_epr *r = uc->epr;
+  r->uc = NULL;
   uc->epr = NULL;
   uc->ep = NULL;
   /* A peer that closed first (or failed) wants a forced close, which UCX
