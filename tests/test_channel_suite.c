@@ -833,7 +833,8 @@ typedef enum probe_mode {
   PROBE_PROMISE,     /* write, check pending, flush, wait for the echo */
   PROBE_AFTER_CLOSE, /* an unflushed write and a write after close */
   PROBE_WATERMARK,   /* 3 x 32 KiB without flush, then flush */
-  PROBE_HALF_CLOSE   /* 1 MiB then shutdown_output; read the reply */
+  PROBE_HALF_CLOSE,  /* 1 MiB then shutdown_output; read the reply */
+  PROBE_LISTEN       /* send nothing; read what the server says */
 } probe_mode;
 
 typedef struct probe {
@@ -915,6 +916,8 @@ static void probe_active(weft_ctx *ctx) {
       weft_channel_write(ch, filled(ch, 1, off, 65536), WEFT_PROMISE_NONE);
     weft_channel_shutdown_output(
         ch, (weft_promise){status_cb, &p->shutdown_status});
+    break;
+  case PROBE_LISTEN:
     break;
   }
 }
@@ -1092,6 +1095,70 @@ START_TEST(channel_half_close_peer_reads_eof_and_replies) {
 }
 END_TEST
 
+/* ---- a server that speaks first ----
+ * Writes its greeting as soon as the channel is active, before the client
+ * sent anything (as SMTP or a Redis replica's handshake do): messages of
+ * several sizes, so every send protocol a transport has (UCX: short, bcopy,
+ * rendezvous) leaves a freshly accepted channel. */
+
+static const size_t greeting_sizes[] = {10, 200, 3000, 70000};
+#define GREETING_BYTES (10 + 200 + 3000 + 70000)
+#define GREETING_SEED 3
+
+static void greeter_active(weft_ctx *ctx) {
+  weft_channel *ch = weft_ctx_channel(ctx);
+  uint64_t off = 0;
+  for (size_t i = 0; i < sizeof greeting_sizes / sizeof greeting_sizes[0];
+       i++) {
+    weft_channel_write(ch, filled(ch, GREETING_SEED, off, greeting_sizes[i]),
+                       WEFT_PROMISE_NONE);
+    weft_channel_flush(ch);
+    off += greeting_sizes[i];
+  }
+  weft_ctx_fire_channel_active(ctx);
+}
+
+static const weft_handler greeter_handler = {.name = "greeter",
+                                             .channel_active = greeter_active};
+
+static void greeter_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "greeter",
+                                          &greeter_handler, NULL),
+                   0);
+}
+
+#define GREETED_CLIENTS 20
+
+START_TEST(channel_server_speaks_first_every_client_hears_it) {
+  fixture f;
+  memset(&f, 0, sizeof f);
+  group_start(&f, "wt-greet");
+  char listen[64];
+  snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
+           th_test_host());
+  weft_server_bootstrap sb = {
+      .group = f.group, .listen = listen, .child_init = greeter_init};
+  weft_channel_config_init(&sb.child_options);
+  ck_assert_int_eq(weft_server_bind(&f.srv, &sb), 0);
+  ck_assert_int_eq(weft_server_address(f.srv, f.uri, sizeof f.uri), 0);
+  /* One after another: each connection is fresh when the server writes. */
+  for (int i = 0; i < GREETED_CLIENTS; i++) {
+    probe p;
+    probe_setup(&p, PROBE_LISTEN, GREETING_BYTES);
+    p.seed = GREETING_SEED;
+    probe_connect(&f, &p, f.uri);
+    ck_assert_msg(WAIT_UNTIL(ldi(&p.closed) == 1, 10000),
+                  "client %d heard %zu of %d greeting bytes", i,
+                  ldz(&p.received_pub), GREETING_BYTES);
+    ck_assert_int_eq(ldi(&p.connect_status), 0);
+    ck_assert_int_eq(ldi(&p.bad), 0);
+    ck_assert_uint_eq(ldz(&p.received_pub), GREETING_BYTES);
+  }
+  fixture_stop(&f);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("channel");
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
@@ -1118,6 +1185,7 @@ Suite *weft_test_suite(void) {
   tcase_add_test(life,
                  channel_watermark_unwritable_above_high_fires_writability);
   tcase_add_test(life, channel_half_close_peer_reads_eof_and_replies);
+  tcase_add_test(life, channel_server_speaks_first_every_client_hears_it);
   suite_add_tcase(s, life);
   return s;
 }
