@@ -3,8 +3,11 @@
 #   scripts/bench-ucx.sh [BUILD_DIR] [RUNS]
 # Rows: weft-pingpong over ucx (tcp; shared memory with error_mode=none),
 # weft-ucx-peer (UCX AM ping-pong set up as weft sets UCX up, no weft),
-# ucx_perftest tag_lat / am_lat / stream_lat / tag_bw on loopback. perftest's
-# *_lat figure is one-way (half the round trip): the script doubles it.
+# ucx_perftest tag_lat / am_lat / stream_lat / tag_bw on loopback, and
+# weft-bench's 64 KiB unidirectional stream over ucx beside tag_bw 64 KiB.
+# perftest's *_lat figure is one-way (half the round trip): the script
+# doubles it; its MB/s are 2^20 bytes: the script converts them to 10^6,
+# weft-bench's unit.
 # Shared-memory round trips are bimodal here: per process, the host runs
 # the two pinned threads either on one physical core (~0.2 us round trips
 # for ucx_perftest and weft-ucx-peer) or on two (~1 us). Medians over all
@@ -16,6 +19,7 @@ BUILD=${1:-build-ucx}
 RUNS=${2:-5}
 PP="$BUILD/samples/bench/weft-pingpong"
 PEER="$BUILD/samples/bench/weft-ucx-peer"
+BENCH="$BUILD/samples/bench/weft-bench"
 # A fresh port per run: each helper runs in a command substitution (a
 # subshell), so a counter would never advance, and a UCX listener cannot
 # reuse a port still in TIME_WAIT.
@@ -33,7 +37,8 @@ perftest() { # TLS TEST SIZE -> median column (lat: us one-way; bw: MB/s)
   wait "$srv" 2>/dev/null || true
   case $test in
     *_lat) echo "$out" | awk '{printf "%.3f", 2*$2}' ;;  # round trip, us
-    *_bw) echo "$out" | awk '{print $6}' ;;              # MB/s average
+    # MB/s average; perftest's MB is 2^20 bytes: converted to 10^6
+    *_bw) echo "$out" | awk '{printf "%.0f", $6 * 1.048576}' ;;
   esac
 }
 
@@ -42,6 +47,18 @@ weft() { # TLS MODE -> "p50_us msgs_per_s"
   out=$(UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$PP" weft \
         -o transport.name=ucx -n 20000 -t 1)
   echo "$out" | sed -E 's/.*p50_us=([0-9.]+).*msgs_per_s=([0-9]+).*/\1 \2/'
+}
+
+# weft-bench's unidirectional stream of 64 KiB messages (-p stream), the
+# peer of ucx_perftest tag_bw: payload MB/s (10^6 bytes).
+stream() { # TLS MODE -> MB/s
+  local csv
+  csv=$(mktemp)
+  UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$BENCH" -c ucx \
+    -p stream -s 65536 -r 1 --csv "$csv" >/dev/null 2>&1 || true
+  awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "mb_per_s") c = i}
+           NR == 2 {print $c}' "$csv"
+  rm -f "$csv"
 }
 
 peer() { # TLS MODE -> p50 round trip, us
@@ -78,6 +95,8 @@ for r in $(seq "$RUNS"); do
   add perf_tcp_stream_rtt "$(perftest tcp stream_lat 16)"
   add perf_shm_tag_bw "$(perftest shm tag_bw 65536)"
   add perf_tcp_tag_bw "$(perftest tcp tag_bw 65536)"
+  add weft_shm_stream_bw "$(stream shm,tcp none)"
+  add weft_tcp_stream_bw "$(stream tcp peer)"
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "metric median (runs: values)"
@@ -94,4 +113,6 @@ echo "ratio weft_shm/peer_shm (cross-core) $(ratio "$wx" "$qx")"
 echo "ratio peer_shm/perftest_shm_tag (cross-core) $(ratio "$qx" "$px")"
 echo "ratio weft_tcp/perftest_tcp_tag $(ratio "$(med weft_tcp_rtt)" "$(med perf_tcp_tag_rtt)")"
 echo "ratio weft_tcp/peer_tcp $(ratio "$(med weft_tcp_rtt)" "$(med peer_tcp_rtt)")"
+echo "ratio weft_shm_stream/perftest_shm_tag_bw $(ratio "$(med weft_shm_stream_bw)" "$(med perf_shm_tag_bw)")"
+echo "ratio weft_tcp_stream/perftest_tcp_tag_bw $(ratio "$(med weft_tcp_stream_bw)" "$(med perf_tcp_tag_bw)")"
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"
