@@ -56,14 +56,17 @@
  * until they ended (see ucx_epr); loop_fini waits for them, bounded, before
  * it destroys the worker and the loop destroys its pool (docs/ucx.md).
  *
- * Callbacks from UCX (AM handler, send/receive completions, ep errors) only
- * record what happened and put the channel on the loop's pending list; the
- * pipeline runs from poll, after ucp_worker_progress returned, so user
- * handlers never run inside UCX.
+ * Callbacks from UCX (AM handler, send/receive completions, ep errors,
+ * connection requests) only record what happened and put the channel on
+ * the loop's pending list (a request on the loop's accept queue); the
+ * pipeline and the core's accept run from poll, after ucp_worker_progress
+ * returned, so user handlers never run inside UCX (asserted in debug
+ * builds where the core calls in: adopt, flush, close).
  *
  * This plugin uses the public headers only, as an out-of-tree plugin would.
  */
 #include <arpa/inet.h>
+#include <assert.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -466,6 +469,12 @@ struct ucx_loop {
   ucx_epr *lingering; /* closed channels' eps with requests in flight */
   size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
   uint64_t drains;    /* polls whose progress ran until nothing was left */
+  bool in_progress;   /* inside ucp_worker_progress: UCX callbacks may run,
+                         the core must not (asserted where it calls in) */
+  /* Connection requests conn_handler queued for poll: entries
+   * [accept_head, n_accepts); a closed listener's have uln == NULL. */
+  struct ucx_accept *accepts;
+  size_t accept_head, n_accepts, cap_accepts;
   /* Recycled send contexts and queue entries (linked by op.next): every
    * message needs one of each, and a ping pong pays each malloc in its
    * round trip. */
@@ -479,6 +488,12 @@ struct ucx_listener {
   ucx_loop *tl;
   ucx_listener *prev, *next;
 };
+
+/* A connection request waiting for poll to hand it to the core. */
+typedef struct ucx_accept {
+  ucx_listener *uln;
+  ucp_conn_request_h req;
+} ucx_accept;
 
 /* A send in flight: the header must live until UCX completes it, and so
  * must the data (`hold`). */
@@ -923,6 +938,7 @@ static int flush_now(ucx_channel *uc) {
 
 static int ucx_flush(weft_channel *ch) {
   ucx_channel *uc = ucx_of(ch);
+  assert(!uc->has_slot || !uc->tl->in_progress);
   weft_channel_retain(ch); /* a promise may close and free the channel */
   int err = flush_now(uc);
   weft_channel_release(ch);
@@ -1345,9 +1361,12 @@ static void reap_closing(ucx_loop *tl) {
   tl->n_closing = j;
 }
 
+static int accept_pending(ucx_loop *tl);
+
 static int ucx_loop_poll(weft_source *src, int budget) {
   ucx_loop *tl = src->data;
   int n = 0;
+  tl->in_progress = true;
   while (n < budget) {
     unsigned k = ucp_worker_progress(tl->worker);
     if (k == 0) {
@@ -1356,6 +1375,9 @@ static int ucx_loop_poll(weft_source *src, int budget) {
     }
     n += (int)k;
   }
+  tl->in_progress = false;
+  if (tl->n_accepts > 0)
+    n += accept_pending(tl);
   n += dispatch_pending(tl);
   if (tl->lingering != NULL)
     linger_check(tl, false);
@@ -1368,7 +1390,7 @@ static int ucx_loop_poll(weft_source *src, int budget) {
  * could miss them; poll again. */
 static int ucx_loop_arm(weft_source *src) {
   ucx_loop *tl = src->data;
-  if (tl->pend_head != NULL)
+  if (tl->pend_head != NULL || tl->n_accepts > 0)
     return 1;
   ucs_status_t st = ucp_worker_arm(tl->worker);
   if (st == UCS_ERR_BUSY)
@@ -1534,6 +1556,7 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
   free_list_clear(&tl->free_entries, &tl->n_free_entries);
   ctx_release();
   free(tl->closing);
+  free(tl->accepts);
   free(tl->slots);
   free(tl);
 }
@@ -1553,12 +1576,42 @@ static bool moves_conn_requests(void) {
   return major > 1 || (major == 1 && minor >= 18);
 }
 
-/* A connection request: handed to the core, which adopts it on the next
- * loop (or, on an older UCX, on the listener's loop); that loop's worker
- * creates the ep. */
+/* A connection request, inside ucp_worker_progress: only queued. poll
+ * hands it to the core (accept_pending), which adopts it on the next loop
+ * (or, on an older UCX, on the listener's loop, at once: the adopt and the
+ * new channel's channel_active then run there, outside UCX). */
 static void conn_handler(ucp_conn_request_h req, void *arg) {
   ucx_listener *uln = arg;
-  weft_listener_accepted(uln->l, (intptr_t)req);
+  ucx_loop *tl = uln->tl;
+  if (tl->n_accepts == tl->cap_accepts) {
+    size_t cap = tl->cap_accepts ? tl->cap_accepts * 2 : 16;
+    ucx_accept *a = realloc(tl->accepts, cap * sizeof *a);
+    if (a == NULL) {
+      weft_log(WEFT_LOG_WARN, "ucx: no memory to queue a connection "
+                              "request: rejected");
+      ucp_listener_reject(uln->ul, req);
+      return;
+    }
+    tl->accepts = a;
+    tl->cap_accepts = cap;
+  }
+  tl->accepts[tl->n_accepts++] = (ucx_accept){.uln = uln, .req = req};
+}
+
+/* Hands queued connection requests to the core, oldest first. One at a
+ * time: an adopt on this loop runs user code, which may close a listener
+ * (listener_free then rejects its queued requests and clears them here). */
+static int accept_pending(ucx_loop *tl) {
+  int n = 0;
+  while (tl->accept_head < tl->n_accepts) {
+    ucx_accept a = tl->accepts[tl->accept_head++];
+    if (a.uln == NULL)
+      continue;
+    weft_listener_accepted(a.uln->l, (intptr_t)a.req);
+    n++;
+  }
+  tl->accept_head = tl->n_accepts = 0;
+  return n;
 }
 
 static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
@@ -1598,6 +1651,12 @@ static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
 
 static void listener_free(ucx_listener *uln) {
   ucx_loop *tl = uln->tl;
+  for (size_t i = tl->accept_head; i < tl->n_accepts; i++) {
+    if (tl->accepts[i].uln != uln)
+      continue;
+    ucp_listener_reject(uln->ul, tl->accepts[i].req);
+    tl->accepts[i].uln = NULL;
+  }
   ucp_listener_destroy(uln->ul);
   if (uln->prev != NULL)
     uln->prev->next = uln->next;
@@ -1671,6 +1730,7 @@ failed_slot:
 }
 
 static int ucx_adopt(weft_channel *ch, intptr_t handle) {
+  assert(!loop_state_of(weft_channel_loop(ch), &(int){0})->in_progress);
   ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
                             .conn_request = (ucp_conn_request_h)handle};
   return channel_start(ch, &params);
@@ -1710,6 +1770,7 @@ static void ucx_close(weft_channel *ch) {
   if (!uc->has_slot)
     return;
   ucx_loop *tl = uc->tl;
+  assert(!tl->in_progress);
   if (pend_unlink(uc))
     weft_channel_release(ch);
   rq_free(uc);
