@@ -94,7 +94,12 @@
 #define UCX_MAX_IOV 64              /* buffers merged per send */
 #define UCX_SENDS_PER_FLUSH 64      /* sends before yielding */
 #define UCX_ZCOPY_MIN (16u * 1024u) /* below: merge by copying */
-#define UCX_IMM_MAX 1024u           /* bytes first tried as an immediate send */
+/* Bytes first tried as an immediate send: UCX tries only its short
+ * protocol then, whose limit on the shared-memory lane is 100 B with
+ * UCX's 8 B and weft's 12 B headers (80 B of data); above it every try
+ * would fail and cost a second gather. Over tcp the short limit is higher
+ * but a message costs microseconds there anyway. */
+#define UCX_IMM_MAX 64u
 #define UCX_DEFAULT_WINDOW (1024u * 1024u) /* bytes in flight per channel */
 #define UCX_DEFAULT_MAX_MESSAGE                                                \
   (64u * 1024u)                           /* bytes per DATA message: one       \
@@ -346,11 +351,11 @@ typedef struct ucx_hdr {
 
 /* A slot reference packs a message type (4 bits), a slot generation (the
  * low 8 bits) and a slot index (20 bits) into 32. Freed slots are reused
- * last (a FIFO), so a stale message meets the same 8-bit generation only
- * after 256 reuses of every other free slot in between. */
+ * last (a FIFO) and only while UCX_MIN_FREE_SLOTS are free (slot_take). */
 #define UCX_SLOT_BITS 20u
 #define UCX_MAX_SLOTS (1u << UCX_SLOT_BITS) /* channels per loop */
 #define UCX_GEN_MASK 0xffu
+#define UCX_MIN_FREE_SLOTS 1024u
 
 static uint32_t slot_ref(uint32_t type, uint32_t id, uint32_t gen) {
   return type << 28 | (gen & UCX_GEN_MASK) << UCX_SLOT_BITS | id;
@@ -459,6 +464,7 @@ struct ucx_loop {
   ucx_slot *slots;
   uint32_t n_slots;
   uint32_t free_head, free_tail; /* FIFO of free slots; UINT32_MAX = none */
+  uint32_t n_free;
   ucx_channel *pend_head, *pend_tail;
   size_t n_pend;
   void **closing; /* ucp_ep_close_nbx requests in flight */
@@ -469,6 +475,7 @@ struct ucx_loop {
   ucx_epr *lingering; /* closed channels' eps with requests in flight */
   size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
   uint64_t drains;    /* polls whose progress ran until nothing was left */
+  bool warned_header; /* logged a message of another wire format */
   bool in_progress;   /* inside ucp_worker_progress: UCX callbacks may run,
                          the core must not (asserted where it calls in) */
   /* Connection requests conn_handler queued for poll: entries
@@ -603,28 +610,47 @@ static bool channel_active(const ucx_channel *uc) {
 
 /* ---- the channel table ---- */
 
+/* Adds slots at the free FIFO's tail, doubling the table. */
+static int slots_grow(ucx_loop *tl) {
+  uint32_t old = tl->n_slots;
+  uint32_t n = old ? old * 2 : 2 * UCX_MIN_FREE_SLOTS;
+  if (n > UCX_MAX_SLOTS)
+    return WEFT_ENOBUFS;
+  ucx_slot *s = realloc(tl->slots, n * sizeof *s);
+  if (s == NULL)
+    return WEFT_ENOMEM;
+  for (uint32_t i = old; i < n; i++)
+    s[i] = (ucx_slot){.next_free = i + 1 < n ? i + 1 : UINT32_MAX};
+  if (tl->free_tail != UINT32_MAX)
+    s[tl->free_tail].next_free = old;
+  else
+    tl->free_head = old;
+  tl->free_tail = n - 1;
+  tl->slots = s;
+  tl->n_slots = n;
+  tl->n_free += n - old;
+  return 0;
+}
+
+/* A slot is reused only while UCX_MIN_FREE_SLOTS are free (else the table
+ * grows), so its 8-bit generation comes round again only after 256 x that
+ * many channels opened: a stale message in flight that long is dropped
+ * by the generation check rather than reaching a new channel. */
 static int slot_take(ucx_loop *tl, ucx_channel *uc) {
-  if (tl->free_head == UINT32_MAX) {
-    uint32_t n = tl->n_slots ? tl->n_slots * 2 : 64;
-    if (n > UCX_MAX_SLOTS || n <= tl->n_slots) {
-      weft_log(WEFT_LOG_WARN, "ucx: more than %u channels on one loop",
-               UCX_MAX_SLOTS);
-      return WEFT_ENOBUFS;
+  if (tl->n_free < UCX_MIN_FREE_SLOTS) {
+    int err = slots_grow(tl);
+    if (err < 0 && tl->n_free == 0) {
+      if (err == WEFT_ENOBUFS)
+        weft_log(WEFT_LOG_WARN, "ucx: more than %u channels on one loop",
+                 UCX_MAX_SLOTS);
+      return err;
     }
-    ucx_slot *s = realloc(tl->slots, n * sizeof *s);
-    if (s == NULL)
-      return WEFT_ENOMEM;
-    for (uint32_t i = tl->n_slots; i < n; i++)
-      s[i] = (ucx_slot){.next_free = i + 1 < n ? i + 1 : UINT32_MAX};
-    tl->free_head = tl->n_slots;
-    tl->free_tail = n - 1;
-    tl->slots = s;
-    tl->n_slots = n;
   }
   uint32_t i = tl->free_head;
   tl->free_head = tl->slots[i].next_free;
   if (tl->free_head == UINT32_MAX)
     tl->free_tail = UINT32_MAX;
+  tl->n_free--;
   tl->slots[i].uc = uc;
   uc->id = i;
   uc->gen = tl->slots[i].gen;
@@ -643,6 +669,7 @@ static void slot_free(ucx_loop *tl, ucx_channel *uc) {
   else
     tl->free_head = uc->id;
   tl->free_tail = uc->id;
+  tl->n_free++;
   uc->has_slot = false;
 }
 
@@ -724,6 +751,11 @@ static bool pend_unlink(ucx_channel *uc) {
  * a vanished peer). A failed ep (ep_error), a peer that closed first and a
  * connect in progress are reported as before. */
 static void send_failed(ucx_channel *uc, ucs_status_t status) {
+  if (uc->fin_received && !uc->ep_failed && status != UCS_ERR_CANCELED)
+    weft_log(WEFT_LOG_WARN,
+             "ucx: a send after the peer's FIN failed: %s; the peer may "
+             "miss bytes (the channel closes in order with the FIN)",
+             ucs_status_string(status));
   if (uc->ep_failed || uc->fin_received || uc->connecting ||
       status == UCS_ERR_CANCELED || (uc->pend & PEND_ERROR))
     return;
@@ -809,11 +841,12 @@ static void iov_gather(void *dst, const struct iovec *iov, int n, size_t len) {
 }
 
 /* Sends `len` flushed bytes as one DATA message only if UCX can complete
- * it before returning (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: its short and
- * bcopy protocols copy the bytes out): header and bytes then live on the
- * stack, no send context or pool buffer is taken, and a single buffer is
- * read in place. Returns `len`, an error, or WEFT_EAGAIN when UCX would
- * need a request (send_one then takes the general path). */
+ * it before returning (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL: UCX 1.13 then
+ * tries its short protocol alone, which copies the bytes out): header and
+ * bytes then live on the stack, no send context or pool buffer is taken,
+ * and a single buffer is read in place. Returns `len`, an error, or
+ * WEFT_EAGAIN when UCX would need a request (a full FIFO, sends pending,
+ * more than the lane's short limit), and send_one takes the general path. */
 static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
                         size_t len) {
   uint8_t merged[UCX_IMM_MAX];
@@ -832,8 +865,9 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
       ucp_am_send_nbx(uc->ep, UCX_AM_ID, &hdr, sizeof hdr, data, len, &param);
   if (UCS_PTR_STATUS(req) == UCS_ERR_NO_RESOURCE)
     return WEFT_EAGAIN;
-  if (req != NULL)
+  if (UCS_PTR_IS_ERR(req))
     return status_to_weft(UCS_PTR_STATUS(req));
+  assert(req == NULL); /* FORCE_IMM_CMPL: done, or an error */
   uc->send_seq++;
   uc->credit_owed = 0;
   uc->send_credit -= len;
@@ -841,7 +875,8 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
 }
 
 /* How many of the `len` bytes one message takes: a buffer of `whole`
- * bytes or more (max_message: a message by itself) goes alone, in place;
+ * bytes or more (max_message: a message by itself) goes alone (in place
+ * from UCX_ZCOPY_MIN on, so with any max_message of 16 KiB or more);
  * smaller buffers are merged up to the next such one. Merging a whole one
  * would copy it: once a credit limit split one buffer, every later message
  * straddled two and copied max_message bytes (a 64 KiB stream over shared
@@ -1138,8 +1173,15 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_len,
                             const ucp_am_recv_param_t *param) {
   ucx_loop *tl = arg;
   ucx_hdr h;
-  if (header_len != sizeof h)
+  if (header_len != sizeof h) {
+    if (!tl->warned_header)
+      weft_log(WEFT_LOG_WARN,
+               "ucx: dropped a message with a %zu-byte header (weft's is "
+               "%zu: a peer running an older weft?)",
+               header_len, sizeof h);
+    tl->warned_header = true;
     return UCS_OK; /* not ours: drop */
+  }
   memcpy(&h, header, sizeof h);
   uint32_t type = ref_type(h.to);
   if (type == UMSG_HELLO) {
@@ -1240,6 +1282,9 @@ static void run_pending(ucx_channel *uc) {
     pend_mark(uc, PEND_ERROR);
     return;
   }
+  if (uc->fin_received)
+    return; /* queued behind unread bytes (auto-read off): closes in order
+               once read */
   report_error(uc, uc->err, "connection");
 }
 
@@ -1363,19 +1408,26 @@ static void reap_closing(ucx_loop *tl) {
 
 static int accept_pending(ucx_loop *tl);
 
+/* Every ucp_worker_progress of the plugin goes through here, so that the
+ * asserts in adopt, flush and close see where UCX callbacks may run. */
+static unsigned progress(ucx_loop *tl) {
+  tl->in_progress = true;
+  unsigned k = ucp_worker_progress(tl->worker);
+  tl->in_progress = false;
+  return k;
+}
+
 static int ucx_loop_poll(weft_source *src, int budget) {
   ucx_loop *tl = src->data;
   int n = 0;
-  tl->in_progress = true;
   while (n < budget) {
-    unsigned k = ucp_worker_progress(tl->worker);
+    unsigned k = progress(tl);
     if (k == 0) {
       tl->drains++;
       break;
     }
     n += (int)k;
   }
-  tl->in_progress = false;
   if (tl->n_accepts > 0)
     n += accept_pending(tl);
   n += dispatch_pending(tl);
@@ -1479,7 +1531,7 @@ static void listener_free(ucx_listener *uln);
 static void drain(ucx_loop *tl) {
   uint64_t t0 = now_ns();
   while (tl->n_closing > 0 || tl->ops != NULL || tl->lingering != NULL) {
-    ucp_worker_progress(tl->worker);
+    progress(tl);
     linger_check(tl, false);
     reap_closing(tl);
     if (now_ns() - t0 > 2 * UCX_CLOSE_WAIT_NS)
@@ -1504,7 +1556,7 @@ static void abandon_ops(ucx_loop *tl) {
     return;
   for (ucx_op *op = tl->ops; op != NULL; op = op->next)
     ucp_request_cancel(tl->worker, op->req);
-  for (int i = 0; i < 64 && ucp_worker_progress(tl->worker) != 0; i++)
+  for (int i = 0; i < 64 && progress(tl) != 0; i++)
     continue;
   if (tl->ops == NULL)
     return;
