@@ -86,3 +86,17 @@ double th_test_scale(void) {
 int th_suite_loops(void) {
   return strcmp(th_transport_name(), "ucx") == 0 ? 1 : 2;
 }
+
+weft_server *th_server_bind(weft_loop_group *group, const char *listen,
+                            weft_channel_init_cb init, void *arg, char *uri,
+                            size_t len) {
+  weft_server_bootstrap sb = {.group = group,
+                              .listen = listen,
+                              .child_init = init,
+                              .child_init_arg = arg};
+  weft_channel_config_init(&sb.child_options);
+  weft_server *srv;
+  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
+  ck_assert_int_eq(weft_server_address(srv, uri, len), 0);
+  return srv;
+}

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <weft/bootstrap.h>
+
 /** Each test program returns its suite here. */
 Suite *weft_test_suite(void);
 
@@ -60,5 +62,16 @@ double th_test_scale(void);
  * covers a multi-loop UCX server with clients in another process.
  */
 int th_suite_loops(void);
+
+/**
+ * Binds a server on `group` listening on `listen` (a URI; port 0 picks a
+ * free one) with default child options and `init(ch, arg)` for every
+ * accepted channel, and writes its bound address ("scheme://host:port") to
+ * `uri` (`len` bytes). Fails the test if either step fails. Test thread;
+ * the caller closes the server with weft_server_close.
+ */
+weft_server *th_server_bind(weft_loop_group *group, const char *listen,
+                            weft_channel_init_cb init, void *arg, char *uri,
+                            size_t len);
 
 #endif

@@ -215,13 +215,8 @@ static void server_start(fixture *f, const char *name) {
   char listen[64];
   snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
            th_test_host());
-  weft_server_bootstrap sb = {.group = f->group,
-                              .listen = listen,
-                              .child_init = echo_init,
-                              .child_init_arg = &f->st};
-  weft_channel_config_init(&sb.child_options);
-  ck_assert_int_eq(weft_server_bind(&f->srv, &sb), 0);
-  ck_assert_int_eq(weft_server_address(f->srv, f->uri, sizeof f->uri), 0);
+  f->srv = th_server_bind(f->group, listen, echo_init, &f->st, f->uri,
+                          sizeof f->uri);
   const char *colon = strrchr(f->uri, ':');
   ck_assert_ptr_nonnull(colon);
   f->port = (uint16_t)atoi(colon + 1);
@@ -1137,11 +1132,8 @@ START_TEST(channel_server_speaks_first_every_client_hears_it) {
   char listen[64];
   snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
            th_test_host());
-  weft_server_bootstrap sb = {
-      .group = f.group, .listen = listen, .child_init = greeter_init};
-  weft_channel_config_init(&sb.child_options);
-  ck_assert_int_eq(weft_server_bind(&f.srv, &sb), 0);
-  ck_assert_int_eq(weft_server_address(f.srv, f.uri, sizeof f.uri), 0);
+  f.srv =
+      th_server_bind(f.group, listen, greeter_init, NULL, f.uri, sizeof f.uri);
   /* One after another: each connection is fresh when the server writes. */
   for (int i = 0; i < GREETED_CLIENTS; i++) {
     probe p;

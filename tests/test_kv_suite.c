@@ -477,15 +477,7 @@ static weft_server *sink_start(fixture *f, sink *s, char *uri, size_t len) {
   char listen[128], ep[WEFT_CONFIG_URI_MAX + 32];
   snprintf(listen, sizeof listen, "%s:0", th_test_host());
   ck_assert_int_eq(weft_config_endpoint(&f->cfg, listen, ep, sizeof ep), 0);
-  weft_server_bootstrap sb = {.group = f->group,
-                              .listen = ep,
-                              .child_init = sink_init,
-                              .child_init_arg = s};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
-  ck_assert_int_eq(weft_server_address(srv, uri, len), 0);
-  return srv;
+  return th_server_bind(f->group, ep, sink_init, s, uri, len);
 }
 
 static void sink_stop(fixture *f, weft_server *srv) {

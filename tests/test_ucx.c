@@ -132,18 +132,7 @@ static void reader_init(weft_channel *ch, void *arg) {
 
 static weft_server *reader_server(weft_loop_group *g, reader *r, char *uri,
                                   size_t len) {
-  weft_server_bootstrap sb = {.group = g,
-                              .listen = "ucx://127.0.0.1:0",
-                              .child_init = reader_init,
-                              .child_init_arg = r};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
-  char addr[300];
-  ck_assert_int_eq(weft_server_address(srv, addr, sizeof addr), 0);
-  /* weft_server_address gives "ucx://host:port" or "host:port". */
-  snprintf(uri, len, "%s%s", strstr(addr, "://") ? "" : "ucx://", addr);
-  return srv;
+  return th_server_bind(g, "ucx://127.0.0.1:0", reader_init, r, uri, len);
 }
 
 static void start_reading(void *arg) {
@@ -452,16 +441,9 @@ static bool ucx_moves_conn_requests(void) {
 START_TEST(ucx_multi_loop_server_survives_connection_churn) {
   weft_loop_group *gs = group_new_n("wu-srv", 2);
   churn_server cs = {.listener_loop = weft_loop_group_get(gs, 0)};
-  weft_server_bootstrap sb = {.group = gs,
-                              .listen = "ucx://127.0.0.1:0",
-                              .child_init = churn_init,
-                              .child_init_arg = &cs};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
-  char addr[300], uri[320];
-  ck_assert_int_eq(weft_server_address(srv, addr, sizeof addr), 0);
-  snprintf(uri, sizeof uri, "%s%s", strstr(addr, "://") ? "" : "ucx://", addr);
+  char uri[320];
+  weft_server *srv =
+      th_server_bind(gs, "ucx://127.0.0.1:0", churn_init, &cs, uri, sizeof uri);
 
   int wstatus = run_child("WEFT_UCX_TEST_CHURN", uri);
   ck_assert_msg(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,

@@ -161,14 +161,9 @@ static void server_start(server *sv, sink *s) {
   opts.name = "wt-uring";
   ck_assert_int_eq(weft_loop_group_new(&sv->group, &opts), 0);
   ck_assert_int_eq(weft_loop_group_start(sv->group), 0);
-  weft_server_bootstrap sb = {.group = sv->group,
-                              .listen = "uring://127.0.0.1:0",
-                              .child_init = sink_init,
-                              .child_init_arg = s};
-  weft_channel_config_init(&sb.child_options);
-  ck_assert_int_eq(weft_server_bind(&sv->srv, &sb), 0);
   char uri[300];
-  ck_assert_int_eq(weft_server_address(sv->srv, uri, sizeof uri), 0);
+  sv->srv = th_server_bind(sv->group, "uring://127.0.0.1:0", sink_init, s, uri,
+                           sizeof uri);
   const char *colon = strrchr(uri, ':');
   ck_assert_ptr_nonnull(colon);
   sv->port = (uint16_t)atoi(colon + 1);

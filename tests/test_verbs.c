@@ -234,15 +234,8 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   weft_loop_group *g = group_start("wv-slow");
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
-  weft_server_bootstrap sb = {.group = g,
-                              .listen = listen,
-                              .child_init = slow_init,
-                              .child_init_arg = &s};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
   char uri[300];
-  ck_assert_int_eq(weft_server_address(srv, uri, sizeof uri), 0);
+  weft_server *srv = th_server_bind(g, listen, slow_init, &s, uri, sizeof uri);
   /* The client on the other loop, so both run at once. */
   weft_bootstrap b = {.loop = weft_loop_group_get(g, 1),
                       .connect = uri,
@@ -388,15 +381,9 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   weft_loop_group *g = group_start("wv-vanish");
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
-  weft_server_bootstrap sb = {.group = g,
-                              .listen = listen,
-                              .child_init = survivor_init,
-                              .child_init_arg = &s};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
   char uri[300];
-  ck_assert_int_eq(weft_server_address(srv, uri, sizeof uri), 0);
+  weft_server *srv =
+      th_server_bind(g, listen, survivor_init, &s, uri, sizeof uri);
   ck_assert_int_eq(write(pfd[1], uri, strlen(uri)), (ssize_t)strlen(uri));
   close(pfd[1]);
 
