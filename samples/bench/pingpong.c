@@ -34,6 +34,8 @@
 
 #include <weft/weft.h>
 
+#include "bench_util.h"
+
 #define WARMUP 2000
 #define MAX_SIZE 4096
 
@@ -53,27 +55,8 @@ typedef struct results {
   double msgs_per_s;
 } results;
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void pin_self(int cpu) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(n > 0 ? cpu % (int)n : 0, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
 static void percentiles(uint64_t *rtt, long n, results *r) {
-  qsort(rtt, (size_t)n, sizeof rtt[0], cmp_u64);
+  qsort(rtt, (size_t)n, sizeof rtt[0], bench_cmp_u64);
   r->p50_us = (double)rtt[n / 2] / 1000.0;
   r->p99_us = (double)rtt[(n * 99) / 100] / 1000.0;
 }
@@ -133,7 +116,7 @@ typedef struct raw_server {
 /* Echoes every byte until EOF. */
 static void *raw_server_main(void *arg) {
   raw_server *s = arg;
-  pin_self(1);
+  bench_pin_self(1);
   int fd = accept(s->lfd, NULL, NULL);
   if (fd < 0)
     die("accept");
@@ -164,7 +147,7 @@ static void run_raw(const params *pp, bool busy, results *res) {
   raw_server s = {.lfd = raw_listen(&port), .busy = busy};
   pthread_t t;
   pthread_create(&t, NULL, raw_server_main, &s);
-  pin_self(0);
+  bench_pin_self(0);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sin = {.sin_family = AF_INET,
                             .sin_port = htons(port),
@@ -175,11 +158,11 @@ static void run_raw(const params *pp, bool busy, results *res) {
   uint8_t msg[MAX_SIZE] = {1}, in[65536];
   uint64_t *rtt = malloc(sizeof *rtt * (size_t)pp->round_trips);
   for (long i = -WARMUP; i < pp->round_trips; i++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     raw_send(fd, msg, pp->size);
     recv_exact(fd, in, pp->size, busy);
     if (i >= 0)
-      rtt[i] = now_ns() - t0;
+      rtt[i] = bench_now_ns() - t0;
   }
   percentiles(rtt, pp->round_trips, res);
   free(rtt);
@@ -190,10 +173,10 @@ static void run_raw(const params *pp, bool busy, results *res) {
     fprintf(stderr, "weft-pingpong: window * size must be <= 64 KiB\n");
     exit(2);
   }
-  uint64_t bytes = 0, end = now_ns() + (uint64_t)(pp->seconds * 1e9);
-  uint64_t t0 = now_ns();
+  uint64_t bytes = 0, end = bench_now_ns() + (uint64_t)(pp->seconds * 1e9);
+  uint64_t t0 = bench_now_ns();
   size_t partial = 0;
-  while (now_ns() < end) {
+  while (bench_now_ns() < end) {
     ssize_t r = raw_recv(fd, in, sizeof in, busy);
     if (r <= 0)
       die("recv");
@@ -206,7 +189,7 @@ static void run_raw(const params *pp, bool busy, results *res) {
     raw_send(fd, refill, msgs * pp->size);
   }
   res->msgs_per_s =
-      (double)(bytes / pp->size) / ((double)(now_ns() - t0) / 1e9);
+      (double)(bytes / pp->size) / ((double)(bench_now_ns() - t0) / 1e9);
   shutdown(fd, SHUT_WR);
   while (raw_recv(fd, in, sizeof in, busy) > 0)
     ;
@@ -261,14 +244,14 @@ static void start_pipelined(weft_ctx *ctx, client *c) {
   percentiles(c->rtt, c->pp->round_trips, c->res);
   c->pipelined = true;
   c->got = 0;
-  c->pipe_t0 = now_ns();
+  c->pipe_t0 = bench_now_ns();
   c->pipe_end = c->pipe_t0 + (uint64_t)(c->pp->seconds * 1e9);
   send_msgs(ctx, c, c->pp->window);
 }
 
 static void client_active(weft_ctx *ctx) {
   client *c = weft_ctx_state(ctx);
-  c->t0 = now_ns();
+  c->t0 = bench_now_ns();
   send_msgs(ctx, c, 1);
 }
 
@@ -280,10 +263,10 @@ static void client_read(weft_ctx *ctx, void *msg) {
     size_t n = c->got / c->pp->size;
     c->got %= c->pp->size;
     c->msgs += n;
-    if (now_ns() >= c->pipe_end) {
+    if (bench_now_ns() >= c->pipe_end) {
       if (!atomic_load(&c->done)) {
         c->res->msgs_per_s =
-            (double)c->msgs / ((double)(now_ns() - c->pipe_t0) / 1e9);
+            (double)c->msgs / ((double)(bench_now_ns() - c->pipe_t0) / 1e9);
         atomic_store(&c->done, 1);
         weft_ctx_close(ctx, WEFT_PROMISE_NONE);
       }
@@ -295,14 +278,14 @@ static void client_read(weft_ctx *ctx, void *msg) {
   if (c->got < c->pp->size)
     return;
   c->got = 0;
-  uint64_t t = now_ns();
+  uint64_t t = bench_now_ns();
   if (c->i >= 0)
     c->rtt[c->i] = t - c->t0;
   if (++c->i == c->pp->round_trips) {
     start_pipelined(ctx, c);
     return;
   }
-  c->t0 = now_ns();
+  c->t0 = bench_now_ns();
   send_msgs(ctx, c, 1);
 }
 
@@ -315,7 +298,7 @@ static void client_init(weft_channel *ch, void *arg) {
                          arg);
 }
 
-static void pin_task(void *arg) { pin_self((int)(intptr_t)arg); }
+static void pin_task(void *arg) { bench_pin_self((int)(intptr_t)arg); }
 
 static weft_loop_group *group_new(const params *pp, int cpu, const char *name) {
   weft_loop_options o;

@@ -2,6 +2,8 @@
  * report.h). */
 #include "report.h"
 
+#include "bench_util.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,16 +34,11 @@ uint64_t bench_percentile(const uint64_t *sorted, size_t n, uint32_t ppm) {
   return sorted[rank - 1];
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
 int bench_latency_of(uint64_t *samples, size_t n, bench_latency *out) {
   memset(out, 0, sizeof *out);
   if (n == 0)
     return -1;
-  qsort(samples, n, sizeof samples[0], cmp_u64);
+  qsort(samples, n, sizeof samples[0], bench_cmp_u64);
   double sum = 0;
   for (size_t i = 0; i < n; i++)
     sum += (double)samples[i];

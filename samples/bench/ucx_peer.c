@@ -38,6 +38,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include "bench_util.h"
+
 #define AM_ID 0x77u
 #define HEADER_SIZE 12u /* sizeof(ucx_hdr) in transports/ucx */
 #define DATA_SIZE 16u
@@ -58,20 +60,6 @@ static bool err_mode_none;
 static void die(const char *what, ucs_status_t st) {
   fprintf(stderr, "weft-ucx-peer: %s: %s\n", what, ucs_status_string(st));
   exit(1);
-}
-
-static void pin_self(int cpu) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(n > 0 ? cpu % (int)n : 0, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Copies the data out, as weft does with eager data it may not keep. */
@@ -186,7 +174,7 @@ static void round_trip_single_thread(void) {
 /* The server thread: a reply for every message, sent after progress. */
 static void *server_main(void *arg) {
   (void)arg;
-  pin_self(1);
+  bench_pin_self(1);
   unsigned seen = server.received;
   while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
     ucp_worker_progress(server.worker);
@@ -194,11 +182,6 @@ static void *server_main(void *arg) {
       send_one(&server);
   }
   return NULL;
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -237,23 +220,23 @@ int main(int argc, char **argv) {
     perror("weft-ucx-peer: pthread_create");
     return 1;
   }
-  pin_self(0);
+  bench_pin_self(0);
   uint64_t *rtt = malloc((size_t)n * sizeof *rtt);
   if (rtt == NULL) {
     perror("weft-ucx-peer: malloc");
     return 1;
   }
   for (int i = 0; i < n; i++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     unsigned want = client.received + 1;
     send_one(&client);
     while (client.received != want)
       ucp_worker_progress(client.worker);
-    rtt[i] = now_ns() - t0;
+    rtt[i] = bench_now_ns() - t0;
   }
   atomic_store(&stop, true);
   pthread_join(thread, NULL);
-  qsort(rtt, (size_t)n, sizeof *rtt, cmp_u64);
+  qsort(rtt, (size_t)n, sizeof *rtt, bench_cmp_u64);
   printf("mode=ucx-peer size=%u p50_us=%.2f p99_us=%.2f\n", DATA_SIZE,
          (double)rtt[n / 2] / 1000.0,
          (double)rtt[(size_t)n * 99 / 100] / 1000.0);

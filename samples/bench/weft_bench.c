@@ -67,6 +67,7 @@
 
 #include <weft/weft.h>
 
+#include "bench_util.h"
 #include "report.h"
 
 #define MAX_CONFIGS 16
@@ -153,12 +154,6 @@ typedef struct result {
 
 static opts O;
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 static void die(const char *what) {
   fprintf(stderr, "weft-bench: %s: %s\n", what, strerror(errno));
   exit(1);
@@ -169,14 +164,6 @@ static void fail(const char *fmt, const char *arg) {
   fprintf(stderr, fmt, arg);
   fputc('\n', stderr);
   exit(2);
-}
-
-static void pin_self(int cpu) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(n > 0 ? cpu % (int)n : 0, &set);
-  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
 /* ---- server CPU time ---- */
@@ -290,7 +277,7 @@ static uint8_t zeros[TXMAX];
 static void *raw_conn_main(void *arg) {
   raw_conn *rc = arg;
   pthread_setname_np(pthread_self(), rc->name);
-  pin_self(1);
+  bench_pin_self(1);
   uint8_t *buf = malloc(TXMAX);
   uint64_t count = 0, acked = 0;
   for (;;) {
@@ -325,7 +312,7 @@ static void *raw_accept_main(void *arg) {
   char name[16];
   snprintf(name, sizeof name, "%.8sacc", s->prefix);
   pthread_setname_np(pthread_self(), name);
-  pin_self(1);
+  bench_pin_self(1);
   for (;;) {
     int fd = accept(s->lfd, NULL, NULL);
     if (fd < 0) {
@@ -470,7 +457,7 @@ static void srv_init(weft_channel *ch, void *arg) {
   }
 }
 
-static void pin_task(void *arg) { pin_self((int)(intptr_t)arg); }
+static void pin_task(void *arg) { bench_pin_self((int)(intptr_t)arg); }
 
 static weft_loop_group *group_new(const bench_config *cf, int cpu,
                                   const char *name) {
@@ -610,11 +597,11 @@ static void raw_pingpong(session *s, const point *pt, result *res) {
   if (rtt == NULL)
     die("malloc");
   for (long i = -pt->warm; i < pt->iters; i++) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     if (raw_exchange(fd, pt->size, busy) < 0)
       die("ping-pong");
     if (i >= 0)
-      rtt[i] = now_ns() - t0;
+      rtt[i] = bench_now_ns() - t0;
   }
   res->has_lat = bench_latency_of(rtt, (size_t)pt->iters, &res->lat) == 0;
   free(rtt);
@@ -643,7 +630,7 @@ static void raw_echo_run(session *s, const point *pt, result *res) {
     c[i].outstanding = pt->window;
   }
   int phase = PH_WARM;
-  uint64_t start = now_ns(), t0 = 0, t1 = 0, msgs = 0;
+  uint64_t start = bench_now_ns(), t0 = 0, t1 = 0, msgs = 0;
   uint64_t warm_end = start + (uint64_t)(O.warm_seconds * 1e9), end = 0;
   while (phase != PH_DONE) {
     bool progress = false;
@@ -671,7 +658,7 @@ static void raw_echo_run(session *s, const point *pt, result *res) {
       long k = (long)(e->partial / pt->size);
       e->partial %= pt->size;
       e->outstanding -= k;
-      uint64_t now = now_ns();
+      uint64_t now = bench_now_ns();
       if (phase == PH_WARM && now >= warm_end) {
         phase = PH_MEASURE;
         t0 = now;
@@ -691,7 +678,7 @@ static void raw_echo_run(session *s, const point *pt, result *res) {
       for (int i = 0; i < n; i++)
         drained += c[i].outstanding == 0;
       if (drained == n) {
-        t1 = now_ns();
+        t1 = bench_now_ns();
         phase = PH_DONE;
       }
     }
@@ -728,7 +715,7 @@ static void raw_stream(session *s, const point *pt, result *res) {
                  : pt->size >= CHUNK ? pt->size
                                      : CHUNK / pt->size * pt->size;
   uint64_t sent = 0, units = 0, units0 = 0, t0 = 0, t1 = 0, end = 0;
-  uint64_t warm_end = now_ns() + (uint64_t)(O.warm_seconds * 1e9);
+  uint64_t warm_end = bench_now_ns() + (uint64_t)(O.warm_seconds * 1e9);
   int phase = PH_WARM;
   while (phase != PH_DONE) {
     uint64_t left = phase == PH_DRAIN ? (unit - sent % unit) % unit : batch;
@@ -747,7 +734,7 @@ static void raw_stream(session *s, const point *pt, result *res) {
     if (r < 0)
       continue;
     units += (uint64_t)r;
-    uint64_t now = now_ns();
+    uint64_t now = bench_now_ns();
     if (phase == PH_WARM && now >= warm_end) {
       phase = PH_MEASURE;
       t0 = now;
@@ -770,10 +757,10 @@ static void raw_stream(session *s, const point *pt, result *res) {
 
 static void raw_connect_rate(session *s, result *res) {
   bool busy = s->cf->busy;
-  uint64_t start = now_ns(), t0 = 0, count = 0;
+  uint64_t start = bench_now_ns(), t0 = 0, count = 0;
   uint64_t warm_end = start + (uint64_t)(O.warm_seconds * 1e9);
   uint64_t end = warm_end + (uint64_t)(O.seconds * 1e9), now;
-  while ((now = now_ns()) < end) {
+  while ((now = bench_now_ns()) < end) {
     if (t0 == 0 && now >= warm_end)
       t0 = now;
     int fd = raw_connect(s, &(hello){HELLO_MAGIC, SRV_CLOSE, 0});
@@ -782,17 +769,17 @@ static void raw_connect_rate(session *s, result *res) {
     close(fd);
     count += t0 != 0;
   }
-  res->conns_per_s = (double)count / ((double)(now_ns() - t0) / 1e9);
+  res->conns_per_s = (double)count / ((double)(bench_now_ns() - t0) / 1e9);
 }
 
 static void measure_idle_cpu(session *s, result *res) {
-  uint64_t c0 = server_cpu_ns(s->prefix), w0 = now_ns();
+  uint64_t c0 = server_cpu_ns(s->prefix), w0 = bench_now_ns();
   struct timespec ts = {
       (time_t)O.idle_seconds,
       (long)((O.idle_seconds - (double)(time_t)O.idle_seconds) * 1e9)};
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
     ;
-  uint64_t c1 = server_cpu_ns(s->prefix), w1 = now_ns();
+  uint64_t c1 = server_cpu_ns(s->prefix), w1 = bench_now_ns();
   res->cpu_pct = 100.0 * (double)(c1 - c0) / (double)(w1 - w0);
 }
 
@@ -984,13 +971,13 @@ static void stream_pump_task(void *arg) {
 }
 
 static void run_start(wrun *r) {
-  uint64_t now = now_ns();
+  uint64_t now = bench_now_ns();
   r->phase = PH_WARM;
   r->warm_end = now + (uint64_t)(O.warm_seconds * 1e9);
   switch (r->pt->pattern) {
   case P_PINGPONG:
     r->i = -r->pt->warm;
-    r->tsend = now_ns();
+    r->tsend = bench_now_ns();
     write_msg(&r->c[0]);
     weft_ctx_flush(r->c[0].ctx);
     break;
@@ -1042,7 +1029,7 @@ static void pingpong_read(wrun *r, wconn *c, size_t n) {
   if (c->got < r->pt->size)
     return;
   c->got = 0;
-  uint64_t t = now_ns();
+  uint64_t t = bench_now_ns();
   if (r->i >= 0)
     r->rtt[r->i] = t - r->tsend;
   if (++r->i == r->pt->iters) {
@@ -1050,7 +1037,7 @@ static void pingpong_read(wrun *r, wconn *c, size_t n) {
     close_all(r);
     return;
   }
-  r->tsend = now_ns();
+  r->tsend = bench_now_ns();
   write_msg(c);
   weft_ctx_flush(c->ctx);
 }
@@ -1059,7 +1046,7 @@ static void echo_finish_if_drained(wrun *r) {
   for (int i = 0; i < r->n; i++)
     if (r->c[i].outstanding > 0)
       return;
-  r->t1 = now_ns();
+  r->t1 = bench_now_ns();
   r->phase = PH_DONE;
   close_all(r);
 }
@@ -1069,7 +1056,7 @@ static void echo_read(wrun *r, wconn *c, size_t n) {
   long k = (long)(c->got / r->pt->size);
   c->got %= r->pt->size;
   c->outstanding -= k;
-  uint64_t now = now_ns();
+  uint64_t now = bench_now_ns();
   if (r->phase == PH_WARM && now >= r->warm_end) {
     r->phase = PH_MEASURE;
     r->t0 = now;
@@ -1093,7 +1080,7 @@ static void echo_read(wrun *r, wconn *c, size_t n) {
 static void stream_read(wrun *r, wconn *c, size_t n) {
   c->units += n;
   r->units += n;
-  uint64_t now = now_ns();
+  uint64_t now = bench_now_ns();
   if (r->phase == PH_WARM && now >= r->warm_end) {
     r->phase = PH_MEASURE;
     r->t0 = now;
@@ -1168,7 +1155,7 @@ static void client_inactive(weft_ctx *ctx) {
   }
   if (r->pt->pattern == P_CONNECT && r->phase != PH_DONE) {
     /* one connection set up and torn down: count it, start the next */
-    uint64_t now = now_ns();
+    uint64_t now = bench_now_ns();
     if (r->phase == PH_WARM && now >= r->warm_end) {
       r->phase = PH_MEASURE;
       r->t0 = now;
@@ -1243,7 +1230,7 @@ static void connect_next(wrun *r) {
 
 static void connect_start_task(void *arg) {
   wrun *r = arg;
-  r->warm_end = now_ns() + (uint64_t)(O.warm_seconds * 1e9);
+  r->warm_end = bench_now_ns() + (uint64_t)(O.warm_seconds * 1e9);
   r->phase = PH_WARM;
   connect_next(r);
 }
@@ -1396,7 +1383,7 @@ static void progress(int done, int total, int rep, const point *pt,
                      const bench_config *cf, uint64_t started) {
   if (!O.progress)
     return;
-  double el = (double)(now_ns() - started) / 1e9;
+  double el = (double)(bench_now_ns() - started) / 1e9;
   double eta = done > 0 ? el / done * (total - done) : 0;
   fprintf(stderr,
           "\r[%d/%d] rep %d/%d %-8s %8zu B %-14s %4.0f s, ~%.0f s left ",
@@ -1468,9 +1455,9 @@ static void run_client(const char *command) {
   strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%S%z", localtime(&t));
   meta.started = started;
   read_load(meta.load_before);
-  pin_self(0); /* the raw client runs on this thread */
+  bench_pin_self(0); /* the raw client runs on this thread */
   int total = O.reps * np * O.n_configs, done = 0;
-  uint64_t t0 = now_ns();
+  uint64_t t0 = bench_now_ns();
   for (int rep = 0; rep < O.reps; rep++)
     for (int p = 0; p < np; p++)
       for (int k = 0; k < O.n_configs; k++, done++) {
