@@ -830,6 +830,20 @@ static weft_buf *first_buf_at(weft_channel *ch, const void *base) {
   return NULL;
 }
 
+/* The header of the next DATA message: it carries the credit owed. */
+static ucx_hdr data_hdr(const ucx_channel *uc) {
+  return (ucx_hdr){.to = slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
+                   .seq = uc->send_seq,
+                   .credit = (uint32_t)uc->credit_owed};
+}
+
+/* Accounts for a DATA message of `len` bytes with data_hdr()'s header. */
+static void data_sent(ucx_channel *uc, size_t len) {
+  uc->send_seq++;
+  uc->credit_owed = 0;
+  uc->send_credit -= len;
+}
+
 /* Merges the first `len` bytes of `iov` into `dst`. */
 static void iov_gather(void *dst, const struct iovec *iov, int n, size_t len) {
   size_t off = 0;
@@ -855,9 +869,7 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
     iov_gather(merged, iov, n, len);
     data = merged;
   }
-  ucx_hdr hdr = {.to = slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
-                 .seq = uc->send_seq,
-                 .credit = (uint32_t)uc->credit_owed};
+  ucx_hdr hdr = data_hdr(uc);
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
                                                UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
                                .flags = 0};
@@ -868,9 +880,7 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
   if (UCS_PTR_IS_ERR(req))
     return status_to_weft(UCS_PTR_STATUS(req));
   assert(req == NULL); /* FORCE_IMM_CMPL: done, or an error */
-  uc->send_seq++;
-  uc->credit_owed = 0;
-  uc->send_credit -= len;
+  data_sent(uc, len);
   return (ssize_t)len;
 }
 
@@ -933,11 +943,8 @@ static ssize_t send_one(ucx_channel *uc) {
     s->hold->writer_index += len;
     data = weft_buf_rptr(s->hold);
   }
-  s->hdr = (ucx_hdr){.to = slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
-                     .seq = uc->send_seq++,
-                     .credit = (uint32_t)uc->credit_owed};
-  uc->credit_owed = 0;
-  uc->send_credit -= len;
+  s->hdr = data_hdr(uc);
+  data_sent(uc, len);
   int err = am_send(uc, s, data, len, 0);
   return err < 0 ? err : (ssize_t)len;
 }
