@@ -8,7 +8,7 @@
 #include <weft/error.h>
 #include <weft/log.h>
 
-#include "transports/channel_internal.h"
+#include "channel/channel_internal.h"
 
 /* ---- per-loop state: transport instances and open channels ---- */
 

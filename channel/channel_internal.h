@@ -1,6 +1,6 @@
-/* Internal layout of channels, pipelines and listeners (transports/). */
-#ifndef WEFT_TRANSPORTS_CHANNEL_INTERNAL_H
-#define WEFT_TRANSPORTS_CHANNEL_INTERNAL_H
+/* Internal layout of channels, pipelines and listeners (channel/). */
+#ifndef WEFT_CHANNEL_CHANNEL_INTERNAL_H
+#define WEFT_CHANNEL_CHANNEL_INTERNAL_H
 
 #include <stdalign.h>
 #include <stdatomic.h>

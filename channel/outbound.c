@@ -6,7 +6,7 @@
 
 #include <weft/error.h>
 
-#include "transports/channel_internal.h"
+#include "channel/channel_internal.h"
 
 #define INITIAL_SLOTS 16
 

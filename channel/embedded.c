@@ -8,7 +8,7 @@
 #include <weft/error.h>
 
 #include "loop/loop_internal.h"
-#include "transports/channel_internal.h"
+#include "channel/channel_internal.h"
 
 #define MAX_EXCEPTIONS 16
 

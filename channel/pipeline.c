@@ -7,7 +7,7 @@
 #include <weft/error.h>
 #include <weft/log.h>
 
-#include "transports/channel_internal.h"
+#include "channel/channel_internal.h"
 
 /* ---- dispatch bookkeeping ----
  * Handlers may remove themselves (or others) while an event runs, so a

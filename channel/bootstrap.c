@@ -9,7 +9,7 @@
 #include <weft/error.h>
 #include <weft/log.h>
 
-#include "transports/channel_internal.h"
+#include "channel/channel_internal.h"
 
 struct weft_server {
   weft_loop_group *group;
