@@ -7,7 +7,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       liburing-dev clang libucx-dev ucx-utils clang-format
       librdmacm-dev libibverbs-dev redis-tools
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
-      qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd)
+      qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
+      ibverbs-utils ibverbs-providers)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -21,7 +21,8 @@ VM=${WEFT_VM_DIR:-build/verbs-vm}
 mkdir -p "$VM"
 VM=$(cd "$VM" && pwd)
 
-for p in qemu-system-x86_64 busybox cpio rdma depmod; do
+for p in qemu-system-x86_64 busybox cpio rdma depmod ibv_devices ibv_devinfo \
+  ibv_rc_pingpong; do
   command -v "$p" >/dev/null || {
     echo "test-verbs-vm: FAIL: $p is missing (scripts/deps.sh installs it)" >&2
     exit 1
