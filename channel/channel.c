@@ -9,6 +9,7 @@
 #include <weft/log.h>
 
 #include "channel/channel_internal.h"
+#include "transports/registry_internal.h"
 
 /* ---- per-loop state: transport instances and open channels ---- */
 
@@ -77,9 +78,16 @@ void *weft_transport_loop_state(const weft_transport_ops *ops, weft_loop *loop,
     *err = WEFT_ENOSPC;
     return NULL;
   }
+  char why[320];
+  int rc = weft__transport_env_apply(ops, false, why, sizeof why);
+  if (rc < 0) {
+    weft_log(WEFT_LOG_ERROR, "transport %s: %s", ops->name, why);
+    *err = rc;
+    return NULL;
+  }
   void *state = NULL;
   if (ops->loop_init != NULL) {
-    int rc = ops->loop_init(loop, &state);
+    rc = ops->loop_init(loop, &state);
     if (rc < 0) {
       *err = rc;
       return NULL;

@@ -10,7 +10,7 @@
 #include <weft/channel.h>
 #include <weft/pipeline.h>
 #include <weft/timer.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 /* One handler instance in a pipeline. */
 struct weft_ctx {

@@ -21,11 +21,10 @@
 
 #include <weft/config.h>
 #include <weft/error.h>
+#include <weft/transport_plugin.h>
 
 #include "transports/endpoint_internal.h"
-#ifdef WEFT_WITH_UCX
-#include "transports/ucx/ucx.h"
-#endif
+#include "transports/registry_internal.h"
 
 typedef enum key_kind {
   KIND_INT,    /* int */
@@ -336,6 +335,19 @@ static int app_value(const char *where, const char *section, const char *key,
   return WEFT_EBADCONF;
 }
 
+/* A key of a plugin's section: the registry checks it and hands it on. */
+static int plugin_value(const char *where, const char *section, const char *key,
+                        const char *value, char *err, size_t len) {
+  char why[512] = "";
+  int rc = weft_transport_config_set(section + 10, key, value, why, sizeof why);
+  if (rc == 0)
+    return 0;
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  msg_append(err, len, &off, "[%s] %s = \"%s\": %s", section, key, value, why);
+  return WEFT_EBADCONF;
+}
+
 /* ---- public entry points ---- */
 
 void weft_config_init(weft_config *cfg) {
@@ -366,26 +378,12 @@ int weft_config_set(weft_config *cfg, const char *where, const char *section,
     err_len = 0;
   if (section == NULL || key == NULL || value == NULL)
     return WEFT_EBADCONF;
-#ifdef WEFT_WITH_UCX
-  /* [transport.ucx] belongs to the UCX plugin (process-wide settings). */
-  if (strcmp(section, "transport.ucx") == 0) {
-    char why[256] = "";
-    int rc = weft__ucx_config_set(key, value, why, sizeof why);
-    if (app != NULL) /* an application that handles the section decides */
-      return app_value(where, section, key, value, app, app_arg, err, err_len);
-    if (rc == 0)
-      return 0;
-    size_t off = 0;
-    msg_where(err, err_len, &off, where);
-    msg_append(err, err_len, &off, "[transport.ucx] %s = \"%s\": %s", key,
-               value,
-               rc == WEFT_ENOENT ? "unknown key; valid keys: tls, devices, "
-                                   "rndv_thresh, window, max_message, "
-                                   "error_mode"
-                                 : why);
-    return WEFT_EBADCONF;
-  }
-#endif
+  /* [transport.<name>] belongs to that plugin, through the registry; a
+   * section of a transport that is not registered may be the
+   * application's. */
+  if (strncmp(section, "transport.", 10) == 0 &&
+      (app == NULL || weft__transport_registered(section + 10)))
+    return plugin_value(where, section, key, value, err, err_len);
   const section_def *s = find_section(section);
   if (s == NULL) {
     if (app != NULL && section[0] != '\0')
@@ -563,6 +561,18 @@ static int env_app_key(weft_config *cfg, const char *spec,
   return env_one(cfg, section, dot + 1, app, app_arg, err, len);
 }
 
+/* WEFT_TRANSPORT_<NAME>_<KEY> for every registered plugin, now: flags
+ * applied after this call then win over the environment. */
+static int plugins_env(char *err, size_t len) {
+  const weft_transport_ops *ops;
+  for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++) {
+    int rc = weft__transport_env_apply(ops, true, err, len);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
 int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
                           weft_config_section_cb app, void *app_arg, char *err,
                           size_t err_len) {
@@ -584,6 +594,8 @@ int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
       return rc;
   }
   int rc = check_relations(&tmp, "WEFT_* environment", err, err_len);
+  if (rc == 0)
+    rc = plugins_env(err, err_len);
   if (rc == 0)
     *cfg = tmp;
   return rc;

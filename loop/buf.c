@@ -184,7 +184,7 @@ uint64_t weft_buf_mem_key(const weft_buf *buf, int hook) {
    * WEFT_MEM_KEY_NONE in every slab. */
   if (root->slab == NULL)
     return WEFT_MEM_KEY_NONE;
-  return root->slab->keys[hook];
+  return ((const weft__slab *)root->slab)->keys[hook];
 }
 
 int weft_buf_write_bytes(weft_buf *b, const void *src, size_t n) {

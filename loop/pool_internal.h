@@ -41,6 +41,8 @@
 /* Spare headers (slices, wrapped buffers) are allocated this many at once. */
 #define WEFT__HEADER_CHUNK 64
 
+typedef struct weft__slab weft__slab;
+
 /**
  * A slab: `data` is one page-aligned region of `nblocks` blocks of one size
  * class (what slab hooks register), and headers[i] is the weft_buf of block

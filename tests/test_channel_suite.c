@@ -32,7 +32,7 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/pipeline.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 #define MIB (1024u * 1024u)
 #define PENDING 1 /* a status not yet reported (statuses are <= 0) */

@@ -11,6 +11,7 @@
 
 #include <weft/config.h>
 #include <weft/error.h>
+#include <weft/transport_plugin.h>
 
 static char dir[64];
 static char path[128]; /* the file the test wrote, as passed to load */
@@ -332,18 +333,58 @@ static int app_cb(void *arg, const char *section, const char *key,
              "1 or more)");
     return WEFT_EINVAL;
   }
-  if (strcmp(section, "transport.ucx") == 0 && strcmp(key, "tls") == 0) {
+  if (strcmp(section, "app.sub") == 0 && strcmp(key, "tls") == 0) {
     snprintf(st->tls, sizeof st->tls, "%s", value);
     return 0;
   }
   return WEFT_ENOENT;
 }
 
+/* A plugin of the test's own, so [transport.<name>] is checked without
+ * depending on which plugins this build has. */
+static int plug_depth;
+
+static int plug_set(const char *key, const char *value, char *why,
+                    size_t why_len) {
+  (void)key;
+  if (strcmp(value, "1") != 0 && strcmp(value, "2") != 0) {
+    snprintf(why, why_len, "1 or 2");
+    return WEFT_EINVAL;
+  }
+  plug_depth = value[0] - '0';
+  return 0;
+}
+
+static const weft_transport_key plug_keys[] = {{"depth", "1", "1 or 2"},
+                                               {NULL, NULL, NULL}};
+static const weft_transport_ops plug = {
+    .name = "cfgplug", .config_keys = plug_keys, .config_set = plug_set};
+
+START_TEST(config_load_plugin_section_reaches_plugin) {
+  weft_config c;
+  weft_config_init(&c);
+  weft_transport_register(&plug); /* once per process; EEXIST after */
+  ck_assert_int_eq(load_text(&c, "[transport.cfgplug]\ndepth = 2\n"), 0);
+  ck_assert_int_eq(plug_depth, 2);
+  ck_assert_int_eq(load_text(&c, "[transport.cfgplug]\ndepth = 3\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(2, "[transport.cfgplug] depth = \"3\": 1 or 2");
+  ck_assert_int_eq(load_text(&c, "\n[transport.cfgplug]\ndeep = 1\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(3, "[transport.cfgplug] deep = \"1\": unknown key 'deep'; "
+                   "valid keys: fallback, depth");
+  ck_assert_int_eq(load_text(&c, "[transport.nosuch]\ndepth = 1\n"),
+                   WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "unknown transport 'nosuch'; registered: "
+                                    "tcp"));
+}
+END_TEST
+
 START_TEST(config_load_app_section_handled) {
   weft_config c;
   app_state st = {0};
   weft_config_init(&c);
-  write_ini("[kv]\ncapacity = 1000\n[transport.ucx]\ntls = rc,sm\n"
+  write_ini("[kv]\ncapacity = 1000\n[app.sub]\ntls = rc,sm\n"
             "[loop]\nloops = 4\n");
   ck_assert_int_eq(weft_config_load(&c, path, app_cb, &st, err, sizeof err), 0);
   ck_assert_int_eq(st.capacity, 1000);
@@ -439,12 +480,12 @@ START_TEST(config_env_refused_low_above_high) {
 END_TEST
 
 START_TEST(config_env_app_keys) {
-  static const char *const keys[] = {"kv.capacity", "transport.ucx.tls", NULL};
+  static const char *const keys[] = {"kv.capacity", "app.sub.tls", NULL};
   weft_config c;
   app_state st = {0};
   weft_config_init(&c);
   setenv("WEFT_KV_CAPACITY", "77", 1);
-  setenv("WEFT_TRANSPORT_UCX_TLS", "tcp", 1);
+  setenv("WEFT_APP_SUB_TLS", "tcp", 1);
   int rc = weft_config_apply_env(&c, keys, app_cb, &st, err, sizeof err);
   ck_assert_int_eq(rc, 0);
   ck_assert_int_eq(st.capacity, 77);
@@ -452,7 +493,7 @@ START_TEST(config_env_app_keys) {
   setenv("WEFT_KV_CAPACITY", "x", 1);
   rc = weft_config_apply_env(&c, keys, app_cb, &st, err, sizeof err);
   unsetenv("WEFT_KV_CAPACITY");
-  unsetenv("WEFT_TRANSPORT_UCX_TLS");
+  unsetenv("WEFT_APP_SUB_TLS");
   ck_assert_int_eq(rc, WEFT_EBADCONF);
   ck_assert_ptr_nonnull(strstr(err, "WEFT_KV_CAPACITY: [kv] capacity = "));
 }
@@ -515,6 +556,7 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, config_load_refused_missing_file);
   tcase_add_test(tc, config_load_refused_syntax_error);
   tcase_add_test(tc, config_load_refused_long_line);
+  tcase_add_test(tc, config_load_plugin_section_reaches_plugin);
   tcase_add_test(tc, config_load_app_section_handled);
   tcase_add_test(tc, config_load_refused_app_unknown_key);
   tcase_add_test(tc, config_load_refused_app_bad_value);

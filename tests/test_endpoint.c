@@ -9,8 +9,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <weft/endpoint.h>
 #include <weft/error.h>
-#include <weft/transport.h>
 
 /* Parses a URI that must be refused; returns the error text. */
 static const char *parse_bad(const char *uri) {

@@ -24,7 +24,7 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/rpc.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 #include "client.h"
 #include "server.h"

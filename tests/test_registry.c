@@ -1,13 +1,15 @@
-/* The transport registry: registration, lookup, and cached probes. Each
+/* The transport registry: registration, lookup, cached probes, plugin
+ * settings and fallbacks. Each
  * test uses its own names: the registry is process-wide and has no
  * unregister, so tests must not depend on running in separate processes. */
 #include "harness.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <weft/error.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 static int probe_calls;
 
@@ -124,6 +126,101 @@ START_TEST(registry_find_builtin_tcp) {
 }
 END_TEST
 
+/* ---- plugin settings and fallbacks ---- */
+
+static int depth_value; /* what the fake plugin's config_set stored */
+
+static int depth_set(const char *key, const char *value, char *why,
+                     size_t why_len) {
+  (void)key; /* the registry checked it */
+  char *end;
+  long v = strtol(value, &end, 10);
+  if (*end != '\0' || v < 1 || v > 64) {
+    snprintf(why, why_len, "entries, 1 .. 64");
+    return WEFT_EINVAL;
+  }
+  depth_value = (int)v;
+  return 0;
+}
+
+static const weft_transport_key depth_keys[] = {
+    {"depth", "8", "entries, 1 .. 64"}, {NULL, NULL, NULL}};
+
+START_TEST(registry_config_set_reaches_plugin_checked) {
+  static const weft_transport_ops cfg = {
+      .name = "cfgplug", .config_keys = depth_keys, .config_set = depth_set};
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&cfg), 0);
+  ck_assert_int_eq(
+      weft_transport_config_set("cfgplug", "depth", "7", why, sizeof why), 0);
+  ck_assert_int_eq(depth_value, 7);
+  ck_assert_int_eq(
+      weft_transport_config_set("cfgplug", "depth", "99", why, sizeof why),
+      WEFT_EINVAL);
+  ck_assert_str_eq(why, "entries, 1 .. 64");
+  ck_assert_int_eq(depth_value, 7);
+  ck_assert_int_eq(
+      weft_transport_config_set("cfgplug", "dpeth", "1", why, sizeof why),
+      WEFT_ENOENT);
+  ck_assert_str_eq(why, "unknown key 'dpeth'; valid keys: fallback, depth");
+  ck_assert_int_eq(
+      weft_transport_config_set("nosuch", "depth", "1", why, sizeof why),
+      WEFT_ENOENT);
+  ck_assert_ptr_nonnull(strstr(why, "unknown transport 'nosuch'"));
+}
+END_TEST
+
+START_TEST(registry_env_reaches_plugin_before_probe) {
+  static const weft_transport_ops cfg = {
+      .name = "envplug", .config_keys = depth_keys, .config_set = depth_set};
+  ck_assert_int_eq(weft_transport_register(&cfg), 0);
+  setenv("WEFT_TRANSPORT_ENVPLUG_DEPTH", "33", 1);
+  ck_assert_ptr_eq(weft_transport_find("envplug", NULL, 0), &cfg);
+  unsetenv("WEFT_TRANSPORT_ENVPLUG_DEPTH");
+  ck_assert_int_eq(depth_value, 33);
+}
+END_TEST
+
+START_TEST(registry_env_bad_value_fails_probe_naming_variable) {
+  static const weft_transport_ops cfg = {
+      .name = "envbad", .config_keys = depth_keys, .config_set = depth_set};
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&cfg), 0);
+  setenv("WEFT_TRANSPORT_ENVBAD_DEPTH", "0", 1);
+  ck_assert_ptr_null(weft_transport_find("envbad", why, sizeof why));
+  unsetenv("WEFT_TRANSPORT_ENVBAD_DEPTH");
+  ck_assert_str_eq(why, "WEFT_TRANSPORT_ENVBAD_DEPTH = \"0\": expected "
+                        "entries, 1 .. 64");
+}
+END_TEST
+
+START_TEST(registry_fallback_replaces_failed_probe) {
+  static const weft_transport_ops target = {.name = "fbtarget"};
+  static const weft_transport_ops failing = {.name = "fbsource",
+                                             .probe = probe_fails};
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&target), 0);
+  ck_assert_int_eq(weft_transport_register(&failing), 0);
+  ck_assert_ptr_null(weft_transport_find("fbsource", NULL, 0));
+  ck_assert_int_eq(weft_transport_config_set("fbsource", "fallback", "fbsource",
+                                             why, sizeof why),
+                   WEFT_EINVAL); /* not itself */
+  ck_assert_int_eq(weft_transport_config_set("fbsource", "fallback", "nosuch",
+                                             why, sizeof why),
+                   WEFT_EINVAL);
+  ck_assert_int_eq(weft_transport_config_set("fbsource", "fallback", "fbtarget",
+                                             why, sizeof why),
+                   0);
+  ck_assert_ptr_eq(weft_transport_find("fbsource", NULL, 0), &target);
+  ck_assert(weft_transport_available("fbsource", NULL, 0));
+  ck_assert_int_eq(weft_transport_config_set("fbsource", "fallback", "none",
+                                             why, sizeof why),
+                   0);
+  ck_assert_ptr_null(weft_transport_find("fbsource", why, sizeof why));
+  ck_assert_str_eq(why, "fakedev: no device found; use transport=tcp");
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("registry");
   TCase *tc = tcase_create("core");
@@ -135,6 +232,10 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, registry_find_probe_failure_cached);
   tcase_add_test(tc, registry_find_probe_failure_without_reason);
   tcase_add_test(tc, registry_find_builtin_tcp);
+  tcase_add_test(tc, registry_config_set_reaches_plugin_checked);
+  tcase_add_test(tc, registry_env_reaches_plugin_before_probe);
+  tcase_add_test(tc, registry_env_bad_value_fails_probe_naming_variable);
+  tcase_add_test(tc, registry_fallback_replaces_failed_probe);
   /* Last: it fills the registry, which would break the tests after it when
    * Check runs them in one process (CK_FORK=no). */
   tcase_add_test(tc, registry_register_refused_full);

@@ -23,7 +23,7 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/pipeline.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 #include <ucp/api/ucp.h>
 

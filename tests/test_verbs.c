@@ -28,7 +28,7 @@
 #include <weft/loop.h>
 #include <weft/pipeline.h>
 #include <weft/timer.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 /* Typed loads, so a failing assertion prints the name, not the expansion. */
 static int ldi(atomic_int *p) { return atomic_load(p); }

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <weft/endpoint.h>
 #include <weft/error.h>
-#include <weft/transport.h>
 
 #include "transports/endpoint_internal.h"
 

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include <weft/transport.h>
+#include <weft/endpoint.h>
 
 /** Longest scheme (transport name), without the NUL. */
 #define WEFT__SCHEME_MAX 15

@@ -3,7 +3,10 @@
 #ifndef WEFT_TRANSPORTS_REGISTRY_INTERNAL_H
 #define WEFT_TRANSPORTS_REGISTRY_INTERNAL_H
 
-#include <weft/transport.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <weft/transport_plugin.h>
 
 /* The built-in plugins, one exported ops struct each (transports/<name>/).
  * A plugin compiled only under a CMake option is declared under the same
@@ -29,5 +32,19 @@ void weft__transports_builtin(void);
 
 /** weft_transport_register without the built-in initialisation. */
 int weft__transport_register_builtin(const weft_transport_ops *ops);
+
+/** True if a transport named `name` is registered (no probe). */
+bool weft__transport_registered(const char *name);
+
+/**
+ * Applies the environment to the settings of `ops` (the fallback and its
+ * config_keys, as WEFT_TRANSPORT_<NAME>_<KEY>): once per process, or again
+ * when `again` is true. The channel core calls it before a per-loop
+ * instance starts, the config layer when the application applies the
+ * environment (weft_config_apply_env). Returns 0, or WEFT_EBADCONF with
+ * `why` naming the variable and the valid values. Any thread.
+ */
+int weft__transport_env_apply(const weft_transport_ops *ops, bool again,
+                              char *why, size_t why_len);
 
 #endif

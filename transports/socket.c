@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include <weft/error.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 enum { NODELAY, SNDBUF, RCVBUF, KEEPALIVE, COUNT };
 

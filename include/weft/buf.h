@@ -49,7 +49,6 @@ extern "C" {
 #endif
 
 typedef struct weft_pool weft_pool;
-typedef struct weft__slab weft__slab;
 
 #define WEFT__STR2(x) #x
 #define WEFT__STR(x) WEFT__STR2(x)
@@ -74,7 +73,7 @@ typedef struct weft_buf {
   uint16_t flags;
   uint8_t size_class;
   struct weft_buf *parent; /* slices: the buffer whose memory this views */
-  weft__slab *slab;        /* pooled: the slab the memory is in */
+  void *slab;              /* pooled: the pool's slab the memory is in */
   weft_pool *pool;
   struct weft_buf *next; /* free list / return stack link */
   weft_buf_free_cb free_cb;

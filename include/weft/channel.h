@@ -33,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <weft/channel_option.h>
 #include <weft/loop.h>
 #include <weft/msg.h>
 #include <weft/pipeline.h>
@@ -48,18 +49,6 @@ typedef enum weft_channel_state {
   WEFT_CHANNEL_INACTIVE = 2,   /* closing: no more reads or writes */
   WEFT_CHANNEL_CLOSED = 3      /* closed; channel_inactive has fired */
 } weft_channel_state;
-
-/** Channel options, set with weft_channel_set_option(). */
-typedef enum weft_channel_option {
-  WEFT_OPT_TCP_NODELAY = 1,          /* 0/1, default 1 (tcp, uring) */
-  WEFT_OPT_SO_SNDBUF = 2,            /* bytes, default: the kernel's */
-  WEFT_OPT_SO_RCVBUF = 3,            /* bytes, default: the kernel's */
-  WEFT_OPT_SO_KEEPALIVE = 4,         /* 0/1, default 0 */
-  WEFT_OPT_WRITE_LOW_WATERMARK = 5,  /* bytes, default 32 KiB */
-  WEFT_OPT_WRITE_HIGH_WATERMARK = 6, /* bytes, default 64 KiB */
-  WEFT_OPT_CONNECT_TIMEOUT_MS = 7,   /* ms, default 10000; 0 = none */
-  WEFT_OPT_AUTO_READ = 8             /* 0/1, default 1: read when ready */
-} weft_channel_option;
 
 /** Default write watermarks in bytes (Netty's). */
 #define WEFT_WRITE_LOW_WATERMARK_DEFAULT (32 * 1024)

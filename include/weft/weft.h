@@ -1,13 +1,16 @@
-/* weft/weft.h: the whole public API. */
+/* weft/weft.h: the whole application API. A transport plugin also includes
+ * weft/transport_plugin.h, which this header leaves out. */
 #ifndef WEFT_WEFT_H
 #define WEFT_WEFT_H
 
 #include <weft/bootstrap.h>
 #include <weft/buf.h>
 #include <weft/channel.h>
+#include <weft/channel_option.h>
 #include <weft/clock.h>
 #include <weft/config.h>
 #include <weft/embedded.h>
+#include <weft/endpoint.h>
 #include <weft/error.h>
 #include <weft/flush_consolidation.h>
 #include <weft/frame.h>
@@ -24,7 +27,6 @@
 #include <weft/source.h>
 #include <weft/stats.h>
 #include <weft/timer.h>
-#include <weft/transport.h>
 #include <weft/varint.h>
 #include <weft/version.h>
 

@@ -84,7 +84,7 @@
 #include <weft/log.h>
 #include <weft/pipeline.h>
 #include <weft/source.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 #include "transports/ucx/ucx.h"
 
@@ -198,17 +198,12 @@ static int ctx_create(char *why, size_t why_len) {
   return 0;
 }
 
-static int settings_from_env(char *why, size_t why_len);
-
 /* Takes a reference on the process's context, creating it first. */
 static int ctx_acquire(ucx_settings *out, char *why, size_t why_len) {
   int err = 0;
   pthread_mutex_lock(&ctx_lock);
-  if (ctx_refs == 0) {
-    err = settings_from_env(why, why_len);
-    if (err == 0)
-      err = ctx_create(why, why_len);
-  }
+  if (ctx_refs == 0)
+    err = ctx_create(why, why_len);
   if (err == 0) {
     ctx_refs++;
     if (out != NULL)
@@ -243,7 +238,7 @@ static int copy_setting(char *dst, size_t len, const char *value) {
   return 0;
 }
 
-/* weft__ucx_config_set with ctx_lock held. */
+/* ucx_config_set with ctx_lock held. */
 static int setting_set(const char *key, const char *value, char *why,
                        size_t why_len) {
   int err = WEFT_ENOENT;
@@ -290,39 +285,24 @@ static int setting_set(const char *key, const char *value, char *why,
   return err;
 }
 
-int weft__ucx_config_set(const char *key, const char *value, char *why,
-                         size_t why_len) {
+/* [transport.ucx] keys (the registry checked `key`); ctx_lock keeps them
+ * consistent with a context being created on a loop thread. */
+static int ucx_config_set(const char *key, const char *value, char *why,
+                          size_t why_len) {
   pthread_mutex_lock(&ctx_lock);
   int err = setting_set(key, value, why, why_len);
   pthread_mutex_unlock(&ctx_lock);
   return err;
 }
 
-static const char *const setting_keys[] = {
-    "tls", "devices", "rndv_thresh", "window", "max_message", "error_mode"};
-
-/* WEFT_TRANSPORT_UCX_<KEY> (the names weft's config gives [transport.ucx]
- * keys in the environment) win over values set from a file. With
- * ctx_lock held. */
-static int settings_from_env(char *why, size_t why_len) {
-  for (size_t i = 0; i < sizeof setting_keys / sizeof setting_keys[0]; i++) {
-    char var[64];
-    int n = snprintf(var, sizeof var, "WEFT_TRANSPORT_UCX_%s", setting_keys[i]);
-    for (int j = 0; j < n; j++)
-      if (var[j] >= 'a' && var[j] <= 'z')
-        var[j] = (char)(var[j] - 'a' + 'A');
-    const char *v = getenv(var);
-    if (v == NULL)
-      continue;
-    char valid[256] = "";
-    int err = setting_set(setting_keys[i], v, valid, sizeof valid);
-    if (err < 0) {
-      snprintf(why, why_len, "%s = \"%s\": expected %s", var, v, valid);
-      return err;
-    }
-  }
-  return 0;
-}
+static const weft_transport_key ucx_keys[] = {
+    {"tls", "", "a UCX_TLS list (e.g. tcp, or posix,sysv,cma,tcp)"},
+    {"devices", "", "a UCX_NET_DEVICES list (e.g. lo, or mlx5_0:1)"},
+    {"rndv_thresh", "", "bytes, or auto (UCX_RNDV_THRESH)"},
+    {"window", "1048576", "bytes per channel in flight, 4096 .. 2^30"},
+    {"max_message", "65536", "bytes per message, 1024 .. 2^26"},
+    {"error_mode", "peer", "peer or none"},
+    {NULL, NULL, NULL}};
 
 /* ---- wire header ---- */
 
@@ -1919,6 +1899,8 @@ const weft_transport_ops weft__transport_ucx = {
     .caps = WEFT_TRANSPORT_CAP_STREAM,
     .channel_priv_size = sizeof(ucx_channel),
     .probe = ucx_probe,
+    .config_keys = ucx_keys,
+    .config_set = ucx_config_set,
     .loop_init = ucx_loop_init,
     .loop_fini = ucx_loop_fini,
     .listen = ucx_listen,

@@ -37,9 +37,9 @@
  * from a send context taken from a per-loop cache (an idle channel holds
  * none). The buffers are retained while the kernel may read them: a close
  * fails the outbound queue at once, but the memory lives until the CQE. Sends
- * of at least WEFT_URING_SEND_ZC_MIN bytes use SENDMSG_ZC; their buffers are
- * held until the notification CQE. When a notification reports that the
- * kernel copied anyway (loopback, or a device without scatter-gather), the
+ * of at least send_zc_min bytes ([transport.uring]) use SENDMSG_ZC; their
+ * buffers are held until the notification CQE. When a notification reports that
+ * the kernel copied anyway (loopback, or a device without scatter-gather), the
  * channel stops using zero copy: the copy plus the notification cost more.
  *
  * connect, shutdown and close go through the ring. Every request with a
@@ -47,8 +47,8 @@
  * outlives its requests; a close cancels them all (ASYNC_CANCEL by fd).
  *
  * Where io_uring cannot run, the probe says why and names transport=tcp;
- * with WEFT_URING_FALLBACK=tcp every op forwards to the "tcp" transport
- * found through the registry instead (this plugin never links another).
+ * with `[transport.uring] fallback = tcp` the registry hands out the "tcp"
+ * transport for uring:// endpoints instead (this plugin knows no other).
  *
  * liburing 2.3 (Debian 12) lacks io_uring_setup_buf_ring and the SEND_ZC
  * usage report flags; both are written here.
@@ -77,7 +77,7 @@
 #include <weft/pipeline.h>
 #include <weft/source.h>
 #include <weft/timer.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 #include "transports/uring/uring.h"
 
@@ -109,19 +109,61 @@
 
 static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
 
-/* Reads a positive integer setting from the environment. */
-static unsigned env_uint(const char *name, unsigned def, unsigned max) {
-  const char *s = getenv(name);
-  if (s == NULL || *s == '\0')
-    return def;
+/* ---- settings: [transport.uring] ---- */
+
+/* Read at loop start; written by ur_config_set, which the registry
+ * serialises and which happens before the loops that use it start. */
+static struct {
+  unsigned buf_count;   /* provided buffers per loop, a power of two */
+  unsigned buf_size;    /* bytes each */
+  unsigned send_zc_min; /* bytes; 0 = never zero copy */
+} settings = {UR_BUF_COUNT_DEFAULT, UR_BUF_SIZE_DEFAULT,
+              UR_SEND_ZC_MIN_DEFAULT};
+
+static const weft_transport_key ur_keys[] = {
+    {"buf_count", "256",
+     "provided receive buffers per loop, a power of two from 1 to 32768"},
+    {"buf_size", "16384", "bytes per provided buffer, 64 .. 1048576"},
+    {"send_zc_min", "65536",
+     "bytes from which a send tries SENDMSG_ZC, 0 = never"},
+    {NULL, NULL, NULL}};
+
+static bool parse_uint(const char *s, unsigned min, unsigned max,
+                       unsigned *out) {
   char *end;
+  errno = 0;
   unsigned long v = strtoul(s, &end, 10);
-  if (*end != '\0' || v > max) {
-    weft_log(WEFT_LOG_WARN, "uring: %s=%s is not an integer in 0..%u; using %u",
-             name, s, max, def);
-    return def;
+  if (s[0] < '0' || s[0] > '9' || *end != '\0' || errno != 0 || v < min ||
+      v > max)
+    return false;
+  *out = (unsigned)v;
+  return true;
+}
+
+static int ur_config_set(const char *key, const char *value, char *why,
+                         size_t why_len) {
+  unsigned v;
+  bool ok;
+  const char *valid;
+  if (strcmp(key, "buf_count") == 0) {
+    ok = parse_uint(value, 1, 32768, &v) && (v & (v - 1)) == 0;
+    valid = ur_keys[0].values;
+    if (ok)
+      settings.buf_count = v;
+  } else if (strcmp(key, "buf_size") == 0) {
+    ok = parse_uint(value, 64, 1u << 20, &v);
+    valid = ur_keys[1].values;
+    if (ok)
+      settings.buf_size = v;
+  } else {
+    ok = parse_uint(value, 0, UINT_MAX, &v);
+    valid = ur_keys[2].values;
+    if (ok)
+      settings.send_zc_min = v;
   }
-  return (unsigned)v;
+  if (!ok)
+    snprintf(why, why_len, "%s", valid);
+  return ok ? 0 : WEFT_EINVAL;
 }
 
 /* ---- the probe (once per process) ---- */
@@ -139,7 +181,6 @@ static const unsigned setup_choices[] = {
 
 static unsigned probed_setup_flags; /* written by the probe, read after */
 static bool probed_send_zc;         /* SENDMSG_ZC is there (6.1) */
-static bool fallback_tcp;           /* WEFT_URING_FALLBACK=tcp took effect */
 
 /* Creates a ring with the best flags this kernel takes. */
 static int ring_create(struct io_uring *ring, unsigned entries, unsigned cq,
@@ -183,7 +224,7 @@ static void explain_setup_error(int rc, char *why, size_t len) {
   }
   snprintf(why, len,
            "io_uring_setup: %s (%s); use transport=tcp, or set "
-           "WEFT_URING_FALLBACK=tcp to fall back automatically",
+           "[transport.uring] fallback = tcp to fall back automatically",
            weft_strerror(rc), cause);
 }
 
@@ -301,33 +342,7 @@ static int ur_probe(char *why, size_t len) {
     return -rc;
   }
   pthread_join(t, NULL);
-  rc = job.rc;
-  if (rc == 0)
-    return 0;
-  const char *fb = getenv("WEFT_URING_FALLBACK");
-  if (fb != NULL && strcmp(fb, "tcp") == 0) {
-    weft_log(WEFT_LOG_WARN,
-             "uring: %s; WEFT_URING_FALLBACK=tcp: uring channels run over "
-             "the epoll tcp transport",
-             why);
-    fallback_tcp = true;
-    return 0;
-  }
-  return rc;
-}
-
-/* The "tcp" transport of the fallback, looked up through the registry on
- * first use (not in the probe: the registry runs probes under its lock). */
-static _Atomic(const weft_transport_ops *) fb_ops;
-
-static const weft_transport_ops *fb(void) {
-  const weft_transport_ops *ops =
-      atomic_load_explicit(&fb_ops, memory_order_acquire);
-  if (ops == NULL) {
-    ops = weft_transport_find("tcp", NULL, 0);
-    atomic_store_explicit(&fb_ops, ops, memory_order_release);
-  }
-  return ops;
+  return job.rc;
 }
 
 /* ---- per-loop state ---- */
@@ -483,16 +498,8 @@ static bool ring_has_slots(const ur_loop *ul) {
 }
 
 static int buffers_init(ur_loop *ul) {
-  ul->buf_count = env_uint("WEFT_URING_BUF_COUNT", UR_BUF_COUNT_DEFAULT, 32768);
-  if (ul->buf_count == 0 || (ul->buf_count & (ul->buf_count - 1)) != 0) {
-    weft_log(WEFT_LOG_WARN,
-             "uring: WEFT_URING_BUF_COUNT=%u is not a power of two; using %u",
-             ul->buf_count, UR_BUF_COUNT_DEFAULT);
-    ul->buf_count = UR_BUF_COUNT_DEFAULT;
-  }
-  ul->buf_size = env_uint("WEFT_URING_BUF_SIZE", UR_BUF_SIZE_DEFAULT, 1u << 20);
-  if (ul->buf_size < 64)
-    ul->buf_size = 64;
+  ul->buf_count = settings.buf_count;
+  ul->buf_size = settings.buf_size;
   ul->buf_mask = (unsigned)io_uring_buf_ring_mask(ul->buf_count);
   void *mem = NULL;
   if (posix_memalign(&mem, (size_t)sysconf(_SC_PAGESIZE),
@@ -611,20 +618,13 @@ static const weft_source_ops ur_source_ops = {
 /* ---- loop lifecycle ---- */
 
 static int ur_loop_init(weft_loop *loop, void **loop_state) {
-  if (fallback_tcp) {
-    /* The tcp transport keeps its own state; any non-NULL pointer tells
-     * the core this instance exists (a NULL one is looked up as missing). */
-    *loop_state = (void *)&weft__transport_uring;
-    return 0;
-  }
   int err;
   ur_loop *ul = calloc(1, sizeof *ul);
   if (ul == NULL)
     return WEFT_ENOMEM;
   ul->loop = loop;
   ul->efd = -1;
-  ul->send_zc_min =
-      env_uint("WEFT_URING_SEND_ZC_MIN", UR_SEND_ZC_MIN_DEFAULT, UINT_MAX);
+  ul->send_zc_min = settings.send_zc_min;
   err = ring_create(&ul->ring, UR_SQ_ENTRIES, UR_CQ_ENTRIES, &ul->setup_flags);
   if (err < 0)
     goto failed_ring;
@@ -662,8 +662,7 @@ failed_eventfd:
   io_uring_queue_exit(&ul->ring);
 failed_ring:
   weft_log(WEFT_LOG_ERROR,
-           "uring: cannot start on loop %d: %s; use transport=tcp, or set "
-           "WEFT_URING_FALLBACK=tcp",
+           "uring: cannot start on loop %d: %s; use transport=tcp",
            weft_loop_index(loop), weft_strerror(err));
   free(ul);
   return err;
@@ -706,8 +705,6 @@ static void drain(ur_loop *ul) {
 
 /* The core closed every channel of this loop before. */
 static void ur_loop_fini(weft_loop *loop, void *loop_state) {
-  if (fallback_tcp)
-    return;
   ur_loop *ul = loop_state;
   ul->stopping = true;
   while (ul->listeners != NULL) {
@@ -732,8 +729,6 @@ static void ur_loop_fini(weft_loop *loop, void *loop_state) {
 }
 
 int weft__uring_stats_get(weft_loop *loop, weft__uring_stats *out) {
-  if (fallback_tcp)
-    return WEFT_ENOENT;
   int err = 0;
   ur_loop *ul = loop_state_of(loop, &err);
   if (ul == NULL)
@@ -806,8 +801,6 @@ static void accept_done(ur_listener *ln, int32_t res, uint32_t flags) {
 }
 
 static int ur_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
-  if (fallback_tcp)
-    return fb()->listen(l, ep, backlog);
   int err = 0;
   ur_loop *ul = loop_state_of(weft_listener_loop(l), &err);
   if (ul == NULL)
@@ -868,10 +861,6 @@ static void listener_close(ur_listener *ln) {
 }
 
 static void ur_listen_close(weft_listener *l) {
-  if (fallback_tcp) {
-    fb()->listen_close(l);
-    return;
-  }
   ur_listener *ln = weft_listener_priv(l);
   if (ln == NULL)
     return; /* the loop stopped first and closed it */
@@ -880,8 +869,6 @@ static void ur_listen_close(weft_listener *l) {
 }
 
 static int ur_listen_address(weft_listener *l, char *buf, size_t len) {
-  if (fallback_tcp)
-    return fb()->listen_address(l, buf, len);
   ur_listener *ln = weft_listener_priv(l);
   if (ln == NULL || ln->fd < 0)
     return WEFT_ECLOSED;
@@ -893,16 +880,12 @@ static int ur_listen_address(weft_listener *l, char *buf, size_t len) {
 static int channel_fd(const ur_channel *uc) { return uc->has_fd ? uc->fd : -1; }
 
 static int ur_set_option(weft_channel *ch, weft_channel_option opt, int64_t v) {
-  if (fallback_tcp)
-    return fb()->set_option(ch, opt, v);
   ur_channel *uc = ur_of(ch);
   return weft_sockopts_set(&uc->opts, channel_fd(uc), opt, v);
 }
 
 static int ur_get_option(const weft_channel *ch, weft_channel_option opt,
                          int64_t *v) {
-  if (fallback_tcp)
-    return fb()->get_option(ch, opt, v);
   const ur_channel *uc = ur_of(ch);
   return weft_sockopts_get(&uc->opts, channel_fd(uc), opt, v);
 }
@@ -1215,16 +1198,12 @@ static void send_zc_done(ur_loop *ul, ur_send *s, int32_t res, uint32_t flags) {
 }
 
 static int ur_flush(weft_channel *ch) {
-  if (fallback_tcp)
-    return fb()->flush(ch);
   ur_channel *uc = ur_of(ch);
   send_start(uc); /* a send in flight picks the rest up when it ends */
   return 0;
 }
 
 static int ur_shutdown_output(weft_channel *ch) {
-  if (fallback_tcp)
-    return fb()->shutdown_output(ch);
   ur_channel *uc = ur_of(ch);
   if (!uc->has_fd || uc->fd < 0)
     return WEFT_ENOTCONN;
@@ -1309,8 +1288,6 @@ static int channel_take_fd(weft_channel *ch, int fd) {
 }
 
 static int ur_adopt(weft_channel *ch, intptr_t handle) {
-  if (fallback_tcp)
-    return fb()->adopt(ch, handle);
   int fd = (int)handle;
   int err = channel_take_fd(ch, fd);
   ur_channel *uc = ur_of(ch);
@@ -1323,13 +1300,7 @@ static int ur_adopt(weft_channel *ch, intptr_t handle) {
   return 0;
 }
 
-static void ur_discard(intptr_t handle) {
-  if (fallback_tcp) {
-    fb()->discard(handle);
-    return;
-  }
-  close((int)handle);
-}
+static void ur_discard(intptr_t handle) { close((int)handle); }
 
 static int connect_start(weft_channel *ch, const struct addrinfo *ai) {
   if (ai->ai_addrlen > sizeof(struct sockaddr_storage))
@@ -1361,8 +1332,6 @@ static int connect_start(weft_channel *ch, const struct addrinfo *ai) {
 }
 
 static int ur_connect(weft_channel *ch, const weft_endpoint *ep) {
-  if (fallback_tcp)
-    return fb()->connect(ch, ep);
   struct addrinfo *res;
   int err = weft_endpoint_resolve(ep, false, &res);
   if (err < 0)
@@ -1375,10 +1344,6 @@ static int ur_connect(weft_channel *ch, const weft_endpoint *ep) {
 /* Cancels every request on the socket, then closes it, both through the
  * ring; the requests' CQEs release their channel references. */
 static void ur_close(weft_channel *ch) {
-  if (fallback_tcp) {
-    fb()->close(ch);
-    return;
-  }
   ur_channel *uc = ur_of(ch);
   if (!uc->has_fd || uc->fd < 0)
     return;
@@ -1403,8 +1368,6 @@ static void ur_close(weft_channel *ch) {
 }
 
 static int ur_set_read(weft_channel *ch, bool on) {
-  if (fallback_tcp)
-    return fb()->set_read(ch, on);
   ur_channel *uc = ur_of(ch);
   if (!uc->has_fd || uc->fd < 0)
     return 0; /* applied at adopt / connect from the channel's option */
@@ -1434,14 +1397,10 @@ static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
 }
 
 static int ur_remote_address(const weft_channel *ch, char *buf, size_t len) {
-  if (fallback_tcp)
-    return fb()->remote_address(ch, buf, len);
   return peer_or_local(ch, buf, len, true);
 }
 
 static int ur_local_address(const weft_channel *ch, char *buf, size_t len) {
-  if (fallback_tcp)
-    return fb()->local_address(ch, buf, len);
   return peer_or_local(ch, buf, len, false);
 }
 
@@ -1449,10 +1408,10 @@ const weft_transport_ops weft__transport_uring = {
     .name = "uring",
     .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
             WEFT_TRANSPORT_CAP_SOCKET_OPTS,
-    /* Also holds the tcp transport's state under WEFT_URING_FALLBACK=tcp
-     * (far smaller; checked by tests/test_uring.c). */
     .channel_priv_size = sizeof(ur_channel),
     .probe = ur_probe,
+    .config_keys = ur_keys,
+    .config_set = ur_config_set,
     .loop_init = ur_loop_init,
     .loop_fini = ur_loop_fini,
     .listen = ur_listen,

@@ -1,17 +1,8 @@
 /* transports/uring/uring.h: the io_uring TCP transport's exported symbol
  * and its internal counters (for tests and benchmarks; not public API).
  *
- * Settings, read from the environment (documented in docs/transport-uring.md):
- *
- *   WEFT_URING_FALLBACK=tcp   where io_uring cannot run (seccomp EPERM,
- *                             ENOSYS, memlock limit), "uring" logs why once
- *                             and runs every uring:// channel over the epoll
- *                             "tcp" transport instead of failing
- *   WEFT_URING_BUF_COUNT=N    provided receive buffers per loop (power of
- *                             two, 1..32768; default 256), read at loop start
- *   WEFT_URING_BUF_SIZE=B     bytes per provided buffer (default 16384)
- *   WEFT_URING_SEND_ZC_MIN=B  sends of at least B bytes use SEND_ZC
- *                             (default 65536; 0 = never)
+ * Settings: [transport.uring] buf_count, buf_size and send_zc_min, and the
+ * registry's fallback (docs/transports/uring.md).
  */
 #ifndef WEFT_TRANSPORTS_URING_URING_H
 #define WEFT_TRANSPORTS_URING_URING_H
@@ -19,7 +10,7 @@
 #include <stdint.h>
 
 #include <weft/loop.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 /** The "uring" transport (io_uring, provided buffer ring); see uring.c. */
 extern const weft_transport_ops weft__transport_uring;
@@ -42,8 +33,8 @@ typedef struct weft__uring_stats {
 
 /**
  * Copies the counters of `loop`'s uring instance into `*out`. Returns 0, or
- * WEFT_ENOENT when the loop has no uring instance (or runs the tcp
- * fallback). Loop thread.
+ * WEFT_ENOENT when the loop has no uring instance (as where the registry
+ * handed out the tcp fallback). Loop thread.
  */
 int weft__uring_stats_get(weft_loop *loop, weft__uring_stats *out);
 

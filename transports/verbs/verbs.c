@@ -68,7 +68,7 @@
 #include <weft/pipeline.h>
 #include <weft/source.h>
 #include <weft/timer.h>
-#include <weft/transport.h>
+#include <weft/transport_plugin.h>
 
 #include "transports/registry_internal.h"
 

@@ -1,11 +1,14 @@
-/* weft/transport.h: the transport plugin interface, and endpoint URIs.
+/* weft/transport_plugin.h: the transport plugin interface.
  *
  * A transport moves a channel's bytes: "tcp" (epoll), "uring" (io_uring),
  * "verbs" (ibverbs RC), "ucx" (UCP). Each is one const weft_transport_ops,
- * registered by name; the core (channel, pipeline, bootstrap) never names a
- * transport, it tests capability flags. Three levels, as in Mercury's NA:
+ * registered by name; the core (channel, pipeline, bootstrap, config) never
+ * names a transport: it tests capability flags, and a plugin's own settings
+ * ([transport.<name>] keys) reach it through the registry. Three levels, as
+ * in Mercury's NA:
  *
- *   process   probe: can this transport run here at all?
+ *   process   probe: can this transport run here at all? config_set: the
+ *             plugin's process-wide settings
  *   loop      loop_init / loop_fini: one instance per loop (a ring, a CQ, a
  *             worker, an epoll set), registered as a weft_source so the
  *             hybrid selector polls and arms it
@@ -16,24 +19,34 @@
  * their promises, watermarks, states); a transport's flush takes the queued
  * buffers in a batch and reports how many bytes left (weft_outbound_*).
  *
+ * This header is for plugin authors: weft.h does not include it, and an
+ * application needs only endpoint.h. A plugin is one folder under
+ * transports/ plus this header; it may use the loop, buffer and channel
+ * APIs, never another plugin (docs/architecture.md, "Layers").
+ *
  * Threads: every op runs on the loop thread the object belongs to; probe
- * runs on any thread, once per process (the answer is cached).
+ * and config_set run on any thread (the registry serialises them).
  */
-#ifndef WEFT_TRANSPORT_H
-#define WEFT_TRANSPORT_H
+#ifndef WEFT_TRANSPORT_PLUGIN_H
+#define WEFT_TRANSPORT_PLUGIN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <weft/buf.h>
-#include <weft/channel.h>
+#include <weft/channel_option.h>
+#include <weft/endpoint.h>
 #include <weft/loop.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct weft_channel weft_channel; /* channel.h */
+typedef struct weft_listener weft_listener;
 
 /* Capability flags: what a transport has. Core code tests these, never a
  * transport's name. */
@@ -47,81 +60,6 @@ extern "C" {
 #define WEFT_TRANSPORT_CAP_REGISTERED_MEM                                      \
   0x8u /* sends need registered                                                \
           memory (verbs) */
-
-/** A parsed endpoint URI: "scheme://host:port". */
-typedef struct weft_endpoint {
-  char transport[16]; /* the scheme: "tcp", "uring", "verbs", "ucx" */
-  char host[256];     /* name or address, IPv6 without brackets */
-  uint16_t port;      /* 0 = any (listen only) */
-} weft_endpoint;
-
-/**
- * Parses "scheme://host:port" ("tcp://127.0.0.1:7000",
- * "uring://[::1]:7000", "tcp://localhost:0") into `*out`. Returns 0 or
- * WEFT_EINVAL; then `err` (if not NULL) holds a message naming the expected
- * form. The scheme is not checked against the registry here.
- */
-int weft_endpoint_parse(const char *uri, weft_endpoint *out, char *err,
-                        size_t err_len);
-
-/** Formats an endpoint back into "scheme://host:port" (IPv6 bracketed). */
-int weft_endpoint_format(const weft_endpoint *ep, char *buf, size_t len);
-
-/* ---- helpers for plugins: socket addresses ---- */
-
-struct addrinfo; /* <netdb.h>; free what weft_endpoint_resolve returns with
-                    freeaddrinfo() */
-
-/**
- * Resolves `ep`'s host and port into a list of stream socket addresses
- * (SOCK_STREAM, any family) for a transport's listen (`passive` true) or
- * connect (`passive` false). An empty host means the wildcard address when
- * passive and the loopback address otherwise.
- *
- * A numeric host ("127.0.0.1", "::1", "fe80::1%eth0") is tried first
- * (AI_NUMERICHOST) and never blocks. Any other host goes through the system
- * resolver with AI_ADDRCONFIG (a host with non-loopback addresses of one
- * family only gets addresses of that family), which BLOCKS the calling
- * thread: fine for "localhost" and /etc/hosts names; resolve real DNS
- * names elsewhere, off the loop thread.
- *
- * On success `*out` holds at least one address, in the resolver's order of
- * preference; the caller owns the list and frees it with freeaddrinfo().
- * On failure `*out` is untouched. Any thread.
- *
- * Returns 0, or the resolver's error converted: WEFT_EADDRNOTAVAIL (no such
- * host, or no address of a usable family), WEFT_EAGAIN (temporary resolver
- * failure, e.g. the DNS server did not answer), WEFT_ENOMEM,
- * WEFT_EAFNOSUPPORT, a system error (-errno) when the resolver failed in a
- * system call, WEFT_EINVAL for anything else.
- */
-int weft_endpoint_resolve(const weft_endpoint *ep, bool passive,
-                          struct addrinfo **out);
-
-/**
- * As weft_endpoint_resolve, keeping only the first (most preferred)
- * address: copies it into `*out` (the bytes past its length are zeroed)
- * and its length in bytes into `*out_len` if `out_len` is not NULL. For
- * transports whose library takes one address (rdma_cm, UCX). Blocks on
- * names, as weft_endpoint_resolve; any thread. Same errors; on failure
- * `*out` and `*out_len` are untouched.
- */
-int weft_endpoint_resolve_first(const weft_endpoint *ep, bool passive,
-                                struct sockaddr_storage *out,
-                                socklen_t *out_len);
-
-/**
- * Formats an IPv4 or IPv6 socket address as text, "127.0.0.1:41234" or
- * "[::1]:41234" (the port in decimal), into `buf` of `len` bytes,
- * NUL-terminated. Meant for a transport's listen_address, remote_address
- * and local_address. Never blocks; any thread.
- *
- * Returns 0, WEFT_ENOTCONN when `sa` is NULL (a library reports no address
- * yet, as rdma_get_peer_addr before the connection), WEFT_EAFNOSUPPORT for
- * another family (`buf` untouched), or WEFT_ENOSPC when the text does not
- * fit (`buf` then holds as much as fits, NUL-terminated, if `len` > 0).
- */
-int weft_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
 
 /**
  * For socket-backed transport plugins (tcp, uring): resolves `ep` as
@@ -183,7 +121,19 @@ int weft_sockopts_get(const weft_sockopts *s, int fd, weft_channel_option opt,
  */
 int weft_sockopts_apply(weft_sockopts *s, int fd);
 
-typedef struct weft_listener weft_listener;
+/**
+ * One setting of a plugin: `name = value` under `[transport.<plugin>]` in
+ * a config file, WEFT_TRANSPORT_<PLUGIN>_<NAME> in the environment, or
+ * `-o transport.<plugin>.<name>=value`. A plugin lists its settings in
+ * weft_transport_ops.config_keys; the registry checks a key against the
+ * list before calling config_set, and names the valid keys (with these
+ * phrases) in errors and in the programs' --help.
+ */
+typedef struct weft_transport_key {
+  const char *name;   /* "tls"; NULL ends the list */
+  const char *def;    /* the default, as text ("" = the library's own) */
+  const char *values; /* the valid values, a phrase: "bytes, 4096 .. 2^30" */
+} weft_transport_key;
 
 /** A transport plugin. Optional ops may be NULL (the wrapper returns
  *  WEFT_ENOTSUP). */
@@ -199,6 +149,18 @@ typedef struct weft_transport_ops {
    * by a container seccomp profile?); use transport=tcp").
    */
   int (*probe)(char *why, size_t why_len);
+
+  /** Optional: the plugin's settings, ended by an entry with name NULL. */
+  const weft_transport_key *config_keys;
+  /**
+   * Sets one of config_keys (never another: the registry checks) for the
+   * process. Settings take effect for per-loop instances created
+   * afterwards, so set them before the first loop uses the transport.
+   * Returns 0, or WEFT_EINVAL with the valid values in `why`. The registry
+   * serialises calls; they may come from any thread.
+   */
+  int (*config_set)(const char *key, const char *value, char *why,
+                    size_t why_len);
 
   /** Creates the per-loop instance (and registers its sources). */
   int (*loop_init)(weft_loop *loop, void **loop_state);
@@ -254,18 +216,42 @@ typedef struct weft_transport_ops {
 
 /**
  * Registers a transport under ops->name. The built-in ones register
- * themselves on first use of the registry. Returns 0, WEFT_EEXIST or
- * WEFT_ENOSPC (at most 16). Any thread, before the name is used.
+ * themselves on first use of the registry. Returns 0, WEFT_EEXIST,
+ * WEFT_EINVAL (the name is not a valid URI scheme) or WEFT_ENOSPC (at most
+ * 16). Any thread, before the name is used.
  */
 int weft_transport_register(const weft_transport_ops *ops);
 
 /**
- * The transport named `name`, or NULL; with NULL, `why` (if not NULL) says
- * whether it is unknown (listing the registered names) or cannot run here
- * (the probe's reason). Any thread.
+ * The transport named `name`, probed (once per process, cached). When the
+ * probe fails and a fallback is configured (`[transport.<name>] fallback =
+ * tcp`), the fallback's ops are returned instead and the probe's reason is
+ * logged once: its channels then are the fallback's channels. NULL when the
+ * name is unknown or cannot run here (nor its fallback); `why` (if not
+ * NULL) then says which (listing the registered names, or the probe's
+ * reason). Any thread.
  */
 const weft_transport_ops *weft_transport_find(const char *name, char *why,
                                               size_t why_len);
+
+/**
+ * The i-th registered transport (0 = the first built-in), without probing
+ * it; NULL past the last. For listing names and settings (--help). Any
+ * thread.
+ */
+const weft_transport_ops *weft_transport_at(size_t i);
+
+/**
+ * Sets a setting of transport `name` for the process: `key` is one of its
+ * config_keys, or "fallback", which every transport has (another
+ * registered transport's name, used where this one's probe fails; "none"
+ * clears it). What `[transport.<name>] key = value` in a config file does.
+ * Returns 0; WEFT_ENOENT with `why` naming the registered transports (name
+ * unknown) or the valid keys (key unknown); or WEFT_EINVAL with the valid
+ * values in `why`. Any thread; see config_set for when it takes effect.
+ */
+int weft_transport_config_set(const char *name, const char *key,
+                              const char *value, char *why, size_t why_len);
 
 /**
  * The per-loop instance of `ops` on `loop`, created on first use with
@@ -349,4 +335,4 @@ bool weft_outbound_is_empty(const weft_channel *ch);
 #ifdef __cplusplus
 }
 #endif
-#endif /* WEFT_TRANSPORT_H */
+#endif /* WEFT_TRANSPORT_PLUGIN_H */
