@@ -1,7 +1,6 @@
 /* Server and client bootstrap: endpoint to transport, listener on loop 0,
  * accepted channels spread over the loops round-robin, connects with a
  * timeout. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,46 +19,6 @@ struct weft_server {
   void *child_init_arg;
   weft_channel_config child_options;
 };
-
-/* ---- running a function on a loop and waiting for it ---- */
-
-typedef struct loop_call {
-  int (*fn)(void *);
-  void *arg;
-  int rc;
-  bool done;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-} loop_call;
-
-static void loop_call_task(void *arg) {
-  loop_call *c = arg;
-  int rc = c->fn(c->arg);
-  pthread_mutex_lock(&c->lock);
-  c->rc = rc;
-  c->done = true;
-  pthread_cond_signal(&c->cond);
-  pthread_mutex_unlock(&c->lock);
-}
-
-int weft__loop_call(weft_loop *loop, int (*fn)(void *), void *arg) {
-  if (weft_loop_in_loop(loop))
-    return fn(arg);
-  loop_call c = {.fn = fn,
-                 .arg = arg,
-                 .lock = PTHREAD_MUTEX_INITIALIZER,
-                 .cond = PTHREAD_COND_INITIALIZER};
-  int rc = weft_loop_execute(loop, loop_call_task, &c);
-  if (rc < 0)
-    return rc;
-  pthread_mutex_lock(&c.lock);
-  while (!c.done)
-    pthread_cond_wait(&c.cond, &c.lock);
-  pthread_mutex_unlock(&c.lock);
-  pthread_mutex_destroy(&c.lock);
-  pthread_cond_destroy(&c.cond);
-  return c.rc;
-}
 
 /* ---- channel options ---- */
 
@@ -158,7 +117,7 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
   srv->listener = (weft_listener){.transport = ops,
                                   .loop = weft_loop_group_get(b->group, 0),
                                   .server = srv};
-  rc = weft__loop_call(srv->listener.loop, listen_on_loop, srv);
+  rc = weft_loop_call(srv->listener.loop, listen_on_loop, srv);
   if (rc < 0) {
     weft_log(WEFT_LOG_ERROR, "listen on %s: %s", b->listen, weft_strerror(rc));
     goto failed_resolve;
@@ -192,7 +151,7 @@ static int close_on_loop(void *arg) {
 void weft_server_close(weft_server *srv) {
   if (srv == NULL)
     return;
-  weft__loop_call(srv->listener.loop, close_on_loop, srv);
+  weft_loop_call(srv->listener.loop, close_on_loop, srv);
   free(srv);
 }
 

@@ -121,7 +121,4 @@ void weft__outbound_mark_flushed(weft__outbound *o);
 void weft__outbound_fail_all(weft_channel *ch, int err);
 void weft__outbound_destroy(weft__outbound *o);
 
-/** Runs `fn(arg)` on `loop` and waits for it; inline when on the loop. */
-int weft__loop_call(weft_loop *loop, int (*fn)(void *), void *arg);
-
 #endif

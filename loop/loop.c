@@ -226,7 +226,7 @@ static void loop_finish(weft_loop *loop) {
   weft_pool *pool = atomic_load_explicit(&loop->pool, memory_order_relaxed);
   if (pool != NULL) {
     atomic_store_explicit(&loop->pool, NULL, memory_order_release);
-    loop->leaks = weft_pool_destroy(pool);
+    loop->leaks = weft_pool_free(pool);
     if (loop->leaks > 0)
       weft_log(WEFT_LOG_WARN, "loop %d: %zu buffer(s) leaked at shutdown",
                loop->index, loop->leaks);

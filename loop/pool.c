@@ -129,7 +129,7 @@ static void report_and_free_leaks(weft_pool *pool) {
   pool->live = NULL;
 }
 
-size_t weft_pool_destroy(weft_pool *pool) {
+size_t weft_pool_free(weft_pool *pool) {
   if (pool == NULL)
     return 0;
   /* Buffers released remotely are not leaks: take them back first. */

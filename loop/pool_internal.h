@@ -61,7 +61,7 @@ struct weft__slab {
   weft_buf headers[];
 };
 
-/* A block of spare headers; chunks are freed only by weft_pool_destroy. */
+/* A block of spare headers; chunks are freed only by weft_pool_free. */
 struct weft__header_chunk {
   struct weft__header_chunk *next;
   weft_buf headers[WEFT__HEADER_CHUNK];

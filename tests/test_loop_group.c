@@ -33,21 +33,8 @@ static weft_loop_group *new_group(int n, bool pin) {
   return g;
 }
 
-struct call {
-  void (*fn)(void *);
-  void *arg;
-  _Atomic int done;
-};
-static void call_task(void *p) {
-  struct call *c = p;
-  c->fn(c->arg);
-  atomic_store(&c->done, 1);
-}
-static void run_on(weft_loop *loop, void (*fn)(void *), void *arg) {
-  struct call c = {fn, arg, 0};
-  ck_assert_int_eq(weft_loop_execute(loop, call_task, &c), 0);
-  WAIT_FOR(atomic_load(&c.done));
-}
+/* Runs fn on `loop` and waits for it. */
+#define run_on(loop, fn, arg) ck_assert_int_eq(weft_loop_call(loop, fn, arg), 0)
 
 START_TEST(loop_group_lifecycle_start_stop_join_free) {
   weft_loop_options o;
@@ -133,7 +120,7 @@ struct affinity {
   int cpu;
   char name[16];
 };
-static void read_affinity(void *arg) {
+static int read_affinity(void *arg) {
   struct affinity *a = arg;
   cpu_set_t set;
   ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
@@ -145,6 +132,7 @@ static void read_affinity(void *arg) {
       break;
     }
   pthread_getname_np(pthread_self(), a->name, sizeof a->name);
+  return 0;
 }
 
 /* The i-th CPU this process may use. */
@@ -201,15 +189,17 @@ struct locals {
   void *value;
   void *got;
 };
-static void set_local(void *arg) {
+static int set_local(void *arg) {
   struct locals *l = arg;
   weft_loop *loop = weft_loop_current();
   ck_assert_ptr_null(weft_loop_get_local(loop, l->key));
   weft_loop_set_local(loop, l->key, l->value);
+  return 0;
 }
-static void get_local(void *arg) {
+static int get_local(void *arg) {
   struct locals *l = arg;
   l->got = weft_loop_get_local(weft_loop_current(), l->key);
+  return 0;
 }
 
 START_TEST(loop_group_keys_locals_per_loop) {
@@ -264,10 +254,11 @@ static void hook(void *arg) {
   if (weft_loop_in_loop(hk.loop) && weft_loop_current() == hk.loop)
     hk.on_loop_thread++;
 }
-static void register_hooks(void *arg) {
+static int register_hooks(void *arg) {
   (void)arg;
   for (intptr_t i = 1; i <= 3; i++)
     ck_assert_int_eq(weft_loop_on_close(hk.loop, hook, (void *)i), 0);
+  return 0;
 }
 
 START_TEST(loop_group_on_close_hooks_lifo_on_loop_thread) {
@@ -287,6 +278,40 @@ START_TEST(loop_group_on_close_hooks_lifo_on_loop_thread) {
 }
 END_TEST
 
+/* ---- weft_loop_call ------------------------------------------------------*/
+
+struct nested {
+  weft_loop *loop;
+  bool inner_on_loop;
+  int inner_rc;
+};
+static int answer(void *arg) {
+  struct nested *n = arg;
+  n->inner_on_loop = weft_loop_in_loop(n->loop);
+  return 42;
+}
+static int call_from_loop(void *arg) {
+  struct nested *n = arg;
+  n->inner_rc = weft_loop_call(n->loop, answer, n); /* inline: no deadlock */
+  return -7;
+}
+
+START_TEST(loop_call_returns_result_inline_on_loop_refused_after_finish) {
+  weft_loop_group *g = new_group(1, false);
+  ck_assert_int_eq(weft_loop_group_start(g), 0);
+  struct nested n = {.loop = weft_loop_group_get(g, 0)};
+  ck_assert_int_eq(weft_loop_call(n.loop, call_from_loop, &n), -7);
+  ck_assert_int_eq(n.inner_rc, 42);
+  ck_assert(n.inner_on_loop);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  n.inner_on_loop = false;
+  ck_assert_int_eq(weft_loop_call(n.loop, answer, &n), WEFT_ECLOSED);
+  ck_assert(!n.inner_on_loop);
+  weft_loop_group_free(g);
+}
+END_TEST
+
 /* ---- Current loop and join refusal ----------------------------------------*/
 
 struct whoami {
@@ -298,12 +323,13 @@ struct whoami {
   int join_result;
   weft_loop_group *group;
 };
-static void whoami_task(void *arg) {
+static int whoami_task(void *arg) {
   struct whoami *w = arg;
   w->current = weft_loop_current();
   w->in_self = weft_loop_in_loop(w->self);
   w->in_other = weft_loop_in_loop(w->other);
   w->join_result = weft_loop_group_join(w->group);
+  return 0;
 }
 
 START_TEST(loop_group_current_and_in_loop) {
@@ -343,11 +369,12 @@ END_TEST
 /* ---- The loop's pool ----------------------------------------------------- */
 
 static weft_buf *leaked;
-static void leak_buffer(void *arg) {
+static int leak_buffer(void *arg) {
   weft_pool *pool = weft_loop_pool(weft_loop_current());
   ck_assert_ptr_nonnull(pool);
   leaked = weft_buf_alloc(pool, 100);
   ck_assert_ptr_nonnull(leaked);
+  return 0;
 }
 
 START_TEST(loop_group_join_reports_leaked_buffers_eleak) {
@@ -377,6 +404,8 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, loop_group_keys_locals_per_loop);
   tcase_add_test(tc, loop_group_key_create_exhausted_enospc);
   tcase_add_test(tc, loop_group_on_close_hooks_lifo_on_loop_thread);
+  tcase_add_test(tc,
+                 loop_call_returns_result_inline_on_loop_refused_after_finish);
   tcase_add_test(tc, loop_group_current_and_in_loop);
   tcase_add_test(tc, loop_group_join_from_loop_thread_einval);
   tcase_add_test(tc, loop_group_join_reports_leaked_buffers_eleak);

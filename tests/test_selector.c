@@ -50,21 +50,8 @@ static void finish_group(void) {
   weft_loop_group_free(group);
 }
 
-struct call {
-  void (*fn)(void *);
-  void *arg;
-  _Atomic int done;
-};
-static void call_task(void *p) {
-  struct call *c = p;
-  c->fn(c->arg);
-  atomic_store(&c->done, 1);
-}
-static void run_on(weft_loop *loop, void (*fn)(void *), void *arg) {
-  struct call c = {fn, arg, 0};
-  ck_assert_int_eq(weft_loop_execute(loop, call_task, &c), 0);
-  WAIT_FOR(atomic_load(&c.done));
-}
+/* Runs fn on `loop` and waits for it. */
+#define run_on(loop, fn, arg) ck_assert_int_eq(weft_loop_call(loop, fn, arg), 0)
 
 static uint64_t loop_sleeps(weft_loop *loop) {
   weft_loop_stats st;
@@ -214,16 +201,18 @@ static void kick(int fd) {
   ck_assert_int_eq(write(fd, &one, sizeof one), (ssize_t)sizeof one);
 }
 
-static void add_task(void *arg) {
+static int add_task(void *arg) {
   struct tsrc *t = arg;
   ck_assert_int_eq(weft_loop_add_source(t->loop, &t->src), 0);
   ck_assert_int_eq(weft_loop_add_source(t->loop, &t->src), WEFT_EALREADY);
+  return 0;
 }
 
-static void remove_task(void *arg) {
+static int remove_task(void *arg) {
   struct tsrc *t = arg;
   if (t->src.loop != NULL)
     ck_assert_int_eq(weft_loop_remove_source(t->loop, &t->src), 0);
+  return 0;
 }
 
 /* ---- Idle ---------------------------------------------------------------- */
@@ -305,10 +294,11 @@ struct window {
   struct tsrc *t;
   uint64_t sleeps;
 };
-static void add_and_note(void *arg) {
+static int add_and_note(void *arg) {
   struct window *w = arg;
   add_task(w->t);
   w->sleeps = loop_sleeps(w->t->loop);
+  return 0;
 }
 
 START_TEST(selector_event_inside_window_no_sleep) {
@@ -399,9 +389,10 @@ END_TEST
 
 /* ---- Failing and removed sources ----------------------------------------- */
 
-static void check_gone(void *arg) {
+static int check_gone(void *arg) {
   struct tsrc *t = arg;
   ck_assert_int_eq(weft_loop_remove_source(t->loop, &t->src), WEFT_ENOENT);
+  return 0;
 }
 
 START_TEST(selector_poll_error_removes_and_logs_source) {
@@ -440,10 +431,11 @@ START_TEST(selector_remove_self_inside_poll) {
 }
 END_TEST
 
-static void add_pair(void *arg) {
+static int add_pair(void *arg) {
   struct tsrc *t = arg; /* t[0] then t[1]: polled in this order */
   add_task(&t[0]);
   add_task(&t[1]);
+  return 0;
 }
 
 START_TEST(selector_remove_next_source_inside_poll) {
@@ -507,11 +499,12 @@ END_TEST
 
 /* ---- fd kinds and budget ------------------------------------------------- */
 
-static void arm_timerfd_task(void *arg) {
+static int arm_timerfd_task(void *arg) {
   struct tsrc *t = arg;
   add_task(t);
   struct itimerspec its = {.it_value = {0, 5 * 1000 * 1000}};
   ck_assert_int_eq(timerfd_settime(t->src.fd, 0, &its, NULL), 0);
+  return 0;
 }
 
 START_TEST(selector_timerfd_source_wakes_sleeping_loop) {

@@ -48,21 +48,7 @@ static void finish_loop(void) {
 }
 
 /* Runs fn(arg) on the loop thread and waits for it. */
-struct call {
-  void (*fn)(void *);
-  void *arg;
-  _Atomic int done;
-};
-static void call_task(void *p) {
-  struct call *c = p;
-  c->fn(c->arg);
-  atomic_store(&c->done, 1);
-}
-static void run_on_loop(void (*fn)(void *), void *arg) {
-  struct call c = {fn, arg, 0};
-  ck_assert_int_eq(weft_loop_execute(loop, call_task, &c), 0);
-  WAIT_FOR(atomic_load(&c.done));
-}
+#define run_on_loop(fn, arg) ck_assert_int_eq(weft_loop_call(loop, fn, arg), 0)
 
 /* ---- Order and cancellation ---------------------------------------------- */
 
@@ -88,7 +74,7 @@ static void record_fire(void *arg) {
   atomic_store(&flog.n, k + 1);
 }
 
-static void start_random_timers(void *arg) {
+static int start_random_timers(void *arg) {
   (void)arg;
   srand(12345);
   for (int i = 0; i < N_TIMERS; i++) {
@@ -101,6 +87,7 @@ static void start_random_timers(void *arg) {
                      0);
     ck_assert(weft_timer_active(&flog.timers[i]));
   }
+  return 0;
 }
 
 START_TEST(timer_fire_deadline_order_random_delays) {
@@ -133,9 +120,10 @@ static void stop_odd_timers(void *arg) {
   }
 }
 
-static void start_then_stop_odd(void *arg) {
+static int start_then_stop_odd(void *arg) {
   start_random_timers(arg);
   stop_odd_timers(arg);
+  return 0;
 }
 
 START_TEST(timer_stop_cancelled_never_fire) {
@@ -210,17 +198,19 @@ static void periodic_cb(void *arg) {
   }
 }
 
-static void start_periodic(void *arg) {
+static int start_periodic(void *arg) {
   uint64_t period = (uint64_t)(uintptr_t)arg;
   weft_timer_init(loop, &per.t);
   per.started = weft_now_ns();
   ck_assert_int_eq(weft_timer_start(&per.t, period, period, periodic_cb, &per),
                    0);
+  return 0;
 }
 
-static void check_periodic_inactive(void *arg) {
+static int check_periodic_inactive(void *arg) {
   (void)arg;
   ck_assert(!weft_timer_active(&per.t));
+  return 0;
 }
 
 START_TEST(timer_periodic_repeats_until_stopped_in_callback) {
@@ -274,15 +264,17 @@ static void restart_cb(void *arg) {
   }
 }
 
-static void start_restart(void *arg) {
+static int start_restart(void *arg) {
   (void)arg;
   weft_timer_init(loop, &rs.t);
   ck_assert_int_eq(weft_timer_start(&rs.t, 1 * MS, 0, restart_cb, &rs), 0);
+  return 0;
 }
 
-static void check_restart_inactive(void *arg) {
+static int check_restart_inactive(void *arg) {
   (void)arg;
   ck_assert(!weft_timer_active(&rs.t));
+  return 0;
 }
 
 START_TEST(timer_start_restart_inside_own_callback) {
@@ -308,11 +300,12 @@ static void periodic_restart_cb(void *arg) {
     atomic_store(&r->done, 1);
 }
 
-static void start_periodic_restart(void *arg) {
+static int start_periodic_restart(void *arg) {
   (void)arg;
   weft_timer_init(loop, &rs.t);
   ck_assert_int_eq(
       weft_timer_start(&rs.t, 1 * MS, 1 * MS, periodic_restart_cb, &rs), 0);
+  return 0;
 }
 
 START_TEST(timer_start_restart_periodic_as_oneshot) {
@@ -352,7 +345,7 @@ static void short_cb(void *arg) {
   atomic_store(&s->fired, weft_now_ns());
 }
 
-static void start_short(void *arg) {
+static int start_short(void *arg) {
   (void)arg;
   weft_loop_stats st;
   weft_loop_stats_get(loop, &st);
@@ -361,6 +354,7 @@ static void start_short(void *arg) {
   st200.started = weft_now_ns();
   ck_assert_int_eq(weft_timer_start(&st200.t, 200 * US, 0, short_cb, &st200),
                    0);
+  return 0;
 }
 
 /* Rounded up to milliseconds (epoll_wait instead of epoll_pwait2), every

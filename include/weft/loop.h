@@ -110,6 +110,20 @@ weft_loop *weft_loop_group_next(weft_loop_group *group);
  */
 int weft_loop_execute(weft_loop *loop, weft_task_cb cb, void *arg);
 
+/**
+ * Runs `fn(arg)` on `loop`'s thread and waits for it: returns what `fn`
+ * returned. Called on the loop's own thread, it runs `fn` at once (inline);
+ * from any other thread it queues a task (weft_loop_execute) and blocks on
+ * a condition variable until the task has run. For setup and teardown from
+ * the main thread (bind a listener, start a timer, read state a loop
+ * owns); not for the data path. Returns fn's result, or WEFT_ENOMEM /
+ * WEFT_ECLOSED (the loop has finished) without running `fn`.
+ *
+ * Threads: never call it from one loop for another loop of a group while
+ * that loop may call back the same way: both would wait forever.
+ */
+int weft_loop_call(weft_loop *loop, int (*fn)(void *arg), void *arg);
+
 /** True when called on `loop`'s own thread. Any thread. */
 bool weft_loop_in_loop(const weft_loop *loop);
 
@@ -121,7 +135,7 @@ int weft_loop_index(const weft_loop *loop);
 
 /**
  * The loop's buffer pool. Exists while the loop thread runs (created at
- * thread start, destroyed at shutdown after the close hooks). Allocate from
+ * thread start, freed at shutdown after the close hooks). Allocate from
  * it on the loop thread only; release from any thread.
  */
 weft_pool *weft_loop_pool(weft_loop *loop);
