@@ -7,16 +7,16 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 
-#include "codec/decoder.h"
+#include <weft/decoder.h>
 
-void weft__decoder_init(weft__decoder *d, weft__decode_cb decode,
-                        void (*free_state)(weft__decoder *d)) {
+void weft_decoder_init(weft_decoder *d, weft_decode_cb decode,
+                       void (*free_state)(weft_decoder *d)) {
   memset(d, 0, sizeof *d);
   d->decode = decode;
   d->free_state = free_state;
 }
 
-int weft__decoder_fail(weft__decoder *d, int err, const char *fmt, ...) {
+int weft_decoder_fail(weft_decoder *d, int err, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(d->reason_buf, sizeof d->reason_buf, fmt, ap);
@@ -25,14 +25,14 @@ int weft__decoder_fail(weft__decoder *d, int err, const char *fmt, ...) {
   return err;
 }
 
-bool weft__decoder_leave(weft__decoder *d) {
+bool weft_decoder_leave(weft_decoder *d) {
   if (--d->depth > 0 || !d->removed)
     return true;
   d->free_state(d);
   return false;
 }
 
-static void drop_cumulation(weft__decoder *d) {
+static void drop_cumulation(weft_decoder *d) {
   weft_buf_release(d->cum);
   d->cum = NULL;
 }
@@ -40,7 +40,7 @@ static void drop_cumulation(weft__decoder *d) {
 /* Makes room for `n` more bytes in the cumulation and appends them. The
  * bytes can be moved to the front only while no frame sliced from the
  * cumulation is alive (refcnt 1), or that frame's bytes would change. */
-static int cumulate(weft__decoder *d, weft_pool *pool, const uint8_t *src,
+static int cumulate(weft_decoder *d, weft_pool *pool, const uint8_t *src,
                     size_t n) {
   weft_buf *c = d->cum;
   if (weft_buf_writable(c) >= n)
@@ -68,7 +68,7 @@ static int cumulate(weft__decoder *d, weft_pool *pool, const uint8_t *src,
 }
 
 /* Keeps the bytes of `in` (the received buffer) that no frame used. */
-static int keep_rest(weft__decoder *d, weft_pool *pool, weft_buf *in) {
+static int keep_rest(weft_decoder *d, weft_pool *pool, weft_buf *in) {
   size_t rest = weft_buf_readable(in);
   size_t cap = rest > d->need ? rest : d->need;
   d->cum = weft_buf_alloc(pool, cap);
@@ -78,7 +78,7 @@ static int keep_rest(weft__decoder *d, weft_pool *pool, weft_buf *in) {
 }
 
 /* Runs `decode` over `in` until it needs more bytes or fails. */
-static void decode_all(weft_ctx *ctx, weft__decoder *d, weft_buf *in) {
+static void decode_all(weft_ctx *ctx, weft_decoder *d, weft_buf *in) {
   while (!d->failed && !d->removed && weft_buf_readable(in) > 0) {
     void *out = NULL;
     d->need = 0;
@@ -99,14 +99,14 @@ static void decode_all(weft_ctx *ctx, weft__decoder *d, weft_buf *in) {
   }
 }
 
-static void fail_nomem(weft_ctx *ctx, weft__decoder *d) {
+static void fail_nomem(weft_ctx *ctx, weft_decoder *d) {
   d->failed = true;
   drop_cumulation(d);
   weft_ctx_fire_exception_caught(ctx, WEFT_ENOMEM, "decoder cumulation");
 }
 
-void weft__decoder_channel_read(weft_ctx *ctx, void *msg) {
-  weft__decoder *d = weft_ctx_state(ctx);
+void weft_decoder_channel_read(weft_ctx *ctx, void *msg) {
+  weft_decoder *d = weft_ctx_state(ctx);
   if (!weft_msg_is(msg, &weft_buf_msg_type)) {
     weft_ctx_fire_channel_read(ctx, msg);
     return;
@@ -117,7 +117,7 @@ void weft__decoder_channel_read(weft_ctx *ctx, void *msg) {
     return;
   }
   weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(ctx)));
-  weft__decoder_enter(d);
+  weft_decoder_enter(d);
   if (d->cum != NULL) {
     int rc = cumulate(d, pool, weft_buf_rptr(rx), weft_buf_readable(rx));
     weft_buf_release(rx);
@@ -137,11 +137,11 @@ void weft__decoder_channel_read(weft_ctx *ctx, void *msg) {
   }
   if (d->removed)
     drop_cumulation(d);
-  weft__decoder_leave(d);
+  weft_decoder_leave(d);
 }
 
-void weft__decoder_handler_removed(weft_ctx *ctx) {
-  weft__decoder *d = weft_ctx_state(ctx);
+void weft_decoder_handler_removed(weft_ctx *ctx) {
+  weft_decoder *d = weft_ctx_state(ctx);
   if (d->depth > 0) {
     d->removed = true; /* the running event frees it on its way out */
     return;
@@ -150,8 +150,8 @@ void weft__decoder_handler_removed(weft_ctx *ctx) {
   d->free_state(d);
 }
 
-int weft__decoder_add_last(weft_pipeline *p, const char *name,
-                           const weft_handler *h, weft__decoder *d) {
+int weft_decoder_add_last(weft_pipeline *p, const char *name,
+                          const weft_handler *h, weft_decoder *d) {
   int rc = weft_pipeline_add_last(p, name, h, d);
   if (rc < 0)
     d->free_state(d);

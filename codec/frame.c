@@ -8,7 +8,7 @@
 #include <weft/frame.h>
 #include <weft/loop.h>
 
-#include "codec/decoder.h"
+#include <weft/decoder.h>
 
 /* Frames up to this many bytes are copied with their length field into one
  * buffer: a small copy is cheaper than a second buffer and iovec. */
@@ -43,7 +43,7 @@ static void put_field(uint8_t *p, int n, bool little_endian, uint64_t v) {
 /* ---- decoder ---- */
 
 typedef struct lf_decoder {
-  weft__decoder base;
+  weft_decoder base;
   weft_length_field_options o;
   size_t end_offset; /* offset + length of the field */
   uint64_t discard;  /* bytes of an oversized frame still to skip */
@@ -52,11 +52,11 @@ typedef struct lf_decoder {
 
 static int too_long(lf_decoder *s, __int128 len) {
   s->base.resync = true; /* the frame's bytes are skipped, then go on */
-  return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                            "length-field decoder: frame of %lld bytes, "
-                            "maximum %zu",
-                            (long long)(len > INT64_MAX ? INT64_MAX : len),
-                            s->o.max_frame_length);
+  return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                           "length-field decoder: frame of %lld bytes, "
+                           "maximum %zu",
+                           (long long)(len > INT64_MAX ? INT64_MAX : len),
+                           s->o.max_frame_length);
 }
 
 /* Skips bytes of an oversized frame; reports it at the end if not yet. */
@@ -81,7 +81,7 @@ static int start_discarding(lf_decoder *s, weft_buf *in, __int128 len) {
   return skip_discarded(s, in);
 }
 
-static int lf_decode(weft__decoder *d, weft_buf *in, void **out) {
+static int lf_decode(weft_decoder *d, weft_buf *in, void **out) {
   lf_decoder *s = (lf_decoder *)d;
   if (s->discard > 0)
     return skip_discarded(s, in);
@@ -94,20 +94,20 @@ static int lf_decode(weft__decoder *d, weft_buf *in, void **out) {
                              s->o.length_field_length, s->o.little_endian);
   __int128 len = (__int128)s->end_offset + value + s->o.length_adjustment;
   if (len < (__int128)s->end_offset)
-    return weft__decoder_fail(d, WEFT_EBADFRAME,
-                              "length-field decoder: field value %llu gives "
-                              "frame length %lld, less than the field's end "
-                              "%zu",
-                              (unsigned long long)value, (long long)len,
-                              s->end_offset);
+    return weft_decoder_fail(d, WEFT_EBADFRAME,
+                             "length-field decoder: field value %llu gives "
+                             "frame length %lld, less than the field's end "
+                             "%zu",
+                             (unsigned long long)value, (long long)len,
+                             s->end_offset);
   if (len > (__int128)s->o.max_frame_length)
     return start_discarding(s, in, len);
   size_t frame_len = (size_t)len;
   if (s->o.initial_bytes_to_strip > frame_len)
-    return weft__decoder_fail(d, WEFT_EBADFRAME,
-                              "length-field decoder: frame of %zu bytes is "
-                              "shorter than the %zu bytes to strip",
-                              frame_len, s->o.initial_bytes_to_strip);
+    return weft_decoder_fail(d, WEFT_EBADFRAME,
+                             "length-field decoder: frame of %zu bytes is "
+                             "shorter than the %zu bytes to strip",
+                             frame_len, s->o.initial_bytes_to_strip);
   if (readable < frame_len) {
     d->need = frame_len;
     return 0;
@@ -116,17 +116,17 @@ static int lf_decode(weft__decoder *d, weft_buf *in, void **out) {
   weft_buf *frame =
       weft_buf_read_slice(in, frame_len - s->o.initial_bytes_to_strip);
   if (frame == NULL)
-    return weft__decoder_fail(d, WEFT_ENOMEM, "length-field decoder: slice");
+    return weft_decoder_fail(d, WEFT_ENOMEM, "length-field decoder: slice");
   *out = frame;
   return 1;
 }
 
-static void lf_free(weft__decoder *d) { free(d); }
+static void lf_free(weft_decoder *d) { free(d); }
 
 static const weft_handler lf_handler = {
     .name = "length_field_decoder",
-    .channel_read = weft__decoder_channel_read,
-    .handler_removed = weft__decoder_handler_removed};
+    .channel_read = weft_decoder_channel_read,
+    .handler_removed = weft_decoder_handler_removed};
 
 int weft_length_field_decoder_add_last(weft_pipeline *p, const char *name,
                                        const weft_length_field_options *opts) {
@@ -141,10 +141,10 @@ int weft_length_field_decoder_add_last(weft_pipeline *p, const char *name,
   lf_decoder *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  weft__decoder_init(&s->base, lf_decode, lf_free);
+  weft_decoder_init(&s->base, lf_decode, lf_free);
   s->o = o;
   s->end_offset = o.length_field_offset + (size_t)o.length_field_length;
-  return weft__decoder_add_last(p, name, &lf_handler, &s->base);
+  return weft_decoder_add_last(p, name, &lf_handler, &s->base);
 }
 
 /* ---- prepender ---- */

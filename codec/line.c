@@ -5,10 +5,10 @@
 #include <weft/error.h>
 #include <weft/frame.h>
 
-#include "codec/decoder.h"
+#include <weft/decoder.h>
 
 typedef struct line_decoder {
-  weft__decoder base;
+  weft_decoder base;
   weft_line_options o;
   size_t scanned; /* bytes after the reader index known to hold no '\n',
                      so a line arriving a byte at a time is scanned once */
@@ -18,14 +18,14 @@ void weft_line_options_init(weft_line_options *o) {
   *o = (weft_line_options){.max_length = 8192, .strip_delimiter = true};
 }
 
-static int line_too_long(weft__decoder *d, size_t len, size_t max) {
-  return weft__decoder_fail(d, WEFT_ETOOLONG,
-                            "line decoder: line of %zu bytes or more, "
-                            "maximum %zu",
-                            len, max);
+static int line_too_long(weft_decoder *d, size_t len, size_t max) {
+  return weft_decoder_fail(d, WEFT_ETOOLONG,
+                           "line decoder: line of %zu bytes or more, "
+                           "maximum %zu",
+                           len, max);
 }
 
-static int line_decode(weft__decoder *d, weft_buf *in, void **out) {
+static int line_decode(weft_decoder *d, weft_buf *in, void **out) {
   line_decoder *s = (line_decoder *)d;
   size_t readable = weft_buf_readable(in);
   const uint8_t *p = weft_buf_rptr(in);
@@ -46,26 +46,26 @@ static int line_decode(weft__decoder *d, weft_buf *in, void **out) {
   weft_buf *frame =
       weft_buf_read_slice(in, s->o.strip_delimiter ? line_len : eol + 1);
   if (frame == NULL)
-    return weft__decoder_fail(d, WEFT_ENOMEM, "line decoder: slice");
+    return weft_decoder_fail(d, WEFT_ENOMEM, "line decoder: slice");
   if (s->o.strip_delimiter)
     in->reader_index += delim;
   *out = frame;
   return 1;
 }
 
-static void line_free(weft__decoder *d) { free(d); }
+static void line_free(weft_decoder *d) { free(d); }
 
 static const weft_handler line_handler = {
     .name = "line_decoder",
-    .channel_read = weft__decoder_channel_read,
-    .handler_removed = weft__decoder_handler_removed};
+    .channel_read = weft_decoder_channel_read,
+    .handler_removed = weft_decoder_handler_removed};
 
 int weft_line_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_line_options *opts) {
   line_decoder *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  weft__decoder_init(&s->base, line_decode, line_free);
+  weft_decoder_init(&s->base, line_decode, line_free);
   if (opts != NULL)
     s->o = *opts;
   else
@@ -74,5 +74,5 @@ int weft_line_decoder_add_last(weft_pipeline *p, const char *name,
     free(s);
     return WEFT_EINVAL;
   }
-  return weft__decoder_add_last(p, name, &line_handler, &s->base);
+  return weft_decoder_add_last(p, name, &line_handler, &s->base);
 }

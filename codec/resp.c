@@ -8,7 +8,7 @@
 #include <weft/error.h>
 #include <weft/resp.h>
 
-#include "codec/decoder.h"
+#include <weft/decoder.h>
 
 /* A count or length line ("*123\r\n", "$-1\r\n") longer than this is
  * malformed: 20 digits, a sign, the prefix and "\r\n" fit. */
@@ -28,7 +28,7 @@ typedef struct arg_pos {
  * when the base moves unread bytes into its cumulation buffer; so a command
  * arriving a byte at a time is parsed once, not once per byte. */
 typedef struct resp_decoder {
-  weft__decoder base;
+  weft_decoder base;
   weft_resp_options o;
   phase phase;
   size_t pos;    /* next byte to parse */
@@ -96,8 +96,8 @@ static int parse_number_line(resp_decoder *s, weft_buf *in, size_t pos,
   }
   if (i + 2 > avail)
     return avail >= MAX_NUMBER_LINE
-               ? weft__decoder_fail(&s->base, WEFT_EBADFRAME,
-                                    "resp decoder: count line too long")
+               ? weft_decoder_fail(&s->base, WEFT_EBADFRAME,
+                                   "resp decoder: count line too long")
                : 0;
   if (digits == 0 || p[i] != '\r' || p[i + 1] != '\n')
     goto bad;
@@ -105,8 +105,8 @@ static int parse_number_line(resp_decoder *s, weft_buf *in, size_t pos,
   *next = pos + i + 2;
   return 1;
 bad:
-  return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
-                            "resp decoder: malformed count after '%c'", p[0]);
+  return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
+                           "resp decoder: malformed count after '%c'", p[0]);
 }
 
 /* The finished command: one slice of its bytes, argv pointing into it. */
@@ -114,11 +114,11 @@ static int emit(resp_decoder *s, weft_buf *in, size_t len, size_t argc,
                 const arg_pos *args, bool is_inline, void **out) {
   weft_resp_cmd *cmd = malloc(sizeof *cmd + argc * sizeof(weft_resp_arg));
   if (cmd == NULL)
-    return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder: command");
+    return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder: command");
   weft_buf *data = weft_buf_read_slice(in, len);
   if (data == NULL) {
     free(cmd);
-    return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder: slice");
+    return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder: slice");
   }
   *cmd = (weft_resp_cmd){.msg = {&weft_resp_cmd_type},
                          .argc = argc,
@@ -147,15 +147,15 @@ static int split_inline(resp_decoder *s, const uint8_t *p, size_t len,
     while (i < len && !is_space(p[i]))
       i++;
     if (n == s->o.max_args)
-      return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                                "resp decoder: inline command with more than "
-                                "%zu arguments",
-                                s->o.max_args);
+      return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                               "resp decoder: inline command with more than "
+                               "%zu arguments",
+                               s->o.max_args);
     if (n == s->args_cap) {
       size_t cap = s->args_cap ? 2 * s->args_cap : 8;
       arg_pos *a = realloc(s->args, cap * sizeof *a);
       if (a == NULL)
-        return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
+        return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
       s->args = a;
       s->args_cap = cap;
     }
@@ -172,19 +172,19 @@ static int decode_inline(resp_decoder *s, weft_buf *in, void **out) {
   if (nl == NULL) {
     s->scanned = readable;
     if (readable > s->o.max_inline)
-      return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                                "resp decoder: inline command longer than "
-                                "%zu bytes",
-                                s->o.max_inline);
+      return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                               "resp decoder: inline command longer than "
+                               "%zu bytes",
+                               s->o.max_inline);
     return 0;
   }
   size_t eol = (size_t)(nl - p);
   size_t line = eol > 0 && p[eol - 1] == '\r' ? eol - 1 : eol;
   if (line > s->o.max_inline)
-    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                              "resp decoder: inline command of %zu bytes, "
-                              "maximum %zu",
-                              line, s->o.max_inline);
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "resp decoder: inline command of %zu bytes, "
+                             "maximum %zu",
+                             line, s->o.max_inline);
   size_t argc = 0;
   int rc = split_inline(s, p, line, &argc);
   if (rc < 0)
@@ -208,14 +208,14 @@ static int start_array(resp_decoder *s, weft_buf *in) {
     return 1;
   }
   if ((uint64_t)n > s->o.max_args)
-    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                              "resp decoder: array of %" PRId64
-                              " elements, maximum %zu",
-                              n, s->o.max_args);
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "resp decoder: array of %" PRId64
+                             " elements, maximum %zu",
+                             n, s->o.max_args);
   if ((size_t)n > s->args_cap) {
     arg_pos *a = realloc(s->args, (size_t)n * sizeof *a);
     if (a == NULL)
-      return weft__decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
+      return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
     s->args = a;
     s->args_cap = (size_t)n;
   }
@@ -228,25 +228,25 @@ static int start_array(resp_decoder *s, weft_buf *in) {
 static int bulk_header(resp_decoder *s, weft_buf *in) {
   uint8_t c = weft_buf_rptr(in)[s->pos];
   if (c != '$')
-    return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
-                              "resp decoder: expected '$', got 0x%02x", c);
+    return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
+                             "resp decoder: expected '$', got 0x%02x", c);
   int64_t len;
   size_t next;
   int rc = parse_number_line(s, in, s->pos, &len, &next);
   if (rc <= 0)
     return rc;
   if (len < 0)
-    return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
-                              "resp decoder: null bulk string in a command");
+    return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
+                             "resp decoder: null bulk string in a command");
   if ((uint64_t)len > s->o.max_bulk)
-    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                              "resp decoder: bulk string of %" PRId64
-                              " bytes, maximum %zu",
-                              len, s->o.max_bulk);
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "resp decoder: bulk string of %" PRId64
+                             " bytes, maximum %zu",
+                             len, s->o.max_bulk);
   if (next + (size_t)len + 2 > s->o.max_command)
-    return weft__decoder_fail(&s->base, WEFT_ETOOLONG,
-                              "resp decoder: command longer than %zu bytes",
-                              s->o.max_command);
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "resp decoder: command longer than %zu bytes",
+                             s->o.max_command);
   s->args[s->got] = (arg_pos){next, (size_t)len};
   s->pos = next;
   s->phase = PHASE_BULK_DATA;
@@ -262,9 +262,9 @@ static int bulk_data(resp_decoder *s, weft_buf *in, void **out) {
   }
   const uint8_t *p = weft_buf_rptr(in);
   if (p[end - 2] != '\r' || p[end - 1] != '\n')
-    return weft__decoder_fail(&s->base, WEFT_EBADFRAME,
-                              "resp decoder: bulk string not followed by "
-                              "\\r\\n");
+    return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
+                             "resp decoder: bulk string not followed by "
+                             "\\r\\n");
   s->pos = end;
   if (++s->got == s->nargs)
     return emit(s, in, end, s->nargs, s->args, false, out);
@@ -272,7 +272,7 @@ static int bulk_data(resp_decoder *s, weft_buf *in, void **out) {
   return 2;
 }
 
-static int resp_decode(weft__decoder *d, weft_buf *in, void **out) {
+static int resp_decode(weft_decoder *d, weft_buf *in, void **out) {
   resp_decoder *s = (resp_decoder *)d;
   int rc = 2;
   while (rc == 2) {
@@ -294,7 +294,7 @@ static int resp_decode(weft__decoder *d, weft_buf *in, void **out) {
   return rc;
 }
 
-static void resp_free(weft__decoder *d) {
+static void resp_free(weft_decoder *d) {
   resp_decoder *s = (resp_decoder *)d;
   free(s->args);
   free(s);
@@ -302,20 +302,20 @@ static void resp_free(weft__decoder *d) {
 
 static const weft_handler resp_handler = {
     .name = "resp_decoder",
-    .channel_read = weft__decoder_channel_read,
-    .handler_removed = weft__decoder_handler_removed};
+    .channel_read = weft_decoder_channel_read,
+    .handler_removed = weft_decoder_handler_removed};
 
 int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_resp_options *opts) {
   resp_decoder *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  weft__decoder_init(&s->base, resp_decode, resp_free);
+  weft_decoder_init(&s->base, resp_decode, resp_free);
   if (opts != NULL)
     s->o = *opts;
   else
     weft_resp_options_init(&s->o);
-  return weft__decoder_add_last(p, name, &resp_handler, &s->base);
+  return weft_decoder_add_last(p, name, &resp_handler, &s->base);
 }
 
 /* ---- reply encoders ---- */

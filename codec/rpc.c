@@ -7,7 +7,7 @@
 #include <weft/loop.h>
 #include <weft/rpc.h>
 
-#include "codec/decoder.h"
+#include <weft/decoder.h>
 
 /* Header field offsets. */
 #define OFF_VERSION 0
@@ -138,7 +138,7 @@ failed_nomem:
 /* ---- the codec handler ---- */
 
 typedef struct rpc_codec {
-  weft__decoder base;
+  weft_decoder base;
   weft_rpc_codec_options o;
 } rpc_codec;
 
@@ -147,12 +147,12 @@ void weft_rpc_codec_options_init(weft_rpc_codec_options *o) {
                                 .copy_threshold = 1024};
 }
 
-static int codec_decode(weft__decoder *d, weft_buf *in, void **out) {
+static int codec_decode(weft_decoder *d, weft_buf *in, void **out) {
   rpc_codec *s = (rpc_codec *)d;
   weft_rpc_msg *m = NULL;
   int rc = weft_rpc_decode(in, s->o.max_payload, &m, &d->need, &d->reason);
   if (rc == WEFT_ETOOLONG)
-    return weft__decoder_fail(
+    return weft_decoder_fail(
         d, rc, "rpc decoder: payload of %u bytes, maximum %zu",
         weft_buf_get_u32be(in, in->reader_index + OFF_LENGTH),
         s->o.max_payload);
@@ -190,23 +190,23 @@ static void codec_write(weft_ctx *ctx, void *msg, weft_promise promise) {
   weft_ctx_write(ctx, payload, promise);
 }
 
-static void codec_free(weft__decoder *d) { free(d); }
+static void codec_free(weft_decoder *d) { free(d); }
 
 static const weft_handler codec_handler = {
     .name = "rpc_codec",
-    .channel_read = weft__decoder_channel_read,
+    .channel_read = weft_decoder_channel_read,
     .write = codec_write,
-    .handler_removed = weft__decoder_handler_removed};
+    .handler_removed = weft_decoder_handler_removed};
 
 int weft_rpc_codec_add_last(weft_pipeline *p, const char *name,
                             const weft_rpc_codec_options *opts) {
   rpc_codec *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  weft__decoder_init(&s->base, codec_decode, codec_free);
+  weft_decoder_init(&s->base, codec_decode, codec_free);
   if (opts != NULL)
     s->o = *opts;
   else
     weft_rpc_codec_options_init(&s->o);
-  return weft__decoder_add_last(p, name, &codec_handler, &s->base);
+  return weft_decoder_add_last(p, name, &codec_handler, &s->base);
 }

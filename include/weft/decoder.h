@@ -1,8 +1,10 @@
-/* The cumulating decoder base every codec/ decoder builds on (Netty's
+/* weft/decoder.h: the cumulating decoder base for framing codecs (Netty's
  * ByteToMessageDecoder).
  *
- * A decoder's state begins with a weft__decoder. For each received
- * weft_buf the base calls `decode` until it needs more bytes:
+ * A decoder turns a byte stream, which a transport may split or merge at
+ * any byte, into messages. Write only the `decode` step; the base does the
+ * bookkeeping. A decoder's state begins with a weft_decoder. For each
+ * received weft_buf the base calls `decode` until it needs more bytes:
  *
  *  - with no bytes left over from earlier reads, `decode` sees the received
  *    buffer itself, so frames that lie in it whole are sliced out of it
@@ -12,12 +14,52 @@
  *    copied at most once more), and the received buffer is released, so a
  *    slow peer never pins receive memory; the next read is appended there.
  *
- * Errors from `decode` go to exception_caught. Handlers may be removed (the
- * channel closed by the tail on that very exception) while the base is
- * running: the state is then freed when the outermost event returns.
+ * Errors from `decode` go to exception_caught (the tail logs them and
+ * closes the channel). Handlers may be removed (the channel closed by the
+ * tail on that very exception) while the base is running: the state is
+ * then freed when the outermost event returns.
+ *
+ * A decoder of one-byte-length-prefixed frames, complete:
+ *
+ *   typedef struct u8_frames { weft_decoder base; } u8_frames;
+ *
+ *   static int u8_decode(weft_decoder *d, weft_buf *in, void **out) {
+ *     size_t have = weft_buf_readable(in);
+ *     if (have < 1)
+ *       return 0;
+ *     size_t len = weft_buf_rptr(in)[0];       // from the peer: bounded by
+ *     if (have < 1 + len) {                    // its type (255), so no
+ *       d->need = 1 + len;                     // maximum to check here
+ *       return 0;
+ *     }
+ *     in->reader_index += 1;
+ *     *out = weft_buf_read_slice(in, len);     // no copy; NULL on ENOMEM
+ *     return *out != NULL ? 1
+ *                         : weft_decoder_fail(d, WEFT_ENOMEM, "u8: slice");
+ *   }
+ *   static void u8_free(weft_decoder *d) { free(d); }
+ *   static const weft_handler u8_handler = {
+ *       .name = "u8-frames",
+ *       .channel_read = weft_decoder_channel_read,
+ *       .handler_removed = weft_decoder_handler_removed};
+ *
+ *   int u8_frames_add_last(weft_pipeline *p) {
+ *     u8_frames *s = malloc(sizeof *s);
+ *     if (s == NULL)
+ *       return WEFT_ENOMEM;
+ *     weft_decoder_init(&s->base, u8_decode, u8_free);
+ *     return weft_decoder_add_last(p, "u8", &u8_handler, &s->base);
+ *   }
+ *
+ * A length a peer sends must be checked against a maximum before anything
+ * is allocated for it: return weft_decoder_fail(d, WEFT_ETOOLONG, ...) as
+ * the length-field decoder (frame.h) does.
+ *
+ * Threads: a decoder lives on its channel's loop; every call here runs
+ * there.
  */
-#ifndef WEFT_CODEC_DECODER_H
-#define WEFT_CODEC_DECODER_H
+#ifndef WEFT_DECODER_H
+#define WEFT_DECODER_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,7 +67,11 @@
 #include <weft/buf.h>
 #include <weft/pipeline.h>
 
-typedef struct weft__decoder weft__decoder;
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weft_decoder weft_decoder;
 
 /**
  * Decodes at most one message from `in`'s readable bytes. Returns 1 with
@@ -36,46 +82,72 @@ typedef struct weft__decoder weft__decoder;
  * After an error the base drops all further input unless `decode` set
  * d->resync (it skipped the bad bytes and can go on).
  */
-typedef int (*weft__decode_cb)(weft__decoder *d, weft_buf *in, void **out);
+typedef int (*weft_decode_cb)(weft_decoder *d, weft_buf *in, void **out);
 
-struct weft__decoder {
-  weft__decode_cb decode;
-  void (*free_state)(weft__decoder *d); /* frees the whole state */
-  weft_buf *cum;      /* cumulation: bytes of an incomplete frame */
-  size_t need;        /* decode's hint, see weft__decode_cb */
-  const char *reason; /* decode's error text (static or in `reason_buf`) */
+/** The base of a decoder's state: its first member. */
+struct weft_decoder {
+  /* set by weft_decoder_init */
+  weft_decode_cb decode;
+  void (*free_state)(weft_decoder *d); /* frees the whole state */
+  /* public: decode may set these */
+  size_t need;        /* bytes the pending frame takes in all, from the
+                         reader index (a hint that sizes the cumulation) */
+  const char *reason; /* the error's text; weft_decoder_fail sets it */
+  bool resync;        /* after an error: the bad bytes were skipped and
+                         decoding may go on */
+  /* private */
+  weft_buf *cum; /* cumulation: bytes of an incomplete frame */
   char reason_buf[160];
-  bool resync;
   bool failed;  /* a fatal error was reported: drop input */
   bool removed; /* handler_removed ran inside an event */
   int depth;    /* events of this handler on the stack */
 };
 
-/** Initialises the base part of a decoder's state. */
-void weft__decoder_init(weft__decoder *d, weft__decode_cb decode,
-                        void (*free_state)(weft__decoder *d));
+/**
+ * Initialises the base part of a decoder's state: `decode` is called for
+ * every readable stretch, `free_state` when the handler goes (it frees the
+ * whole state, of which `d` is the first member). Never fails.
+ */
+void weft_decoder_init(weft_decoder *d, weft_decode_cb decode,
+                       void (*free_state)(weft_decoder *d));
 
-/* Handler ops: state is the weft__decoder (the first member). */
-void weft__decoder_channel_read(weft_ctx *ctx, void *msg);
-void weft__decoder_handler_removed(weft_ctx *ctx);
+/**
+ * The handler ops of every decoder: put them in its weft_handler as
+ * channel_read and handler_removed; the handler's state is the decoder
+ * (weft_decoder_add_last adds it so). channel_read takes the reference to
+ * a received weft_buf (released, or kept as the cumulation) and passes any
+ * other message on unchanged; handler_removed releases the cumulation and
+ * calls free_state, at once or when the running event returns.
+ */
+void weft_decoder_channel_read(weft_ctx *ctx, void *msg);
+void weft_decoder_handler_removed(weft_ctx *ctx);
 
 /**
  * Marks the start / end of an event of this handler that may fire events
- * (so handler_removed inside it defers the free). weft__decoder_leave
+ * (so handler_removed inside it defers the free). weft_decoder_leave
  * returns false when the state was freed: touch nothing afterwards.
  */
-static inline void weft__decoder_enter(weft__decoder *d) { d->depth++; }
-bool weft__decoder_leave(weft__decoder *d);
+static inline void weft_decoder_enter(weft_decoder *d) { d->depth++; }
+bool weft_decoder_leave(weft_decoder *d);
 
-/** Formats d->reason into reason_buf (printf-style). Returns `err`. */
-int weft__decoder_fail(weft__decoder *d, int err, const char *fmt, ...)
+/**
+ * For decode's error return: formats the reason (printf-style, up to 159
+ * bytes; longer text is cut) into the state and returns `err`, e.g.
+ * `return weft_decoder_fail(d, WEFT_ETOOLONG, "frame of %zu bytes", n);`.
+ */
+int weft_decoder_fail(weft_decoder *d, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /**
- * Adds the decoder state `d` with handler `h` at the tail end of `p`; on
- * failure frees the state and returns the error.
+ * Adds the decoder state `d` with handler `h` at the tail end of `p` under
+ * `name`. Returns 0, or the pipeline's error (WEFT_EEXIST for a name in
+ * use, WEFT_ENOMEM), having freed the state with free_state. The pipeline
+ * owns `d` from here. Loop thread.
  */
-int weft__decoder_add_last(weft_pipeline *p, const char *name,
-                           const weft_handler *h, weft__decoder *d);
+int weft_decoder_add_last(weft_pipeline *p, const char *name,
+                          const weft_handler *h, weft_decoder *d);
 
-#endif /* WEFT_CODEC_DECODER_H */
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_DECODER_H */

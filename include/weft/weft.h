@@ -9,6 +9,7 @@
 #include <weft/channel_option.h>
 #include <weft/clock.h>
 #include <weft/config.h>
+#include <weft/decoder.h>
 #include <weft/embedded.h>
 #include <weft/endpoint.h>
 #include <weft/error.h>
