@@ -7,8 +7,8 @@
 #include <weft/embedded.h>
 #include <weft/error.h>
 
-#include "loop/loop_internal.h"
 #include "channel/channel_internal.h"
+#include "loop/loop_internal.h"
 
 #define MAX_EXCEPTIONS 16
 
@@ -197,7 +197,7 @@ int weft_embedded_run_pending(weft_embedded *e) {
   return weft__loop_run_pending(e->loop);
 }
 
-size_t weft_embedded_finish(weft_embedded *e) {
+size_t weft_embedded_free(weft_embedded *e) {
   weft__channel_close(e->ch, WEFT_PROMISE_NONE);
   weft_embedded_run_pending(e);
   fifo_release_all(&e->outbound);

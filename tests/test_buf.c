@@ -40,7 +40,7 @@ START_TEST(buf_indices_fresh_alloc) {
   ck_assert_ptr_eq(weft_buf_wptr(b), b->base);
   ck_assert_uint_eq(weft_buf_refcnt(b), 1);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -63,7 +63,7 @@ START_TEST(buf_indices_write_then_read) {
   ck_assert_uint_eq(b->reader_index, 0);
   ck_assert_uint_eq(b->writer_index, 0);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -86,7 +86,7 @@ START_TEST(buf_write_bytes_enospc_when_full) {
   ck_assert_int_eq(weft_buf_write_bytes(b, more, 0), 0);
   ck_assert_int_eq(weft_buf_write_bytes(NULL, more, 1), WEFT_EINVAL);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -103,7 +103,7 @@ START_TEST(buf_read_bytes_erange_when_short) {
   ck_assert_int_eq(memcmp(out, "abc", 3), 0);
   ck_assert_int_eq(weft_buf_read_bytes(b, out, 1), WEFT_ERANGE);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -128,7 +128,7 @@ START_TEST(buf_typed_write_be_byte_pattern) {
   ck_assert_uint_eq(weft_buf_read_u64be(b), 0x0708090A0B0C0D0Eull);
   ck_assert_uint_eq(b->reader_index, sizeof want);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -147,7 +147,7 @@ START_TEST(buf_typed_write_le_byte_pattern) {
   ck_assert_uint_eq(weft_buf_read_u32le(b), 0x03040506u);
   ck_assert_uint_eq(weft_buf_read_u64le(b), 0x0708090A0B0C0D0Eull);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -182,7 +182,7 @@ START_TEST(buf_typed_get_set_absolute_index) {
   ck_assert_uint_eq(b->reader_index, 0);
   ck_assert_uint_eq(b->writer_index, 0);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -201,7 +201,7 @@ START_TEST(buf_typed_write_enospc_when_full) {
   ck_assert_int_eq(weft_buf_write_u8(b, 0x55), WEFT_ENOSPC);
   ck_assert_uint_eq(b->writer_index, 64);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -226,7 +226,7 @@ START_TEST(buf_refcount_retain_release) {
   ck_assert_uint_eq(st.live, 0);
   weft_buf_release(NULL); /* ignored */
   ck_assert_ptr_null(weft_buf_retain(NULL));
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -254,7 +254,7 @@ START_TEST(buf_slice_shares_memory) {
   weft_buf_release(s);
   ck_assert_uint_eq(weft_buf_refcnt(b), 1);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -279,7 +279,7 @@ START_TEST(buf_slice_keeps_parent_after_parent_release) {
   weft_pool_stats_get(pool, &st);
   ck_assert_uint_eq(st.live, 1); /* the slice freed the parent */
   weft_buf_release(other);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -302,7 +302,7 @@ START_TEST(buf_slice_of_slice_holds_root) {
   ck_assert_uint_eq(weft_buf_refcnt(s2), 1);
   ck_assert_int_eq(memcmp(s2->base, "345", 3), 0);
   weft_buf_release(s2);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -319,7 +319,7 @@ START_TEST(buf_slice_out_of_range_null) {
   ck_assert_ptr_nonnull(edge);
   weft_buf_release(edge);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -339,7 +339,7 @@ START_TEST(buf_read_slice_advances_reader) {
   ck_assert_uint_eq(b->reader_index, 7);
   weft_buf_release(s);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -379,7 +379,7 @@ START_TEST(buf_wrap_free_cb_once_at_last_release) {
   ck_assert_int_eq(rec.calls, 1);
   ck_assert_ptr_eq(rec.base, mem);
   ck_assert_uint_eq(rec.capacity, 100);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   ck_assert_int_eq(rec.calls, 1);
 }
 END_TEST
@@ -394,7 +394,7 @@ START_TEST(buf_wrap_bad_arguments_null) {
   weft_buf *b = weft_buf_wrap(pool, mem, sizeof mem, 0, NULL, NULL);
   ck_assert_ptr_nonnull(b);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -425,7 +425,7 @@ START_TEST(buf_msg_type_every_kind) {
   ck_assert_ptr_nonnull(again);
   ck_assert(weft_msg_is(again, &weft_buf_msg_type));
   weft_buf_release(again);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 

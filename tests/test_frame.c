@@ -65,7 +65,7 @@ static size_t encode_frames(uint8_t *wire, int n) {
   }
   weft_channel_flush(weft_embedded_channel(e));
   size_t len = drain_outbound(e, wire, MAX_BYTES);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
   return len;
 }
 
@@ -90,7 +90,7 @@ START_TEST(frame_length_field_round_trips_any_split) {
     }
     ck_assert_ptr_null(weft_embedded_read_inbound(e));
     ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -109,7 +109,7 @@ START_TEST(frame_length_field_slices_without_copy_when_contiguous) {
   void *m;
   while ((m = weft_embedded_read_inbound(e)) != NULL)
     weft_msg_release(m);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -130,7 +130,7 @@ START_TEST(frame_length_field_netty_parameters_offset_adjust_strip) {
     ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 1);
     ck_assert_uint_eq(len, 13);
     ck_assert_mem_eq(out, "\xFEHELLO, WORLD", 13);
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -148,7 +148,7 @@ START_TEST(frame_length_field_eight_byte_little_endian) {
   ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 2);
   ck_assert_uint_eq(len, 4);
   ck_assert_mem_eq(out, "abcz", 4);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -169,7 +169,7 @@ START_TEST(frame_length_field_oversized_fails_fast_before_allocating) {
   ck_assert_uint_eq(after.unpooled, before.unpooled);
   ck_assert_int_eq(th_log_count("maximum 1024"), 1);
   ck_assert_ptr_null(weft_embedded_read_inbound(e));
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -192,7 +192,7 @@ START_TEST(frame_length_field_oversized_skipped_then_next_frame_decodes) {
   size_t len;
   ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 1);
   ck_assert_mem_eq(out, "\0\0\0\x02ok", 6);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -205,7 +205,7 @@ START_TEST(frame_length_field_short_length_is_bad_frame) {
   th_log_capture_stop();
   ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_EBADFRAME);
   ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -217,7 +217,7 @@ START_TEST(frame_partial_frame_at_close_leaks_nothing) {
        "abc",
        7, FEED_BYTES, 0);
   ck_assert_ptr_null(weft_embedded_read_inbound(e));
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -240,7 +240,7 @@ START_TEST(frame_prepender_rejects_length_too_big_for_field) {
                                (weft_promise){record_status, NULL});
   ck_assert_int_eq(promise_status, WEFT_EMSGSIZE);
   ck_assert_ptr_null(weft_embedded_read_outbound(e));
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -260,7 +260,7 @@ START_TEST(frame_prepender_writes_adjusted_length) {
                    "\0\x05"
                    "abc",
                    5);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -281,7 +281,7 @@ START_TEST(frame_line_decoder_any_split) {
                            : "first\r\nsecond\n\nlast line\r\n";
     ck_assert_uint_eq(len, strlen(want));
     ck_assert_mem_eq(out, want, len);
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -298,7 +298,7 @@ START_TEST(frame_line_too_long_closes_channel) {
   th_log_capture_stop();
   ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
   ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 

@@ -66,7 +66,7 @@ START_TEST(idle_reader_idle_fires_user_event) {
   ck_assert(last_idle.first);
   wait_idle(e, 2);
   ck_assert(!last_idle.first); /* still idle: not the first any more */
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -77,7 +77,7 @@ START_TEST(idle_writer_and_all_report_their_kind) {
   ck_assert_int_eq(weft_embedded_new(&e, init_idle, NULL), 0);
   wait_idle(e, 1);
   ck_assert_int_eq(last_idle.state, _i == 0 ? WEFT_IDLE_WRITER : WEFT_IDLE_ALL);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -89,7 +89,7 @@ START_TEST(idle_refuses_all_timeouts_off) {
       weft_idle_add_last(weft_channel_pipeline(weft_embedded_channel(e)),
                          "idle", &idle_opts),
       WEFT_EINVAL);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -112,7 +112,7 @@ START_TEST(logging_logs_events_and_hex_dump_only_when_on) {
   th_log_capture_start();
   ck_assert_int_eq(weft_embedded_new(&e, init_logging, NULL), 0);
   feed(e, "hello, world 0123456789", 23, FEED_WHOLE, 0);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
   th_log_capture_stop();
   ck_assert_int_eq(th_log_count("[log]: ACTIVE"), 1);
   ck_assert_int_eq(th_log_count("[log]: READ 23 bytes"), 1);
@@ -167,7 +167,7 @@ START_TEST(flush_consolidation_one_flush_per_read_batch) {
   read_batch(e, 10);
   ck_assert_int_eq(flushes, 1);
   ck_assert_uint_eq(outbound_bytes(e), 40);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -179,7 +179,7 @@ START_TEST(flush_consolidation_flushes_after_limit_within_batch) {
   read_batch(e, 10); /* 4 + 4 held ones sent, 2 at read complete */
   ck_assert_int_eq(flushes, 3);
   ck_assert_uint_eq(outbound_bytes(e), 40);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -192,7 +192,7 @@ START_TEST(flush_consolidation_idle_flush_goes_through_at_once) {
   weft_channel_write_and_flush(weft_embedded_channel(e), b, WEFT_PROMISE_NONE);
   ck_assert_int_eq(flushes, 1);
   ck_assert_uint_eq(outbound_bytes(e), 4);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -221,7 +221,7 @@ START_TEST(flush_consolidation_without_read_gathers_into_a_task) {
   ck_assert_int_eq(flushes, 2); /* held flush sent on removal */
   weft_embedded_run_pending(e);
   ck_assert_uint_eq(outbound_bytes(e), 4);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -249,7 +249,7 @@ START_TEST(stats_counts_bytes_and_messages_both_ways) {
   ck_assert_uint_eq(snap.msgs_out, 11);
   ck_assert_uint_eq(snap.bytes_out, 13);
   outbound_bytes(e);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 

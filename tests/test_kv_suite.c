@@ -67,7 +67,7 @@ static void fixture_start(fixture *f) {
     snprintf(o.resp_listen, sizeof o.resp_listen, "%s:0", th_test_host());
   else
     o.resp_listen[0] = '\0';
-  ck_assert_int_eq(kv_server_start(&f->server, f->group, &f->cfg, &o), 0);
+  ck_assert_int_eq(kv_server_bind(&f->server, f->group, &f->cfg, &o), 0);
   ck_assert_int_eq(kv_server_address(f->server, 0, f->uri, sizeof f->uri), 0);
   ck_assert_int_eq(kv_sync_connect(&f->client, f->group, f->uri, NULL), 0);
 }
@@ -78,7 +78,7 @@ static void fixture_stop(fixture *f) {
   kv_sync_close(f->client);
   weft_loop_group_stop(f->group);
   ck_assert_int_eq(weft_loop_group_join(f->group), 0);
-  kv_server_stop(f->server);
+  kv_server_close(f->server);
   weft_loop_group_free(f->group);
 }
 
@@ -674,7 +674,7 @@ START_TEST(kv_reply_parse_rejects_malformed) {
     deep[2 * i] = '*', deep[2 * i + 1] = 1;
   deep[sizeof deep - 1] = '_';
   ck_assert_int_eq(parse_bytes(deep, sizeof deep, nodes, 16), WEFT_EBADFRAME);
-  ck_assert_uint_eq(weft_pool_destroy(parse_pool), 0);
+  ck_assert_uint_eq(weft_pool_free(parse_pool), 0);
 }
 END_TEST
 

@@ -120,7 +120,7 @@ START_TEST(pipeline_event_order_matches_netty_example) {
   weft_msg_release(weft_embedded_read_inbound(e));
   release_all_outbound(e);
   trace_buf[0] = '\0';
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
   /* close fires inactive, then every handler is removed, tail to head */
   ck_assert_str_eq(trace_buf, "1:inactive 3:removed 2:removed 1:removed ");
 }
@@ -141,7 +141,7 @@ START_TEST(pipeline_ctx_write_starts_below_its_handler) {
   ck_assert_uint_eq(weft_buf_readable(out), 1);
   ck_assert_int_eq(weft_buf_read_u8(out), 'z');
   weft_buf_release(out);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -158,7 +158,7 @@ START_TEST(pipeline_remove_self_during_read_forwards_from_old_place) {
   ck_assert_str_eq(trace_buf, "3:read ");
   weft_msg_release(weft_embedded_read_inbound(e));
   weft_msg_release(weft_embedded_read_inbound(e));
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -174,7 +174,7 @@ START_TEST(pipeline_remove_next_during_read_skips_it) {
   weft_buf *b = weft_embedded_read_inbound(e);
   ck_assert_ptr_nonnull(b);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -198,7 +198,7 @@ START_TEST(pipeline_add_during_event_takes_part_in_next_event) {
   ck_assert_ptr_null(weft_pipeline_context(p, "c"));
   ck_assert_ptr_nonnull(weft_pipeline_context(p, "c2"));
   weft_msg_release(weft_embedded_read_inbound(e));
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -267,7 +267,7 @@ START_TEST(pipeline_watermarks_have_hysteresis) {
       weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK, 5000),
       WEFT_EINVAL);
   release_all_outbound(e);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -295,7 +295,7 @@ START_TEST(pipeline_promises_report_sent_and_closed) {
   ck_assert_int_eq(promise_calls, 4);
   ck_assert_int_eq(promise_status[3], WEFT_ECLOSED);
   release_all_outbound(e);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -318,7 +318,7 @@ START_TEST(pipeline_head_refuses_non_buffer_message) {
   ck_assert_int_eq(promise_calls, 101); /* promise failed, message released */
   ck_assert_int_ge(th_log_count("encoder missing"), 1);
   th_log_capture_stop();
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -359,7 +359,7 @@ START_TEST(pipeline_exception_reaches_tail_and_closes_channel) {
   ck_assert_int_eq(weft_embedded_write_inbound(e, bytes(e, "more")),
                    WEFT_ECLOSED);
   th_log_capture_stop();
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -374,7 +374,7 @@ START_TEST(pipeline_tail_releases_unhandled_and_queue_at_close) {
   for (int i = 0; i < 10; i++) /* queued, never flushed */
     weft_channel_write(ch, bytes(e, "queued"), WEFT_PROMISE_NONE);
   /* finish() must release all 20 buffers: any one left is a leak */
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -385,7 +385,7 @@ START_TEST(pipeline_leak_is_reported_at_finish) {
   weft_buf *kept = bytes(e, "kept");
   weft_buf_retain(kept);
   weft_embedded_write_inbound(e, kept); /* tail holds one, we hold one */
-  ck_assert_uint_eq(weft_embedded_finish(e), 1);
+  ck_assert_uint_eq(weft_embedded_free(e), 1);
   ck_assert_int_ge(th_log_count("LEAK"), 1);
   th_log_capture_stop();
 }

@@ -49,12 +49,12 @@ START_TEST(pool_new_bad_options_einval) {
   ck_assert_int_eq(weft_pool_new(NULL, NULL), WEFT_EINVAL);
   /* NULL options are the defaults. */
   ck_assert_int_eq(weft_pool_new(&pool, NULL), 0);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
 START_TEST(pool_null_arguments_harmless) {
-  ck_assert_uint_eq(weft_pool_destroy(NULL), 0);
+  ck_assert_uint_eq(weft_pool_free(NULL), 0);
   ck_assert_uint_eq(weft_pool_drain(NULL), 0);
   ck_assert_ptr_null(weft_buf_alloc(NULL, 64));
   ck_assert(!weft_pool_leak_detect(NULL));
@@ -90,7 +90,7 @@ START_TEST(pool_size_class_rounding) {
   }
   ck_assert_uint_eq(stats_of(pool).slabs, 6);
   ck_assert_uint_eq(stats_of(pool).unpooled, 0);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -118,7 +118,7 @@ START_TEST(pool_reuse_same_class_same_memory) {
   ck_assert_uint_eq(stats_of(pool).reused, 1);
   weft_buf_release(b);
   weft_buf_release(c);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -136,7 +136,7 @@ START_TEST(pool_slab_grows_when_full) {
   ck_assert_uint_eq(stats_of(pool).slab_bytes, 2 * WEFT_POOL_MAX_CLASS);
   weft_buf_release(a);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -154,7 +154,7 @@ START_TEST(pool_unpooled_above_max_class) {
   ck_assert_uint_eq(st.live, 1);
   weft_buf_release(b);
   ck_assert_uint_eq(stats_of(pool).live, 0);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -237,7 +237,7 @@ START_TEST(pool_slab_hook_existing_and_new_slabs) {
   weft_buf_release(unpooled);
   weft_buf_release(wrapped);
   ck_assert_int_eq(h.unregs, 0);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   ck_assert_int_eq(h.unregs, 2);
   ck_assert(h.unreg_keys[0] + h.unreg_keys[1] == 1000 + 1001);
 }
@@ -270,7 +270,7 @@ START_TEST(pool_slab_hook_failure_fails_alloc) {
   ck_assert_ptr_nonnull(b);
   weft_buf_release(a);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   ck_assert_int_eq(ok.unregs, 2); /* the remaining slab */
   ck_assert_int_eq(bad.unregs, 1);
 }
@@ -301,7 +301,7 @@ START_TEST(pool_slab_hook_add_fails_cleanly) {
                    WEFT_ENOSPC);
   weft_buf_release(a);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   ck_assert_int_eq(bad.unregs, 1); /* not called again at destroy */
 }
 END_TEST
@@ -381,7 +381,7 @@ START_TEST(pool_remote_release_notify_and_drain) {
   release_on_thread(&again, 1);
   ck_assert_int_eq(notifies(), 2);
   ck_assert_uint_eq(weft_pool_drain(pool), 1);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -398,7 +398,7 @@ START_TEST(pool_remote_release_drained_by_alloc) {
   ck_assert_uint_eq(stats_of(pool).slabs, 1);
   ck_assert_uint_eq(stats_of(pool).remote_frees, 1);
   weft_buf_release(again);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -435,7 +435,7 @@ START_TEST(pool_remote_release_slice_and_wrap_on_owner) {
   ck_assert_uint_eq(weft_pool_drain(pool), 2);
   ck_assert_int_eq(owner_frees(), 1);
   ck_assert_uint_eq(stats_of(pool).live, 0); /* the slice freed its root */
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -499,7 +499,7 @@ START_TEST(pool_remote_release_many_threads) {
   ck_assert_uint_eq(st.remote_frees, PER_THREAD_BUFS);
   ck_assert_int_ge(notifies(), 1);
   ck_assert_int_le(notifies(), PER_THREAD_BUFS);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -515,7 +515,7 @@ START_TEST(pool_alloc_wrong_thread_null) {
   th_log_capture_stop();
   ck_assert_ptr_null(result);
   ck_assert_int_eq(th_log_count("owner thread"), 1);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -534,7 +534,7 @@ START_TEST(pool_leak_reported_with_location) {
   char where[32];
   snprintf(where, sizeof where, "test_pool.c:%d", __LINE__ - 2);
   th_log_capture_start();
-  ck_assert_uint_eq(weft_pool_destroy(pool), 1);
+  ck_assert_uint_eq(weft_pool_free(pool), 1);
   th_log_capture_stop();
   ck_assert_int_eq(th_log_count("LEAK"), 1);
   ck_assert_int_eq(th_log_count(where), 1);
@@ -554,7 +554,7 @@ START_TEST(pool_leak_location_is_last_touch) {
   char where[32];
   snprintf(where, sizeof where, "test_pool.c:%d", line);
   th_log_capture_start();
-  ck_assert_uint_eq(weft_pool_destroy(pool), 1);
+  ck_assert_uint_eq(weft_pool_free(pool), 1);
   th_log_capture_stop();
   ck_assert_int_eq(th_log_count(where), 1);
   ck_assert_int_eq(th_log_count("refcnt 2"), 1);
@@ -574,7 +574,7 @@ START_TEST(pool_leak_detect_off_still_counts) {
   th_log_capture_start();
   /* Leaked memory is freed all the same (ASan would report the unpooled
    * one otherwise). */
-  ck_assert_uint_eq(weft_pool_destroy(pool), 3);
+  ck_assert_uint_eq(weft_pool_free(pool), 3);
   th_log_capture_stop();
   ck_assert_int_eq(th_log_count("LEAK"), 0);
   ck_assert_int_eq(th_log_count("3 leaked buffers"), 1);
@@ -590,18 +590,18 @@ START_TEST(pool_leak_detect_env_and_option_precedence) {
   setenv("WEFT_LEAK_DETECT", "0", 1);
   pool = new_pool_opts(0, -1);
   ck_assert(!weft_pool_leak_detect(pool));
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   pool = new_pool_opts(0, 1); /* the option beats the environment */
   ck_assert(weft_pool_leak_detect(pool));
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 
   setenv("WEFT_LEAK_DETECT", "1", 1);
   pool = new_pool_opts(0, -1);
   ck_assert(weft_pool_leak_detect(pool));
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   pool = new_pool_opts(0, 0);
   ck_assert(!weft_pool_leak_detect(pool));
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 
   if (copy != NULL) {
     setenv("WEFT_LEAK_DETECT", copy, 1);
@@ -620,7 +620,7 @@ START_TEST(pool_remote_released_buffers_not_leaks) {
   ck_assert_ptr_nonnull(b);
   release_on_thread(&b, 1);
   th_log_capture_start();
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
   th_log_capture_stop();
   ck_assert_int_eq(th_log_count("LEAK"), 0);
 }

@@ -54,7 +54,7 @@ START_TEST(resp_commands_decode_at_any_split) {
     weft_msg_release(c);
     ck_assert_ptr_null(weft_embedded_read_inbound(e));
     ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -83,7 +83,7 @@ START_TEST(resp_command_encoder_round_trips) {
   ck_assert_uint_eq(weft_buf_readable(kept), 1);
   ck_assert_uint_eq(weft_buf_rptr(kept)[0], 'a');
   weft_buf_release(kept);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -106,7 +106,7 @@ START_TEST(resp_reply_encoders_write_resp2) {
   ck_assert_int_eq(weft_resp_write_bulk(b, "ab", 2), WEFT_ENOSPC);
   ck_assert_uint_eq(b->writer_index, b->capacity - 3);
   weft_buf_release(b);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -141,7 +141,7 @@ START_TEST(resp_refuses_malformed_and_oversized_input) {
     ck_assert_uint_eq(after.unpooled, before.unpooled);
     ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
     ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -154,7 +154,7 @@ START_TEST(resp_inline_longer_than_limit_closes_channel) {
   feed(e, "GET aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 34, FEED_BYTES, 0);
   th_log_capture_stop();
   ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -163,7 +163,7 @@ START_TEST(resp_partial_command_at_close_leaks_nothing) {
   ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
   feed(e, "*2\r\n$3\r\nGET\r\n$10\r\nabc", 21, FEED_BYTES, 0);
   ck_assert_ptr_null(weft_embedded_read_inbound(e));
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 

@@ -56,7 +56,7 @@ static size_t encode_through_pipeline(uint8_t *wire, int n) {
                        make_msg(weft_embedded_pool(e), i), WEFT_PROMISE_NONE);
   weft_channel_flush(weft_embedded_channel(e));
   size_t len = drain_outbound(e, wire, MAX_BYTES);
-  ck_assert_uint_eq(weft_embedded_finish(e), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
   return len;
 }
 
@@ -77,7 +77,7 @@ START_TEST(rpc_codec_round_trips_any_split) {
     }
     ck_assert_ptr_null(weft_embedded_read_inbound(e));
     ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -102,7 +102,7 @@ START_TEST(rpc_encode_matches_documented_layout) {
   weft_rpc_msg_release(d);
   weft_buf_release(b);
   weft_rpc_msg_release(m);
-  ck_assert_uint_eq(weft_pool_destroy(pool), 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -129,7 +129,7 @@ START_TEST(rpc_codec_refuses_malformed_and_oversized_headers) {
     ck_assert_int_eq(th_log_count("rpc decoder"), 1);
     ck_assert_uint_eq(after.unpooled, before.unpooled);
     ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-    ck_assert_uint_eq(weft_embedded_finish(e), 0);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
 }
 END_TEST
@@ -202,7 +202,7 @@ static void pump(rpc_pair *pair) {
 }
 
 static void pair_finish(rpc_pair *pair) {
-  ck_assert_uint_eq(weft_embedded_finish(pair->client_ch), 0);
+  ck_assert_uint_eq(weft_embedded_free(pair->client_ch), 0);
 }
 
 typedef struct outcome {

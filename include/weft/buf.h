@@ -28,7 +28,7 @@
  * Leak detection (Netty's ResourceLeakDetector is the model): when enabled,
  * the pool keeps every live buffer in a list with the source location that
  * last touched it (alloc, retain, release, slice, weft_buf_touch), and
- * weft_pool_destroy() logs each leaked buffer with that location. It is on by
+ * weft_pool_free() logs each leaked buffer with that location. It is on by
  * default in debug builds (NDEBUG not defined), and the WEFT_LEAK_DETECT
  * environment variable (0 or 1) overrides the default.
  */
@@ -117,13 +117,13 @@ void weft_pool_options_init(weft_pool_options *opts);
 int weft_pool_new(weft_pool **out, const weft_pool_options *opts);
 
 /**
- * Destroys a pool and all its slabs. Buffers still referenced are leaks: each
+ * Frees a pool and all its slabs. Buffers still referenced are leaks: each
  * is logged at WARN with its last touch location (when leak detection is on)
  * and the count is returned (0 = clean). Their memory is freed all the same,
  * so a leaked buffer must not be used afterwards. Owner thread only; no
  * other thread may still hold a buffer from this pool.
  */
-size_t weft_pool_destroy(weft_pool *pool);
+size_t weft_pool_free(weft_pool *pool);
 
 /**
  * Takes back buffers released on other threads. Returns how many. Owner
@@ -144,7 +144,7 @@ void weft_pool_set_remote_notify(weft_pool *pool, void (*notify)(void *arg),
  * has now and every slab it allocates later, and stores a key (an lkey, a
  * memory handle pointer) that weft_buf_mem_key(buf, hook) returns in O(1) for
  * any buffer in that slab. `unreg` is called for each slab when the pool is
- * destroyed. A failing `reg` (negative weft error) fails the allocation that
+ * freed. A failing `reg` (negative weft error) fails the allocation that
  * needed the slab, or this call. Returns the hook id (0 ..
  * WEFT_POOL_MAX_HOOKS-1), WEFT_ENOSPC when all hooks are taken, or the error
  * of `reg`. Owner thread only.
@@ -158,7 +158,7 @@ int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
 
 /** Pool counters. Owner thread only. */
 typedef struct weft_pool_stats {
-  size_t slabs;        /* slabs allocated (never freed before destroy) */
+  size_t slabs;        /* slabs allocated (kept until the pool is freed) */
   size_t slab_bytes;   /* bytes in all slabs */
   size_t live;         /* buffers (pooled, unpooled, slices) not yet freed */
   size_t allocs;       /* weft_buf_alloc calls that succeeded */

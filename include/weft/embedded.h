@@ -5,7 +5,7 @@
  * weft_embedded_write_inbound() and collects what the pipeline wrote with
  * weft_embedded_read_outbound() (Netty's EmbeddedChannel). Codecs and
  * handlers are unit-tested this way. It owns a buffer pool of its own
- * (weft_embedded_pool) and reports leaked buffers when finished.
+ * (weft_embedded_pool) and reports leaked buffers when freed.
  *
  * Threads: one thread only, the one that created it. It acts as a loop of
  * its own: weft_loop_in_loop() is true there; timers and weft_loop_execute
@@ -31,7 +31,7 @@ typedef struct weft_embedded weft_embedded;
 /**
  * Creates an ACTIVE embedded channel; `init` (may be NULL) builds the
  * pipeline before channel_active fires. Returns 0 and `*out`, or
- * WEFT_ENOMEM. The caller frees it with weft_embedded_finish().
+ * WEFT_ENOMEM. The caller frees it with weft_embedded_free().
  */
 int weft_embedded_new(weft_embedded **out, weft_channel_init_cb init,
                       void *arg);
@@ -84,7 +84,7 @@ int weft_embedded_run_pending(weft_embedded *e);
  * Closes the channel if open, releases every message still queued, and
  * frees everything. Returns the number of leaked buffers (0 = clean).
  */
-size_t weft_embedded_finish(weft_embedded *e);
+size_t weft_embedded_free(weft_embedded *e);
 
 #ifdef __cplusplus
 }

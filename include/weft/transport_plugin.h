@@ -164,7 +164,7 @@ typedef struct weft_transport_ops {
 
   /** Creates the per-loop instance (and registers its sources). */
   int (*loop_init)(weft_loop *loop, void **loop_state);
-  /** Destroys it; every channel of this transport on the loop is closed. */
+  /** Ends it; every channel of this transport on the loop is closed. */
   void (*loop_fini)(weft_loop *loop, void *loop_state);
 
   /**
@@ -255,7 +255,7 @@ int weft_transport_config_set(const char *name, const char *key,
 
 /**
  * The per-loop instance of `ops` on `loop`, created on first use with
- * ops->loop_init (and destroyed by a close hook when the loop stops).
+ * ops->loop_init (and ended by loop_fini when the loop stops).
  * Returns NULL and stores the error in `*err` if loop_init fails. Loop
  * thread.
  */

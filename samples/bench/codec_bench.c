@@ -112,7 +112,7 @@ static double run_pipeline(size_t payload, bool decode) {
   if (frames_seen != expected)
     abort();
   free(wire);
-  weft_embedded_finish(e);
+  weft_embedded_free(e);
   return (double)reads * FRAMES_PER_READ / secs;
 }
 
@@ -141,6 +141,6 @@ int main(int argc, char **argv) {
   printf("  pipeline, no codec  %8.2f M frames/s   (peer: same reads, only "
          "released; %d frames per read)\n",
          mw / 1e6, FRAMES_PER_READ);
-  weft_pool_destroy(pool);
+  weft_pool_free(pool);
   return (int)(sink & 0);
 }

@@ -330,7 +330,7 @@ static void teardown(bench_env *env) {
     weft_loop_group_join(env->group);
     weft_loop_group_free(env->group);
   }
-  weft_pool_destroy(env->pool);
+  weft_pool_free(env->pool);
 }
 
 static int cmp_double(const void *a, const void *b) {

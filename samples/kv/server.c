@@ -392,51 +392,21 @@ static void rpc_init(weft_channel *ch, void *arg) {
 
 /* ---- start and stop ---- */
 
-/* Runs fn(arg) on `loop` and waits for it (the public API has no such call:
- * a mutex and a condition variable do). */
-typedef struct sync_call {
-  void (*fn)(void *);
-  void *arg;
-  bool done;
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-} sync_call;
-
-static void sync_call_task(void *arg) {
-  sync_call *c = arg;
-  c->fn(c->arg);
-  pthread_mutex_lock(&c->lock);
-  c->done = true;
-  pthread_cond_signal(&c->cond);
-  pthread_mutex_unlock(&c->lock);
-}
-
-static void run_on_loop(weft_loop *loop, void (*fn)(void *), void *arg) {
-  sync_call c = {.fn = fn,
-                 .arg = arg,
-                 .lock = PTHREAD_MUTEX_INITIALIZER,
-                 .cond = PTHREAD_COND_INITIALIZER};
-  if (weft_loop_execute(loop, sync_call_task, &c) < 0)
-    return; /* the loop has finished: nothing left to start or stop */
-  pthread_mutex_lock(&c.lock);
-  while (!c.done)
-    pthread_cond_wait(&c.cond, &c.lock);
-  pthread_mutex_unlock(&c.lock);
-}
-
 static void expire_tick(void *arg) {
   kv_server *srv = arg;
   kv_store_expire_some(srv->store, EXPIRE_BUDGET);
 }
 
-static void expire_start(void *arg) {
+static int expire_start(void *arg) {
   kv_server *srv = arg;
   uint64_t period = 1000000000ull / srv->opts.expire_hz;
   weft_timer_start(&srv->expire_timer, period, period, expire_tick, srv);
+  return 0;
 }
 
-static void expire_stop(void *arg) {
+static int expire_stop(void *arg) {
   weft_timer_stop(&((kv_server *)arg)->expire_timer);
+  return 0;
 }
 
 static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
@@ -469,8 +439,8 @@ static void setup_codecs(kv_server *srv) {
     srv->methods[c - 1] = (weft_rpc_method){(uint16_t)c, rpc_method, srv};
 }
 
-int kv_server_start(kv_server **out, weft_loop_group *group,
-                    const weft_config *cfg, const kv_server_options *opts) {
+int kv_server_bind(kv_server **out, weft_loop_group *group,
+                   const weft_config *cfg, const kv_server_options *opts) {
   kv_server *srv = calloc(1, sizeof *srv);
   if (srv == NULL)
     return WEFT_ENOMEM;
@@ -493,7 +463,7 @@ int kv_server_start(kv_server **out, weft_loop_group *group,
     goto failed_resp;
   weft_loop *loop0 = weft_loop_group_get(group, 0);
   weft_timer_init(loop0, &srv->expire_timer);
-  run_on_loop(loop0, expire_start, srv);
+  weft_loop_call(loop0, expire_start, srv);
   *out = srv;
   return 0;
 failed_resp:
@@ -514,10 +484,10 @@ int kv_server_address(const kv_server *s, int which, char *buf, size_t len) {
 
 kv_store *kv_server_store(kv_server *s) { return s->store; }
 
-void kv_server_stop(kv_server *s) {
+void kv_server_close(kv_server *s) {
   if (s == NULL)
     return;
-  run_on_loop(weft_loop_group_get(s->group, 0), expire_stop, s);
+  weft_loop_call(weft_loop_group_get(s->group, 0), expire_stop, s);
   weft_server_close(s->rpc);
   weft_server_close(s->resp);
   kv_store_free(s->store);

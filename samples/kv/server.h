@@ -51,8 +51,8 @@ typedef struct kv_server kv_server;
  * Returns 0 and the server in `*out`, or the first error (logged with the
  * endpoint). Any thread but a loop thread of `group`.
  */
-int kv_server_start(kv_server **out, weft_loop_group *group,
-                    const weft_config *cfg, const kv_server_options *opts);
+int kv_server_bind(kv_server **out, weft_loop_group *group,
+                   const weft_config *cfg, const kv_server_options *opts);
 
 /**
  * Writes the bound endpoints as URIs (for port 0): which = 0 for RPC, 1 for
@@ -69,6 +69,6 @@ kv_store *kv_server_store(kv_server *s);
  * shutdown (requests already received are answered, then the channels
  * close). Any thread but a loop thread.
  */
-void kv_server_stop(kv_server *s);
+void kv_server_close(kv_server *s);
 
 #endif

@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   kv_server *srv;
-  if ((rc = kv_server_start(&srv, group, &cfg, &opts)) == 0) {
+  if ((rc = kv_server_bind(&srv, group, &cfg, &opts)) == 0) {
     char a[WEFT_CONFIG_URI_MAX + 32];
     for (int which = 0; which < 2; which++)
       if (kv_server_address(srv, which, a, sizeof a) == 0)
@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
   weft_loop_group_stop(group);
   int join = weft_loop_group_join(group);
   if (rc == 0)
-    kv_server_stop(srv);
+    kv_server_close(srv);
   weft_loop_group_free(group);
   return rc < 0 || join < 0 ? 1 : 0;
 }

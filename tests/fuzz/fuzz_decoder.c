@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     while ((m = weft_embedded_read_inbound(e)) != NULL)
       weft_msg_release(m);
   }
-  if (weft_embedded_finish(e) != 0)
+  if (weft_embedded_free(e) != 0)
     abort(); /* leaked buffers */
   return 0;
 }
