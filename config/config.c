@@ -23,36 +23,13 @@
 #include <weft/error.h>
 #include <weft/transport_plugin.h>
 
+#include "config/config_internal.h"
 #include "transports/endpoint_internal.h"
 #include "transports/registry_internal.h"
 
-typedef enum key_kind {
-  KIND_INT,    /* int */
-  KIND_I64,    /* int64_t */
-  KIND_BOOL,   /* bool */
-  KIND_FLAG,   /* int, 0 or 1 */
-  KIND_SCHEME, /* char[16]: a transport name */
-  KIND_URI     /* char[WEFT_CONFIG_URI_MAX]: [scheme://]host:port */
-} key_kind;
-
-typedef struct key_def {
-  const char *name;
-  key_kind kind;
-  size_t off;         /* offset in weft_config */
-  long long min, max; /* integers only */
-  bool zero_is_unset; /* integers: 0 in the file is -1 in the struct */
-  const char *hint;   /* integers: units and special values */
-} key_def;
-
-typedef struct section_def {
-  const char *name;
-  const key_def *keys;
-  size_t n_keys;
-} section_def;
-
 #define OFF(field) offsetof(weft_config, field)
 
-static const key_def loop_keys[] = {
+static const weft__key_def loop_keys[] = {
     {"loops", KIND_INT, OFF(loop.n_loops), 0, 1024, false,
      "number of event loops; 0 = one per online CPU"},
     {"busy_poll_us", KIND_INT, OFF(loop.busy_poll_us), -1, INT_MAX, false,
@@ -64,7 +41,7 @@ static const key_def loop_keys[] = {
 
 /* so_sndbuf/so_rcvbuf: 0 means "leave the kernel's default", which the
  * channel config spells -1 (0 is a real value for setsockopt). */
-static const key_def transport_keys[] = {
+static const weft__key_def transport_keys[] = {
     {"name", KIND_SCHEME, OFF(transport), 0, 0, false, NULL},
     {"tcp_nodelay", KIND_FLAG, OFF(channel.tcp_nodelay), 0, 0, false, NULL},
     {"so_sndbuf", KIND_INT, OFF(channel.so_sndbuf), 0, INT_MAX, true,
@@ -80,19 +57,19 @@ static const key_def transport_keys[] = {
      INT_MAX, false, "milliseconds; 0 = no timeout"},
 };
 
-static const key_def server_keys[] = {
+static const weft__key_def server_keys[] = {
     {"listen", KIND_URI, OFF(listen), 0, 0, false, NULL},
     {"backlog", KIND_INT, OFF(backlog), 1, INT_MAX, false,
      "connections the kernel queues before accept"},
 };
 
-static const key_def client_keys[] = {
+static const weft__key_def client_keys[] = {
     {"connect", KIND_URI, OFF(connect), 0, 0, false, NULL},
 };
 
 #define SECTION(name, keys)                                                    \
   { name, keys, sizeof keys / sizeof keys[0] }
-static const section_def sections[] = {
+static const weft__section_def sections[] = {
     SECTION("loop", loop_keys),
     SECTION("transport", transport_keys),
     SECTION("server", server_keys),
@@ -124,14 +101,15 @@ static void msg_where(char *err, size_t len, size_t *off, const char *where) {
     msg_append(err, len, off, "%s: ", where);
 }
 
-static const section_def *find_section(const char *name) {
+static const weft__section_def *find_section(const char *name) {
   for (size_t i = 0; i < N_SECTIONS; i++)
     if (strcmp(sections[i].name, name) == 0)
       return &sections[i];
   return NULL;
 }
 
-static const key_def *find_key(const section_def *s, const char *name) {
+static const weft__key_def *find_key(const weft__section_def *s,
+                                     const char *name) {
   for (size_t i = 0; i < s->n_keys; i++)
     if (strcmp(s->keys[i].name, name) == 0)
       return &s->keys[i];
@@ -166,39 +144,82 @@ static bool parse_bool(const char *s, bool *out) {
 
 /* ---- one value: parse, check, store ---- */
 
-/* Writes the "expected ..." part of a bad-value message for `k`. */
-static void explain_expected(const key_def *k, char *err, size_t len,
-                             size_t *off) {
+/* Writes the valid values of `k` ("an integer from 0 to 1024 (...)"). */
+static void explain_values(const weft__key_def *k, char *err, size_t len,
+                           size_t *off) {
   switch (k->kind) {
   case KIND_INT:
   case KIND_I64:
     if (k->max == INT_MAX || k->max == INT64_MAX)
-      msg_append(err, len, off, "expected an integer >= %lld (%s)", k->min,
-                 k->hint);
+      msg_append(err, len, off, "an integer >= %lld (%s)", k->min, k->hint);
     else
-      msg_append(err, len, off, "expected an integer from %lld to %lld (%s)",
-                 k->min, k->max, k->hint);
+      msg_append(err, len, off, "an integer from %lld to %lld (%s)", k->min,
+                 k->max, k->hint);
     break;
   case KIND_BOOL:
   case KIND_FLAG:
-    msg_append(err, len, off,
-               "expected a boolean (valid values: " BOOL_VALUES ")");
+    msg_append(err, len, off, "a boolean (valid values: " BOOL_VALUES ")");
     break;
   case KIND_SCHEME:
     msg_append(err, len, off,
-               "expected a transport name: 1 to %d lowercase letters or "
+               "a transport name: 1 to %d lowercase letters or "
                "digits, starting with a letter (e.g. tcp, uring, verbs, ucx)",
                WEFT__SCHEME_MAX);
     break;
   case KIND_URI:
     msg_append(err, len, off,
-               "expected host:port or scheme://host:port, e.g. 0.0.0.0:7000 "
+               "host:port or scheme://host:port, e.g. 0.0.0.0:7000 "
                "or tcp://0.0.0.0:7000");
     break;
   }
 }
 
-static bool store_int(weft_config *cfg, const key_def *k, const char *v) {
+/* Writes the "expected ..." part of a bad-value message for `k`. */
+static void explain_expected(const weft__key_def *k, char *err, size_t len,
+                             size_t *off) {
+  msg_append(err, len, off, "expected ");
+  explain_values(k, err, len, off);
+}
+
+void weft__config_values_text(const weft__key_def *k, char *buf, size_t len) {
+  size_t off = 0;
+  buf[0] = '\0';
+  explain_values(k, buf, len, &off);
+}
+
+void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,
+                             char *buf, size_t len) {
+  const char *field = (const char *)cfg + k->off;
+  long long n = 0;
+  switch (k->kind) {
+  case KIND_INT:
+  case KIND_FLAG:
+    n = *(const int *)(const void *)field;
+    break;
+  case KIND_I64:
+    n = *(const int64_t *)(const void *)field;
+    break;
+  case KIND_BOOL:
+    snprintf(buf, len, "%s",
+             *(const bool *)(const void *)field ? "true" : "false");
+    return;
+  case KIND_SCHEME:
+  case KIND_URI:
+    snprintf(buf, len, "%s", field);
+    return;
+  }
+  if (k->kind == KIND_FLAG)
+    snprintf(buf, len, "%s", n ? "true" : "false");
+  else
+    snprintf(buf, len, "%lld", k->zero_is_unset && n < 0 ? 0 : n);
+}
+
+const weft__section_def *weft__config_sections(size_t *n) {
+  *n = N_SECTIONS;
+  return sections;
+}
+
+static bool store_int(weft_config *cfg, const weft__key_def *k, const char *v) {
   long long n;
   if (!parse_int(v, &n) || n < k->min || n > k->max)
     return false;
@@ -212,7 +233,8 @@ static bool store_int(weft_config *cfg, const key_def *k, const char *v) {
   return true;
 }
 
-static bool store_bool(weft_config *cfg, const key_def *k, const char *v) {
+static bool store_bool(weft_config *cfg, const weft__key_def *k,
+                       const char *v) {
   bool b;
   if (!parse_bool(v, &b))
     return false;
@@ -227,7 +249,7 @@ static bool store_bool(weft_config *cfg, const key_def *k, const char *v) {
 /* A URI is checked now, so a typo is reported with its file and line; an
  * endpoint without a scheme is checked as if it had one, since the scheme
  * comes from [transport] name, which may follow. `why` gets the detail. */
-static bool store_uri(weft_config *cfg, const key_def *k, const char *v,
+static bool store_uri(weft_config *cfg, const weft__key_def *k, const char *v,
                       const char **why) {
   char uri[WEFT_CONFIG_URI_MAX + 8];
   weft_endpoint ep;
@@ -243,7 +265,7 @@ static bool store_uri(weft_config *cfg, const key_def *k, const char *v,
   return true;
 }
 
-static bool store_value(weft_config *cfg, const key_def *k, const char *v,
+static bool store_value(weft_config *cfg, const weft__key_def *k, const char *v,
                         const char **why) {
   *why = NULL;
   switch (k->kind) {
@@ -266,9 +288,9 @@ static bool store_value(weft_config *cfg, const key_def *k, const char *v,
 
 /* ---- error messages ---- */
 
-static int bad_value(const char *where, const char *section, const key_def *k,
-                     const char *value, const char *why, char *err,
-                     size_t len) {
+static int bad_value(const char *where, const char *section,
+                     const weft__key_def *k, const char *value, const char *why,
+                     char *err, size_t len) {
   size_t off = 0;
   msg_where(err, len, &off, where);
   msg_append(err, len, &off, "[%s] %s = \"%s\": ", section, k->name, value);
@@ -278,8 +300,8 @@ static int bad_value(const char *where, const char *section, const key_def *k,
   return WEFT_EBADCONF;
 }
 
-static int unknown_key(const char *where, const section_def *s, const char *key,
-                       char *err, size_t len) {
+static int unknown_key(const char *where, const weft__section_def *s,
+                       const char *key, char *err, size_t len) {
   size_t off = 0;
   msg_where(err, len, &off, where);
   msg_append(err, len, &off, "[%s] unknown key '%s'; valid keys:", s->name,
@@ -289,17 +311,41 @@ static int unknown_key(const char *where, const section_def *s, const char *key,
   return WEFT_EBADCONF;
 }
 
-static void list_sections(char *err, size_t len, size_t *off) {
-  for (size_t i = 0; i < N_SECTIONS; i++)
-    msg_append(err, len, off, "%s %s", i > 0 ? "," : "", sections[i].name);
+/* True if the application's table lists `section` (and `key`, if not
+ * NULL). */
+static bool app_has(const weft_config_key *keys, const char *section,
+                    const char *key) {
+  for (const weft_config_key *k = keys; k != NULL && k->section != NULL; k++)
+    if (strcmp(k->section, section) == 0 &&
+        (key == NULL || strcmp(k->name, key) == 0))
+      return true;
+  return false;
 }
 
-/* Without an application callback the section is simply unknown. With one,
- * the application said "unknown" and weft cannot tell whether it meant the
- * section or the key, so the message names both. */
-static int unknown_section(const char *where, const char *section,
-                           const char *key, bool has_app, char *err,
-                           size_t len) {
+/* "loop, transport, server, client, kv; transport.<name> for a transport's
+ * own keys (registered: tcp, uring)". */
+static void list_sections(const weft_config_key *app, char *err, size_t len,
+                          size_t *off) {
+  for (size_t i = 0; i < N_SECTIONS; i++)
+    msg_append(err, len, off, "%s %s", i > 0 ? "," : "", sections[i].name);
+  for (const weft_config_key *k = app; k != NULL && k->section != NULL; k++)
+    if (k == app || strcmp(k[-1].section, k->section) != 0)
+      msg_append(err, len, off, ", %s", k->section);
+  msg_append(err, len, off,
+             "; transport.<name> for a transport's own keys (registered:");
+  const weft_transport_ops *ops;
+  for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++)
+    msg_append(err, len, off, "%s %s", i > 0 ? "," : "", ops->name);
+  msg_append(err, len, off, ")");
+}
+
+/* Without an application callback the section is simply unknown; so it is
+ * when the application listed its keys (cfg->app_keys). With a callback
+ * but no list, the application said "unknown" and weft cannot tell
+ * whether it meant the section or the key, so the message names both. */
+static int unknown_section(const weft_config *cfg, const char *where,
+                           const char *section, const char *key, bool has_app,
+                           char *err, size_t len) {
   size_t off = 0;
   msg_where(err, len, &off, where);
   if (section[0] == '\0')
@@ -307,7 +353,7 @@ static int unknown_section(const char *where, const char *section,
                "key '%s' outside any section; valid "
                "sections:",
                key);
-  else if (!has_app)
+  else if (!has_app || cfg->app_keys != NULL)
     msg_append(err, len, &off,
                "unknown section [%s]; valid sections:", section);
   else
@@ -315,19 +361,41 @@ static int unknown_section(const char *where, const char *section,
                "[%s] unknown key '%s' (the application "
                "does not know it); weft's own sections:",
                section, key);
-  list_sections(err, len, &off);
+  list_sections(cfg->app_keys, err, len, &off);
   return WEFT_EBADCONF;
 }
 
-static int app_value(const char *where, const char *section, const char *key,
-                     const char *value, weft_config_section_cb app,
-                     void *app_arg, char *err, size_t len) {
+/* A key the application's table does not list, in a section it does. */
+static int unknown_app_key(const weft_config *cfg, const char *where,
+                           const char *section, const char *key, char *err,
+                           size_t len) {
+  size_t off = 0;
+  msg_where(err, len, &off, where);
+  msg_append(err, len, &off, "[%s] unknown key '%s'; valid keys:", section,
+             key);
+  const char *sep = "";
+  for (const weft_config_key *k = cfg->app_keys; k->section != NULL; k++)
+    if (strcmp(k->section, section) == 0) {
+      msg_append(err, len, &off, "%s %s", sep, k->name);
+      sep = ",";
+    }
+  return WEFT_EBADCONF;
+}
+
+static int app_value(const weft_config *cfg, const char *where,
+                     const char *section, const char *key, const char *value,
+                     weft_config_section_cb app, void *app_arg, char *err,
+                     size_t len) {
+  if (cfg->app_keys != NULL && !app_has(cfg->app_keys, section, NULL))
+    return unknown_section(cfg, where, section, key, true, err, len);
+  if (cfg->app_keys != NULL && !app_has(cfg->app_keys, section, key))
+    return unknown_app_key(cfg, where, section, key, err, len);
   char why[512] = "";
   int rc = app(app_arg, section, key, value, why, sizeof why);
   if (rc == 0)
     return 0;
   if (rc == WEFT_ENOENT)
-    return unknown_section(where, section, key, true, err, len);
+    return unknown_section(cfg, where, section, key, true, err, len);
   size_t off = 0;
   msg_where(err, len, &off, where);
   msg_append(err, len, &off, "[%s] %s = \"%s\": %s", section, key, value,
@@ -384,19 +452,52 @@ int weft_config_set(weft_config *cfg, const char *where, const char *section,
   if (strncmp(section, "transport.", 10) == 0 &&
       (app == NULL || weft__transport_registered(section + 10)))
     return plugin_value(where, section, key, value, err, err_len);
-  const section_def *s = find_section(section);
+  const weft__section_def *s = find_section(section);
   if (s == NULL) {
     if (app != NULL && section[0] != '\0')
-      return app_value(where, section, key, value, app, app_arg, err, err_len);
-    return unknown_section(where, section, key, false, err, err_len);
+      return app_value(cfg, where, section, key, value, app, app_arg, err,
+                       err_len);
+    return unknown_section(cfg, where, section, key, false, err, err_len);
   }
-  const key_def *k = find_key(s, key);
+  const weft__key_def *k = find_key(s, key);
   if (k == NULL)
     return unknown_key(where, s, key, err, err_len);
   const char *why;
   if (!store_value(cfg, k, value, &why))
     return bad_value(where, section, k, value, why, err, err_len);
   return 0;
+}
+
+int weft_config_set_option(weft_config *cfg, const char *spec,
+                           weft_config_section_cb app, void *app_arg, char *err,
+                           size_t err_len) {
+  if (err == NULL)
+    err_len = 0;
+  char where[WEFT_CONFIG_URI_MAX + 64];
+  snprintf(where, sizeof where, "-o %s", spec != NULL ? spec : "(null)");
+  const char *eq = spec != NULL ? strchr(spec, '=') : NULL;
+  const char *dot = eq;
+  while (dot != NULL && dot > spec && *dot != '.')
+    dot--;
+  char section[128], key[64];
+  size_t slen = dot != NULL ? (size_t)(dot - spec) : 0;
+  size_t klen = dot != NULL ? (size_t)(eq - dot - 1) : 0;
+  if (dot == NULL || *dot != '.' || slen == 0 || slen >= sizeof section ||
+      klen == 0 || klen >= sizeof key) {
+    size_t off = 0;
+    msg_append(err, err_len, &off,
+               "%s: expected section.key=value (the key is what follows the "
+               "last dot before '='), e.g. -o loop.loops=1 or "
+               "-o transport.ucx.tls=tcp",
+               where);
+    return WEFT_EBADCONF;
+  }
+  memcpy(section, spec, slen);
+  section[slen] = '\0';
+  memcpy(key, dot + 1, klen);
+  key[klen] = '\0';
+  return weft_config_set(cfg, where, section, key, eq + 1, app, app_arg, err,
+                         err_len);
 }
 
 /* Checks what single keys cannot: relations between keys. */
@@ -414,6 +515,11 @@ static int check_relations(const weft_config *cfg, const char *where, char *err,
              (long long)ch->write_low_watermark,
              (long long)ch->write_high_watermark);
   return WEFT_EBADCONF;
+}
+
+int weft_config_check(const weft_config *cfg, const char *where, char *err,
+                      size_t err_len) {
+  return check_relations(cfg, where, err, err != NULL ? err_len : 0);
 }
 
 /* ---- the file ---- */
@@ -580,7 +686,7 @@ int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
   if (err == NULL)
     err_len = 0;
   for (size_t i = 0; i < N_SECTIONS; i++) {
-    const section_def *s = &sections[i];
+    const weft__section_def *s = &sections[i];
     for (size_t j = 0; j < s->n_keys; j++) {
       int rc =
           env_one(&tmp, s->name, s->keys[j].name, app, app_arg, err, err_len);
@@ -590,6 +696,12 @@ int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
   }
   for (size_t i = 0; app_keys != NULL && app_keys[i] != NULL; i++) {
     int rc = env_app_key(&tmp, app_keys[i], app, app_arg, err, err_len);
+    if (rc != 0)
+      return rc;
+  }
+  for (const weft_config_key *k = tmp.app_keys; k != NULL && k->section != NULL;
+       k++) {
+    int rc = env_one(&tmp, k->section, k->name, app, app_arg, err, err_len);
     if (rc != 0)
       return rc;
   }

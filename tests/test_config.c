@@ -49,6 +49,17 @@ static void assert_err_at(int line, const char *rest) {
   ck_assert_str_eq(err, want);
 }
 
+/* As assert_err_at, for a message that goes on after `rest` with the
+ * registered transports (which depend on the build). */
+static void assert_err_starts_at(int line, const char *rest) {
+  char want[1024];
+  snprintf(want, sizeof want,
+           "%s:%d: %s; transport.<name> for a transport's own keys "
+           "(registered: tcp",
+           path, line, rest);
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "got \"%s\"", err);
+}
+
 /* ---- defaults and valid files ---- */
 
 START_TEST(config_init_defaults) {
@@ -157,8 +168,8 @@ START_TEST(config_load_refused_unknown_section) {
   weft_config_init(&c);
   ck_assert_int_eq(load_text(&c, "[loop]\nloops = 2\n[lop]\nloops = 1\n"),
                    WEFT_EBADCONF);
-  assert_err_at(4, "unknown section [lop]; valid sections: loop, "
-                   "transport, server, client");
+  assert_err_starts_at(4, "unknown section [lop]; valid sections: loop, "
+                          "transport, server, client");
   ck_assert_int_eq(c.loop.n_loops, 0); /* nothing applied on error */
 }
 END_TEST
@@ -176,8 +187,9 @@ START_TEST(config_load_refused_key_outside_section) {
   weft_config c;
   weft_config_init(&c);
   ck_assert_int_eq(load_text(&c, "loops = 1\n"), WEFT_EBADCONF);
-  assert_err_at(1, "key 'loops' outside any section; valid sections: loop, "
-                   "transport, server, client");
+  assert_err_starts_at(1,
+                       "key 'loops' outside any section; valid sections: loop, "
+                       "transport, server, client");
 }
 END_TEST
 
@@ -380,6 +392,92 @@ START_TEST(config_load_plugin_section_reaches_plugin) {
 }
 END_TEST
 
+START_TEST(config_set_option_splits_at_last_dot) {
+  weft_config c;
+  weft_config_init(&c);
+  weft_transport_register(&plug);
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "loop.loops=3", NULL, NULL, err, sizeof err),
+      0);
+  ck_assert_int_eq(c.loop.n_loops, 3);
+  ck_assert_int_eq(weft_config_set_option(&c, "transport.cfgplug.depth=1", NULL,
+                                          NULL, err, sizeof err),
+                   0);
+  ck_assert_int_eq(plug_depth, 1);
+  ck_assert_int_eq(weft_config_set_option(&c, "server.listen=tcp://[::1]:7",
+                                          NULL, NULL, err, sizeof err),
+                   0);
+  ck_assert_str_eq(c.listen, "tcp://[::1]:7");
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "loop.loops", NULL, NULL, err, sizeof err),
+      WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(
+      strstr(err, "-o loop.loops: expected section.key=value"));
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "loops=1", NULL, NULL, err, sizeof err),
+      WEFT_EBADCONF);
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "loop.pin=maybe", NULL, NULL, err, sizeof err),
+      WEFT_EBADCONF);
+  ck_assert_str_eq(err, "-o loop.pin=maybe: [loop] pin = \"maybe\": expected "
+                        "a boolean (valid values: true, false, yes, no, on, "
+                        "off, 1, 0)");
+}
+END_TEST
+
+static const weft_config_key app_keys[] = {
+    {"kv", "capacity", "100", "entries, 1 or more"},
+    {"app.sub", "tls", "", "any text"},
+    {NULL, NULL, NULL, NULL}};
+
+START_TEST(config_app_keys_name_valid_keys_and_sections) {
+  weft_config c;
+  app_state st = {0};
+  weft_config_init(&c);
+  c.app_keys = app_keys;
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "kv.capacity=5", app_cb, &st, err, sizeof err),
+      0);
+  ck_assert_int_eq(st.capacity, 5);
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "kv.capactiy=5", app_cb, &st, err, sizeof err),
+      WEFT_EBADCONF);
+  ck_assert_str_eq(err,
+                   "-o kv.capactiy=5: [kv] unknown key 'capactiy'; valid keys: "
+                   "capacity");
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "nosuch.key=1", app_cb, &st, err, sizeof err),
+      WEFT_EBADCONF);
+  const char *want = "-o nosuch.key=1: unknown section [nosuch]; valid "
+                     "sections: loop, transport, server, client, kv, app.sub; "
+                     "transport.<name>";
+  ck_assert_msg(strncmp(err, want, strlen(want)) == 0, "got \"%s\"", err);
+  ck_assert_int_eq(st.calls, 1); /* the callback never saw the bad ones */
+}
+END_TEST
+
+START_TEST(config_print_writes_a_file_that_loads_back) {
+  weft_config c;
+  app_state st = {0};
+  weft_config_init(&c);
+  c.app_keys = app_keys;
+  c.loop.n_loops = 3;
+  FILE *f = fopen(path, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(weft_config_print(&c, NULL, f), 0);
+  ck_assert_int_eq(fclose(f), 0);
+  weft_config back;
+  weft_config_init(&back);
+  back.app_keys = app_keys;
+  ck_assert_msg(weft_config_load(&back, path, app_cb, &st, err, sizeof err) ==
+                    0,
+                "%s", err);
+  ck_assert_int_eq(back.loop.n_loops, 3);
+  ck_assert_int_eq(st.capacity, 100);
+  ck_assert_int_eq(back.channel.so_sndbuf, -1); /* printed as 0 */
+}
+END_TEST
+
 START_TEST(config_load_app_section_handled) {
   weft_config c;
   app_state st = {0};
@@ -401,9 +499,10 @@ START_TEST(config_load_refused_app_unknown_key) {
   write_ini("[kv]\ncapacity = 10\ncapactiy = 10\n");
   ck_assert_int_eq(weft_config_load(&c, path, app_cb, &st, err, sizeof err),
                    WEFT_EBADCONF);
-  assert_err_at(3, "[kv] unknown key 'capactiy' (the application does not "
-                   "know it); weft's own sections: loop, transport, server, "
-                   "client");
+  assert_err_starts_at(
+      3, "[kv] unknown key 'capactiy' (the application does not "
+         "know it); weft's own sections: loop, transport, server, "
+         "client");
 }
 END_TEST
 
@@ -423,8 +522,9 @@ START_TEST(config_load_refused_app_section_without_app) {
   weft_config c;
   weft_config_init(&c);
   ck_assert_int_eq(load_text(&c, "[kv]\ncapacity = 10\n"), WEFT_EBADCONF);
-  assert_err_at(2, "unknown section [kv]; valid sections: loop, transport, "
-                   "server, client");
+  assert_err_starts_at(2,
+                       "unknown section [kv]; valid sections: loop, transport, "
+                       "server, client");
 }
 END_TEST
 
@@ -557,6 +657,9 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, config_load_refused_syntax_error);
   tcase_add_test(tc, config_load_refused_long_line);
   tcase_add_test(tc, config_load_plugin_section_reaches_plugin);
+  tcase_add_test(tc, config_set_option_splits_at_last_dot);
+  tcase_add_test(tc, config_app_keys_name_valid_keys_and_sections);
+  tcase_add_test(tc, config_print_writes_a_file_that_loads_back);
   tcase_add_test(tc, config_load_app_section_handled);
   tcase_add_test(tc, config_load_refused_app_unknown_key);
   tcase_add_test(tc, config_load_refused_app_bad_value);

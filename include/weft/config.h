@@ -38,6 +38,7 @@
 #define WEFT_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include <weft/bootstrap.h>
 #include <weft/loop.h>
@@ -49,6 +50,20 @@ extern "C" {
 /** Longest endpoint text a config holds, including the NUL. */
 #define WEFT_CONFIG_URI_MAX 300
 
+/**
+ * One configuration key of the application (a section weft does not know,
+ * such as [kv]): what --help lists with its default, what
+ * weft_config_apply_env reads from the environment, and what error messages
+ * name as valid. A table of them ends with an entry whose section is NULL,
+ * and keeps the keys of one section together.
+ */
+typedef struct weft_config_key {
+  const char *section; /* "kv" */
+  const char *name;    /* "rpc_listen" */
+  const char *def;     /* the default as the file spells it: "0.0.0.0:7001" */
+  const char *values;  /* the valid values: "host:port or scheme://host:port" */
+} weft_config_key;
+
 /** A configuration. Initialise with weft_config_init(). */
 typedef struct weft_config {
   weft_loop_options loop;            /* [loop] */
@@ -59,6 +74,11 @@ typedef struct weft_config {
   int backlog;                       /* [server] backlog (default 511) */
   char connect[WEFT_CONFIG_URI_MAX]; /* [client] connect (default
                                         "127.0.0.1:7000") */
+  /* The application's own keys (NULL = none listed; the table is the
+   * caller's and must outlive the config). With a table, a section or key
+   * the table does not list is refused with the valid ones named, before
+   * the application's callback is asked, and apply_env reads every key. */
+  const weft_config_key *app_keys;
 } weft_config;
 
 /**
@@ -104,6 +124,40 @@ int weft_config_set(weft_config *cfg, const char *where, const char *section,
                     const char *key, const char *value,
                     weft_config_section_cb app, void *app_arg, char *err,
                     size_t err_len);
+
+/**
+ * Sets one key from a command-line flag's text "section.key=value", as
+ * `-o` does in every weft program. The key is what follows the last dot
+ * before '=', so a section may hold dots ("transport.ucx.tls=tcp" sets
+ * [transport.ucx] tls); the value may be empty and may hold '=' and dots.
+ * Errors read "-o <spec>: <what is wrong, and the valid values>". Returns
+ * 0 or WEFT_EBADCONF with `err` filled. Relations between keys are not
+ * checked here (a low watermark may come before its high one): call
+ * weft_config_check once the last flag is applied. Any thread.
+ */
+int weft_config_set_option(weft_config *cfg, const char *spec,
+                           weft_config_section_cb app, void *app_arg, char *err,
+                           size_t err_len);
+
+/**
+ * Checks what single keys cannot: relations between keys (today
+ * write_low_watermark <= write_high_watermark). `where` (e.g. "-o")
+ * prefixes the message. Returns 0 or WEFT_EBADCONF with `err` filled.
+ */
+int weft_config_check(const weft_config *cfg, const char *where, char *err,
+                      size_t err_len);
+
+/**
+ * Writes every key of the configuration as an INI file, with each key's
+ * current value (the defaults, on a config fresh from weft_config_init and
+ * the program's own defaults) and its valid values as a comment: the
+ * sections named in `sections` (NULL = all of them) among weft's own and
+ * the application's (cfg->app_keys), and with "transport" the settings of
+ * every registered transport ([transport.<name>]). What `--help` shows.
+ * Returns 0 or WEFT_EIO.
+ */
+int weft_config_print(const weft_config *cfg, const char *const *sections,
+                      FILE *out);
 
 /**
  * Resolves an endpoint text from a config: returns `uri` unchanged if it

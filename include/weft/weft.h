@@ -7,6 +7,7 @@
 #include <weft/buf.h>
 #include <weft/channel.h>
 #include <weft/channel_option.h>
+#include <weft/cli.h>
 #include <weft/clock.h>
 #include <weft/config.h>
 #include <weft/decoder.h>

@@ -1,0 +1,47 @@
+/* config/config_internal.h: the table of weft's own keys, shared by the
+ * loader (config.c) and the help printer (cli.c). */
+#ifndef WEFT_CONFIG_CONFIG_INTERNAL_H
+#define WEFT_CONFIG_CONFIG_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <weft/config.h>
+
+typedef enum weft__key_kind {
+  KIND_INT,    /* int */
+  KIND_I64,    /* int64_t */
+  KIND_BOOL,   /* bool */
+  KIND_FLAG,   /* int, 0 or 1 */
+  KIND_SCHEME, /* char[16]: a transport name */
+  KIND_URI     /* char[WEFT_CONFIG_URI_MAX]: [scheme://]host:port */
+} weft__key_kind;
+
+typedef struct weft__key_def {
+  const char *name;
+  weft__key_kind kind;
+  size_t off;         /* offset in weft_config */
+  long long min, max; /* integers only */
+  bool zero_is_unset; /* integers: 0 in the file is -1 in the struct */
+  const char *hint;   /* integers: units and special values */
+} weft__key_def;
+
+typedef struct weft__section_def {
+  const char *name;
+  const weft__key_def *keys;
+  size_t n_keys;
+} weft__section_def;
+
+/** weft's own sections, in the order files and --help show them; `*n` gets
+ * how many. */
+const weft__section_def *weft__config_sections(size_t *n);
+
+/** The current value of `k` in `cfg` as a config file would spell it. */
+void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,
+                             char *buf, size_t len);
+
+/** The valid values of `k`, a phrase ("an integer from 0 to 1024
+ * (number of event loops; 0 = one per online CPU)"). */
+void weft__config_values_text(const weft__key_def *k, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,117 @@
+/* weft/cli.h: one command-line front door for every weft program.
+ *
+ * Every program takes the same three options, parsed the same way, and
+ * answers --help the same way:
+ *
+ *   -c FILE              an INI config file (config.h)
+ *   -o section.key=value one key, after the file and the WEFT_* variables;
+ *                        the key is what follows the last dot before '='
+ *                        (-o transport.ucx.tls=tcp)
+ *   -h, --help           usage, every key the program reads with its
+ *                        default and valid values, two examples; exit 0
+ *
+ * A program keeps its own getopt loop for its own flags and hands these
+ * three to the helper:
+ *
+ *   weft_cli cli = {.prog = "weft-echo", .synopsis = "[options] server",
+ *                   .about = "...", .examples = "weft-echo demo\n..."};
+ *   weft_config cfg;
+ *   weft_config_init(&cfg);               // then the program's defaults
+ *   while ((opt = getopt_long(argc, argv, WEFT_CLI_OPTS "x:", longs,
+ *                             NULL)) != -1) {
+ *     if (opt == 'h')
+ *       return weft_cli_help(&cli, &cfg, stdout), 0;
+ *     if (weft_cli_option(&cli, opt, optarg) != 0)
+ *       continue;                          // -c or -o, taken
+ *     ...                                  // the program's own flags
+ *   }
+ *   if (weft_cli_configure(&cli, &cfg) < 0)
+ *     return 2;                            // the message is printed
+ *
+ * Errors are printed as "<prog>: <message>", where a config error names
+ * its origin ("weft.ini:3: ...", "WEFT_LOOP_LOOPS: ...", "-o spec: ...")
+ * and the valid values, so every program reports a bad key the same way.
+ *
+ * Threads: the main thread, before any loop starts (plugin settings are
+ * process-wide).
+ */
+#ifndef WEFT_CLI_H
+#define WEFT_CLI_H
+
+#include <stdio.h>
+
+#include <weft/config.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** The getopt letters weft_cli_option handles: put them in the program's
+ *  optstring, and {"help", no_argument, NULL, 'h'} in its long options. */
+#define WEFT_CLI_OPTS "c:o:h"
+
+/** -o flags one command line may carry. */
+#define WEFT_CLI_MAX_OVERRIDES 64
+
+/** A program's command line. Set the public fields; zero the rest. */
+typedef struct weft_cli {
+  /* public */
+  const char *prog;            /* name in messages: "weft-kv-server" */
+  const char *synopsis;        /* what follows the name in the usage line:
+                                  "[options] COMMAND [ARG ...]" */
+  const char *about;           /* what the program does, a paragraph */
+  const char *flags;           /* the program's own flags, one per line as
+                                  "  --name VALUE   what it does", or NULL */
+  const char *examples;        /* at least two command lines, one per line */
+  const char *const *sections; /* the sections the program reads, weft's
+                                  ("loop", "transport", "server",
+                                  "client") and its own ("kv"), for
+                                  --help; NULL-terminated; NULL = all */
+  weft_config_section_cb app;  /* the application's sections, or NULL */
+  void *app_arg;
+  /* private: what weft_cli_option collected */
+  const char *file;
+  const char *overrides[WEFT_CLI_MAX_OVERRIDES];
+  int n_overrides;
+} weft_cli;
+
+/**
+ * Takes one option from the program's getopt loop: 'c' (remembers the
+ * file) and 'o' (remembers the flag; applied in order by
+ * weft_cli_configure). Returns 1 when it took the option, 0 when `opt` is
+ * not one of its letters (the program's own, or 'h', which the program
+ * answers with weft_cli_help), or WEFT_ENOSPC after printing why (more
+ * than WEFT_CLI_MAX_OVERRIDES -o flags).
+ */
+int weft_cli_option(weft_cli *cli, int opt, const char *arg);
+
+/**
+ * Applies the configuration in order of precedence, lowest first: the file
+ * from -c, the WEFT_* environment (weft_config_apply_env, for weft's keys,
+ * the transports' and cfg->app_keys), then each -o in command-line order,
+ * then checks the relations between keys. Stops at the first error, which
+ * it prints as "<prog>: <message>" to stderr. Returns 0, or the error
+ * (WEFT_EBADCONF, or the file's open error).
+ */
+int weft_cli_configure(weft_cli *cli, weft_config *cfg);
+
+/**
+ * Writes the help: the usage line, `about`, the options (weft's three and
+ * the program's `flags`), every configuration key the program reads with
+ * its value in `cfg` (pass the defaults) and its valid values
+ * (weft_config_print), and the examples. Returns 0 or WEFT_EIO.
+ */
+int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out);
+
+/**
+ * Reports a command-line mistake the program found itself: prints
+ * "<prog>: <message>", the usage line and "Try '<prog> --help'." to
+ * stderr. The caller then exits with status 2.
+ */
+void weft_cli_usage_error(const weft_cli *cli, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_CLI_H */
