@@ -35,13 +35,11 @@ void kv_server_options_init(kv_server_options *o);
  * The [kv] section handler for weft_config_load / weft_config_set /
  * weft_config_apply_env (see weft_config_section_cb); `arg` is a
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
- * stripes, expire_hz.
+ * stripes, expire_hz (kv_config.h lists them). Other sections of the
+ * service's file ([kvbench]) are accepted and ignored.
  */
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len);
-
-/** "kv.rpc_listen", ... for weft_config_apply_env's app_keys. */
-extern const char *const kv_server_config_keys[];
 
 typedef struct kv_server kv_server;
 

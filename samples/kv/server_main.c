@@ -7,72 +7,58 @@
  * SIGINT or SIGTERM stop it gracefully: the loops answer what they already
  * received, then close every connection.
  */
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
-#include <string.h>
 #include <unistd.h>
 
 #include <weft/weft.h>
 
+#include "kv_config.h"
 #include "server.h"
 
-/* Splits "section.key=value" (the value may be empty; the section may hold
- * dots, the key may not). Returns the value, or NULL if malformed. */
-static const char *split_option(const char *opt, char section[64],
-                                char key[64]) {
-  const char *eq = strchr(opt, '=');
-  if (eq == NULL)
-    return NULL;
-  const char *dot = eq;
-  while (dot > opt && *dot != '.')
-    dot--;
-  size_t slen = (size_t)(dot - opt), klen = (size_t)(eq - dot - 1);
-  if (*dot != '.' || slen == 0 || slen >= 64 || klen == 0 || klen >= 64)
-    return NULL;
-  memcpy(section, opt, slen);
-  section[slen] = '\0';
-  memcpy(key, dot + 1, klen);
-  key[klen] = '\0';
-  return eq + 1;
-}
+static const char *const sections[] = {"loop", "transport", "server", "kv",
+                                       NULL};
 
-static int load(int argc, char **argv, weft_config *cfg, kv_server_options *o) {
-  char err[512] = "";
+static weft_cli cli = {
+    .prog = "weft-kv-server",
+    .synopsis = "[-c FILE] [-o section.key=value ...]",
+    .about = "Serves the KV store over weft RPC ([kv] rpc_listen) and the "
+             "Redis protocol\n([kv] resp_listen: redis-cli and "
+             "redis-benchmark work against it) until\nSIGINT or SIGTERM.",
+    .examples = "weft-kv-server -o kv.resp_listen=127.0.0.1:6380\n"
+                "weft-kv-server -c kv.ini -o loop.loops=1 -o "
+                "transport.name=uring",
+    .sections = sections,
+    .app = kv_server_config_section};
+
+/* Options, then file, environment and -o. Returns 0 to run, 1 when --help
+ * was answered, or -1 after printing the error. */
+static int configure(int argc, char **argv, weft_config *cfg,
+                     kv_server_options *o) {
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
   weft_config_init(cfg);
+  cfg->app_keys = kv_config_keys;
   kv_server_options_init(o);
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "-c") == 0 && i + 1 < argc) {
-      if (weft_config_load(cfg, argv[++i], kv_server_config_section, o, err,
-                           sizeof err) < 0)
-        goto bad;
-    } else if (strcmp(argv[i], "-o") != 0 || i + 1 >= argc) {
-      snprintf(err, sizeof err, "usage: %s [-c FILE] [-o section.key=value]",
-               argv[0]);
-      goto bad;
-    } else {
-      i++;
+  cli.app_arg = o;
+  int opt;
+  while ((opt = getopt_long(argc, argv, WEFT_CLI_OPTS, longs, NULL)) != -1) {
+    if (opt == 'h')
+      return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
+    int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc < 0)
+      return -1;
+    if (rc == 0) {
+      weft_cli_usage_error(&cli, "unknown option");
+      return -1;
     }
   }
-  if (weft_config_apply_env(cfg, kv_server_config_keys,
-                            kv_server_config_section, o, err, sizeof err) < 0)
-    goto bad;
-  for (int i = 1; i + 1 < argc; i++) {
-    if (strcmp(argv[i], "-o") != 0)
-      continue;
-    char section[64], key[64];
-    const char *value = split_option(argv[++i], section, key);
-    if (value == NULL) {
-      snprintf(err, sizeof err, "-o %s: expected section.key=value", argv[i]);
-      goto bad;
-    }
-    if (weft_config_set(cfg, "-o", section, key, value,
-                        kv_server_config_section, o, err, sizeof err) < 0)
-      goto bad;
+  if (optind < argc) {
+    weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+    return -1;
   }
-  return 0;
-bad:
-  fprintf(stderr, "weft-kv-server: %s\n", err);
-  return -1;
+  return weft_cli_configure(&cli, cfg) < 0 ? -1 : 0;
 }
 
 static volatile sig_atomic_t stop;
@@ -81,8 +67,9 @@ static void on_signal(int sig) { stop = sig; }
 int main(int argc, char **argv) {
   weft_config cfg;
   kv_server_options opts;
-  if (load(argc, argv, &cfg, &opts) < 0)
-    return 2;
+  int c = configure(argc, argv, &cfg, &opts);
+  if (c != 0)
+    return c > 0 ? 0 : 2;
   weft_loop_group *group;
   int rc = weft_loop_group_new(&group, &cfg.loop);
   if (rc == 0 && (rc = weft_loop_group_start(group)) < 0)
