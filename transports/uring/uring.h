@@ -12,7 +12,10 @@
 #include <weft/loop.h>
 #include <weft/transport_plugin.h>
 
-/** The "uring" transport (io_uring, provided buffer ring); see uring.c. */
+/**
+ * The "uring" transport (io_uring, provided buffer ring); see
+ * uring_internal.h.
+ */
 extern const weft_transport_ops weft__transport_uring;
 
 /** Counters of one loop's uring instance (all since loop start). */

@@ -1,0 +1,333 @@
+/* transports/uring/loop.c: the per-loop instance: one ring and its
+ * provided buffer ring, made the loop's weft_source (poll, arm, wakeup),
+ * its start and stop, and the dispatch of each completion to the file of
+ * its request kind. Everything here runs on the loop's thread.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#include <weft/error.h>
+#include <weft/log.h>
+#include <weft/source.h>
+#include <weft/transport_plugin.h>
+
+#include "transports/uring/uring_internal.h"
+
+/* ---- per-loop state ---- */
+
+/* An SQE, submitting what is queued when the SQ is full. NULL only when
+ * the kernel refuses SQEs for good (or keeps answering EBUSY because the
+ * CQ is full, which the next poll resolves). */
+struct io_uring_sqe *weft__uring_get_sqe(ur_loop *ul) {
+  struct io_uring_sqe *sqe = io_uring_get_sqe(&ul->ring);
+  for (int tries = 0; sqe == NULL && tries < 8; tries++) {
+    int rc = io_uring_submit(&ul->ring);
+    ul->stats.enters++;
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+      return NULL;
+    sqe = io_uring_get_sqe(&ul->ring);
+  }
+  return sqe;
+}
+
+/* ---- the provided buffer ring ---- */
+
+void weft__uring_buf_ring_put(ur_loop *ul, unsigned bid) {
+  io_uring_buf_ring_add(ul->br, ul->bufs + (size_t)bid * ul->buf_size,
+                        ul->buf_size, (unsigned short)bid, ul->buf_mask, 0);
+  io_uring_buf_ring_advance(ul->br, 1);
+}
+
+static void loop_free(ur_loop *ul);
+
+/* weft_buf free callback: the slot goes back to the ring. */
+void weft__uring_slot_returned(void *base, size_t capacity, void *arg) {
+  (void)capacity;
+  ur_loop *ul = arg;
+  ul->bufs_out--;
+  if (ul->orphaned) {
+    if (ul->bufs_out == 0)
+      loop_free(ul);
+    return;
+  }
+  weft__uring_buf_ring_put(
+      ul, (unsigned)(((uint8_t *)base - ul->bufs) / ul->buf_size));
+}
+
+static int buffers_init(ur_loop *ul) {
+  ul->buf_count = weft__uring_settings.buf_count;
+  ul->buf_size = weft__uring_settings.buf_size;
+  ul->buf_mask = (unsigned)io_uring_buf_ring_mask(ul->buf_count);
+  void *mem = NULL;
+  if (posix_memalign(&mem, (size_t)sysconf(_SC_PAGESIZE),
+                     (size_t)ul->buf_count * ul->buf_size) != 0)
+    return WEFT_ENOMEM;
+  ul->bufs = mem;
+  int rc =
+      weft__uring_buf_ring_setup(&ul->ring, ul->buf_count, UR_BGID, &ul->br);
+  if (rc < 0) {
+    free(ul->bufs);
+    ul->bufs = NULL;
+    return rc;
+  }
+  for (unsigned i = 0; i < ul->buf_count; i++)
+    io_uring_buf_ring_add(ul->br, ul->bufs + (size_t)i * ul->buf_size,
+                          ul->buf_size, (unsigned short)i, ul->buf_mask,
+                          (int)i);
+  io_uring_buf_ring_advance(ul->br, (int)ul->buf_count);
+  ul->stats.buf_count = ul->buf_count;
+  ul->stats.buf_size = ul->buf_size;
+  return 0;
+}
+
+/* ---- the source: poll, arm, wakeup ---- */
+
+/* True when completions wait for this thread to run them (DEFER_TASKRUN or
+ * COOP_TASKRUN with TASKRUN_FLAG), or the CQ overflowed into the kernel. */
+static bool kernel_has_work(const ur_loop *ul) {
+  unsigned f = IO_URING_READ_ONCE(*ul->ring.sq.kflags);
+  return (f & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
+}
+
+/* The one io_uring_enter of an iteration: submit and fetch completions. */
+static void enter_if_needed(ur_loop *ul) {
+  bool submit = io_uring_sq_ready(&ul->ring) > 0;
+  if (!submit && !kernel_has_work(ul))
+    return;
+  int rc = io_uring_submit_and_get_events(&ul->ring);
+  ul->stats.enters++;
+  /* EBUSY/EAGAIN: the CQ is full; reaping below makes room, and the SQEs
+   * still queued go with the next enter. */
+  if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+    weft_log(WEFT_LOG_WARN, "uring: io_uring_enter: %s", weft_strerror(rc));
+}
+
+static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
+                     uint32_t flags);
+
+static int reap(ur_loop *ul, int budget) {
+  struct {
+    uint64_t user_data;
+    int32_t res;
+    uint32_t flags;
+  } batch[UR_REAP_MAX];
+  int max = budget < UR_REAP_MAX ? budget : UR_REAP_MAX;
+  int n = 0;
+  unsigned head;
+  struct io_uring_cqe *cqe;
+  /* Copy out, then hand the slots back before any handler runs: handlers
+   * may queue work that makes more CQEs. */
+  io_uring_for_each_cqe(&ul->ring, head, cqe) {
+    batch[n].user_data = cqe->user_data;
+    batch[n].res = cqe->res;
+    batch[n].flags = cqe->flags;
+    if (++n == max)
+      break;
+  }
+  io_uring_cq_advance(&ul->ring, (unsigned)n);
+  ul->stats.cqes += (uint64_t)n;
+  for (int i = 0; i < n; i++)
+    dispatch(ul, batch[i].user_data, batch[i].res, batch[i].flags);
+  weft__uring_fire_read_completes(ul);
+  return n;
+}
+
+static void evfd_set(ur_loop *ul, bool on) {
+  if (ul->evfd_on == on)
+    return;
+  io_uring_cq_eventfd_toggle(&ul->ring, on);
+  ul->evfd_on = on;
+}
+
+static int ur_poll(weft_source *src, int budget) {
+  ur_loop *ul = src->data;
+  evfd_set(ul, false); /* busy: no eventfd signal per completion */
+  enter_if_needed(ul);
+  return reap(ul, budget);
+}
+
+static int ur_arm(weft_source *src) {
+  ur_loop *ul = src->data;
+  if (io_uring_sq_ready(&ul->ring) > 0)
+    return 1; /* poll submits them first */
+  evfd_set(ul, true);
+  /* Dekker with the kernel: it publishes work (task-work list, CQ tail;
+   * full barrier) and then reads cq_flags to decide whether to signal the
+   * eventfd; we store cq_flags and then read its side. One of us sees the
+   * other, so no completion is left unsignalled while we sleep. */
+  atomic_thread_fence(memory_order_seq_cst);
+  return kernel_has_work(ul) || io_uring_cq_ready(&ul->ring) > 0;
+}
+
+static void ur_wakeup(weft_source *src, uint32_t events) {
+  (void)events;
+  ur_loop *ul = src->data;
+  uint64_t v;
+  ssize_t r;
+  do
+    r = read(ul->efd, &v, sizeof v);
+  while (r < 0 && errno == EINTR);
+}
+
+static const weft_source_ops ur_source_ops = {
+    .name = "uring", .poll = ur_poll, .arm = ur_arm, .wakeup = ur_wakeup};
+
+/* ---- loop lifecycle ---- */
+
+int weft__uring_loop_init(weft_loop *loop, void **loop_state) {
+  int err;
+  ur_loop *ul = calloc(1, sizeof *ul);
+  if (ul == NULL)
+    return WEFT_ENOMEM;
+  ul->loop = loop;
+  ul->efd = -1;
+  ul->send_zc_min = weft__uring_settings.send_zc_min;
+  err = weft__uring_ring_create(&ul->ring, UR_SQ_ENTRIES, UR_CQ_ENTRIES,
+                                &ul->setup_flags);
+  if (err < 0)
+    goto failed_ring;
+  ul->stats.setup_flags = ul->setup_flags;
+  /* A registered ring fd saves a file lookup per enter (5.18); optional. */
+  io_uring_register_ring_fd(&ul->ring);
+  ul->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (ul->efd < 0) {
+    err = neg_errno();
+    goto failed_eventfd;
+  }
+  err = io_uring_register_eventfd(&ul->ring, ul->efd);
+  if (err < 0)
+    goto failed_register_eventfd;
+  ul->evfd_on = true;
+  evfd_set(ul, false);
+  err = buffers_init(ul);
+  if (err < 0)
+    goto failed_buffers;
+  weft_source_init(&ul->source, &ur_source_ops, ul->efd, ul);
+  err = weft_loop_add_source(loop, &ul->source);
+  if (err < 0)
+    goto failed_add_source;
+  *loop_state = ul;
+  return 0;
+
+failed_add_source:
+  io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
+  free(ul->br);
+  free(ul->bufs);
+failed_buffers:
+failed_register_eventfd:
+  close(ul->efd);
+failed_eventfd:
+  io_uring_queue_exit(&ul->ring);
+failed_ring:
+  weft_log(WEFT_LOG_ERROR,
+           "uring: cannot start on loop %d: %s; use transport=tcp",
+           weft_loop_index(loop), weft_strerror(err));
+  free(ul);
+  return err;
+}
+
+static void loop_free(ur_loop *ul) {
+  while (ul->send_free != NULL) {
+    ur_send *s = ul->send_free;
+    ul->send_free = s->next_free;
+    free(s);
+  }
+  free(ul->bufs);
+  free(ul);
+}
+
+/* Cancels everything still in the kernel and reaps until every request
+ * that holds a channel or buffer reference has completed, so nothing the
+ * kernel may still touch is freed under it. */
+static void drain(ur_loop *ul) {
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
+  if (sqe != NULL) {
+    io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
+    io_uring_sqe_set_data64(sqe, 0);
+  }
+  uint64_t waited = 0;
+  while (ul->inflight > 0 && waited < UR_FINI_WAIT_NS) {
+    struct __kernel_timespec ts = {.tv_nsec = 10 * 1000 * 1000};
+    struct io_uring_cqe *cqe;
+    io_uring_submit_and_wait_timeout(&ul->ring, &cqe, 1, &ts, NULL);
+    if (reap(ul, UR_REAP_MAX) == 0)
+      waited += 10u * 1000u * 1000u;
+  }
+  if (ul->inflight > 0)
+    weft_log(WEFT_LOG_WARN, "uring: loop stop: %llu requests did not complete",
+             (unsigned long long)ul->inflight);
+}
+
+/* The core closed every channel of this loop before. */
+void weft__uring_loop_fini(weft_loop *loop, void *loop_state) {
+  ur_loop *ul = loop_state;
+  ul->stopping = true;
+  while (ul->listeners != NULL) {
+    ur_listener *ln = ul->listeners;
+    weft_listener_set_priv(ln->l, NULL);
+    weft__uring_listener_close(ln);
+  }
+  drain(ul);
+  weft_loop_remove_source(loop, &ul->source);
+  io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
+  io_uring_queue_exit(&ul->ring);
+  close(ul->efd);
+  free(ul->br);
+  ul->br = NULL;
+  if (ul->bufs_out > 0) {
+    /* Pipelines still hold slots (the pool reports them as leaks); the
+     * memory stays until the last comes back. */
+    ul->orphaned = true;
+    return;
+  }
+  loop_free(ul);
+}
+
+int weft__uring_stats_get(weft_loop *loop, weft__uring_stats *out) {
+  int err = 0;
+  ur_loop *ul = loop_state_of(loop, &err);
+  if (ul == NULL)
+    return err < 0 ? err : WEFT_ENOENT;
+  *out = ul->stats;
+  out->bufs_out = ul->bufs_out;
+  return 0;
+}
+
+/* ---- completions ---- */
+
+static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
+                     uint32_t flags) {
+  ur_op *op = (ur_op *)(uintptr_t)user_data;
+  if (op == NULL)
+    return; /* cancel, close, shutdown, nop: nothing to do */
+  switch (op->kind) {
+  case UR_OP_ACCEPT:
+    weft__uring_accept_done((ur_listener *)op, res, flags);
+    break;
+  case UR_OP_RECV:
+    weft__uring_recv_done(container_of(op, ur_channel, op_recv), res, flags);
+    break;
+  case UR_OP_PLAIN_RECV:
+    weft__uring_plain_recv_done(container_of(op, ur_channel, op_plain), res);
+    break;
+  case UR_OP_SEND:
+    weft__uring_send_done(ul, (ur_send *)op, res);
+    break;
+  case UR_OP_SEND_ZC:
+    weft__uring_send_zc_done(ul, (ur_send *)op, res, flags);
+    break;
+  case UR_OP_CONNECT:
+    weft__uring_connect_done(container_of(op, ur_channel, op_connect), res);
+    break;
+  default:
+    weft_log(WEFT_LOG_ERROR, "uring: CQE with unknown request kind %u",
+             (unsigned)op->kind);
+  }
+}

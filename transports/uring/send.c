@@ -1,0 +1,194 @@
+/* transports/uring/send.c: sending. At most one send in flight per
+ * channel (send, sendmsg, or SENDMSG_ZC from send_zc_min bytes) gathers the
+ * flushed buffers and holds them until the kernel no longer reads them; a
+ * shutdown of the output waits for the last queued byte. Loop thread.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#include <liburing.h>
+
+#include <weft/buf.h>
+#include <weft/error.h>
+#include <weft/transport_plugin.h>
+
+#include "transports/uring/uring_internal.h"
+
+/* ---- sending ---- */
+
+static void shutdown_now(ur_channel *uc) {
+  uc->shutdown_pending = false;
+  if (uc->output_shut || uc->fd < 0)
+    return;
+  uc->output_shut = true;
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(uc->ul);
+  if (sqe == NULL) {
+    shutdown(uc->fd, SHUT_WR);
+    return;
+  }
+  io_uring_prep_shutdown(sqe, uc->fd, SHUT_WR);
+  io_uring_sqe_set_data64(sqe, 0);
+}
+
+/* A send context from the loop's cache (malloc when it is empty). */
+static ur_send *send_get(ur_loop *ul) {
+  ur_send *s = ul->send_free;
+  if (s != NULL) {
+    ul->send_free = s->next_free;
+    ul->send_free_n--;
+    return s;
+  }
+  return malloc(sizeof *s);
+}
+
+/* Releases the buffers the kernel no longer reads and caches the context. */
+static void send_put(ur_loop *ul, ur_send *s) {
+  for (int i = 0; i < s->n; i++)
+    weft_buf_release(s->bufs[i]);
+  if (ul->send_free_n >= UR_SEND_CACHE) {
+    free(s);
+    return;
+  }
+  s->next_free = ul->send_free;
+  ul->send_free = s;
+  ul->send_free_n++;
+}
+
+/* Collects up to UR_MAX_IOV flushed buffers into `s`, retaining each. */
+static size_t gather(ur_channel *uc, ur_send *s) {
+  size_t count = weft_outbound_count(uc->ch), total = 0;
+  int n = 0;
+  for (size_t i = 0; i < count && n < UR_MAX_IOV; i++) {
+    weft_buf *b = weft_outbound_buf(uc->ch, i);
+    size_t len = weft_buf_readable(b);
+    if (len == 0)
+      continue; /* completed by the next consume */
+    s->iov[n] = (struct iovec){.iov_base = weft_buf_rptr(b), .iov_len = len};
+    s->bufs[n++] = weft_buf_retain(b);
+    total += len;
+  }
+  s->n = n;
+  return total;
+}
+
+/* Queues the SQE of `s`: SENDMSG_ZC, or send for one buffer, else sendmsg. */
+static void send_prep(ur_channel *uc, ur_send *s, struct io_uring_sqe *sqe,
+                      bool zc) {
+  s->op.kind = zc ? UR_OP_SEND_ZC : UR_OP_SEND;
+  s->ch = uc->ch;
+  s->msg = (struct msghdr){.msg_iov = s->iov, .msg_iovlen = (size_t)s->n};
+  if (zc) {
+    io_uring_prep_sendmsg_zc(sqe, uc->fd, &s->msg, MSG_NOSIGNAL);
+    sqe->ioprio |= IORING_SEND_ZC_REPORT_USAGE;
+    uc->ul->stats.zc_sends++;
+  } else if (s->n == 1) {
+    io_uring_prep_send(sqe, uc->fd, s->iov[0].iov_base, s->iov[0].iov_len,
+                       MSG_NOSIGNAL);
+    uc->ul->stats.sends++;
+  } else {
+    io_uring_prep_sendmsg(sqe, uc->fd, &s->msg, MSG_NOSIGNAL);
+    uc->ul->stats.sends++;
+  }
+  io_uring_sqe_set_data(sqe, s);
+}
+
+/* Starts the channel's one send, if none is in flight and bytes wait. */
+static void send_start(ur_channel *uc) {
+  if (uc->send_inflight || uc->in_consume || !channel_open(uc))
+    return;
+  if (weft_outbound_is_empty(uc->ch)) {
+    if (uc->shutdown_pending)
+      shutdown_now(uc);
+    return;
+  }
+  ur_loop *ul = uc->ul;
+  ur_send *s = send_get(ul);
+  if (s == NULL) {
+    weft__uring_channel_failed(uc, "write", WEFT_ENOMEM);
+    return;
+  }
+  size_t bytes = gather(uc, s);
+  if (s->n == 0) {
+    /* Only empty buffers: complete them. */
+    send_put(ul, s);
+    uc->in_consume = true;
+    weft_outbound_consumed(uc->ch, 0);
+    uc->in_consume = false;
+    send_start(uc);
+    return;
+  }
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
+  if (sqe == NULL) {
+    send_put(ul, s);
+    weft__uring_channel_failed(uc, "write", WEFT_EIO);
+    return;
+  }
+  bool zc = bytes >= ul->send_zc_min && ul->send_zc_min > 0 &&
+            weft__uring_probed_send_zc && !uc->zc_off;
+  send_prep(uc, s, sqe, zc);
+  uc->send_inflight = true;
+  request_started(uc);
+}
+
+/* The bytes of the send in flight left (or it failed). */
+static void send_finished(ur_channel *uc, int32_t res) {
+  uc->send_inflight = false;
+  if (!channel_open(uc))
+    return;
+  if (res < 0) {
+    weft__uring_channel_failed(uc, "write", res);
+    return;
+  }
+  uc->in_consume = true; /* promises may flush: they must not send twice */
+  weft_outbound_consumed(uc->ch, (size_t)res);
+  uc->in_consume = false;
+  send_start(uc);
+}
+
+void weft__uring_send_done(ur_loop *ul, ur_send *s, int32_t res) {
+  weft_channel *ch = s->ch;
+  send_put(ul, s);
+  send_finished(ur_of(ch), res);
+  request_ended(ul, ch);
+}
+
+/* SENDMSG_ZC: first the bytes (F_MORE when a notification follows), then
+ * the notification, after which the kernel no longer reads the buffers. */
+void weft__uring_send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
+                              uint32_t flags) {
+  weft_channel *ch = s->ch;
+  ur_channel *uc = ur_of(ch);
+  if (flags & IORING_CQE_F_NOTIF) {
+    if ((uint32_t)res & IORING_NOTIF_USAGE_ZC_COPIED) {
+      uc->zc_off = true; /* the kernel copied anyway: plain sends from now */
+      ul->stats.zc_copied++;
+    }
+  } else {
+    send_finished(uc, res);
+    if (flags & IORING_CQE_F_MORE)
+      return; /* the notification holds the buffers */
+  }
+  send_put(ul, s);
+  request_ended(ul, ch);
+}
+
+int weft__uring_flush(weft_channel *ch) {
+  ur_channel *uc = ur_of(ch);
+  send_start(uc); /* a send in flight picks the rest up when it ends */
+  return 0;
+}
+
+int weft__uring_shutdown_output(weft_channel *ch) {
+  ur_channel *uc = ur_of(ch);
+  if (!uc->has_fd || uc->fd < 0)
+    return WEFT_ENOTCONN;
+  if (uc->send_inflight || !weft_outbound_is_empty(ch)) {
+    uc->shutdown_pending = true; /* after the last queued byte */
+    return 0;
+  }
+  shutdown_now(uc);
+  return 0;
+}

@@ -1,0 +1,430 @@
+/* The io_uring TCP transport ("uring").
+ *
+ * Per loop, one ring (IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN |
+ * TASKRUN_FLAG where the kernel has them, else COOP_TASKRUN, else none;
+ * probed once and cached) and one provided buffer ring that every channel of
+ * the loop receives into. The ring is the loop's weft_source:
+ *
+ *   poll    one io_uring_enter at most, for everything: it submits the SQEs
+ *           queued since the last poll (flushes, re-arms, closes) and, under
+ *           DEFER_TASKRUN, runs the deferred completions (GETEVENTS). It is
+ *           skipped when nothing is queued and the kernel's IORING_SQ_TASKRUN
+ *           flag says no completion work waits, so a busy-polling idle loop
+ *           makes no system call. Then the CQ is reaped from shared memory.
+ *   arm     enables the registered eventfd (disabled while busy polling, so
+ *           the kernel does not signal it per completion), then re-checks the
+ *           SQ, the TASKRUN flag and the CQ: > 0 if anything is pending.
+ *   wakeup  reads the eventfd.
+ *
+ * SQEs are only queued by the channel ops; they reach the kernel in the next
+ * poll (or earlier when the SQ is full), so all submissions of one loop
+ * iteration share one io_uring_enter.
+ *
+ * Receiving: one multishot recv per channel selects buffers from the loop's
+ * provided buffer ring. Each completion becomes a weft_buf wrapping the ring
+ * slot (weft_buf_wrap); its free callback puts the slot back into the ring.
+ * When handlers hold every slot, the multishot recv ends with ENOBUFS; the
+ * bytes stay in the socket and the channel continues with single recvs into
+ * pool memory until slots are back, then re-arms the multishot recv. No byte
+ * is lost and a slow handler cannot stall the other channels for good.
+ *
+ * Every channel that got data in one reap gets one channel_read_complete
+ * after the whole batch is dispatched (as tcp fires one per up to 16
+ * reads), so an echo flushes once per batch, not once per recv CQE.
+ *
+ * Sending: at most one send in flight per channel keeps the byte order; it
+ * gathers up to UR_MAX_IOV flushed buffers in one sendmsg (send for one),
+ * from a send context taken from a per-loop cache (an idle channel holds
+ * none). The buffers are retained while the kernel may read them: a close
+ * fails the outbound queue at once, but the memory lives until the CQE. Sends
+ * of at least send_zc_min bytes ([transport.uring]) use SENDMSG_ZC; their
+ * buffers are held until the notification CQE. When a notification reports that
+ * the kernel copied anyway (loopback, or a device without scatter-gather), the
+ * channel stops using zero copy: the copy plus the notification cost more.
+ *
+ * connect, shutdown and close go through the ring. Every request with a
+ * CQE still to come holds a channel reference, so the channel's memory
+ * outlives its requests; a close cancels them all (ASYNC_CANCEL by fd).
+ *
+ * Where io_uring cannot run, the probe says why and names transport=tcp;
+ * with `[transport.uring] fallback = tcp` the registry hands out the "tcp"
+ * transport for uring:// endpoints instead (this plugin knows no other).
+ *
+ * liburing 2.3 (Debian 12) lacks io_uring_setup_buf_ring and the SEND_ZC
+ * usage report flags; both are written here.
+ */
+
+/* transports/uring/uring_internal.h: what the files of the uring plugin
+ * share: the per-loop and per-channel types, the tuning constants, a few
+ * small inline helpers, and the weft__uring_* functions that one file
+ * defines and another calls. uring.h stays the plugin's exported header
+ * (the ops struct and the counters for tests). The files:
+ *
+ *   probe.c    [transport.uring] settings, the probe, ring creation
+ *   loop.c     per-loop state: the ring as the loop's source (poll, arm,
+ *              wakeup), the provided buffer ring, loop start and stop, and
+ *              the dispatch of completions to the files below
+ *   listen.c   listeners: the multishot accept
+ *   recv.c     receiving: multishot recv on the buffer ring, plain recv
+ *   send.c     sending: send, sendmsg, SENDMSG_ZC; output shutdown
+ *   channel.c  socket options, connecting, channel lifecycle, the ops
+ */
+#ifndef WEFT_TRANSPORTS_URING_URING_INTERNAL_H
+#define WEFT_TRANSPORTS_URING_URING_INTERNAL_H
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <liburing.h>
+
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/source.h>
+#include <weft/timer.h>
+#include <weft/transport_plugin.h>
+
+#include "transports/uring/uring.h"
+
+/* ---- liburing 2.3 compatibility (constants from Linux 6.2 uapi) ---- */
+
+#ifndef IORING_SEND_ZC_REPORT_USAGE
+#define IORING_SEND_ZC_REPORT_USAGE (1U << 3) /* sqe->ioprio of SEND_ZC */
+#endif
+#ifndef IORING_NOTIF_USAGE_ZC_COPIED
+#define IORING_NOTIF_USAGE_ZC_COPIED (1U << 31) /* res of the notif CQE */
+#endif
+
+/* ---- tuning ---- */
+
+#define UR_SQ_ENTRIES 1024
+#define UR_CQ_ENTRIES 8192 /* multishot recvs make many CQEs per SQE */
+#define UR_MAX_IOV 256     /* buffers gathered per sendmsg (IOV_MAX 1024) */
+#define UR_SEND_CACHE 16   /* idle send contexts kept per loop */
+#define UR_REAP_MAX 256    /* CQEs copied out per poll, at most */
+#define UR_BGID 0          /* the provided buffer group of every loop */
+#define UR_BUF_COUNT_DEFAULT 256u
+#define UR_BUF_SIZE_DEFAULT 16384u
+#define UR_SEND_ZC_MIN_DEFAULT 65536u
+#define UR_PLAIN_RECV_SIZE 16384u /* single recv while the ring is empty */
+#define UR_ACCEPT_BACKOFF_NS (100u * 1000u * 1000u) /* on EMFILE */
+#define UR_FINI_WAIT_NS (2000u * 1000u * 1000u)     /* drain at loop stop */
+
+/* ---- conversions at the edge ---- */
+
+static inline int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
+
+/* ---- settings: [transport.uring] (probe.c) ---- */
+
+/* Read at loop start; written by weft__uring_config_set, which the registry
+ * serialises and which happens before the loops that use it start. */
+typedef struct ur_settings {
+  unsigned buf_count;   /* provided buffers per loop, a power of two */
+  unsigned buf_size;    /* bytes each */
+  unsigned send_zc_min; /* bytes; 0 = never zero copy */
+} ur_settings;
+
+/** The settings in force; loops copy them at loop start. */
+extern ur_settings weft__uring_settings;
+
+/** The ops' config_keys: buf_count, buf_size, send_zc_min. */
+extern const weft_transport_key weft__uring_keys[];
+
+/**
+ * The ops' config_set: sets one of weft__uring_keys from `value`. Returns 0, or
+ * WEFT_EINVAL with the valid values in `why`. Any thread; the registry
+ * serialises the calls, which come before the loops that use them start.
+ */
+int weft__uring_config_set(const char *key, const char *value, char *why,
+                           size_t why_len);
+
+/* ---- the probe (probe.c) ---- */
+
+/** SENDMSG_ZC is there (6.1): written by the probe, read after it. */
+extern bool weft__uring_probed_send_zc;
+
+/**
+ * The ops' probe: checks on a thread of its own that io_uring runs here
+ * (setup flags, opcodes, provided buffer rings). Returns 0, or an error
+ * with a sentence in `why` naming the cause and transport=tcp. Any thread.
+ */
+int weft__uring_probe(char *why, size_t len);
+
+/**
+ * Creates `ring` (`entries` SQEs; `cq` CQEs when > 0) with the best setup
+ * flags this kernel takes, stored in `*flags_out`. Returns 0 or
+ * io_uring_setup's negative errno (EPERM, ENOSYS, ENOMEM, ...). The calling
+ * thread is the ring's single issuer from then on.
+ */
+int weft__uring_ring_create(struct io_uring *ring, unsigned entries,
+                            unsigned cq, unsigned *flags_out);
+
+/**
+ * Registers a provided buffer ring of `entries` slots as group `bgid` of
+ * `ring` (liburing 2.4's io_uring_setup_buf_ring); `*out` is freed by the
+ * caller after unregistering. Returns 0, WEFT_ENOMEM or the kernel's
+ * error. The ring's thread.
+ */
+int weft__uring_buf_ring_setup(struct io_uring *ring, unsigned entries,
+                               int bgid, struct io_uring_buf_ring **out);
+
+/* ---- per-loop state ---- */
+
+/* What a CQE's user_data points at. 0 = a request whose result does not
+ * matter (cancel, close, shutdown). */
+enum ur_kind {
+  UR_OP_ACCEPT = 1,
+  UR_OP_RECV,
+  UR_OP_PLAIN_RECV,
+  UR_OP_SEND,
+  UR_OP_SEND_ZC,
+  UR_OP_CONNECT,
+};
+
+typedef struct ur_op {
+  uint8_t kind;
+} ur_op;
+
+typedef struct ur_listener ur_listener;
+typedef struct ur_channel ur_channel;
+typedef struct ur_send ur_send;
+
+typedef struct ur_loop {
+  weft_loop *loop;
+  weft_source source;
+  struct io_uring ring;
+  unsigned setup_flags;
+  int efd;       /* registered eventfd: in the loop's epoll set */
+  bool evfd_on;  /* the kernel signals efd (only while arming/asleep) */
+  bool stopping; /* loop_fini is draining */
+  /* the provided buffer ring */
+  struct io_uring_buf_ring *br;
+  uint8_t *bufs; /* buf_count * buf_size bytes */
+  unsigned buf_count, buf_size, buf_mask;
+  unsigned bufs_out; /* slots held by pipelines (wrapped weft_bufs) */
+  bool orphaned;     /* the ring is gone: the last slot back frees this */
+  unsigned send_zc_min;
+  uint64_t inflight; /* requests holding a reference, CQE still to come */
+  ur_listener *listeners;
+  /* channels that got data in this reap: read_complete fires after it */
+  ur_channel *rc_head, *rc_tail;
+  ur_send *send_free; /* cached send contexts */
+  unsigned send_free_n;
+  weft__uring_stats stats;
+} ur_loop;
+
+struct ur_listener {
+  ur_op op;
+  weft_listener *l;
+  ur_loop *ul;
+  int fd;
+  bool armed;   /* the multishot accept is in the kernel */
+  bool closing; /* freed on the accept's last CQE */
+  weft_timer backoff;
+  ur_listener *prev, *next;
+};
+
+enum ur_recv_state {
+  UR_RECV_IDLE,       /* nothing in the kernel */
+  UR_RECV_ARMED,      /* multishot recv on the buffer ring */
+  UR_RECV_CANCELLING, /* multishot recv, cancel requested */
+  UR_RECV_PLAIN,      /* single recv into plain_buf */
+};
+
+/* One send in flight: what the kernel reads (msg, iov) and the buffers
+ * retained until its CQE (for SENDMSG_ZC, until the notification CQE).
+ * Taken from a per-loop cache, so an idle channel holds none. */
+typedef struct ur_send {
+  ur_op op; /* UR_OP_SEND or UR_OP_SEND_ZC */
+  weft_channel *ch;
+  int n; /* entries of iov and bufs */
+  struct msghdr msg;
+  struct iovec iov[UR_MAX_IOV];
+  weft_buf *bufs[UR_MAX_IOV];
+  struct ur_send *next_free;
+} ur_send;
+
+/* Per-channel state (channel_priv_size bytes, zeroed by the core). */
+struct ur_channel {
+  weft_channel *ch;
+  ur_loop *ul;
+  int fd; /* -1 once closed */
+  bool has_fd;
+  bool reading;
+  bool connecting;
+  bool send_inflight;
+  bool in_consume; /* weft_outbound_consumed on the stack */
+  bool shutdown_pending;
+  bool output_shut;
+  bool zc_off;     /* the kernel copied a zero-copy send: stop trying */
+  bool rc_pending; /* on the loop's read_complete list (holds a ref) */
+  uint8_t recv_state;
+  weft_sockopts opts; /* set before the socket existed, applied after */
+  ur_op op_recv, op_plain, op_connect;
+  weft_buf *plain_buf;
+  struct sockaddr_storage peer; /* connect's address */
+  socklen_t peer_len;
+  ur_channel *rc_next;
+};
+
+#define container_of(p, type, member)                                          \
+  ((type *)(void *)((char *)(p)-offsetof(type, member)))
+
+static inline ur_channel *ur_of(const weft_channel *ch) {
+  return weft_channel_priv(ch);
+}
+
+static inline ur_loop *loop_state_of(weft_loop *loop, int *err) {
+  return weft_transport_loop_state(&weft__transport_uring, loop, err);
+}
+
+/* ---- helpers for channel requests ---- */
+
+static inline bool channel_open(const ur_channel *uc) {
+  return uc->fd >= 0 && weft_channel_state_of(uc->ch) == WEFT_CHANNEL_ACTIVE;
+}
+
+/* A request that reports back holds the channel until its last CQE. */
+static inline void request_started(ur_channel *uc) {
+  weft_channel_retain(uc->ch);
+  uc->ul->inflight++;
+}
+
+static inline void request_ended(ur_loop *ul, weft_channel *ch) {
+  ul->inflight--;
+  weft_channel_release(ch);
+}
+
+/* ---- the loop (loop.c) ---- */
+
+/**
+ * An SQE of `ul`'s ring, submitting what is queued when the SQ is full.
+ * NULL when the kernel refuses SQEs. Loop thread.
+ */
+struct io_uring_sqe *weft__uring_get_sqe(ur_loop *ul);
+
+/** Puts slot `bid` back into `ul`'s provided buffer ring. Loop thread. */
+void weft__uring_buf_ring_put(ur_loop *ul, unsigned bid);
+
+/**
+ * weft_buf free callback of a wrapped ring slot (`arg` is the ur_loop):
+ * the slot goes back to the ring; after loop_fini, the last slot back
+ * frees the loop state. Loop thread (the pool routes remote releases).
+ */
+void weft__uring_slot_returned(void *base, size_t capacity, void *arg);
+
+/**
+ * The ops' loop_init: the ring, its eventfd and the provided buffer ring,
+ * added to `loop` as a source. Returns 0, or the error (logged, naming
+ * transport=tcp). Loop thread.
+ */
+int weft__uring_loop_init(weft_loop *loop, void **loop_state);
+
+/**
+ * The ops' loop_fini: closes the listeners, cancels and drains what is in
+ * the kernel, ends the ring; the state goes now or with the last slot a
+ * pipeline still holds. Loop thread, after the core closed the channels.
+ */
+void weft__uring_loop_fini(weft_loop *loop, void *loop_state);
+
+/* ---- listeners (listen.c) ---- */
+
+/**
+ * A CQE of `ln`'s multishot accept: hands the socket to the listener; when
+ * the multishot ended, re-arms it, pauses it (EMFILE and the like), or
+ * frees a closing listener. Loop thread.
+ */
+void weft__uring_accept_done(ur_listener *ln, int32_t res, uint32_t flags);
+
+/**
+ * The ops' listen: listens on `ep` and arms a multishot accept. Returns 0,
+ * WEFT_ENOMEM, or the error of weft_socket_listen. The listener's loop.
+ */
+int weft__uring_listen(weft_listener *l, const weft_endpoint *ep, int backlog);
+
+/**
+ * Unlinks `ln`, cancels its accept and closes its socket through the ring;
+ * the memory goes with the accept's last CQE, or now. Loop thread.
+ */
+void weft__uring_listener_close(ur_listener *ln);
+
+/** The ops' listen_close: nothing if loop_fini closed it first. */
+void weft__uring_listen_close(weft_listener *l);
+
+/**
+ * The ops' listen_address: the bound address into `buf`. Returns 0,
+ * WEFT_ECLOSED, or weft_socket_address's error. Loop thread.
+ */
+int weft__uring_listen_address(weft_listener *l, char *buf, size_t len);
+
+/* ---- receiving (recv.c) ---- */
+
+/**
+ * Starts `uc`'s recv when it reads and none is in the kernel: multishot on
+ * the buffer ring, or one recv into pool memory while the ring is empty.
+ * Loop thread; a failure (no SQE, no memory) closes the channel.
+ */
+void weft__uring_recv_arm(ur_channel *uc);
+
+/**
+ * Fires channel_read_complete for each channel that got data in this reap
+ * and drops the list's references. Loop thread, after a reap's dispatch.
+ */
+void weft__uring_fire_read_completes(ur_loop *ul);
+
+/**
+ * A CQE of `uc`'s multishot recv: the bytes to the pipeline; at its end,
+ * EOF, error or re-arm. Loop thread; an error closes the channel.
+ */
+void weft__uring_recv_done(ur_channel *uc, int32_t res, uint32_t flags);
+
+/** The CQE of `uc`'s single recv into pool memory, as weft__uring_recv_done. */
+void weft__uring_plain_recv_done(ur_channel *uc, int32_t res);
+
+/* ---- sending (send.c) ---- */
+
+/**
+ * The CQE of send or sendmsg `s`: releases its buffers, consumes the bytes
+ * sent, starts the next send. Loop thread; an error closes the channel.
+ */
+void weft__uring_send_done(ur_loop *ul, ur_send *s, int32_t res);
+
+/**
+ * A CQE of SENDMSG_ZC `s`: the bytes, as weft__uring_send_done, then the
+ * notification that releases the buffers (and turns zero copy off for the
+ * channel when the kernel copied). Loop thread; an error closes the channel.
+ */
+void weft__uring_send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
+                              uint32_t flags);
+
+/**
+ * The ops' flush: starts a send unless one is in flight. Returns 0; a
+ * failure closes the channel. Loop thread.
+ */
+int weft__uring_flush(weft_channel *ch);
+
+/**
+ * The ops' shutdown_output, after the last queued byte. Returns 0, or
+ * WEFT_ENOTCONN without a socket. Loop thread.
+ */
+int weft__uring_shutdown_output(weft_channel *ch);
+
+/* ---- channels (channel.c) ---- */
+
+/**
+ * Closes `uc`'s channel with `err`, the reason naming `what` and the error;
+ * nothing if it is no longer open. Loop thread.
+ */
+void weft__uring_channel_failed(ur_channel *uc, const char *what, int err);
+
+/**
+ * The CQE of `uc`'s connect: arms the recv on success, reports the result
+ * to the core, drops the request's reference. Loop thread.
+ */
+void weft__uring_connect_done(ur_channel *uc, int32_t res);
+
+#endif
