@@ -1,70 +1,5 @@
-/* The UCX transport ("ucx"): channels over UCP active messages.
- *
- * Three levels, as the plugin interface has them:
- *
- *   process  one ucp_context (features AM | WAKEUP), shared by the workers
- *            of every loop (mt_workers_shared), created by the first
- *            loop_init and cleaned up with the last loop_fini;
- *   loop     one ucp_worker in single-thread mode per loop, never one per
- *            connection (hadroNIO's worker per connection made connection
- *            setup take seconds). Its event fd is the loop's source fd:
- *            poll runs ucp_worker_progress until it returns 0 (or the
- *            budget is spent), arm is ucp_worker_arm (UCS_ERR_BUSY = poll
- *            again); nothing here ever blocks in UCX;
- *   channel  one ucp_ep (sockaddr client-server flow, peer error handling),
- *            and a slot in the loop's channel table whose index and
- *            generation the peer puts in every message header.
- *
- * Wire protocol: one AM id; the header (ucx_hdr) says what a message is.
- *
- *   HELLO      client -> server, sent with UCP_AM_SEND_FLAG_REPLY so the
- *              server finds the channel by its reply ep; carries the
- *              client's slot and receive window.
- *   HELLO_ACK  server -> client: the server's slot and window; the client's
- *              connect completes here.
- *   DATA       bytes, with a per-channel sequence number and piggy-backed
- *              credit (bytes the sender consumed since its last grant).
- *   CREDIT     credit alone, when there is no data to carry it.
- *   FIN        orderly close; sequenced like DATA, so the peer sees EOF
- *              after the last byte.
- *
- * Order: AMs on one ep are handled in send order, but the data of a
- * rendezvous message arrives later (ucp_am_recv_data_nbx), so every DATA and
- * FIN enters a per-channel reassembly queue ordered by sequence number and
- * reaches the pipeline only from its head, once complete.
- *
- * Flow control (hadroNIO's lesson: without it UCX's unexpected-message
- * memory grows without bound): a byte window per channel. A sender sends at
- * most the credit its peer granted; the receiver grants bytes back only
- * when they reached the pipeline. A reader that stops reading (auto-read
- * off) thus holds at most one window of data, the sender's bytes stay in
- * its outbound queue, and its watermarks make it unwritable.
- *
- * Send path: the flushed buffers are merged into one contiguous send of at
- * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
- * off once merged into one UCX send). Up to UCX_IMM_MAX bytes are first
- * tried as an immediate send from the stack (send_imm); otherwise a single
- * large buffer is sent in place (retained until UCX completes it) and
- * smaller ones are merged into a pool buffer. Send contexts and queue
- * entries are recycled through bounded per-loop free lists. Receive path: eager
- * data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a
- * weft_buf without a copy and handed back with ucp_am_data_release when the
- * last reference goes; other eager data is copied into a pool buffer;
- * rendezvous data is received straight into a pool buffer.
- *
- * Close: requests in flight outlive their channel, and its ep stays open
- * until they ended (see ucx_epr); loop_fini waits for them, bounded, before
- * it destroys the worker and the loop destroys its pool (docs/ucx.md).
- *
- * Callbacks from UCX (AM handler, send/receive completions, ep errors,
- * connection requests) only record what happened and put the channel on
- * the loop's pending list (a request on the loop's accept queue); the
- * pipeline and the core's accept run from poll, after ucp_worker_progress
- * returned, so user handlers never run inside UCX (asserted in debug
- * builds where the core calls in: adopt, flush, close).
- *
- * This plugin uses the public headers only, as an out-of-tree plugin would.
- */
+/* transports/ucx/loop.c: the UCX transport's code (the design is in
+ * ucx_internal.h). */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <netinet/in.h>
@@ -87,45 +22,17 @@
 #include <weft/transport_plugin.h>
 
 #include "transports/ucx/ucx.h"
-
-/* ---- tuning ---- */
-
-#define UCX_AM_ID 0x77u             /* the one AM id weft uses */
-#define UCX_MAX_IOV 64              /* buffers merged per send */
-#define UCX_SENDS_PER_FLUSH 64      /* sends before yielding */
-#define UCX_ZCOPY_MIN (16u * 1024u) /* below: merge by copying */
-/* Bytes first tried as an immediate send: UCX tries only its short
- * protocol then, whose limit on the shared-memory lane is 100 B with
- * UCX's 8 B and weft's 12 B headers (80 B of data); above it every try
- * would fail and cost a second gather. Over tcp the short limit is higher
- * but a message costs microseconds there anyway. */
-#define UCX_IMM_MAX 64u
-#define UCX_DEFAULT_WINDOW (1024u * 1024u) /* bytes in flight per channel */
-#define UCX_DEFAULT_MAX_MESSAGE                                                \
-  (64u * 1024u)                           /* bytes per DATA message: one       \
-                                             pool size class */
-#define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
-#define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
+#include "transports/ucx/ucx_internal.h"
 
 /* ---- process-wide settings and the context ---- */
-
-typedef struct ucx_settings {
-  char tls[128];        /* UCX_TLS; empty = UCX's default */
-  char devices[128];    /* UCX_NET_DEVICES; empty = all */
-  char rndv_thresh[32]; /* UCX_RNDV_THRESH; empty = auto */
-  size_t window;        /* bytes */
-  size_t max_message;   /* bytes */
-  bool err_mode_none;   /* error_mode = none: no peer failure detection,
-                           but shared memory transports become usable */
-} ucx_settings;
 
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ucx_settings settings = {.window = UCX_DEFAULT_WINDOW,
                                 .max_message = UCX_DEFAULT_MAX_MESSAGE};
-static ucp_context_h ctx;
+ucp_context_h weft__ucx_ctx;
 static int ctx_refs;
 
-static int status_to_weft(ucs_status_t st) {
+int weft__ucx_status_to_weft(ucs_status_t st) {
   switch (st) {
   case UCS_OK:
     return 0;
@@ -174,7 +81,7 @@ static int ctx_create(char *why, size_t why_len) {
   if (st != UCS_OK) {
     snprintf(why, why_len, "ucp_config_read: %s (check the UCX_* variables)",
              ucs_status_string(st));
-    return status_to_weft(st);
+    return weft__ucx_status_to_weft(st);
   }
   config_apply(cfg, "TLS", settings.tls);
   config_apply(cfg, "NET_DEVICES", settings.devices);
@@ -185,21 +92,21 @@ static int ctx_create(char *why, size_t why_len) {
       .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
       /* Each loop's worker runs on its own thread over the one context. */
       .mt_workers_shared = 1};
-  st = ucp_init(&params, cfg, &ctx);
+  st = ucp_init(&params, cfg, &weft__ucx_ctx);
   ucp_config_release(cfg);
   if (st != UCS_OK) {
     snprintf(why, why_len,
              "ucp_init: %s (no usable UCX transport? check UCX_TLS and "
              "`ucx_info -d`; or use transport=tcp)",
              ucs_status_string(st));
-    ctx = NULL;
-    return status_to_weft(st);
+    weft__ucx_ctx = NULL;
+    return weft__ucx_status_to_weft(st);
   }
   return 0;
 }
 
 /* Takes a reference on the process's context, creating it first. */
-static int ctx_acquire(ucx_settings *out, char *why, size_t why_len) {
+int weft__ucx_ctx_acquire(ucx_settings *out, char *why, size_t why_len) {
   int err = 0;
   pthread_mutex_lock(&ctx_lock);
   if (ctx_refs == 0)
@@ -213,11 +120,11 @@ static int ctx_acquire(ucx_settings *out, char *why, size_t why_len) {
   return err;
 }
 
-static void ctx_release(void) {
+void weft__ucx_ctx_release(void) {
   pthread_mutex_lock(&ctx_lock);
   if (--ctx_refs == 0) {
-    ucp_cleanup(ctx);
-    ctx = NULL;
+    ucp_cleanup(weft__ucx_ctx);
+    weft__ucx_ctx = NULL;
   }
   pthread_mutex_unlock(&ctx_lock);
 }
@@ -238,7 +145,7 @@ static int copy_setting(char *dst, size_t len, const char *value) {
   return 0;
 }
 
-/* ucx_config_set with ctx_lock held. */
+/* weft__ucx_config_set with ctx_lock held. */
 static int setting_set(const char *key, const char *value, char *why,
                        size_t why_len) {
   int err = WEFT_ENOENT;
@@ -287,15 +194,15 @@ static int setting_set(const char *key, const char *value, char *why,
 
 /* [transport.ucx] keys (the registry checked `key`); ctx_lock keeps them
  * consistent with a context being created on a loop thread. */
-static int ucx_config_set(const char *key, const char *value, char *why,
-                          size_t why_len) {
+int weft__ucx_config_set(const char *key, const char *value, char *why,
+                         size_t why_len) {
   pthread_mutex_lock(&ctx_lock);
   int err = setting_set(key, value, why, why_len);
   pthread_mutex_unlock(&ctx_lock);
   return err;
 }
 
-static const weft_transport_key ucx_keys[] = {
+const weft_transport_key weft__ucx_keys[] = {
     {"tls", "", "a UCX_TLS list (e.g. tcp, or posix,sysv,cma,tcp)"},
     {"devices", "", "a UCX_NET_DEVICES list (e.g. lo, or mlx5_0:1)"},
     {"rndv_thresh", "", "bytes, or auto (UCX_RNDV_THRESH)"},
@@ -304,192 +211,7 @@ static const weft_transport_key ucx_keys[] = {
     {"error_mode", "peer", "peer or none"},
     {NULL, NULL, NULL}};
 
-/* ---- wire header ---- */
-
-enum ucx_msg {
-  UMSG_HELLO = 1,
-  UMSG_HELLO_ACK,
-  UMSG_DATA,
-  UMSG_CREDIT,
-  UMSG_FIN
-};
-
-/* The header of every message: 12 bytes, host byte order (both ends run
- * this code on the same kind of host; UCX itself does not mix endianness
- * either). It is this small because on UCX 1.13's shared-memory lanes a
- * 16 B message round trip took 0.84 us with a header of up to 12 B and
- * 1.0 us from 16 B on (weft-ucx-peer, docs/benchmarks.md): a user header
- * plus data of at most 28 B is cheaper to move, and every byte of header
- * rides on every message anyway. */
-typedef struct ucx_hdr {
-  uint32_t to;     /* type and the receiver's slot: slot_ref() */
-  uint32_t seq;    /* DATA, FIN: order in the channel; HELLO, HELLO_ACK:
-                      the sender's slot, slot_ref() with type 0 */
-  uint32_t credit; /* bytes granted to the receiver of this message
-                      (HELLO, HELLO_ACK: the whole window) */
-} ucx_hdr;
-
-/* A slot reference packs a message type (4 bits), a slot generation (the
- * low 8 bits) and a slot index (20 bits) into 32. Freed slots are reused
- * last (a FIFO) and only while UCX_MIN_FREE_SLOTS are free (slot_take). */
-#define UCX_SLOT_BITS 20u
-#define UCX_MAX_SLOTS (1u << UCX_SLOT_BITS) /* channels per loop */
-#define UCX_GEN_MASK 0xffu
-#define UCX_MIN_FREE_SLOTS 1024u
-
-static uint32_t slot_ref(uint32_t type, uint32_t id, uint32_t gen) {
-  return type << 28 | (gen & UCX_GEN_MASK) << UCX_SLOT_BITS | id;
-}
-
-static uint32_t ref_type(uint32_t ref) { return ref >> 28; }
-static uint32_t ref_id(uint32_t ref) { return ref & (UCX_MAX_SLOTS - 1); }
-static uint32_t ref_gen(uint32_t ref) {
-  return (ref >> UCX_SLOT_BITS) & UCX_GEN_MASK;
-}
-
 /* ---- per-loop and per-channel state ---- */
-
-typedef struct ucx_loop ucx_loop;
-typedef struct ucx_channel ucx_channel;
-
-/* A channel's ep and the count of requests in flight on it; it outlives
- * the channel. Closing an ep does not end its requests: UCX 1.13 cannot
- * cancel a send, refuses a forced close without peer error handling, and
- * completes a flush-mode close while a rendezvous send still waits for the
- * peer's acknowledgement (ATS, on the data lane; the close completes on the
- * connection manager's). An ATS handled after the close then reads the
- * destroyed ep (SIGSEGV in ucp_rndv_ats_handler, seen here), and one that
- * never comes leaves the send's buffer held past the pool. So a closed
- * channel's ep lingers, still open, until its requests ended or
- * UCX_CLOSE_WAIT_NS passed, and only then is closed. */
-typedef struct ucx_epr {
-  ucp_ep_h ep;
-  ucx_channel *uc;      /* its open channel; NULL once that closed */
-  size_t n_ops;         /* requests on it whose callbacks did not run */
-  bool force;           /* close by force (peer error handling only) */
-  bool keep;            /* not closed: ucp_worker_destroy releases it */
-  uint64_t close_by;    /* lingering: close even with requests, in ns */
-  struct ucx_epr *next; /* on the loop's lingering list */
-} ucx_epr;
-
-/* A UCX request whose callback has not run yet (a send, or a rendezvous
- * receive) and the pool buffer it reads or writes. The loop lists them all,
- * so that loop_fini can wait for them before it destroys the worker, and
- * give back the buffers of those that never end. First member of the
- * struct it is part of (ucx_send, rq_entry). */
-typedef struct ucx_op {
-  struct ucx_op *prev, *next;
-  ucx_loop *tl;
-  ucx_epr *epr;  /* its ep; NULL once that was closed */
-  void *req;     /* NULL: not listed (completed at once, or not sent yet) */
-  weft_buf **bp; /* the buffer to give back if the request never ends */
-} ucx_op;
-
-/* One message waiting in a channel's reassembly queue. */
-typedef struct rq_entry {
-  ucx_op op; /* a rendezvous receive in flight */
-  struct rq_entry *next;
-  ucx_channel *uc; /* NULL once the channel closed (rendezvous in flight) */
-  weft_buf *b;     /* NULL for FIN */
-  uint32_t seq;
-  bool ready; /* all bytes are here */
-} rq_entry;
-
-/* Work a UCX callback left for poll. */
-enum {
-  PEND_DELIVER = 1u,   /* the queue head is ready */
-  PEND_FLUSH = 2u,     /* credit arrived or the peer became known */
-  PEND_CONNECTED = 4u, /* HELLO_ACK arrived */
-  PEND_ERROR = 8u      /* the ep failed: uc->err */
-};
-
-struct ucx_channel {
-  weft_channel *ch;
-  ucx_loop *tl;
-  ucp_ep_h ep;
-  ucx_epr *epr;     /* the ep's record, handed to the lingering list at close */
-  uint32_t id, gen; /* our slot */
-  uint32_t peer_id, peer_gen;
-  bool has_slot;
-  bool peer_known;
-  bool connecting;
-  bool reading;
-  bool ep_failed;
-  bool fin_received;
-  bool in_flush;
-  bool listed; /* on the loop's pending list */
-  unsigned pend;
-  int err;              /* PEND_ERROR's error */
-  uint64_t err_drain;   /* tl->drains when the ep failed */
-  uint64_t send_credit; /* bytes we may send now */
-  uint64_t credit_owed; /* bytes delivered, not granted back yet */
-  uint32_t send_seq;    /* next DATA/FIN sequence to send */
-  rq_entry *rq_head, *rq_tail;
-  ucx_channel *pend_next;
-};
-
-typedef struct ucx_slot {
-  ucx_channel *uc; /* NULL = free */
-  uint32_t gen;
-  uint32_t next_free;
-} ucx_slot;
-
-typedef struct ucx_listener ucx_listener;
-
-struct ucx_loop {
-  weft_loop *loop;
-  weft_source source;
-  ucp_worker_h worker;
-  ucx_settings cfg;
-  ucx_slot *slots;
-  uint32_t n_slots;
-  uint32_t free_head, free_tail; /* FIFO of free slots; UINT32_MAX = none */
-  uint32_t n_free;
-  ucx_channel *pend_head, *pend_tail;
-  size_t n_pend;
-  void **closing; /* ucp_ep_close_nbx requests in flight */
-  size_t n_closing, cap_closing;
-  ucx_listener *listeners;
-  ucx_op *ops; /* requests in flight */
-  size_t n_ops;
-  ucx_epr *lingering; /* closed channels' eps with requests in flight */
-  size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
-  uint64_t drains;    /* polls whose progress ran until nothing was left */
-  bool warned_header; /* logged a message of another wire format */
-  bool in_progress;   /* inside ucp_worker_progress: UCX callbacks may run,
-                         the core must not (asserted where it calls in) */
-  /* Connection requests conn_handler queued for poll: entries
-   * [accept_head, n_accepts); a closed listener's have uln == NULL. */
-  struct ucx_accept *accepts;
-  size_t accept_head, n_accepts, cap_accepts;
-  /* Recycled send contexts and queue entries (linked by op.next): every
-   * message needs one of each, and a ping pong pays each malloc in its
-   * round trip. */
-  ucx_op *free_sends, *free_entries;
-  size_t n_free_sends, n_free_entries;
-};
-
-struct ucx_listener {
-  ucp_listener_h ul;
-  weft_listener *l;
-  ucx_loop *tl;
-  ucx_listener *prev, *next;
-};
-
-/* A connection request waiting for poll to hand it to the core. */
-typedef struct ucx_accept {
-  ucx_listener *uln;
-  ucp_conn_request_h req;
-} ucx_accept;
-
-/* A send in flight: the header must live until UCX completes it, and so
- * must the data (`hold`). */
-typedef struct ucx_send {
-  ucx_op op;
-  ucx_hdr hdr;
-  weft_buf *hold;
-} ucx_send;
-
 /* Takes a zeroed send context or queue entry (`size` bytes, an ucx_op
  * first) from a free list, or from malloc. */
 static void *op_get(ucx_loop *tl, ucx_op **list, size_t *n, size_t size) {
@@ -527,25 +249,25 @@ static void free_list_clear(ucx_op **list, size_t *n) {
   *n = 0;
 }
 
-static ucx_send *send_get(ucx_loop *tl) {
+ucx_send *weft__ucx_send_get(ucx_loop *tl) {
   return op_get(tl, &tl->free_sends, &tl->n_free_sends, sizeof(ucx_send));
 }
 
-static void send_put(ucx_send *s) {
+void weft__ucx_send_put(ucx_send *s) {
   ucx_op *op = (ucx_op *)s; /* its first member */
   op_put(op, &op->tl->free_sends, &op->tl->n_free_sends);
 }
 
-static rq_entry *entry_get(ucx_loop *tl) {
+rq_entry *weft__ucx_entry_get(ucx_loop *tl) {
   return op_get(tl, &tl->free_entries, &tl->n_free_entries, sizeof(rq_entry));
 }
 
-static void entry_put(rq_entry *e) {
+void weft__ucx_entry_put(rq_entry *e) {
   op_put(&e->op, &e->op.tl->free_entries, &e->op.tl->n_free_entries);
 }
 
 /* Lists a request UCX returned; its callback unlinks it. */
-static void op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req) {
+void weft__ucx_op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req) {
   ucx_loop *tl = uc->tl;
   op->tl = tl;
   op->epr = uc->epr;
@@ -560,7 +282,7 @@ static void op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req) {
   tl->n_ops++;
 }
 
-static void op_unlink(ucx_op *op) {
+void weft__ucx_op_unlink(ucx_op *op) {
   ucx_loop *tl = op->tl;
   if (op->req == NULL)
     return;
@@ -576,16 +298,8 @@ static void op_unlink(ucx_op *op) {
   tl->n_ops--;
 }
 
-static ucx_channel *ucx_of(const weft_channel *ch) {
-  return weft_channel_priv(ch);
-}
-
-static ucx_loop *loop_state_of(weft_loop *loop, int *err) {
+ucx_loop *weft__ucx_loop_state_of(weft_loop *loop, int *err) {
   return weft_transport_loop_state(&weft__transport_ucx, loop, err);
-}
-
-static bool channel_active(const ucx_channel *uc) {
-  return uc->has_slot && weft_channel_is_active(uc->ch);
 }
 
 /* ---- the channel table ---- */
@@ -616,7 +330,7 @@ static int slots_grow(ucx_loop *tl) {
  * grows), so its 8-bit generation comes round again only after 256 x that
  * many channels opened: a stale message in flight that long is dropped
  * by the generation check rather than reaching a new channel. */
-static int slot_take(ucx_loop *tl, ucx_channel *uc) {
+int weft__ucx_slot_take(ucx_loop *tl, ucx_channel *uc) {
   if (tl->n_free < UCX_MIN_FREE_SLOTS) {
     int err = slots_grow(tl);
     if (err < 0 && tl->n_free == 0) {
@@ -638,7 +352,7 @@ static int slot_take(ucx_loop *tl, ucx_channel *uc) {
   return 0;
 }
 
-static void slot_free(ucx_loop *tl, ucx_channel *uc) {
+void weft__ucx_slot_free(ucx_loop *tl, ucx_channel *uc) {
   ucx_slot *s = &tl->slots[uc->id];
   s->uc = NULL;
   /* messages still addressed to the old channel are dropped */
@@ -653,16 +367,16 @@ static void slot_free(ucx_loop *tl, ucx_channel *uc) {
   uc->has_slot = false;
 }
 
-static ucx_channel *slot_find(ucx_loop *tl, uint32_t ref) {
-  uint32_t id = ref_id(ref);
-  if (id >= tl->n_slots || tl->slots[id].gen != ref_gen(ref))
+ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref) {
+  uint32_t id = weft__ucx_ref_id(ref);
+  if (id >= tl->n_slots || tl->slots[id].gen != weft__ucx_ref_gen(ref))
     return NULL;
   return tl->slots[id].uc;
 }
 
 /* Errors and HELLOs name an ep, not a slot; they are rare enough for a
  * scan. */
-static ucx_channel *slot_find_ep(ucx_loop *tl, ucp_ep_h ep) {
+ucx_channel *weft__ucx_slot_find_ep(ucx_loop *tl, ucp_ep_h ep) {
   for (uint32_t i = 0; i < tl->n_slots; i++)
     if (tl->slots[i].uc != NULL && tl->slots[i].uc->ep == ep)
       return tl->slots[i].uc;
@@ -671,7 +385,7 @@ static ucx_channel *slot_find_ep(ucx_loop *tl, ucp_ep_h ep) {
 
 /* ---- the pending list ---- */
 
-static void pend_mark(ucx_channel *uc, unsigned what) {
+void weft__ucx_pend_mark(ucx_channel *uc, unsigned what) {
   ucx_loop *tl = uc->tl;
   uc->pend |= what;
   if (uc->listed)
@@ -687,7 +401,7 @@ static void pend_mark(ucx_channel *uc, unsigned what) {
   tl->n_pend++;
 }
 
-static ucx_channel *pend_pop(ucx_loop *tl) {
+ucx_channel *weft__ucx_pend_pop(ucx_loop *tl) {
   ucx_channel *uc = tl->pend_head;
   if (uc == NULL)
     return NULL;
@@ -700,7 +414,7 @@ static ucx_channel *pend_pop(ucx_loop *tl) {
 }
 
 /* Takes a closing channel off the list; the caller drops the reference. */
-static bool pend_unlink(ucx_channel *uc) {
+bool weft__ucx_pend_unlink(ucx_channel *uc) {
   ucx_loop *tl = uc->tl;
   if (!uc->listed)
     return false;
@@ -728,8 +442,8 @@ static bool pend_unlink(ucx_channel *uc) {
  * that error rather than go on with a hole in its stream (seen with UCX
  * 1.13: a send queued before the ep's wire-up ended can fail with "Invalid
  * am_short_iov length"; and with error_mode=none no error handler reports
- * a vanished peer). A failed ep (ep_error), a peer that closed first and a
- * connect in progress are reported as before. */
+ * a vanished peer). A failed ep (weft__ucx_ep_error), a peer that closed first
+ * and a connect in progress are reported as before. */
 static void send_failed(ucx_channel *uc, ucs_status_t status) {
   if (uc->fin_received && !uc->ep_failed && status != UCS_ERR_CANCELED)
     weft_log(WEFT_LOG_WARN,
@@ -739,9 +453,9 @@ static void send_failed(ucx_channel *uc, ucs_status_t status) {
   if (uc->ep_failed || uc->fin_received || uc->connecting ||
       status == UCS_ERR_CANCELED || (uc->pend & PEND_ERROR))
     return;
-  uc->err = status_to_weft(status);
+  uc->err = weft__ucx_status_to_weft(status);
   uc->err_drain = uc->tl->drains;
-  pend_mark(uc, PEND_ERROR);
+  weft__ucx_pend_mark(uc, PEND_ERROR);
 }
 
 /* Also runs for a request loop_fini gave up on, if UCX ends it while the
@@ -750,10 +464,10 @@ static void send_done(void *request, ucs_status_t status, void *user_data) {
   ucx_send *s = user_data;
   if (status != UCS_OK && s->op.epr != NULL && s->op.epr->uc != NULL)
     send_failed(s->op.epr->uc, status);
-  op_unlink(&s->op);
+  weft__ucx_op_unlink(&s->op);
   if (s->hold != NULL)
     weft_buf_release(s->hold);
-  send_put(s);
+  weft__ucx_send_put(s);
   ucp_request_free(request);
 }
 
@@ -773,20 +487,20 @@ static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
   if (req == NULL || UCS_PTR_IS_ERR(req)) {
     if (s->hold != NULL)
       weft_buf_release(s->hold);
-    send_put(s);
-    return req == NULL ? 0 : status_to_weft(UCS_PTR_STATUS(req));
+    weft__ucx_send_put(s);
+    return req == NULL ? 0 : weft__ucx_status_to_weft(UCS_PTR_STATUS(req));
   }
-  op_link(uc, &s->op, &s->hold, req);
+  weft__ucx_op_link(uc, &s->op, &s->hold, req);
   return 0; /* send_done frees it */
 }
 
-static int send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
-  ucx_send *s = send_get(uc->tl);
+int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
+  ucx_send *s = weft__ucx_send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
-  s->hdr = (ucx_hdr){.to = slot_ref(type, uc->peer_id, uc->peer_gen)};
+  s->hdr = (ucx_hdr){.to = weft__ucx_slot_ref(type, uc->peer_id, uc->peer_gen)};
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK) {
-    s->hdr.seq = slot_ref(0, uc->id, uc->gen);
+    s->hdr.seq = weft__ucx_slot_ref(0, uc->id, uc->gen);
     s->hdr.credit = (uint32_t)uc->tl->cfg.window;
   } else if (type == UMSG_CREDIT) {
     s->hdr.credit = (uint32_t)uc->credit_owed;
@@ -812,7 +526,8 @@ static weft_buf *first_buf_at(weft_channel *ch, const void *base) {
 
 /* The header of the next DATA message: it carries the credit owed. */
 static ucx_hdr data_hdr(const ucx_channel *uc) {
-  return (ucx_hdr){.to = slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
+  return (ucx_hdr){.to =
+                       weft__ucx_slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
                    .seq = uc->send_seq,
                    .credit = (uint32_t)uc->credit_owed};
 }
@@ -858,7 +573,7 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
   if (UCS_PTR_STATUS(req) == UCS_ERR_NO_RESOURCE)
     return WEFT_EAGAIN;
   if (UCS_PTR_IS_ERR(req))
-    return status_to_weft(UCS_PTR_STATUS(req));
+    return weft__ucx_status_to_weft(UCS_PTR_STATUS(req));
   assert(req == NULL); /* FORCE_IMM_CMPL: done, or an error */
   data_sent(uc, len);
   return (ssize_t)len;
@@ -903,7 +618,7 @@ static ssize_t send_one(ucx_channel *uc) {
     if (sent != WEFT_EAGAIN)
       return sent;
   }
-  ucx_send *s = send_get(uc->tl);
+  ucx_send *s = weft__ucx_send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
   const void *data;
@@ -916,7 +631,7 @@ static ssize_t send_one(ucx_channel *uc) {
   } else {
     s->hold = weft_buf_alloc(weft_loop_pool(weft_channel_loop(uc->ch)), len);
     if (s->hold == NULL) {
-      send_put(s);
+      weft__ucx_send_put(s);
       return WEFT_ENOMEM;
     }
     iov_gather(weft_buf_wptr(s->hold), iov, n, len);
@@ -933,13 +648,13 @@ static ssize_t send_one(ucx_channel *uc) {
  * weft_outbound_consumed) may write, flush or close: a nested flush returns
  * at once (this loop picks its bytes up), a close ends the loop. The caller
  * holds a channel reference. */
-static int flush_now(ucx_channel *uc) {
+int weft__ucx_flush_now(ucx_channel *uc) {
   if (uc->in_flush)
     return 0;
   uc->in_flush = true;
   int err = 0;
   for (int i = 0; i < UCX_SENDS_PER_FLUSH; i++) {
-    if (!channel_active(uc) || !uc->peer_known || uc->ep_failed ||
+    if (!weft__ucx_channel_active(uc) || !uc->peer_known || uc->ep_failed ||
         weft_outbound_is_empty(uc->ch))
       break;
     ssize_t sent = send_one(uc);
@@ -952,31 +667,32 @@ static int flush_now(ucx_channel *uc) {
       break; /* waiting for credit; empty buffers were completed above */
   }
   uc->in_flush = false;
-  if (err == 0 && channel_active(uc) && !weft_outbound_is_empty(uc->ch) &&
-      uc->send_credit > 0 && uc->peer_known)
-    pend_mark(uc, PEND_FLUSH); /* the batch limit hit: go on next poll */
+  if (err == 0 && weft__ucx_channel_active(uc) &&
+      !weft_outbound_is_empty(uc->ch) && uc->send_credit > 0 && uc->peer_known)
+    weft__ucx_pend_mark(uc,
+                        PEND_FLUSH); /* the batch limit hit: go on next poll */
   return err;
 }
 
-static int ucx_flush(weft_channel *ch) {
-  ucx_channel *uc = ucx_of(ch);
+int weft__ucx_flush(weft_channel *ch) {
+  ucx_channel *uc = weft__ucx_of(ch);
   assert(!uc->has_slot || !uc->tl->in_progress);
   weft_channel_retain(ch); /* a promise may close and free the channel */
-  int err = flush_now(uc);
+  int err = weft__ucx_flush_now(uc);
   weft_channel_release(ch);
   return err;
 }
 
 /* Grants delivered bytes back once a quarter window is owed (DATA carries
  * it for free when there is data). */
-static void return_credit(ucx_channel *uc) {
-  if (uc->credit_owed < uc->tl->cfg.window / 4 || !channel_active(uc) ||
-      !uc->peer_known || uc->ep_failed)
+void weft__ucx_return_credit(ucx_channel *uc) {
+  if (uc->credit_owed < uc->tl->cfg.window / 4 ||
+      !weft__ucx_channel_active(uc) || !uc->peer_known || uc->ep_failed)
     return;
-  int err = send_ctrl(uc, UMSG_CREDIT, 0);
+  int err = weft__ucx_send_ctrl(uc, UMSG_CREDIT, 0);
   if (err < 0) {
     uc->err = err;
-    pend_mark(uc, PEND_ERROR);
+    weft__ucx_pend_mark(uc, PEND_ERROR);
   }
 }
 
@@ -1003,15 +719,15 @@ static void rq_insert(ucx_channel *uc, rq_entry *e) {
   *pp = e;
 }
 
-static void rq_check_head(ucx_channel *uc) {
+void weft__ucx_rq_check_head(ucx_channel *uc) {
   if (uc->reading && uc->rq_head != NULL && uc->rq_head->ready)
-    pend_mark(uc, PEND_DELIVER);
+    weft__ucx_pend_mark(uc, PEND_DELIVER);
 }
 
 /* Frees the queue of a closing channel; a rendezvous receive in flight
  * still writes into its buffer, so its entry is orphaned and freed by the
  * completion. */
-static void rq_free(ucx_channel *uc) {
+void weft__ucx_rq_free(ucx_channel *uc) {
   rq_entry *e = uc->rq_head;
   while (e != NULL) {
     rq_entry *next = e->next;
@@ -1020,7 +736,7 @@ static void rq_free(ucx_channel *uc) {
     } else {
       if (e->b != NULL)
         weft_buf_release(e->b);
-      entry_put(e);
+      weft__ucx_entry_put(e);
     }
     e = next;
   }
@@ -1032,21 +748,21 @@ static void rq_free(ucx_channel *uc) {
 static void rndv_done(void *request, ucs_status_t status, size_t length,
                       void *user_data) {
   rq_entry *e = user_data;
-  op_unlink(&e->op);
+  weft__ucx_op_unlink(&e->op);
   ucp_request_free(request);
   if (e->uc == NULL) {
     weft_buf_release(e->b);
-    entry_put(e);
+    weft__ucx_entry_put(e);
     return;
   }
   e->ready = true;
   if (status != UCS_OK) {
-    e->uc->err = status_to_weft(status);
-    pend_mark(e->uc, PEND_ERROR);
+    e->uc->err = weft__ucx_status_to_weft(status);
+    weft__ucx_pend_mark(e->uc, PEND_ERROR);
     return;
   }
   e->b->writer_index += length;
-  rq_check_head(e->uc);
+  weft__ucx_rq_check_head(e->uc);
 }
 
 static void wrap_free(void *base, size_t capacity, void *arg) {
@@ -1062,7 +778,7 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
                             size_t len, const ucp_am_recv_param_t *param) {
   ucx_loop *tl = uc->tl;
   weft_pool *pool = weft_loop_pool(tl->loop);
-  rq_entry *e = entry_get(tl);
+  rq_entry *e = weft__ucx_entry_get(tl);
   if (e == NULL)
     goto failed;
   e->uc = uc;
@@ -1082,16 +798,16 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
         ucp_am_recv_data_nbx(tl->worker, data, weft_buf_wptr(e->b), len, &rp);
     if (UCS_PTR_IS_ERR(req)) {
       weft_buf_release(e->b);
-      entry_put(e);
-      uc->err = status_to_weft(UCS_PTR_STATUS(req));
-      pend_mark(uc, PEND_ERROR);
+      weft__ucx_entry_put(e);
+      uc->err = weft__ucx_status_to_weft(UCS_PTR_STATUS(req));
+      weft__ucx_pend_mark(uc, PEND_ERROR);
       return UCS_OK;
     }
     if (req == NULL) {
       e->b->writer_index += len;
       e->ready = true;
     } else {
-      op_link(uc, &e->op, &e->b, req);
+      weft__ucx_op_link(uc, &e->op, &e->b, req);
     }
   } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
     /* UCX lets us keep its descriptor: no copy. */
@@ -1108,30 +824,30 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
     e->b->writer_index += len;
   }
   rq_insert(uc, e);
-  rq_check_head(uc);
+  weft__ucx_rq_check_head(uc);
   return ret;
 
 failed_entry:
-  entry_put(e);
+  weft__ucx_entry_put(e);
 failed:
   uc->err = WEFT_ENOMEM;
-  pend_mark(uc, PEND_ERROR);
+  weft__ucx_pend_mark(uc, PEND_ERROR);
   return UCS_OK;
 }
 
 static void rq_fin(ucx_channel *uc, uint32_t seq) {
-  rq_entry *e = entry_get(uc->tl);
+  rq_entry *e = weft__ucx_entry_get(uc->tl);
   uc->fin_received = true;
   if (e == NULL) {
     uc->err = WEFT_ENOMEM;
-    pend_mark(uc, PEND_ERROR);
+    weft__ucx_pend_mark(uc, PEND_ERROR);
     return;
   }
   e->uc = uc;
   e->seq = seq;
   e->ready = true;
   rq_insert(uc, e);
-  rq_check_head(uc);
+  weft__ucx_rq_check_head(uc);
 }
 
 /* HELLO names no slot: the server finds the channel by the reply ep. */
@@ -1139,25 +855,25 @@ static void on_hello(ucx_loop *tl, const ucx_hdr *h,
                      const ucp_am_recv_param_t *param) {
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
     return;
-  ucx_channel *uc = slot_find_ep(tl, param->reply_ep);
+  ucx_channel *uc = weft__ucx_slot_find_ep(tl, param->reply_ep);
   if (uc == NULL || uc->peer_known)
     return;
-  uc->peer_id = ref_id(h->seq);
-  uc->peer_gen = ref_gen(h->seq);
+  uc->peer_id = weft__ucx_ref_id(h->seq);
+  uc->peer_gen = weft__ucx_ref_gen(h->seq);
   uc->peer_known = true;
   uc->send_credit += h->credit;
-  int err = send_ctrl(uc, UMSG_HELLO_ACK, 0);
+  int err = weft__ucx_send_ctrl(uc, UMSG_HELLO_ACK, 0);
   if (err < 0) {
     uc->err = err;
-    pend_mark(uc, PEND_ERROR);
+    weft__ucx_pend_mark(uc, PEND_ERROR);
     return;
   }
-  pend_mark(uc, PEND_FLUSH); /* bytes written before the HELLO */
+  weft__ucx_pend_mark(uc, PEND_FLUSH); /* bytes written before the HELLO */
 }
 
-static ucs_status_t am_recv(void *arg, const void *header, size_t header_len,
-                            void *data, size_t len,
-                            const ucp_am_recv_param_t *param) {
+ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
+                               void *data, size_t len,
+                               const ucp_am_recv_param_t *param) {
   ucx_loop *tl = arg;
   ucx_hdr h;
   if (header_len != sizeof h) {
@@ -1170,25 +886,25 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_len,
     return UCS_OK; /* not ours: drop */
   }
   memcpy(&h, header, sizeof h);
-  uint32_t type = ref_type(h.to);
+  uint32_t type = weft__ucx_ref_type(h.to);
   if (type == UMSG_HELLO) {
     on_hello(tl, &h, param);
     return UCS_OK;
   }
-  ucx_channel *uc = slot_find(tl, h.to);
+  ucx_channel *uc = weft__ucx_slot_find(tl, h.to);
   if (uc == NULL)
     return UCS_OK; /* the channel closed: drop */
   if (h.credit > 0) {
     uc->send_credit += h.credit;
-    pend_mark(uc, PEND_FLUSH);
+    weft__ucx_pend_mark(uc, PEND_FLUSH);
   }
   switch (type) {
   case UMSG_HELLO_ACK:
     if (!uc->peer_known) {
-      uc->peer_id = ref_id(h.seq);
-      uc->peer_gen = ref_gen(h.seq);
+      uc->peer_id = weft__ucx_ref_id(h.seq);
+      uc->peer_gen = weft__ucx_ref_gen(h.seq);
       uc->peer_known = true;
-      pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
+      weft__ucx_pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
     }
     return UCS_OK;
   case UMSG_DATA:
@@ -1206,19 +922,19 @@ static ucs_status_t am_recv(void *arg, const void *header, size_t header_len,
 static void deliver(ucx_channel *uc) {
   weft_pipeline *p = weft_channel_pipeline(uc->ch);
   bool fired = false;
-  while (uc->reading && channel_active(uc) && uc->rq_head != NULL &&
+  while (uc->reading && weft__ucx_channel_active(uc) && uc->rq_head != NULL &&
          uc->rq_head->ready) {
     rq_entry *e = uc->rq_head;
     uc->rq_head = e->next;
     if (uc->rq_head == NULL)
       uc->rq_tail = NULL;
     weft_buf *b = e->b;
-    entry_put(e);
+    weft__ucx_entry_put(e);
     if (b == NULL) {
       if (fired)
         weft_pipeline_fire_channel_read_complete(p);
       fired = false;
-      if (channel_active(uc))
+      if (weft__ucx_channel_active(uc))
         weft_channel_transport_closed(uc->ch, 0, "peer closed");
       return;
     }
@@ -1226,9 +942,9 @@ static void deliver(ucx_channel *uc) {
     fired = true;
     weft_pipeline_fire_channel_read(p, b);
   }
-  if (fired && channel_active(uc))
+  if (fired && weft__ucx_channel_active(uc))
     weft_pipeline_fire_channel_read_complete(p);
-  return_credit(uc);
+  weft__ucx_return_credit(uc);
 }
 
 static void report_error(ucx_channel *uc, int err, const char *what) {
@@ -1251,14 +967,14 @@ static void run_pending(ucx_channel *uc) {
     uc->connecting = false;
     weft_channel_connected(uc->ch, 0);
   }
-  if ((what & PEND_FLUSH) && channel_active(uc)) {
-    int err = flush_now(uc);
-    if (err < 0 && channel_active(uc))
+  if ((what & PEND_FLUSH) && weft__ucx_channel_active(uc)) {
+    int err = weft__ucx_flush_now(uc);
+    if (err < 0 && weft__ucx_channel_active(uc))
       report_error(uc, err, "send");
   }
   if (what & (PEND_DELIVER | PEND_ERROR))
     deliver(uc); /* bytes that arrived before an error still count */
-  if (!(what & PEND_ERROR) || !channel_active(uc))
+  if (!(what & PEND_ERROR) || !weft__ucx_channel_active(uc))
     return;
   /* The peer's FIN and its disconnect travel on different lanes (shared
    * memory and the sockaddr CM): a FIN already sent may not be received
@@ -1266,7 +982,7 @@ static void run_pending(ucx_channel *uc) {
    * progress drain since it came; a FIN found meanwhile closes in order. */
   if (uc->tl->drains < uc->err_drain + 2) {
     uc->pend |= PEND_ERROR;
-    pend_mark(uc, PEND_ERROR);
+    weft__ucx_pend_mark(uc, PEND_ERROR);
     return;
   }
   if (uc->fin_received)
@@ -1275,11 +991,11 @@ static void run_pending(ucx_channel *uc) {
   report_error(uc, uc->err, "connection");
 }
 
-static int dispatch_pending(ucx_loop *tl) {
+int weft__ucx_dispatch_pending(ucx_loop *tl) {
   size_t n = tl->n_pend; /* channels marked meanwhile wait for next poll */
   int done = 0;
   for (size_t i = 0; i < n; i++) {
-    ucx_channel *uc = pend_pop(tl);
+    ucx_channel *uc = weft__ucx_pend_pop(tl);
     if (uc == NULL)
       break;
     weft_channel *ch = uc->ch;
@@ -1293,9 +1009,9 @@ static int dispatch_pending(ucx_loop *tl) {
 
 /* Peer error handling: the ep is unusable. A peer that sent FIN first
  * closed in order; its disconnect is not an error. */
-static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   ucx_loop *tl = arg;
-  ucx_channel *uc = slot_find_ep(tl, ep);
+  ucx_channel *uc = weft__ucx_slot_find_ep(tl, ep);
   if (uc == NULL) {
     /* Closing already; a lingering ep is closed by force then. */
     for (ucx_epr *r = tl->lingering; r != NULL; r = r->next)
@@ -1306,19 +1022,19 @@ static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   uc->ep_failed = true;
   if (uc->fin_received && !uc->connecting)
     return;
-  int err = status_to_weft(status);
+  int err = weft__ucx_status_to_weft(status);
   if (uc->connecting &&
       (status == UCS_ERR_UNREACHABLE || status == UCS_ERR_CONNECTION_RESET ||
        status == UCS_ERR_REJECTED))
     err = WEFT_ECONNREFUSED;
   uc->err = err;
   uc->err_drain = tl->drains;
-  pend_mark(uc, PEND_ERROR);
+  weft__ucx_pend_mark(uc, PEND_ERROR);
 }
 
 /* ---- closing eps ---- */
 
-static uint64_t now_ns(void) {
+uint64_t weft__ucx_now_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
@@ -1362,8 +1078,8 @@ static void ep_close(ucx_loop *tl, ucx_epr *r) {
 
 /* Closes the lingering eps whose requests ended or whose time is up (or
  * all of them: `all`). Runs from poll, not from a UCX callback. */
-static void linger_check(ucx_loop *tl, bool all) {
-  uint64_t now = now_ns();
+void weft__ucx_linger_check(ucx_loop *tl, bool all) {
+  uint64_t now = weft__ucx_now_ns();
   ucx_epr **pp = &tl->lingering;
   while (*pp != NULL) {
     ucx_epr *r = *pp;
@@ -1393,8 +1109,6 @@ static void reap_closing(ucx_loop *tl) {
   tl->n_closing = j;
 }
 
-static int accept_pending(ucx_loop *tl);
-
 /* Every ucp_worker_progress of the plugin goes through here, so that the
  * asserts in adopt, flush and close see where UCX callbacks may run. */
 static unsigned progress(ucx_loop *tl) {
@@ -1416,10 +1130,10 @@ static int ucx_loop_poll(weft_source *src, int budget) {
     n += (int)k;
   }
   if (tl->n_accepts > 0)
-    n += accept_pending(tl);
-  n += dispatch_pending(tl);
+    n += weft__ucx_accept_pending(tl);
+  n += weft__ucx_dispatch_pending(tl);
   if (tl->lingering != NULL)
-    linger_check(tl, false);
+    weft__ucx_linger_check(tl, false);
   if (tl->n_closing > 0)
     reap_closing(tl);
   return n;
@@ -1447,26 +1161,26 @@ static const weft_source_ops ucx_source_ops = {
 static int worker_create(ucx_loop *tl) {
   ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                             .thread_mode = UCS_THREAD_MODE_SINGLE};
-  ucs_status_t st = ucp_worker_create(ctx, &wp, &tl->worker);
+  ucs_status_t st = ucp_worker_create(weft__ucx_ctx, &wp, &tl->worker);
   if (st != UCS_OK)
-    return status_to_weft(st);
+    return weft__ucx_status_to_weft(st);
   ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                                              UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                                              UCP_AM_HANDLER_PARAM_FIELD_CB |
                                              UCP_AM_HANDLER_PARAM_FIELD_ARG,
                                .id = UCX_AM_ID,
                                .flags = UCP_AM_FLAG_WHOLE_MSG,
-                               .cb = am_recv,
+                               .cb = weft__ucx_am_recv,
                                .arg = tl};
   st = ucp_worker_set_am_recv_handler(tl->worker, &hp);
   if (st != UCS_OK) {
     ucp_worker_destroy(tl->worker);
-    return status_to_weft(st);
+    return weft__ucx_status_to_weft(st);
   }
   return 0;
 }
 
-static int ucx_loop_init(weft_loop *loop, void **loop_state) {
+int weft__ucx_loop_init(weft_loop *loop, void **loop_state) {
   char why[256] = "";
   int err;
   ucx_loop *tl = calloc(1, sizeof *tl);
@@ -1474,7 +1188,7 @@ static int ucx_loop_init(weft_loop *loop, void **loop_state) {
     return WEFT_ENOMEM;
   tl->loop = loop;
   tl->free_head = tl->free_tail = UINT32_MAX;
-  err = ctx_acquire(&tl->cfg, why, sizeof why);
+  err = weft__ucx_ctx_acquire(&tl->cfg, why, sizeof why);
   if (err < 0)
     goto failed_context;
   err = worker_create(tl);
@@ -1485,7 +1199,7 @@ static int ucx_loop_init(weft_loop *loop, void **loop_state) {
   int efd = -1;
   ucs_status_t st = ucp_worker_get_efd(tl->worker, &efd);
   if (st != UCS_OK) {
-    err = status_to_weft(st);
+    err = weft__ucx_status_to_weft(st);
     snprintf(why, sizeof why, "ucp_worker_get_efd: %s", ucs_status_string(st));
     goto failed_efd;
   }
@@ -1501,7 +1215,7 @@ static int ucx_loop_init(weft_loop *loop, void **loop_state) {
 failed_efd:
   ucp_worker_destroy(tl->worker);
 failed_worker:
-  ctx_release();
+  weft__ucx_ctx_release();
 failed_context:
   weft_log(WEFT_LOG_ERROR, "ucx: cannot start on loop %d: %s",
            weft_loop_index(loop), why);
@@ -1509,22 +1223,20 @@ failed_context:
   return err;
 }
 
-static void listener_free(ucx_listener *uln);
-
 /* Progresses until every request in flight ended and every ep closed
  * (requests first: see ucx_epr), or twice UCX_CLOSE_WAIT_NS passed (a
  * vanished peer is not waited for forever; a lingering ep's own deadline
  * comes first). */
 static void drain(ucx_loop *tl) {
-  uint64_t t0 = now_ns();
+  uint64_t t0 = weft__ucx_now_ns();
   while (tl->n_closing > 0 || tl->ops != NULL || tl->lingering != NULL) {
     progress(tl);
-    linger_check(tl, false);
+    weft__ucx_linger_check(tl, false);
     reap_closing(tl);
-    if (now_ns() - t0 > 2 * UCX_CLOSE_WAIT_NS)
+    if (weft__ucx_now_ns() - t0 > 2 * UCX_CLOSE_WAIT_NS)
       break;
   }
-  linger_check(tl, true);
+  weft__ucx_linger_check(tl, true);
   if (tl->n_closing > 0) {
     weft_log(WEFT_LOG_WARN, "ucx: %zu endpoint closes did not finish",
              tl->n_closing);
@@ -1569,14 +1281,14 @@ static void free_abandoned(ucx_loop *tl) {
 
 /* Channels were closed by the core before; their ep closes and requests
  * may still be in flight, so progress until they end (drain). */
-static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
+void weft__ucx_loop_fini(weft_loop *loop, void *loop_state) {
   ucx_loop *tl = loop_state;
   while (tl->listeners != NULL) {
     weft_listener_set_priv(tl->listeners->l, NULL);
-    listener_free(tl->listeners);
+    weft__ucx_listener_free(tl->listeners);
   }
   while (tl->pend_head != NULL)
-    weft_channel_release(pend_pop(tl)->ch);
+    weft_channel_release(weft__ucx_pend_pop(tl)->ch);
   drain(tl);
   abandon_ops(tl);
   weft_loop_remove_source(loop, &tl->source);
@@ -1593,7 +1305,7 @@ static void ucx_loop_fini(weft_loop *loop, void *loop_state) {
   free_abandoned(tl);
   free_list_clear(&tl->free_sends, &tl->n_free_sends);
   free_list_clear(&tl->free_entries, &tl->n_free_entries);
-  ctx_release();
+  weft__ucx_ctx_release();
   free(tl->closing);
   free(tl->accepts);
   free(tl->slots);
@@ -1616,9 +1328,9 @@ static bool moves_conn_requests(void) {
 }
 
 /* A connection request, inside ucp_worker_progress: only queued. poll
- * hands it to the core (accept_pending), which adopts it on the next loop
- * (or, on an older UCX, on the listener's loop, at once: the adopt and the
- * new channel's channel_active then run there, outside UCX). */
+ * hands it to the core (weft__ucx_accept_pending), which adopts it on the next
+ * loop (or, on an older UCX, on the listener's loop, at once: the adopt and the
+ * new channel's weft__ucx_channel_active then run there, outside UCX). */
 static void conn_handler(ucp_conn_request_h req, void *arg) {
   ucx_listener *uln = arg;
   ucx_loop *tl = uln->tl;
@@ -1639,8 +1351,9 @@ static void conn_handler(ucp_conn_request_h req, void *arg) {
 
 /* Hands queued connection requests to the core, oldest first. One at a
  * time: an adopt on this loop runs user code, which may close a listener
- * (listener_free then rejects its queued requests and clears them here). */
-static int accept_pending(ucx_loop *tl) {
+ * (weft__ucx_listener_free then rejects its queued requests and clears them
+ * here). */
+int weft__ucx_accept_pending(ucx_loop *tl) {
   int n = 0;
   while (tl->accept_head < tl->n_accepts) {
     ucx_accept a = tl->accepts[tl->accept_head++];
@@ -1653,10 +1366,10 @@ static int accept_pending(ucx_loop *tl) {
   return n;
 }
 
-static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
+int weft__ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   (void)backlog; /* UCX 1.13 has no backlog parameter */
   int err = 0;
-  ucx_loop *tl = loop_state_of(weft_listener_loop(l), &err);
+  ucx_loop *tl = weft__ucx_loop_state_of(weft_listener_loop(l), &err);
   if (tl == NULL)
     return err;
   struct sockaddr_storage ss;
@@ -1677,7 +1390,7 @@ static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   ucs_status_t st = ucp_listener_create(tl->worker, &lp, &uln->ul);
   if (st != UCS_OK) {
     free(uln);
-    return status_to_weft(st);
+    return weft__ucx_status_to_weft(st);
   }
   uln->next = tl->listeners;
   if (tl->listeners != NULL)
@@ -1688,7 +1401,7 @@ static int ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   return 0;
 }
 
-static void listener_free(ucx_listener *uln) {
+void weft__ucx_listener_free(ucx_listener *uln) {
   ucx_loop *tl = uln->tl;
   for (size_t i = tl->accept_head; i < tl->n_accepts; i++) {
     if (tl->accepts[i].uln != uln)
@@ -1706,22 +1419,22 @@ static void listener_free(ucx_listener *uln) {
   free(uln);
 }
 
-static void ucx_listen_close(weft_listener *l) {
+void weft__ucx_listen_close(weft_listener *l) {
   ucx_listener *uln = weft_listener_priv(l);
   if (uln == NULL)
     return;
   weft_listener_set_priv(l, NULL);
-  listener_free(uln);
+  weft__ucx_listener_free(uln);
 }
 
-static int ucx_listen_address(weft_listener *l, char *buf, size_t len) {
+int weft__ucx_listen_address(weft_listener *l, char *buf, size_t len) {
   ucx_listener *uln = weft_listener_priv(l);
   if (uln == NULL)
     return WEFT_ECLOSED;
   ucp_listener_attr_t attr = {.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR};
   ucs_status_t st = ucp_listener_query(uln->ul, &attr);
   if (st != UCS_OK)
-    return status_to_weft(st);
+    return weft__ucx_status_to_weft(st);
   return weft_sockaddr_format((struct sockaddr *)&attr.sockaddr, buf, len);
 }
 
@@ -1729,9 +1442,9 @@ static int ucx_listen_address(weft_listener *l, char *buf, size_t len) {
 
 /* Common to connect and adopt: a slot, the read state, the ep. */
 static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
-  ucx_channel *uc = ucx_of(ch);
+  ucx_channel *uc = weft__ucx_of(ch);
   int err = 0;
-  ucx_loop *tl = loop_state_of(weft_channel_loop(ch), &err);
+  ucx_loop *tl = weft__ucx_loop_state_of(weft_channel_loop(ch), &err);
   if (tl == NULL)
     return err;
   int64_t auto_read = 1;
@@ -1742,17 +1455,18 @@ static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
   uc->epr = calloc(1, sizeof *uc->epr);
   if (uc->epr == NULL)
     return WEFT_ENOMEM;
-  err = slot_take(tl, uc);
+  err = weft__ucx_slot_take(tl, uc);
   if (err < 0)
     goto failed_slot;
   params->field_mask |=
       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params->err_mode = tl->cfg.err_mode_none ? UCP_ERR_HANDLING_MODE_NONE
                                            : UCP_ERR_HANDLING_MODE_PEER;
-  params->err_handler = (ucp_err_handler_t){.cb = ep_error, .arg = tl};
+  params->err_handler =
+      (ucp_err_handler_t){.cb = weft__ucx_ep_error, .arg = tl};
   ucs_status_t st = ucp_ep_create(tl->worker, params, &uc->ep);
   if (st != UCS_OK) {
-    err = status_to_weft(st);
+    err = weft__ucx_status_to_weft(st);
     goto failed_ep;
   }
   uc->epr->ep = uc->ep;
@@ -1761,7 +1475,7 @@ static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
 
 failed_ep:
   uc->ep = NULL;
-  slot_free(tl, uc);
+  weft__ucx_slot_free(tl, uc);
 failed_slot:
   free(uc->epr);
   uc->epr = NULL;
@@ -1769,7 +1483,8 @@ failed_slot:
 }
 
 static int ucx_adopt(weft_channel *ch, intptr_t handle) {
-  assert(!loop_state_of(weft_channel_loop(ch), &(int){0})->in_progress);
+  assert(
+      !weft__ucx_loop_state_of(weft_channel_loop(ch), &(int){0})->in_progress);
   ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
                             .conn_request = (ucp_conn_request_h)handle};
   return channel_start(ch, &params);
@@ -1793,10 +1508,10 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
   err = channel_start(ch, &params);
   if (err < 0)
     return err;
-  ucx_channel *uc = ucx_of(ch);
+  ucx_channel *uc = weft__ucx_of(ch);
   uc->connecting = true;
   /* Queued by UCX until the connection is up. */
-  return send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
+  return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
 }
 
 /* Releases the ep; called once by the core when the channel closes. An
@@ -1805,17 +1520,17 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
  * rendezvous receives still in flight keep their buffers until UCX ends
  * them (their callbacks release them), at the latest in loop_fini. */
 static void ucx_close(weft_channel *ch) {
-  ucx_channel *uc = ucx_of(ch);
+  ucx_channel *uc = weft__ucx_of(ch);
   if (!uc->has_slot)
     return;
   ucx_loop *tl = uc->tl;
   assert(!tl->in_progress);
-  if (pend_unlink(uc))
+  if (weft__ucx_pend_unlink(uc))
     weft_channel_release(ch);
-  rq_free(uc);
+  weft__ucx_rq_free(uc);
   if (uc->ep != NULL && !uc->ep_failed && uc->peer_known && !uc->fin_received)
-    send_ctrl(uc, UMSG_FIN, 0);
-  slot_free(tl, uc);
+    weft__ucx_send_ctrl(uc, UMSG_FIN, 0);
+  weft__ucx_slot_free(tl, uc);
   if (uc->ep == NULL)
     return;
   ucx_epr *r = uc->epr;
@@ -1834,18 +1549,18 @@ static void ucx_close(weft_channel *ch) {
     ep_close(tl, r);
     return;
   }
-  r->close_by = now_ns() + UCX_CLOSE_WAIT_NS;
+  r->close_by = weft__ucx_now_ns() + UCX_CLOSE_WAIT_NS;
   r->next = tl->lingering;
   tl->lingering = r;
 }
 
 static int ucx_set_read(weft_channel *ch, bool on) {
-  ucx_channel *uc = ucx_of(ch);
+  ucx_channel *uc = weft__ucx_of(ch);
   if (!uc->has_slot)
     return 0; /* applied at adopt / connect from the channel's option */
   uc->reading = on;
   if (on)
-    rq_check_head(uc);
+    weft__ucx_rq_check_head(uc);
   return 0;
 }
 
@@ -1863,7 +1578,7 @@ static int ucx_get_option(const weft_channel *ch, weft_channel_option opt,
 
 static int ep_address(const weft_channel *ch, char *buf, size_t len,
                       bool remote) {
-  const ucx_channel *uc = ucx_of(ch);
+  const ucx_channel *uc = weft__ucx_of(ch);
   if (!uc->has_slot || uc->ep == NULL)
     return WEFT_ENOTCONN;
   ucp_ep_attr_t attr = {.field_mask = remote
@@ -1871,7 +1586,7 @@ static int ep_address(const weft_channel *ch, char *buf, size_t len,
                                           : UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR};
   ucs_status_t st = ucp_ep_query(uc->ep, &attr);
   if (st != UCS_OK)
-    return status_to_weft(st);
+    return weft__ucx_status_to_weft(st);
   const struct sockaddr_storage *ss =
       remote ? &attr.remote_sockaddr : &attr.local_sockaddr;
   return weft_sockaddr_format((const struct sockaddr *)ss, buf, len);
@@ -1888,9 +1603,9 @@ static int ucx_local_address(const weft_channel *ch, char *buf, size_t len) {
 /* Creates (and drops) the context: UCX loads, and some transport is
  * usable with the current UCX_* settings. */
 static int ucx_probe(char *why, size_t why_len) {
-  int err = ctx_acquire(NULL, why, why_len);
+  int err = weft__ucx_ctx_acquire(NULL, why, why_len);
   if (err == 0)
-    ctx_release();
+    weft__ucx_ctx_release();
   return err;
 }
 
@@ -1899,17 +1614,17 @@ const weft_transport_ops weft__transport_ucx = {
     .caps = WEFT_TRANSPORT_CAP_STREAM,
     .channel_priv_size = sizeof(ucx_channel),
     .probe = ucx_probe,
-    .config_keys = ucx_keys,
-    .config_set = ucx_config_set,
-    .loop_init = ucx_loop_init,
-    .loop_fini = ucx_loop_fini,
-    .listen = ucx_listen,
-    .listen_close = ucx_listen_close,
-    .listen_address = ucx_listen_address,
+    .config_keys = weft__ucx_keys,
+    .config_set = weft__ucx_config_set,
+    .loop_init = weft__ucx_loop_init,
+    .loop_fini = weft__ucx_loop_fini,
+    .listen = weft__ucx_listen,
+    .listen_close = weft__ucx_listen_close,
+    .listen_address = weft__ucx_listen_address,
     .connect = ucx_connect,
     .adopt = ucx_adopt,
     .discard = ucx_discard,
-    .flush = ucx_flush,
+    .flush = weft__ucx_flush,
     .close = ucx_close,
     .set_option = ucx_set_option,
     .get_option = ucx_get_option,
