@@ -325,7 +325,7 @@ static inline bool weft__ucx_channel_active(const ucx_channel *uc) {
  * ucp_worker_progress: they only record work for poll and never call into
  * the core. */
 
-/* -- process-wide settings and the context -- */
+/* -- context.c: process-wide settings and the context -- */
 
 /** The process's UCP context while a reference is held
  *  (weft__ucx_ctx_acquire), NULL otherwise. Written under the context's
