@@ -452,7 +452,7 @@ int weft__ucx_loop_init(weft_loop *loop, void **loop_state);
  */
 void weft__ucx_loop_fini(weft_loop *loop, void *loop_state);
 
-/* -- sending -- */
+/* -- send.c: sending -- */
 
 /**
  * Sends control message `type` (UMSG_HELLO, HELLO_ACK, CREDIT or FIN; no
