@@ -480,7 +480,7 @@ int weft__ucx_flush(weft_channel *ch);
  *  progress. */
 void weft__ucx_return_credit(ucx_channel *uc);
 
-/* -- receiving -- */
+/* -- recv.c: receiving -- */
 
 /** Marks PEND_DELIVER if channel `uc` reads and the head of its
  *  reassembly queue is complete. Also inside progress. */
