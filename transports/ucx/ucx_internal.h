@@ -515,7 +515,7 @@ int weft__ucx_dispatch_pending(ucx_loop *tl);
  */
 void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
 
-/* -- listeners -- */
+/* -- listen.c: listeners -- */
 
 /** Hands the connection requests queued by the listeners' handler to the
  *  core (weft_listener_accepted), oldest first. Returns how many. From
