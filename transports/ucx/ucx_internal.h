@@ -541,7 +541,7 @@ void weft__ucx_listen_close(weft_listener *l);
  *  0, WEFT_ECLOSED, UCX's error mapped or weft_sockaddr_format's. */
 int weft__ucx_listen_address(weft_listener *l, char *buf, size_t len);
 
-/* -- closing eps -- */
+/* -- channel.c: closing eps -- */
 
 /** CLOCK_MONOTONIC in nanoseconds. Any thread. */
 uint64_t weft__ucx_now_ns(void);
