@@ -1,15 +1,15 @@
-/* transports/ucx/loop.c: the UCX transport's code (the design is in
- * ucx_internal.h). */
-#include <arpa/inet.h>
-#include <assert.h>
-#include <netinet/in.h>
-#include <pthread.h>
+/* transports/ucx/loop.c: the UCX transport's per-loop instance: the
+ * loop's worker, its event fd as a source (poll, arm), its start and its
+ * bounded drain at loop stop; the channel table, by which a message finds
+ * its channel; the pending list of channels whose UCX callbacks left work
+ * for poll; and the free lists and the list of requests in flight. Kept
+ * together because they are one loop's bookkeeping, which every other
+ * file reaches through ucx_loop. */
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 
 #include <ucp/api/ucp.h>
 
@@ -17,7 +17,6 @@
 #include <weft/channel.h>
 #include <weft/error.h>
 #include <weft/log.h>
-#include <weft/pipeline.h>
 #include <weft/source.h>
 #include <weft/transport_plugin.h>
 

@@ -1,7 +1,17 @@
 /* transports/ucx/ucx_internal.h: the UCX plugin's private header, which
  * each of its files includes: the design (below), tuning constants, the
  * wire header, the per-loop and per-channel state, and the weft__ucx_*
- * functions that cross files. The plugin's exported symbol is in ucx.h. */
+ * functions that cross files. The plugin's exported symbol is in ucx.h.
+ *
+ * The files:
+ *   context.c  process-wide settings ([transport.ucx] keys), the UCP context
+ *   loop.c     the per-loop instance: worker, poll and arm, drain at stop;
+ *              the channel table, the pending list, requests in flight
+ *   send.c     the send path: DATA and control messages, flush, credit
+ *   recv.c     the receive path: AM handler, reassembly queue, ep errors,
+ *              the pending list's dispatch
+ *   listen.c   listeners and the accept queue
+ *   channel.c  channel lifecycle, closing eps, the ops table */
 
 /* The UCX transport ("ucx"): channels over UCP active messages.
  *
@@ -322,8 +332,8 @@ static inline bool weft__ucx_channel_active(const ucx_channel *uc) {
  * Thread: every function here runs on the thread of the loop whose
  * instance (ucx_loop) it is given, unless its comment says otherwise. Those
  * marked "inside progress" run from UCX callbacks, inside
- * ucp_worker_progress: they only record work for poll and never call into
- * the core. */
+ * ucp_worker_progress: they only record work for poll, and no user handler
+ * runs there. */
 
 /* -- context.c: process-wide settings and the context -- */
 
@@ -362,7 +372,7 @@ void weft__ucx_ctx_release(void);
 int weft__ucx_config_set(const char *key, const char *value, char *why,
                          size_t why_len);
 
-/* -- per-loop state: send contexts, queue entries, requests in flight -- */
+/* -- loop.c: send contexts, queue entries, requests in flight -- */
 
 /** A zeroed send context, from the loop's free list or malloc; NULL when
  *  out of memory. */
@@ -395,7 +405,7 @@ void weft__ucx_op_unlink(ucx_op *op);
  *  error in `*err` if loop_init failed. */
 ucx_loop *weft__ucx_loop_state_of(weft_loop *loop, int *err);
 
-/* -- the channel table -- */
+/* -- loop.c: the channel table -- */
 
 /**
  * Gives channel `uc` a slot in the loop's table (its id and generation),
@@ -417,7 +427,7 @@ ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref);
  *  Inside progress. */
 ucx_channel *weft__ucx_slot_find_ep(ucx_loop *tl, ucp_ep_h ep);
 
-/* -- the pending list -- */
+/* -- loop.c: the pending list -- */
 
 /** Records work `what` (PEND_*) for poll and lists the channel on the
  *  loop's pending list, taking a channel reference, unless it is listed
@@ -433,7 +443,7 @@ ucx_channel *weft__ucx_pend_pop(ucx_loop *tl);
  *  reference. */
 bool weft__ucx_pend_unlink(ucx_channel *uc);
 
-/* -- the per-loop instance -- */
+/* -- loop.c: the per-loop instance -- */
 
 /**
  * The ops' loop_init: takes a context reference, creates the loop's worker
@@ -510,8 +520,8 @@ int weft__ucx_dispatch_pending(ucx_loop *tl);
 
 /**
  * The eps' error handler (peer error handling; `arg`: the ucx_loop): marks
- * the channel's ep failed and PEND_ERROR (not after the peer's FIN, once
- * connected), or has a lingering ep closed by force. Inside progress.
+ * the channel's ep failed and, unless a connected peer sent FIN first,
+ * PEND_ERROR; or has a lingering ep closed by force. Inside progress.
  */
 void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
 
