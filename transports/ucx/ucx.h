@@ -4,7 +4,7 @@
 
 #include <weft/transport_plugin.h>
 
-/** The "ucx" transport (UCP active messages); see ucx.c. */
+/** The "ucx" transport (UCP active messages); see ucx_internal.h. */
 extern const weft_transport_ops weft__transport_ucx;
 
 #endif

@@ -1,0 +1,206 @@
+/* transports/ucx/context.c: the process-wide part of the UCX transport:
+ * the [transport.ucx] settings (config_set and its keys), the one UCP
+ * context that every loop's worker shares, created with the first
+ * reference and cleaned up with the last, and UCX status codes mapped to
+ * weft errors. It holds the plugin's only state shared by loops (under
+ * ctx_lock); the other files run on one loop's thread. */
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ucp/api/ucp.h>
+
+#include <weft/error.h>
+#include <weft/log.h>
+#include <weft/transport_plugin.h>
+
+#include "transports/ucx/ucx_internal.h"
+
+/* ---- process-wide settings and the context ---- */
+
+static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static ucx_settings settings = {.window = UCX_DEFAULT_WINDOW,
+                                .max_message = UCX_DEFAULT_MAX_MESSAGE};
+ucp_context_h weft__ucx_ctx;
+static int ctx_refs;
+
+int weft__ucx_status_to_weft(ucs_status_t st) {
+  switch (st) {
+  case UCS_OK:
+    return 0;
+  case UCS_ERR_NO_MEMORY:
+    return WEFT_ENOMEM;
+  case UCS_ERR_CONNECTION_RESET:
+  case UCS_ERR_ENDPOINT_TIMEOUT:
+    return WEFT_ECONNRESET;
+  case UCS_ERR_REJECTED:
+    return WEFT_ECONNREFUSED;
+  case UCS_ERR_UNREACHABLE:
+    return WEFT_EHOSTUNREACH;
+  case UCS_ERR_TIMED_OUT:
+    return WEFT_ETIMEDOUT;
+  case UCS_ERR_NO_DEVICE:
+  case UCS_ERR_NO_RESOURCE:
+    return WEFT_ENODEV;
+  case UCS_ERR_UNSUPPORTED:
+    return WEFT_ENOTSUP;
+  case UCS_ERR_INVALID_PARAM:
+    return WEFT_EINVAL;
+  case UCS_ERR_BUSY:
+    return WEFT_EADDRINUSE;
+  default:
+    return WEFT_EIO;
+  }
+}
+
+/* Sets UCX config `name` from the weft setting, unless UCX_<name> is in
+ * the environment (UCX's own variables win over weft's file). */
+static void config_apply(ucp_config_t *cfg, const char *name,
+                         const char *value) {
+  char var[64];
+  snprintf(var, sizeof var, "UCX_%s", name);
+  if (value[0] == '\0' || getenv(var) != NULL)
+    return;
+  ucs_status_t st = ucp_config_modify(cfg, name, value);
+  if (st != UCS_OK)
+    weft_log(WEFT_LOG_WARN, "ucx: %s = %s: %s (ignored)", name, value,
+             ucs_status_string(st));
+}
+
+static int ctx_create(char *why, size_t why_len) {
+  ucp_config_t *cfg;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+  if (st != UCS_OK) {
+    snprintf(why, why_len, "ucp_config_read: %s (check the UCX_* variables)",
+             ucs_status_string(st));
+    return weft__ucx_status_to_weft(st);
+  }
+  config_apply(cfg, "TLS", settings.tls);
+  config_apply(cfg, "NET_DEVICES", settings.devices);
+  config_apply(cfg, "RNDV_THRESH", settings.rndv_thresh);
+  ucp_params_t params = {
+      .field_mask =
+          UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
+      .features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+      /* Each loop's worker runs on its own thread over the one context. */
+      .mt_workers_shared = 1};
+  st = ucp_init(&params, cfg, &weft__ucx_ctx);
+  ucp_config_release(cfg);
+  if (st != UCS_OK) {
+    snprintf(why, why_len,
+             "ucp_init: %s (no usable UCX transport? check UCX_TLS and "
+             "`ucx_info -d`; or use transport=tcp)",
+             ucs_status_string(st));
+    weft__ucx_ctx = NULL;
+    return weft__ucx_status_to_weft(st);
+  }
+  return 0;
+}
+
+/* Takes a reference on the process's context, creating it first. */
+int weft__ucx_ctx_acquire(ucx_settings *out, char *why, size_t why_len) {
+  int err = 0;
+  pthread_mutex_lock(&ctx_lock);
+  if (ctx_refs == 0)
+    err = ctx_create(why, why_len);
+  if (err == 0) {
+    ctx_refs++;
+    if (out != NULL)
+      *out = settings;
+  }
+  pthread_mutex_unlock(&ctx_lock);
+  return err;
+}
+
+void weft__ucx_ctx_release(void) {
+  pthread_mutex_lock(&ctx_lock);
+  if (--ctx_refs == 0) {
+    ucp_cleanup(weft__ucx_ctx);
+    weft__ucx_ctx = NULL;
+  }
+  pthread_mutex_unlock(&ctx_lock);
+}
+
+static int parse_size(const char *value, size_t min, size_t max, size_t *out) {
+  char *end;
+  unsigned long long v = strtoull(value, &end, 10);
+  if (end == value || *end != '\0' || v < min || v > max)
+    return WEFT_EINVAL;
+  *out = (size_t)v;
+  return 0;
+}
+
+static int copy_setting(char *dst, size_t len, const char *value) {
+  if (strlen(value) >= len)
+    return WEFT_EINVAL;
+  strcpy(dst, value);
+  return 0;
+}
+
+/* weft__ucx_config_set with ctx_lock held. */
+static int setting_set(const char *key, const char *value, char *why,
+                       size_t why_len) {
+  int err = WEFT_ENOENT;
+  if (strcmp(key, "error_mode") == 0) {
+    err = strcmp(value, "peer") == 0 || strcmp(value, "none") == 0
+              ? 0
+              : WEFT_EINVAL;
+    if (err == 0)
+      settings.err_mode_none = strcmp(value, "none") == 0;
+    else
+      snprintf(why, why_len,
+               "peer (a failed peer closes the channel; UCX 1.13 then uses "
+               "no shared memory transport) or none (shared memory works; a "
+               "peer that vanishes without closing is not detected)");
+  } else if (strcmp(key, "tls") == 0) {
+    err = copy_setting(settings.tls, sizeof settings.tls, value);
+    if (err < 0)
+      snprintf(why, why_len,
+               "a UCX_TLS list shorter than %zu characters "
+               "(e.g. tcp, or posix,sysv,cma,tcp)",
+               sizeof settings.tls);
+  } else if (strcmp(key, "devices") == 0) {
+    err = copy_setting(settings.devices, sizeof settings.devices, value);
+    if (err < 0)
+      snprintf(why, why_len,
+               "a UCX_NET_DEVICES list shorter than %zu "
+               "characters (e.g. lo, or mlx5_0:1)",
+               sizeof settings.devices);
+  } else if (strcmp(key, "rndv_thresh") == 0) {
+    err =
+        copy_setting(settings.rndv_thresh, sizeof settings.rndv_thresh, value);
+    if (err < 0)
+      snprintf(why, why_len, "bytes, or auto (UCX_RNDV_THRESH)");
+  } else if (strcmp(key, "window") == 0) {
+    /* credit travels in 32 bits (ucx_hdr) */
+    err = parse_size(value, 4096, (size_t)1 << 30, &settings.window);
+    if (err < 0)
+      snprintf(why, why_len, "bytes per channel in flight, 4096 .. 2^30");
+  } else if (strcmp(key, "max_message") == 0) {
+    err = parse_size(value, 1024, (size_t)1 << 26, &settings.max_message);
+    if (err < 0)
+      snprintf(why, why_len, "bytes per message, 1024 .. 2^26");
+  }
+  return err;
+}
+
+/* [transport.ucx] keys (the registry checked `key`); ctx_lock keeps them
+ * consistent with a context being created on a loop thread. */
+int weft__ucx_config_set(const char *key, const char *value, char *why,
+                         size_t why_len) {
+  pthread_mutex_lock(&ctx_lock);
+  int err = setting_set(key, value, why, why_len);
+  pthread_mutex_unlock(&ctx_lock);
+  return err;
+}
+
+const weft_transport_key weft__ucx_keys[] = {
+    {"tls", "", "a UCX_TLS list (e.g. tcp, or posix,sysv,cma,tcp)"},
+    {"devices", "", "a UCX_NET_DEVICES list (e.g. lo, or mlx5_0:1)"},
+    {"rndv_thresh", "", "bytes, or auto (UCX_RNDV_THRESH)"},
+    {"window", "1048576", "bytes per channel in flight, 4096 .. 2^30"},
+    {"max_message", "65536", "bytes per message, 1024 .. 2^26"},
+    {"error_mode", "peer", "peer or none"},
+    {NULL, NULL, NULL}};

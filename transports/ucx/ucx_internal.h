@@ -1,0 +1,563 @@
+/* transports/ucx/ucx_internal.h: the UCX plugin's private header, which
+ * each of its files includes: the design (below), tuning constants, the
+ * wire header, the per-loop and per-channel state, and the weft__ucx_*
+ * functions that cross files. The plugin's exported symbol is in ucx.h.
+ *
+ * The files:
+ *   context.c  process-wide settings ([transport.ucx] keys), the UCP context
+ *   loop.c     the per-loop instance: worker, poll and arm, drain at stop;
+ *              the channel table, the pending list, requests in flight
+ *   send.c     the send path: DATA and control messages, flush, credit
+ *   recv.c     the receive path: AM handler, reassembly queue, ep errors,
+ *              the pending list's dispatch
+ *   listen.c   listeners and the accept queue
+ *   channel.c  channel lifecycle, closing eps, the ops table */
+
+/* The UCX transport ("ucx"): channels over UCP active messages.
+ *
+ * Three levels, as the plugin interface has them:
+ *
+ *   process  one ucp_context (features AM | WAKEUP), shared by the workers
+ *            of every loop (mt_workers_shared), created by the first
+ *            loop_init and cleaned up with the last loop_fini;
+ *   loop     one ucp_worker in single-thread mode per loop, never one per
+ *            connection (hadroNIO's worker per connection made connection
+ *            setup take seconds). Its event fd is the loop's source fd:
+ *            poll runs ucp_worker_progress until it returns 0 (or the
+ *            budget is spent), arm is ucp_worker_arm (UCS_ERR_BUSY = poll
+ *            again); nothing here ever blocks in UCX;
+ *   channel  one ucp_ep (sockaddr client-server flow, peer error handling),
+ *            and a slot in the loop's channel table whose index and
+ *            generation the peer puts in every message header.
+ *
+ * Wire protocol: one AM id; the header (ucx_hdr) says what a message is.
+ *
+ *   HELLO      client -> server, sent with UCP_AM_SEND_FLAG_REPLY so the
+ *              server finds the channel by its reply ep; carries the
+ *              client's slot and receive window.
+ *   HELLO_ACK  server -> client: the server's slot and window; the client's
+ *              connect completes here.
+ *   DATA       bytes, with a per-channel sequence number and piggy-backed
+ *              credit (bytes the sender consumed since its last grant).
+ *   CREDIT     credit alone, when there is no data to carry it.
+ *   FIN        orderly close; sequenced like DATA, so the peer sees EOF
+ *              after the last byte.
+ *
+ * Order: AMs on one ep are handled in send order, but the data of a
+ * rendezvous message arrives later (ucp_am_recv_data_nbx), so every DATA and
+ * FIN enters a per-channel reassembly queue ordered by sequence number and
+ * reaches the pipeline only from its head, once complete.
+ *
+ * Flow control (hadroNIO's lesson: without it UCX's unexpected-message
+ * memory grows without bound): a byte window per channel. A sender sends at
+ * most the credit its peer granted; the receiver grants bytes back only
+ * when they reached the pipeline. A reader that stops reading (auto-read
+ * off) thus holds at most one window of data, the sender's bytes stay in
+ * its outbound queue, and its watermarks make it unwritable.
+ *
+ * Send path: the flushed buffers are merged into one contiguous send of at
+ * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
+ * off once merged into one UCX send). Up to UCX_IMM_MAX bytes are first
+ * tried as an immediate send from the stack (send_imm); otherwise a single
+ * large buffer is sent in place (retained until UCX completes it) and
+ * smaller ones are merged into a pool buffer. Send contexts and queue
+ * entries are recycled through bounded per-loop free lists. Receive path: eager
+ * data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a
+ * weft_buf without a copy and handed back with ucp_am_data_release when the
+ * last reference goes; other eager data is copied into a pool buffer;
+ * rendezvous data is received straight into a pool buffer.
+ *
+ * Close: requests in flight outlive their channel, and its ep stays open
+ * until they ended (see ucx_epr); loop_fini waits for them, bounded, before
+ * it destroys the worker and the loop destroys its pool (docs/ucx.md).
+ *
+ * Callbacks from UCX (AM handler, send/receive completions, ep errors,
+ * connection requests) only record what happened and put the channel on
+ * the loop's pending list (a request on the loop's accept queue); the
+ * pipeline and the core's accept run from poll, after ucp_worker_progress
+ * returned, so user handlers never run inside UCX (asserted in debug
+ * builds where the core calls in: adopt, flush, close).
+ *
+ * This plugin uses the public headers only, as an out-of-tree plugin would.
+ */
+#ifndef WEFT_TRANSPORTS_UCX_UCX_INTERNAL_H
+#define WEFT_TRANSPORTS_UCX_UCX_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/source.h>
+#include <weft/transport_plugin.h>
+
+#include "transports/ucx/ucx.h"
+
+/* ---- tuning ---- */
+
+#define UCX_AM_ID 0x77u             /* the one AM id weft uses */
+#define UCX_MAX_IOV 64              /* buffers merged per send */
+#define UCX_SENDS_PER_FLUSH 64      /* sends before yielding */
+#define UCX_ZCOPY_MIN (16u * 1024u) /* below: merge by copying */
+/* Bytes first tried as an immediate send: UCX tries only its short
+ * protocol then, whose limit on the shared-memory lane is 100 B with
+ * UCX's 8 B and weft's 12 B headers (80 B of data); above it every try
+ * would fail and cost a second gather. Over tcp the short limit is higher
+ * but a message costs microseconds there anyway. */
+#define UCX_IMM_MAX 64u
+#define UCX_DEFAULT_WINDOW (1024u * 1024u) /* bytes in flight per channel */
+#define UCX_DEFAULT_MAX_MESSAGE                                                \
+  (64u * 1024u)                           /* bytes per DATA message: one       \
+                                             pool size class */
+#define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
+#define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
+
+/* ---- process-wide settings ---- */
+
+typedef struct ucx_settings {
+  char tls[128];        /* UCX_TLS; empty = UCX's default */
+  char devices[128];    /* UCX_NET_DEVICES; empty = all */
+  char rndv_thresh[32]; /* UCX_RNDV_THRESH; empty = auto */
+  size_t window;        /* bytes */
+  size_t max_message;   /* bytes */
+  bool err_mode_none;   /* error_mode = none: no peer failure detection,
+                           but shared memory transports become usable */
+} ucx_settings;
+
+/* ---- wire header ---- */
+
+enum ucx_msg {
+  UMSG_HELLO = 1,
+  UMSG_HELLO_ACK,
+  UMSG_DATA,
+  UMSG_CREDIT,
+  UMSG_FIN
+};
+
+/* The header of every message: 12 bytes, host byte order (both ends run
+ * this code on the same kind of host; UCX itself does not mix endianness
+ * either). It is this small because on UCX 1.13's shared-memory lanes a
+ * 16 B message round trip took 0.84 us with a header of up to 12 B and
+ * 1.0 us from 16 B on (weft-ucx-peer, docs/benchmarks.md): a user header
+ * plus data of at most 28 B is cheaper to move, and every byte of header
+ * rides on every message anyway. */
+typedef struct ucx_hdr {
+  uint32_t to;     /* type and the receiver's slot: weft__ucx_slot_ref() */
+  uint32_t seq;    /* DATA, FIN: order in the channel; HELLO, HELLO_ACK:
+                      the sender's slot, weft__ucx_slot_ref() with type 0 */
+  uint32_t credit; /* bytes granted to the receiver of this message
+                      (HELLO, HELLO_ACK: the whole window) */
+} ucx_hdr;
+
+/* A slot reference packs a message type (4 bits), a slot generation (the
+ * low 8 bits) and a slot index (20 bits) into 32. Freed slots are reused
+ * last (a FIFO) and only while UCX_MIN_FREE_SLOTS are free
+ * (weft__ucx_slot_take). */
+#define UCX_SLOT_BITS 20u
+#define UCX_MAX_SLOTS (1u << UCX_SLOT_BITS) /* channels per loop */
+#define UCX_GEN_MASK 0xffu
+#define UCX_MIN_FREE_SLOTS 1024u
+
+static inline uint32_t weft__ucx_slot_ref(uint32_t type, uint32_t id,
+                                          uint32_t gen) {
+  return type << 28 | (gen & UCX_GEN_MASK) << UCX_SLOT_BITS | id;
+}
+
+static inline uint32_t weft__ucx_ref_type(uint32_t ref) { return ref >> 28; }
+static inline uint32_t weft__ucx_ref_id(uint32_t ref) {
+  return ref & (UCX_MAX_SLOTS - 1);
+}
+static inline uint32_t weft__ucx_ref_gen(uint32_t ref) {
+  return (ref >> UCX_SLOT_BITS) & UCX_GEN_MASK;
+}
+
+/* ---- per-loop and per-channel state ---- */
+
+typedef struct ucx_loop ucx_loop;
+typedef struct ucx_channel ucx_channel;
+
+/* A channel's ep and the count of requests in flight on it; it outlives
+ * the channel. Closing an ep does not end its requests: UCX 1.13 cannot
+ * cancel a send, refuses a forced close without peer error handling, and
+ * completes a flush-mode close while a rendezvous send still waits for the
+ * peer's acknowledgement (ATS, on the data lane; the close completes on the
+ * connection manager's). An ATS handled after the close then reads the
+ * destroyed ep (SIGSEGV in ucp_rndv_ats_handler, seen here), and one that
+ * never comes leaves the send's buffer held past the pool. So a closed
+ * channel's ep lingers, still open, until its requests ended or
+ * UCX_CLOSE_WAIT_NS passed, and only then is closed. */
+typedef struct ucx_epr {
+  ucp_ep_h ep;
+  ucx_channel *uc;      /* its open channel; NULL once that closed */
+  size_t n_ops;         /* requests on it whose callbacks did not run */
+  bool force;           /* close by force (peer error handling only) */
+  bool keep;            /* not closed: ucp_worker_destroy releases it */
+  uint64_t close_by;    /* lingering: close even with requests, in ns */
+  struct ucx_epr *next; /* on the loop's lingering list */
+} ucx_epr;
+
+/* A UCX request whose callback has not run yet (a send, or a rendezvous
+ * receive) and the pool buffer it reads or writes. The loop lists them all,
+ * so that loop_fini can wait for them before it destroys the worker, and
+ * give back the buffers of those that never end. First member of the
+ * struct it is part of (ucx_send, rq_entry). */
+typedef struct ucx_op {
+  struct ucx_op *prev, *next;
+  ucx_loop *tl;
+  ucx_epr *epr;  /* its ep; NULL once that was closed */
+  void *req;     /* NULL: not listed (completed at once, or not sent yet) */
+  weft_buf **bp; /* the buffer to give back if the request never ends */
+} ucx_op;
+
+/* One message waiting in a channel's reassembly queue. */
+typedef struct rq_entry {
+  ucx_op op; /* a rendezvous receive in flight */
+  struct rq_entry *next;
+  ucx_channel *uc; /* NULL once the channel closed (rendezvous in flight) */
+  weft_buf *b;     /* NULL for FIN */
+  uint32_t seq;
+  bool ready; /* all bytes are here */
+} rq_entry;
+
+/* Work a UCX callback left for poll. */
+enum {
+  PEND_DELIVER = 1u,   /* the queue head is ready */
+  PEND_FLUSH = 2u,     /* credit arrived or the peer became known */
+  PEND_CONNECTED = 4u, /* HELLO_ACK arrived */
+  PEND_ERROR = 8u      /* the ep failed: uc->err */
+};
+
+struct ucx_channel {
+  weft_channel *ch;
+  ucx_loop *tl;
+  ucp_ep_h ep;
+  ucx_epr *epr;     /* the ep's record, handed to the lingering list at close */
+  uint32_t id, gen; /* our slot */
+  uint32_t peer_id, peer_gen;
+  bool has_slot;
+  bool peer_known;
+  bool connecting;
+  bool reading;
+  bool ep_failed;
+  bool fin_received;
+  bool in_flush;
+  bool listed; /* on the loop's pending list */
+  unsigned pend;
+  int err;              /* PEND_ERROR's error */
+  uint64_t err_drain;   /* tl->drains when the ep failed */
+  uint64_t send_credit; /* bytes we may send now */
+  uint64_t credit_owed; /* bytes delivered, not granted back yet */
+  uint32_t send_seq;    /* next DATA/FIN sequence to send */
+  rq_entry *rq_head, *rq_tail;
+  ucx_channel *pend_next;
+};
+
+typedef struct ucx_slot {
+  ucx_channel *uc; /* NULL = free */
+  uint32_t gen;
+  uint32_t next_free;
+} ucx_slot;
+
+typedef struct ucx_listener ucx_listener;
+
+struct ucx_loop {
+  weft_loop *loop;
+  weft_source source;
+  ucp_worker_h worker;
+  ucx_settings cfg;
+  ucx_slot *slots;
+  uint32_t n_slots;
+  uint32_t free_head, free_tail; /* FIFO of free slots; UINT32_MAX = none */
+  uint32_t n_free;
+  ucx_channel *pend_head, *pend_tail;
+  size_t n_pend;
+  void **closing; /* ucp_ep_close_nbx requests in flight */
+  size_t n_closing, cap_closing;
+  ucx_listener *listeners;
+  ucx_op *ops; /* requests in flight */
+  size_t n_ops;
+  ucx_epr *lingering; /* closed channels' eps with requests in flight */
+  size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
+  uint64_t drains;    /* polls whose progress ran until nothing was left */
+  bool warned_header; /* logged a message of another wire format */
+  bool in_progress;   /* inside ucp_worker_progress: UCX callbacks may run,
+                         the core must not (asserted where it calls in) */
+  /* Connection requests conn_handler queued for poll: entries
+   * [accept_head, n_accepts); a closed listener's have uln == NULL. */
+  struct ucx_accept *accepts;
+  size_t accept_head, n_accepts, cap_accepts;
+  /* Recycled send contexts and queue entries (linked by op.next): every
+   * message needs one of each, and a ping pong pays each malloc in its
+   * round trip. */
+  ucx_op *free_sends, *free_entries;
+  size_t n_free_sends, n_free_entries;
+};
+
+struct ucx_listener {
+  ucp_listener_h ul;
+  weft_listener *l;
+  ucx_loop *tl;
+  ucx_listener *prev, *next;
+};
+
+/* A connection request waiting for poll to hand it to the core. */
+typedef struct ucx_accept {
+  ucx_listener *uln;
+  ucp_conn_request_h req;
+} ucx_accept;
+
+/* A send in flight: the header must live until UCX completes it, and so
+ * must the data (`hold`). */
+typedef struct ucx_send {
+  ucx_op op;
+  ucx_hdr hdr;
+  weft_buf *hold;
+} ucx_send;
+
+/* The plugin's state of channel `ch`. */
+static inline ucx_channel *weft__ucx_of(const weft_channel *ch) {
+  return weft_channel_priv(ch);
+}
+
+/* Whether channel `uc` has a slot and the core sees it active. */
+static inline bool weft__ucx_channel_active(const ucx_channel *uc) {
+  return uc->has_slot && weft_channel_is_active(uc->ch);
+}
+
+/* ---- functions shared by the plugin's files ----
+ *
+ * Thread: every function here runs on the thread of the loop whose
+ * instance (ucx_loop) it is given, unless its comment says otherwise. Those
+ * marked "inside progress" run from UCX callbacks, inside
+ * ucp_worker_progress: they only record work for poll, and no user handler
+ * runs there. */
+
+/* -- context.c: process-wide settings and the context -- */
+
+/** The process's UCP context while a reference is held
+ *  (weft__ucx_ctx_acquire), NULL otherwise. Written under the context's
+ *  lock; a loop reads it while it holds a reference. */
+extern ucp_context_h weft__ucx_ctx;
+
+/** The [transport.ucx] keys, for the ops' config_keys. */
+extern const weft_transport_key weft__ucx_keys[];
+
+/**
+ * The weft error for UCX status `st`: 0 for UCS_OK, WEFT_EIO for a status
+ * without a closer match. Any thread.
+ */
+int weft__ucx_status_to_weft(ucs_status_t st);
+
+/**
+ * Takes a reference on the process's UCP context, creating it on the first
+ * (from the [transport.ucx] settings, which the UCX_* variables override),
+ * and copies the settings in effect to `*out` unless it is NULL. Returns 0,
+ * or the UCX error mapped with a sentence in `why` (the context then is
+ * not referenced). Any thread.
+ */
+int weft__ucx_ctx_acquire(ucx_settings *out, char *why, size_t why_len);
+
+/** Drops a reference weft__ucx_ctx_acquire took; the last one cleans the
+ *  context up. Any thread. */
+void weft__ucx_ctx_release(void);
+
+/**
+ * The ops' config_set: sets one [transport.ucx] key for contexts created
+ * afterwards. Returns 0, WEFT_EINVAL with the valid values in `why`, or
+ * WEFT_ENOENT for a key it does not know. Any thread.
+ */
+int weft__ucx_config_set(const char *key, const char *value, char *why,
+                         size_t why_len);
+
+/* -- loop.c: send contexts, queue entries, requests in flight -- */
+
+/** A zeroed send context, from the loop's free list or malloc; NULL when
+ *  out of memory. */
+ucx_send *weft__ucx_send_get(ucx_loop *tl);
+
+/** Gives a send context back to its loop's free list (freed once the list
+ *  holds UCX_FREE_LIST_MAX). Also inside progress. */
+void weft__ucx_send_put(ucx_send *s);
+
+/** A zeroed reassembly queue entry, from the loop's free list or malloc;
+ *  NULL when out of memory. Also inside progress. */
+rq_entry *weft__ucx_entry_get(ucx_loop *tl);
+
+/** Gives a queue entry back to its loop's free list (freed once the list
+ *  holds UCX_FREE_LIST_MAX). Also inside progress. */
+void weft__ucx_entry_put(rq_entry *e);
+
+/**
+ * Lists request `req`, which UCX returned for `op` on channel `uc`'s ep, on
+ * the loop (and counts it on the ep's ucx_epr) until its callback runs;
+ * `bp` is the buffer to give back if it never ends. Also inside progress.
+ */
+void weft__ucx_op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req);
+
+/** Takes `op` off the loop's list of requests, from its callback; nothing
+ *  if it was not listed. Inside progress (or the worker's destruction). */
+void weft__ucx_op_unlink(ucx_op *op);
+
+/** This plugin's instance on `loop`, created on first use; NULL with the
+ *  error in `*err` if loop_init failed. */
+ucx_loop *weft__ucx_loop_state_of(weft_loop *loop, int *err);
+
+/* -- loop.c: the channel table -- */
+
+/**
+ * Gives channel `uc` a slot in the loop's table (its id and generation),
+ * growing the table while fewer than UCX_MIN_FREE_SLOTS are free. Returns
+ * 0, or WEFT_ENOMEM or WEFT_ENOBUFS (UCX_MAX_SLOTS channels) when no slot
+ * is free.
+ */
+int weft__ucx_slot_take(ucx_loop *tl, ucx_channel *uc);
+
+/** Frees channel `uc`'s slot; its generation moves on, so that messages
+ *  still addressed to the channel are dropped. */
+void weft__ucx_slot_free(ucx_loop *tl, ucx_channel *uc);
+
+/** The channel slot reference `ref` names; NULL if the slot is free or of
+ *  another generation. Inside progress. */
+ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref);
+
+/** The open channel whose ep is `ep`, NULL if none (a scan of the table).
+ *  Inside progress. */
+ucx_channel *weft__ucx_slot_find_ep(ucx_loop *tl, ucp_ep_h ep);
+
+/* -- loop.c: the pending list -- */
+
+/** Records work `what` (PEND_*) for poll and lists the channel on the
+ *  loop's pending list, taking a channel reference, unless it is listed
+ *  already. Inside progress or outside it. */
+void weft__ucx_pend_mark(ucx_channel *uc, unsigned what);
+
+/** Takes the first channel off the pending list (NULL: empty); the caller
+ *  releases the list's channel reference. */
+ucx_channel *weft__ucx_pend_pop(ucx_loop *tl);
+
+/** Takes a closing channel off the pending list, with its work. Returns
+ *  true if it was listed: the caller then releases the list's channel
+ *  reference. */
+bool weft__ucx_pend_unlink(ucx_channel *uc);
+
+/* -- loop.c: the per-loop instance -- */
+
+/**
+ * The ops' loop_init: takes a context reference, creates the loop's worker
+ * (single-thread mode, the AM handler) and adds its event fd to the loop as
+ * a source; stores the instance in `*loop_state`. Returns 0, or an error
+ * (logged with its cause; nothing is left behind).
+ */
+int weft__ucx_loop_init(weft_loop *loop, void **loop_state);
+
+/**
+ * The ops' loop_fini, after the core closed every channel: closes the
+ * listeners, waits (bounded) for requests in flight and ep closes, gives
+ * back the buffers of requests that never end, destroys the worker and
+ * drops the context reference; while received buffers are still held, the
+ * worker, the reference and the instance are kept (logged).
+ */
+void weft__ucx_loop_fini(weft_loop *loop, void *loop_state);
+
+/* -- send.c: sending -- */
+
+/**
+ * Sends control message `type` (UMSG_HELLO, HELLO_ACK, CREDIT or FIN; no
+ * data) eagerly on channel `uc`'s ep, with UCP_AM_SEND_FLAG_* `flags`.
+ * Returns 0 (sent, or queued by UCX), WEFT_ENOMEM, or UCX's error mapped.
+ * Also inside progress (a HELLO_ACK).
+ */
+int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags);
+
+/**
+ * Sends channel `uc`'s flushed bytes as DATA messages while credit lasts,
+ * at most UCX_SENDS_PER_FLUSH of them (then PEND_FLUSH goes on next poll).
+ * Returns 0 or the first failed send's error. Outside progress; the caller
+ * holds a channel reference (promise callbacks may close the channel).
+ */
+int weft__ucx_flush_now(ucx_channel *uc);
+
+/** The ops' flush: weft__ucx_flush_now under a channel reference. Returns
+ *  0 or an error (the core then closes the channel). Outside progress
+ *  (asserted). */
+int weft__ucx_flush(weft_channel *ch);
+
+/** Grants the bytes delivered to the pipeline back to the peer (CREDIT)
+ *  once a quarter window is owed; a failed send marks PEND_ERROR. Outside
+ *  progress. */
+void weft__ucx_return_credit(ucx_channel *uc);
+
+/* -- recv.c: receiving -- */
+
+/** Marks PEND_DELIVER if channel `uc` reads and the head of its
+ *  reassembly queue is complete. Also inside progress. */
+void weft__ucx_rq_check_head(ucx_channel *uc);
+
+/** Frees a closing channel's reassembly queue; an entry whose rendezvous
+ *  receive is in flight is orphaned, and freed when it completes. */
+void weft__ucx_rq_free(ucx_channel *uc);
+
+/**
+ * The worker's handler for UCX_AM_ID (`arg`: the ucx_loop): takes a HELLO,
+ * HELLO_ACK, DATA, CREDIT or FIN into its channel's state and drops
+ * messages for closed channels or of another header size. Returns
+ * UCS_INPROGRESS when it keeps UCX's data descriptor, else UCS_OK. Inside
+ * progress.
+ */
+ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
+                               void *data, size_t len,
+                               const ucp_am_recv_param_t *param);
+
+/**
+ * Runs the work UCX callbacks left for the channels listed when it starts
+ * (connect outcome, flush, delivery, errors): pipeline events fire here.
+ * Returns how many channels it ran. From poll, outside progress.
+ */
+int weft__ucx_dispatch_pending(ucx_loop *tl);
+
+/**
+ * The eps' error handler (peer error handling; `arg`: the ucx_loop): marks
+ * the channel's ep failed and, unless a connected peer sent FIN first,
+ * PEND_ERROR; or has a lingering ep closed by force. Inside progress.
+ */
+void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
+
+/* -- listen.c: listeners -- */
+
+/** Hands the connection requests queued by the listeners' handler to the
+ *  core (weft_listener_accepted), oldest first. Returns how many. From
+ *  poll, outside progress. */
+int weft__ucx_accept_pending(ucx_loop *tl);
+
+/**
+ * The ops' listen: a UCP listener on the first address of `ep` (UCX has
+ * no backlog). Returns 0, the loop instance's or the resolver's error,
+ * WEFT_ENOMEM, or UCX's error mapped. The listener's loop.
+ */
+int weft__ucx_listen(weft_listener *l, const weft_endpoint *ep, int backlog);
+
+/** Rejects a listener's queued connection requests, destroys its UCP
+ *  listener and frees it. */
+void weft__ucx_listener_free(ucx_listener *uln);
+
+/** The ops' listen_close: frees the listener (nothing if it was freed
+ *  already, by loop_fini). The listener's loop. */
+void weft__ucx_listen_close(weft_listener *l);
+
+/** The ops' listen_address: the listener's bound address as text. Returns
+ *  0, WEFT_ECLOSED, UCX's error mapped or weft_sockaddr_format's. */
+int weft__ucx_listen_address(weft_listener *l, char *buf, size_t len);
+
+/* -- channel.c: closing eps -- */
+
+/** CLOCK_MONOTONIC in nanoseconds. Any thread. */
+uint64_t weft__ucx_now_ns(void);
+
+/** Closes the lingering eps whose requests ended or whose time is up (all
+ *  of them if `all`). From poll or loop_fini, outside progress. */
+void weft__ucx_linger_check(ucx_loop *tl, bool all);
+
+#endif
