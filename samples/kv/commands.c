@@ -1,148 +1,23 @@
-/* samples/kv/store.c: lock-striped in-memory key-value store (see store.h).
- *
- * Layout: the store is an array of stripes; a key's 64-bit SipHash picks the
- * stripe with its top bits and the bucket inside the stripe's chained hash
- * table with its low bits, so the two choices are independent. Each stripe
- * has its own mutex, table, array of keys with a TTL (for sampling in active
- * expiry) and counters. Counters are atomics written only under the stripe
- * lock (a relaxed load and store, no locked instruction) and read without
- * it by kv_store_stats_get.
- *
- * Rule for every command: allocate before locking, free after unlocking.
- * Entries deleted under the lock go onto a local garbage list; replaced
- * values are remembered and released after the unlock. The exceptions,
- * allocations that only happen under the lock, are a new entry for a key
- * that did not exist (SET, INCR; MSET preallocates them), growing the TTL
- * array, and resizing a stripe's table (its failure is harmless: the table
- * just stays fuller).
+/* samples/kv/commands.c: the store's commands (store.h) and, until it moves
+ * to its own file, the keys' expiry; the tables are in table.c and the
+ * layout in store_internal.h.
  */
-#include "store.h"
+#include "store_internal.h"
 
 #include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include <weft/clock.h>
 #include <weft/error.h>
 
-#define NO_EXPIRE_IDX UINT32_MAX
-#define TABLE_MIN_SIZE 4u
 #define EXPIRE_SAMPLE 20u /* keys per sampling round, as Redis */
 #define SCAN_COUNT_DEFAULT 10u
 #define I64_TEXT_MAX 20u /* "-9223372036854775808" */
 
-typedef struct kv_entry {
-  struct kv_entry *next; /* bucket chain, or the garbage list */
-  kv_blob *val;          /* the store's reference */
-  uint64_t hash;
-  uint64_t expire_at; /* in ns on the store's clock; 0 = no TTL */
-  uint32_t exp_idx;   /* index in the stripe's expires array */
-  uint32_t klen;      /* bytes; fits since max_key_len is checked */
-  unsigned char key[];
-} kv_entry;
-
-typedef struct kv_table {
-  kv_entry **buckets;
-  uint64_t mask; /* size - 1; size is a power of two */
-  uint64_t used;
-} kv_table;
-
-typedef struct kv_stripe {
-  /* One stripe per cache line (or more), so two loops working on different
-   * stripes never share a line. */
-  _Alignas(64) pthread_mutex_t lock;
-  kv_table table;
-  kv_entry **expires; /* entries with a TTL, for random sampling */
-  size_t n_expires, cap_expires;
-  uint64_t rng; /* xorshift state for sampling, under the lock */
-  /* Written under the lock, read by stats without it. */
-  _Atomic uint64_t keys, n_ttl, expired, mem, hits, misses;
-} kv_stripe;
-
-struct kv_store {
-  kv_stripe *stripes;
-  unsigned n_stripes;
-  unsigned stripe_bits; /* log2(n_stripes) */
-  size_t max_key_len, max_value_len;
-  bool single_thread;
-  uint64_t sip_k0, sip_k1; /* random per store: hash flooding resistance */
-  kv_clock_fn clock;
-  void *clock_arg;
-  _Atomic unsigned expire_next; /* stripe where active expiry resumes */
-};
-
-/* A command's deferred frees: entries deleted under a lock. */
-typedef struct garbage {
-  kv_entry *entries;
-} garbage;
-
 /* ------------------------------------------------------------------------ */
-/* Hashing: SipHash-1-3 (Redis' choice for the same reason: keys come from  */
-/* clients, and a seeded keyed hash keeps them from colliding on purpose).  */
-
-static inline uint64_t rotl64(uint64_t x, int b) {
-  return (x << b) | (x >> (64 - b));
-}
-
-#define SIPROUND                                                               \
-  do {                                                                         \
-    v0 += v1;                                                                  \
-    v1 = rotl64(v1, 13);                                                       \
-    v1 ^= v0;                                                                  \
-    v0 = rotl64(v0, 32);                                                       \
-    v2 += v3;                                                                  \
-    v3 = rotl64(v3, 16);                                                       \
-    v3 ^= v2;                                                                  \
-    v0 += v3;                                                                  \
-    v3 = rotl64(v3, 21);                                                       \
-    v3 ^= v0;                                                                  \
-    v2 += v1;                                                                  \
-    v1 = rotl64(v1, 17);                                                       \
-    v1 ^= v2;                                                                  \
-    v2 = rotl64(v2, 32);                                                       \
-  } while (0)
-
-static uint64_t siphash13(uint64_t k0, uint64_t k1, const unsigned char *p,
-                          size_t len) {
-  uint64_t v0 = 0x736f6d6570736575ull ^ k0, v1 = 0x646f72616e646f6dull ^ k1;
-  uint64_t v2 = 0x6c7967656e657261ull ^ k0, v3 = 0x7465646279746573ull ^ k1;
-  const unsigned char *end = p + (len & ~(size_t)7);
-  for (; p != end; p += 8) {
-    uint64_t m;
-    memcpy(&m, p, 8); /* little-endian host (x86-64, aarch64 Linux) */
-    v3 ^= m;
-    SIPROUND;
-    v0 ^= m;
-  }
-  uint64_t b = (uint64_t)len << 56;
-  for (size_t i = 0; i < (len & 7); i++)
-    b |= (uint64_t)p[i] << (8 * i);
-  v3 ^= b;
-  SIPROUND;
-  v0 ^= b;
-  v2 ^= 0xff;
-  SIPROUND;
-  SIPROUND;
-  SIPROUND;
-  return v0 ^ v1 ^ v2 ^ v3;
-}
-
-static inline uint64_t key_hash(const kv_store *s, const void *key,
-                                size_t klen) {
-  return siphash13(s->sip_k0, s->sip_k1, key, klen);
-}
-
-static inline kv_stripe *stripe_of(kv_store *s, uint64_t hash) {
-  return s->stripe_bits == 0 ? &s->stripes[0]
-                             : &s->stripes[hash >> (64 - s->stripe_bits)];
-}
-
-static inline size_t stripe_index(const kv_store *s, uint64_t hash) {
-  return s->stripe_bits == 0 ? 0 : (size_t)(hash >> (64 - s->stripe_bits));
-}
+/* Time, sampling                                                            */
 
 static inline uint64_t xorshift64(uint64_t *state) {
   uint64_t x = *state;
@@ -152,159 +27,12 @@ static inline uint64_t xorshift64(uint64_t *state) {
   return *state = x;
 }
 
-/* ------------------------------------------------------------------------ */
-/* Locks, counters, time                                                     */
-
-static inline void stripe_lock(kv_store *s, kv_stripe *st) {
-  if (!s->single_thread)
-    pthread_mutex_lock(&st->lock);
-}
-
-static inline void stripe_unlock(kv_store *s, kv_stripe *st) {
-  if (!s->single_thread)
-    pthread_mutex_unlock(&st->lock);
-}
-
-/* Only the lock holder writes a stripe counter, so load + store is exact;
- * the atomics are for readers that take no lock. */
-static inline void counter_add(_Atomic uint64_t *c, uint64_t delta) {
-  atomic_store_explicit(c,
-                        atomic_load_explicit(c, memory_order_relaxed) + delta,
-                        memory_order_relaxed);
-}
-
-static inline void counter_sub(_Atomic uint64_t *c, uint64_t delta) {
-  atomic_store_explicit(c,
-                        atomic_load_explicit(c, memory_order_relaxed) - delta,
-                        memory_order_relaxed);
-}
-
 static inline uint64_t store_now(const kv_store *s) {
   return s->clock ? s->clock(s->clock_arg) : weft_now_ns();
 }
 
 /* ------------------------------------------------------------------------ */
-/* Blobs                                                                     */
-
-static kv_blob *blob_alloc(size_t len) {
-  kv_blob *b = malloc(sizeof(*b) + len);
-  if (b == NULL)
-    return NULL;
-  atomic_init(&b->refs, 1);
-  b->len = len;
-  return b;
-}
-
-int kv_blob_new(const kv_store *store, size_t len, kv_blob **out) {
-  *out = NULL;
-  if (len > store->max_value_len)
-    return WEFT_EMSGSIZE;
-  *out = blob_alloc(len);
-  return *out ? 0 : WEFT_ENOMEM;
-}
-
-kv_blob *kv_blob_retain(kv_blob *blob) {
-  /* Relaxed: the caller already holds a reference, so the blob is alive. */
-  atomic_fetch_add_explicit(&blob->refs, 1, memory_order_relaxed);
-  return blob;
-}
-
-void kv_blob_release(kv_blob *blob) {
-  if (blob == NULL)
-    return;
-  /* acq_rel: every holder's reads happen before the free by the last one. */
-  if (atomic_fetch_sub_explicit(&blob->refs, 1, memory_order_acq_rel) == 1)
-    free(blob);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Entries, tables, TTL array (all under the stripe lock)                   */
-
-static kv_entry *entry_new(uint64_t hash, const void *key, size_t klen) {
-  kv_entry *e = malloc(sizeof(*e) + klen);
-  if (e == NULL)
-    return NULL;
-  e->next = NULL;
-  e->val = NULL;
-  e->hash = hash;
-  e->expire_at = 0;
-  e->exp_idx = NO_EXPIRE_IDX;
-  e->klen = (uint32_t)klen;
-  if (klen)
-    memcpy(e->key, key, klen);
-  return e;
-}
-
-static void entry_free(kv_entry *e) {
-  kv_blob_release(e->val);
-  free(e);
-}
-
-static void garbage_free(garbage *g) {
-  while (g->entries) {
-    kv_entry *e = g->entries;
-    g->entries = e->next;
-    entry_free(e);
-  }
-}
-
-static int table_init(kv_table *t, uint64_t size) {
-  t->buckets = calloc(size, sizeof(*t->buckets));
-  t->mask = size - 1;
-  t->used = 0;
-  return t->buckets ? 0 : WEFT_ENOMEM;
-}
-
-/* The link that points at the entry for `key`, or NULL. */
-static kv_entry **table_find(kv_table *t, uint64_t hash, const void *key,
-                             size_t klen) {
-  kv_entry **link = &t->buckets[hash & t->mask];
-  for (; *link; link = &(*link)->next) {
-    kv_entry *e = *link;
-    if (e->hash == hash && e->klen == klen && memcmp(e->key, key, klen) == 0)
-      return link;
-  }
-  return NULL;
-}
-
-/* The link that points at `e` (which is in the table). */
-static kv_entry **table_link_of(kv_table *t, const kv_entry *e) {
-  kv_entry **link = &t->buckets[e->hash & t->mask];
-  while (*link != e)
-    link = &(*link)->next;
-  return link;
-}
-
-/* Rehashes into `size` buckets; on ENOMEM keeps the old table (a fuller or
- * emptier table is slower, not wrong). */
-static void table_resize(kv_table *t, uint64_t size) {
-  kv_entry **nb = calloc(size, sizeof(*nb));
-  if (nb == NULL)
-    return;
-  for (uint64_t i = 0; i <= t->mask; i++) {
-    kv_entry *e = t->buckets[i];
-    while (e) {
-      kv_entry *next = e->next;
-      kv_entry **head = &nb[e->hash & (size - 1)];
-      e->next = *head;
-      *head = e;
-      e = next;
-    }
-  }
-  free(t->buckets);
-  t->buckets = nb;
-  t->mask = size - 1;
-}
-
-/* Load factor 1 to grow (Redis' threshold), 1/8 to shrink. Shrinking
- * matters for SCAN's cost and memory after mass deletes. */
-static void table_maybe_resize(kv_table *t) {
-  uint64_t size = t->mask + 1;
-  if (t->used > size)
-    table_resize(t, size * 2);
-  else if (size > TABLE_MIN_SIZE && t->used < size / 8)
-    table_resize(t, size / 2);
-}
+/* TTL array, lazy expiry (all under the stripe lock)                        */
 
 static int expires_reserve(kv_stripe *st) {
   if (st->n_expires < st->cap_expires)
@@ -323,12 +51,12 @@ static void expire_set(kv_stripe *st, kv_entry *e, uint64_t at) {
   if (e->exp_idx == NO_EXPIRE_IDX) {
     e->exp_idx = (uint32_t)st->n_expires;
     st->expires[st->n_expires++] = e;
-    counter_add(&st->n_ttl, 1);
+    kv__counter_add(&st->n_ttl, 1);
   }
   e->expire_at = at;
 }
 
-static void expire_clear(kv_stripe *st, kv_entry *e) {
+void kv__expire_clear(kv_stripe *st, kv_entry *e) {
   if (e->exp_idx == NO_EXPIRE_IDX)
     return;
   kv_entry *last = st->expires[--st->n_expires];
@@ -336,30 +64,7 @@ static void expire_clear(kv_stripe *st, kv_entry *e) {
   last->exp_idx = e->exp_idx;
   e->exp_idx = NO_EXPIRE_IDX;
   e->expire_at = 0;
-  counter_sub(&st->n_ttl, 1);
-}
-
-static void entry_link(kv_stripe *st, kv_entry *e, kv_blob *val) {
-  kv_entry **head = &st->table.buckets[e->hash & st->table.mask];
-  e->val = val;
-  e->next = *head;
-  *head = e;
-  st->table.used++;
-  counter_add(&st->keys, 1);
-  counter_add(&st->mem, e->klen + val->len);
-  table_maybe_resize(&st->table);
-}
-
-/* Unlinks the entry at `link` onto the garbage list (freed after unlock). */
-static void entry_unlink(kv_stripe *st, kv_entry **link, garbage *g) {
-  kv_entry *e = *link;
-  *link = e->next;
-  st->table.used--;
-  expire_clear(st, e);
-  counter_sub(&st->keys, 1);
-  counter_sub(&st->mem, e->klen + e->val->len);
-  e->next = g->entries;
-  g->entries = e;
+  kv__counter_sub(&st->n_ttl, 1);
 }
 
 static inline bool entry_expired(const kv_store *s, const kv_entry *e) {
@@ -370,136 +75,15 @@ static inline bool entry_expired(const kv_store *s, const kv_entry *e) {
  * (lazy expiry). Resizing is left to the caller's next insert. */
 static kv_entry *lookup_live(kv_store *s, kv_stripe *st, uint64_t hash,
                              const void *key, size_t klen, garbage *g) {
-  kv_entry **link = table_find(&st->table, hash, key, klen);
+  kv_entry **link = kv__table_find(&st->table, hash, key, klen);
   if (link == NULL)
     return NULL;
   if (entry_expired(s, *link)) {
-    entry_unlink(st, link, g);
-    counter_add(&st->expired, 1);
+    kv__entry_unlink(st, link, g);
+    kv__counter_add(&st->expired, 1);
     return NULL;
   }
   return *link;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Store life cycle                                                          */
-
-void kv_store_options_init(kv_store_options *opts) {
-  opts->n_stripes = KV_STRIPES_DEFAULT;
-  opts->max_key_len = KV_MAX_KEY_LEN_DEFAULT;
-  opts->max_value_len = KV_MAX_VALUE_LEN_DEFAULT;
-  opts->single_thread = false;
-}
-
-static int stripe_init(kv_stripe *st, bool single_thread, uint64_t seed) {
-  memset(st, 0, sizeof(*st));
-  st->rng = seed | 1; /* xorshift must not start at 0 */
-  if (table_init(&st->table, TABLE_MIN_SIZE) != 0)
-    return WEFT_ENOMEM;
-  if (single_thread)
-    return 0;
-  /* Adaptive: spin briefly before sleeping; critical sections here are a
-   * few dozen nanoseconds, far shorter than a futex sleep and wake-up. */
-  pthread_mutexattr_t attr;
-  pthread_mutexattr_init(&attr);
-  pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-  int err = pthread_mutex_init(&st->lock, &attr);
-  pthread_mutexattr_destroy(&attr);
-  if (err != 0) {
-    free(st->table.buckets);
-    return -err;
-  }
-  return 0;
-}
-
-static void stripe_fini(kv_stripe *st, bool single_thread) {
-  for (uint64_t i = 0; i <= st->table.mask; i++) {
-    kv_entry *e = st->table.buckets[i];
-    while (e) {
-      kv_entry *next = e->next;
-      entry_free(e);
-      e = next;
-    }
-  }
-  free(st->table.buckets);
-  free(st->expires);
-  if (!single_thread)
-    pthread_mutex_destroy(&st->lock);
-}
-
-static bool options_valid(const kv_store_options *o) {
-  unsigned n = o->n_stripes;
-  return n >= 1 && n <= KV_STRIPES_MAX && (n & (n - 1)) == 0 &&
-         o->max_key_len >= 1 && o->max_key_len <= UINT32_MAX &&
-         o->max_value_len <= SIZE_MAX - sizeof(kv_blob);
-}
-
-static void random_seed(uint64_t out[2]) {
-  /* getrandom on a urandom-backed pool; if it fails (very old kernel, a
-   * seccomp filter), fall back to the clock and an address: weaker against
-   * hash flooding but still working. */
-  if (getrandom(out, 2 * sizeof(uint64_t), GRND_NONBLOCK) ==
-      (ssize_t)(2 * sizeof(uint64_t)))
-    return;
-  out[0] = weft_now_ns() ^ 0x9E3779B97F4A7C15ull;
-  out[1] = (uint64_t)(uintptr_t)out * 0xBF58476D1CE4E5B9ull;
-}
-
-int kv_store_new(kv_store **out, const kv_store_options *opts) {
-  kv_store_options defaults;
-  if (opts == NULL) {
-    kv_store_options_init(&defaults);
-    opts = &defaults;
-  }
-  *out = NULL;
-  if (!options_valid(opts))
-    return WEFT_EINVAL;
-  kv_store *s = calloc(1, sizeof(*s));
-  if (s == NULL)
-    return WEFT_ENOMEM;
-  s->n_stripes = opts->single_thread ? 1 : opts->n_stripes;
-  s->stripe_bits = (unsigned)__builtin_ctz(s->n_stripes);
-  s->max_key_len = opts->max_key_len;
-  s->max_value_len = opts->max_value_len;
-  s->single_thread = opts->single_thread;
-  uint64_t seed[2];
-  random_seed(seed);
-  s->sip_k0 = seed[0];
-  s->sip_k1 = seed[1];
-  atomic_init(&s->expire_next, 0);
-  int err;
-  s->stripes =
-      aligned_alloc(_Alignof(kv_stripe), s->n_stripes * sizeof(kv_stripe));
-  if (s->stripes == NULL) {
-    err = WEFT_ENOMEM;
-    goto failed_stripes_alloc;
-  }
-  unsigned i;
-  for (i = 0; i < s->n_stripes; i++) {
-    err = stripe_init(&s->stripes[i], s->single_thread,
-                      seed[0] ^ (0x9E3779B97F4A7C15ull * (i + 1)));
-    if (err != 0)
-      goto failed_stripe_init;
-  }
-  *out = s;
-  return 0;
-
-failed_stripe_init:
-  while (i-- > 0)
-    stripe_fini(&s->stripes[i], s->single_thread);
-  free(s->stripes);
-failed_stripes_alloc:
-  free(s);
-  return err;
-}
-
-void kv_store_free(kv_store *store) {
-  if (store == NULL)
-    return;
-  for (unsigned i = 0; i < store->n_stripes; i++)
-    stripe_fini(&store->stripes[i], store->single_thread);
-  free(store->stripes);
-  free(store);
 }
 
 void kv_store_set_clock(kv_store *store, kv_clock_fn fn, void *arg) {
@@ -514,19 +98,19 @@ int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   *out = NULL;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = key_hash(s, key, klen);
-  kv_stripe *st = stripe_of(s, h);
+  uint64_t h = kv__key_hash(s, key, klen);
+  kv_stripe *st = kv__stripe_of(s, h);
   garbage g = {NULL};
-  stripe_lock(s, st);
+  kv__stripe_lock(s, st);
   kv_entry *e = lookup_live(s, st, h, key, klen, &g);
   if (e) {
     *out = kv_blob_retain(e->val);
-    counter_add(&st->hits, 1);
+    kv__counter_add(&st->hits, 1);
   } else {
-    counter_add(&st->misses, 1);
+    kv__counter_add(&st->misses, 1);
   }
-  stripe_unlock(s, st);
-  garbage_free(&g);
+  kv__stripe_unlock(s, st);
+  kv__garbage_free(&g);
   return e != NULL;
 }
 
@@ -578,23 +162,23 @@ static int set_locked(kv_store *s, kv_stripe *st, set_op *op, garbage *g) {
   if (new_ttl && expires_reserve(st) != 0)
     return WEFT_ENOMEM;
   if (e == NULL) {
-    e = op->spare ? op->spare : entry_new(op->hash, op->key, op->klen);
+    e = op->spare ? op->spare : kv__entry_new(op->hash, op->key, op->klen);
     if (e == NULL)
       return WEFT_ENOMEM;
     op->spare = NULL;
-    entry_link(st, e, op->blob);
+    kv__entry_link(st, e, op->blob);
     op->blob = NULL;
   } else {
     kv_blob *old = e->val;
     e->val = op->blob;
-    counter_add(&st->mem, op->blob->len);
-    counter_sub(&st->mem, old->len);
+    kv__counter_add(&st->mem, op->blob->len);
+    kv__counter_sub(&st->mem, old->len);
     op->blob = old;
   }
   if (op->at != 0)
     expire_set(st, e, op->at);
   else if (!(op->flags & KV_SET_KEEPTTL))
-    expire_clear(st, e);
+    kv__expire_clear(st, e);
   return 1;
 }
 
@@ -610,13 +194,13 @@ int kv_set_blob(kv_store *s, const void *key, size_t klen, kv_blob *blob,
   if (ret != 0)
     goto out;
   op.flags = opts ? opts->flags : 0;
-  op.hash = key_hash(s, key, klen);
-  kv_stripe *st = stripe_of(s, op.hash);
+  op.hash = kv__key_hash(s, key, klen);
+  kv_stripe *st = kv__stripe_of(s, op.hash);
   garbage g = {NULL};
-  stripe_lock(s, st);
+  kv__stripe_lock(s, st);
   ret = set_locked(s, st, &op, &g);
-  stripe_unlock(s, st);
-  garbage_free(&g);
+  kv__stripe_unlock(s, st);
+  kv__garbage_free(&g);
 out:
   kv_blob_release(op.blob);
   return ret;
@@ -639,18 +223,18 @@ int kv_pttl(kv_store *s, const void *key, size_t klen, int64_t *ttl_ms) {
   *ttl_ms = -1;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = key_hash(s, key, klen);
-  kv_stripe *st = stripe_of(s, h);
+  uint64_t h = kv__key_hash(s, key, klen);
+  kv_stripe *st = kv__stripe_of(s, h);
   garbage g = {NULL};
-  stripe_lock(s, st);
+  kv__stripe_lock(s, st);
   kv_entry *e = lookup_live(s, st, h, key, klen, &g);
   if (e && e->expire_at) {
     uint64_t now = store_now(s),
              left = e->expire_at > now ? e->expire_at - now : 0;
     *ttl_ms = (int64_t)((left + 999999u) / 1000000u);
   }
-  stripe_unlock(s, st);
-  garbage_free(&g);
+  kv__stripe_unlock(s, st);
+  kv__garbage_free(&g);
   return e != NULL;
 }
 
@@ -712,33 +296,33 @@ int kv_incrby(kv_store *s, const void *key, size_t klen, int64_t delta,
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
   /* The result is at most 20 characters: allocate before locking. */
-  kv_blob *nb = blob_alloc(I64_TEXT_MAX);
+  kv_blob *nb = kv__blob_alloc(I64_TEXT_MAX);
   if (nb == NULL)
     return WEFT_ENOMEM;
-  uint64_t h = key_hash(s, key, klen);
-  kv_stripe *st = stripe_of(s, h);
+  uint64_t h = kv__key_hash(s, key, klen);
+  kv_stripe *st = kv__stripe_of(s, h);
   garbage g = {NULL};
   int64_t sum = 0;
-  stripe_lock(s, st);
+  kv__stripe_lock(s, st);
   kv_entry *e = lookup_live(s, st, h, key, klen, &g);
   int err = incr_compute(e, delta, nb, &sum);
   if (err == 0 && e) {
     kv_blob *old = e->val;
     e->val = nb;
-    counter_add(&st->mem, nb->len);
-    counter_sub(&st->mem, old->len);
+    kv__counter_add(&st->mem, nb->len);
+    kv__counter_sub(&st->mem, old->len);
     nb = old; /* TTL kept, as Redis' INCR */
   } else if (err == 0) {
-    kv_entry *ne = entry_new(h, key, klen);
+    kv_entry *ne = kv__entry_new(h, key, klen);
     if (ne) {
-      entry_link(st, ne, nb);
+      kv__entry_link(st, ne, nb);
       nb = NULL;
     } else {
       err = WEFT_ENOMEM;
     }
   }
-  stripe_unlock(s, st);
-  garbage_free(&g);
+  kv__stripe_unlock(s, st);
+  kv__garbage_free(&g);
   kv_blob_release(nb);
   if (err == 0)
     *result = sum;
@@ -763,13 +347,13 @@ typedef struct lock_set {
 static void lock_set_lock(kv_store *s, const lock_set *ls) {
   for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
     for (uint64_t m = ls->bits[w]; m; m &= m - 1)
-      stripe_lock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
+      kv__stripe_lock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
 }
 
 static void lock_set_unlock(kv_store *s, const lock_set *ls) {
   for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
     for (uint64_t m = ls->bits[w]; m; m &= m - 1)
-      stripe_unlock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
+      kv__stripe_unlock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
 }
 
 /* Validates `n` keys and hashes them into `hashes`; fills `ls`. */
@@ -781,8 +365,8 @@ static int keys_prepare(kv_store *s, size_t n, const kv_key *keys,
   for (size_t i = 0; i < n; i++) {
     if (keys[i].len > s->max_key_len)
       return WEFT_EMSGSIZE;
-    hashes[i] = key_hash(s, keys[i].ptr, keys[i].len);
-    size_t si = stripe_index(s, hashes[i]);
+    hashes[i] = kv__key_hash(s, keys[i].ptr, keys[i].len);
+    size_t si = kv__stripe_index(s, hashes[i]);
     ls->bits[si / 64] |= 1ull << (si % 64);
   }
   return 0;
@@ -815,19 +399,19 @@ static int multi_key(kv_store *s, size_t n, const kv_key *keys,
   garbage g = {NULL};
   lock_set_lock(s, &ls);
   for (size_t i = 0; i < n; i++) {
-    kv_stripe *st = stripe_of(s, hashes[i]);
+    kv_stripe *st = kv__stripe_of(s, hashes[i]);
     kv_entry *e = lookup_live(s, st, hashes[i], keys[i].ptr, keys[i].len, &g);
     if (op == MULTI_GET) {
       out[i] = e ? kv_blob_retain(e->val) : NULL;
-      counter_add(e ? &st->hits : &st->misses, 1);
+      kv__counter_add(e ? &st->hits : &st->misses, 1);
     } else if (e && op == MULTI_DEL) {
-      entry_unlink(st, table_link_of(&st->table, e), &g);
-      table_maybe_resize(&st->table);
+      kv__entry_unlink(st, kv__table_link_of(&st->table, e), &g);
+      kv__table_maybe_resize(&st->table);
     }
     ret += e != NULL;
   }
   lock_set_unlock(s, &ls);
-  garbage_free(&g);
+  kv__garbage_free(&g);
 out:
   hashes_free(hashes, stack);
   return ret;
@@ -878,8 +462,8 @@ static int mset_prepare(kv_store *s, size_t n, const kv_key *keys,
   if (err != 0)
     return err;
   for (size_t i = 0; i < n; i++) {
-    p->blobs[i] = blob_alloc(vals[i].len);
-    p->spares[i] = entry_new(p->hashes[i], keys[i].ptr, keys[i].len);
+    p->blobs[i] = kv__blob_alloc(vals[i].len);
+    p->spares[i] = kv__entry_new(p->hashes[i], keys[i].ptr, keys[i].len);
     if (!p->blobs[i] || !p->spares[i])
       return WEFT_ENOMEM;
     if (vals[i].len)
@@ -903,12 +487,12 @@ int kv_mset(kv_store *s, size_t n, const kv_key *keys, const kv_key *vals) {
                  .blob = p.blobs[i],
                  .spare = p.spares[i]};
     /* Cannot fail: the entry is preallocated and no TTL is set. */
-    set_locked(s, stripe_of(s, op.hash), &op, &g);
+    set_locked(s, kv__stripe_of(s, op.hash), &op, &g);
     p.blobs[i] = op.blob; /* the old value, released below */
     p.spares[i] = op.spare;
   }
   lock_set_unlock(s, &ls);
-  garbage_free(&g);
+  kv__garbage_free(&g);
 out:
   mset_prep_free(&p, n);
   return err;
@@ -951,7 +535,7 @@ static int result_push(kv_scan_result *res, const kv_entry *e) {
     res->keys = k;
     res->cap = cap;
   }
-  kv_blob *b = blob_alloc(e->klen);
+  kv_blob *b = kv__blob_alloc(e->klen);
   if (b == NULL)
     return WEFT_ENOMEM;
   if (e->klen)
@@ -1000,13 +584,13 @@ int kv_scan(kv_store *s, uint64_t cursor, size_t count, const void *pattern,
   int err = 0;
   while (si < s->n_stripes && err == 0) {
     kv_stripe *st = &s->stripes[si];
-    stripe_lock(s, st);
+    kv__stripe_lock(s, st);
     do {
       err = scan_bucket(s, st, c, res);
       if (err == 0)
         c = cursor_next(c, st->table.mask);
     } while (err == 0 && c != 0 && res->n - from < count && --visits > 0);
-    stripe_unlock(s, st);
+    kv__stripe_unlock(s, st);
     if (err == 0 && c == 0)
       si++; /* this stripe is done; the next starts at bucket cursor 0 */
     if (res->n - from >= count || visits == 0)
@@ -1106,76 +690,11 @@ bool kv_glob_match(const void *pattern, size_t plen, const void *str,
   return p == plen;
 }
 
-/* ------------------------------------------------------------------------ */
-/* DBSIZE, FLUSHALL, active expiry, stats                                    */
-
-uint64_t kv_dbsize(kv_store *s) {
-  uint64_t n = 0;
-  for (unsigned i = 0; i < s->n_stripes; i++)
-    n += atomic_load_explicit(&s->stripes[i].keys, memory_order_relaxed);
-  return n;
-}
-
-/* Frees what FLUSHALL detached from one stripe. */
-static void detached_free(kv_table *t, kv_entry **expires) {
-  for (uint64_t i = 0; i <= t->mask; i++) {
-    kv_entry *e = t->buckets[i];
-    while (e) {
-      kv_entry *next = e->next;
-      entry_free(e);
-      e = next;
-    }
-  }
-  free(t->buckets);
-  free(expires);
-}
-
-int kv_flushall(kv_store *s) {
-  unsigned n = s->n_stripes, i;
-  kv_table *fresh = calloc(n, sizeof(*fresh));
-  kv_entry ***old_exp = calloc(n, sizeof(*old_exp));
-  int err = WEFT_ENOMEM;
-  if (fresh == NULL || old_exp == NULL)
-    goto failed_alloc;
-  for (i = 0; i < n; i++)
-    if (table_init(&fresh[i], TABLE_MIN_SIZE) != 0)
-      goto failed_tables;
-  for (i = 0; i < n; i++) /* all stripes, in order: atomic */
-    stripe_lock(s, &s->stripes[i]);
-  for (i = 0; i < n; i++) {
-    kv_stripe *st = &s->stripes[i];
-    kv_table t = st->table;
-    st->table = fresh[i];
-    fresh[i] = t; /* the old table, freed below */
-    old_exp[i] = st->expires;
-    st->expires = NULL;
-    st->n_expires = st->cap_expires = 0;
-    atomic_store_explicit(&st->keys, 0, memory_order_relaxed);
-    atomic_store_explicit(&st->n_ttl, 0, memory_order_relaxed);
-    atomic_store_explicit(&st->mem, 0, memory_order_relaxed);
-  }
-  for (i = n; i-- > 0;)
-    stripe_unlock(s, &s->stripes[i]);
-  for (i = 0; i < n; i++)
-    detached_free(&fresh[i], old_exp[i]);
-  free(fresh);
-  free(old_exp);
-  return 0;
-
-failed_tables:
-  while (i-- > 0)
-    free(fresh[i].buckets);
-failed_alloc:
-  free(fresh);
-  free(old_exp);
-  return err;
-}
-
 /* Samples one stripe; returns keys deleted, takes samples from *budget. */
 static size_t expire_stripe(kv_store *s, kv_stripe *st, size_t *budget,
                             garbage *g) {
   size_t deleted = 0;
-  stripe_lock(s, st);
+  kv__stripe_lock(s, st);
   uint64_t now = store_now(s);
   for (;;) {
     size_t sample = EXPIRE_SAMPLE;
@@ -1189,8 +708,8 @@ static size_t expire_stripe(kv_store *s, kv_stripe *st, size_t *budget,
     for (size_t k = 0; k < sample && st->n_expires; k++) {
       kv_entry *e = st->expires[xorshift64(&st->rng) % st->n_expires];
       if (e->expire_at <= now) {
-        entry_unlink(st, table_link_of(&st->table, e), g);
-        counter_add(&st->expired, 1);
+        kv__entry_unlink(st, kv__table_link_of(&st->table, e), g);
+        kv__counter_add(&st->expired, 1);
         round++;
       }
     }
@@ -1199,8 +718,8 @@ static size_t expire_stripe(kv_store *s, kv_stripe *st, size_t *budget,
     if (round * 4 <= sample) /* few expired here: move on */
       break;
   }
-  table_maybe_resize(&st->table);
-  stripe_unlock(s, st);
+  kv__table_maybe_resize(&st->table);
+  kv__stripe_unlock(s, st);
   return deleted;
 }
 
@@ -1212,26 +731,15 @@ size_t kv_store_expire_some(kv_store *s, size_t budget) {
     garbage g = {NULL};
     deleted += expire_stripe(s, &s->stripes[(start + k) & (s->n_stripes - 1)],
                              &budget, &g);
-    garbage_free(&g);
+    kv__garbage_free(&g);
   }
   /* Concurrent callers may both resume at the same stripe: harmless. */
   atomic_store_explicit(&s->expire_next, start + k, memory_order_relaxed);
   return deleted;
 }
 
-void kv_store_stats_get(kv_store *s, kv_store_stats *out) {
-  memset(out, 0, sizeof(*out));
-  for (unsigned i = 0; i < s->n_stripes; i++) {
-    kv_stripe *st = &s->stripes[i];
-    out->keys += atomic_load_explicit(&st->keys, memory_order_relaxed);
-    out->expires += atomic_load_explicit(&st->n_ttl, memory_order_relaxed);
-    out->expired_keys +=
-        atomic_load_explicit(&st->expired, memory_order_relaxed);
-    out->mem_bytes += atomic_load_explicit(&st->mem, memory_order_relaxed);
-    out->hits += atomic_load_explicit(&st->hits, memory_order_relaxed);
-    out->misses += atomic_load_explicit(&st->misses, memory_order_relaxed);
-  }
-}
+/* ------------------------------------------------------------------------ */
+/* Error texts                                                               */
 
 const char *kv_error_message(int err) {
   switch (err) {
