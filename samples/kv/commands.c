@@ -1,6 +1,9 @@
-/* samples/kv/commands.c: the store's commands (store.h) and, until it moves
- * to its own file, the keys' expiry; the tables are in table.c and the
- * layout in store_internal.h.
+/* samples/kv/commands.c: the store's per-key commands (store.h): GET, SET,
+ * INCRBY, DEL, EXISTS, MGET, MSET, SCAN with Redis' glob matching, and the
+ * Redis error texts. Each hashes its keys, takes the stripe locks it needs,
+ * works on the tables through table.c and expiry.c, and frees after the
+ * unlock (the rule in store_internal.h). Not to be confused with command.c,
+ * which checks a protocol request's arguments and then calls these.
  */
 #include "store_internal.h"
 
@@ -9,87 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <weft/clock.h>
 #include <weft/error.h>
 
-#define EXPIRE_SAMPLE 20u /* keys per sampling round, as Redis */
 #define SCAN_COUNT_DEFAULT 10u
 #define I64_TEXT_MAX 20u /* "-9223372036854775808" */
-
-/* ------------------------------------------------------------------------ */
-/* Time, sampling                                                            */
-
-static inline uint64_t xorshift64(uint64_t *state) {
-  uint64_t x = *state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *state = x;
-}
-
-static inline uint64_t store_now(const kv_store *s) {
-  return s->clock ? s->clock(s->clock_arg) : weft_now_ns();
-}
-
-/* ------------------------------------------------------------------------ */
-/* TTL array, lazy expiry (all under the stripe lock)                        */
-
-static int expires_reserve(kv_stripe *st) {
-  if (st->n_expires < st->cap_expires)
-    return 0;
-  size_t cap = st->cap_expires ? st->cap_expires * 2 : 16;
-  kv_entry **a = realloc(st->expires, cap * sizeof(*a));
-  if (a == NULL)
-    return WEFT_ENOMEM;
-  st->expires = a;
-  st->cap_expires = cap;
-  return 0;
-}
-
-/* Gives `e` the deadline `at`; the caller reserved room in the array. */
-static void expire_set(kv_stripe *st, kv_entry *e, uint64_t at) {
-  if (e->exp_idx == NO_EXPIRE_IDX) {
-    e->exp_idx = (uint32_t)st->n_expires;
-    st->expires[st->n_expires++] = e;
-    kv__counter_add(&st->n_ttl, 1);
-  }
-  e->expire_at = at;
-}
-
-void kv__expire_clear(kv_stripe *st, kv_entry *e) {
-  if (e->exp_idx == NO_EXPIRE_IDX)
-    return;
-  kv_entry *last = st->expires[--st->n_expires];
-  st->expires[e->exp_idx] = last;
-  last->exp_idx = e->exp_idx;
-  e->exp_idx = NO_EXPIRE_IDX;
-  e->expire_at = 0;
-  kv__counter_sub(&st->n_ttl, 1);
-}
-
-static inline bool entry_expired(const kv_store *s, const kv_entry *e) {
-  return e->expire_at != 0 && e->expire_at <= store_now(s);
-}
-
-/* The live entry for `key`, or NULL; an expired one is deleted on the way
- * (lazy expiry). Resizing is left to the caller's next insert. */
-static kv_entry *lookup_live(kv_store *s, kv_stripe *st, uint64_t hash,
-                             const void *key, size_t klen, garbage *g) {
-  kv_entry **link = kv__table_find(&st->table, hash, key, klen);
-  if (link == NULL)
-    return NULL;
-  if (entry_expired(s, *link)) {
-    kv__entry_unlink(st, link, g);
-    kv__counter_add(&st->expired, 1);
-    return NULL;
-  }
-  return *link;
-}
-
-void kv_store_set_clock(kv_store *store, kv_clock_fn fn, void *arg) {
-  store->clock = fn;
-  store->clock_arg = arg;
-}
 
 /* ------------------------------------------------------------------------ */
 /* GET, SET                                                                  */
@@ -102,7 +28,7 @@ int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   kv_stripe *st = kv__stripe_of(s, h);
   garbage g = {NULL};
   kv__stripe_lock(s, st);
-  kv_entry *e = lookup_live(s, st, h, key, klen, &g);
+  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
   if (e) {
     *out = kv_blob_retain(e->val);
     kv__counter_add(&st->hits, 1);
@@ -112,32 +38,6 @@ int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   kv__stripe_unlock(s, st);
   kv__garbage_free(&g);
   return e != NULL;
-}
-
-int kv_ttl_ms_from_seconds(int64_t seconds, int64_t *ttl_ms) {
-  if (seconds <= 0 || seconds > INT64_MAX / 1000)
-    return WEFT_EINVAL;
-  *ttl_ms = seconds * 1000;
-  return 0;
-}
-
-/* Validates SET options and computes the absolute deadline (0 = none). */
-static int set_deadline(const kv_store *s, const kv_set_options *o,
-                        uint64_t *at) {
-  *at = 0;
-  if (o == NULL)
-    return 0;
-  if ((o->flags & KV_SET_NX) && (o->flags & KV_SET_XX))
-    return WEFT_EINVAL;
-  if (o->ttl_ms < 0 || (o->ttl_ms > 0 && (o->flags & KV_SET_KEEPTTL)))
-    return WEFT_EINVAL;
-  if (o->ttl_ms == 0)
-    return 0;
-  uint64_t now = store_now(s);
-  if ((uint64_t)o->ttl_ms > (UINT64_MAX - now) / 1000000u)
-    return WEFT_EINVAL;
-  *at = now + (uint64_t)o->ttl_ms * 1000000u;
-  return 0;
 }
 
 /* The state one SET carries through the lock. */
@@ -155,11 +55,11 @@ typedef struct set_op {
  * op->blob is the blob to release after the unlock (the old value, or the
  * unused new one, or NULL when a new entry took it). */
 static int set_locked(kv_store *s, kv_stripe *st, set_op *op, garbage *g) {
-  kv_entry *e = lookup_live(s, st, op->hash, op->key, op->klen, g);
+  kv_entry *e = kv__lookup_live(s, st, op->hash, op->key, op->klen, g);
   if (((op->flags & KV_SET_NX) && e) || ((op->flags & KV_SET_XX) && !e))
     return 0;
   bool new_ttl = op->at != 0 && (e == NULL || e->exp_idx == NO_EXPIRE_IDX);
-  if (new_ttl && expires_reserve(st) != 0)
+  if (new_ttl && kv__expires_reserve(st) != 0)
     return WEFT_ENOMEM;
   if (e == NULL) {
     e = op->spare ? op->spare : kv__entry_new(op->hash, op->key, op->klen);
@@ -176,7 +76,7 @@ static int set_locked(kv_store *s, kv_stripe *st, set_op *op, garbage *g) {
     op->blob = old;
   }
   if (op->at != 0)
-    expire_set(st, e, op->at);
+    kv__expire_set(st, e, op->at);
   else if (!(op->flags & KV_SET_KEEPTTL))
     kv__expire_clear(st, e);
   return 1;
@@ -190,7 +90,7 @@ int kv_set_blob(kv_store *s, const void *key, size_t klen, kv_blob *blob,
     ret = WEFT_EMSGSIZE;
     goto out;
   }
-  ret = set_deadline(s, opts, &op.at);
+  ret = kv__set_deadline(s, opts, &op.at);
   if (ret != 0)
     goto out;
   op.flags = opts ? opts->flags : 0;
@@ -217,25 +117,6 @@ int kv_set(kv_store *s, const void *key, size_t klen, const void *val,
   if (vlen)
     memcpy(b->data, val, vlen);
   return kv_set_blob(s, key, klen, b, opts);
-}
-
-int kv_pttl(kv_store *s, const void *key, size_t klen, int64_t *ttl_ms) {
-  *ttl_ms = -1;
-  if (klen > s->max_key_len)
-    return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = lookup_live(s, st, h, key, klen, &g);
-  if (e && e->expire_at) {
-    uint64_t now = store_now(s),
-             left = e->expire_at > now ? e->expire_at - now : 0;
-    *ttl_ms = (int64_t)((left + 999999u) / 1000000u);
-  }
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
-  return e != NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -304,7 +185,7 @@ int kv_incrby(kv_store *s, const void *key, size_t klen, int64_t delta,
   garbage g = {NULL};
   int64_t sum = 0;
   kv__stripe_lock(s, st);
-  kv_entry *e = lookup_live(s, st, h, key, klen, &g);
+  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
   int err = incr_compute(e, delta, nb, &sum);
   if (err == 0 && e) {
     kv_blob *old = e->val;
@@ -400,7 +281,8 @@ static int multi_key(kv_store *s, size_t n, const kv_key *keys,
   lock_set_lock(s, &ls);
   for (size_t i = 0; i < n; i++) {
     kv_stripe *st = kv__stripe_of(s, hashes[i]);
-    kv_entry *e = lookup_live(s, st, hashes[i], keys[i].ptr, keys[i].len, &g);
+    kv_entry *e =
+        kv__lookup_live(s, st, hashes[i], keys[i].ptr, keys[i].len, &g);
     if (op == MULTI_GET) {
       out[i] = e ? kv_blob_retain(e->val) : NULL;
       kv__counter_add(e ? &st->hits : &st->misses, 1);
@@ -548,7 +430,7 @@ static int result_push(kv_scan_result *res, const kv_entry *e) {
 static int scan_bucket(kv_store *s, kv_stripe *st, uint64_t c,
                        kv_scan_result *res) {
   for (kv_entry *e = st->table.buckets[c & st->table.mask]; e; e = e->next)
-    if (!entry_expired(s, e) && result_push(res, e) != 0)
+    if (!kv__entry_expired(s, e) && result_push(res, e) != 0)
       return WEFT_ENOMEM;
   return 0;
 }
@@ -688,54 +570,6 @@ bool kv_glob_match(const void *pattern, size_t plen, const void *str,
   while (p < plen && pat[p] == '*')
     p++;
   return p == plen;
-}
-
-/* Samples one stripe; returns keys deleted, takes samples from *budget. */
-static size_t expire_stripe(kv_store *s, kv_stripe *st, size_t *budget,
-                            garbage *g) {
-  size_t deleted = 0;
-  kv__stripe_lock(s, st);
-  uint64_t now = store_now(s);
-  for (;;) {
-    size_t sample = EXPIRE_SAMPLE;
-    if (sample > *budget)
-      sample = *budget;
-    if (sample > st->n_expires)
-      sample = st->n_expires;
-    if (sample == 0)
-      break;
-    size_t round = 0;
-    for (size_t k = 0; k < sample && st->n_expires; k++) {
-      kv_entry *e = st->expires[xorshift64(&st->rng) % st->n_expires];
-      if (e->expire_at <= now) {
-        kv__entry_unlink(st, kv__table_link_of(&st->table, e), g);
-        kv__counter_add(&st->expired, 1);
-        round++;
-      }
-    }
-    *budget -= sample;
-    deleted += round;
-    if (round * 4 <= sample) /* few expired here: move on */
-      break;
-  }
-  kv__table_maybe_resize(&st->table);
-  kv__stripe_unlock(s, st);
-  return deleted;
-}
-
-size_t kv_store_expire_some(kv_store *s, size_t budget) {
-  unsigned start = atomic_load_explicit(&s->expire_next, memory_order_relaxed);
-  size_t deleted = 0;
-  unsigned k;
-  for (k = 0; k < s->n_stripes && budget > 0; k++) {
-    garbage g = {NULL};
-    deleted += expire_stripe(s, &s->stripes[(start + k) & (s->n_stripes - 1)],
-                             &budget, &g);
-    kv__garbage_free(&g);
-  }
-  /* Concurrent callers may both resume at the same stripe: harmless. */
-  atomic_store_explicit(&s->expire_next, start + k, memory_order_relaxed);
-  return deleted;
 }
 
 /* ------------------------------------------------------------------------ */

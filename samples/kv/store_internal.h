@@ -1,7 +1,7 @@
-/* samples/kv/store_internal.h: the store's layout and the helpers its
- * files share: table.c (hashing, blobs, the striped tables, life cycle) and
- * commands.c (the commands and, for now, expiry). Not for users of the
- * store: they include store.h.
+/* samples/kv/store_internal.h: the store's layout and the helpers its three
+ * files share: table.c (hashing, blobs, the striped tables, life cycle),
+ * expiry.c (TTLs, lazy and active expiry) and commands.c (the per-key
+ * commands). Not for users of the store: they include store.h.
  *
  * Layout: the store is an array of stripes; a key's 64-bit SipHash picks the
  * stripe with its top bits and the bucket inside the stripe's chained hash
@@ -114,7 +114,7 @@ static inline void kv__counter_sub(_Atomic uint64_t *c, uint64_t delta) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* table.c: hashing, blobs, entries, tables (all under the stripe lock)     */
+/* table.c: hashing, blobs, entries, tables                                  */
 
 /** The key's SipHash-1-3 with the store's random keys. */
 uint64_t kv__key_hash(const kv_store *s, const void *key, size_t klen);
@@ -149,9 +149,27 @@ void kv__entry_link(kv_stripe *st, kv_entry *e, kv_blob *val);
 void kv__entry_unlink(kv_stripe *st, kv_entry **link, garbage *g);
 
 /* ------------------------------------------------------------------------ */
-/* commands.c (TTLs, for now)                                                */
+/* expiry.c: TTLs and lazy expiry                                            */
+
+/** Makes room for one more entry in the stripe's TTL array: 0 or
+ * WEFT_ENOMEM. */
+int kv__expires_reserve(kv_stripe *st);
+
+/** Gives `e` the deadline `at`; the caller reserved room in the array. */
+void kv__expire_set(kv_stripe *st, kv_entry *e, uint64_t at);
 
 /** Removes `e`'s TTL, if it has one. */
 void kv__expire_clear(kv_stripe *st, kv_entry *e);
+
+/** True if `e` has a TTL and its deadline has passed on the store's clock. */
+bool kv__entry_expired(const kv_store *s, const kv_entry *e);
+
+/** The live entry for `key`, or NULL; an expired one is deleted on the way
+ * (lazy expiry). Resizing is left to the caller's next insert. */
+kv_entry *kv__lookup_live(kv_store *s, kv_stripe *st, uint64_t hash,
+                          const void *key, size_t klen, garbage *g);
+
+/** Validates SET options and computes the absolute deadline (0 = none). */
+int kv__set_deadline(const kv_store *s, const kv_set_options *o, uint64_t *at);
 
 #endif /* WEFT_SAMPLES_KV_STORE_INTERNAL_H */

@@ -3,9 +3,9 @@
  * a key's stripe and bucket, the reference-counted value blobs, entries,
  * lookup, insert, delete and resize, and the store as a whole: its life
  * cycle, DBSIZE and FLUSHALL (which swap or count whole tables, not keys)
- * and the stats counters. Kept apart from commands.c (the per-key commands
- * and TTLs) so the data structure can be read on its own: nothing here
- * reads the store's clock.
+ * and the stats counters. Kept apart from expiry.c (TTLs) and commands.c
+ * (the per-key commands) so the data structure can be read on its own:
+ * nothing here reads the store's clock.
  */
 #include "store_internal.h"
 
