@@ -11,6 +11,7 @@
  * ([transport] name, or the scheme of [server] listen / [client] connect),
  * so `-o transport.name=uring` swaps it without a code change.
  */
+#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -57,40 +58,58 @@ static int echo_section(void *arg, const char *section, const char *key,
   return 0;
 }
 
-static const char *const echo_keys[] = {"echo.size", "echo.count",
-                                        "echo.connections", NULL};
+static const weft_config_key echo_keys[] = {
+    {"echo", "size", "16", "bytes per message, an integer from 1 to 16777216"},
+    {"echo", "count", "10000",
+     "round trips per connection, an integer from 1 to 100000000"},
+    {"echo", "connections", "1",
+     "client channels, an integer from 1 to 100000000"},
+    {NULL, NULL, NULL, NULL}};
 
-static int load_config(int argc, char **argv, weft_config *cfg, echo_opts *o) {
-  char err[512];
+static weft_cli cli = {
+    .prog = "weft-echo",
+    .synopsis = "[-c FILE] [-o section.key=value ...] server|client|demo",
+    .about = "The smallest complete weft server and client. server: echo "
+             "what arrives on\n[server] listen. client: ping-pong [echo] "
+             "count messages of [echo] size bytes\non [echo] connections "
+             "channels against [client] connect, and print round-trip\n"
+             "percentiles. demo: both in one process, on a free loopback "
+             "port.",
+    .examples = "weft-echo demo -o echo.count=100000\n"
+                "weft-echo server -o server.listen=uring://127.0.0.1:7000 & "
+                "weft-echo client -o client.connect=uring://127.0.0.1:7000",
+    .app = echo_section};
+
+/* Options, then file, environment and -o; `*mode` gets the positional
+ * mode. Returns 0 to run, 1 when --help was answered, -1 on an error
+ * (printed). */
+static int load_config(int argc, char **argv, weft_config *cfg, echo_opts *o,
+                       const char **mode) {
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
   weft_config_init(cfg);
+  cfg->app_keys = echo_keys;
   *o = (echo_opts){.size = 16, .count = 10000, .connections = 1};
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "-c") == 0 && i + 1 < argc &&
-        weft_config_load(cfg, argv[++i], echo_section, o, err, sizeof err) <
-            0) {
-      fprintf(stderr, "weft-echo: %s\n", err);
+  cli.app_arg = o;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
+         -1) {
+    if (opt == 'h')
+      return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
+    int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc == 0)
+      weft_cli_bad_option(&cli, opt, argv[optind - 1]);
+    if (rc <= 0)
       return -1;
-    }
   }
-  if (weft_config_apply_env(cfg, echo_keys, echo_section, o, err, sizeof err) <
-      0) {
-    fprintf(stderr, "weft-echo: %s\n", err);
+  if (optind + 1 != argc) {
+    weft_cli_usage_error(&cli, optind == argc ? "no mode given"
+                                              : "more than one mode given");
     return -1;
   }
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "-o") != 0 || i + 1 >= argc)
-      continue;
-    char section[64], key[64], value[WEFT_CONFIG_URI_MAX];
-    if (sscanf(argv[++i], "%63[^.].%63[^=]=%299[^\n]", section, key, value) !=
-            3 ||
-        weft_config_set(cfg, "-o", section, key, value, echo_section, o, err,
-                        sizeof err) < 0) {
-      fprintf(stderr, "weft-echo: -o %s: %s\n", argv[i],
-              err[0] ? err : "expected section.key=value");
-      return -1;
-    }
-  }
-  return 0;
+  *mode = argv[optind];
+  return weft_cli_configure(&cli, cfg) < 0 ? -1 : 0;
 }
 
 /* ---- the server: one handler ---- */
@@ -286,24 +305,19 @@ static int run_client(weft_loop_group *group, const weft_config *cfg,
 static volatile sig_atomic_t stop_signal;
 static void on_signal(int sig) { stop_signal = sig; }
 
-static int usage(void) {
-  fprintf(stderr, "usage: weft-echo server|client|demo [-c FILE] "
-                  "[-o section.key=value ...]\n");
-  return 2;
-}
-
 int main(int argc, char **argv) {
-  if (argc < 2)
-    return usage();
-  const char *mode = argv[1];
-  bool server = strcmp(mode, "server") == 0, client = !strcmp(mode, "client"),
-       demo = !strcmp(mode, "demo");
-  if (!server && !client && !demo)
-    return usage();
   weft_config cfg;
   echo_opts opts;
-  if (load_config(argc - 2, argv + 2, &cfg, &opts) < 0)
+  const char *mode = NULL;
+  int c = load_config(argc, argv, &cfg, &opts, &mode);
+  if (c != 0)
+    return c > 0 ? 0 : 2;
+  bool server = strcmp(mode, "server") == 0, client = !strcmp(mode, "client"),
+       demo = !strcmp(mode, "demo");
+  if (!server && !client && !demo) {
+    weft_cli_usage_error(&cli, "unknown mode '%s'", mode);
     return 2;
+  }
   weft_loop_group *group;
   int rc = weft_loop_group_new(&group, &cfg.loop);
   if (rc == 0)

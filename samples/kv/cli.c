@@ -17,33 +17,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <weft/cli.h>
 #include <weft/config.h>
 #include <weft/error.h>
 #include <weft/loop.h>
 
 #include "client.h"
+#include "kv_config.h"
 
 #define KV_DEFAULT_CONNECT "127.0.0.1:7001"
-#define MAX_OVERRIDES 64
 
 static const char *prog = "weft-kv";
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: %s [-c FILE] [-o section.key=value]... [--connect URI]\n"
-          "          [--raw | --no-raw] [--timeout MS] CMD [ARG]...\n"
-          "commands: get set del exists incr incrby decr mget mset scan "
-          "dbsize flushall ping info\n"
-          "  -c FILE         INI file ([client] connect, [transport] name)\n"
-          "  -o s.k=v        set one config key, e.g. -o transport.name=uring\n"
-          "  --connect URI   server address, e.g. tcp://127.0.0.1:7001\n"
-          "  --raw           print strings as they are (default when stdout is "
-          "not a terminal)\n"
-          "  --no-raw        quote strings (default on a terminal)\n"
-          "  --timeout MS    give up after MS milliseconds (default 10000; 0 = "
-          "never)\n",
-          prog);
-}
 
 /* Sections other programs of the KV service read from the same file. */
 static int other_sections(void *arg, const char *section, const char *key,
@@ -140,52 +124,39 @@ static void print_value(const kv_reply *r, bool raw, int indent) {
 
 /* ---- configuration ---- */
 
+static const char *const sections[] = {"loop", "transport", "client", NULL};
+
+static weft_cli cli = {
+    .prog = "weft-kv",
+    .synopsis = "[options] COMMAND [ARG ...]",
+    .about =
+        "The KV service's command-line client (weft RPC): sends one command "
+        "and prints\nthe reply as redis-cli does. Commands: get set del "
+        "exists incr incrby decr\nmget mset scan dbsize flushall ping info. "
+        "Exit status 0, 1 for an error reply\nor a failed call, 2 for bad "
+        "usage.",
+    .flags = "  --connect URI           server address (default [client] "
+             "connect, 127.0.0.1:7001)\n"
+             "  --raw                   print strings as they are (default "
+             "when stdout is not a terminal)\n"
+             "  --no-raw                quote strings (default on a "
+             "terminal)\n"
+             "  --timeout MS            give up after MS milliseconds "
+             "(default 10000; 0 = never)\n",
+    .examples = "weft-kv set greeting hello\n"
+                "weft-kv --connect uring://127.0.0.1:7001 get greeting",
+    .sections = sections,
+    .app = other_sections};
+
 typedef struct cli_opts {
-  const char *file;
-  const char *overrides[MAX_OVERRIDES];
-  int n_overrides;
   const char *connect;
   int raw; /* -1 = by terminal */
   long timeout_ms;
 } cli_opts;
 
-/* "section.key=value" through weft_config_set. */
-static int apply_override(weft_config *cfg, const char *o, char *err,
-                          size_t err_len) {
-  const char *dot = strchr(o, '.'), *eq = strchr(o, '=');
-  if (dot == NULL || eq == NULL || dot > eq) {
-    snprintf(err, err_len, "-o %s: expected section.key=value", o);
-    return WEFT_EINVAL;
-  }
-  char section[64], key[64];
-  snprintf(section, sizeof section, "%.*s", (int)(dot - o), o);
-  snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
-  return weft_config_set(cfg, "-o", section, key, eq + 1, other_sections, NULL,
-                         err, err_len);
-}
-
-static int load_config(weft_config *cfg, const cli_opts *o) {
-  char err[512];
-  weft_config_init(cfg);
-  snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
-  int rc = 0;
-  if (o->file != NULL)
-    rc = weft_config_load(cfg, o->file, other_sections, NULL, err, sizeof err);
-  if (rc == 0)
-    rc =
-        weft_config_apply_env(cfg, NULL, other_sections, NULL, err, sizeof err);
-  for (int i = 0; rc == 0 && i < o->n_overrides; i++)
-    rc = apply_override(cfg, o->overrides[i], err, sizeof err);
-  if (rc < 0) {
-    fprintf(stderr, "%s: %s\n", prog, err);
-    return rc;
-  }
-  if (o->connect != NULL)
-    snprintf(cfg->connect, sizeof cfg->connect, "%s", o->connect);
-  return 0;
-}
-
-static int parse_args(int argc, char **argv, cli_opts *o) {
+/* Returns the index of the command in argv, 0 when --help was answered,
+ * or -1 after printing the error. */
+static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
   static const struct option longs[] = {
       {"connect", required_argument, NULL, 'C'},
       {"raw", no_argument, NULL, 'r'},
@@ -194,50 +165,49 @@ static int parse_args(int argc, char **argv, cli_opts *o) {
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   *o = (cli_opts){.raw = -1, .timeout_ms = 10000};
+  weft_config_init(cfg);
+  cfg->app_keys = kv_config_keys;
+  snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
+  opterr = 0;
   int opt;
   /* '+': stop at the command, so "weft-kv incrby k -1" keeps its -1. */
-  while ((opt = getopt_long(argc, argv, "+c:o:h", longs, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, "+:" WEFT_CLI_OPTS, longs, NULL)) !=
+         -1) {
+    char *end;
+    int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc < 0)
+      return -1;
+    if (rc > 0)
+      continue;
     switch (opt) {
-    case 'c':
-      o->file = optarg;
-      break;
-    case 'o':
-      if (o->n_overrides == MAX_OVERRIDES) {
-        fprintf(stderr, "%s: more than %d -o options\n", prog, MAX_OVERRIDES);
-        return -1;
-      }
-      o->overrides[o->n_overrides++] = optarg;
-      break;
     case 'C':
       o->connect = optarg;
       break;
     case 'r':
-      o->raw = 1;
-      break;
     case 'R':
-      o->raw = 0;
+      o->raw = opt == 'r';
       break;
-    case 't': {
-      char *end;
+    case 't':
       o->timeout_ms = strtol(optarg, &end, 10);
-      if (*end != '\0' || o->timeout_ms < 0) {
-        fprintf(stderr, "%s: --timeout %s: expected milliseconds >= 0\n", prog,
-                optarg);
+      if (*optarg == '\0' || *end != '\0' || o->timeout_ms < 0) {
+        weft_cli_usage_error(&cli, "--timeout %s: expected milliseconds >= 0",
+                             optarg);
         return -1;
       }
       break;
-    }
     case 'h':
-      usage(stdout);
-      exit(0);
+      return weft_cli_help(&cli, cfg, stdout) == 0 ? 0 : -1;
     default:
-      usage(stderr);
+      weft_cli_bad_option(&cli, opt, argv[optind - 1]);
       return -1;
     }
   }
+  if (weft_cli_configure(&cli, cfg) < 0)
+    return -1;
+  if (o->connect != NULL)
+    snprintf(cfg->connect, sizeof cfg->connect, "%s", o->connect);
   if (optind >= argc) {
-    fprintf(stderr, "%s: no command given\n", prog);
-    usage(stderr);
+    weft_cli_usage_error(&cli, "no command given");
     return -1;
   }
   return optind;
@@ -285,16 +255,13 @@ static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
 
 int main(int argc, char **argv) {
   cli_opts o;
-  int first = parse_args(argc, argv, &o);
-  if (first < 0)
-    return 2;
   weft_config cfg;
-  if (load_config(&cfg, &o) < 0)
-    return 2;
+  int first = parse_args(argc, argv, &cfg, &o);
+  if (first <= 0)
+    return first == 0 ? 0 : 2;
   int cmd = kv_cmd_from_name(argv[first], strlen(argv[first]));
   if (cmd == 0) {
-    fprintf(stderr, "%s: unknown command '%s'\n", prog, argv[first]);
-    usage(stderr);
+    weft_cli_usage_error(&cli, "unknown command '%s'", argv[first]);
     return 2;
   }
   char uri[WEFT_CONFIG_URI_MAX + 32];

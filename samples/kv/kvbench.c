@@ -37,14 +37,16 @@
 #include <strings.h>
 #include <time.h>
 
+#include <weft/cli.h>
 #include <weft/config.h>
 #include <weft/error.h>
 #include <weft/loop.h>
 
 #include "client.h"
+#include "kv_config.h"
 
 #define KV_DEFAULT_CONNECT "127.0.0.1:7001"
-#define MAX_OVERRIDES 64
+
 #define ZIPF_THETA 0.99
 
 static const char *prog = "weft-kvbench";
@@ -167,20 +169,6 @@ static int config_section(void *arg, const char *section, const char *key,
     return WEFT_ENOENT;
   return set_opt(arg, key, value, err, err_len);
 }
-
-static const char *const config_keys[] = {"kvbench.workload",
-                                          "kvbench.records",
-                                          "kvbench.operations",
-                                          "kvbench.duration",
-                                          "kvbench.warmup",
-                                          "kvbench.distribution",
-                                          "kvbench.value_size",
-                                          "kvbench.connections",
-                                          "kvbench.pipeline",
-                                          "kvbench.load",
-                                          "kvbench.json",
-                                          "kvbench.seed",
-                                          NULL};
 
 /* ---- random numbers and key choice ---- */
 
@@ -603,41 +591,48 @@ static void free_conns(bench *b) {
 
 /* ---- command line ---- */
 
-static void usage(FILE *f) {
-  fprintf(
-      f,
-      "usage: %s [options]\n"
-      "  -c FILE                 INI file ([client], [transport], [loop], "
-      "[kvbench])\n"
-      "  -o section.key=value    set one config key\n"
-      "  --connect URI           server (default [client] connect, "
-      "127.0.0.1:7001)\n"
-      "  --workload A|B|C        50/50, 95/5 read/update, read only "
-      "(default A)\n"
-      "  --records N             key space (default 100000)\n"
-      "  --no-load               skip the load phase (SET of every record)\n"
-      "  --distribution D        uniform, zipfian (default), scrambled\n"
-      "  --value-size BYTES      default 100\n"
-      "  --connections N         default 4\n"
-      "  --pipeline M            outstanding requests per connection "
-      "(default 16)\n"
-      "  --duration S            measured seconds (default 10)\n"
-      "  --operations N          measured operations instead of a duration\n"
-      "  --warmup S              unmeasured seconds first (default 2)\n"
-      "  --seed N                random seed (default 1)\n"
-      "  --json                  one JSON object instead of text\n",
-      prog);
-}
+static const char *const sections[] = {"loop", "transport", "client", "kvbench",
+                                       NULL};
 
-typedef struct cli {
-  const char *file, *connect;
-  const char *overrides[MAX_OVERRIDES];
-  int n_overrides;
-  const char *flag_keys[32], *flag_values[32];
-  int n_flags;
-} cli;
+static weft_cli cli = {
+    .prog = "weft-kvbench",
+    .synopsis = "[options]",
+    .about = "YCSB-style load for the KV service over weft RPC: loads "
+             "[kvbench] records\nkeys, then runs workload A (50/50 "
+             "read/update), B (95/5) or C (read only)\nfrom [kvbench] "
+             "connections connections with [kvbench] pipeline requests\n"
+             "outstanding each, and prints throughput and latency "
+             "percentiles.",
+    .flags = "  --connect URI           server (default [client] connect, "
+             "127.0.0.1:7001)\n"
+             "  --workload A|B|C        [kvbench] workload\n"
+             "  --records N             [kvbench] records\n"
+             "  --no-load               [kvbench] load = false: skip the "
+             "load phase\n"
+             "  --distribution D        [kvbench] distribution\n"
+             "  --value-size BYTES      [kvbench] value_size\n"
+             "  --connections N         [kvbench] connections\n"
+             "  --pipeline M            [kvbench] pipeline\n"
+             "  --duration S            [kvbench] duration\n"
+             "  --operations N          [kvbench] operations\n"
+             "  --warmup S              [kvbench] warmup\n"
+             "  --seed N                [kvbench] seed\n"
+             "  --json                  [kvbench] json = true\n",
+    .examples = "weft-kvbench --workload C --duration 5\n"
+                "weft-kvbench --connect uring://127.0.0.1:7001 -o "
+                "kvbench.pipeline=64 --json",
+    .sections = sections,
+    .app = config_section};
 
-static int parse_args(int argc, char **argv, cli *a) {
+typedef struct cli_flags {
+  const char *connect;
+  const char *keys[32], *values[32]; /* flags that are [kvbench] keys */
+  int n;
+} cli_flags;
+
+/* Returns 0 to run, 1 when --help was answered, -1 on an error (printed).
+ * File, environment and -o first, then the flags: the last one wins. */
+static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o) {
   static const struct option longs[] = {
       {"connect", required_argument, NULL, 'C'},
       {"workload", required_argument, NULL, 'w'},
@@ -656,103 +651,69 @@ static int parse_args(int argc, char **argv, cli *a) {
       {NULL, 0, NULL, 0}};
   static const struct {
     int opt;
-    const char *key;
-  } keys[] = {{'w', "workload"},   {'r', "records"},     {'d', "distribution"},
-              {'v', "value_size"}, {'n', "connections"}, {'p', "pipeline"},
-              {'t', "duration"},   {'N', "operations"},  {'W', "warmup"},
-              {'s', "seed"}};
-  int opt;
-  while ((opt = getopt_long(argc, argv, "c:o:h", longs, NULL)) != -1) {
-    const char *key = NULL, *value = optarg;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-      if (keys[i].opt == opt)
-        key = keys[i].key;
-    switch (opt) {
-    case 'c':
-      a->file = optarg;
-      continue;
-    case 'o':
-      if (a->n_overrides == MAX_OVERRIDES)
-        return -1;
-      a->overrides[a->n_overrides++] = optarg;
-      continue;
-    case 'C':
-      a->connect = optarg;
-      continue;
-    case 'L':
-      key = "load", value = "false";
-      break;
-    case 'j':
-      key = "json", value = "true";
-      break;
-    case 'h':
-      usage(stdout);
-      exit(0);
-    default:
-      if (key == NULL) {
-        usage(stderr);
-        return -1;
-      }
-    }
-    if (a->n_flags == 32)
-      return -1;
-    a->flag_keys[a->n_flags] = key;
-    a->flag_values[a->n_flags++] = value;
-  }
-  if (optind < argc) {
-    fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
-    return -1;
-  }
-  return 0;
-}
-
-/* File, then environment, then -o, then the flags: the last one wins. */
-static int configure(const cli *a, weft_config *cfg, bench_opts *o) {
-  char err[512];
+    const char *key, *value; /* value NULL = the flag's argument */
+  } keys[] = {{'w', "workload", NULL},     {'r', "records", NULL},
+              {'d', "distribution", NULL}, {'v', "value_size", NULL},
+              {'n', "connections", NULL},  {'p', "pipeline", NULL},
+              {'t', "duration", NULL},     {'N', "operations", NULL},
+              {'W', "warmup", NULL},       {'s', "seed", NULL},
+              {'L', "load", "false"},      {'j', "json", "true"}};
+  cli_flags f = {0};
   weft_config_init(cfg);
+  cfg->app_keys = kv_config_keys;
   snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
   opts_init(o);
-  int rc = 0;
-  if (a->file != NULL)
-    rc = weft_config_load(cfg, a->file, config_section, o, err, sizeof err);
-  if (rc == 0)
-    rc = weft_config_apply_env(cfg, config_keys, config_section, o, err,
-                               sizeof err);
-  for (int i = 0; rc == 0 && i < a->n_overrides; i++) {
-    const char *s = a->overrides[i], *dot = strchr(s, '.'),
-               *eq = strchr(s, '=');
-    if (dot == NULL || eq == NULL || dot > eq) {
-      snprintf(err, sizeof err, "-o %s: expected section.key=value", s);
-      rc = WEFT_EINVAL;
-      break;
+  cli.app_arg = o;
+  opterr = 0;
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
+         -1) {
+    int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc != 0) {
+      if (rc < 0)
+        return -1;
+      continue;
     }
-    char section[64], key[64];
-    snprintf(section, sizeof section, "%.*s", (int)(dot - s), s);
-    snprintf(key, sizeof key, "%.*s", (int)(eq - dot - 1), dot + 1);
-    rc = weft_config_set(cfg, "-o", section, key, eq + 1, config_section, o,
-                         err, sizeof err);
+    if (opt == 'h')
+      return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
+    if (opt == 'C') {
+      f.connect = optarg;
+      continue;
+    }
+    size_t i = 0;
+    while (i < sizeof keys / sizeof keys[0] && keys[i].opt != opt)
+      i++;
+    if (i == sizeof keys / sizeof keys[0] || f.n == 32) {
+      weft_cli_bad_option(&cli, opt, argv[optind - 1]);
+      return -1;
+    }
+    f.keys[f.n] = keys[i].key;
+    f.values[f.n++] = keys[i].value != NULL ? keys[i].value : optarg;
   }
-  for (int i = 0; rc == 0 && i < a->n_flags; i++) {
+  if (optind < argc) {
+    weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+    return -1;
+  }
+  if (weft_cli_configure(&cli, cfg) < 0)
+    return -1;
+  for (int i = 0; i < f.n; i++) {
     char msg[256];
-    rc = set_opt(o, a->flag_keys[i], a->flag_values[i], msg, sizeof msg);
-    if (rc < 0)
-      snprintf(err, sizeof err, "--%s %s", a->flag_keys[i], msg);
+    if (set_opt(o, f.keys[i], f.values[i], msg, sizeof msg) < 0) {
+      weft_cli_usage_error(&cli, "--%s %s", f.keys[i], msg);
+      return -1;
+    }
   }
-  if (rc < 0) {
-    fprintf(stderr, "%s: %s\n", prog, err);
-    return rc;
-  }
-  if (a->connect != NULL)
-    snprintf(cfg->connect, sizeof cfg->connect, "%s", a->connect);
+  if (f.connect != NULL)
+    snprintf(cfg->connect, sizeof cfg->connect, "%s", f.connect);
   return 0;
 }
 
 int main(int argc, char **argv) {
-  cli a = {0};
   weft_config cfg;
   bench b = {0};
-  if (parse_args(argc, argv, &a) < 0 || configure(&a, &cfg, &b.o) < 0)
-    return 2;
+  int c = configure(argc, argv, &cfg, &b.o);
+  if (c != 0)
+    return c > 0 ? 0 : 2;
   char uri[WEFT_CONFIG_URI_MAX + 32];
   if (weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri) < 0) {
     fprintf(stderr, "%s: address too long: %s\n", prog, cfg.connect);

@@ -42,17 +42,17 @@ static int configure(int argc, char **argv, weft_config *cfg,
   cfg->app_keys = kv_config_keys;
   kv_server_options_init(o);
   cli.app_arg = o;
+  opterr = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, WEFT_CLI_OPTS, longs, NULL)) != -1) {
+  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
+         -1) {
     if (opt == 'h')
       return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
     int rc = weft_cli_option(&cli, opt, optarg);
-    if (rc < 0)
+    if (rc == 0)
+      weft_cli_bad_option(&cli, opt, argv[optind - 1]);
+    if (rc <= 0)
       return -1;
-    if (rc == 0) {
-      weft_cli_usage_error(&cli, "unknown option");
-      return -1;
-    }
   }
   if (optind < argc) {
     weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
