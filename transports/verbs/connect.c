@@ -51,12 +51,9 @@ typedef struct verbs_pending {
   uint32_t recv_size;
 } verbs_pending;
 
-static void vc_fail(verbs_chan *vc, int err, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* ---- the probe ---- */
 
-static int verbs_probe(char *why, size_t why_len) {
+int weft__verbs_probe(char *why, size_t why_len) {
   int n = 0;
   struct ibv_device **list = ibv_get_device_list(&n);
   if (list == NULL || n == 0) {
@@ -118,7 +115,7 @@ static void dev_unref(verbs_dev *d) {
 }
 
 /* A received buffer's last reference went (loop thread). */
-static void slot_release(void *base, size_t capacity, void *arg) {
+void weft__verbs_slot_release(void *base, size_t capacity, void *arg) {
   (void)capacity;
   verbs_dev *d = arg;
   if (d->vl != NULL)
@@ -156,7 +153,7 @@ static int srq_post(verbs_dev *d, uint32_t n) {
 }
 
 /* Reposts exactly what was consumed, as far as free slots allow. */
-static void srq_refill(verbs_dev *d) {
+void weft__verbs_srq_refill(verbs_dev *d) {
   while (d->owed > 0 && d->n_free > 0) {
     int k = srq_post(d, d->owed);
     if (k <= 0) {
@@ -168,12 +165,11 @@ static void srq_refill(verbs_dev *d) {
   }
 }
 
-static int dev_poll(weft_source *src, int budget);
-static int dev_arm(weft_source *src);
-static void dev_wakeup(weft_source *src, uint32_t events);
-
-static const weft_source_ops dev_source_ops = {
-    .name = "verbs-cq", .poll = dev_poll, .arm = dev_arm, .wakeup = dev_wakeup};
+static const weft_source_ops dev_source_ops = {.name = "verbs-cq",
+                                               .poll = weft__verbs_dev_poll,
+                                               .arm = weft__verbs_dev_arm,
+                                               .wakeup =
+                                                   weft__verbs_dev_wakeup};
 
 /* Sizes from what the device allows. */
 static int dev_size(verbs_dev *d) {
@@ -255,7 +251,7 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
     goto failed_srq;
   }
   d->owed = d->srq_depth;
-  srq_refill(d);
+  weft__verbs_srq_refill(d);
   if (d->owed != 0) {
     err = WEFT_EIO;
     goto failed_post;
@@ -300,7 +296,7 @@ failed_size:
 }
 
 /* Called by loop_fini once no channel uses the device. */
-static void dev_close(verbs_dev *d) {
+void weft__verbs_dev_close(verbs_dev *d) {
   if (d->source_added)
     weft_loop_remove_source(d->vl->loop, &d->source);
   ibv_destroy_srq(d->srq);
@@ -312,7 +308,8 @@ static void dev_close(verbs_dev *d) {
   dev_unref(d);
 }
 
-static int dev_get(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
+int weft__verbs_dev_get(verbs_loop *vl, struct ibv_context *ctx,
+                        verbs_dev **out) {
   for (int i = 0; i < vl->n_devs; i++)
     if (vl->devs[i]->ctx == ctx) {
       *out = vl->devs[i];
@@ -332,13 +329,13 @@ static int dev_get(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
 
 /* ---- the QP number -> channel map ---- */
 
-static void hash_add(verbs_dev *d, verbs_chan *vc) {
+void weft__verbs_hash_add(verbs_dev *d, verbs_chan *vc) {
   verbs_chan **b = &d->hash[vc->qp_num % VERBS_HASH_BUCKETS];
   vc->hash_next = *b;
   *b = vc;
 }
 
-static void hash_del(verbs_dev *d, verbs_chan *vc) {
+void weft__verbs_hash_del(verbs_dev *d, verbs_chan *vc) {
   for (verbs_chan **p = &d->hash[vc->qp_num % VERBS_HASH_BUCKETS]; *p != NULL;
        p = &(*p)->hash_next)
     if (*p == vc) {
@@ -347,7 +344,7 @@ static void hash_del(verbs_dev *d, verbs_chan *vc) {
     }
 }
 
-static verbs_chan *hash_find(verbs_dev *d, uint32_t qp_num) {
+verbs_chan *weft__verbs_hash_find(verbs_dev *d, uint32_t qp_num) {
   for (verbs_chan *vc = d->hash[qp_num % VERBS_HASH_BUCKETS]; vc != NULL;
        vc = vc->hash_next)
     if (vc->qp_num == qp_num)
@@ -381,7 +378,7 @@ static bool lkey_of(const verbs_dev *d, const weft_buf *b, const uint8_t *p,
 }
 
 /* Releases the buffers of send records up to and including `seq`. */
-static void retire_sends(verbs_chan *vc, uint64_t seq) {
+void weft__verbs_retire_sends(verbs_chan *vc, uint64_t seq) {
   while (vc->sq_head < vc->sq_tail && vc->sq_head <= seq) {
     send_rec *r = &vc->recs[vc->sq_head % VERBS_SQ_DEPTH];
     for (uint8_t i = 0; i < r->n; i++)
@@ -534,7 +531,7 @@ static int post_data(verbs_chan *vc) {
 }
 
 /* A zero-length message: returned credits, and FIN when closing. */
-static int post_control(verbs_chan *vc, uint32_t flags) {
+int weft__verbs_post_control(verbs_chan *vc, uint32_t flags) {
   struct ibv_send_wr wr = {.opcode = IBV_WR_SEND_WITH_IMM, .num_sge = 0};
   wr.imm_data = htonl(flags | (take_returns(vc) & VERBS_IMM_CREDITS));
   vc->recs[vc->sq_tail % VERBS_SQ_DEPTH].n = 0;
@@ -543,22 +540,22 @@ static int post_control(verbs_chan *vc, uint32_t flags) {
 
 /* Sends what can go now: data, then a credit message if enough credits
  * wait and no data carried them. The caller holds a channel reference. */
-static int send_pending(verbs_chan *vc) {
+int weft__verbs_send_pending(verbs_chan *vc) {
   if (vc->in_flush || vc->state != VC_ESTABLISHED || vc->errored)
     return 0;
   vc->in_flush = true;
   int err = post_data(vc);
   if (err == 0 && vc->state == VC_ESTABLISHED &&
       returnable(vc) >= VERBS_CREDIT_THRESHOLD && sq_room(vc))
-    err = post_control(vc, 0);
+    err = weft__verbs_post_control(vc, 0);
   vc->in_flush = false;
   return err;
 }
 
-static int verbs_flush(weft_channel *ch) {
+int weft__verbs_flush(weft_channel *ch) {
   verbs_chan *vc = vc_of(ch);
   weft_channel_retain(ch); /* a promise may close and free the channel */
-  int err = send_pending(vc);
+  int err = weft__verbs_send_pending(vc);
   weft_channel_release(ch);
   return err;
 }
@@ -588,7 +585,7 @@ static void deliver_unlink(verbs_chan *vc) {
 }
 
 /* Releases the QP, the id and every buffer the channel holds. */
-static void vc_teardown(verbs_chan *vc) {
+void weft__verbs_vc_teardown(verbs_chan *vc) {
   if (vc->state == VC_DONE)
     return;
   bool lingering = vc->state == VC_LINGER;
@@ -597,7 +594,7 @@ static void vc_teardown(verbs_chan *vc) {
   if (vc->id != NULL) {
     if (vc->qp != NULL) {
       rdma_disconnect(vc->id);
-      hash_del(vc->dev, vc);
+      weft__verbs_hash_del(vc->dev, vc);
       rdma_destroy_qp(vc->id);
       vc->qp = NULL;
     }
@@ -606,7 +603,7 @@ static void vc_teardown(verbs_chan *vc) {
     vc_unlink(vc);
   }
   /* The QP is gone: the device touches none of these buffers any more. */
-  retire_sends(vc, UINT64_MAX);
+  weft__verbs_retire_sends(vc, UINT64_MAX);
   while (vc->n_held > 0) {
     weft_buf_release(vc->held[vc->held_head]);
     vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
@@ -622,7 +619,7 @@ static void vc_teardown(verbs_chan *vc) {
     weft_channel_release(vc->ch); /* taken when the linger began */
 }
 
-static void linger_timeout(void *arg) { vc_teardown(arg); }
+static void linger_timeout(void *arg) { weft__verbs_vc_teardown(arg); }
 
 /* The core closes the channel: send FIN behind the posted data when the
  * QP works, and tear down once it completed. */
@@ -631,21 +628,21 @@ static void verbs_close(weft_channel *ch) {
   if (vc->state == VC_DONE || vc->vl == NULL)
     return;
   if (vc->state == VC_ESTABLISHED && !vc->errored && sq_room(vc) &&
-      post_control(vc, VERBS_IMM_FIN) == 0) {
+      weft__verbs_post_control(vc, VERBS_IMM_FIN) == 0) {
     vc->fin_seq = vc->sq_tail - 1;
     vc->state = VC_LINGER;
     weft_channel_retain(ch);
     weft_timer_start(&vc->linger, VERBS_LINGER_NS, 0, linger_timeout, vc);
     return;
   }
-  vc_teardown(vc);
+  weft__verbs_vc_teardown(vc);
 }
 
 /* Reports a failure on a live channel; the core's close tears it down. */
-static void vc_fail(verbs_chan *vc, int err, const char *fmt, ...) {
+void weft__verbs_vc_fail(verbs_chan *vc, int err, const char *fmt, ...) {
   vc->errored = true;
   if (vc->state == VC_LINGER) {
-    vc_teardown(vc);
+    weft__verbs_vc_teardown(vc);
     return;
   }
   if (vc->ch == NULL || weft_channel_state_of(vc->ch) >= WEFT_CHANNEL_INACTIVE)
@@ -683,7 +680,7 @@ static bool can_deliver(const verbs_chan *vc) {
 }
 
 /* Delivers held messages while the channel reads; returns how many. */
-static int deliver_held(verbs_chan *vc) {
+int weft__verbs_deliver_held(verbs_chan *vc) {
   int n = 0;
   while (vc->n_held > 0 && can_deliver(vc)) {
     weft_buf *b = vc->held[vc->held_head];
@@ -708,8 +705,9 @@ static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
   if (wc->status != IBV_WC_SUCCESS) {
     slot_put(d, slot);
     touch(d, vc);
-    vc_fail(vc, wc_status_to_weft(wc->status), "verbs: receive failed: %s",
-            ibv_wc_status_str(wc->status));
+    weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
+                        "verbs: receive failed: %s",
+                        ibv_wc_status_str(wc->status));
     return;
   }
   if (vc->state == VC_CONNECTING && vc->passive)
@@ -720,15 +718,17 @@ static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
   touch(d, vc);
   if (wc->byte_len > 0) {
     weft_buf *b = weft_buf_wrap(weft_loop_pool(d->vl->loop), slot_ptr(d, slot),
-                                VERBS_SLOT_SIZE, wc->byte_len, slot_release, d);
+                                VERBS_SLOT_SIZE, wc->byte_len,
+                                weft__verbs_slot_release, d);
     if (b == NULL) {
       slot_put(d, slot);
-      vc_fail(vc, WEFT_ENOMEM, "verbs: no memory for a received buffer");
+      weft__verbs_vc_fail(vc, WEFT_ENOMEM,
+                          "verbs: no memory for a received buffer");
       return;
     }
     d->refs++;
     held_push(vc, b);
-    deliver_held(vc);
+    weft__verbs_deliver_held(vc);
   } else {
     slot_put(d, slot);
   }
@@ -742,15 +742,16 @@ static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
 static void on_send(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
   if (vc == NULL || vc->state == VC_DONE)
     return;
-  retire_sends(vc, wc->wr_id);
+  weft__verbs_retire_sends(vc, wc->wr_id);
   if (wc->status != IBV_WC_SUCCESS) {
     touch(d, vc);
-    vc_fail(vc, wc_status_to_weft(wc->status), "verbs: send failed: %s",
-            ibv_wc_status_str(wc->status));
+    weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
+                        "verbs: send failed: %s",
+                        ibv_wc_status_str(wc->status));
     return;
   }
   if (vc->state == VC_LINGER && wc->wr_id >= vc->fin_seq) {
-    vc_teardown(vc); /* FIN delivered: disconnect */
+    weft__verbs_vc_teardown(vc); /* FIN delivered: disconnect */
     return;
   }
   touch(d, vc);
@@ -771,9 +772,9 @@ static void finish_batch(verbs_dev *d) {
       vc->fin_pending = false;
       weft_channel_transport_closed(ch, 0, "peer closed");
     }
-    int err = vc_active(vc) ? send_pending(vc) : 0;
+    int err = vc_active(vc) ? weft__verbs_send_pending(vc) : 0;
     if (err < 0)
-      vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
+      weft__verbs_vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
     weft_channel_release(ch);
   }
   d->n_touched = 0;
@@ -787,7 +788,7 @@ static int deliver_pending(verbs_dev *d) {
     d->deliver = vc->deliver_next;
     vc->in_deliver = false;
     touch(d, vc);
-    n += deliver_held(vc) + 1;
+    n += weft__verbs_deliver_held(vc) + 1;
   }
   return n;
 }
@@ -804,10 +805,10 @@ static void unstarve(verbs_dev *d) {
     }
 }
 
-static int dev_poll(weft_source *src, int budget) {
+int weft__verbs_dev_poll(weft_source *src, int budget) {
   verbs_dev *d = src->data;
   if (d->owed > 0 && d->n_free > 0)
-    srq_refill(d); /* slots came back since the last short refill */
+    weft__verbs_srq_refill(d); /* slots came back since the last short refill */
   if (d->starved && d->owed == 0)
     unstarve(d);
   int handled = deliver_pending(d);
@@ -822,11 +823,11 @@ static int dev_poll(weft_source *src, int budget) {
   for (int i = 0; i < n; i++)
     if (wcs[i].opcode & IBV_WC_RECV)
       d->owed++;
-  srq_refill(d);
+  weft__verbs_srq_refill(d);
   if (d->owed > 0)
     d->starved = true;
   for (int i = 0; i < n; i++) {
-    verbs_chan *vc = hash_find(d, wcs[i].qp_num);
+    verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
     if (wcs[i].opcode & IBV_WC_RECV)
       on_recv(d, vc, &wcs[i]);
     else
@@ -838,18 +839,18 @@ static int dev_poll(weft_source *src, int budget) {
 
 /* Arms the CQ, then polls once more: a completion that landed between the
  * last poll and the arm raises no event. */
-static int dev_arm(weft_source *src) {
+int weft__verbs_dev_arm(weft_source *src) {
   verbs_dev *d = src->data;
   if (d->deliver != NULL || (d->owed > 0 && d->n_free > 0))
     return 1;
   if (ibv_req_notify_cq(d->cq, 0) != 0)
     weft_log(WEFT_LOG_ERROR, "verbs: ibv_req_notify_cq failed");
-  return dev_poll(src, VERBS_POLL_BATCH);
+  return weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
 }
 
 /* Takes the CQ events off the completion channel; acknowledges in batches
  * (ibv_ack_cq_events takes a lock). */
-static void dev_wakeup(weft_source *src, uint32_t events) {
+void weft__verbs_dev_wakeup(weft_source *src, uint32_t events) {
   (void)events;
   verbs_dev *d = src->data;
   struct ibv_cq *cq;
@@ -898,7 +899,7 @@ static struct rdma_conn_param conn_param(verbs_hello *h) {
  * share reserved. */
 static int vc_setup_qp(verbs_chan *vc) {
   verbs_dev *d;
-  int err = dev_get(vc->vl, vc->id->verbs, &d);
+  int err = weft__verbs_dev_get(vc->vl, vc->id->verbs, &d);
   if (err < 0)
     return err;
   if (d->n_channels >= d->max_channels) {
@@ -925,7 +926,7 @@ static int vc_setup_qp(verbs_chan *vc) {
   vc->dev = d;
   vc->qp = vc->id->qp;
   vc->qp_num = vc->qp->qp_num;
-  hash_add(d, vc);
+  weft__verbs_hash_add(d, vc);
   d->n_channels++;
   vc->reserved = true;
   vc->granted = VERBS_CREDITS;
@@ -954,7 +955,7 @@ static void vc_init(verbs_chan *vc, weft_channel *ch, verbs_loop *vl) {
   weft_timer_init(vl->loop, &vc->linger);
 }
 
-static int verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
+int weft__verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
   verbs_chan *vc = vc_of(ch);
   int err = 0;
   verbs_loop *vl = loop_state_of(weft_channel_loop(ch), &err);
@@ -972,7 +973,7 @@ static int verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
   if (rdma_resolve_addr(vc->id, NULL, (struct sockaddr *)&dst,
                         VERBS_RESOLVE_MS) != 0) {
     err = cm_err();
-    vc_teardown(vc);
+    weft__verbs_vc_teardown(vc);
     return err;
   }
   return 0;
@@ -981,14 +982,14 @@ static int verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
 static void on_route_resolved(verbs_chan *vc) {
   int err = vc_setup_qp(vc);
   if (err < 0) {
-    vc_fail(vc, err, "verbs: QP setup failed");
+    weft__verbs_vc_fail(vc, err, "verbs: QP setup failed");
     return;
   }
   verbs_hello h;
   struct rdma_conn_param p = conn_param(&h);
   if (rdma_connect(vc->id, &p) != 0) {
     err = cm_err();
-    vc_fail(vc, err, "verbs: rdma_connect failed");
+    weft__verbs_vc_fail(vc, err, "verbs: rdma_connect failed");
     return;
   }
   vc->state = VC_CONNECTING;
@@ -999,7 +1000,8 @@ static void on_established(verbs_chan *vc, const void *pdata, uint8_t plen) {
     uint16_t credits;
     uint32_t rsize;
     if (!hello_parse(pdata, plen, &credits, &rsize)) {
-      vc_fail(vc, WEFT_EPROTO, "verbs: the peer's handshake is not weft's");
+      weft__verbs_vc_fail(vc, WEFT_EPROTO,
+                          "verbs: the peer's handshake is not weft's");
       return;
     }
     vc->credits += credits; /* early messages may have returned some */
@@ -1011,16 +1013,16 @@ static void on_established(verbs_chan *vc, const void *pdata, uint8_t plen) {
   if (!vc->passive)
     weft_channel_connected(ch, 0);
   if (vc_active(vc)) {
-    deliver_held(vc);
-    int err = send_pending(vc);
+    weft__verbs_deliver_held(vc);
+    int err = weft__verbs_send_pending(vc);
     if (err < 0)
-      vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
+      weft__verbs_vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
   }
   weft_channel_release(ch);
 }
 
 static void drain_cq(verbs_dev *d) {
-  while (dev_poll(&d->source, VERBS_POLL_BATCH) > 0) {
+  while (weft__verbs_dev_poll(&d->source, VERBS_POLL_BATCH) > 0) {
   }
 }
 
@@ -1031,11 +1033,11 @@ static void on_disconnected(verbs_chan *vc) {
   if (vc->dev != NULL && vc->state != VC_DONE)
     drain_cq(vc->dev); /* the FIN may wait in the CQ */
   if (vc->state == VC_LINGER) {
-    vc_teardown(vc);
+    weft__verbs_vc_teardown(vc);
   } else if (vc->state != VC_DONE && !vc->fin_received) {
-    vc_fail(vc, WEFT_ECONNRESET,
-            "verbs: the peer disconnected without closing (rdma_cm "
-            "DISCONNECTED)");
+    weft__verbs_vc_fail(vc, WEFT_ECONNRESET,
+                        "verbs: the peer disconnected without closing (rdma_cm "
+                        "DISCONNECTED)");
   }
   weft_channel_release(ch);
 }
@@ -1062,7 +1064,7 @@ static void channel_event(verbs_chan *vc, const struct rdma_cm_event *ev,
   switch (ev->event) {
   case RDMA_CM_EVENT_ADDR_RESOLVED:
     if (rdma_resolve_route(vc->id, VERBS_RESOLVE_MS) != 0)
-      vc_fail(vc, cm_err(), "verbs: rdma_resolve_route failed");
+      weft__verbs_vc_fail(vc, cm_err(), "verbs: rdma_resolve_route failed");
     break;
   case RDMA_CM_EVENT_ROUTE_RESOLVED:
     on_route_resolved(vc);
@@ -1080,8 +1082,8 @@ static void channel_event(verbs_chan *vc, const struct rdma_cm_event *ev,
   case RDMA_CM_EVENT_UNREACHABLE:
   case RDMA_CM_EVENT_REJECTED:
   case RDMA_CM_EVENT_DEVICE_REMOVAL:
-    vc_fail(vc, event_error(ev), "verbs: %s (status %d)",
-            rdma_event_str(ev->event), ev->status);
+    weft__verbs_vc_fail(vc, event_error(ev), "verbs: %s (status %d)",
+                        rdma_event_str(ev->event), ev->status);
     break;
   default:
     break;
@@ -1107,7 +1109,7 @@ static void listener_event(verbs_listener *vls, const struct rdma_cm_event *ev,
 /* rdma_cm events, taken off the non-blocking event channel. Each event is
  * copied and acknowledged before it is handled: rdma_destroy_id waits for
  * the acknowledgement of every event of its id. */
-static int cm_poll(weft_source *src, int budget) {
+int weft__verbs_cm_poll(weft_source *src, int budget) {
   verbs_loop *vl = src->data;
   int n = 0;
   struct rdma_cm_event *e;
@@ -1137,24 +1139,24 @@ static int cm_poll(weft_source *src, int budget) {
 }
 
 static const weft_source_ops cm_source_ops = {.name = "verbs-cm",
-                                              .poll = cm_poll};
+                                              .poll = weft__verbs_cm_poll};
 
 /* ---- accept ---- */
 
-static void verbs_discard(intptr_t handle) {
+void weft__verbs_discard(intptr_t handle) {
   verbs_pending *p = (verbs_pending *)handle;
   rdma_reject(p->id, NULL, 0);
   rdma_destroy_id(p->id);
   free(p);
 }
 
-static int verbs_adopt(weft_channel *ch, intptr_t handle) {
+int weft__verbs_adopt(weft_channel *ch, intptr_t handle) {
   verbs_pending *p = (verbs_pending *)handle;
   verbs_chan *vc = vc_of(ch);
   int err = 0;
   verbs_loop *vl = loop_state_of(weft_channel_loop(ch), &err);
   if (vl == NULL) {
-    verbs_discard(handle);
+    weft__verbs_discard(handle);
     return err;
   }
   vc_init(vc, ch, vl);
@@ -1165,7 +1167,7 @@ static int verbs_adopt(weft_channel *ch, intptr_t handle) {
   p->id->context = vc;
   if (p->id->channel != vl->ec && rdma_migrate_id(p->id, vl->ec) != 0) {
     err = cm_err();
-    verbs_discard(handle);
+    weft__verbs_discard(handle);
     return err;
   }
   vc->id = p->id;
@@ -1174,14 +1176,14 @@ static int verbs_adopt(weft_channel *ch, intptr_t handle) {
   err = vc_setup_qp(vc);
   if (err < 0) {
     rdma_reject(vc->id, NULL, 0);
-    vc_teardown(vc);
+    weft__verbs_vc_teardown(vc);
     return err;
   }
   verbs_hello h;
   struct rdma_conn_param cp = conn_param(&h);
   if (rdma_accept(vc->id, &cp) != 0) {
     err = cm_err();
-    vc_teardown(vc);
+    weft__verbs_vc_teardown(vc);
     return err;
   }
   vc->state = VC_CONNECTING;
@@ -1190,8 +1192,7 @@ static int verbs_adopt(weft_channel *ch, intptr_t handle) {
 
 /* ---- listeners ---- */
 
-static int verbs_listen(weft_listener *l, const weft_endpoint *ep,
-                        int backlog) {
+int weft__verbs_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   int err = 0;
   verbs_loop *vl = loop_state_of(weft_listener_loop(l), &err);
   if (vl == NULL)
@@ -1227,7 +1228,7 @@ failed_id:
   return err;
 }
 
-static void listener_free(verbs_listener *vls) {
+void weft__verbs_listener_free(verbs_listener *vls) {
   verbs_loop *vl = vls->vl;
   rdma_destroy_id(vls->id);
   if (vls->prev != NULL)
@@ -1239,15 +1240,15 @@ static void listener_free(verbs_listener *vls) {
   free(vls);
 }
 
-static void verbs_listen_close(weft_listener *l) {
+void weft__verbs_listen_close(weft_listener *l) {
   verbs_listener *vls = weft_listener_priv(l);
   if (vls == NULL)
     return;
   weft_listener_set_priv(l, NULL);
-  listener_free(vls);
+  weft__verbs_listener_free(vls);
 }
 
-static int verbs_listen_address(weft_listener *l, char *buf, size_t len) {
+int weft__verbs_listen_address(weft_listener *l, char *buf, size_t len) {
   verbs_listener *vls = weft_listener_priv(l);
   if (vls == NULL)
     return WEFT_ECLOSED;
@@ -1256,7 +1257,7 @@ static int verbs_listen_address(weft_listener *l, char *buf, size_t len) {
 
 /* ---- the per-loop instance ---- */
 
-static int verbs_loop_init(weft_loop *loop, void **loop_state) {
+int weft__verbs_loop_init(weft_loop *loop, void **loop_state) {
   int err;
   verbs_loop *vl = calloc(1, sizeof *vl);
   if (vl == NULL)
@@ -1290,16 +1291,16 @@ failed_channel:
 }
 
 /* The core closed every channel before; lingering ones end now. */
-static void verbs_loop_fini(weft_loop *loop, void *loop_state) {
+void weft__verbs_loop_fini(weft_loop *loop, void *loop_state) {
   verbs_loop *vl = loop_state;
   while (vl->chans != NULL)
-    vc_teardown(vl->chans);
+    weft__verbs_vc_teardown(vl->chans);
   while (vl->listeners != NULL) {
     weft_listener_set_priv(vl->listeners->l, NULL);
-    listener_free(vl->listeners);
+    weft__verbs_listener_free(vl->listeners);
   }
   for (int i = 0; i < vl->n_devs; i++)
-    dev_close(vl->devs[i]);
+    weft__verbs_dev_close(vl->devs[i]);
   weft_loop_remove_source(loop, &vl->cm_source);
   rdma_destroy_event_channel(vl->ec);
   free(vl);
@@ -1337,16 +1338,16 @@ const weft_transport_ops weft__transport_verbs = {
     .name = "verbs",
     .caps = WEFT_TRANSPORT_CAP_REGISTERED_MEM,
     .channel_priv_size = sizeof(verbs_chan),
-    .probe = verbs_probe,
-    .loop_init = verbs_loop_init,
-    .loop_fini = verbs_loop_fini,
-    .listen = verbs_listen,
-    .listen_close = verbs_listen_close,
-    .listen_address = verbs_listen_address,
-    .connect = verbs_connect,
-    .adopt = verbs_adopt,
-    .discard = verbs_discard,
-    .flush = verbs_flush,
+    .probe = weft__verbs_probe,
+    .loop_init = weft__verbs_loop_init,
+    .loop_fini = weft__verbs_loop_fini,
+    .listen = weft__verbs_listen,
+    .listen_close = weft__verbs_listen_close,
+    .listen_address = weft__verbs_listen_address,
+    .connect = weft__verbs_connect,
+    .adopt = weft__verbs_adopt,
+    .discard = weft__verbs_discard,
+    .flush = weft__verbs_flush,
     .close = verbs_close,
     .set_read = verbs_set_read,
     .remote_address = verbs_remote_address,

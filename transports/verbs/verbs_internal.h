@@ -158,7 +158,7 @@ struct verbs_chan {
   enum vc_state state;
   bool passive;
   bool reading;                   /* auto-read: deliver received messages */
-  bool in_flush;                  /* send_pending is on the stack */
+  bool in_flush;                  /* weft__verbs_send_pending is on the stack */
   bool reserved;                  /* holds its share of the SRQ */
   bool fin_received, fin_pending; /* FIN seen; waits behind held data */
   bool errored;                   /* the QP failed: no FIN, no more posts */
@@ -234,7 +234,14 @@ static inline bool vc_active(const verbs_chan *vc) {
   return vc->ch != NULL && weft_channel_state_of(vc->ch) == WEFT_CHANNEL_ACTIVE;
 }
 
-/* ---- receive slots (device.c) ---- */
+/* ---- device.c: the probe; devices (PD, CQ, SRQ, receive slab) ---- */
+
+/**
+ * The probe op: an RDMA device and rdma_cm (/dev/infiniband/rdma_cm) must
+ * be there. Returns 0, or WEFT_ENODEV with the cause and what to do in
+ * `why`. Any thread (the registry serialises probes).
+ */
+int weft__verbs_probe(char *why, size_t why_len);
 
 static inline uint8_t *slot_ptr(const verbs_dev *d, uint32_t i) {
   return d->slab + (size_t)i * VERBS_SLOT_SIZE;
@@ -244,7 +251,121 @@ static inline void slot_put(verbs_dev *d, uint32_t i) {
   d->free_slots[d->n_free++] = i;
 }
 
-/* ---- credits and the send queue (send.c) ---- */
+/**
+ * Frees a received buffer's slot (weft_buf_wrap's release, `arg` the
+ * device): back to the free set unless the loop has finished, and the
+ * buffer's device reference goes (the last one frees the device's memory).
+ * Loop thread. No errors.
+ */
+void weft__verbs_slot_release(void *base, size_t capacity, void *arg);
+
+/**
+ * Reposts the receives the device owes (d->owed) in chained posts, as far
+ * as free slots allow; what cannot be posted stays owed. Loop thread. A
+ * failed post is logged and the rest stays owed.
+ */
+void weft__verbs_srq_refill(verbs_dev *d);
+
+/**
+ * The loop's device for rdma_cm's context `ctx`, opened on first use (PD,
+ * receive slab, CQ, SRQ full of receives, pool hook, CQ source). Returns 0
+ * with it in `*out`, WEFT_ENOSPC past VERBS_MAX_DEVICES, or the error of
+ * the step that failed (logged). Loop thread.
+ */
+int weft__verbs_dev_get(verbs_loop *vl, struct ibv_context *ctx,
+                        verbs_dev **out);
+
+/**
+ * Ends a device with its loop, once no channel uses it: removes the CQ
+ * source, destroys the SRQ, CQ and completion channel, and drops the loop's
+ * reference (the memory stays while pool slabs or held buffers use it).
+ * Loop thread. No errors.
+ */
+void weft__verbs_dev_close(verbs_dev *d);
+
+/* ---- loop.c: the per-loop instance; the QP number -> channel map ---- */
+
+/**
+ * The loop_init op: the loop's rdma_cm event channel, non-blocking, as a
+ * weft_source (devices open with the first QP on them). Returns 0 with the
+ * state in `*loop_state`, or WEFT_ENOMEM, the event channel's or the
+ * loop's error (logged). Loop thread.
+ */
+int weft__verbs_loop_init(weft_loop *loop, void **loop_state);
+
+/**
+ * The loop_fini op: tears down the channels still lingering, frees the
+ * listeners, closes the devices and the event channel. Loop thread.
+ */
+void weft__verbs_loop_fini(weft_loop *loop, void *loop_state);
+
+/** Adds `vc` to `d`'s map under vc->qp_num. Loop thread. */
+void weft__verbs_hash_add(verbs_dev *d, verbs_chan *vc);
+
+/** Takes `vc` out of `d`'s map (nothing if it is not in). Loop thread. */
+void weft__verbs_hash_del(verbs_dev *d, verbs_chan *vc);
+
+/**
+ * The channel of QP number `qp_num` on `d`, or NULL (its QP is gone: the
+ * completion is for a channel torn down). Loop thread.
+ */
+verbs_chan *weft__verbs_hash_find(verbs_dev *d, uint32_t qp_num);
+
+/* ---- connect.c: connection setup, accept, listeners ---- */
+
+/**
+ * The connect op: an rdma_cm id for `ch` and address resolution of `ep`'s
+ * first address; route, QP and rdma_connect follow from the id's events.
+ * Returns 0 if started, or the resolver's or rdma_cm's error (nothing is
+ * left to clean up). Loop thread.
+ */
+int weft__verbs_connect(weft_channel *ch, const weft_endpoint *ep);
+
+/**
+ * The poll of the loop's rdma_cm event source: takes up to `budget` events
+ * off the event channel, acknowledges each, then hands it to its channel or
+ * listener. Returns how many it took (failures go to the channels). Loop
+ * thread.
+ */
+int weft__verbs_cm_poll(weft_source *src, int budget);
+
+/**
+ * The discard op: rejects an accepted connection nobody adopts and frees
+ * its handle. Any loop. No errors.
+ */
+void weft__verbs_discard(intptr_t handle);
+
+/**
+ * The adopt op: takes over accepted connection `handle` as `ch` (its
+ * rdma_cm id moves to `ch`'s loop), creates its QP and accepts. Returns 0,
+ * or an error with the connection rejected and the handle freed. Loop
+ * thread of `ch`.
+ */
+int weft__verbs_adopt(weft_channel *ch, intptr_t handle);
+
+/**
+ * The listen op: an rdma_cm id bound to `ep`'s first address, listening
+ * with `backlog`. Returns 0, or WEFT_ENOMEM, or the resolver's or rdma_cm's
+ * error. Loop thread of the listener.
+ */
+int weft__verbs_listen(weft_listener *l, const weft_endpoint *ep, int backlog);
+
+/**
+ * Destroys a listener's id, unlinks it from its loop and frees it. Loop
+ * thread. No errors.
+ */
+void weft__verbs_listener_free(verbs_listener *vls);
+
+/** The listen_close op: frees the listener once. Loop thread. */
+void weft__verbs_listen_close(weft_listener *l);
+
+/**
+ * The listen_address op: the bound address as text. Returns 0, WEFT_ECLOSED
+ * once closed, or weft_sockaddr_format's error. Loop thread.
+ */
+int weft__verbs_listen_address(weft_listener *l, char *buf, size_t len);
+
+/* ---- send.c: gathering, posting, credits going out ---- */
 
 /* Credits we can hand back now: receives the peer used that were delivered
  * (not held) and reposted. None while a refill is short. */
@@ -258,5 +379,86 @@ static inline uint32_t returnable(const verbs_chan *vc) {
 static inline bool sq_room(const verbs_chan *vc) {
   return vc->sq_tail - vc->sq_head < VERBS_SQ_DEPTH;
 }
+
+/**
+ * Releases the buffers of the send records up to and including `seq`
+ * (UINT64_MAX: all of them, once the QP is gone). Loop thread.
+ */
+void weft__verbs_retire_sends(verbs_chan *vc, uint64_t seq);
+
+/**
+ * Posts a zero-length message carrying the credits returnable now and
+ * `flags` (VERBS_IMM_FIN) in imm_data; it needs no credit, only room in the
+ * send queue (sq_room). Returns 0 or ibv_post_send's error. Loop thread.
+ */
+int weft__verbs_post_control(verbs_chan *vc, uint32_t flags);
+
+/**
+ * Sends what can go now: queued data as credits and the send queue allow,
+ * then a credit message if enough credits wait and no data carried them.
+ * Does nothing unless established and not errored, or when already on the
+ * stack. Returns 0 or an error (the caller fails the channel). Loop
+ * thread; the caller holds a channel reference (a promise may close it).
+ */
+int weft__verbs_send_pending(verbs_chan *vc);
+
+/**
+ * The flush op: weft__verbs_send_pending under a channel reference.
+ * Returns 0 or an error (the core then closes the channel). Loop thread.
+ */
+int weft__verbs_flush(weft_channel *ch);
+
+/* ---- recv.c: CQ polling, delivery, credits coming back ---- */
+
+/**
+ * Delivers the channel's held messages (channel_read) while it reads, and
+ * marks the peer's FIN pending once none is held. Returns how many went
+ * up. Loop thread; the caller holds a channel reference (a handler may
+ * close the channel).
+ */
+int weft__verbs_deliver_held(verbs_chan *vc);
+
+/**
+ * The poll of a device's CQ source: refills the SRQ, delivers what channels
+ * may take again, handles up to `budget` completions (at most
+ * VERBS_POLL_BATCH, the SRQ refilled before any handler runs), then
+ * finishes the batch (read_complete, EOF, sends the new credits allow).
+ * Returns how many it handled. Loop thread; failures close the channels
+ * concerned (an ibv_poll_cq failure is logged).
+ */
+int weft__verbs_dev_poll(weft_source *src, int budget);
+
+/**
+ * The arm of a device's CQ source: requests a CQ event, then polls once
+ * more (a completion between the last poll and the arm raises no event).
+ * Returns 0 when the loop may sleep, > 0 when work is pending. Loop thread;
+ * an ibv_req_notify_cq failure is logged.
+ */
+int weft__verbs_dev_arm(weft_source *src);
+
+/**
+ * The wakeup of a device's CQ source: takes the CQ events off the
+ * completion channel and acknowledges them in batches. Loop thread.
+ */
+void weft__verbs_dev_wakeup(weft_source *src, uint32_t events);
+
+/* ---- channel.c: teardown, options and addresses, the ops struct ---- */
+
+/**
+ * Releases the channel's QP (disconnecting), its rdma_cm id, every buffer
+ * it holds and its share of the SRQ; a linger ends (its channel reference
+ * goes). Does nothing the second time. Loop thread. No errors.
+ */
+void weft__verbs_vc_teardown(verbs_chan *vc);
+
+/**
+ * Reports failure `err` on a live channel, with the reason formatted from
+ * `fmt`: a connect in progress fails, an active channel closes with
+ * exception_caught, and the core's close then tears it down. The QP counts
+ * as errored from then on (no FIN, no more posts); a lingering channel is
+ * torn down at once. Loop thread.
+ */
+void weft__verbs_vc_fail(verbs_chan *vc, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif
