@@ -1,22 +1,21 @@
+/* transports/verbs/connect.c: how connections come to be, driven by the
+ * rdma_cm events of the loop's event channel. Connect resolves the address
+ * and the route, creates the QP (on the device rdma_cm chose, device.c) and
+ * sends the handshake; the handshake's private data carries each side's
+ * credits and receive size; ESTABLISHED makes the channel active and
+ * DISCONNECTED ends it. A listener hands a connect request to the core as
+ * a pending handle, which adopt accepts on the channel's loop. The design
+ * is in verbs_internal.h.
+ */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <infiniband/verbs.h>
-#include <rdma/rdma_cma.h>
-
-#include <weft/buf.h>
 #include <weft/channel.h>
 #include <weft/error.h>
 #include <weft/log.h>
-#include <weft/pipeline.h>
 #include <weft/source.h>
 #include <weft/timer.h>
 #include <weft/transport_plugin.h>
