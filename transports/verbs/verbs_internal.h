@@ -61,7 +61,8 @@
  *   channel.c  teardown, options and addresses, the ops struct
  *
  * Everything runs on the loop thread of the loop the object belongs to,
- * except the probe (any thread, serialised by the registry).
+ * except the probe (any thread, serialised by the registry) and discard
+ * (any loop).
  */
 #ifndef WEFT_TRANSPORTS_VERBS_VERBS_INTERNAL_H
 #define WEFT_TRANSPORTS_VERBS_VERBS_INTERNAL_H
@@ -243,6 +244,7 @@ static inline bool vc_active(const verbs_chan *vc) {
  */
 int weft__verbs_probe(char *why, size_t why_len);
 
+/* Slot `i` of the receive slab; slot_put returns one to the free set. */
 static inline uint8_t *slot_ptr(const verbs_dev *d, uint32_t i) {
   return d->slab + (size_t)i * VERBS_SLOT_SIZE;
 }
@@ -288,7 +290,7 @@ void weft__verbs_dev_close(verbs_dev *d);
 /**
  * The loop_init op: the loop's rdma_cm event channel, non-blocking, as a
  * weft_source (devices open with the first QP on them). Returns 0 with the
- * state in `*loop_state`, or WEFT_ENOMEM, the event channel's or the
+ * state in `*loop_state`, WEFT_ENOMEM, or the event channel's or the
  * loop's error (logged). Loop thread.
  */
 int weft__verbs_loop_init(weft_loop *loop, void **loop_state);
