@@ -1,0 +1,241 @@
+/* transports/verbs/recv.c: the receive path, driven by a device's CQ
+ * source. Each poll batch refills the SRQ before any handler runs, then
+ * hands every completion to its channel: a received message goes up the
+ * pipeline as a buffer wrapping its slot (or is held while the channel
+ * does not read), the credits and FIN it carries are taken in, and a send
+ * completion retires send records. The batch ends with read_complete, the
+ * peer's FIN as EOF, and the sends the new credits allow (send.c). See
+ * "Receive path" in verbs_internal.h.
+ */
+#include <arpa/inet.h>
+
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/log.h>
+#include <weft/pipeline.h>
+
+#include "transports/verbs/verbs_internal.h"
+
+/* ---- conversions at the edge ---- */
+
+/* What a failed work completion means for the channel. */
+static int wc_status_to_weft(enum ibv_wc_status s) {
+  switch (s) {
+  case IBV_WC_RETRY_EXC_ERR:
+    return WEFT_ETIMEDOUT;
+  case IBV_WC_RNR_RETRY_EXC_ERR:
+    return WEFT_ENOBUFS;
+  case IBV_WC_WR_FLUSH_ERR:
+    return WEFT_ECONNRESET;
+  case IBV_WC_LOC_LEN_ERR:
+    return WEFT_EMSGSIZE;
+  default:
+    return WEFT_EIO;
+  }
+}
+
+/* ---- receiving ---- */
+
+static void touch(verbs_dev *d, verbs_chan *vc) {
+  if (vc->touched || d->n_touched == 2 * VERBS_POLL_BATCH)
+    return;
+  vc->touched = true;
+  weft_channel_retain(vc->ch);
+  d->touched[d->n_touched++] = vc;
+}
+
+static void held_push(verbs_chan *vc, weft_buf *b) {
+  uint32_t tail = (vc->held_head + vc->n_held) % (VERBS_CREDITS + 1);
+  vc->held[tail] = b;
+  vc->n_held++;
+}
+
+static bool can_deliver(const verbs_chan *vc) {
+  return vc->reading && vc_active(vc) && vc->state != VC_LINGER &&
+         vc->state != VC_DONE;
+}
+
+/* Delivers held messages while the channel reads; returns how many. */
+int weft__verbs_deliver_held(verbs_chan *vc) {
+  int n = 0;
+  while (vc->n_held > 0 && can_deliver(vc)) {
+    weft_buf *b = vc->held[vc->held_head];
+    vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
+    vc->n_held--;
+    vc->got_data = true;
+    n++;
+    weft_pipeline_fire_channel_read(weft_channel_pipeline(vc->ch), b);
+  }
+  if (vc->n_held == 0 && vc->fin_received)
+    vc->fin_pending = true;
+  return n;
+}
+
+static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
+  uint32_t slot = (uint32_t)wc->wr_id;
+  uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+  if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER) {
+    slot_put(d, slot); /* for a channel that is gone or closing */
+    return;
+  }
+  if (wc->status != IBV_WC_SUCCESS) {
+    slot_put(d, slot);
+    touch(d, vc);
+    weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
+                        "verbs: receive failed: %s",
+                        ibv_wc_status_str(wc->status));
+    return;
+  }
+  if (vc->state == VC_CONNECTING && vc->passive)
+    vc->state = VC_ESTABLISHED; /* data before the ESTABLISHED event */
+  if (wc->byte_len > 0 && vc->granted > 0)
+    vc->granted--; /* control messages use the reserve, not credits */
+  vc->credits += (int32_t)(imm & VERBS_IMM_CREDITS);
+  touch(d, vc);
+  if (wc->byte_len > 0) {
+    weft_buf *b = weft_buf_wrap(weft_loop_pool(d->vl->loop), slot_ptr(d, slot),
+                                VERBS_SLOT_SIZE, wc->byte_len,
+                                weft__verbs_slot_release, d);
+    if (b == NULL) {
+      slot_put(d, slot);
+      weft__verbs_vc_fail(vc, WEFT_ENOMEM,
+                          "verbs: no memory for a received buffer");
+      return;
+    }
+    d->refs++;
+    held_push(vc, b);
+    weft__verbs_deliver_held(vc);
+  } else {
+    slot_put(d, slot);
+  }
+  if (imm & VERBS_IMM_FIN) {
+    vc->fin_received = true;
+    if (vc->n_held == 0)
+      vc->fin_pending = true;
+  }
+}
+
+static void on_send(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
+  if (vc == NULL || vc->state == VC_DONE)
+    return;
+  weft__verbs_retire_sends(vc, wc->wr_id);
+  if (wc->status != IBV_WC_SUCCESS) {
+    touch(d, vc);
+    weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
+                        "verbs: send failed: %s",
+                        ibv_wc_status_str(wc->status));
+    return;
+  }
+  if (vc->state == VC_LINGER && wc->wr_id >= vc->fin_seq) {
+    weft__verbs_vc_teardown(vc); /* FIN delivered: disconnect */
+    return;
+  }
+  touch(d, vc);
+}
+
+/* After a batch: read_complete, FIN as EOF, sends the new credits allow. */
+static void finish_batch(verbs_dev *d) {
+  for (int i = 0; i < d->n_touched; i++) {
+    verbs_chan *vc = d->touched[i];
+    weft_channel *ch = vc->ch;
+    vc->touched = false;
+    if (vc->got_data && vc_active(vc)) {
+      vc->got_data = false;
+      weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(ch));
+    }
+    vc->got_data = false;
+    if (vc->fin_pending && vc_active(vc)) {
+      vc->fin_pending = false;
+      weft_channel_transport_closed(ch, 0, "peer closed");
+    }
+    int err = vc_active(vc) ? weft__verbs_send_pending(vc) : 0;
+    if (err < 0)
+      weft__verbs_vc_fail(vc, err, "verbs: send: %s", weft_strerror(err));
+    weft_channel_release(ch);
+  }
+  d->n_touched = 0;
+}
+
+/* Channels whose held messages may go up now (auto-read came back). */
+static int deliver_pending(verbs_dev *d) {
+  int n = 0;
+  while (d->deliver != NULL && d->n_touched < VERBS_POLL_BATCH) {
+    verbs_chan *vc = d->deliver;
+    d->deliver = vc->deliver_next;
+    vc->in_deliver = false;
+    touch(d, vc);
+    n += weft__verbs_deliver_held(vc) + 1;
+  }
+  return n;
+}
+
+/* After a short refill caught up: every channel may return credits. */
+static void unstarve(verbs_dev *d) {
+  d->starved = false;
+  for (verbs_chan *vc = d->vl->chans; vc != NULL; vc = vc->next)
+    if (vc->dev == d && vc->state == VC_ESTABLISHED &&
+        returnable(vc) >= VERBS_CREDIT_THRESHOLD && !vc->in_deliver) {
+      vc->in_deliver = true; /* the deliver pass sends the credits */
+      vc->deliver_next = d->deliver;
+      d->deliver = vc;
+    }
+}
+
+int weft__verbs_dev_poll(weft_source *src, int budget) {
+  verbs_dev *d = src->data;
+  if (d->owed > 0 && d->n_free > 0)
+    weft__verbs_srq_refill(d); /* slots came back since the last short refill */
+  if (d->starved && d->owed == 0)
+    unstarve(d);
+  int handled = deliver_pending(d);
+  struct ibv_wc wcs[VERBS_POLL_BATCH];
+  int max = budget < VERBS_POLL_BATCH ? budget : VERBS_POLL_BATCH;
+  int n = ibv_poll_cq(d->cq, max > 0 ? max : 1, wcs);
+  if (n < 0) {
+    weft_log(WEFT_LOG_ERROR, "verbs: ibv_poll_cq failed");
+    n = 0;
+  }
+  /* Refill the SRQ before any handler runs. */
+  for (int i = 0; i < n; i++)
+    if (wcs[i].opcode & IBV_WC_RECV)
+      d->owed++;
+  weft__verbs_srq_refill(d);
+  if (d->owed > 0)
+    d->starved = true;
+  for (int i = 0; i < n; i++) {
+    verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
+    if (wcs[i].opcode & IBV_WC_RECV)
+      on_recv(d, vc, &wcs[i]);
+    else
+      on_send(d, vc, &wcs[i]);
+  }
+  finish_batch(d);
+  return n + handled;
+}
+
+/* Arms the CQ, then polls once more: a completion that landed between the
+ * last poll and the arm raises no event. */
+int weft__verbs_dev_arm(weft_source *src) {
+  verbs_dev *d = src->data;
+  if (d->deliver != NULL || (d->owed > 0 && d->n_free > 0))
+    return 1;
+  if (ibv_req_notify_cq(d->cq, 0) != 0)
+    weft_log(WEFT_LOG_ERROR, "verbs: ibv_req_notify_cq failed");
+  return weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
+}
+
+/* Takes the CQ events off the completion channel; acknowledges in batches
+ * (ibv_ack_cq_events takes a lock). */
+void weft__verbs_dev_wakeup(weft_source *src, uint32_t events) {
+  (void)events;
+  verbs_dev *d = src->data;
+  struct ibv_cq *cq;
+  void *ctx;
+  while (ibv_get_cq_event(d->cc, &cq, &ctx) == 0)
+    d->cq_unacked++;
+  if (d->cq_unacked >= VERBS_CQ_ACK_BATCH) {
+    ibv_ack_cq_events(d->cq, d->cq_unacked);
+    d->cq_unacked = 0;
+  }
+}
