@@ -154,3 +154,10 @@ void weft_cli_usage_error(const weft_cli *cli, const char *fmt, ...) {
   fprintf(stderr, "\nusage: %s %s\nTry '%s --help' for the options and keys.\n",
           cli->prog, cli->synopsis, cli->prog);
 }
+
+void weft_cli_bad_option(const weft_cli *cli, int opt, const char *text) {
+  if (opt == ':')
+    weft_cli_usage_error(cli, "option '%s' needs a value", text);
+  else
+    weft_cli_usage_error(cli, "unknown option '%s'", text);
+}

@@ -17,13 +17,16 @@
  *                   .about = "...", .examples = "weft-echo demo\n..."};
  *   weft_config cfg;
  *   weft_config_init(&cfg);               // then the program's defaults
- *   while ((opt = getopt_long(argc, argv, WEFT_CLI_OPTS "x:", longs,
+ *   opterr = 0;                           // weft_cli reports
+ *   while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS "x:", longs,
  *                             NULL)) != -1) {
  *     if (opt == 'h')
  *       return weft_cli_help(&cli, &cfg, stdout), 0;
  *     if (weft_cli_option(&cli, opt, optarg) != 0)
  *       continue;                          // -c or -o, taken
- *     ...                                  // the program's own flags
+ *     if (opt == 'x') ...                  // the program's own flags
+ *     else
+ *       return weft_cli_bad_option(&cli, opt, argv[optind - 1]), 2;
  *   }
  *   if (weft_cli_configure(&cli, &cfg) < 0)
  *     return 2;                            // the message is printed
@@ -110,6 +113,14 @@ int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out);
  */
 void weft_cli_usage_error(const weft_cli *cli, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/**
+ * Reports an option getopt refused, as weft_cli_usage_error does: `opt` is
+ * what getopt returned (':' for a missing value, with the optstring
+ * starting with ':'; anything else is an unknown option) and `text` the
+ * argument as typed (argv[optind - 1]).
+ */
+void weft_cli_bad_option(const weft_cli *cli, int opt, const char *text);
 
 #ifdef __cplusplus
 }
