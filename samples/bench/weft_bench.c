@@ -26,6 +26,13 @@
  *   idle      --idle-conns (100) connections doing nothing for
  *             --idle-seconds (3): the server's CPU time, % of one core
  *
+ * What weft-pingpong measured (before it merged into this program) is the
+ * pingpong and rate patterns of one configuration: `weft-pingpong MODE -n N
+ * -w W -t S -s B` is `weft-bench -c CONFIG -p pingpong,rate -s B --rate 1xW
+ * --rate-size B -n N -t S -r 1`, CONFIG raw-busy, raw-block or (for mode
+ * weft) TRANSPORT:BUSY_POLL_US; scripts/bench-transports.sh and
+ * scripts/bench-ucx.sh run it so and read the CSV.
+ *
  * Every measurement runs its phases in order: connect all, prepare (the
  * 16 B hello telling the server what to do), warm-up (not measured; round
  * trips or --warm-seconds), measure, clean up (close, wait for the
