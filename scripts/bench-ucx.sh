@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # weft over UCX beside ucx_perftest, interleaved, median of N runs (default 5).
 #   scripts/bench-ucx.sh [BUILD_DIR] [RUNS]
-# Rows: weft-pingpong over ucx (tcp; shared memory with error_mode=none),
-# weft-ucx-peer (UCX AM ping-pong set up as weft sets UCX up, no weft),
-# ucx_perftest tag_lat / am_lat / stream_lat / tag_bw on loopback, and
-# weft-bench's 64 KiB unidirectional stream over ucx beside tag_bw 64 KiB.
+# Rows: weft-bench's 16 B ping-pong and 1 x 64 message rate over ucx (tcp;
+# shared memory with error_mode=none), weft-ucx-peer (UCX AM ping-pong set
+# up as weft sets UCX up, no weft), ucx_perftest tag_lat / am_lat /
+# stream_lat / tag_bw on loopback, and weft-bench's 64 KiB unidirectional
+# stream over ucx beside tag_bw 64 KiB.
 # perftest's *_lat figure is one-way (half the round trip): the script
 # doubles it; its MB/s are 2^20 bytes: the script converts them to 10^6,
 # weft-bench's unit.
@@ -17,7 +18,6 @@
 set -euo pipefail
 BUILD=${1:-build-ucx}
 RUNS=${2:-5}
-PP="$BUILD/samples/bench/weft-pingpong"
 PEER="$BUILD/samples/bench/weft-ucx-peer"
 BENCH="$BUILD/samples/bench/weft-bench"
 # A fresh port per run: each helper runs in a command substitution (a
@@ -42,11 +42,28 @@ perftest() { # TLS TEST SIZE -> median column (lat: us one-way; bw: MB/s)
   esac
 }
 
+# TLS MODE CSV ARGS...: one weft-bench run over ucx, its CSV to file CSV.
+bench_ucx() {
+  UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$BENCH" -c ucx \
+    -r 1 -q --no-progress --csv "$3" "${@:4}" >/dev/null 2>&1 || true
+}
+
+# Column COLUMN of the PATTERN row of weft-bench's CSV FILE (empty if none).
+csv_value() { # FILE PATTERN COLUMN
+  awk -F, -v p="$2" -v c="$3" '
+    NR == 1 {for (i = 1; i <= NF; i++) col[$i] = i; next}
+    $col["pattern"] == p {print $col[c] + 0; exit}' "$1"
+}
+
+# weft-bench's 16 B ping-pong (20000 round trips after 2000 warm-up) and
+# 16 B message rate with 64 in flight on one connection for 1 s.
 weft() { # TLS MODE -> "p50_us msgs_per_s"
-  local out
-  out=$(UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$PP" weft \
-        -o transport.name=ucx -n 20000 -t 1)
-  echo "$out" | sed -E 's/.*p50_us=([0-9.]+).*msgs_per_s=([0-9]+).*/\1 \2/'
+  local csv
+  csv=$(mktemp)
+  bench_ucx "$1" "$2" "$csv" -p pingpong,rate -s 16 --rate 1x64 \
+    --rate-size 16 -n 20000 -w 2000 -t 1
+  echo "$(csv_value "$csv" pingpong p50_us) $(csv_value "$csv" rate msgs_per_s)"
+  rm -f "$csv"
 }
 
 # weft-bench's unidirectional stream of 64 KiB messages (-p stream), the
@@ -54,10 +71,8 @@ weft() { # TLS MODE -> "p50_us msgs_per_s"
 stream() { # TLS MODE -> MB/s
   local csv
   csv=$(mktemp)
-  UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$BENCH" -c ucx \
-    -p stream -s 65536 -r 1 --csv "$csv" >/dev/null 2>&1 || true
-  awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "mb_per_s") c = i}
-           NR == 2 {print $c}' "$csv"
+  bench_ucx "$1" "$2" "$csv" -p stream -s 65536
+  csv_value "$csv" stream mb_per_s
   rm -f "$csv"
 }
 

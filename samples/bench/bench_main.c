@@ -1,0 +1,190 @@
+/* bench_main.c: weft-bench's front door. The command line (getopt_long)
+ * into bench_opt through the setters of bench_options.c, then bench_run
+ * (bench_run.c). Only the spelling of the options lives here; what the
+ * program does is in bench.h. */
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+
+static void usage(void) {
+  fputs(
+      "usage: weft-bench [options]\n"
+      "  -c SPEC         raw-busy | raw-block | TRANSPORT[:BUSY_POLL_US]\n"
+      "                  (repeatable; e.g. -c raw-busy -c tcp:20 -c uring:0)\n"
+      "  -f FILE         weft config file ([loop] busy_poll_us, [transport])\n"
+      "  -p LIST         patterns: pingpong,stream,bidir,rate,connect,idle\n"
+      "  -s LIST         sizes, e.g. 16,256,4K,64K,1M (max 16M)\n"
+      "  -r N            repetitions (median and min..max reported; 3)\n"
+      "  -n N            ping-pong round trips per repetition (20000; fewer\n"
+      "                  above 4 KiB, at least 200)\n"
+      "  -w N            warm-up round trips (2000, scaled the same)\n"
+      "  -t SECONDS      measured time per repetition, other patterns (0.5)\n"
+      "  --warm-seconds S   warm-up of the timed patterns (0.1)\n"
+      "  --rate LIST     rate points CONNSxWINDOW (1x64,4x16)\n"
+      "  --rate-size N   message size of the rate pattern (16)\n"
+      "  --idle-conns N  (100)   --idle-seconds S (3)\n"
+      "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
+      "  --server-pid PID   client role: the server process, for idle CPU\n"
+      "  -x TRANSPORT:PATTERN   skip a pattern for a transport (or raw mode)\n"
+      "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
+      stderr);
+  exit(2);
+}
+
+enum {
+  OPT_WARM_SECONDS = 256,
+  OPT_RATE,
+  OPT_RATE_SIZE,
+  OPT_IDLE_CONNS,
+  OPT_IDLE_SECONDS,
+  OPT_ROLE,
+  OPT_HOST,
+  OPT_PORT,
+  OPT_SERVER_PID,
+  OPT_CSV,
+  OPT_JSON,
+  OPT_MD,
+  OPT_PROGRESS,
+  OPT_NO_PROGRESS,
+};
+
+static const struct option long_opts[] = {
+    {"warm-seconds", required_argument, NULL, OPT_WARM_SECONDS},
+    {"rate", required_argument, NULL, OPT_RATE},
+    {"rate-size", required_argument, NULL, OPT_RATE_SIZE},
+    {"idle-conns", required_argument, NULL, OPT_IDLE_CONNS},
+    {"idle-seconds", required_argument, NULL, OPT_IDLE_SECONDS},
+    {"role", required_argument, NULL, OPT_ROLE},
+    {"host", required_argument, NULL, OPT_HOST},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"server-pid", required_argument, NULL, OPT_SERVER_PID},
+    {"csv", required_argument, NULL, OPT_CSV},
+    {"json", required_argument, NULL, OPT_JSON},
+    {"md", required_argument, NULL, OPT_MD},
+    {"progress", no_argument, NULL, OPT_PROGRESS},
+    {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {NULL, 0, NULL, 0}};
+
+static void parse_long(int opt) {
+  bench_opts *o = &bench_opt;
+  switch (opt) {
+  case OPT_WARM_SECONDS:
+    o->warm_seconds = atof(optarg);
+    break;
+  case OPT_RATE:
+    bench_opts_rates(optarg);
+    break;
+  case OPT_RATE_SIZE:
+    o->rate_size = bench_parse_size(optarg);
+    break;
+  case OPT_IDLE_CONNS:
+    o->idle_conns = atoi(optarg);
+    break;
+  case OPT_IDLE_SECONDS:
+    o->idle_seconds = atof(optarg);
+    break;
+  case OPT_ROLE:
+    if (!bench_opts_role(optarg))
+      usage();
+    break;
+  case OPT_HOST:
+    snprintf(o->host, sizeof o->host, "%s", optarg);
+    break;
+  case OPT_PORT:
+    o->port = atoi(optarg);
+    break;
+  case OPT_SERVER_PID:
+    o->server_pid = (pid_t)atoi(optarg);
+    break;
+  case OPT_CSV:
+    o->csv = optarg;
+    break;
+  case OPT_JSON:
+    o->json = optarg;
+    break;
+  case OPT_MD:
+    o->md = optarg;
+    break;
+  case OPT_PROGRESS:
+  case OPT_NO_PROGRESS:
+    o->progress = opt == OPT_PROGRESS;
+    break;
+  default:
+    usage();
+  }
+}
+
+/* The -c specs and the -f file are kept for bench_opts_configs, which
+ * needs them all (and the file) before it can take the first. */
+static void parse_args(int argc, char **argv, const char **specs, int *n_specs,
+                       const char **file) {
+  int opt;
+  while ((opt = getopt_long(argc, argv, "c:f:p:s:r:n:w:t:x:qh", long_opts,
+                            NULL)) != -1) {
+    switch (opt) {
+    case 'c':
+      if (*n_specs == BENCH_MAX_CONFIGS)
+        bench_fail("too many configurations (at %s)", optarg);
+      specs[(*n_specs)++] = optarg;
+      break;
+    case 'f':
+      *file = optarg;
+      break;
+    case 'p':
+      bench_opts_patterns(optarg);
+      break;
+    case 's':
+      bench_opts_sizes(optarg);
+      break;
+    case 'r':
+      bench_opt.reps = atoi(optarg);
+      break;
+    case 'n':
+      bench_opt.iters = atol(optarg);
+      break;
+    case 'w':
+      bench_opt.warmup = atol(optarg);
+      break;
+    case 't':
+      bench_opt.seconds = atof(optarg);
+      break;
+    case 'q':
+      bench_opt.quiet = true;
+      break;
+    case 'x':
+      bench_opts_exclude(optarg);
+      break;
+    case 'h':
+      usage();
+      break;
+    default:
+      parse_long(opt);
+    }
+  }
+  if (optind != argc)
+    usage();
+}
+
+static void join_args(int argc, char **argv, char *out, size_t len) {
+  size_t off = 0;
+  out[0] = '\0';
+  for (int i = 0; i < argc && off < len; i++)
+    off +=
+        (size_t)snprintf(out + off, len - off, "%s%s", i ? " " : "", argv[i]);
+}
+
+int main(int argc, char **argv) {
+  char command[1024];
+  const char *specs[BENCH_MAX_CONFIGS], *file = NULL;
+  int n_specs = 0;
+  join_args(argc, argv, command, sizeof command);
+  bench_opts_defaults();
+  parse_args(argc, argv, specs, &n_specs, &file);
+  bench_opts_configs(specs, n_specs, file);
+  if (!bench_opts_check())
+    usage();
+  return bench_run(command);
+}

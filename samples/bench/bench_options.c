@@ -1,0 +1,192 @@
+/* bench_options.c: what weft-bench's options mean, apart from how the
+ * command line spells them (bench_main.c): bench_opt and its defaults,
+ * the comma lists (patterns, sizes, rate points), the configurations
+ * (raw-busy, raw-block, TRANSPORT[:BUSY_POLL_US], or the weft config
+ * file's), and the checks before the run. Main thread, before the run. */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+bench_opts bench_opt;
+
+void bench_opts_defaults(void) {
+  bench_opts *o = &bench_opt;
+  o->reps = 3;
+  o->iters = 20000;
+  o->warmup = 2000;
+  o->seconds = 0.5;
+  o->warm_seconds = 0.1;
+  o->rate_size = 16;
+  o->idle_conns = 100;
+  o->idle_seconds = 3;
+  o->progress = isatty(STDERR_FILENO);
+  snprintf(o->host, sizeof o->host, "127.0.0.1");
+  for (int p = 0; p < P_N; p++)
+    o->patterns[p] = true;
+  static const size_t sizes[] = {16, 256, 4096, 65536, 1048576};
+  o->n_sizes = 5;
+  memcpy(o->sizes, sizes, sizeof sizes);
+  o->rates[0] = (rate_point){1, 64};
+  o->rates[1] = (rate_point){4, 16};
+  o->n_rates = 2;
+}
+
+size_t bench_parse_size(const char *s) {
+  char *end;
+  double v = strtod(s, &end);
+  if (*end == 'K' || *end == 'k')
+    v *= 1024, end++;
+  else if (*end == 'M' || *end == 'm')
+    v *= 1048576, end++;
+  if (end == s || *end != '\0' || v < 1 || v > 16 * 1048576.0)
+    bench_fail("bad size %s", s);
+  return (size_t)v;
+}
+
+static void split(const char *list, void (*each)(const char *item)) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", list);
+  for (char *save, *tok = strtok_r(buf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save))
+    each(tok);
+}
+
+static void each_pattern(const char *s) {
+  for (int p = 0; p < P_N; p++)
+    if (strcmp(s, bench_patterns[p]->name) == 0) {
+      bench_opt.patterns[p] = true;
+      return;
+    }
+  bench_fail("unknown pattern %s", s);
+}
+
+void bench_opts_patterns(const char *list) {
+  memset(bench_opt.patterns, 0, sizeof bench_opt.patterns);
+  split(list, each_pattern);
+}
+
+static void each_size(const char *s) {
+  if (bench_opt.n_sizes == BENCH_MAX_SIZES)
+    bench_fail("too many sizes (at %s)", s);
+  bench_opt.sizes[bench_opt.n_sizes++] = bench_parse_size(s);
+}
+
+void bench_opts_sizes(const char *list) {
+  bench_opt.n_sizes = 0;
+  split(list, each_size);
+}
+
+static void each_rate(const char *s) {
+  int c = 0, w = 0;
+  if (bench_opt.n_rates == BENCH_MAX_RATES || sscanf(s, "%dx%d", &c, &w) != 2 ||
+      c < 1 || w < 1 || c > 1000)
+    bench_fail("bad rate point %s (CONNSxWINDOW)", s);
+  bench_opt.rates[bench_opt.n_rates++] = (rate_point){c, w};
+}
+
+void bench_opts_rates(const char *list) {
+  bench_opt.n_rates = 0;
+  split(list, each_rate);
+}
+
+void bench_opts_exclude(const char *item) {
+  if (bench_opt.n_excludes == BENCH_MAX_CONFIGS || strchr(item, ':') == NULL)
+    bench_fail("bad -x %s (TRANSPORT:PATTERN, at most 16)", item);
+  snprintf(bench_opt.excludes[bench_opt.n_excludes++],
+           sizeof bench_opt.excludes[0], "%s", item);
+}
+
+bool bench_opts_role(const char *role) {
+  if (strcmp(role, "server") == 0)
+    bench_opt.role = ROLE_SERVER;
+  else if (strcmp(role, "client") == 0)
+    bench_opt.role = ROLE_CLIENT;
+  else if (strcmp(role, "both") == 0)
+    bench_opt.role = ROLE_BOTH;
+  else
+    return false;
+  return true;
+}
+
+/* ---- configurations ---- */
+
+static void add_raw_config(bench_config *cf, const char *spec) {
+  cf->raw = true;
+  cf->busy = spec[4] == 'b' && spec[5] == 'u';
+  cf->busy_poll_us = cf->busy ? -1 : 0;
+  snprintf(cf->mode, sizeof cf->mode, "%s", spec);
+  snprintf(cf->label, sizeof cf->label, "%s", spec);
+  snprintf(cf->transport, sizeof cf->transport, "tcp");
+}
+
+static void add_config(const char *spec, int default_bp) {
+  if (bench_opt.n_configs == BENCH_MAX_CONFIGS)
+    bench_fail("too many configurations (at %s)", spec);
+  bench_config *cf = &bench_opt.configs[bench_opt.n_configs++];
+  memset(cf, 0, sizeof *cf);
+  if (strcmp(spec, "raw-busy") == 0 || strcmp(spec, "raw-block") == 0) {
+    add_raw_config(cf, spec);
+    return;
+  }
+  const char *colon = strchr(spec, ':');
+  size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (len == 0 || len >= sizeof cf->transport)
+    bench_fail("bad configuration %s", spec);
+  memcpy(cf->transport, spec, len);
+  cf->busy_poll_us = colon ? atoi(colon + 1) : default_bp;
+  if (cf->busy_poll_us < -1)
+    bench_fail("bad busy-poll window in %s", spec);
+  snprintf(cf->mode, sizeof cf->mode, "weft");
+  snprintf(cf->label, sizeof cf->label, "%s bp=%d", cf->transport,
+           cf->busy_poll_us);
+}
+
+/* The config file and WEFT_* variables: the default transport and window. */
+static void load_weft_config(const char *path, weft_config *cfg) {
+  char err[512];
+  weft_config_init(cfg);
+  if ((path != NULL &&
+       weft_config_load(cfg, path, NULL, NULL, err, sizeof err) < 0) ||
+      weft_config_apply_env(cfg, NULL, NULL, NULL, err, sizeof err) < 0)
+    bench_fail("%s", err);
+}
+
+/* No -c: the raw floors, and the config's transport at its window and 0. */
+static void add_default_configs(const weft_config *cfg) {
+  char spec[40];
+  add_config("raw-busy", 0);
+  add_config("raw-block", 0);
+  snprintf(spec, sizeof spec, "%s:%d", cfg->transport, cfg->loop.busy_poll_us);
+  add_config(spec, 0);
+  if (cfg->loop.busy_poll_us != 0) {
+    snprintf(spec, sizeof spec, "%s:0", cfg->transport);
+    add_config(spec, 0);
+  }
+}
+
+void bench_opts_configs(const char *const *specs, int n, const char *file) {
+  weft_config cfg;
+  load_weft_config(file, &cfg);
+  for (int i = 0; i < n; i++)
+    add_config(specs[i], cfg.loop.busy_poll_us);
+  if (n == 0)
+    add_default_configs(&cfg);
+}
+
+bool bench_opts_check(void) {
+  const bench_opts *o = &bench_opt;
+  if (o->reps < 1 || o->reps > BENCH_MAX_REPS || o->iters < 1 ||
+      o->warmup < 0 || o->seconds <= 0 || o->warm_seconds < 0 ||
+      o->idle_conns < 1 || o->idle_seconds <= 0 || o->port < 0 ||
+      o->port > 65535)
+    return false;
+  if (o->role != ROLE_BOTH && o->n_configs != 1)
+    bench_fail("%s", "--role server/client takes exactly one -c configuration");
+  if (o->role != ROLE_BOTH && o->port == 0)
+    bench_fail("%s", "--role server/client needs --port");
+  return true;
+}

@@ -1,0 +1,130 @@
+/* bench_session.c: a configuration's session, started once before the
+ * first measurement and stopped after the last. A raw session is a
+ * listening socket and its accept thread (bench_server.c), or, in the
+ * client role, only the server's address. A weft session is a server loop
+ * group (one loop, pinned to CPU 1) with the bench server bound, and a
+ * client loop group (one loop, CPU 0); each role starts only its side.
+ * Server threads are named "wb<idx>s-..." so idle.c can find their CPU
+ * time. Main thread. */
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "bench_util.h"
+
+static void fill_addr(struct sockaddr_in *sin, int port) {
+  *sin = (struct sockaddr_in){.sin_family = AF_INET,
+                              .sin_port = htons((uint16_t)port)};
+  if (inet_pton(AF_INET, bench_opt.host, &sin->sin_addr) != 1)
+    bench_fail("--host %s: not an IPv4 address", bench_opt.host);
+}
+
+static void raw_session_start(session *s) {
+  fill_addr(&s->addr, bench_opt.port);
+  if (bench_opt.role == ROLE_CLIENT)
+    return;
+  int one = 1;
+  socklen_t sl = sizeof s->addr;
+  s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+  setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(s->lfd, (struct sockaddr *)&s->addr, sizeof s->addr) < 0 ||
+      listen(s->lfd, 1024) < 0 ||
+      getsockname(s->lfd, (struct sockaddr *)&s->addr, &sl) < 0)
+    bench_die("listen");
+  if (pthread_create(&s->accept_thread, NULL, bench_server_raw_main, s) != 0)
+    bench_die("pthread_create");
+}
+
+static void raw_session_stop(session *s) {
+  if (bench_opt.role == ROLE_CLIENT)
+    return;
+  shutdown(s->lfd, SHUT_RDWR);
+  pthread_join(s->accept_thread, NULL);
+  close(s->lfd);
+}
+
+static void pin_task(void *arg) { bench_pin_self((int)(intptr_t)arg); }
+
+static weft_loop_group *group_new(const bench_config *cf, int cpu,
+                                  const char *name) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = 1;
+  o.pin = false; /* two groups: each loop pinned to its own CPU below */
+  o.busy_poll_us = cf->busy_poll_us;
+  o.name = name;
+  weft_loop_group *g;
+  if (weft_loop_group_new(&g, &o) < 0 || weft_loop_group_start(g) < 0)
+    bench_fail("cannot start a loop group for %s", cf->label);
+  weft_loop_execute(weft_loop_group_get(g, 0), pin_task, (void *)(intptr_t)cpu);
+  return g;
+}
+
+static void weft_server_start(session *s) {
+  char name[16];
+  /* the loop's thread is "wb<idx>s-0", which the prefix matches */
+  snprintf(name, sizeof name, "wb%ds", s->idx);
+  s->sg = group_new(s->cf, 1, name);
+  weft_server_bootstrap sb = {
+      .group = s->sg, .listen = s->uri, .child_init = bench_server_weft_init};
+  weft_channel_config_init(&sb.child_options);
+  if (weft_server_bind(&s->srv, &sb) < 0 ||
+      weft_server_address(s->srv, s->uri, sizeof s->uri) < 0)
+    bench_fail("cannot listen on %s", s->uri);
+}
+
+static void weft_session_start(session *s) {
+  snprintf(s->uri, sizeof s->uri, "%s://%s:%d", s->cf->transport,
+           bench_opt.host, bench_opt.port);
+  if (bench_opt.role != ROLE_CLIENT)
+    weft_server_start(s);
+  if (bench_opt.role != ROLE_SERVER) {
+    char name[16];
+    snprintf(name, sizeof name, "wb%dc", s->idx);
+    s->cg = group_new(s->cf, 0, name);
+  }
+}
+
+static void group_end(weft_loop_group *g) {
+  if (g == NULL)
+    return;
+  weft_loop_group_stop(g);
+  weft_loop_group_join(g);
+  weft_loop_group_free(g);
+}
+
+static void weft_session_stop(session *s) {
+  group_end(s->cg);
+  if (s->srv != NULL)
+    weft_server_close(s->srv);
+  group_end(s->sg);
+}
+
+void bench_session_start(bench_config *cf, int idx) {
+  session *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    bench_die("calloc");
+  s->cf = cf;
+  s->idx = idx;
+  s->lfd = -1;
+  /* weft names its loop threads "<name>-<i>": "wb3s-0" */
+  snprintf(s->prefix, sizeof s->prefix, "wb%ds-", idx);
+  cf->s = s;
+  if (cf->raw)
+    raw_session_start(s);
+  else
+    weft_session_start(s);
+}
+
+void bench_session_stop(bench_config *cf) {
+  if (cf->raw)
+    raw_session_stop(cf->s);
+  else
+    weft_session_stop(cf->s);
+  free(cf->s);
+  cf->s = NULL;
+}
