@@ -24,7 +24,7 @@ WB="$BUILD/samples/bench/weft-bench"
 
 CONFIGS=(raw-busy tcp:20 uring:20 raw-block tcp:0 uring:0)
 ARGS=()
-for c in "${CONFIGS[@]}"; do ARGS+=(-c "$c"); done
+for c in "${CONFIGS[@]}"; do ARGS+=(-S "$c"); done
 CSV=$(mktemp)
 trap 'rm -f "$CSV"' EXIT
 "$WB" "${ARGS[@]}" -p pingpong,rate -s 16 --rate "1x$WINDOW" --rate-size 16 \
@@ -34,7 +34,7 @@ echo "load average before/after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| configuration | p50 RTT µs (min..max) | p99 RTT µs | pipelined msgs/s |"
 echo "|---|---|---|---|"
-# One line per configuration, in -c order: its pingpong row and rate row.
+# One line per configuration, in -S order: its pingpong row and rate row.
 awk -F, '
   NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
   $col["pattern"] == "pingpong" {

@@ -44,7 +44,7 @@ perftest() { # TLS TEST SIZE -> median column (lat: us one-way; bw: MB/s)
 
 # TLS MODE CSV ARGS...: one weft-bench run over ucx, its CSV to file CSV.
 bench_ucx() {
-  UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$BENCH" -c ucx \
+  UCX_TLS=$1 WEFT_TRANSPORT_UCX_ERROR_MODE=$2 timeout 120 "$BENCH" -S ucx \
     -r 1 -q --no-progress --csv "$3" "${@:4}" >/dev/null 2>&1 || true
 }
 

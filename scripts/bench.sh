@@ -47,13 +47,13 @@ else
 fi
 
 # Transports: tcp always; uring and ucx when built and working here.
-CONFIGS=(-c raw-busy -c raw-block -c tcp:20 -c tcp:0)
+CONFIGS=(-S raw-busy -S raw-block -S tcp:20 -S tcp:0)
 export UCX_TLS=${UCX_TLS:-tcp}
 for t in uring ucx; do
   if grep -q "^WEFT_WITH_${t^^}:BOOL=ON" "$BUILD/CMakeCache.txt" &&
-    timeout 60 "$WB" -c "$t:20" -p pingpong -s 16 -n 10 -w 0 -r 1 -q \
+    timeout 60 "$WB" -S "$t:20" -p pingpong -s 16 -n 10 -w 0 -r 1 -q \
       --no-progress >/dev/null 2>&1; then
-    CONFIGS+=(-c "$t:20" -c "$t:0")
+    CONFIGS+=(-S "$t:20" -S "$t:0")
     # Many UCX endpoints set up and torn down in one process (the connect
     # pattern, a second round of 100 idle ones) end in an assertion inside
     # ucp_worker_progress (UCX 1.13.1, `handler->async == async` in

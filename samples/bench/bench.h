@@ -2,15 +2,15 @@
  * microbenchmarks over every transport, each beside the plain-socket floor
  * measured in the same run:
  *
- *   weft-bench [-c SPEC]... [-p PATTERNS] [-s SIZES] [-r REPS] [options]
+ *   weft-bench [-S SETUP]... [-p PATTERNS] [-s SIZES] [-r REPS] [options]
  *
- * A configuration (-c, repeatable) is `raw-busy` (plain sockets, spinning
- * on recv(MSG_DONTWAIT)), `raw-block` (plain sockets, blocking recv), or a
+ * A setup (-S, repeatable) is `raw-busy` (plain sockets, spinning on
+ * recv(MSG_DONTWAIT)), `raw-block` (plain sockets, blocking recv), or a
  * weft transport with its busy-poll window: `tcp:20`, `uring:0`, `ucx`
- * (busy_poll_us from -f FILE / WEFT_LOOP_BUSY_POLL_US / the default 20).
- * Without -c: raw-busy, raw-block, and the transport and window of the
- * config file (-f, [transport] name, [loop] busy_poll_us) and WEFT_*
- * variables, at that window and at 0.
+ * (busy_poll_us from the configuration: -c FILE, WEFT_LOOP_BUSY_POLL_US,
+ * -o loop.busy_poll_us=N, the default 20). Without -S: raw-busy,
+ * raw-block, and the configuration's transport ([transport] name) at its
+ * window and at 0.
  *
  * Patterns (-p, comma list; default all), one file each or per family:
  *   pingpong  one message in flight; every round trip recorded: p50, p90,
@@ -31,8 +31,8 @@
  *
  * What weft-pingpong measured (before it merged into this program) is the
  * pingpong and rate patterns of one configuration: `weft-pingpong MODE -n N
- * -w W -t S -s B` is `weft-bench -c CONFIG -p pingpong,rate -s B --rate 1xW
- * --rate-size B -n N -t S -r 1`, CONFIG raw-busy, raw-block or (for mode
+ * -w W -t S -s B` is `weft-bench -S SETUP -p pingpong,rate -s B --rate 1xW
+ * --rate-size B -n N -t S -r 1`, SETUP raw-busy, raw-block or (for mode
  * weft) TRANSPORT:BUSY_POLL_US; scripts/bench-transports.sh and
  * scripts/bench-ucx.sh run it so and read the CSV.
  *
@@ -46,7 +46,7 @@
  * Roles: by default server and client run in this process, the server's
  * thread or loop pinned to CPU 1 and the client's to CPU 0. `--role
  * server` serves one configuration on --host:--port until SIGINT/SIGTERM;
- * `--role client` measures against it (same -c; --server-pid PID to
+ * `--role client` measures against it (same -S; --server-pid PID to
  * measure the idle server's CPU). --host is the address to listen on and
  * connect to (RoCE cannot use 127.0.0.1).
  *
@@ -328,12 +328,13 @@ void bench_opts_exclude(const char *item);
 bool bench_opts_role(const char *role);
 
 /**
- * The configurations: `specs` (-c, n of them), busy_poll_us defaulting to
- * the weft config file `file` (NULL: none) and WEFT_* variables; without
- * specs, raw-busy, raw-block and that config's transport at its window
- * and at 0.
+ * The setups: `specs` (-S, n of them), busy_poll_us defaulting to the
+ * loaded configuration's (config file, WEFT_* variables, -o); without
+ * specs, raw-busy, raw-block and that configuration's transport at its
+ * window and at 0.
  */
-void bench_opts_configs(const char *const *specs, int n, const char *file);
+void bench_opts_configs(const char *const *specs, int n,
+                        const weft_config *cfg);
 
 /** False when a number is out of range (say usage); fails on a role
  * without one configuration or a port. */

@@ -1,36 +1,64 @@
-/* bench_main.c: weft-bench's front door. The command line (getopt_long)
- * into bench_opt through the setters of bench_options.c, then bench_run
- * (bench_run.c). Only the spelling of the options lives here; what the
- * program does is in bench.h. */
+/* bench_main.c: weft-bench's front door. The command line (getopt_long,
+ * with -c, -o and --help through weft_cli) into bench_opt through the
+ * setters of bench_options.c, then bench_run (bench_run.c). Only the spelling
+ * of the options lives here; what the program does is in bench.h. */
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <weft/cli.h>
+
 #include "bench.h"
 
-static void usage(void) {
-  fputs(
-      "usage: weft-bench [options]\n"
-      "  -c SPEC         raw-busy | raw-block | TRANSPORT[:BUSY_POLL_US]\n"
-      "                  (repeatable; e.g. -c raw-busy -c tcp:20 -c uring:0)\n"
-      "  -f FILE         weft config file ([loop] busy_poll_us, [transport])\n"
-      "  -p LIST         patterns: pingpong,stream,bidir,rate,connect,idle\n"
-      "  -s LIST         sizes, e.g. 16,256,4K,64K,1M (max 16M)\n"
-      "  -r N            repetitions (median and min..max reported; 3)\n"
-      "  -n N            ping-pong round trips per repetition (20000; fewer\n"
-      "                  above 4 KiB, at least 200)\n"
-      "  -w N            warm-up round trips (2000, scaled the same)\n"
-      "  -t SECONDS      measured time per repetition, other patterns (0.5)\n"
-      "  --warm-seconds S   warm-up of the timed patterns (0.1)\n"
-      "  --rate LIST     rate points CONNSxWINDOW (1x64,4x16)\n"
-      "  --rate-size N   message size of the rate pattern (16)\n"
-      "  --idle-conns N  (100)   --idle-seconds S (3)\n"
-      "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
-      "  --server-pid PID   client role: the server process, for idle CPU\n"
-      "  -x TRANSPORT:PATTERN   skip a pattern for a transport (or raw mode)\n"
-      "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
-      stderr);
+static const char *const sections[] = {"loop", "transport", NULL};
+
+static weft_cli cli = {
+    .prog = "weft-bench",
+    .synopsis = "[options]",
+    .about = "Transport benchmarks, Observatory-style: ping-pong round "
+             "trips, one-way\nstreams, bidirectional echo, message rate, "
+             "connection setup and idle cost,\nfor every setup (-S) side "
+             "by side, interleaved over repetitions. A setup\nwithout a "
+             "window takes [loop] busy_poll_us; with no -S, the raw "
+             "socket floors\nand [transport] name at its window and at 0.",
+    .flags =
+        "  -S, --setup SPEC        raw-busy | raw-block | "
+        "TRANSPORT[:BUSY_POLL_US]\n"
+        "                          (repeatable; e.g. -S raw-busy -S tcp:20 "
+        "-S uring:0)\n"
+        "  -p LIST                 patterns: "
+        "pingpong,stream,bidir,rate,connect,idle\n"
+        "  -s LIST                 sizes, e.g. 16,256,4K,64K,1M (max 16M)\n"
+        "  -r N                    repetitions (median and min..max "
+        "reported; 3)\n"
+        "  -n N                    ping-pong round trips per repetition "
+        "(20000; fewer\n"
+        "                          above 4 KiB, at least 200)\n"
+        "  -w N                    warm-up round trips (2000, scaled the "
+        "same)\n"
+        "  -t SECONDS              measured time per repetition, other "
+        "patterns (0.5)\n"
+        "  --warm-seconds S        warm-up of the timed patterns (0.1)\n"
+        "  --rate LIST             rate points CONNSxWINDOW (1x64,4x16)\n"
+        "  --rate-size N           message size of the rate pattern (16)\n"
+        "  --idle-conns N          connections of the idle pattern (100)\n"
+        "  --idle-seconds S        idle time of the idle pattern (3)\n"
+        "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
+        "  --server-pid PID        client role: the server process, for "
+        "idle CPU\n"
+        "  -x SETUP:PATTERN        skip a pattern for a transport (or raw "
+        "mode)\n"
+        "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
+    .examples = "weft-bench -S raw-busy -S tcp:20 -S uring:20 -p pingpong -s "
+                "16,4K\n"
+                "weft-bench -S ucx -p pingpong,rate -s 16 --rate 1x64 -o "
+                "transport.ucx.tls=tcp",
+    .sections = sections};
+
+static _Noreturn void bad_usage(const char *what, const char *value) {
+  weft_cli_usage_error(&cli, "%s%s%s", what, value != NULL ? " " : "",
+                       value != NULL ? value : "");
   exit(2);
 }
 
@@ -66,9 +94,11 @@ static const struct option long_opts[] = {
     {"md", required_argument, NULL, OPT_MD},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"setup", required_argument, NULL, 'S'},
+    {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
 
-static void parse_long(int opt) {
+static void parse_long(int opt, char **argv) {
   bench_opts *o = &bench_opt;
   switch (opt) {
   case OPT_WARM_SECONDS:
@@ -88,7 +118,7 @@ static void parse_long(int opt) {
     break;
   case OPT_ROLE:
     if (!bench_opts_role(optarg))
-      usage();
+      bad_usage("--role: expected both, server or client, not", optarg);
     break;
   case OPT_HOST:
     snprintf(o->host, sizeof o->host, "%s", optarg);
@@ -113,25 +143,30 @@ static void parse_long(int opt) {
     o->progress = opt == OPT_PROGRESS;
     break;
   default:
-    usage();
+    weft_cli_bad_option(&cli, opt, argv[optind - 1]);
+    exit(2);
   }
 }
 
-/* The -c specs and the -f file are kept for bench_opts_configs, which
- * needs them all (and the file) before it can take the first. */
-static void parse_args(int argc, char **argv, const char **specs, int *n_specs,
-                       const char **file) {
+/* The -S specs are kept for bench_opts_configs, which needs the whole
+ * configuration before it can take the first. Returns 1 when --help was
+ * answered. */
+static int parse_args(int argc, char **argv, const weft_config *cfg,
+                      const char **specs, int *n_specs) {
   int opt;
-  while ((opt = getopt_long(argc, argv, "c:f:p:s:r:n:w:t:x:qh", long_opts,
-                            NULL)) != -1) {
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS "S:p:s:r:n:w:t:x:q",
+                            long_opts, NULL)) != -1) {
+    int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc < 0)
+      exit(2);
+    if (rc > 0)
+      continue;
     switch (opt) {
-    case 'c':
+    case 'S':
       if (*n_specs == BENCH_MAX_CONFIGS)
-        bench_fail("too many configurations (at %s)", optarg);
+        bench_fail("too many setups (at %s)", optarg);
       specs[(*n_specs)++] = optarg;
-      break;
-    case 'f':
-      *file = optarg;
       break;
     case 'p':
       bench_opts_patterns(optarg);
@@ -158,14 +193,14 @@ static void parse_args(int argc, char **argv, const char **specs, int *n_specs,
       bench_opts_exclude(optarg);
       break;
     case 'h':
-      usage();
-      break;
+      return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
     default:
-      parse_long(opt);
+      parse_long(opt, argv);
     }
   }
   if (optind != argc)
-    usage();
+    bad_usage("unexpected argument", argv[optind]);
+  return 0;
 }
 
 static void join_args(int argc, char **argv, char *out, size_t len) {
@@ -178,13 +213,19 @@ static void join_args(int argc, char **argv, char *out, size_t len) {
 
 int main(int argc, char **argv) {
   char command[1024];
-  const char *specs[BENCH_MAX_CONFIGS], *file = NULL;
+  const char *specs[BENCH_MAX_CONFIGS];
   int n_specs = 0;
+  weft_config cfg;
+  weft_config_init(&cfg);
   join_args(argc, argv, command, sizeof command);
   bench_opts_defaults();
-  parse_args(argc, argv, specs, &n_specs, &file);
-  bench_opts_configs(specs, n_specs, file);
+  int help = parse_args(argc, argv, &cfg, specs, &n_specs);
+  if (help != 0)
+    return help > 0 ? 0 : 2;
+  if (weft_cli_configure(&cli, &cfg) < 0)
+    return 2;
+  bench_opts_configs(specs, n_specs, &cfg);
   if (!bench_opts_check())
-    usage();
+    bad_usage("a count, time or port out of range; see --help", NULL);
   return bench_run(command);
 }

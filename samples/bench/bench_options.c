@@ -145,17 +145,7 @@ static void add_config(const char *spec, int default_bp) {
            cf->busy_poll_us);
 }
 
-/* The config file and WEFT_* variables: the default transport and window. */
-static void load_weft_config(const char *path, weft_config *cfg) {
-  char err[512];
-  weft_config_init(cfg);
-  if ((path != NULL &&
-       weft_config_load(cfg, path, NULL, NULL, err, sizeof err) < 0) ||
-      weft_config_apply_env(cfg, NULL, NULL, NULL, err, sizeof err) < 0)
-    bench_fail("%s", err);
-}
-
-/* No -c: the raw floors, and the config's transport at its window and 0. */
+/* No -S: the raw floors, and the config's transport at its window and 0. */
 static void add_default_configs(const weft_config *cfg) {
   char spec[40];
   add_config("raw-busy", 0);
@@ -168,13 +158,12 @@ static void add_default_configs(const weft_config *cfg) {
   }
 }
 
-void bench_opts_configs(const char *const *specs, int n, const char *file) {
-  weft_config cfg;
-  load_weft_config(file, &cfg);
+void bench_opts_configs(const char *const *specs, int n,
+                        const weft_config *cfg) {
   for (int i = 0; i < n; i++)
-    add_config(specs[i], cfg.loop.busy_poll_us);
+    add_config(specs[i], cfg->loop.busy_poll_us);
   if (n == 0)
-    add_default_configs(&cfg);
+    add_default_configs(cfg);
 }
 
 bool bench_opts_check(void) {
@@ -185,7 +174,7 @@ bool bench_opts_check(void) {
       o->port > 65535)
     return false;
   if (o->role != ROLE_BOTH && o->n_configs != 1)
-    bench_fail("%s", "--role server/client takes exactly one -c configuration");
+    bench_fail("%s", "--role server/client takes exactly one -S setup");
   if (o->role != ROLE_BOTH && o->port == 0)
     bench_fail("%s", "--role server/client needs --port");
   return true;

@@ -15,8 +15,8 @@ IP=${IP:-192.0.2.1}
 ts() { echo "[t=$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 # Few round trips: under TCG a blocking round trip takes 1-8 ms depending
 # on the host's load, so the default run takes 2 minutes (up to ~5 loaded).
-ARGS=${WEFT_VM_BENCH_ARGS:-"-c raw-busy -c raw-block -c verbs:20 -c verbs:0 \
--c tcp:20 -c tcp:0 -p pingpong,rate -s 16,4K,64K -r 3 -n 300 -w 30 \
+ARGS=${WEFT_VM_BENCH_ARGS:-"-S raw-busy -S raw-block -S verbs:20 -S verbs:0 \
+-S tcp:20 -S tcp:0 -p pingpong,rate -s 16,4K,64K -r 3 -n 300 -w 30 \
 -t 0.5"}
 ts "weft-bench $ARGS --host $IP"
 # shellcheck disable=SC2086 # ARGS is a word list on purpose
