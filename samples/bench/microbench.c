@@ -350,8 +350,16 @@ static void print_row(const char *name, const double ns[REPS]) {
          sorted[REPS - 1]);
 }
 
-static void usage(const char *prog) {
-  fprintf(stderr, "usage: %s [--quick]\n", prog);
+static void usage(const char *prog, FILE *out) {
+  fprintf(out,
+          "usage: %s [--quick]\n\n"
+          "Microbenchmarks of the loop layer, each beside its peer: buffer "
+          "alloc+release\nagainst malloc+free, execute() against a "
+          "mutex-protected list, timers against\ntimerfd. Median of 5 "
+          "interleaved runs, ns per operation. Reads no\nconfiguration.\n\n"
+          "  --quick     fewer iterations\n  -h, --help  this text\n\n"
+          "Examples:\n  %s\n  %s --quick\n",
+          prog, prog, prog);
 }
 
 int main(int argc, char **argv) {
@@ -359,9 +367,13 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--quick") == 0) {
       env.quick = true;
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(argv[0], stdout);
+      return 0;
     } else {
-      usage(argv[0]);
-      return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+      fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[i]);
+      usage(argv[0], stderr);
+      return 2;
     }
   }
   if (setup(&env) != 0)

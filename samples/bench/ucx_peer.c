@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +188,20 @@ static void *server_main(void *arg) {
 int main(int argc, char **argv) {
   int n = 20000, opt;
   uint16_t port = 13777;
-  while ((opt = getopt(argc, argv, "n:p:")) != -1) {
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
+  while ((opt = getopt_long(argc, argv, "n:p:h", longs, NULL)) != -1) {
+    if (opt == 'h') {
+      printf("usage: weft-ucx-peer [-n ROUND_TRIPS] [-p PORT]\n\n"
+             "A UCX active-message ping-pong set up as weft sets UCX up, "
+             "without weft:\nthe peer weft's ucx transport is measured "
+             "against. UCX_TLS and\nWEFT_TRANSPORT_UCX_ERROR_MODE=none|peer "
+             "from the environment.\n\nExamples:\n"
+             "  UCX_TLS=tcp weft-ucx-peer -n 20000\n"
+             "  UCX_TLS=shm,tcp WEFT_TRANSPORT_UCX_ERROR_MODE=none "
+             "weft-ucx-peer -p 13800\n");
+      return 0;
+    }
     if (opt == 'n')
       n = atoi(optarg);
     else if (opt == 'p')

@@ -341,6 +341,7 @@ static void env_fini(env *e) {
   free(keys);
 }
 
+/* Returns 0 to run, 1 when --help was answered, -1 on bad usage. */
 static int parse_args(int argc, char **argv, bench_cfg *cfg) {
   *cfg = (bench_cfg){100000, 2000000, 5};
   for (int i = 1; i < argc; i++) {
@@ -353,6 +354,14 @@ static int parse_args(int argc, char **argv, bench_cfg *cfg) {
       cfg->ops = strtoull(argv[++i], NULL, 10);
     } else if (i + 1 < argc && strcmp(argv[i], "--reps") == 0) {
       cfg->reps = strtoull(argv[++i], NULL, 10);
+    } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      printf("usage: %s [--quick] [--keys N] [--ops N] [--reps N]\n\n"
+             "The KV store with striped locks beside one shard per loop "
+             "(messages between\nloops), on the same operations. Reads no "
+             "configuration.\n\nExamples:\n  %s --quick\n"
+             "  %s --keys 1000000 --ops 4000000 --reps 7\n",
+             argv[0], argv[0], argv[0]);
+      return 1;
     } else {
       fprintf(stderr, "usage: %s [--quick] [--keys N] [--ops N] [--reps N]\n",
               argv[0]);
@@ -369,8 +378,9 @@ static int parse_args(int argc, char **argv, bench_cfg *cfg) {
 
 int main(int argc, char **argv) {
   env e = {0};
-  if (parse_args(argc, argv, &e.cfg) != 0)
-    return 2;
+  int rc = parse_args(argc, argv, &e.cfg);
+  if (rc != 0)
+    return rc > 0 ? 0 : 2; /* 1: --help was answered */
   int err = env_init(&e);
   if (err != 0) {
     fprintf(stderr, "setup: %s\n", weft_strerror(err));
