@@ -101,6 +101,13 @@ static void msg_where(char *err, size_t len, size_t *off, const char *where) {
     msg_append(err, len, off, "%s: ", where);
 }
 
+/* " tcp, uring, ucx": the registered transports. */
+static void list_transports(char *err, size_t len, size_t *off) {
+  const weft_transport_ops *ops;
+  for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++)
+    msg_append(err, len, off, "%s %s", i > 0 ? "," : "", ops->name);
+}
+
 static const weft__section_def *find_section(const char *name) {
   for (size_t i = 0; i < N_SECTIONS; i++)
     if (strcmp(sections[i].name, name) == 0)
@@ -162,9 +169,11 @@ static void explain_values(const weft__key_def *k, char *err, size_t len,
     break;
   case KIND_SCHEME:
     msg_append(err, len, off,
-               "a transport name: 1 to %d lowercase letters or "
-               "digits, starting with a letter (e.g. tcp, uring, verbs, ucx)",
+               "a transport name: 1 to %d lowercase letters or digits, "
+               "starting with a letter (registered:",
                WEFT__SCHEME_MAX);
+    list_transports(err, len, off);
+    msg_append(err, len, off, ")");
     break;
   case KIND_URI:
     msg_append(err, len, off,
@@ -333,9 +342,7 @@ static void list_sections(const weft_config_key *app, char *err, size_t len,
       msg_append(err, len, off, ", %s", k->section);
   msg_append(err, len, off,
              "; transport.<name> for a transport's own keys (registered:");
-  const weft_transport_ops *ops;
-  for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++)
-    msg_append(err, len, off, "%s %s", i > 0 ? "," : "", ops->name);
+  list_transports(err, len, off);
   msg_append(err, len, off, ")");
 }
 
@@ -421,7 +428,9 @@ static int plugin_value(const char *where, const char *section, const char *key,
 void weft_config_init(weft_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   weft_loop_options_init(&cfg->loop);
-  snprintf(cfg->transport, sizeof cfg->transport, "tcp");
+  /* The first built-in transport: the portable baseline (builtin.c). */
+  snprintf(cfg->transport, sizeof cfg->transport, "%s",
+           weft_transport_at(0)->name);
   /* The documented defaults, spelled out rather than -1, so that a config
    * shows what will be used and the watermark check compares real values. */
   cfg->channel = (weft_channel_config){

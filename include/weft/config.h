@@ -67,7 +67,8 @@ typedef struct weft_config_key {
 /** A configuration. Initialise with weft_config_init(). */
 typedef struct weft_config {
   weft_loop_options loop;            /* [loop] */
-  char transport[16];                /* [transport] name (default "tcp") */
+  char transport[16];                /* [transport] name (default: the
+                                        first built-in, tcp) */
   weft_channel_config channel;       /* [transport] channel options */
   char listen[WEFT_CONFIG_URI_MAX];  /* [server] listen (default
                                         "0.0.0.0:7000") */

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# The layers of docs/architecture.md, checked on the sources: every #include
+# of a weft header (public <weft/x.h> or a folder's private "dir/x.h") must
+# come from the file's own layer or one below it, a plugin must not include
+# another plugin's folder, and no file outside a plugin's folder may name a
+# plugin (its folder, its exported symbols, or its name as a string), but
+# for the one list of built-ins (transports/builtin.c, registry_internal.h).
+#
+# Usage: tests/check_layers.sh [SOURCE_DIR]   (default: the repository)
+# Exit 0 when clean; 1 with one line per violation, "file:line: why".
+set -uo pipefail
+ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$ROOT" || exit 2
+
+PLUGINS="tcp uring ucx verbs"
+
+# Layer of each public header (include/weft/<name>.h), lowest first.
+header_layer() {
+  case $1 in
+    loop|buf|error|log|clock|timer|source|msg|version) echo 1 ;;
+    endpoint|channel_option|transport_plugin) echo 2 ;;
+    channel|pipeline|bootstrap|embedded) echo 3 ;;
+    decoder|frame|rpc|resp|varint|config|cli) echo 4 ;;
+    flush_consolidation|idle|logging|rpc_client|rpc_server|stats) echo 5 ;;
+    weft) echo 6 ;; # the umbrella: applications only
+    *) echo 9 ;;    # unknown: a new header must be placed in this table
+  esac
+}
+
+# Layer of a folder (of a file, or of a private header "dir/x.h").
+dir_layer() {
+  case $1 in
+    loop*) echo 1 ;;
+    transports/*/*) echo 3 ;; # a plugin: above the channel core it uses
+    transports*) echo 2 ;;
+    channel*) echo 3 ;;
+    codec*|config*) echo 4 ;;
+    handlers*) echo 5 ;;
+    samples*) echo 6 ;;
+    include/weft/*) f=${1##*/}; header_layer "${f%.h}" ;;
+    *) echo 9 ;;
+  esac
+}
+
+plugin_of() { # transports/<plugin>/... -> <plugin>, else empty
+  case $1 in transports/*/*) p=${1#transports/}; echo "${p%%/*}" ;; esac
+}
+
+fail=0
+report() { echo "$1"; fail=1; }
+
+sources() { # the C files of the given folders, sorted
+  find "$@" -name '*.[ch]' -type f 2>/dev/null | LC_ALL=C sort
+}
+files=$(sources loop transports channel config codec handlers samples \
+  include/weft)
+[ -n "$files" ] || { echo "check_layers: no sources found in $ROOT" >&2; exit 2; }
+
+for f in $files; do
+  mine=$(dir_layer "$f")
+  own_plugin=$(plugin_of "$f")
+  while IFS=: read -r line inc; do
+    inc=${inc#*include}
+    inc=${inc#"${inc%%[<\"]*}"} # from the opening < or "
+    case $inc in
+      '<weft/'*) inc=${inc#<}; inc=${inc%%>*}
+                 name=${inc#weft/}; theirs=$(header_layer "${name%.h}") ;;
+      '"'*/*) inc=${inc#\"}; inc=${inc%%\"*}; theirs=$(dir_layer "$inc") ;;
+      *) continue ;; # a system header, or one of the same folder
+    esac
+    if [ "$theirs" -gt "$mine" ]; then
+      report "$f:$line: includes $inc (layer $theirs) from layer $mine"
+    fi
+    p=$(plugin_of "$inc")
+    if [ -n "$p" ] && [ "$p" != "$own_plugin" ] &&
+       [ "$f" != transports/builtin.c ] &&
+       [ "$f" != transports/registry_internal.h ]; then
+      case $f in samples/*) ;; *)
+        report "$f:$line: includes plugin header $inc" ;;
+      esac
+    fi
+  done < <(grep -n '^[[:space:]]*#[[:space:]]*include' "$f")
+done
+
+# Library code outside a plugin's folder never names a plugin. Comments
+# may (they document); code, symbols and string literals may not.
+for f in $(sources loop transports channel config codec handlers); do
+  own=$(plugin_of "$f")
+  case $f in transports/builtin.c|transports/registry_internal.h) continue ;; esac
+  for p in $PLUGINS; do
+    [ "$p" = "$own" ] && continue
+    # Strip /* */ and // comments (line-wise; weft's style keeps them
+    # simple), then look for the plugin's symbols and its name as a string.
+    sed -e 's://.*$::' "$f" |
+      awk '{ line = $0
+             while (1) {
+               if (incomment) { e = index(line, "*/"); if (!e) { line = ""; break }
+                                line = substr(line, e + 2); incomment = 0 }
+               s = index(line, "/*"); if (!s) break
+               pre = substr(line, 1, s - 1); rest = substr(line, s + 2)
+               e = index(rest, "*/")
+               if (e) line = pre " " substr(rest, e + 2)
+               else { line = pre; incomment = 1; break } }
+             print NR ":" line }' |
+      grep -E "weft__transport_$p\\b|weft__${p}_|\"$p\"|transports/$p/" |
+      while IFS=: read -r line _; do
+        echo "$f:$line: names the plugin '$p' outside transports/$p/"
+      done
+  done
+done > /tmp/check_layers.$$
+if [ -s /tmp/check_layers.$$ ]; then cat /tmp/check_layers.$$; fail=1; fi
+rm -f /tmp/check_layers.$$
+
+[ $fail -eq 0 ] && echo "check_layers: every include points down a layer; no plugin named outside its folder"
+exit $fail
