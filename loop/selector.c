@@ -1,4 +1,4 @@
-/* The hybrid selector: one iteration of a loop (docs/DESIGN.md, "The
+/* The hybrid selector: one iteration of a loop (docs/architecture.md, "The
  * hybrid selector"), split into its phases:
  *
  *   poll_sources  poll every source without blocking (budget per source)

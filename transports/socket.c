@@ -1,5 +1,5 @@
 /* Helpers for socket-backed transports (tcp, uring), declared in
- * transport.h: a listening socket for an endpoint, a socket's addresses as
+ * transport_plugin.h: a listening socket for an endpoint, a socket's addresses as
  * text, and socket options (set now when the socket exists, stored until it
  * does). */
 #include <errno.h>
