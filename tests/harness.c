@@ -1,5 +1,6 @@
 /* main() for every test program, plus log capture. */
 #include "harness.h"
+#include <stdarg.h>
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -99,4 +100,30 @@ weft_server *th_server_bind(weft_loop_group *group, const char *listen,
   ck_assert_int_eq(weft_server_bind(&srv, &sb), 0);
   ck_assert_int_eq(weft_server_address(srv, uri, len), 0);
   return srv;
+}
+
+static void add_tests(TCase *tc, va_list ap) {
+  const TTest *t;
+  while ((t = va_arg(ap, const TTest *)) != NULL)
+    tcase_add_test(tc, t);
+}
+
+Suite *th_suite(const char *name, const char *tcase, int timeout, ...) {
+  Suite *s = suite_create(name);
+  TCase *tc = tcase_create(tcase);
+  if (timeout > 0)
+    tcase_set_timeout(tc, timeout);
+  va_list ap;
+  va_start(ap, timeout);
+  add_tests(tc, ap);
+  va_end(ap);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+void th_add_tests(TCase *tc, ...) {
+  va_list ap;
+  va_start(ap, tc);
+  add_tests(tc, ap);
+  va_end(ap);
 }

@@ -56,8 +56,8 @@ const char *th_test_host(void);
 double th_test_scale(void);
 /**
  * Loops in a suite's group: 2, or 1 for UCX. UCX before 1.18 can abort when
- * one process churns connections on several workers (docs/ucx.md: the
- * server keeps accepted UCX channels on the listener's loop, and in-process
+ * one process churns connections on several workers (docs/transports/ucx.md:
+ * the server keeps accepted UCX channels on the listener's loop, and in-process
  * clients on another loop would still share fd numbers with it); test_ucx
  * covers a multi-loop UCX server with clients in another process.
  */
@@ -73,5 +73,15 @@ int th_suite_loops(void);
 weft_server *th_server_bind(weft_loop_group *group, const char *listen,
                             weft_channel_init_cb init, void *arg, char *uri,
                             size_t len);
+
+/**
+ * A suite of one test case: the suite `name`, its case `tcase` with a
+ * timeout of `timeout` seconds (0 = Check's default), and the tests that
+ * follow (START_TEST names), up to a NULL.
+ */
+Suite *th_suite(const char *name, const char *tcase, int timeout, ...);
+
+/** Adds the tests that follow (START_TEST names), up to a NULL, to `tc`. */
+void th_add_tests(TCase *tc, ...);
 
 #endif

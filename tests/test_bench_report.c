@@ -438,21 +438,14 @@ START_TEST(bench_table_ratio_to_raw_peer) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("bench_report");
-  TCase *tc = tcase_create("report");
-  tcase_add_test(tc, bench_latency_exact_uniform_1_to_100000);
-  tcase_add_test(tc, bench_percentile_nearest_rank_small_sets);
-  tcase_add_test(tc, bench_latency_error_no_samples);
-  tcase_add_test(tc, bench_spread_median_odd_and_even);
-  tcase_add_test(tc, bench_spread_not_measured_empty);
-  tcase_add_test(tc, bench_row_add_keeps_at_most_max_reps);
-  tcase_add_test(tc, bench_csv_parses_back_field_for_field);
-  tcase_add_test(tc, bench_json_well_formed_with_odd_text);
-  tcase_add_test(tc, bench_json_checker_rejects_broken_text);
-  tcase_add_test(tc, bench_json_empty_report_valid);
-  tcase_add_test(tc, bench_targets_ratio_met_and_missed);
-  tcase_add_test(tc, bench_targets_rate_against_faster_raw);
-  tcase_add_test(tc, bench_table_ratio_to_raw_peer);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite(
+      "bench_report", "report", 0, bench_latency_exact_uniform_1_to_100000,
+      bench_percentile_nearest_rank_small_sets, bench_latency_error_no_samples,
+      bench_spread_median_odd_and_even, bench_spread_not_measured_empty,
+      bench_row_add_keeps_at_most_max_reps,
+      bench_csv_parses_back_field_for_field,
+      bench_json_well_formed_with_odd_text,
+      bench_json_checker_rejects_broken_text, bench_json_empty_report_valid,
+      bench_targets_ratio_met_and_missed, bench_targets_rate_against_faster_raw,
+      bench_table_ratio_to_raw_peer, NULL);
 }

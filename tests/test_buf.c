@@ -432,32 +432,27 @@ END_TEST
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("buf");
   TCase *tc = tcase_create("indices");
-  tcase_add_test(tc, buf_indices_fresh_alloc);
-  tcase_add_test(tc, buf_indices_write_then_read);
-  tcase_add_test(tc, buf_write_bytes_enospc_when_full);
-  tcase_add_test(tc, buf_read_bytes_erange_when_short);
+  th_add_tests(tc, buf_indices_fresh_alloc, buf_indices_write_then_read,
+               buf_write_bytes_enospc_when_full,
+               buf_read_bytes_erange_when_short, NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("typed");
-  tcase_add_test(tc, buf_typed_write_be_byte_pattern);
-  tcase_add_test(tc, buf_typed_write_le_byte_pattern);
-  tcase_add_test(tc, buf_typed_get_set_absolute_index);
-  tcase_add_test(tc, buf_typed_write_enospc_when_full);
+  th_add_tests(
+      tc, buf_typed_write_be_byte_pattern, buf_typed_write_le_byte_pattern,
+      buf_typed_get_set_absolute_index, buf_typed_write_enospc_when_full, NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("refcount");
-  tcase_add_test(tc, buf_refcount_retain_release);
-  tcase_add_test(tc, buf_slice_shares_memory);
-  tcase_add_test(tc, buf_slice_keeps_parent_after_parent_release);
-  tcase_add_test(tc, buf_slice_of_slice_holds_root);
-  tcase_add_test(tc, buf_slice_out_of_range_null);
-  tcase_add_test(tc, buf_read_slice_advances_reader);
+  th_add_tests(tc, buf_refcount_retain_release, buf_slice_shares_memory,
+               buf_slice_keeps_parent_after_parent_release,
+               buf_slice_of_slice_holds_root, buf_slice_out_of_range_null,
+               buf_read_slice_advances_reader, NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("wrap");
-  tcase_add_test(tc, buf_wrap_free_cb_once_at_last_release);
-  tcase_add_test(tc, buf_wrap_bad_arguments_null);
-  tcase_add_test(tc, buf_msg_type_every_kind);
+  th_add_tests(tc, buf_wrap_free_cb_once_at_last_release,
+               buf_wrap_bad_arguments_null, buf_msg_type_every_kind, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

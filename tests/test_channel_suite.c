@@ -1161,23 +1161,22 @@ Suite *weft_test_suite(void) {
     return s;
   }
   TCase *echo = tcase_create("echo");
-  tcase_add_test(echo, channel_echo_10mb_one_client);
-  tcase_add_test(echo, channel_echo_10mb_two_clients);
-  tcase_add_test(echo, channel_echo_10mb_100_clients);
+  th_add_tests(echo, channel_echo_10mb_one_client,
+               channel_echo_10mb_two_clients, channel_echo_10mb_100_clients,
+               NULL);
   suite_add_tcase(s, echo);
 
   TCase *life = tcase_create("lifecycle");
-  tcase_add_test(life, channel_reset_midstream_closes_only_that_channel);
-  tcase_add_test(life, channel_connect_refused_reports_econnrefused);
-  tcase_add_test(life, channel_socket_options_reach_the_socket);
-  tcase_add_test(life, channel_addresses_and_address_in_use);
-  tcase_add_test(life, channel_idle_server_sleeps);
-  tcase_add_test(life, channel_write_promise_completes_after_flush);
-  tcase_add_test(life, channel_write_after_close_fails_eclosed);
+  th_add_tests(life, channel_reset_midstream_closes_only_that_channel,
+               channel_connect_refused_reports_econnrefused,
+               channel_socket_options_reach_the_socket,
+               channel_addresses_and_address_in_use, channel_idle_server_sleeps,
+               channel_write_promise_completes_after_flush,
+               channel_write_after_close_fails_eclosed, NULL);
   tcase_add_test(life,
                  channel_watermark_unwritable_above_high_fires_writability);
-  tcase_add_test(life, channel_half_close_peer_reads_eof_and_replies);
-  tcase_add_test(life, channel_server_speaks_first_every_client_hears_it);
+  th_add_tests(life, channel_half_close_peer_reads_eof_and_replies,
+               channel_server_speaks_first_every_client_hears_it, NULL);
   suite_add_tcase(s, life);
   return s;
 }

@@ -639,37 +639,26 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("core");
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, config_init_defaults);
-  tcase_add_test(tc, config_load_every_key);
-  tcase_add_test(tc, config_load_keeps_keys_not_in_file);
-  tcase_add_test(tc, config_load_bool_spellings);
-  tcase_add_test(tc, config_load_sockbuf_zero_is_kernel_default);
-  tcase_add_test(tc, config_load_refused_unknown_section);
-  tcase_add_test(tc, config_load_refused_unknown_key);
-  tcase_add_test(tc, config_load_refused_key_outside_section);
-  tcase_add_test(tc, config_load_refused_bad_integer);
-  tcase_add_test(tc, config_load_refused_bad_bool);
-  tcase_add_test(tc, config_load_refused_out_of_range);
-  tcase_add_test(tc, config_load_refused_bad_transport_name);
-  tcase_add_test(tc, config_load_refused_bad_endpoint);
-  tcase_add_test(tc, config_load_refused_low_above_high);
-  tcase_add_test(tc, config_load_refused_missing_file);
-  tcase_add_test(tc, config_load_refused_syntax_error);
-  tcase_add_test(tc, config_load_refused_long_line);
-  tcase_add_test(tc, config_load_plugin_section_reaches_plugin);
-  tcase_add_test(tc, config_set_option_splits_at_last_dot);
-  tcase_add_test(tc, config_app_keys_name_valid_keys_and_sections);
-  tcase_add_test(tc, config_print_writes_a_file_that_loads_back);
-  tcase_add_test(tc, config_load_app_section_handled);
-  tcase_add_test(tc, config_load_refused_app_unknown_key);
-  tcase_add_test(tc, config_load_refused_app_bad_value);
-  tcase_add_test(tc, config_load_refused_app_section_without_app);
-  tcase_add_test(tc, config_env_overrides_file);
-  tcase_add_test(tc, config_env_refused_bad_value_names_variable);
-  tcase_add_test(tc, config_env_refused_low_above_high);
-  tcase_add_test(tc, config_env_app_keys);
-  tcase_add_test(tc, config_set_prefixes_where);
-  tcase_add_test(tc, config_endpoint_adds_scheme);
+  th_add_tests(
+      tc, config_init_defaults, config_load_every_key,
+      config_load_keeps_keys_not_in_file, config_load_bool_spellings,
+      config_load_sockbuf_zero_is_kernel_default,
+      config_load_refused_unknown_section, config_load_refused_unknown_key,
+      config_load_refused_key_outside_section, config_load_refused_bad_integer,
+      config_load_refused_bad_bool, config_load_refused_out_of_range,
+      config_load_refused_bad_transport_name, config_load_refused_bad_endpoint,
+      config_load_refused_low_above_high, config_load_refused_missing_file,
+      config_load_refused_syntax_error, config_load_refused_long_line,
+      config_load_plugin_section_reaches_plugin,
+      config_set_option_splits_at_last_dot,
+      config_app_keys_name_valid_keys_and_sections,
+      config_print_writes_a_file_that_loads_back,
+      config_load_app_section_handled, config_load_refused_app_unknown_key,
+      config_load_refused_app_bad_value,
+      config_load_refused_app_section_without_app, config_env_overrides_file,
+      config_env_refused_bad_value_names_variable,
+      config_env_refused_low_above_high, config_env_app_keys,
+      config_set_prefixes_where, config_endpoint_adds_scheme, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -68,9 +68,6 @@ START_TEST(decoder_user_codec_frames_any_split) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("decoder");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, decoder_user_codec_frames_any_split);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("decoder", "core", 0, decoder_user_codec_frames_any_split,
+                  NULL);
 }

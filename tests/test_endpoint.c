@@ -301,28 +301,17 @@ START_TEST(endpoint_resolve_first_copies_one_address) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("endpoint");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, endpoint_parse_ipv4);
-  tcase_add_test(tc, endpoint_parse_ipv6_bracketed);
-  tcase_add_test(tc, endpoint_parse_hostname);
-  tcase_add_test(tc, endpoint_parse_port_bounds);
-  tcase_add_test(tc, endpoint_parse_refused_missing_scheme);
-  tcase_add_test(tc, endpoint_parse_refused_missing_port);
-  tcase_add_test(tc, endpoint_parse_refused_garbage);
-  tcase_add_test(tc, endpoint_format_round_trip);
-  tcase_add_test(tc, endpoint_format_refused_short_buffer);
-  tcase_add_test(tc, sockaddr_format_ipv4);
-  tcase_add_test(tc, sockaddr_format_ipv6_bracketed);
-  tcase_add_test(tc, sockaddr_format_refused_unknown_family);
-  tcase_add_test(tc, sockaddr_format_refused_short_buffer);
-  tcase_add_test(tc, sockaddr_format_refused_null);
-  tcase_add_test(tc, endpoint_resolve_numeric_ipv4);
-  tcase_add_test(tc, endpoint_resolve_numeric_ipv6);
-  tcase_add_test(tc, endpoint_resolve_name_localhost);
-  tcase_add_test(tc, endpoint_resolve_empty_host);
-  tcase_add_test(tc, endpoint_resolve_refused_invalid_host);
-  tcase_add_test(tc, endpoint_resolve_first_copies_one_address);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite(
+      "endpoint", "core", 0, endpoint_parse_ipv4, endpoint_parse_ipv6_bracketed,
+      endpoint_parse_hostname, endpoint_parse_port_bounds,
+      endpoint_parse_refused_missing_scheme,
+      endpoint_parse_refused_missing_port, endpoint_parse_refused_garbage,
+      endpoint_format_round_trip, endpoint_format_refused_short_buffer,
+      sockaddr_format_ipv4, sockaddr_format_ipv6_bracketed,
+      sockaddr_format_refused_unknown_family,
+      sockaddr_format_refused_short_buffer, sockaddr_format_refused_null,
+      endpoint_resolve_numeric_ipv4, endpoint_resolve_numeric_ipv6,
+      endpoint_resolve_name_localhost, endpoint_resolve_empty_host,
+      endpoint_resolve_refused_invalid_host,
+      endpoint_resolve_first_copies_one_address, NULL);
 }

@@ -26,11 +26,6 @@ START_TEST(error_strerror_unknown_code) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("error");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, error_strerror_system_code);
-  tcase_add_test(tc, error_strerror_own_code);
-  tcase_add_test(tc, error_strerror_unknown_code);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("error", "core", 0, error_strerror_system_code,
+                  error_strerror_own_code, error_strerror_unknown_code, NULL);
 }

@@ -346,23 +346,23 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("frame");
   TCase *tc = tcase_create("codec");
   tcase_add_checked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, frame_length_field_round_trips_any_split);
-  tcase_add_test(tc, frame_length_field_slices_without_copy_when_contiguous);
-  tcase_add_test(tc, frame_length_field_netty_parameters_offset_adjust_strip);
-  tcase_add_test(tc, frame_length_field_eight_byte_little_endian);
+  th_add_tests(tc, frame_length_field_round_trips_any_split,
+               frame_length_field_slices_without_copy_when_contiguous,
+               frame_length_field_netty_parameters_offset_adjust_strip,
+               frame_length_field_eight_byte_little_endian, NULL);
   tcase_add_loop_test(tc,
                       frame_length_field_oversized_fails_fast_before_allocating,
                       0, FEED_MODES);
   tcase_add_loop_test(
       tc, frame_length_field_oversized_skipped_then_next_frame_decodes, 0, 2);
-  tcase_add_test(tc, frame_length_field_short_length_is_bad_frame);
-  tcase_add_test(tc, frame_partial_frame_at_close_leaks_nothing);
-  tcase_add_test(tc, frame_prepender_rejects_length_too_big_for_field);
-  tcase_add_test(tc, frame_prepender_writes_adjusted_length);
+  th_add_tests(tc, frame_length_field_short_length_is_bad_frame,
+               frame_partial_frame_at_close_leaks_nothing,
+               frame_prepender_rejects_length_too_big_for_field,
+               frame_prepender_writes_adjusted_length, NULL);
   tcase_add_loop_test(tc, frame_line_decoder_any_split, 0, 2);
-  tcase_add_test(tc, frame_line_too_long_closes_channel);
-  tcase_add_test(tc, varint_round_trips_edge_values);
-  tcase_add_test(tc, varint_rejects_overlong_and_overflow);
+  th_add_tests(tc, frame_line_too_long_closes_channel,
+               varint_round_trips_edge_values,
+               varint_rejects_overlong_and_overflow, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -257,16 +257,16 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("handlers");
   TCase *tc = tcase_create("handlers");
   tcase_add_checked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, idle_reader_idle_fires_user_event);
+  th_add_tests(tc, idle_reader_idle_fires_user_event, NULL);
   tcase_add_loop_test(tc, idle_writer_and_all_report_their_kind, 0, 2);
-  tcase_add_test(tc, idle_refuses_all_timeouts_off);
+  th_add_tests(tc, idle_refuses_all_timeouts_off, NULL);
   tcase_add_loop_test(tc, logging_logs_events_and_hex_dump_only_when_on, 0, 2);
-  tcase_add_test(tc, logging_hex_dump_formats_offsets_and_ascii);
-  tcase_add_test(tc, flush_consolidation_one_flush_per_read_batch);
-  tcase_add_test(tc, flush_consolidation_flushes_after_limit_within_batch);
-  tcase_add_test(tc, flush_consolidation_idle_flush_goes_through_at_once);
-  tcase_add_test(tc, flush_consolidation_without_read_gathers_into_a_task);
-  tcase_add_test(tc, stats_counts_bytes_and_messages_both_ways);
+  th_add_tests(tc, logging_hex_dump_formats_offsets_and_ascii,
+               flush_consolidation_one_flush_per_read_batch,
+               flush_consolidation_flushes_after_limit_within_batch,
+               flush_consolidation_idle_flush_goes_through_at_once,
+               flush_consolidation_without_read_gathers_into_a_task,
+               stats_counts_bytes_and_messages_both_ways, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -912,22 +912,14 @@ START_TEST(kv_concurrent_threads_stay_consistent) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("kv_store");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, kv_commands_match_model_random_ops);
-  tcase_add_test(tc, kv_ttl_expires_lazily_on_injected_clock);
-  tcase_add_test(tc, kv_ttl_bad_options_einval);
-  tcase_add_test(tc, kv_expire_some_reclaims_with_bounded_work);
-  tcase_add_test(tc, kv_scan_full_iteration_returns_every_key_while_resizing);
-  tcase_add_test(tc, kv_scan_match_count_and_empty);
-  tcase_add_test(tc, kv_glob_match_redis_syntax);
-  tcase_add_test(tc, kv_incr_rejects_non_integers_and_overflow);
-  tcase_add_test(tc, kv_oversize_refused_before_allocating);
-  tcase_add_test(tc, kv_multi_key_duplicates_and_nx_xx);
-  tcase_add_test(tc, kv_stats_count_keys_memory_hits_misses);
-  tcase_add_test(tc, kv_single_thread_store_works);
-  tcase_add_test(tc, kv_concurrent_threads_stay_consistent);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite(
+      "kv_store", "core", 120, kv_commands_match_model_random_ops,
+      kv_ttl_expires_lazily_on_injected_clock, kv_ttl_bad_options_einval,
+      kv_expire_some_reclaims_with_bounded_work,
+      kv_scan_full_iteration_returns_every_key_while_resizing,
+      kv_scan_match_count_and_empty, kv_glob_match_redis_syntax,
+      kv_incr_rejects_non_integers_and_overflow,
+      kv_oversize_refused_before_allocating, kv_multi_key_duplicates_and_nx_xx,
+      kv_stats_count_keys_memory_hits_misses, kv_single_thread_store_works,
+      kv_concurrent_threads_stay_consistent, NULL);
 }

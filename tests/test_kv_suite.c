@@ -710,15 +710,13 @@ Suite *weft_test_suite(void) {
   }
   TCase *tc = tcase_create("kv");
   tcase_set_timeout(tc, 240);
-  tcase_add_test(tc, kv_reply_parse_rejects_malformed);
-  tcase_add_test(tc, kv_reply_dup_copies_tree);
-  tcase_add_test(tc, kv_random_ops_match_model);
-  tcase_add_test(tc, kv_pipelined_calls_all_answered_on_loop);
-  tcase_add_test(tc, kv_pipelined_calls_all_answered_from_other_thread);
-  tcase_add_test(tc, kv_pending_calls_fail_when_server_closes);
-  tcase_add_test(tc, kv_call_times_out_without_answer);
-  tcase_add_test(tc, kv_sync_call_refused_on_loop_thread);
-  tcase_add_test(tc, kv_connect_fails_without_server);
+  th_add_tests(
+      tc, kv_reply_parse_rejects_malformed, kv_reply_dup_copies_tree,
+      kv_random_ops_match_model, kv_pipelined_calls_all_answered_on_loop,
+      kv_pipelined_calls_all_answered_from_other_thread,
+      kv_pending_calls_fail_when_server_closes,
+      kv_call_times_out_without_answer, kv_sync_call_refused_on_loop_thread,
+      kv_connect_fails_without_server, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -391,24 +391,14 @@ START_TEST(loop_group_join_reports_leaked_buffers_eleak) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("loop_group");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, loop_group_lifecycle_start_stop_join_free);
-  tcase_add_test(tc, loop_group_new_bad_options_einval);
-  tcase_add_test(tc, loop_group_stop_from_loop_thread);
-  tcase_add_test(tc, loop_group_size_default_online_cpus);
-  tcase_add_test(tc, loop_group_next_round_robin);
-  tcase_add_test(tc, loop_group_pin_on_one_cpu_each);
-  tcase_add_test(tc, loop_group_pin_off_keeps_process_affinity);
-  tcase_add_test(tc, loop_group_keys_locals_per_loop);
-  tcase_add_test(tc, loop_group_key_create_exhausted_enospc);
-  tcase_add_test(tc, loop_group_on_close_hooks_lifo_on_loop_thread);
-  tcase_add_test(tc,
-                 loop_call_returns_result_inline_on_loop_refused_after_finish);
-  tcase_add_test(tc, loop_group_current_and_in_loop);
-  tcase_add_test(tc, loop_group_join_from_loop_thread_einval);
-  tcase_add_test(tc, loop_group_join_reports_leaked_buffers_eleak);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite(
+      "loop_group", "core", 60, loop_group_lifecycle_start_stop_join_free,
+      loop_group_new_bad_options_einval, loop_group_stop_from_loop_thread,
+      loop_group_size_default_online_cpus, loop_group_next_round_robin,
+      loop_group_pin_on_one_cpu_each, loop_group_pin_off_keeps_process_affinity,
+      loop_group_keys_locals_per_loop, loop_group_key_create_exhausted_enospc,
+      loop_group_on_close_hooks_lifo_on_loop_thread,
+      loop_call_returns_result_inline_on_loop_refused_after_finish,
+      loop_group_current_and_in_loop, loop_group_join_from_loop_thread_einval,
+      loop_group_join_reports_leaked_buffers_eleak, NULL);
 }

@@ -392,19 +392,16 @@ START_TEST(pipeline_leak_is_reported_at_finish) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("pipeline");
-  TCase *tc = tcase_create("embedded");
-  tcase_add_test(tc, pipeline_event_order_matches_netty_example);
-  tcase_add_test(tc, pipeline_ctx_write_starts_below_its_handler);
-  tcase_add_test(tc, pipeline_remove_self_during_read_forwards_from_old_place);
-  tcase_add_test(tc, pipeline_remove_next_during_read_skips_it);
-  tcase_add_test(tc, pipeline_add_during_event_takes_part_in_next_event);
-  tcase_add_test(tc, pipeline_watermarks_have_hysteresis);
-  tcase_add_test(tc, pipeline_promises_report_sent_and_closed);
-  tcase_add_test(tc, pipeline_head_refuses_non_buffer_message);
-  tcase_add_test(tc, pipeline_exception_reaches_tail_and_closes_channel);
-  tcase_add_test(tc, pipeline_tail_releases_unhandled_and_queue_at_close);
-  tcase_add_test(tc, pipeline_leak_is_reported_at_finish);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("pipeline", "embedded", 0,
+                  pipeline_event_order_matches_netty_example,
+                  pipeline_ctx_write_starts_below_its_handler,
+                  pipeline_remove_self_during_read_forwards_from_old_place,
+                  pipeline_remove_next_during_read_skips_it,
+                  pipeline_add_during_event_takes_part_in_next_event,
+                  pipeline_watermarks_have_hysteresis,
+                  pipeline_promises_report_sent_and_closed,
+                  pipeline_head_refuses_non_buffer_message,
+                  pipeline_exception_reaches_tail_and_closes_channel,
+                  pipeline_tail_releases_unhandled_and_queue_at_close,
+                  pipeline_leak_is_reported_at_finish, NULL);
 }

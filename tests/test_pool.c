@@ -629,34 +629,31 @@ END_TEST
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("pool");
   TCase *tc = tcase_create("classes");
-  tcase_add_test(tc, pool_new_bad_options_einval);
-  tcase_add_test(tc, pool_null_arguments_harmless);
-  tcase_add_test(tc, pool_size_class_rounding);
-  tcase_add_test(tc, pool_reuse_same_class_same_memory);
-  tcase_add_test(tc, pool_slab_grows_when_full);
-  tcase_add_test(tc, pool_unpooled_above_max_class);
+  th_add_tests(tc, pool_new_bad_options_einval, pool_null_arguments_harmless,
+               pool_size_class_rounding, pool_reuse_same_class_same_memory,
+               pool_slab_grows_when_full, pool_unpooled_above_max_class, NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("hooks");
-  tcase_add_test(tc, pool_slab_hook_existing_and_new_slabs);
-  tcase_add_test(tc, pool_slab_hook_failure_fails_alloc);
-  tcase_add_test(tc, pool_slab_hook_add_fails_cleanly);
+  th_add_tests(tc, pool_slab_hook_existing_and_new_slabs,
+               pool_slab_hook_failure_fails_alloc,
+               pool_slab_hook_add_fails_cleanly, NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("threads");
-  tcase_add_test(tc, pool_remote_release_notify_and_drain);
-  tcase_add_test(tc, pool_remote_release_drained_by_alloc);
-  tcase_add_test(tc, pool_remote_release_slice_and_wrap_on_owner);
-  tcase_add_test(tc, pool_remote_release_many_threads);
-  tcase_add_test(tc, pool_alloc_wrong_thread_null);
+  th_add_tests(tc, pool_remote_release_notify_and_drain,
+               pool_remote_release_drained_by_alloc,
+               pool_remote_release_slice_and_wrap_on_owner,
+               pool_remote_release_many_threads, pool_alloc_wrong_thread_null,
+               NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("leaks");
-  tcase_add_test(tc, pool_leak_reported_with_location);
-  tcase_add_test(tc, pool_leak_location_is_last_touch);
-  tcase_add_test(tc, pool_leak_detect_off_still_counts);
-  tcase_add_test(tc, pool_leak_detect_env_and_option_precedence);
-  tcase_add_test(tc, pool_remote_released_buffers_not_leaks);
+  th_add_tests(tc, pool_leak_reported_with_location,
+               pool_leak_location_is_last_touch,
+               pool_leak_detect_off_still_counts,
+               pool_leak_detect_env_and_option_precedence,
+               pool_remote_released_buffers_not_leaks, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

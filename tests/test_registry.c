@@ -222,23 +222,20 @@ START_TEST(registry_fallback_replaces_failed_probe) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("registry");
-  TCase *tc = tcase_create("core");
-  tcase_add_test(tc, registry_find_registered);
-  tcase_add_test(tc, registry_register_refused_duplicate);
-  tcase_add_test(tc, registry_register_refused_builtin_name);
-  tcase_add_test(tc, registry_register_refused_bad_name);
-  tcase_add_test(tc, registry_find_unknown_lists_registered);
-  tcase_add_test(tc, registry_find_probe_failure_cached);
-  tcase_add_test(tc, registry_find_probe_failure_without_reason);
-  tcase_add_test(tc, registry_find_builtin_tcp);
-  tcase_add_test(tc, registry_config_set_reaches_plugin_checked);
-  tcase_add_test(tc, registry_env_reaches_plugin_before_probe);
-  tcase_add_test(tc, registry_env_bad_value_fails_probe_naming_variable);
-  tcase_add_test(tc, registry_fallback_replaces_failed_probe);
-  /* Last: it fills the registry, which would break the tests after it when
-   * Check runs them in one process (CK_FORK=no). */
-  tcase_add_test(tc, registry_register_refused_full);
-  suite_add_tcase(s, tc);
-  return s;
+  /* registry_register_refused_full last: it fills the registry, which would
+   * break the tests after it when Check runs them in one process
+   * (CK_FORK=no). */
+  return th_suite("registry", "core", 0, registry_find_registered,
+                  registry_register_refused_duplicate,
+                  registry_register_refused_builtin_name,
+                  registry_register_refused_bad_name,
+                  registry_find_unknown_lists_registered,
+                  registry_find_probe_failure_cached,
+                  registry_find_probe_failure_without_reason,
+                  registry_find_builtin_tcp,
+                  registry_config_set_reaches_plugin_checked,
+                  registry_env_reaches_plugin_before_probe,
+                  registry_env_bad_value_fails_probe_naming_variable,
+                  registry_fallback_replaces_failed_probe,
+                  registry_register_refused_full, NULL);
 }

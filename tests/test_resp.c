@@ -171,12 +171,12 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("resp");
   TCase *tc = tcase_create("codec");
   tcase_add_checked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, resp_commands_decode_at_any_split);
-  tcase_add_test(tc, resp_command_encoder_round_trips);
-  tcase_add_test(tc, resp_reply_encoders_write_resp2);
-  tcase_add_test(tc, resp_refuses_malformed_and_oversized_input);
-  tcase_add_test(tc, resp_inline_longer_than_limit_closes_channel);
-  tcase_add_test(tc, resp_partial_command_at_close_leaks_nothing);
+  th_add_tests(tc, resp_commands_decode_at_any_split,
+               resp_command_encoder_round_trips,
+               resp_reply_encoders_write_resp2,
+               resp_refuses_malformed_and_oversized_input,
+               resp_inline_longer_than_limit_closes_channel,
+               resp_partial_command_at_close_leaks_nothing, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

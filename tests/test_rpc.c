@@ -392,17 +392,17 @@ END_TEST
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("rpc");
   TCase *tc = tcase_create("codec");
-  tcase_add_test(tc, rpc_codec_round_trips_any_split);
-  tcase_add_test(tc, rpc_encode_matches_documented_layout);
-  tcase_add_test(tc, rpc_codec_refuses_malformed_and_oversized_headers);
+  th_add_tests(tc, rpc_codec_round_trips_any_split,
+               rpc_encode_matches_documented_layout,
+               rpc_codec_refuses_malformed_and_oversized_headers, NULL);
   suite_add_tcase(s, tc);
   tc = tcase_create("client_server");
-  tcase_add_test(tc, rpc_call_gets_reply);
-  tcase_add_test(tc, rpc_pipelined_replies_out_of_order_match_requests);
-  tcase_add_test(tc, rpc_call_times_out_and_late_reply_is_dropped);
-  tcase_add_test(tc, rpc_close_fails_every_pending_request);
-  tcase_add_test(tc, rpc_unknown_method_answers_enosys);
-  tcase_add_test(tc, rpc_reply_from_another_thread_through_the_loop);
+  th_add_tests(tc, rpc_call_gets_reply,
+               rpc_pipelined_replies_out_of_order_match_requests,
+               rpc_call_times_out_and_late_reply_is_dropped,
+               rpc_close_fails_every_pending_request,
+               rpc_unknown_method_answers_enosys,
+               rpc_reply_from_another_thread_through_the_loop, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -547,21 +547,16 @@ START_TEST(selector_pipe_source_poll_budget_respected) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("selector");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, selector_idle_group_sleeps_low_cpu);
-  tcase_add_test(tc, selector_event_inside_window_no_sleep);
-  tcase_add_test(tc, selector_event_after_window_one_sleep);
-  tcase_add_test(tc, selector_busy_poll_negative_never_sleeps);
-  tcase_add_test(tc, selector_set_busy_poll_us_changes_window);
-  tcase_add_test(tc, selector_arm_refused_polls_again);
-  tcase_add_test(tc, selector_poll_error_removes_and_logs_source);
-  tcase_add_test(tc, selector_remove_self_inside_poll);
-  tcase_add_test(tc, selector_remove_next_source_inside_poll);
-  tcase_add_test(tc, selector_remove_other_source_during_dispatch);
-  tcase_add_test(tc, selector_timerfd_source_wakes_sleeping_loop);
-  tcase_add_test(tc, selector_pipe_source_poll_budget_respected);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("selector", "core", 60, selector_idle_group_sleeps_low_cpu,
+                  selector_event_inside_window_no_sleep,
+                  selector_event_after_window_one_sleep,
+                  selector_busy_poll_negative_never_sleeps,
+                  selector_set_busy_poll_us_changes_window,
+                  selector_arm_refused_polls_again,
+                  selector_poll_error_removes_and_logs_source,
+                  selector_remove_self_inside_poll,
+                  selector_remove_next_source_inside_poll,
+                  selector_remove_other_source_during_dispatch,
+                  selector_timerfd_source_wakes_sleeping_loop,
+                  selector_pipe_source_poll_budget_respected, NULL);
 }

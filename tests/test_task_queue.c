@@ -335,17 +335,11 @@ START_TEST(task_queue_accepted_tasks_run_racing_stop) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("task_queue");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, task_queue_pop_fifo_single_thread);
-  tcase_add_test(tc, task_queue_pop_pending_half_linked);
-  tcase_add_test(tc, task_queue_mark_bounds_batch);
-  tcase_add_test(tc, task_queue_execute_per_producer_fifo_four_threads);
-  tcase_add_test(tc, task_queue_execute_from_loop_runs_later);
-  tcase_add_test(tc, task_queue_execute_after_finish_closed);
-  tcase_add_test(tc, task_queue_stop_runs_queued_tasks);
-  tcase_add_test(tc, task_queue_accepted_tasks_run_racing_stop);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite(
+      "task_queue", "core", 60, task_queue_pop_fifo_single_thread,
+      task_queue_pop_pending_half_linked, task_queue_mark_bounds_batch,
+      task_queue_execute_per_producer_fifo_four_threads,
+      task_queue_execute_from_loop_runs_later,
+      task_queue_execute_after_finish_closed, task_queue_stop_runs_queued_tasks,
+      task_queue_accepted_tasks_run_racing_stop, NULL);
 }

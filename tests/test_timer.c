@@ -382,18 +382,12 @@ START_TEST(timer_short_delay_fires_without_ms_rounding_idle_loop) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("timer");
-  TCase *tc = tcase_create("core");
-  tcase_set_timeout(tc, 60);
-  tcase_add_test(tc, timer_fire_deadline_order_random_delays);
-  tcase_add_test(tc, timer_stop_cancelled_never_fire);
-  tcase_add_test(tc, timer_fire_equal_deadlines_start_order);
-  tcase_add_test(tc, timer_periodic_repeats_until_stopped_in_callback);
-  tcase_add_test(tc, timer_periodic_skips_missed_periods_after_stall);
-  tcase_add_test(tc, timer_start_restart_inside_own_callback);
-  tcase_add_test(tc, timer_start_restart_periodic_as_oneshot);
-  tcase_add_test(tc, timer_start_null_cb_einval);
-  tcase_add_test(tc, timer_short_delay_fires_without_ms_rounding_idle_loop);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite(
+      "timer", "core", 60, timer_fire_deadline_order_random_delays,
+      timer_stop_cancelled_never_fire, timer_fire_equal_deadlines_start_order,
+      timer_periodic_repeats_until_stopped_in_callback,
+      timer_periodic_skips_missed_periods_after_stall,
+      timer_start_restart_inside_own_callback,
+      timer_start_restart_periodic_as_oneshot, timer_start_null_cb_einval,
+      timer_short_delay_fires_without_ms_rounding_idle_loop, NULL);
 }

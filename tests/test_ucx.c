@@ -351,9 +351,9 @@ END_TEST
 /* ---- a multi-loop server under connection churn ----
  * UCX before 1.18 aborts in async.c when a listener's connection request is
  * accepted on another worker while the listener's worker still holds a
- * missed socket event for it (docs/ucx.md); the plugin then keeps accepted
- * channels on the listener's loop. The clients run in another process, as
- * in a real deployment, so the server's loops are the only workers here. */
+ * missed socket event for it (docs/transports/ucx.md); the plugin then keeps
+ * accepted channels on the listener's loop. The clients run in another process,
+ * as in a real deployment, so the server's loops are the only workers here. */
 
 #define CHURN_ROUNDS 10
 #define CHURN_CONNS 20
@@ -477,9 +477,9 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("ucx");
   TCase *tc = tcase_create("flow");
   tcase_set_timeout(tc, 120);
-  tcase_add_test(tc, ucx_slow_receiver_bounds_sender_and_loses_nothing);
-  tcase_add_test(tc, ucx_vanished_peer_fires_exception_and_inactive);
-  tcase_add_test(tc, ucx_multi_loop_server_survives_connection_churn);
+  th_add_tests(tc, ucx_slow_receiver_bounds_sender_and_loses_nothing,
+               ucx_vanished_peer_fires_exception_and_inactive,
+               ucx_multi_loop_server_survives_connection_churn, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

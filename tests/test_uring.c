@@ -383,13 +383,13 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("uring");
   TCase *ring = tcase_create("buffer_ring");
   tcase_set_timeout(ring, 120);
-  tcase_add_test(ring, uring_recv_holding_every_buffer_loses_no_byte);
-  tcase_add_test(ring, uring_send_zc_above_threshold_keeps_order);
+  th_add_tests(ring, uring_recv_holding_every_buffer_loses_no_byte,
+               uring_send_zc_above_threshold_keeps_order, NULL);
   suite_add_tcase(s, ring);
   TCase *probe = tcase_create("probe");
   tcase_set_timeout(probe, 120);
-  tcase_add_test(probe, uring_probe_blocked_by_seccomp_names_cause_and_tcp);
-  tcase_add_test(probe, uring_fallback_env_runs_over_tcp_when_blocked);
+  th_add_tests(probe, uring_probe_blocked_by_seccomp_names_cause_and_tcp,
+               uring_fallback_env_runs_over_tcp_when_blocked, NULL);
   suite_add_tcase(s, probe);
   return s;
 }

@@ -413,12 +413,8 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("verbs");
-  TCase *tc = tcase_create("verbs");
-  tcase_set_timeout(tc, 240);
-  tcase_add_test(tc, verbs_start_without_device_names_the_cause);
-  tcase_add_test(tc, verbs_slow_receiver_loses_nothing);
-  tcase_add_test(tc, verbs_vanished_peer_closes_with_exception);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("verbs", "verbs", 240,
+                  verbs_start_without_device_names_the_cause,
+                  verbs_slow_receiver_loses_nothing,
+                  verbs_vanished_peer_closes_with_exception, NULL);
 }
