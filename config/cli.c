@@ -1,5 +1,6 @@
 /* The command-line front door (weft/cli.h) and the configuration printer
  * (weft_config_print) that --help shows. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -160,4 +161,22 @@ void weft_cli_bad_option(const weft_cli *cli, int opt, const char *text) {
     weft_cli_usage_error(cli, "option '%s' needs a value", text);
   else
     weft_cli_usage_error(cli, "unknown option '%s'", text);
+}
+
+int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv) {
+  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
+  opterr = 0; /* refused options are reported here, in weft's form */
+  int opt;
+  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
+         -1) {
+    if (opt == 'h')
+      return weft_cli_help(cli, cfg, stdout) == 0 ? 0 : -1;
+    int rc = weft_cli_option(cli, opt, optarg);
+    if (rc == 0)
+      weft_cli_bad_option(cli, opt, argv[optind - 1]);
+    if (rc <= 0)
+      return -1;
+  }
+  return weft_cli_configure(cli, cfg) < 0 ? -1 : optind;
 }

@@ -10,7 +10,7 @@
 # About 10 minutes on a 2-core machine; --quick (fewer sizes, repetitions
 # and round trips) about 2. Installs gnuplot-nox if gnuplot is missing (it
 # is not in scripts/deps.sh: tests do not need it). UCX runs over tcp
-# (UCX_TLS=tcp; shared memory needs a process of its own, docs/ucx.md).
+# (UCX_TLS=tcp; shared memory needs a process of its own, docs/transports/ucx.md).
 # Extra weft-bench flags: WEFT_BENCH_ARGS="..."; a prebuilt binary:
 # WEFT_BENCH=path (see below).
 set -euo pipefail

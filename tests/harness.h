@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include <weft/bootstrap.h>
 
@@ -39,6 +40,16 @@ void th_sleep_ms(unsigned ms);
       th_sleep_ms(1);                                                          \
     ok_;                                                                       \
   })
+
+/* Asserts that `cond` becomes true within 10 s (generous: the machine is
+ * shared), polling every 200 us, for the loop-level tests. */
+#define WAIT_FOR(cond)                                                         \
+  do {                                                                         \
+    uint64_t wf_end_ = th_now_ms() + 10000;                                    \
+    while (!(cond) && th_now_ms() < wf_end_)                                   \
+      usleep(200);                                                             \
+    ck_assert_msg((cond), "timed out waiting for " #cond);                     \
+  } while (0)
 
 #define ASSERT_EVENTUALLY(cond, ms)                                            \
   ck_assert_msg(WAIT_UNTIL(cond, ms), "timed out after %d ms waiting for %s",  \

@@ -15,14 +15,6 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 
-#define WAIT_FOR(cond)                                                         \
-  do {                                                                         \
-    uint64_t wf_end_ = weft_now_ns() + 10000000000u;                           \
-    while (!(cond) && weft_now_ns() < wf_end_)                                 \
-      usleep(200);                                                             \
-    ck_assert_msg((cond), "timed out waiting for " #cond);                     \
-  } while (0)
-
 static weft_loop_group *new_group(int n, bool pin) {
   weft_loop_options o;
   weft_loop_options_init(&o);

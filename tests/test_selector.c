@@ -21,14 +21,6 @@
 
 #include "loop/loop_internal.h"
 
-#define WAIT_FOR(cond)                                                         \
-  do {                                                                         \
-    uint64_t wf_end_ = weft_now_ns() + 10000000000u;                           \
-    while (!(cond) && weft_now_ns() < wf_end_)                                 \
-      usleep(200);                                                             \
-    ck_assert_msg((cond), "timed out waiting for " #cond);                     \
-  } while (0)
-
 static weft_loop_group *group;
 
 static weft_loop *start_group(int n, int busy_poll_us, int budget) {

@@ -15,15 +15,6 @@
 #include "loop/loop_internal.h"
 #include "loop/task_queue.h"
 
-/* Polls `cond` for up to 10 s (generous: the machine is shared). */
-#define WAIT_FOR(cond)                                                         \
-  do {                                                                         \
-    uint64_t wf_end_ = weft_now_ns() + 10000000000u;                           \
-    while (!(cond) && weft_now_ns() < wf_end_)                                 \
-      usleep(200);                                                             \
-    ck_assert_msg((cond), "timed out waiting for " #cond);                     \
-  } while (0)
-
 static weft_loop_group *new_group(int n) {
   weft_loop_options o;
   weft_loop_options_init(&o);

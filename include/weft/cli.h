@@ -115,6 +115,16 @@ void weft_cli_usage_error(const weft_cli *cli, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /**
+ * The whole front door for a program without flags of its own: parses
+ * -c, -o and -h/--help from `argv` (getopt_long; GNU's argument order, so
+ * options may follow positional arguments), then weft_cli_configure.
+ * Returns the index in `argv` of the first positional argument (argc when
+ * there is none) to run; 0 when --help was answered (exit 0); or -1 after
+ * printing the error (exit 2). `cfg` holds the program's defaults on entry.
+ */
+int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv);
+
+/**
  * Reports an option getopt refused, as weft_cli_usage_error does: `opt` is
  * what getopt returned (':' for a missing value, with the optstring
  * starting with ':'; anything else is an unknown option) and `text` the

@@ -11,7 +11,6 @@
  * ([transport] name, or the scheme of [server] listen / [client] connect),
  * so `-o transport.name=uring` swaps it without a code change.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -85,31 +84,20 @@ static weft_cli cli = {
  * (printed). */
 static int load_config(int argc, char **argv, weft_config *cfg, echo_opts *o,
                        const char **mode) {
-  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
-                                        {NULL, 0, NULL, 0}};
   weft_config_init(cfg);
   cfg->app_keys = echo_keys;
   *o = (echo_opts){.size = 16, .count = 10000, .connections = 1};
   cli.app_arg = o;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
-         -1) {
-    if (opt == 'h')
-      return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
-    int rc = weft_cli_option(&cli, opt, optarg);
-    if (rc == 0)
-      weft_cli_bad_option(&cli, opt, argv[optind - 1]);
-    if (rc <= 0)
-      return -1;
-  }
-  if (optind + 1 != argc) {
-    weft_cli_usage_error(&cli, optind == argc ? "no mode given"
-                                              : "more than one mode given");
+  int first = weft_cli_parse(&cli, cfg, argc, argv);
+  if (first <= 0)
+    return first == 0 ? 1 : -1;
+  if (first + 1 != argc) {
+    weft_cli_usage_error(&cli, first == argc ? "no mode given"
+                                             : "more than one mode given");
     return -1;
   }
-  *mode = argv[optind];
-  return weft_cli_configure(&cli, cfg) < 0 ? -1 : 0;
+  *mode = argv[first];
+  return 0;
 }
 
 /* ---- the server: one handler ---- */

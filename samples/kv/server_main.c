@@ -7,7 +7,6 @@
  * SIGINT or SIGTERM stop it gracefully: the loops answer what they already
  * received, then close every connection.
  */
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -36,29 +35,18 @@ static weft_cli cli = {
  * was answered, or -1 after printing the error. */
 static int configure(int argc, char **argv, weft_config *cfg,
                      kv_server_options *o) {
-  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
-                                        {NULL, 0, NULL, 0}};
   weft_config_init(cfg);
   cfg->app_keys = kv_config_keys;
   kv_server_options_init(o);
   cli.app_arg = o;
-  opterr = 0;
-  int opt;
-  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
-         -1) {
-    if (opt == 'h')
-      return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
-    int rc = weft_cli_option(&cli, opt, optarg);
-    if (rc == 0)
-      weft_cli_bad_option(&cli, opt, argv[optind - 1]);
-    if (rc <= 0)
-      return -1;
-  }
-  if (optind < argc) {
-    weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
+  int first = weft_cli_parse(&cli, cfg, argc, argv);
+  if (first <= 0)
+    return first == 0 ? 1 : -1;
+  if (first < argc) {
+    weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[first]);
     return -1;
   }
-  return weft_cli_configure(&cli, cfg) < 0 ? -1 : 0;
+  return 0;
 }
 
 static volatile sig_atomic_t stop;

@@ -23,7 +23,7 @@
  * so taken as 1.18)
  * moving the request's socket to another worker's async context while the
  * listener's worker still holds a missed event for it aborts the process
- * (async.c "Assertion `handler->async == async'"); docs/ucx.md. */
+ * (async.c "Assertion `handler->async == async'"); docs/transports/ucx.md. */
 static bool moves_conn_requests(void) {
   unsigned major = 0, minor = 0, release = 0;
   ucp_get_version(&major, &minor, &release);
