@@ -1,11 +1,13 @@
-/* main() for every test program, plus log capture. */
+/* main() for every test program, plus log capture, suites and helpers. */
 #include "harness.h"
-#include <stdarg.h>
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <weft/log.h>
 
@@ -126,4 +128,14 @@ void th_add_tests(TCase *tc, ...) {
   va_start(ap, tc);
   add_tests(tc, ap);
   va_end(ap);
+}
+
+void th_write_all(int fd, const void *data, size_t n) {
+  const uint8_t *p = data;
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    ck_assert_msg(w > 0, "write: %s", strerror(errno));
+    p += w;
+    n -= (size_t)w;
+  }
 }

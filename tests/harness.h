@@ -85,6 +85,9 @@ weft_server *th_server_bind(weft_loop_group *group, const char *listen,
                             weft_channel_init_cb init, void *arg, char *uri,
                             size_t len);
 
+/** Writes all `n` bytes to the blocking socket or file `fd`; asserts. */
+void th_write_all(int fd, const void *p, size_t n);
+
 /**
  * A suite of one test case: the suite `name`, its case `tcase` with a
  * timeout of `timeout` seconds (0 = Check's default), and the tests that

@@ -486,15 +486,6 @@ static int raw_listen(uint16_t *port) {
   return fd;
 }
 
-static void write_all(int fd, const uint8_t *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    ck_assert_msg(w > 0, "write: %s", strerror(errno));
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
 /* ---- reset ---- */
 
 START_TEST(channel_reset_midstream_closes_only_that_channel) {
@@ -513,7 +504,7 @@ START_TEST(channel_reset_midstream_closes_only_that_channel) {
   int fd = raw_connect(f.port);
   static uint8_t block[64 * 1024];
   stream_fill(42, 0, block, sizeof block);
-  write_all(fd, block, sizeof block);
+  th_write_all(fd, block, sizeof block);
   uint8_t echo[16];
   ck_assert_int_gt(read(fd, echo, sizeof echo), 0);
   struct linger lg = {.l_onoff = 1, .l_linger = 0};
@@ -1078,7 +1069,7 @@ START_TEST(channel_half_close_peer_reads_eof_and_replies) {
   /* ...and still sends its reply, which the half-closed channel reads. */
   for (size_t off = 0; off < MIB; off += sizeof buf) {
     stream_fill(2, off, buf, sizeof buf);
-    write_all(fd, buf, sizeof buf);
+    th_write_all(fd, buf, sizeof buf);
   }
   close(fd);
   close(lfd);

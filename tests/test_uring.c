@@ -189,15 +189,6 @@ static int raw_connect(uint16_t port) {
   return fd;
 }
 
-static void write_all(int fd, const uint8_t *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    ck_assert_msg(w > 0, "write: %s", strerror(errno));
-    p += w;
-    n -= (size_t)w;
-  }
-}
-
 /* ---- the provided buffer ring running dry ---- */
 
 START_TEST(uring_recv_holding_every_buffer_loses_no_byte) {
@@ -216,7 +207,7 @@ START_TEST(uring_recv_holding_every_buffer_loses_no_byte) {
   for (uint64_t off = 0; off < TOTAL; off += CHUNK) {
     size_t n = TOTAL - off < CHUNK ? (size_t)(TOTAL - off) : CHUNK;
     stream_fill(off, chunk, n);
-    write_all(fd, chunk, n);
+    th_write_all(fd, chunk, n);
   }
   close(fd);
   ck_assert_msg(WAIT_UNTIL(atomic_load(&s->done) != 0, 30000),
@@ -248,7 +239,7 @@ static void echo_round_trip(server *sv, size_t total) {
   while (got < total) {
     if (sent < total) {
       size_t n = total - sent < 65536 ? total - sent : 65536;
-      write_all(fd, out + sent, n);
+      th_write_all(fd, out + sent, n);
       sent += n;
     }
     while (got < sent) {
