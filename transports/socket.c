@@ -1,6 +1,6 @@
 /* Helpers for socket-backed transports (tcp, uring), declared in
- * transport_plugin.h: a listening socket for an endpoint, a socket's addresses as
- * text, and socket options (set now when the socket exists, stored until it
+ * transport_plugin.h: a listening socket for an endpoint, a socket's addresses
+ * as text, and socket options (set now when the socket exists, stored until it
  * does). */
 #include <errno.h>
 #include <limits.h>

@@ -295,8 +295,8 @@ void weft_listener_accepted(weft_listener *l, intptr_t handle);
  * Keeps every connection `l` accepts from now on on the listener's own loop
  * instead of spreading them over the group. For a transport whose library
  * cannot move an accepted connection to another thread safely (UCX before
- * 1.18: docs/transports/ucx.md). Call from the plugin's listen op; listener's loop
- * thread.
+ * 1.18: docs/transports/ucx.md). Call from the plugin's listen op; listener's
+ * loop thread.
  */
 void weft_listener_set_accept_local(weft_listener *l, bool on);
 

@@ -25,12 +25,12 @@
  * with a message on stderr when UCX fails.
  */
 #include <arpa/inet.h>
+#include <getopt.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -69,7 +69,8 @@
  *
  * Close: requests in flight outlive their channel, and its ep stays open
  * until they ended (see ucx_epr); loop_fini waits for them, bounded, before
- * it destroys the worker and the loop destroys its pool (docs/transports/ucx.md).
+ * it destroys the worker and the loop destroys its pool
+ * (docs/transports/ucx.md).
  *
  * Callbacks from UCX (AM handler, send/receive completions, ep errors,
  * connection requests) only record what happened and put the channel on
