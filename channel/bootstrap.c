@@ -1,10 +1,12 @@
 /* Server and client bootstrap: endpoint to transport, listener on loop 0,
- * accepted channels spread over the loops round-robin, connects with a
- * timeout. */
+ * accepted channels spread over the loops round-robin (at most
+ * max_connections open at once), connects with a timeout. */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft/clock.h>
 #include <weft/error.h>
 #include <weft/log.h>
 
@@ -18,6 +20,10 @@ struct weft_server {
   weft_channel_init_cb child_init;
   void *child_init_arg;
   weft_channel_config child_options;
+  int max_connections;     /* 0 = none */
+  weft__conn_count *count; /* shared with the accepted channels */
+  uint64_t refused;        /* since the last log line; listener's loop */
+  uint64_t refused_log_ns; /* when that line was written */
 };
 
 /* ---- channel options ---- */
@@ -29,7 +35,10 @@ void weft_channel_config_init(weft_channel_config *cfg) {
                                .so_keepalive = -1,
                                .write_low_watermark = -1,
                                .write_high_watermark = -1,
-                               .connect_timeout_ms = -1};
+                               .connect_timeout_ms = -1,
+                               .flow_control = -1,
+                               .output_limit = -1,
+                               .idle_timeout_ms = -1};
 }
 
 static int apply_one(weft_channel *ch, weft_channel_option opt, int64_t v) {
@@ -60,7 +69,10 @@ int weft_channel_config_apply(const weft_channel_config *cfg,
       (rc = apply_one(ch, WEFT_OPT_SO_RCVBUF, cfg->so_rcvbuf)) < 0 ||
       (rc = apply_one(ch, WEFT_OPT_SO_KEEPALIVE, cfg->so_keepalive)) < 0 ||
       (rc = apply_one(ch, WEFT_OPT_CONNECT_TIMEOUT_MS,
-                      cfg->connect_timeout_ms)) < 0)
+                      cfg->connect_timeout_ms)) < 0 ||
+      (rc = apply_one(ch, WEFT_OPT_FLOW_CONTROL, cfg->flow_control)) < 0 ||
+      (rc = apply_one(ch, WEFT_OPT_OUTPUT_LIMIT, cfg->output_limit)) < 0 ||
+      (rc = apply_one(ch, WEFT_OPT_IDLE_TIMEOUT_MS, cfg->idle_timeout_ms)) < 0)
     return rc;
   return 0;
 }
@@ -94,12 +106,30 @@ static int listen_on_loop(void *arg) {
   return l->transport->listen(l, &srv->ep, srv->backlog);
 }
 
+/* The share of a new server: its count and its reject message. */
+static weft__conn_count *count_new(const char *reject) {
+  size_t len = reject != NULL ? strlen(reject) : 0;
+  weft__conn_count *c = calloc(1, sizeof *c + len);
+  if (c == NULL)
+    return NULL;
+  atomic_init(&c->refs, 1);
+  c->reject_len = len;
+  if (len > 0)
+    memcpy(c->reject, reject, len);
+  return c;
+}
+
 int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
-  if (b == NULL || b->group == NULL || b->child_init == NULL)
+  if (b == NULL || b->group == NULL || b->child_init == NULL ||
+      b->max_connections < 0)
     return WEFT_EINVAL;
   weft_server *srv = calloc(1, sizeof *srv);
-  if (srv == NULL)
+  weft__conn_count *count = count_new(b->reject_message);
+  if (srv == NULL || count == NULL) {
+    free(srv);
+    free(count);
     return WEFT_ENOMEM;
+  }
   const weft_transport_ops *ops;
   int rc = resolve(b->listen, &srv->ep, &ops);
   if (rc < 0)
@@ -113,7 +143,13 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
                        .backlog = b->backlog > 0 ? b->backlog : 511,
                        .child_init = b->child_init,
                        .child_init_arg = b->child_init_arg,
-                       .child_options = b->child_options};
+                       .child_options = b->child_options,
+                       .max_connections = b->max_connections,
+                       .count = count};
+  /* A server's channels stop reading while their replies cannot leave,
+   * unless the application said otherwise. */
+  if (srv->child_options.flow_control < 0)
+    srv->child_options.flow_control = 1;
   srv->listener = (weft_listener){.transport = ops,
                                   .loop = weft_loop_group_get(b->group, 0),
                                   .server = srv};
@@ -125,8 +161,13 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
   *out = srv;
   return 0;
 failed_resolve:
+  free(count);
   free(srv);
   return rc;
+}
+
+int weft_server_connections(const weft_server *srv) {
+  return atomic_load_explicit(&srv->count->live, memory_order_relaxed);
 }
 
 int weft_server_address(const weft_server *srv, char *buf, size_t len) {
@@ -152,6 +193,7 @@ void weft_server_close(weft_server *srv) {
   if (srv == NULL)
     return;
   weft_loop_call(srv->listener.loop, close_on_loop, srv);
+  weft__conn_count_release(srv->count, false);
   free(srv);
 }
 
@@ -164,7 +206,16 @@ typedef struct adopt_task {
   weft_channel_init_cb init;
   void *init_arg;
   weft_channel_config options;
+  weft__conn_count *count; /* one reference, handed to the channel */
+  bool counted;            /* counted in count->live */
 } adopt_task;
+
+/* A task that never became a channel gives back what it held. */
+static void adopt_drop(adopt_task *t) {
+  t->ops->discard(t->handle);
+  weft__conn_count_release(t->count, t->counted);
+  free(t);
+}
 
 static void adopt_on_loop(void *arg) {
   adopt_task *t = arg;
@@ -173,10 +224,11 @@ static void adopt_on_loop(void *arg) {
   if (ch == NULL) {
     weft_log(WEFT_LOG_WARN, "accept: cannot create a channel: %s",
              weft_strerror(err));
-    t->ops->discard(t->handle);
-    free(t);
+    adopt_drop(t);
     return;
   }
+  ch->limits.count = t->count;
+  ch->limits.counted = t->counted;
   weft_channel_config_apply(&t->options, ch);
   t->init(ch, t->init_arg);
   err = t->ops->adopt(ch, t->handle);
@@ -189,28 +241,98 @@ static void adopt_on_loop(void *arg) {
   free(t);
 }
 
+/* ---- refusing connections past max_connections ---- */
+
+/* The refused channel's one handler: it writes the server's reject
+ * message and closes the channel once the bytes left (or failed). */
+static void reject_written(void *arg, int status) {
+  (void)status;
+  weft_channel *ch = arg;
+  weft_channel_close(ch, WEFT_PROMISE_NONE);
+  weft_channel_release(ch);
+}
+
+static void reject_active(weft_ctx *ctx) {
+  weft_channel *ch = weft_ctx_channel(ctx);
+  const weft__conn_count *c = ch->limits.count;
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(ch->loop), c->reject_len);
+  if (b == NULL || weft_buf_write_bytes(b, c->reject, c->reject_len) < 0) {
+    weft_buf_release(b);
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
+  weft_channel_retain(ch);
+  weft_ctx_write_and_flush(ctx, b,
+                           (weft_promise){.cb = reject_written, .arg = ch});
+}
+
+static const weft_handler reject_handler = {.name = "reject",
+                                            .channel_active = reject_active};
+
+static void reject_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "reject", &reject_handler,
+                         NULL);
+}
+
+/* One log line a second at most, however fast clients arrive. */
+static void log_refused(weft_server *srv) {
+  srv->refused++;
+  uint64_t now = weft_now_ns();
+  if (srv->refused_log_ns != 0 && now - srv->refused_log_ns < 1000000000u)
+    return;
+  weft_log(WEFT_LOG_WARN,
+           "server %s: max_connections (%d) reached; refused %" PRIu64
+           " connection(s) since the last such line",
+           srv->listener.transport->name, srv->max_connections, srv->refused);
+  srv->refused = 0;
+  srv->refused_log_ns = now;
+}
+
+/* Counts the connection in; false when it is over the limit. */
+static bool admit(weft_server *srv) {
+  int live =
+      atomic_fetch_add_explicit(&srv->count->live, 1, memory_order_relaxed);
+  if (srv->max_connections == 0 || live < srv->max_connections)
+    return true;
+  atomic_fetch_sub_explicit(&srv->count->live, 1, memory_order_relaxed);
+  log_refused(srv);
+  return false;
+}
+
 void weft_listener_accepted(weft_listener *l, intptr_t handle) {
   weft_server *srv = l->server;
-  adopt_task *t = malloc(sizeof *t);
-  if (t == NULL) {
+  bool admitted = admit(srv);
+  if (!admitted && srv->count->reject_len == 0) {
     l->transport->discard(handle);
     return;
   }
+  adopt_task *t = malloc(sizeof *t);
+  if (t == NULL) {
+    l->transport->discard(handle);
+    if (admitted)
+      atomic_fetch_sub_explicit(&srv->count->live, 1, memory_order_relaxed);
+    return;
+  }
+  atomic_fetch_add_explicit(&srv->count->refs, 1, memory_order_relaxed);
+  /* A refused connection stays on the listener's loop: it lives for one
+   * write. */
   *t = (adopt_task){.ops = l->transport,
-                    .loop = l->accept_local ? l->loop
-                                            : weft_loop_group_next(srv->group),
+                    .loop = l->accept_local || !admitted
+                                ? l->loop
+                                : weft_loop_group_next(srv->group),
                     .handle = handle,
-                    .init = srv->child_init,
+                    .init = admitted ? srv->child_init : reject_init,
                     .init_arg = srv->child_init_arg,
-                    .options = srv->child_options};
+                    .options = srv->child_options,
+                    .count = srv->count,
+                    .counted = admitted};
   if (weft_loop_in_loop(t->loop)) {
     adopt_on_loop(t);
     return;
   }
-  if (weft_loop_execute(t->loop, adopt_on_loop, t) < 0) {
-    l->transport->discard(handle);
-    free(t);
-  }
+  if (weft_loop_execute(t->loop, adopt_on_loop, t) < 0)
+    adopt_drop(t);
 }
 
 weft_loop *weft_listener_loop(const weft_listener *l) { return l->loop; }

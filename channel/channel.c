@@ -127,6 +127,7 @@ weft_channel *weft__channel_new(const weft_transport_ops *transport,
   weft__pipeline_init(&ch->pipeline, ch);
   weft__outbound_init(&ch->out);
   weft_timer_init(loop, &ch->connect_timer);
+  weft_timer_init(loop, &ch->limits.idle_timer);
   ch->loop_next = b->channels;
   if (b->channels != NULL)
     b->channels->loop_prev = ch;
@@ -138,6 +139,7 @@ void weft__channel_activate(weft_channel *ch) {
   if (ch->state != WEFT_CHANNEL_REGISTERED)
     return;
   ch->state = WEFT_CHANNEL_ACTIVE;
+  weft__limits_activate(ch);
   weft_pipeline_fire_channel_active(&ch->pipeline);
 }
 
@@ -221,6 +223,7 @@ static void close_with(weft_channel *ch, weft_promise promise, int why) {
   ch->state = WEFT_CHANNEL_INACTIVE;
   wait_for_close(ch, promise);
   weft_timer_stop(&ch->connect_timer);
+  weft__limits_close(ch);
   weft_channel_retain(ch); /* callbacks below may drop other references */
   if (ch->transport->close != NULL)
     ch->transport->close(ch);
@@ -278,6 +281,7 @@ void weft_channel_connected(weft_channel *ch, int status) {
   weft_connect_cb cb = ch->on_connect;
   ch->on_connect = NULL;
   ch->state = WEFT_CHANNEL_ACTIVE;
+  weft__limits_activate(ch);
   if (cb != NULL)
     cb(ch, 0, ch->connect_arg);
   if (ch->state == WEFT_CHANNEL_ACTIVE) /* the callback may have closed it */
@@ -306,15 +310,21 @@ int weft_channel_set_option(weft_channel *ch, weft_channel_option opt,
       return WEFT_EINVAL;
     ch->connect_timeout_ms = value;
     return 0;
-  case WEFT_OPT_AUTO_READ:
+  case WEFT_OPT_AUTO_READ: {
     if (value != 0 && value != 1)
       return WEFT_EINVAL;
     if (ch->transport->set_read == NULL)
       return WEFT_ENOTSUP;
+    bool was_reading = weft_channel_is_reading(ch);
     ch->auto_read = value;
-    return ch->state == WEFT_CHANNEL_ACTIVE
-               ? ch->transport->set_read(ch, value != 0)
+    return was_reading != weft_channel_is_reading(ch)
+               ? weft__channel_apply_read(ch, value != 0)
                : 0;
+  }
+  case WEFT_OPT_FLOW_CONTROL:
+  case WEFT_OPT_OUTPUT_LIMIT:
+  case WEFT_OPT_IDLE_TIMEOUT_MS:
+    return weft__limits_set(ch, opt, value);
   default:
     if (ch->transport->set_option == NULL)
       return WEFT_ENOTSUP;
@@ -337,6 +347,10 @@ int weft_channel_get_option(const weft_channel *ch, weft_channel_option opt,
   case WEFT_OPT_AUTO_READ:
     *value = ch->auto_read;
     return 0;
+  case WEFT_OPT_FLOW_CONTROL:
+  case WEFT_OPT_OUTPUT_LIMIT:
+  case WEFT_OPT_IDLE_TIMEOUT_MS:
+    return weft__limits_get(ch, opt, value);
   default:
     if (ch->transport->get_option == NULL)
       return WEFT_ENOTSUP;

@@ -60,6 +60,33 @@ typedef struct weft__close_waiter {
   struct weft__close_waiter *next;
 } weft__close_waiter;
 
+/* What a server shares with the channels it accepted: the count of those
+ * open, and the bytes written to refused ones. Freed by the last holder
+ * (the server may close before its channels). */
+typedef struct weft__conn_count {
+  _Atomic int live;  /* counted channels open now */
+  _Atomic int refs;  /* the server's, and one per channel holding it */
+  size_t reject_len; /* bytes of reject[]; 0 = close refused at once */
+  char reject[];     /* the server's reject_message */
+} weft__conn_count;
+
+/* A channel's defences (limits.c): flow control, output limit, idle
+ * timeout. Loop thread. */
+typedef struct weft__limits {
+  bool flow_control;        /* pause reading above the high watermark */
+  bool read_paused;         /* paused by flow control now */
+  bool resume_queued;       /* a resume task is on the loop */
+  bool output_hit;          /* the output limit fired once */
+  size_t output_limit;      /* bytes; 0 = none */
+  uint64_t idle_timeout_ns; /* 0 = never */
+  weft_timer idle_timer;    /* ticks every idle_timeout_ns / 4 */
+  uint32_t reads;           /* channel_read events so far (wraps) */
+  uint32_t reads_seen;      /* `reads` at the last idle tick */
+  uint8_t idle_ticks;       /* ticks in a row without a read */
+  weft__conn_count *count;  /* the server's share, if it holds one */
+  bool counted;             /* counted in count->live */
+} weft__limits;
+
 struct weft_channel {
   const weft_transport_ops *transport;
   weft_loop *loop;
@@ -69,6 +96,7 @@ struct weft_channel {
   uint64_t id;
   void *user_data;
   weft__outbound out;
+  weft__limits limits;
   bool auto_read;
   int64_t connect_timeout_ms;
   weft_timer connect_timer;
@@ -105,6 +133,25 @@ int weft__channel_start_connect_timer(weft_channel *ch);
 
 /** Closes the channel (what the head does for close). */
 void weft__channel_close(weft_channel *ch, weft_promise promise);
+
+/* Limits (limits.c). */
+/** Sets WEFT_OPT_FLOW_CONTROL, OUTPUT_LIMIT or IDLE_TIMEOUT_MS. */
+int weft__limits_set(weft_channel *ch, weft_channel_option opt, int64_t v);
+/** Reads one of them; returns 0, or WEFT_ENOTSUP for another option. */
+int weft__limits_get(const weft_channel *ch, weft_channel_option opt,
+                     int64_t *v);
+/** The writability just changed: pause or resume reading (flow control). */
+void weft__limits_writability(weft_channel *ch, bool writable);
+/** Bytes were queued: closes the channel past the output limit. */
+void weft__limits_queued(weft_channel *ch);
+/** The channel became ACTIVE: starts the idle timer, if any. */
+void weft__limits_activate(weft_channel *ch);
+/** The channel is closing: stops timers, leaves the server's count. */
+void weft__limits_close(weft_channel *ch);
+/** Drops one reference to a server's share (frees it with the last). */
+void weft__conn_count_release(weft__conn_count *c, bool counted);
+/** Effective reading (auto-read and not paused) changed to `on`. */
+int weft__channel_apply_read(weft_channel *ch, bool on);
 
 /** Initialises / tears down a pipeline (tear down calls handler_removed on
  *  every handler, tail to head). */

@@ -47,6 +47,7 @@ static void update_writability(weft_channel *ch) {
   if (writable == o->writable)
     return;
   o->writable = writable;
+  weft__limits_writability(ch, writable);
   weft_pipeline_fire_writability_changed(&ch->pipeline, writable);
 }
 
@@ -57,6 +58,7 @@ int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p) {
   *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};
   o->pending_bytes += weft_buf_readable(buf);
   update_writability(ch);
+  weft__limits_queued(ch);
   return 0;
 }
 

@@ -111,6 +111,7 @@ void weft_pipeline_fire_channel_inactive(weft_pipeline *p) {
   weft_ctx_fire_channel_inactive(&p->head);
 }
 void weft_pipeline_fire_channel_read(weft_pipeline *p, void *msg) {
+  p->channel->limits.reads++; /* what the idle timeout watches */
   weft_ctx_fire_channel_read(&p->head, msg);
 }
 void weft_pipeline_fire_channel_read_complete(weft_pipeline *p) {
@@ -362,6 +363,9 @@ weft_ctx *weft_pipeline_context(weft_pipeline *p, const char *name) {
 weft_channel *weft_pipeline_channel(weft_pipeline *p) { return p->channel; }
 
 void *weft_ctx_state(weft_ctx *ctx) { return ctx->state; }
+const weft_handler *weft_ctx_handler(const weft_ctx *ctx) {
+  return ctx->handler;
+}
 void weft_ctx_set_state(weft_ctx *ctx, void *state) { ctx->state = state; }
 const char *weft_ctx_name(const weft_ctx *ctx) { return ctx->name; }
 weft_channel *weft_ctx_channel(weft_ctx *ctx) { return ctx->pipeline->channel; }

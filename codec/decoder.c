@@ -37,6 +37,14 @@ static void drop_cumulation(weft_decoder *d) {
   d->cum = NULL;
 }
 
+/* Drops the cumulation once it is empty: an idle channel holds no
+ * buffer. */
+static void trim_cumulation(weft_decoder *d) {
+  if (!d->failed && !d->removed && d->cum != NULL &&
+      weft_buf_readable(d->cum) == 0)
+    drop_cumulation(d);
+}
+
 /* Makes room for `n` more bytes in the cumulation and appends them. The
  * bytes can be moved to the front only while no frame sliced from the
  * cumulation is alive (refcnt 1), or that frame's bytes would change. */
@@ -77,18 +85,31 @@ static int keep_rest(weft_decoder *d, weft_pool *pool, weft_buf *in) {
   return weft_buf_write_bytes(d->cum, weft_buf_rptr(in), rest);
 }
 
-/* Runs `decode` over `in` until it needs more bytes or fails. */
-static void decode_all(weft_ctx *ctx, weft_decoder *d, weft_buf *in) {
-  while (!d->failed && !d->removed && weft_buf_readable(in) > 0) {
+/* True when the channel stopped reading (auto-read off, or flow control)
+ * and this decoder can go on later: its handler takes the read-resumed
+ * event. The rest of the bytes then wait in the cumulation. */
+static bool paused(weft_ctx *ctx) {
+  return weft_ctx_handler(ctx)->user_event == weft_decoder_user_event &&
+         !weft_channel_is_reading(weft_ctx_channel(ctx));
+}
+
+/* Runs `decode` over `in` until it needs more bytes, fails, or the channel
+ * pauses reading. Returns the messages it fired. */
+static int decode_all(weft_ctx *ctx, weft_decoder *d, weft_buf *in) {
+  int fired = 0;
+  while (!d->failed && !d->removed && weft_buf_readable(in) > 0 &&
+         !paused(ctx)) {
     void *out = NULL;
     d->need = 0;
     d->resync = false;
     int rc = d->decode(d, in, &out);
     if (rc == 0)
-      return;
+      break;
     if (rc > 0) {
-      if (out != NULL)
+      if (out != NULL) {
+        fired++;
         weft_ctx_fire_channel_read(ctx, out);
+      }
       continue;
     }
     if (!d->resync) {
@@ -97,6 +118,7 @@ static void decode_all(weft_ctx *ctx, weft_decoder *d, weft_buf *in) {
     }
     weft_ctx_fire_exception_caught(ctx, rc, d->reason ? d->reason : "decode");
   }
+  return fired;
 }
 
 static void fail_nomem(weft_ctx *ctx, weft_decoder *d) {
@@ -125,9 +147,7 @@ void weft_decoder_channel_read(weft_ctx *ctx, void *msg) {
       fail_nomem(ctx, d);
     else
       decode_all(ctx, d, d->cum);
-    if (!d->failed && !d->removed && d->cum != NULL &&
-        weft_buf_readable(d->cum) == 0)
-      drop_cumulation(d); /* an idle channel holds no buffer */
+    trim_cumulation(d);
   } else {
     decode_all(ctx, d, rx);
     if (!d->failed && !d->removed && weft_buf_readable(rx) > 0 &&
@@ -138,6 +158,24 @@ void weft_decoder_channel_read(weft_ctx *ctx, void *msg) {
   if (d->removed)
     drop_cumulation(d);
   weft_decoder_leave(d);
+}
+
+void weft_decoder_user_event(weft_ctx *ctx, void *event) {
+  weft_decoder *d = weft_ctx_state(ctx);
+  /* Inside a running event of this decoder its own loop goes on by
+   * itself; only a resume from outside decodes here. */
+  if (event == &weft_event_read_resumed && d->depth == 0 && d->cum != NULL &&
+      !d->failed) {
+    weft_decoder_enter(d);
+    int fired = decode_all(ctx, d, d->cum);
+    trim_cumulation(d);
+    bool removed = d->removed;
+    if (!weft_decoder_leave(d))
+      return; /* freed: the channel is gone */
+    if (fired > 0 && !removed)
+      weft_ctx_fire_channel_read_complete(ctx);
+  }
+  weft_ctx_fire_user_event(ctx, event);
 }
 
 void weft_decoder_handler_removed(weft_ctx *ctx) {

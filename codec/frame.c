@@ -126,7 +126,8 @@ static void lf_free(weft_decoder *d) { free(d); }
 static const weft_handler lf_handler = {
     .name = "length_field_decoder",
     .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed};
+    .handler_removed = weft_decoder_handler_removed,
+    .user_event = weft_decoder_user_event};
 
 int weft_length_field_decoder_add_last(weft_pipeline *p, const char *name,
                                        const weft_length_field_options *opts) {

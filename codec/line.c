@@ -58,7 +58,8 @@ static void line_free(weft_decoder *d) { free(d); }
 static const weft_handler line_handler = {
     .name = "line_decoder",
     .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed};
+    .handler_removed = weft_decoder_handler_removed,
+    .user_event = weft_decoder_user_event};
 
 int weft_line_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_line_options *opts) {

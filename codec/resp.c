@@ -303,7 +303,8 @@ static void resp_free(weft_decoder *d) {
 static const weft_handler resp_handler = {
     .name = "resp_decoder",
     .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed};
+    .handler_removed = weft_decoder_handler_removed,
+    .user_event = weft_decoder_user_event};
 
 int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_resp_options *opts) {

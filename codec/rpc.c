@@ -196,7 +196,8 @@ static const weft_handler codec_handler = {
     .name = "rpc_codec",
     .channel_read = weft_decoder_channel_read,
     .write = codec_write,
-    .handler_removed = weft_decoder_handler_removed};
+    .handler_removed = weft_decoder_handler_removed,
+    .user_event = weft_decoder_user_event};
 
 int weft_rpc_codec_add_last(weft_pipeline *p, const char *name,
                             const weft_rpc_codec_options *opts) {

@@ -32,7 +32,8 @@ static void u8_free(weft_decoder *d) { free(d); }
 static const weft_handler u8_handler = {
     .name = "u8-frames",
     .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed};
+    .handler_removed = weft_decoder_handler_removed,
+    .user_event = weft_decoder_user_event};
 
 static void init_u8(weft_channel *ch, void *arg) {
   u8_frames *s = malloc(sizeof *s);

@@ -38,6 +38,11 @@ typedef struct weft_channel_config {
   int64_t write_low_watermark;  /* bytes (default 32 KiB) */
   int64_t write_high_watermark; /* bytes (default 64 KiB) */
   int connect_timeout_ms;       /* ms (default 10000); 0 = none */
+  int flow_control;             /* 0/1 (default 0; a server's children 1) */
+  int64_t output_limit;         /* bytes queued unsent before the channel
+                                   is closed (default 0 = none) */
+  int idle_timeout_ms;          /* ms without a read before the channel is
+                                   closed (default 0 = never) */
 } weft_channel_config;
 
 /** Sets every field to -1 (the defaults). */
@@ -62,7 +67,14 @@ typedef struct weft_server_bootstrap {
   weft_channel_init_cb child_init; /* required */
   void *child_init_arg;
   weft_channel_config child_options; /* set with weft_channel_config_init
-                                        first: zero is a real value */
+                                        first: zero is a real value; flow
+                                        control defaults to on here */
+  int max_connections;        /* accepted channels open at once; past it a new
+                                 connection is accepted and closed (0 = none) */
+  const char *reject_message; /* bytes written to a connection refused by
+                                 max_connections before it is closed
+                                 (Redis: "-ERR max number of clients
+                                 reached\r\n"); NULL = close at once */
 } weft_server_bootstrap;
 
 /**
@@ -73,6 +85,12 @@ typedef struct weft_server_bootstrap {
  * `group` (it waits for loop 0).
  */
 int weft_server_bind(weft_server **out, const weft_server_bootstrap *b);
+
+/**
+ * Channels the server accepted that are still open (those refused by
+ * max_connections do not count). Any thread.
+ */
+int weft_server_connections(const weft_server *srv);
 
 /**
  * Writes the bound address as a URI ("tcp://127.0.0.1:41234": the real

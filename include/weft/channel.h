@@ -16,6 +16,18 @@
  * completes with 0 once sent or with the error that stopped it (WEFT_ECLOSED
  * when the channel closed first).
  *
+ * Flow control (WEFT_OPT_FLOW_CONTROL, on for the channels a server
+ * accepts): while the queued bytes are above the high watermark the
+ * channel stops reading, and it reads again once they are below the low
+ * watermark; then weft_event_read_resumed reaches the handlers as a
+ * user_event. Decoders built on weft/decoder.h stop decoding at a paused
+ * read too (the rest waits in their cumulation) and go on at that event,
+ * so a peer that sends requests but never reads the replies holds about
+ * the high watermark plus one reply, not all its replies. Limits
+ * (WEFT_OPT_OUTPUT_LIMIT, WEFT_OPT_IDLE_TIMEOUT_MS) close the channel
+ * through exception_caught (WEFT_ENOBUFS, WEFT_ETIMEDOUT) with a reason
+ * that the tail logs.
+ *
  * Threads: every function here runs on the channel's loop thread, except
  * weft_channel_retain / weft_channel_release / weft_channel_loop, which any
  * thread holding a reference may call. To act on a channel from another
@@ -65,6 +77,20 @@ weft_channel_state weft_channel_state_of(const weft_channel *ch);
 
 /** True while ACTIVE. */
 bool weft_channel_is_active(const weft_channel *ch);
+
+/**
+ * True while the channel reads: auto-read is on and flow control has not
+ * paused it. Decoders check it between messages.
+ */
+bool weft_channel_is_reading(const weft_channel *ch);
+
+/**
+ * The user_event fired (head to tail) when a channel reads again after
+ * auto-read or flow control paused it; compare the event pointer with
+ * &weft_event_read_resumed. Decoders (weft_decoder_user_event) decode what
+ * waited in their cumulation, then pass it on.
+ */
+extern const int weft_event_read_resumed;
 
 /** True while queued bytes have not crossed the high watermark. */
 bool weft_channel_is_writable(const weft_channel *ch);

@@ -21,6 +21,10 @@
  *   [server]
  *   listen = 0.0.0.0:7000  ; or tcp://0.0.0.0:7000, uring://...
  *   backlog = 511
+ *   max_connections = 0    ; accepted channels open at once, 0 = none
+ *   idle_timeout_ms = 0    ; close after that long without a read, 0 = never
+ *   output_limit = 0       ; bytes queued unsent before closing, 0 = none
+ *   flow_control = true    ; stop reading while replies cannot leave
  *
  *   [client]
  *   connect = 127.0.0.1:7000
@@ -66,13 +70,20 @@ typedef struct weft_config_key {
 
 /** A configuration. Initialise with weft_config_init(). */
 typedef struct weft_config {
-  weft_loop_options loop;            /* [loop] */
-  char transport[16];                /* [transport] name (default: the
-                                        first built-in, tcp) */
-  weft_channel_config channel;       /* [transport] channel options */
-  char listen[WEFT_CONFIG_URI_MAX];  /* [server] listen (default
-                                        "0.0.0.0:7000") */
-  int backlog;                       /* [server] backlog (default 511) */
+  weft_loop_options loop;           /* [loop] */
+  char transport[16];               /* [transport] name (default: the
+                                       first built-in, tcp) */
+  weft_channel_config channel;      /* [transport] channel options */
+  char listen[WEFT_CONFIG_URI_MAX]; /* [server] listen (default
+                                       "0.0.0.0:7000") */
+  int backlog;                      /* [server] backlog (default 511) */
+  int max_connections;  /* [server] max_connections: accepted channels
+                           open at once (default 0 = none) */
+  int idle_timeout_ms;  /* [server] idle_timeout_ms: close a channel that
+                           read nothing that long (default 0 = never) */
+  int64_t output_limit; /* [server] output_limit: bytes queued unsent
+                           before a channel is closed (default 0 = none) */
+  int flow_control;     /* [server] flow_control: 0/1 (default 1) */
   char connect[WEFT_CONFIG_URI_MAX]; /* [client] connect (default
                                         "127.0.0.1:7000") */
   /* The application's own keys (NULL = none listed; the table is the
@@ -159,6 +170,15 @@ int weft_config_check(const weft_config *cfg, const char *where, char *err,
  */
 int weft_config_print(const weft_config *cfg, const char *const *sections,
                       FILE *out);
+
+/**
+ * Fills the parts of a server bootstrap that a config holds: backlog,
+ * max_connections, and child_options ([transport] channel options plus the
+ * [server] limits: flow control, output limit, idle timeout). The caller
+ * sets group, listen, child_init and reject_message. Any thread.
+ */
+void weft_config_server_bootstrap(const weft_config *cfg,
+                                  weft_server_bootstrap *sb);
 
 /**
  * Resolves an endpoint text from a config: returns `uri` unchanged if it

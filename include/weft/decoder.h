@@ -14,6 +14,16 @@
  *    copied at most once more), and the received buffer is released, so a
  *    slow peer never pins receive memory; the next read is appended there.
  *
+ * Flow control: with weft_decoder_user_event as the handler's user_event,
+ * the base stops decoding as soon as the channel stops reading (auto-read
+ * off, or a server's flow control above the high watermark: channel.h),
+ * keeps the rest in the cumulation, and goes on when reading resumes
+ * (weft_event_read_resumed), followed by a channel_read_complete. So a
+ * peer that pipelines a thousand requests in one read and never reads the
+ * replies holds the replies up to the high watermark, not a thousand.
+ * Without it the base decodes every whole message of a read, as Netty's
+ * ByteToMessageDecoder does.
+ *
  * Errors from `decode` go to exception_caught (the tail logs them and
  * closes the channel). Handlers may be removed (the channel closed by the
  * tail on that very exception) while the base is running: the state is
@@ -41,7 +51,8 @@
  *   static const weft_handler u8_handler = {
  *       .name = "u8-frames",
  *       .channel_read = weft_decoder_channel_read,
- *       .handler_removed = weft_decoder_handler_removed};
+ *       .handler_removed = weft_decoder_handler_removed,
+ *       .user_event = weft_decoder_user_event};
  *
  *   int u8_frames_add_last(weft_pipeline *p) {
  *     u8_frames *s = malloc(sizeof *s);
@@ -121,6 +132,14 @@ void weft_decoder_init(weft_decoder *d, weft_decode_cb decode,
  */
 void weft_decoder_channel_read(weft_ctx *ctx, void *msg);
 void weft_decoder_handler_removed(weft_ctx *ctx);
+
+/**
+ * The user_event op of a decoder: on weft_event_read_resumed it decodes
+ * what waited in the cumulation (then fires channel_read_complete if it
+ * produced messages), and passes every event on. Put it in the handler so
+ * the decoder pauses with the channel's reading (see above).
+ */
+void weft_decoder_user_event(weft_ctx *ctx, void *event);
 
 /**
  * Marks the start / end of an event of this handler that may fire events

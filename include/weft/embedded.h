@@ -7,6 +7,10 @@
  * handlers are unit-tested this way. It owns a buffer pool of its own
  * (weft_embedded_pool) and reports leaked buffers when freed.
  *
+ * Auto-read and flow control can be set and are reported by
+ * weft_channel_is_reading(); weft_embedded_write_inbound() delivers
+ * whatever they say, since the test drives the reads.
+ *
  * Threads: one thread only, the one that created it. It acts as a loop of
  * its own: weft_loop_in_loop() is true there; timers and weft_loop_execute
  * run when the test calls weft_embedded_run_pending().

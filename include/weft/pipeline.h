@@ -175,6 +175,9 @@ weft_channel *weft_pipeline_channel(weft_pipeline *p);
 
 /** The state pointer given when the handler was added. */
 void *weft_ctx_state(weft_ctx *ctx);
+
+/** The handler (ops) of a context. Loop thread. */
+const weft_handler *weft_ctx_handler(const weft_ctx *ctx);
 /** Replaces the state pointer (e.g. a handler that allocates lazily). */
 void weft_ctx_set_state(weft_ctx *ctx, void *state);
 /** The handler's name in this pipeline. */
