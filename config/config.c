@@ -61,6 +61,14 @@ static const weft__key_def server_keys[] = {
     {"listen", KIND_URI, OFF(listen), 0, 0, false, NULL},
     {"backlog", KIND_INT, OFF(backlog), 1, INT_MAX, false,
      "connections the kernel queues before accept"},
+    {"max_connections", KIND_INT, OFF(max_connections), 0, INT_MAX, false,
+     "accepted connections open at once; past it a new one is closed; 0 = "
+     "no limit"},
+    {"idle_timeout_ms", KIND_INT, OFF(idle_timeout_ms), 0, INT_MAX, false,
+     "milliseconds without a read before a connection is closed; 0 = never"},
+    {"output_limit", KIND_I64, OFF(output_limit), 0, INT64_MAX, false,
+     "bytes queued and unsent before a connection is closed; 0 = no limit"},
+    {"flow_control", KIND_FLAG, OFF(flow_control), 0, 0, false, NULL},
 };
 
 static const weft__key_def client_keys[] = {
@@ -444,6 +452,7 @@ void weft_config_init(weft_config *cfg) {
   };
   snprintf(cfg->listen, sizeof cfg->listen, "0.0.0.0:7000");
   cfg->backlog = 511;
+  cfg->flow_control = 1;
   snprintf(cfg->connect, sizeof cfg->connect, "127.0.0.1:7000");
 }
 
@@ -720,6 +729,16 @@ int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
   if (rc == 0)
     *cfg = tmp;
   return rc;
+}
+
+void weft_config_server_bootstrap(const weft_config *cfg,
+                                  weft_server_bootstrap *sb) {
+  sb->backlog = cfg->backlog;
+  sb->max_connections = cfg->max_connections;
+  sb->child_options = cfg->channel;
+  sb->child_options.flow_control = cfg->flow_control;
+  sb->child_options.output_limit = cfg->output_limit;
+  sb->child_options.idle_timeout_ms = cfg->idle_timeout_ms;
 }
 
 int weft_config_endpoint(const weft_config *cfg, const char *uri, char *out,

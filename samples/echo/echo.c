@@ -123,11 +123,9 @@ static int start_server(weft_loop_group *group, const weft_config *cfg,
                         weft_server **srv) {
   char uri[WEFT_CONFIG_URI_MAX + 16];
   weft_config_endpoint(cfg, cfg->listen, uri, sizeof uri);
-  weft_server_bootstrap sb = {.group = group,
-                              .listen = uri,
-                              .backlog = cfg->backlog,
-                              .child_init = server_init,
-                              .child_options = cfg->channel};
+  weft_server_bootstrap sb = {
+      .group = group, .listen = uri, .child_init = server_init};
+  weft_config_server_bootstrap(cfg, &sb);
   int rc = weft_server_bind(srv, &sb);
   if (rc < 0)
     fprintf(stderr, "weft-echo: cannot listen on %s: %s\n", uri,

@@ -33,6 +33,14 @@ struct kv_server {
 
 /* ---- options ---- */
 
+void kv_server_config_defaults(weft_config *cfg) {
+  cfg->max_connections = 10000; /* Redis' maxclients */
+  /* Replies a connection may leave unread before it is closed (Redis'
+   * client-output-buffer-limit). Flow control keeps a client that reads
+   * slowly near the high watermark; this catches the rest. */
+  cfg->output_limit = 64 << 20;
+}
+
 void kv_server_options_init(kv_server_options *o) {
   *o = (kv_server_options){
       .max_value_bytes = 1 << 20, .stripes = 64, .expire_hz = 10};
@@ -406,18 +414,21 @@ static int expire_stop(void *arg) {
   return 0;
 }
 
+/* `reject` is what a client past [server] max_connections reads before
+ * the close (NULL: the close alone). */
 static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
-                    weft_channel_init_cb init, weft_server **out) {
+                    weft_channel_init_cb init, const char *reject,
+                    weft_server **out) {
   char full[WEFT_CONFIG_URI_MAX + 32];
   int rc = weft_config_endpoint(cfg, uri, full, sizeof full);
   if (rc < 0)
     return rc;
   weft_server_bootstrap sb = {.group = srv->group,
                               .listen = full,
-                              .backlog = cfg->backlog,
                               .child_init = init,
                               .child_init_arg = srv,
-                              .child_options = cfg->channel};
+                              .reject_message = reject};
+  weft_config_server_bootstrap(cfg, &sb);
   rc = weft_server_bind(out, &sb);
   if (rc < 0)
     weft_log(WEFT_LOG_ERROR, "kv: cannot listen on %s: %s", full,
@@ -453,10 +464,12 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
   srv->env = (kv_exec_env){.store = srv->store};
   setup_codecs(srv);
   if (opts->rpc_listen[0] != '\0' &&
-      (rc = bind_one(srv, cfg, opts->rpc_listen, rpc_init, &srv->rpc)) < 0)
+      (rc = bind_one(srv, cfg, opts->rpc_listen, rpc_init, NULL, &srv->rpc)) <
+          0)
     goto failed_rpc;
   if (opts->resp_listen[0] != '\0' &&
-      (rc = bind_one(srv, cfg, opts->resp_listen, resp_init, &srv->resp)) < 0)
+      (rc = bind_one(srv, cfg, opts->resp_listen, resp_init,
+                     "-ERR max number of clients reached\r\n", &srv->resp)) < 0)
     goto failed_resp;
   weft_loop *loop0 = weft_loop_group_get(group, 0);
   weft_timer_init(loop0, &srv->expire_timer);

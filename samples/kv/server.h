@@ -32,6 +32,13 @@ typedef struct kv_server_options {
 void kv_server_options_init(kv_server_options *o);
 
 /**
+ * Sets the KV service's defaults for weft's own keys in `cfg` (after
+ * weft_config_init): Redis' maxclients (10000) as [server]
+ * max_connections, and a 64 MiB [server] output_limit per connection.
+ */
+void kv_server_config_defaults(weft_config *cfg);
+
+/**
  * The [kv] section handler for weft_config_load / weft_config_set /
  * weft_config_apply_env (see weft_config_section_cb); `arg` is a
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,

@@ -36,6 +36,7 @@ static weft_cli cli = {
 static int configure(int argc, char **argv, weft_config *cfg,
                      kv_server_options *o) {
   weft_config_init(cfg);
+  kv_server_config_defaults(cfg);
   cfg->app_keys = kv_config_keys;
   kv_server_options_init(o);
   cli.app_arg = o;
