@@ -12,7 +12,8 @@ export WEFT_TEST_HOST=${IP:-192.0.2.1}
 export WEFT_TEST_SCALE=${WEFT_TEST_SCALE:-0.05}
 ts() { echo "[t=$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 rc=0
-for t in ${WEFT_VM_TESTS:-test_channel_verbs test_verbs test_kv_verbs}; do
+for t in ${WEFT_VM_TESTS:-test_channel_verbs test_hostile_verbs test_verbs \
+  test_kv_verbs}; do
   ts "===== $t"
   if [ -x "$BUILD/tests/$t" ]; then
     "$BUILD/tests/$t" || rc=1
