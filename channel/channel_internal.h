@@ -142,8 +142,11 @@ int weft__limits_get(const weft_channel *ch, weft_channel_option opt,
                      int64_t *v);
 /** The writability just changed: pause or resume reading (flow control). */
 void weft__limits_writability(weft_channel *ch, bool writable);
-/** Bytes were queued: closes the channel past the output limit. */
+/** Bytes were queued: past the output limit, the channel closes (from a
+ *  task, not inside the write). */
 void weft__limits_queued(weft_channel *ch);
+/** True once the output limit was crossed: further writes are refused. */
+bool weft__limits_refuse_write(const weft_channel *ch);
 /** The channel became ACTIVE: starts the idle timer, if any. */
 void weft__limits_activate(weft_channel *ch);
 /** The channel is closing: stops timers, leaves the server's count. */
@@ -160,7 +163,8 @@ void weft__pipeline_destroy(weft_pipeline *p);
 
 /* Outbound queue (outbound.c). */
 void weft__outbound_init(weft__outbound *o);
-/** Queues `buf`; returns 0 or WEFT_ENOMEM (the caller fails the promise). */
+/** Queues `buf`; returns 0, WEFT_ENOMEM, or WEFT_ENOBUFS past the output
+ *  limit (the caller fails the promise and releases `buf`). */
 int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p);
 /** Marks everything written so far as flushed. */
 void weft__outbound_mark_flushed(weft__outbound *o);

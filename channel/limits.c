@@ -85,21 +85,40 @@ void weft__limits_writability(weft_channel *ch, bool writable) {
 
 /* ---- output limit ---- */
 
+/* The close is a task of its own: the write that crossed the limit runs
+ * inside a handler's event, and closing the channel there would free
+ * handler state under the handler. Writes until then are refused. */
+static void output_limit_task(void *arg) {
+  weft_channel *ch = arg;
+  if (ch->state == WEFT_CHANNEL_ACTIVE) {
+    char reason[128];
+    snprintf(reason, sizeof reason,
+             "output limit of %zu bytes exceeded: %zu bytes queued and "
+             "unsent",
+             ch->limits.output_limit, ch->out.pending_bytes);
+    weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ENOBUFS, reason);
+    if (ch->state == WEFT_CHANNEL_ACTIVE) { /* a handler kept it open */
+      weft_log(WEFT_LOG_WARN, "channel %" PRIu64 ": %s; closing", ch->id,
+               reason);
+      weft__channel_close(ch, WEFT_PROMISE_NONE);
+    }
+  }
+  weft_channel_release(ch);
+}
+
 void weft__limits_queued(weft_channel *ch) {
   weft__limits *l = &ch->limits;
   if (l->output_limit == 0 || ch->out.pending_bytes <= l->output_limit ||
       l->output_hit || ch->state != WEFT_CHANNEL_ACTIVE)
     return;
   l->output_hit = true;
-  char reason[128];
-  snprintf(reason, sizeof reason,
-           "output limit of %zu bytes exceeded: %zu bytes queued and unsent",
-           l->output_limit, ch->out.pending_bytes);
-  weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ENOBUFS, reason);
-  if (ch->state == WEFT_CHANNEL_ACTIVE) { /* a handler kept it open */
-    weft_log(WEFT_LOG_WARN, "channel %" PRIu64 ": %s; closing", ch->id, reason);
-    weft__channel_close(ch, WEFT_PROMISE_NONE);
-  }
+  weft_channel_retain(ch);
+  if (weft_loop_execute(ch->loop, output_limit_task, ch) < 0)
+    weft_channel_release(ch); /* the loop is finishing: it closes it */
+}
+
+bool weft__limits_refuse_write(const weft_channel *ch) {
+  return ch->limits.output_hit;
 }
 
 /* ---- idle timeout ---- */

@@ -53,6 +53,8 @@ static void update_writability(weft_channel *ch) {
 
 int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p) {
   weft__outbound *o = &ch->out;
+  if (weft__limits_refuse_write(ch))
+    return WEFT_ENOBUFS; /* past the output limit: closing */
   if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
     return WEFT_ENOMEM;
   *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};

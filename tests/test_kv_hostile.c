@@ -1,0 +1,238 @@
+/* weft-kv-server against a client that asks for large replies and never
+ * reads them, measured from outside: the server runs as its own process
+ * (WEFT_KV_SERVER, set by tests/CMakeLists.txt) over WEFT_TEST_TRANSPORT
+ * (tcp or uring: the client is a plain socket), and its resident memory is
+ * read from /proc/PID/status while the client floods it.
+ *
+ * Bounds, documented in samples/kv/README.md ("Limits"): with flow control
+ * (the default) the server holds about the high watermark (64 KiB) plus one
+ * reply and one read per connection; without it, at most the output limit.
+ * Either way the memory goes back once the client is gone. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MIB (1024L * 1024L)
+#define VALUE (8 * 1024) /* bytes of the value every GET asks for */
+#define GETS 300000      /* the flood: 2.4 GB of replies */
+
+typedef struct server {
+  pid_t pid;
+  int port;
+} server;
+
+/* Starts weft-kv-server with RESP on a free port and `extra` -o flags;
+ * reads the port from its "resp on" line. */
+static server server_start(const char *extra) {
+  const char *path = getenv("WEFT_KV_SERVER");
+  ck_assert_msg(path != NULL, "WEFT_KV_SERVER is not set");
+  int out[2];
+  ck_assert_int_eq(pipe(out), 0);
+  server s = {.pid = fork()};
+  ck_assert_int_ge(s.pid, 0);
+  if (s.pid == 0) {
+    dup2(out[1], STDERR_FILENO);
+    close(out[0]);
+    char transport[64];
+    snprintf(transport, sizeof transport, "transport.name=%s",
+             th_transport_name());
+    const char *argv[16] = {path,
+                            "-o",
+                            "loop.loops=1",
+                            "-o",
+                            transport,
+                            "-o",
+                            "kv.rpc_listen=",
+                            "-o",
+                            "kv.resp_listen=127.0.0.1:0"};
+    int n = 9;
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", extra);
+    for (char *tok = strtok(copy, " "); tok != NULL && n < 14;
+         tok = strtok(NULL, " ")) {
+      argv[n++] = "-o";
+      argv[n++] = tok;
+    }
+    argv[n] = NULL;
+    execv(path, (char *const *)argv);
+    _exit(127);
+  }
+  close(out[1]);
+  FILE *f = fdopen(out[0], "r");
+  char line[512];
+  while (s.port == 0 && fgets(line, sizeof line, f) != NULL) {
+    const char *at = strstr(line, "resp on ");
+    const char *colon = at != NULL ? strrchr(at, ':') : NULL;
+    if (colon != NULL)
+      s.port = atoi(colon + 1);
+  }
+  ck_assert_msg(s.port > 0, "weft-kv-server printed no RESP address");
+  return s; /* the pipe stays open: the server may go on logging */
+}
+
+static void server_stop(server *s) {
+  kill(s->pid, SIGTERM);
+  int status = 0;
+  ck_assert_int_eq(waitpid(s->pid, &status, 0), s->pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "weft-kv-server ended with status 0x%x", status);
+}
+
+/* Resident memory of `pid` in bytes (VmRSS). */
+static long rss_of(pid_t pid) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_ptr_nonnull(f);
+  long kib = -1;
+  while (fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+      break;
+  fclose(f);
+  return kib * 1024;
+}
+
+static int connect_to(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  return fd;
+}
+
+/* SET big <8 KiB>, read its +OK. */
+static void set_value(int port) {
+  int fd = connect_to(port);
+  static char cmd[VALUE + 64];
+  int n = snprintf(cmd, sizeof cmd, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n",
+                   VALUE);
+  memset(cmd + n, 'v', VALUE);
+  memcpy(cmd + n + VALUE, "\r\n", 2);
+  th_write_all(fd, cmd, (size_t)n + VALUE + 2);
+  char ok[5];
+  ck_assert_int_eq(recv(fd, ok, sizeof ok, MSG_WAITALL), 5);
+  close(fd);
+}
+
+/* A well-behaved client first: 50 rounds of 100 pipelined GETs, every
+ * reply read. The baseline is taken after it, with the server's receive
+ * buffers and pools warm, as they are on a server in use. */
+static void warm_up(int port) {
+  int fd = connect_to(port);
+  static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
+  static char batch[sizeof get * 100];
+  for (int i = 0; i < 100; i++)
+    memcpy(batch + i * (sizeof get - 1), get, sizeof get - 1);
+  static char replies[100 * (VALUE + 16)];
+  size_t want =
+      100 * (size_t)snprintf(NULL, 0, "$%d\r\n%*s\r\n", VALUE, VALUE, "");
+  for (int round = 0; round < 50; round++) {
+    th_write_all(fd, batch, 100 * (sizeof get - 1));
+    for (size_t got = 0; got < want;) {
+      ssize_t n = recv(fd, replies, sizeof replies, 0);
+      ck_assert_int_gt(n, 0);
+      got += (size_t)n;
+    }
+  }
+  close(fd);
+}
+
+/* Sends GETS pipelined GETs of the value and never reads; returns the
+ * highest RSS seen meanwhile (sampled every 10 ms while sending and for a
+ * second after). The socket is left open for the caller to close. */
+static long flood(const server *s, int *fd_out) {
+  int fd = connect_to(s->port);
+  struct timeval tv = {.tv_sec = 1};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
+  static char batch[sizeof get * 1000];
+  for (int i = 0; i < 1000; i++)
+    memcpy(batch + i * (sizeof get - 1), get, sizeof get - 1);
+  long peak = 0;
+  uint64_t last = 0;
+  for (int sent = 0; sent < GETS; sent += 1000) {
+    /* A send that blocks a second: the server stopped reading (flow
+     * control), which is the point. */
+    if (send(fd, batch, 1000 * (sizeof get - 1), 0) < 0)
+      break;
+    if (th_now_ms() - last >= 10) {
+      long r = rss_of(s->pid);
+      peak = r > peak ? r : peak;
+      last = th_now_ms();
+    }
+  }
+  for (int i = 0; i < 100; i++) {
+    long r = rss_of(s->pid);
+    peak = r > peak ? r : peak;
+    th_sleep_ms(10);
+  }
+  *fd_out = fd;
+  return peak;
+}
+
+/* RSS within `ms`, polled: the first value at or below `bound`, else the
+ * last one seen. */
+static long rss_settles(pid_t pid, long bound, int ms) {
+  long r = rss_of(pid);
+  uint64_t end = th_now_ms() + (uint64_t)ms;
+  while (r > bound && th_now_ms() < end) {
+    th_sleep_ms(50);
+    r = rss_of(pid);
+  }
+  return r;
+}
+
+static void run(const char *extra, long bound_above_base) {
+  server s = server_start(extra);
+  set_value(s.port);
+  warm_up(s.port);
+  th_sleep_ms(200);
+  long base = rss_of(s.pid);
+  int fd;
+  long peak = flood(&s, &fd);
+  fprintf(stderr, "%s (%s): base %ld KiB, peak %ld KiB (+%ld KiB)\n",
+          th_transport_name(), extra[0] ? extra : "defaults", base / 1024,
+          peak / 1024, (peak - base) / 1024);
+  ck_assert_msg(peak - base <= bound_above_base,
+                "RSS grew by %ld KiB under the flood (bound %ld KiB)",
+                (peak - base) / 1024, bound_above_base / 1024);
+  close(fd);
+  long after = rss_settles(s.pid, base + 8 * MIB, 5000);
+  ck_assert_msg(after <= base + 8 * MIB,
+                "RSS %ld KiB 5 s after the client left (base %ld KiB)",
+                after / 1024, base / 1024);
+  server_stop(&s);
+}
+
+/* Flow control (the default): the server stops reading the client's GETs
+ * while their replies cannot leave. */
+START_TEST(kv_hostile_never_reading_client_bounded_by_flow_control) {
+  run("", 16 * MIB);
+}
+END_TEST
+
+/* Without flow control, the output limit (here 64 MiB) is the bound, and
+ * the pools give the memory back after the close. A reply of 8 KiB and its
+ * header sit in a 16 KiB pool block, so resident memory may reach twice
+ * the queued bytes. */
+START_TEST(kv_hostile_never_reading_client_bounded_by_output_limit) {
+  run("server.flow_control=false server.output_limit=67108864", 128 * MIB);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  return th_suite("kv_hostile", "core", 120,
+                  kv_hostile_never_reading_client_bounded_by_flow_control,
+                  kv_hostile_never_reading_client_bounded_by_output_limit,
+                  NULL);
+}
