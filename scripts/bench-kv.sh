@@ -9,8 +9,6 @@ cd "$(dirname "$0")/.."
 build=${1:-build/release}
 runs=${2:-3}
 scripts/deps.sh
-command -v redis-server >/dev/null ||
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 if [ ! -x "$build/samples/kv/weft-kv-server" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF >/dev/null
   cmake --build "$build" -j"$(nproc)" >/dev/null

@@ -8,8 +8,7 @@
 #   scripts/bench.sh [--quick] [BUILD_DIR]      (default build-bench)
 #
 # About 10 minutes on a 2-core machine; --quick (fewer sizes, repetitions
-# and round trips) about 2. Installs gnuplot-nox if gnuplot is missing (it
-# is not in scripts/deps.sh: tests do not need it). UCX runs over tcp
+# and round trips) about 2. UCX runs over tcp
 # (UCX_TLS=tcp; shared memory needs a process of its own, docs/transports/ucx.md).
 # Extra weft-bench flags: WEFT_BENCH_ARGS="..."; a prebuilt binary:
 # WEFT_BENCH=path (see below).
@@ -27,11 +26,7 @@ done
 OUT=docs/bench
 DOC=docs/benchmarks.md
 
-if ! command -v gnuplot >/dev/null; then
-  SUDO=$([ "$(id -u)" = 0 ] || echo sudo)
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq gnuplot-nox
-fi
+scripts/deps.sh
 
 # WEFT_BENCH=path/to/weft-bench runs a binary built elsewhere (e.g. from a
 # clean checkout while the tree is being edited); BUILD_DIR is then only

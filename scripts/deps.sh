@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Installs the Debian packages weft needs to build and test, if any is missing.
-# Safe to run again: it asks apt only when something is not installed yet.
+# Installs the Debian packages weft needs to build, test and benchmark, if
+# any is missing: every program a script or test calls comes from one of
+# them (tests/check_deps.sh checks that). Safe to run again: it asks apt
+# only when something is not installed yet.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
-      liburing-dev clang libucx-dev ucx-utils clang-format
+      liburing-dev clang libucx-dev ucx-utils clang-format git python3
       librdmacm-dev libibverbs-dev redis-tools
+      # the benchmarks' peers and charts (scripts/bench*.sh)
+      redis-server gnuplot-nox
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers)
@@ -15,10 +21,9 @@ for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
     missing+=("$p")
 done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "weft: installing ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+[ ${#missing[@]} -gt 0 ] || exit 0
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+quiet_run "updating the package lists" $SUDO apt-get update
+quiet_run "installing ${#missing[@]} packages: ${missing[*]}" \
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"

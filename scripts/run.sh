@@ -6,10 +6,12 @@
 # Extra arguments go to both programs, e.g. -o transport.name=uring
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 scripts/deps.sh
-cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF \
-  -DWEFT_WITH_URING=ON -DWEFT_WITH_UCX=ON -DWEFT_WITH_VERBS=ON >/dev/null
-cmake --build build/release -j"$(nproc)" >/dev/null
+quiet_configure build/release -DCMAKE_BUILD_TYPE=Release \
+  -DWEFT_BUILD_TESTS=OFF -DWEFT_WITH_URING=ON -DWEFT_WITH_UCX=ON \
+  -DWEFT_WITH_VERBS=ON
+quiet_build build/release
 bin=build/release/samples/kv
 log=$(mktemp)
 "$bin/weft-kv-server" -o loop.loops=1 -o kv.rpc_listen=127.0.0.1:0 \

@@ -66,6 +66,9 @@ if [ "$GUEST" = guest-bench.sh ]; then
     >"$VM/bench.md"
   echo "=== verbs VM: weft-bench tables in $VM/bench.md ==="
 fi
+# The guest's summary line ("N passed, N failed, N skipped"), for
+# scripts/test.sh.
+sed -n 's/^VM-SUMMARY: //p' "$LOG" | tr -d '\r' >"$VM/summary.txt"
 if [ $rc -ne 0 ]; then
   echo "test-verbs-vm: FAIL: $WHAT failed inside the VM (see $LOG)" >&2
   exit 1

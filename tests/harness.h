@@ -88,6 +88,46 @@ weft_server *th_server_bind(weft_loop_group *group, const char *listen,
 /** Writes all `n` bytes to the blocking socket or file `fd`; asserts. */
 void th_write_all(int fd, const void *p, size_t n);
 
+/* ---- skips ----
+ * A check that cannot run here (a missing device, kernel feature or
+ * capability of the transport) says so and returns: it is counted and
+ * reported as skipped, never as passed. After the run the program prints
+ * "SKIPPED <program> <check>: <reason>" per skip (and appends the same
+ * lines to $WEFT_TEST_SKIP_LOG, for scripts/test.sh's summary); when every
+ * check was skipped it exits with TH_SKIP_EXIT, which CTest reports as
+ * "Skipped" (SKIP_RETURN_CODE). */
+
+/** The exit status of a program that skipped everything (CTest's code). */
+#define TH_SKIP_EXIT 77
+
+/** Records a skip of the running check `check` (printf-style reason). */
+void th_skip(const char *check, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/** Skips the running check unless `cond`, naming the condition. */
+#define TH_SKIP_UNLESS(cond)                                                   \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      th_skip(__func__, "needs %s (transport %s)", #cond,                      \
+              th_transport_name());                                            \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
+/**
+ * Skips the whole program before its suite runs (no such transport or
+ * device here): prints the reason, reports it as above, and exits with
+ * TH_SKIP_EXIT.
+ */
+_Noreturn void th_skip_program(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+
+/**
+ * For a suite over WEFT_TEST_TRANSPORT: skips the program when that
+ * transport cannot run here (its probe's reason). Returns otherwise.
+ */
+void th_require_transport(void);
+
 /**
  * A suite of one test case: the suite `name`, its case `tcase` with a
  * timeout of `timeout` seconds (0 = Check's default), and the tests that

@@ -53,14 +53,7 @@ static bool transport_has(uint32_t cap) {
   return ops != NULL && (ops->caps & cap);
 }
 
-#define SKIP_UNLESS(cond)                                                      \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s: skipped on transport %s (needs %s)\n", __func__,    \
-              th_transport_name(), #cond);                                     \
-      return;                                                                  \
-    }                                                                          \
-  } while (0)
+#define SKIP_UNLESS(cond) TH_SKIP_UNLESS(cond)
 
 /* Typed loads for assertions: functions, not macros, so a failing Check
  * assertion prints "ldi(&p.closed) == 1" rather than the atomic's expansion. */
@@ -1146,11 +1139,7 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("channel");
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
-  char why[256] = "";
-  if (weft_transport_find(th_transport_name(), why, sizeof why) == NULL) {
-    printf("SKIP: %s\n", why);
-    return s;
-  }
+  th_require_transport();
   TCase *echo = tcase_create("echo");
   th_add_tests(echo, channel_echo_10mb_one_client,
                channel_echo_10mb_two_clients, channel_echo_10mb_100_clients,

@@ -372,11 +372,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  char why[256] = "";
-  if (!weft_transport_available(th_transport_name(), why, sizeof why)) {
-    printf("SKIP: %s\n", why);
-    return suite_create("hostile");
-  }
+  th_require_transport();
   return th_suite("hostile", "core", 120,
                   hostile_never_reading_client_queue_bounded_by_flow_control,
                   hostile_output_limit_closes_only_the_greedy_client,

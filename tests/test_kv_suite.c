@@ -703,11 +703,7 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("kv");
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
-  char why[256] = "";
-  if (weft_transport_find(th_transport_name(), why, sizeof why) == NULL) {
-    printf("SKIP: %s\n", why);
-    return s;
-  }
+  th_require_transport();
   TCase *tc = tcase_create("kv");
   tcase_set_timeout(tc, 240);
   th_add_tests(

@@ -1,0 +1,55 @@
+# Shared by weft's scripts (sourced, not run): quiet output with a line of
+# progress per step, so a long step never sits silent for more than about
+# five seconds, and a check that the programs a script needs are there.
+
+# step TEXT...: one progress line.
+step() { echo "weft: $*" >&2; }
+
+# need PROGRAM PACKAGE: fails naming the package to install when a program
+# is missing (scripts/deps.sh installs every one of them).
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  echo "weft: $1 is missing: apt-get install $2 (scripts/deps.sh does)" >&2
+  exit 1
+}
+
+# quiet_run TEXT COMMAND...: runs COMMAND with its output in a log; says
+# TEXT first and then, every 5 s, the log's last line; on failure, the
+# log's last 40 lines. Returns COMMAND's status.
+quiet_run() {
+  local text=$1 log pid rc=0 waited=0 last
+  shift
+  log=$(mktemp)
+  step "$text"
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    if [ $((waited % 5)) -eq 0 ]; then
+      last=$(grep -v '^[[:space:]]*$' "$log" | tail -n1 | cut -c1-100)
+      step "$text (${waited} s): ${last:-...}"
+    fi
+  done
+  wait "$pid" || rc=$?
+  if [ $rc -ne 0 ]; then
+    tail -40 "$log" >&2
+    echo "weft: failed: $text" >&2
+  fi
+  rm -f "$log"
+  return $rc
+}
+
+# quiet_configure DIR [cmake arguments]: configures the build in DIR.
+quiet_configure() {
+  local dir=$1
+  shift
+  quiet_run "configuring $dir" cmake -S . -B "$dir" "$@"
+}
+
+# quiet_build DIR [cmake --build arguments]: builds DIR with every core.
+quiet_build() {
+  local dir=$1
+  shift
+  quiet_run "building $dir" cmake --build "$dir" -j"$(nproc)" "$@"
+}
