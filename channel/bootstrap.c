@@ -135,6 +135,8 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
   if (rc < 0)
     goto failed_resolve;
   if (ops->listen == NULL) {
+    weft_log(WEFT_LOG_ERROR, "listen on %s: transport %s cannot listen",
+             b->listen, ops->name);
     rc = WEFT_ENOTSUP;
     goto failed_resolve;
   }

@@ -278,6 +278,10 @@ static bool store_uri(weft_config *cfg, const weft__key_def *k, const char *v,
   *why = weft__endpoint_parse(uri, &ep);
   if (*why != NULL)
     return false;
+  if (strstr(v, "://") != NULL && !weft__transport_registered(ep.transport)) {
+    *why = "its scheme names no registered transport";
+    return false;
+  }
   snprintf((char *)cfg + k->off, WEFT_CONFIG_URI_MAX, "%s", v);
   return true;
 }
@@ -295,6 +299,10 @@ static bool store_value(weft_config *cfg, const weft__key_def *k, const char *v,
   case KIND_SCHEME:
     if (!weft__scheme_valid(v, strlen(v)))
       return false;
+    if (!weft__transport_registered(v)) {
+      *why = "no transport of that name is registered";
+      return false;
+    }
     snprintf(cfg->transport, sizeof cfg->transport, "%s", v);
     return true;
   case KIND_URI:
@@ -317,12 +325,24 @@ static int bad_value(const char *where, const char *section,
   return WEFT_EBADCONF;
 }
 
+/* " (did you mean X?)" when a candidate is close. */
+static void did_you_mean(const weft__suggest *sg, char *err, size_t len,
+                         size_t *off) {
+  if (weft__suggest_best(sg) != NULL)
+    msg_append(err, len, off, " (did you mean %s?)", weft__suggest_best(sg));
+}
+
 static int unknown_key(const char *where, const weft__section_def *s,
                        const char *key, char *err, size_t len) {
   size_t off = 0;
+  weft__suggest sg;
+  weft__suggest_init(&sg, key);
+  for (size_t i = 0; i < s->n_keys; i++)
+    weft__suggest_try(&sg, s->keys[i].name);
   msg_where(err, len, &off, where);
-  msg_append(err, len, &off, "[%s] unknown key '%s'; valid keys:", s->name,
-             key);
+  msg_append(err, len, &off, "[%s] unknown key '%s'", s->name, key);
+  did_you_mean(&sg, err, len, &off);
+  msg_append(err, len, &off, "; valid keys:");
   for (size_t i = 0; i < s->n_keys; i++)
     msg_append(err, len, &off, "%s %s", i > 0 ? "," : "", s->keys[i].name);
   return WEFT_EBADCONF;
@@ -362,16 +382,29 @@ static int unknown_section(const weft_config *cfg, const char *where,
                            const char *section, const char *key, bool has_app,
                            char *err, size_t len) {
   size_t off = 0;
+  weft__suggest sg;
+  weft__suggest_init(&sg, section);
+  for (size_t i = 0; i < N_SECTIONS; i++)
+    weft__suggest_try(&sg, sections[i].name);
+  for (const weft_config_key *k = cfg->app_keys; k != NULL && k->section; k++)
+    weft__suggest_try(&sg, k->section);
+  char plugin[16][32]; /* "transport.<name>", alive while `sg` is */
+  const weft_transport_ops *ops;
+  for (size_t i = 0; i < 16 && (ops = weft_transport_at(i)) != NULL; i++) {
+    snprintf(plugin[i], sizeof plugin[i], "transport.%s", ops->name);
+    weft__suggest_try(&sg, plugin[i]);
+  }
   msg_where(err, len, &off, where);
-  if (section[0] == '\0')
+  if (section[0] == '\0') {
     msg_append(err, len, &off,
                "key '%s' outside any section; valid "
                "sections:",
                key);
-  else if (!has_app || cfg->app_keys != NULL)
-    msg_append(err, len, &off,
-               "unknown section [%s]; valid sections:", section);
-  else
+  } else if (!has_app || cfg->app_keys != NULL) {
+    msg_append(err, len, &off, "unknown section [%s]", section);
+    did_you_mean(&sg, err, len, &off);
+    msg_append(err, len, &off, "; valid sections:");
+  } else
     msg_append(err, len, &off,
                "[%s] unknown key '%s' (the application "
                "does not know it); weft's own sections:",
@@ -385,9 +418,15 @@ static int unknown_app_key(const weft_config *cfg, const char *where,
                            const char *section, const char *key, char *err,
                            size_t len) {
   size_t off = 0;
+  weft__suggest sg;
+  weft__suggest_init(&sg, key);
+  for (const weft_config_key *k = cfg->app_keys; k->section != NULL; k++)
+    if (strcmp(k->section, section) == 0)
+      weft__suggest_try(&sg, k->name);
   msg_where(err, len, &off, where);
-  msg_append(err, len, &off, "[%s] unknown key '%s'; valid keys:", section,
-             key);
+  msg_append(err, len, &off, "[%s] unknown key '%s'", section, key);
+  did_you_mean(&sg, err, len, &off);
+  msg_append(err, len, &off, "; valid keys:");
   const char *sep = "";
   for (const weft_config_key *k = cfg->app_keys; k->section != NULL; k++)
     if (strcmp(k->section, section) == 0) {
@@ -425,9 +464,30 @@ static int plugin_value(const char *where, const char *section, const char *key,
   int rc = weft_transport_config_set(section + 10, key, value, why, sizeof why);
   if (rc == 0)
     return 0;
+  const weft_transport_ops *ops = NULL;
+  for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++)
+    if (strcmp(ops->name, section + 10) == 0)
+      break;
   size_t off = 0;
   msg_where(err, len, &off, where);
-  msg_append(err, len, &off, "[%s] %s = \"%s\": %s", section, key, value, why);
+  if (rc != WEFT_ENOENT || ops == NULL) {
+    msg_append(err, len, &off, "[%s] %s = \"%s\": %s", section, key, value,
+               why);
+    return WEFT_EBADCONF;
+  }
+  /* An unknown key of a known plugin: as for weft's own sections. */
+  weft__suggest sg;
+  weft__suggest_init(&sg, key);
+  weft__suggest_try(&sg, "fallback");
+  for (const weft_transport_key *k = ops->config_keys; k != NULL && k->name;
+       k++)
+    weft__suggest_try(&sg, k->name);
+  msg_append(err, len, &off, "[%s] unknown key '%s'", section, key);
+  did_you_mean(&sg, err, len, &off);
+  msg_append(err, len, &off, "; valid keys: fallback");
+  for (const weft_transport_key *k = ops->config_keys; k != NULL && k->name;
+       k++)
+    msg_append(err, len, &off, ", %s", k->name);
   return WEFT_EBADCONF;
 }
 

@@ -44,4 +44,18 @@ void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,
  * (number of event loops; 0 = one per online CPU)"). */
 void weft__config_values_text(const weft__key_def *k, char *buf, size_t len);
 
+/** The closest of several candidates to a misspelled word (suggest.c). */
+typedef struct weft__suggest {
+  const char *word; /* as typed */
+  const char *best; /* the closest candidate so far, or NULL */
+  size_t dist;      /* its distance */
+} weft__suggest;
+
+/** Starts a suggestion for `word`. */
+void weft__suggest_init(weft__suggest *s, const char *word);
+/** Considers `candidate` (kept by pointer: it must outlive `s`). */
+void weft__suggest_try(weft__suggest *s, const char *candidate);
+/** The closest candidate within a few edits, or NULL. */
+const char *weft__suggest_best(const weft__suggest *s);
+
 #endif

@@ -79,9 +79,11 @@ typedef struct weft_server_bootstrap {
 
 /**
  * Starts listening and waits until the listener is up (or failed). Returns
- * 0 and the server in `*out`, WEFT_EINVAL (bad URI; logged with the reason),
- * WEFT_ENOTRANSPORT (unknown or unavailable transport; logged with why), or
- * the listen error (WEFT_EADDRINUSE, ...). Any thread except a loop thread of
+ * 0 and the server in `*out`, WEFT_EINVAL (bad URI), WEFT_ENOTRANSPORT
+ * (unknown or unavailable transport), WEFT_ENOTSUP (the transport cannot
+ * listen), WEFT_ENOMEM, or the listen error (WEFT_EADDRINUSE, ...); every
+ * failure but ENOMEM is logged once here with its cause, so callers need
+ * not log it again. Any thread except a loop thread of
  * `group` (it waits for loop 0).
  */
 int weft_server_bind(weft_server **out, const weft_server_bootstrap *b);

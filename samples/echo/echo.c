@@ -126,11 +126,7 @@ static int start_server(weft_loop_group *group, const weft_config *cfg,
   weft_server_bootstrap sb = {
       .group = group, .listen = uri, .child_init = server_init};
   weft_config_server_bootstrap(cfg, &sb);
-  int rc = weft_server_bind(srv, &sb);
-  if (rc < 0)
-    fprintf(stderr, "weft-echo: cannot listen on %s: %s\n", uri,
-            weft_strerror(rc));
-  return rc;
+  return weft_server_bind(srv, &sb); /* a failure is logged there */
 }
 
 /* ---- the client: ping-pong per channel ---- */

@@ -429,11 +429,7 @@ static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
                               .child_init_arg = srv,
                               .reject_message = reject};
   weft_config_server_bootstrap(cfg, &sb);
-  rc = weft_server_bind(out, &sb);
-  if (rc < 0)
-    weft_log(WEFT_LOG_ERROR, "kv: cannot listen on %s: %s", full,
-             weft_strerror(rc));
-  return rc;
+  return weft_server_bind(out, &sb); /* a failure is logged there */
 }
 
 static void setup_codecs(kv_server *srv) {
