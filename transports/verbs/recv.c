@@ -37,6 +37,17 @@ static int wc_status_to_weft(enum ibv_wc_status s) {
 
 /* ---- receiving ---- */
 
+/* The slot of a receive's wr_id (device.c tags it with VERBS_WR_RECV). */
+static uint32_t slot_of(const verbs_dev *d, uint64_t wr_id) {
+  uint64_t slot = wr_id & ~VERBS_WR_RECV;
+  if (slot >= d->n_slots) {
+    weft_log(WEFT_LOG_ERROR, "verbs: a receive completion names slot %llu",
+             (unsigned long long)slot);
+    return UINT32_MAX; /* not ours: dropped, the receive stays owed */
+  }
+  return (uint32_t)slot;
+}
+
 static void touch(verbs_dev *d, verbs_chan *vc) {
   if (vc->touched || d->n_touched == 2 * VERBS_POLL_BATCH)
     return;
@@ -72,8 +83,8 @@ int weft__verbs_deliver_held(verbs_chan *vc) {
   return n;
 }
 
-static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
-  uint32_t slot = (uint32_t)wc->wr_id;
+static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc,
+                    uint32_t slot) {
   uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
   if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER) {
     slot_put(d, slot); /* for a channel that is gone or closing */
@@ -198,17 +209,18 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
   }
   /* Refill the SRQ before any handler runs. */
   for (int i = 0; i < n; i++)
-    if (wcs[i].opcode & IBV_WC_RECV)
+    if (wcs[i].wr_id & VERBS_WR_RECV)
       d->owed++;
   weft__verbs_srq_refill(d);
   if (d->owed > 0)
     d->starved = true;
   for (int i = 0; i < n; i++) {
     verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
-    if (wcs[i].opcode & IBV_WC_RECV)
-      on_recv(d, vc, &wcs[i]);
-    else
+    uint32_t slot = UINT32_MAX;
+    if (!(wcs[i].wr_id & VERBS_WR_RECV))
       on_send(d, vc, &wcs[i]);
+    else if ((slot = slot_of(d, wcs[i].wr_id)) != UINT32_MAX)
+      on_recv(d, vc, &wcs[i], slot);
   }
   finish_batch(d);
   return n + handled;

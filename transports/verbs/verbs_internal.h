@@ -104,6 +104,9 @@
 #define VERBS_LINGER_NS (2000ull * 1000u * 1000u) /* FIN completion wait */
 #define VERBS_HELLO_MAGIC 0x5776u                 /* "Wv" */
 #define VERBS_HELLO_VERSION 1
+/* Tags a receive's wr_id (the slot) apart from a send's (its sequence
+ * number): a failed completion's opcode is undefined (ibv_poll_cq(3)). */
+#define VERBS_WR_RECV (1ull << 63)
 
 /* imm_data (network order on the wire): flags in the top byte, returned
  * credits in the low 24 bits. */
