@@ -53,6 +53,7 @@
  * device, a channel and a listener, and the functions one file calls in
  * another. The files, one concern each:
  *
+ *   wire.c     the peer's hello, checked (pure)
  *   device.c   the probe; per device: PD, CQ, SRQ and receive slab
  *   loop.c     the per-loop instance; the QP number -> channel map
  *   connect.c  connection setup (rdma_cm events), accept, listeners
@@ -104,6 +105,9 @@
 #define VERBS_LINGER_NS (2000ull * 1000u * 1000u) /* FIN completion wait */
 #define VERBS_HELLO_MAGIC 0x5776u                 /* "Wv" */
 #define VERBS_HELLO_VERSION 1
+/* The largest receive size a peer's hello may claim: RC's smallest common
+ * message limit (mlx5's max_msg_sz), far above any weft slot. */
+#define VERBS_MAX_RECV_SIZE (1u << 30)
 /* Tags a receive's wr_id (the slot) apart from a send's (its sequence
  * number): a failed completion's opcode is undefined (ibv_poll_cq(3)). */
 #define VERBS_WR_RECV (1ull << 63)
@@ -122,6 +126,12 @@ typedef struct verbs_hello {
   uint16_t pad2;
   uint32_t recv_size; /* bytes per message the sender can receive */
 } verbs_hello;
+
+/* What a peer's hello says, checked (weft__verbs_hello_parse). */
+typedef struct verbs_peer {
+  uint16_t credits;   /* 1 .. VERBS_CREDITS: our send window */
+  uint32_t recv_size; /* 1 .. VERBS_MAX_RECV_SIZE bytes per message */
+} verbs_peer;
 
 /* ---- conversions at the edge ---- */
 
@@ -237,6 +247,24 @@ static inline verbs_chan *vc_of(const weft_channel *ch) {
 static inline bool vc_active(const verbs_chan *vc) {
   return vc->ch != NULL && weft_channel_state_of(vc->ch) == WEFT_CHANNEL_ACTIVE;
 }
+
+/* ---- wire.c: the peer's hello, checked (pure) ---- */
+
+/** Fills `h` with this side's hello (credits and receive size). Any
+ *  thread. No errors. */
+void weft__verbs_hello_fill(verbs_hello *h);
+
+/**
+ * Parses and checks a peer's hello, `len` bytes at `data` (the handshake's
+ * private data; NULL or short when the peer sent none): weft's magic and
+ * version, 1 .. VERBS_CREDITS credits (the SRQ's reserve for the peer's
+ * credit messages is sized for no more), a receive size of 1 ..
+ * VERBS_MAX_RECV_SIZE. Reserved bytes and padding after the hello are
+ * ignored. Returns 0 with the values in `*out`, or WEFT_EPROTO with the
+ * reason in `why` (`*out` untouched). Any thread; no device needed.
+ */
+int weft__verbs_hello_parse(const void *data, size_t len, verbs_peer *out,
+                            char *why, size_t why_len);
 
 /* ---- device.c: the probe; devices (PD, CQ, SRQ, receive slab) ---- */
 
@@ -465,5 +493,13 @@ void weft__verbs_vc_teardown(verbs_chan *vc);
  */
 void weft__verbs_vc_fail(verbs_chan *vc, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/**
+ * The peer broke the protocol (`why`, from the checks of wire.c): logs the
+ * reason with the peer's address (a handler may swallow the exception) and
+ * fails the channel with WEFT_EPROTO, as weft__verbs_vc_fail does. Only
+ * this channel closes. Loop thread.
+ */
+void weft__verbs_vc_violation(verbs_chan *vc, const char *why);
 
 #endif
