@@ -63,7 +63,7 @@ void weft__verbs_vc_teardown(verbs_chan *vc) {
   weft__verbs_retire_sends(vc, UINT64_MAX);
   while (vc->n_held > 0) {
     weft_buf_release(vc->held[vc->held_head]);
-    vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
+    vc->held_head = (vc->held_head + 1) % VERBS_CREDITS;
     vc->n_held--;
   }
   if (vc->dev != NULL) {

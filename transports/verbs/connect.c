@@ -79,7 +79,7 @@ static int vc_setup_qp(verbs_chan *vc) {
   weft__verbs_hash_add(d, vc);
   d->n_channels++;
   vc->reserved = true;
-  vc->granted = VERBS_CREDITS;
+  vc->flow.granted = VERBS_CREDITS;
   return 0;
 }
 
@@ -158,7 +158,8 @@ static void on_established(verbs_chan *vc, const void *pdata, uint8_t plen) {
       weft__verbs_vc_violation(vc, why);
       return;
     }
-    vc->credits += peer.credits; /* early messages may have returned some */
+    vc->flow.window = peer.credits;
+    vc->flow.credits = peer.credits; /* none spent or returned before */
     vc->peer_recv_size = peer.recv_size;
   }
   vc->state = VC_ESTABLISHED;
@@ -188,7 +189,7 @@ static void on_disconnected(verbs_chan *vc) {
     drain_cq(vc->dev); /* the FIN may wait in the CQ */
   if (vc->state == VC_LINGER) {
     weft__verbs_vc_teardown(vc);
-  } else if (vc->state != VC_DONE && !vc->fin_received) {
+  } else if (vc->state != VC_DONE && !vc->flow.fin) {
     weft__verbs_vc_fail(vc, WEFT_ECONNRESET,
                         "verbs: the peer disconnected without closing (rdma_cm "
                         "DISCONNECTED)");
@@ -326,7 +327,8 @@ int weft__verbs_adopt(weft_channel *ch, intptr_t handle) {
   }
   vc_init(vc, ch, vl);
   vc->passive = true;
-  vc->credits = p->peer.credits;
+  vc->flow.window = p->peer.credits;
+  vc->flow.credits = p->peer.credits;
   vc->peer_recv_size = p->peer.recv_size;
   /* Events of this id now come to this loop. */
   p->id->context = vc;

@@ -1,7 +1,10 @@
-/* transports/verbs/wire.c: what the peer controls, checked before use:
- * the hello of the handshake (credits and receive size). Pure functions
- * of bytes, no device: connect.c calls them. The wire format is in
- * verbs_internal.h.
+/* transports/verbs/wire.c: what the peer controls, checked before use. The
+ * hello of the handshake (credits and receive size) and, per received
+ * message, its imm_data (flags and returned credits), its length and its
+ * kind, against the channel's credit books. Pure functions of bytes and
+ * books, no device: connect.c and recv.c call them, and the fuzz target
+ * tests/fuzz/fuzz_verbs_header.c runs them on arbitrary input. The wire
+ * formats are in verbs_internal.h, the rules under "Flow control" there.
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -62,5 +65,76 @@ int weft__verbs_hello_parse(const void *data, size_t len, verbs_peer *out,
                      " is not 1 .. %u bytes",
                      recv_size, VERBS_MAX_RECV_SIZE);
   *out = (verbs_peer){.credits = credits, .recv_size = recv_size};
+  return 0;
+}
+
+/* ---- the peer's messages ---- */
+
+/* The form of a message, before any credit is looked at. */
+static int rx_form(const verbs_flow *f, const verbs_rx *m, char *why,
+                   size_t why_len) {
+  if (m->rdma_write)
+    return violation(why, why_len,
+                     "verbs: peer sent an RDMA write; weft peers only send");
+  if (!m->with_imm)
+    return violation(why, why_len,
+                     "verbs: peer sent a message without imm_data");
+  uint32_t unknown = m->imm & VERBS_IMM_FLAGS & ~VERBS_IMM_FIN;
+  if (unknown != 0)
+    return violation(
+        why, why_len,
+        "verbs: peer set unknown flags 0x%08" PRIx32 " in imm_data", unknown);
+  if (f->fin)
+    return violation(why, why_len, "verbs: peer sent a message after its FIN");
+  if (m->len > VERBS_SLOT_SIZE)
+    return violation(why, why_len,
+                     "verbs: peer sent %" PRIu32
+                     " bytes, more than the %u a message may hold",
+                     m->len, VERBS_SLOT_SIZE);
+  return 0;
+}
+
+/* The credits the message spends and returns. */
+static int rx_credits(const verbs_flow *f, const verbs_rx *m, char *why,
+                      size_t why_len) {
+  uint32_t returned = m->imm & VERBS_IMM_CREDITS;
+  if (m->len > 0 && f->granted == 0)
+    return violation(why, why_len,
+                     "verbs: peer sent a message beyond the %u credits "
+                     "granted (it ignores credits)",
+                     VERBS_CREDITS);
+  /* Our data messages whose credits the peer still holds. */
+  uint32_t unreturned = f->credits >= 0 && (uint32_t)f->credits <= f->window
+                            ? f->window - (uint32_t)f->credits
+                            : 0;
+  if (returned > unreturned)
+    return violation(why, why_len,
+                     "verbs: peer returned %" PRIu32
+                     " credits, but only %" PRIu32 " of the %" PRIu32
+                     " it granted are in use",
+                     returned, unreturned, f->window);
+  /* A credit message rides on the reserve, not on a credit; returning at
+   * least a threshold's worth bounds how many a peer can send. */
+  if (m->len == 0 && !(m->imm & VERBS_IMM_FIN) &&
+      returned < VERBS_CREDIT_THRESHOLD)
+    return violation(why, why_len,
+                     "verbs: peer sent a credit message returning %" PRIu32
+                     " credits; one returns at least %u",
+                     returned, VERBS_CREDIT_THRESHOLD);
+  return 0;
+}
+
+int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
+                         size_t why_len) {
+  int err = rx_form(f, m, why, why_len);
+  if (err == 0)
+    err = rx_credits(f, m, why, why_len);
+  if (err < 0)
+    return err;
+  if (m->len > 0)
+    f->granted--;
+  f->credits += (int32_t)(m->imm & VERBS_IMM_CREDITS);
+  if (m->imm & VERBS_IMM_FIN)
+    f->fin = true;
   return 0;
 }
