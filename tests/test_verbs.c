@@ -57,10 +57,11 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-static weft_loop_group *group_start(const char *name) {
+/* A started group of `n_loops` loops. */
+static weft_loop_group *group_start(const char *name, int n_loops) {
   weft_loop_options opts;
   weft_loop_options_init(&opts);
-  opts.n_loops = 2;
+  opts.n_loops = n_loops;
   opts.name = name;
   weft_loop_group *g;
   ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
@@ -87,7 +88,7 @@ START_TEST(verbs_start_without_device_names_the_cause) {
   ck_assert_msg(strstr(why, "transport=tcp") != NULL, "no advice: %s", why);
 
   /* Binding a server on verbs fails at start, before any loop work. */
-  weft_loop_group *g = group_start("wv-nodev");
+  weft_loop_group *g = group_start("wv-nodev", 2);
   th_log_capture_start();
   weft_server_bootstrap sb = {
       .group = g, .listen = "verbs://127.0.0.1:0", .child_init = no_init};
@@ -228,9 +229,11 @@ static void fast_init(weft_channel *ch, void *arg) {
                    0);
 }
 
-static void fast_connected(weft_channel *ch, int status, void *arg) {
+/* on_connect for every client here: the status into the atomic_int at
+ * `arg`. */
+static void store_status(weft_channel *ch, int status, void *arg) {
   (void)ch;
-  atomic_store(&((fast_client *)arg)->connect_status, status);
+  atomic_store((atomic_int *)arg, status);
 }
 
 START_TEST(verbs_slow_receiver_loses_nothing) {
@@ -244,7 +247,7 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   fast_client c;
   memset(&c, 0, sizeof c);
   atomic_init(&c.connect_status, 1);
-  weft_loop_group *g = group_start("wv-slow");
+  weft_loop_group *g = group_start("wv-slow", 2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   char uri[300];
@@ -254,8 +257,8 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
                       .connect = uri,
                       .init = fast_init,
                       .init_arg = &c,
-                      .on_connect = fast_connected,
-                      .connect_arg = &c};
+                      .on_connect = store_status,
+                      .connect_arg = &c.connect_status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 
@@ -391,7 +394,7 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   }
   survivor s;
   memset(&s, 0, sizeof s);
-  weft_loop_group *g = group_start("wv-vanish");
+  weft_loop_group *g = group_start("wv-vanish", 2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   char uri[300];
@@ -683,11 +686,6 @@ static void pinger_init(weft_channel *ch, void *arg) {
                    0);
 }
 
-static void pinger_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((pinger *)arg)->status, status);
-}
-
 static void ping_task(void *arg) {
   pinger *p = arg;
   if (p->ch == NULL)
@@ -719,17 +717,6 @@ static void ping_ok(hostile *h) {
   ASSERT_EVENTUALLY(atomic_load(&h->good.echoed) >= before + 64, 30000);
 }
 
-static weft_loop_group *group_of_one(const char *name) {
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 1;
-  opts.name = name;
-  weft_loop_group *g;
-  ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* False (the test skips) without an RDMA device. */
 static bool hostile_start(hostile *h, const char *name) {
   char why[256] = "";
@@ -740,7 +727,7 @@ static bool hostile_start(hostile *h, const char *name) {
   memset(h, 0, sizeof *h);
   atomic_init(&h->good.status, 1);
   th_log_capture_start();
-  h->g = group_of_one("wv-hostile");
+  h->g = group_start("wv-hostile", 1);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   h->srv =
@@ -749,8 +736,8 @@ static bool hostile_start(hostile *h, const char *name) {
                       .connect = h->uri,
                       .init = pinger_init,
                       .init_arg = &h->good,
-                      .on_connect = pinger_connected,
-                      .connect_arg = &h->good};
+                      .on_connect = store_status,
+                      .connect_arg = &h->good.status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ASSERT_EVENTUALLY(atomic_load(&h->good.status) != 1, 30000);
@@ -895,8 +882,8 @@ START_TEST(verbs_server_bad_hello_fails_connect) {
                       .connect = uri,
                       .init = pinger_init,
                       .init_arg = &c,
-                      .on_connect = pinger_connected,
-                      .connect_arg = &c};
+                      .on_connect = store_status,
+                      .connect_arg = &c.status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   verbs_hello lie = raw_hello(VERBS_CREDITS, 0x80000000u);
