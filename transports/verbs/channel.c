@@ -11,6 +11,7 @@
 
 #include <weft/channel.h>
 #include <weft/error.h>
+#include <weft/log.h>
 #include <weft/timer.h>
 #include <weft/transport_plugin.h>
 
@@ -62,7 +63,7 @@ void weft__verbs_vc_teardown(verbs_chan *vc) {
   weft__verbs_retire_sends(vc, UINT64_MAX);
   while (vc->n_held > 0) {
     weft_buf_release(vc->held[vc->held_head]);
-    vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
+    vc->held_head = (vc->held_head + 1) % VERBS_CREDITS;
     vc->n_held--;
   }
   if (vc->dev != NULL) {
@@ -112,6 +113,16 @@ void weft__verbs_vc_fail(verbs_chan *vc, int err, const char *fmt, ...) {
     weft_channel_connected(vc->ch, err);
   else
     weft_channel_transport_closed(vc->ch, err, reason);
+}
+
+/* The peer broke the protocol: say so in the log too, as a handler may
+ * take the exception without a word, and a connect failure carries none. */
+void weft__verbs_vc_violation(verbs_chan *vc, const char *why) {
+  char addr[128] = "?";
+  if (vc->id != NULL)
+    weft_sockaddr_format(rdma_get_peer_addr(vc->id), addr, sizeof addr);
+  weft_log(WEFT_LOG_WARN, "%s; closing the channel with %s", why, addr);
+  weft__verbs_vc_fail(vc, WEFT_EPROTO, "%s", why);
 }
 
 /* ---- options and addresses ---- */

@@ -30,34 +30,13 @@ static int cm_err(void) { return errno > 0 ? -errno : WEFT_EIO; }
 /* An accepted connection on its way to its loop (weft_listener_accepted). */
 typedef struct verbs_pending {
   struct rdma_cm_id *id;
-  uint16_t credits;
-  uint32_t recv_size;
+  verbs_peer peer; /* its hello, checked */
 } verbs_pending;
 
 /* ---- connection setup ---- */
 
-static void hello_fill(verbs_hello *h) {
-  *h = (verbs_hello){.magic = htons(VERBS_HELLO_MAGIC),
-                     .version = VERBS_HELLO_VERSION,
-                     .credits = htons(VERBS_CREDITS),
-                     .recv_size = htonl(VERBS_SLOT_SIZE)};
-}
-
-static bool hello_parse(const void *data, uint8_t len, uint16_t *credits,
-                        uint32_t *recv_size) {
-  verbs_hello h;
-  if (data == NULL || len < sizeof h)
-    return false;
-  memcpy(&h, data, sizeof h);
-  if (ntohs(h.magic) != VERBS_HELLO_MAGIC || h.version != VERBS_HELLO_VERSION)
-    return false;
-  *credits = ntohs(h.credits);
-  *recv_size = ntohl(h.recv_size);
-  return *credits > 0 && *recv_size > 0;
-}
-
 static struct rdma_conn_param conn_param(verbs_hello *h) {
-  hello_fill(h);
+  weft__verbs_hello_fill(h);
   return (struct rdma_conn_param){.private_data = h,
                                   .private_data_len = sizeof *h,
                                   .retry_count = 7,
@@ -100,7 +79,7 @@ static int vc_setup_qp(verbs_chan *vc) {
   weft__verbs_hash_add(d, vc);
   d->n_channels++;
   vc->reserved = true;
-  vc->granted = VERBS_CREDITS;
+  vc->flow.granted = VERBS_CREDITS;
   return 0;
 }
 
@@ -166,17 +145,22 @@ static void on_route_resolved(verbs_chan *vc) {
   vc->state = VC_CONNECTING;
 }
 
+/* The active side learns the peer's credits and receive size here (the
+ * REP's hello); the passive side learnt them from the REQ. */
 static void on_established(verbs_chan *vc, const void *pdata, uint8_t plen) {
+  if (vc->state != VC_CONNECTING &&
+      !(vc->passive && vc->state == VC_ESTABLISHED))
+    return; /* closing, or established twice: nothing to start */
   if (!vc->passive) {
-    uint16_t credits;
-    uint32_t rsize;
-    if (!hello_parse(pdata, plen, &credits, &rsize)) {
-      weft__verbs_vc_fail(vc, WEFT_EPROTO,
-                          "verbs: the peer's handshake is not weft's");
+    verbs_peer peer;
+    char why[160];
+    if (weft__verbs_hello_parse(pdata, plen, &peer, why, sizeof why) < 0) {
+      weft__verbs_vc_violation(vc, why);
       return;
     }
-    vc->credits += credits; /* early messages may have returned some */
-    vc->peer_recv_size = rsize;
+    vc->flow.window = peer.credits;
+    vc->flow.credits = peer.credits; /* none spent or returned before */
+    vc->peer_recv_size = peer.recv_size;
   }
   vc->state = VC_ESTABLISHED;
   weft_channel *ch = vc->ch;
@@ -205,7 +189,7 @@ static void on_disconnected(verbs_chan *vc) {
     drain_cq(vc->dev); /* the FIN may wait in the CQ */
   if (vc->state == VC_LINGER) {
     weft__verbs_vc_teardown(vc);
-  } else if (vc->state != VC_DONE && !vc->fin_received) {
+  } else if (vc->state != VC_DONE && !vc->flow.fin) {
     weft__verbs_vc_fail(vc, WEFT_ECONNRESET,
                         "verbs: the peer disconnected without closing (rdma_cm "
                         "DISCONNECTED)");
@@ -261,19 +245,33 @@ static void channel_event(verbs_chan *vc, const struct rdma_cm_event *ev,
   }
 }
 
+/* Refuses a connect request, saying why (a peer whose hello is not weft's
+ * is worth a line: it may be a misconfigured client or an attack). */
+static void reject(struct rdma_cm_id *id, const char *why) {
+  char addr[128] = "?";
+  weft_sockaddr_format(rdma_get_peer_addr(id), addr, sizeof addr);
+  weft_log(WEFT_LOG_WARN, "verbs: rejected a connection request from %s: %s",
+           addr, why);
+  rdma_reject(id, NULL, 0);
+  rdma_destroy_id(id);
+}
+
 static void listener_event(verbs_listener *vls, const struct rdma_cm_event *ev,
                            const void *pdata, uint8_t plen) {
   if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST)
     return;
-  verbs_pending *p = malloc(sizeof *p);
-  if (p == NULL || !hello_parse(pdata, plen, &(uint16_t){0}, &(uint32_t){0})) {
-    free(p);
-    rdma_reject(ev->id, NULL, 0);
-    rdma_destroy_id(ev->id);
+  verbs_peer peer;
+  char why[160];
+  if (weft__verbs_hello_parse(pdata, plen, &peer, why, sizeof why) < 0) {
+    reject(ev->id, why);
     return;
   }
-  p->id = ev->id;
-  hello_parse(pdata, plen, &p->credits, &p->recv_size);
+  verbs_pending *p = malloc(sizeof *p);
+  if (p == NULL) {
+    reject(ev->id, "no memory");
+    return;
+  }
+  *p = (verbs_pending){.id = ev->id, .peer = peer};
   weft_listener_accepted(vls->l, (intptr_t)p);
 }
 
@@ -329,8 +327,9 @@ int weft__verbs_adopt(weft_channel *ch, intptr_t handle) {
   }
   vc_init(vc, ch, vl);
   vc->passive = true;
-  vc->credits = p->credits;
-  vc->peer_recv_size = p->recv_size;
+  vc->flow.window = p->peer.credits;
+  vc->flow.credits = p->peer.credits;
+  vc->peer_recv_size = p->peer.recv_size;
   /* Events of this id now come to this loop. */
   p->id->context = vc;
   if (p->id->channel != vl->ec && rdma_migrate_id(p->id, vl->ec) != 0) {

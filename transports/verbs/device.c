@@ -109,7 +109,7 @@ static int srq_post(verbs_dev *d, uint32_t n) {
     sges[i] = (struct ibv_sge){.addr = (uintptr_t)slot_ptr(d, slot),
                                .length = VERBS_SLOT_SIZE,
                                .lkey = d->slab_mr->lkey};
-    wrs[i] = (struct ibv_recv_wr){.wr_id = slot,
+    wrs[i] = (struct ibv_recv_wr){.wr_id = VERBS_WR_RECV | slot,
                                   .sg_list = &sges[i],
                                   .num_sge = 1,
                                   .next = i + 1 < k ? &wrs[i + 1] : NULL};

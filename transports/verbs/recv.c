@@ -8,6 +8,7 @@
  * "Receive path" in verbs_internal.h.
  */
 #include <arpa/inet.h>
+#include <assert.h>
 
 #include <weft/buf.h>
 #include <weft/channel.h>
@@ -37,6 +38,17 @@ static int wc_status_to_weft(enum ibv_wc_status s) {
 
 /* ---- receiving ---- */
 
+/* The slot of a receive's wr_id (device.c tags it with VERBS_WR_RECV). */
+static uint32_t slot_of(const verbs_dev *d, uint64_t wr_id) {
+  uint64_t slot = wr_id & ~VERBS_WR_RECV;
+  if (slot >= d->n_slots) {
+    weft_log(WEFT_LOG_ERROR, "verbs: a receive completion names slot %llu",
+             (unsigned long long)slot);
+    return UINT32_MAX; /* not a slot of ours: nothing to put back */
+  }
+  return (uint32_t)slot;
+}
+
 static void touch(verbs_dev *d, verbs_chan *vc) {
   if (vc->touched || d->n_touched == 2 * VERBS_POLL_BATCH)
     return;
@@ -45,8 +57,12 @@ static void touch(verbs_dev *d, verbs_chan *vc) {
   d->touched[d->n_touched++] = vc;
 }
 
+/* Holds a received message until the channel reads. Room is certain: a
+ * data message is taken only on a credit the peer held (rx_check), and
+ * granted + held never exceeds VERBS_CREDITS. */
 static void held_push(verbs_chan *vc, weft_buf *b) {
-  uint32_t tail = (vc->held_head + vc->n_held) % (VERBS_CREDITS + 1);
+  assert(vc->n_held < VERBS_CREDITS);
+  uint32_t tail = (vc->held_head + vc->n_held) % VERBS_CREDITS;
   vc->held[tail] = b;
   vc->n_held++;
 }
@@ -61,59 +77,74 @@ int weft__verbs_deliver_held(verbs_chan *vc) {
   int n = 0;
   while (vc->n_held > 0 && can_deliver(vc)) {
     weft_buf *b = vc->held[vc->held_head];
-    vc->held_head = (vc->held_head + 1) % (VERBS_CREDITS + 1);
+    vc->held_head = (vc->held_head + 1) % VERBS_CREDITS;
     vc->n_held--;
     vc->got_data = true;
     n++;
     weft_pipeline_fire_channel_read(weft_channel_pipeline(vc->ch), b);
   }
-  if (vc->n_held == 0 && vc->fin_received)
+  if (vc->n_held == 0 && vc->flow.fin)
     vc->fin_pending = true;
   return n;
 }
 
-static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
-  uint32_t slot = (uint32_t)wc->wr_id;
-  uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+/* What the peer chose of a successful receive, for the checks of wire.c. */
+static verbs_rx rx_of(const struct ibv_wc *wc) {
+  bool imm = (wc->wc_flags & IBV_WC_WITH_IMM) != 0;
+  return (verbs_rx){.rdma_write = wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM,
+                    .with_imm = imm,
+                    .imm = imm ? ntohl(wc->imm_data) : 0,
+                    .len = wc->byte_len};
+}
+
+/* A checked data message goes up, or is held while the channel does not
+ * read. */
+static void take_data(verbs_dev *d, verbs_chan *vc, uint32_t slot,
+                      uint32_t len) {
+  weft_buf *b =
+      weft_buf_wrap(weft_loop_pool(d->vl->loop), slot_ptr(d, slot),
+                    VERBS_SLOT_SIZE, len, weft__verbs_slot_release, d);
+  if (b == NULL) {
+    slot_put(d, slot);
+    weft__verbs_vc_fail(vc, WEFT_ENOMEM,
+                        "verbs: no memory for a received buffer");
+    return;
+  }
+  d->refs++;
+  held_push(vc, b);
+  weft__verbs_deliver_held(vc);
+}
+
+static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc,
+                    uint32_t slot) {
   if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER) {
     slot_put(d, slot); /* for a channel that is gone or closing */
     return;
   }
+  touch(d, vc);
   if (wc->status != IBV_WC_SUCCESS) {
     slot_put(d, slot);
-    touch(d, vc);
     weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
                         "verbs: receive failed: %s",
                         ibv_wc_status_str(wc->status));
     return;
   }
+  /* Nothing of the message is used before it passed the checks. */
+  verbs_rx m = rx_of(wc);
+  char why[160];
+  if (weft__verbs_rx_check(&vc->flow, &m, why, sizeof why) < 0) {
+    slot_put(d, slot);
+    weft__verbs_vc_violation(vc, why);
+    return;
+  }
   if (vc->state == VC_CONNECTING && vc->passive)
     vc->state = VC_ESTABLISHED; /* data before the ESTABLISHED event */
-  if (wc->byte_len > 0 && vc->granted > 0)
-    vc->granted--; /* control messages use the reserve, not credits */
-  vc->credits += (int32_t)(imm & VERBS_IMM_CREDITS);
-  touch(d, vc);
-  if (wc->byte_len > 0) {
-    weft_buf *b = weft_buf_wrap(weft_loop_pool(d->vl->loop), slot_ptr(d, slot),
-                                VERBS_SLOT_SIZE, wc->byte_len,
-                                weft__verbs_slot_release, d);
-    if (b == NULL) {
-      slot_put(d, slot);
-      weft__verbs_vc_fail(vc, WEFT_ENOMEM,
-                          "verbs: no memory for a received buffer");
-      return;
-    }
-    d->refs++;
-    held_push(vc, b);
-    weft__verbs_deliver_held(vc);
-  } else {
-    slot_put(d, slot);
-  }
-  if (imm & VERBS_IMM_FIN) {
-    vc->fin_received = true;
-    if (vc->n_held == 0)
-      vc->fin_pending = true;
-  }
+  if (m.len > 0)
+    take_data(d, vc, slot, m.len);
+  else
+    slot_put(d, slot); /* credits or FIN only */
+  if ((m.imm & VERBS_IMM_FIN) && vc->n_held == 0)
+    vc->fin_pending = true;
 }
 
 static void on_send(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
@@ -198,17 +229,18 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
   }
   /* Refill the SRQ before any handler runs. */
   for (int i = 0; i < n; i++)
-    if (wcs[i].opcode & IBV_WC_RECV)
+    if (wcs[i].wr_id & VERBS_WR_RECV)
       d->owed++;
   weft__verbs_srq_refill(d);
   if (d->owed > 0)
     d->starved = true;
   for (int i = 0; i < n; i++) {
     verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
-    if (wcs[i].opcode & IBV_WC_RECV)
-      on_recv(d, vc, &wcs[i]);
-    else
+    uint32_t slot = UINT32_MAX;
+    if (!(wcs[i].wr_id & VERBS_WR_RECV))
       on_send(d, vc, &wcs[i]);
+    else if ((slot = slot_of(d, wcs[i].wr_id)) != UINT32_MAX)
+      on_recv(d, vc, &wcs[i], slot);
   }
   finish_batch(d);
   return n + handled;

@@ -19,7 +19,7 @@
 
 static uint32_t take_returns(verbs_chan *vc) {
   uint32_t r = returnable(vc);
-  vc->granted += r;
+  vc->flow.granted += r;
   return r;
 }
 
@@ -166,7 +166,7 @@ static int post_data(verbs_chan *vc) {
     gather g = {.count = weft_outbound_count(vc->ch)};
     int n = 0;
     size_t bytes = 0;
-    while (n < VERBS_POST_BATCH && vc->credits > 0 &&
+    while (n < VERBS_POST_BATCH && vc->flow.credits > 0 &&
            vc->sq_tail + (uint64_t)n - vc->sq_head < VERBS_SQ_DEPTH) {
       send_rec *rec = &vc->recs[(vc->sq_tail + (uint64_t)n) % VERBS_SQ_DEPTH];
       ssize_t got = build_wr(vc, &g, &wrs[n], sges[n], rec);
@@ -177,7 +177,7 @@ static int post_data(verbs_chan *vc) {
       if (got == 0)
         break;
       wrs[n].imm_data = htonl(take_returns(vc) & VERBS_IMM_CREDITS);
-      vc->credits--;
+      vc->flow.credits--;
       bytes += (size_t)got;
       n++;
     }

@@ -40,6 +40,15 @@
  * receive is always posted for what arrives: no RNR in normal operation.
  * While the slab has no free slot for a refill, no credit is returned.
  *
+ * Trusting nothing the peer sends: its hello (weft__verbs_hello_parse) and
+ * every message it sends (weft__verbs_rx_check) are checked against what
+ * this side granted and expects before anything is used: a data message
+ * needs a credit the peer holds, returned credits must be for messages we
+ * sent, a credit message returns at least VERBS_CREDIT_THRESHOLD, no
+ * unknown flag, nothing after FIN. A violation closes that channel only,
+ * with the reason logged and in exception_caught (WEFT_EPROTO); since a
+ * data message is held only on a credit, at most VERBS_CREDITS are held.
+ *
  * Closing: an orderly close sends FIN after the data already posted, waits
  * for its completion (at most VERBS_LINGER_NS), then disconnects. A peer
  * that disconnects without FIN, a QP error or a transport timeout closes
@@ -53,6 +62,7 @@
  * device, a channel and a listener, and the functions one file calls in
  * another. The files, one concern each:
  *
+ *   wire.c     the hello and the checks of the peer's messages (pure)
  *   device.c   the probe; per device: PD, CQ, SRQ and receive slab
  *   loop.c     the per-loop instance; the QP number -> channel map
  *   connect.c  connection setup (rdma_cm events), accept, listeners
@@ -104,11 +114,18 @@
 #define VERBS_LINGER_NS (2000ull * 1000u * 1000u) /* FIN completion wait */
 #define VERBS_HELLO_MAGIC 0x5776u                 /* "Wv" */
 #define VERBS_HELLO_VERSION 1
+/* The largest receive size a peer's hello may claim: RC's smallest common
+ * message limit (mlx5's max_msg_sz), far above any weft slot. */
+#define VERBS_MAX_RECV_SIZE (1u << 30)
+/* Tags a receive's wr_id (the slot) apart from a send's (its sequence
+ * number): a failed completion's opcode is undefined (ibv_poll_cq(3)). */
+#define VERBS_WR_RECV (1ull << 63)
 
 /* imm_data (network order on the wire): flags in the top byte, returned
  * credits in the low 24 bits. */
 #define VERBS_IMM_FIN 0x80000000u
 #define VERBS_IMM_CREDITS 0x00ffffffu
+#define VERBS_IMM_FLAGS (~VERBS_IMM_CREDITS) /* FIN and, reserved, the rest */
 
 /* The handshake's private data (REQ and REP), in network order. */
 typedef struct verbs_hello {
@@ -119,6 +136,31 @@ typedef struct verbs_hello {
   uint16_t pad2;
   uint32_t recv_size; /* bytes per message the sender can receive */
 } verbs_hello;
+
+/* What a peer's hello says, checked (weft__verbs_hello_parse). */
+typedef struct verbs_peer {
+  uint16_t credits;   /* 1 .. VERBS_CREDITS: our send window */
+  uint32_t recv_size; /* 1 .. VERBS_MAX_RECV_SIZE bytes per message */
+} verbs_peer;
+
+/* One received message as its work completion shows it: all of it is the
+ * peer's to choose. */
+typedef struct verbs_rx {
+  bool rdma_write; /* IBV_WC_RECV_RDMA_WITH_IMM, not a send */
+  bool with_imm;   /* IBV_WC_WITH_IMM */
+  uint32_t imm;    /* host order */
+  uint32_t len;    /* bytes received */
+} verbs_rx;
+
+/* A channel's credit books, both ways. Every message of the peer is
+ * checked against them before use (weft__verbs_rx_check). Invariants:
+ * granted + held <= VERBS_CREDITS; 0 <= credits <= window. */
+typedef struct verbs_flow {
+  uint32_t granted; /* credits the peer holds: data messages it may send */
+  int32_t credits;  /* data messages we may still send */
+  uint32_t window;  /* the peer's grant (its hello); 0 before it came */
+  bool fin;         /* the peer's FIN came: nothing may follow it */
+} verbs_flow;
 
 /* ---- conversions at the edge ---- */
 
@@ -158,22 +200,21 @@ struct verbs_chan {
   uint32_t qp_num;
   enum vc_state state;
   bool passive;
-  bool reading;                   /* auto-read: deliver received messages */
-  bool in_flush;                  /* weft__verbs_send_pending is on the stack */
-  bool reserved;                  /* holds its share of the SRQ */
-  bool fin_received, fin_pending; /* FIN seen; waits behind held data */
-  bool errored;                   /* the QP failed: no FIN, no more posts */
-  bool touched;                   /* in the device's batch list */
-  bool got_data;                  /* channel_read fired in this batch */
-  bool in_deliver;                /* in the device's deliver list */
-  uint32_t peer_recv_size;        /* bytes per message the peer takes */
-  int32_t credits;                /* data messages we may still send */
-  uint32_t granted;               /* credits the peer holds or used, unseen */
-  uint64_t sq_head, sq_tail;      /* send records [head, tail) are posted */
+  bool reading;              /* auto-read: deliver received messages */
+  bool in_flush;             /* weft__verbs_send_pending is on the stack */
+  bool reserved;             /* holds its share of the SRQ */
+  bool fin_pending;          /* the peer's FIN, no data held: EOF */
+  bool errored;              /* the QP failed: no FIN, no more posts */
+  bool touched;              /* in the device's batch list */
+  bool got_data;             /* channel_read fired in this batch */
+  bool in_deliver;           /* in the device's deliver list */
+  uint32_t peer_recv_size;   /* bytes per message the peer takes */
+  verbs_flow flow;           /* credits both ways, the peer's FIN */
+  uint64_t sq_head, sq_tail; /* send records [head, tail) are posted */
   uint64_t last_signaled;
   uint64_t fin_seq;
   send_rec recs[VERBS_SQ_DEPTH];
-  weft_buf *held[VERBS_CREDITS + 1]; /* received, not yet delivered */
+  weft_buf *held[VERBS_CREDITS]; /* received, not yet delivered */
   uint32_t held_head, n_held;
   weft_timer linger;
   verbs_chan *hash_next;
@@ -234,6 +275,37 @@ static inline verbs_chan *vc_of(const weft_channel *ch) {
 static inline bool vc_active(const verbs_chan *vc) {
   return vc->ch != NULL && weft_channel_state_of(vc->ch) == WEFT_CHANNEL_ACTIVE;
 }
+
+/* ---- wire.c: the hello and the peer's messages, checked (pure) ---- */
+
+/** Fills `h` with this side's hello (credits and receive size). Any
+ *  thread. No errors. */
+void weft__verbs_hello_fill(verbs_hello *h);
+
+/**
+ * Parses and checks a peer's hello, `len` bytes at `data` (the handshake's
+ * private data; NULL or short when the peer sent none): weft's magic and
+ * version, 1 .. VERBS_CREDITS credits (the SRQ's reserve for the peer's
+ * credit messages is sized for no more), a receive size of 1 ..
+ * VERBS_MAX_RECV_SIZE. Reserved bytes and padding after the hello are
+ * ignored. Returns 0 with the values in `*out`, or WEFT_EPROTO with the
+ * reason in `why` (`*out` untouched). Any thread; no device needed.
+ */
+int weft__verbs_hello_parse(const void *data, size_t len, verbs_peer *out,
+                            char *why, size_t why_len);
+
+/**
+ * Checks one message of the peer against the books `f` before anything of
+ * it is used, then books it: a send (no RDMA write) with imm_data, no
+ * reserved flag, nothing after FIN, at most VERBS_SLOT_SIZE bytes; a data
+ * message spends a credit the peer holds (granted); returned credits are
+ * for data messages we sent (credits + returned <= window); a zero-length
+ * message without FIN returns at least VERBS_CREDIT_THRESHOLD. Returns 0
+ * with `f` updated (granted, credits, fin), or WEFT_EPROTO with the reason
+ * in `why` and `f` unchanged. Any thread; no device needed.
+ */
+int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
+                         size_t why_len);
 
 /* ---- device.c: the probe; devices (PD, CQ, SRQ, receive slab) ---- */
 
@@ -374,7 +446,7 @@ int weft__verbs_listen_address(weft_listener *l, char *buf, size_t len);
 static inline uint32_t returnable(const verbs_chan *vc) {
   if (vc->dev == NULL || vc->dev->owed > 0)
     return 0;
-  uint32_t used = vc->granted + vc->n_held;
+  uint32_t used = vc->flow.granted + vc->n_held;
   return used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
 }
 
@@ -462,5 +534,13 @@ void weft__verbs_vc_teardown(verbs_chan *vc);
  */
 void weft__verbs_vc_fail(verbs_chan *vc, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/**
+ * The peer broke the protocol (`why`, from the checks of wire.c): logs the
+ * reason with the peer's address (a handler may swallow the exception) and
+ * fails the channel with WEFT_EPROTO, as weft__verbs_vc_fail does. Only
+ * this channel closes. Loop thread.
+ */
+void weft__verbs_vc_violation(verbs_chan *vc, const char *why);
 
 #endif
