@@ -311,6 +311,9 @@ static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
   case UR_OP_ACCEPT:
     weft__uring_accept_done((ur_listener *)op, res, flags);
     break;
+  case UR_OP_ACCEPT_POLL:
+    weft__uring_accept_poll_done(container_of(op, ur_listener, op_poll), res);
+    break;
   case UR_OP_RECV:
     weft__uring_recv_done(container_of(op, ur_channel, op_recv), res, flags);
     break;

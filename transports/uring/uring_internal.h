@@ -46,6 +46,11 @@
  * CQE still to come holds a channel reference, so the channel's memory
  * outlives its requests; a close cancels them all (ASYNC_CANCEL by fd).
  *
+ * Accepting at the fd limit: the multishot accept ends with EMFILE; the
+ * accept guard (transport_plugin.h) closes the waiting connection with its
+ * spare descriptor, and the listener polls for the next one before it
+ * accepts again (accept fails at the limit even on an empty backlog).
+ *
  * Where io_uring cannot run, the probe says why and names transport=tcp;
  * with `[transport.uring] fallback = tcp` the registry hands out the "tcp"
  * transport for uring:// endpoints instead (this plugin knows no other).
@@ -111,8 +116,7 @@
 #define UR_BUF_SIZE_DEFAULT 16384u
 #define UR_SEND_ZC_MIN_DEFAULT 65536u
 #define UR_PLAIN_RECV_SIZE 16384u /* single recv while the ring is empty */
-#define UR_ACCEPT_BACKOFF_NS (100u * 1000u * 1000u) /* on EMFILE */
-#define UR_FINI_WAIT_NS (2000u * 1000u * 1000u)     /* drain at loop stop */
+#define UR_FINI_WAIT_NS (2000u * 1000u * 1000u) /* drain at loop stop */
 
 /* ---- conversions at the edge ---- */
 
@@ -178,6 +182,7 @@ int weft__uring_buf_ring_setup(struct io_uring *ring, unsigned entries,
  * matter (cancel, close, shutdown). */
 enum ur_kind {
   UR_OP_ACCEPT = 1,
+  UR_OP_ACCEPT_POLL, /* a listener at the fd limit waits for a connection */
   UR_OP_RECV,
   UR_OP_PLAIN_RECV,
   UR_OP_SEND,
@@ -218,12 +223,15 @@ typedef struct ur_loop {
 } ur_loop;
 
 struct ur_listener {
-  ur_op op;
+  ur_op op;      /* UR_OP_ACCEPT */
+  ur_op op_poll; /* UR_OP_ACCEPT_POLL */
   weft_listener *l;
   ur_loop *ul;
   int fd;
-  bool armed;   /* the multishot accept is in the kernel */
-  bool closing; /* freed on the accept's last CQE */
+  bool armed;              /* the multishot accept is in the kernel */
+  bool polling;            /* the poll for a connection is in the kernel */
+  bool closing;            /* freed when neither is */
+  weft_accept_guard guard; /* closes new connections at the fd limit */
   weft_timer backoff;
   ur_listener *prev, *next;
 };
@@ -335,10 +343,18 @@ void weft__uring_loop_fini(weft_loop *loop, void *loop_state);
 
 /**
  * A CQE of `ln`'s multishot accept: hands the socket to the listener; when
- * the multishot ended, re-arms it, pauses it (EMFILE and the like), or
- * frees a closing listener. Loop thread.
+ * the multishot ended, re-arms it, frees a closing listener, or, at the fd
+ * limit, closes the waiting connection and polls for the next (EMFILE,
+ * ENFILE), or pauses accepting (kernel memory short). Loop thread.
  */
 void weft__uring_accept_done(ur_listener *ln, int32_t res, uint32_t flags);
+
+/**
+ * The CQE of `ln`'s poll at the fd limit: a connection waits, so the
+ * multishot accept is armed again (it accepts, or ends with EMFILE once
+ * more); a closing listener is freed. Loop thread.
+ */
+void weft__uring_accept_poll_done(ur_listener *ln, int32_t res);
 
 /**
  * The ops' listen: listens on `ep` and arms a multishot accept. Returns 0,
