@@ -183,19 +183,7 @@ void weft__uring_listener_close(ur_listener *ln) {
   weft_timer_stop(&ln->backoff);
   weft_accept_guard_fini(&ln->guard);
   ln->closing = true;
-  struct io_uring_sqe *sqe = NULL;
-  if ((ln->armed || ln->polling) &&
-      (sqe = weft__uring_get_sqe(ln->ul)) != NULL) {
-    io_uring_prep_cancel_fd(sqe, ln->fd, IORING_ASYNC_CANCEL_ALL);
-    io_uring_sqe_set_data64(sqe, 0);
-    sqe->flags |= IOSQE_IO_HARDLINK; /* the close runs after it */
-  }
-  if ((sqe = weft__uring_get_sqe(ln->ul)) != NULL) {
-    io_uring_prep_close(sqe, ln->fd);
-    io_uring_sqe_set_data64(sqe, 0);
-  } else {
-    close(ln->fd);
-  }
+  weft__uring_cancel_and_close(ln->ul, ln->fd);
   ln->fd = -1;
   listener_release(ln);
 }
