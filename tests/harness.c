@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <weft/log.h>
-#include <weft/transport_plugin.h>
 
 static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cap_buf[1 << 16];
@@ -85,16 +84,6 @@ double th_test_scale(void) {
   const char *s = getenv("WEFT_TEST_SCALE");
   double v = s != NULL ? atof(s) : 1.0;
   return v > 0 ? v : 1.0;
-}
-
-bool th_transport_has(uint32_t cap) {
-  const weft_transport_ops *ops =
-      weft_transport_find(th_transport_name(), NULL, 0);
-  return ops != NULL && (ops->caps & cap);
-}
-
-bool th_transport_speaks_tcp(void) {
-  return th_transport_has(WEFT_TRANSPORT_CAP_SOCKET_OPTS);
 }
 
 int th_suite_loops(void) {

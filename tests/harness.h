@@ -8,7 +8,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
@@ -66,24 +65,6 @@ const char *th_test_host(void);
 /** WEFT_TEST_SCALE, a multiplier for the work of long tests (< 1 under
  *  emulation or sanitizers), default 1. */
 double th_test_scale(void);
-/** True when the suite's transport (WEFT_TEST_TRANSPORT) has capability
- *  `cap` (WEFT_TRANSPORT_CAP_*). */
-bool th_transport_has(uint32_t cap);
-
-/** True when the suite's transport is TCP on the wire (tcp, uring), so
- *  plain kernel sockets can be the other end: SOCKET_OPTS says so. */
-bool th_transport_speaks_tcp(void);
-
-/* Skips the rest of a test (it passes) when `cond` is false, saying why. */
-#define TH_SKIP_UNLESS(cond)                                                   \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s: skipped on transport %s (needs %s)\n", __func__,    \
-              th_transport_name(), #cond);                                     \
-      return;                                                                  \
-    }                                                                          \
-  } while (0)
-
 /**
  * Loops in a suite's group: 2, or 1 for UCX. UCX before 1.18 can abort when
  * one process churns connections on several workers (docs/transports/ucx.md:

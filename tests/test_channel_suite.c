@@ -37,6 +37,31 @@
 #define MIB (1024u * 1024u)
 #define PENDING 1 /* a status not yet reported (statuses are <= 0) */
 
+/* ---- environment ---- */
+
+/* Tests that talk to weft with plain kernel sockets on the other end need
+ * a transport that is TCP on the wire (tcp, uring): SOCKET_OPTS says so. */
+static bool transport_speaks_tcp(void) {
+  const weft_transport_ops *ops =
+      weft_transport_find(th_transport_name(), NULL, 0);
+  return ops != NULL && (ops->caps & WEFT_TRANSPORT_CAP_SOCKET_OPTS);
+}
+
+static bool transport_has(uint32_t cap) {
+  const weft_transport_ops *ops =
+      weft_transport_find(th_transport_name(), NULL, 0);
+  return ops != NULL && (ops->caps & cap);
+}
+
+#define SKIP_UNLESS(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s: skipped on transport %s (needs %s)\n", __func__,    \
+              th_transport_name(), #cond);                                     \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
+
 /* Typed loads for assertions: functions, not macros, so a failing Check
  * assertion prints "ldi(&p.closed) == 1" rather than the atomic's expansion. */
 static int ldi(atomic_int *p) { return atomic_load(p); }
@@ -464,7 +489,7 @@ static int raw_listen(uint16_t *port) {
 /* ---- reset ---- */
 
 START_TEST(channel_reset_midstream_closes_only_that_channel) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   fixture f;
   server_start(&f, "wt-reset");
   /* The survivor streams in two halves: the second only after the reset. */
@@ -564,7 +589,7 @@ static void sockopt_connected(weft_channel *ch, int status, void *arg) {
 }
 
 START_TEST(channel_socket_options_reach_the_socket) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   fixture f;
   memset(&f, 0, sizeof f);
   group_start(&f, "wt-sockopt");
@@ -629,7 +654,7 @@ static void addr_connected(weft_channel *ch, int status, void *arg) {
 }
 
 START_TEST(channel_addresses_and_address_in_use) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   fixture f;
   server_start(&f, "wt-addr");
 
@@ -665,7 +690,7 @@ END_TEST
 /* ---- connect refused ---- */
 
 START_TEST(channel_connect_refused_reports_econnrefused) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   fixture f;
   memset(&f, 0, sizeof f);
   group_start(&f, "wt-refuse");
@@ -725,7 +750,7 @@ static long threads_cpu_ticks(const char *prefix, int *threads) {
 static void noop_task(void *arg) { (void)arg; }
 
 START_TEST(channel_idle_server_sleeps) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   enum { CONNS = 100, POKES = 10 };
   fixture f;
   server_start(&f, "wtidle");
@@ -1010,8 +1035,8 @@ START_TEST(channel_watermark_unwritable_above_high_fires_writability) {
 END_TEST
 
 START_TEST(channel_half_close_peer_reads_eof_and_replies) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp() &&
-                 th_transport_has(WEFT_TRANSPORT_CAP_HALF_CLOSE));
+  SKIP_UNLESS(transport_speaks_tcp() &&
+              transport_has(WEFT_TRANSPORT_CAP_HALF_CLOSE));
   fixture f;
   memset(&f, 0, sizeof f);
   group_start(&f, "wt-half");

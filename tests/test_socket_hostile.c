@@ -1,6 +1,7 @@
-/* Hostile peers on the socket transports (tcp, uring), one run per
+/* Hostile peers on the socket transports (tcp, uring), beside the
+ * transport-neutral hostile-peer suite (test_hostile.c), one run per
  * transport (WEFT_TEST_TRANSPORT; tests/CMakeLists.txt registers this file
- * as test_hostile_tcp and test_hostile_uring):
+ * as test_socket_hostile_tcp and test_socket_hostile_uring):
  *
  *   - a server out of file descriptors closes each new connection at once
  *     (the client sees EOF or a reset, not a hang), keeps serving the
@@ -37,6 +38,24 @@
 #include <weft/loop.h>
 #include <weft/pipeline.h>
 #include <weft/transport_plugin.h>
+
+/* Plain kernel sockets on the other end need a transport that is TCP on
+ * the wire (tcp, uring): SOCKET_OPTS says so. */
+static bool transport_speaks_tcp(void) {
+  const weft_transport_ops *ops =
+      weft_transport_find(th_transport_name(), NULL, 0);
+  return ops != NULL && (ops->caps & WEFT_TRANSPORT_CAP_SOCKET_OPTS);
+}
+
+/* Skips the rest of a test (it passes) when `cond` is false, saying why. */
+#define SKIP_UNLESS(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s: skipped on transport %s (needs %s)\n", __func__,    \
+              th_transport_name(), #cond);                                     \
+      return;                                                                  \
+    }                                                                          \
+  } while (0)
 
 /* ---- plain kernel sockets ---- */
 
@@ -262,7 +281,7 @@ static enum answer try_client(uint16_t port, int *fd) {
 }
 
 START_TEST(hostile_fd_limit_closes_new_connections_and_recovers) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   int up[2], down[2];
   ck_assert_int_eq(pipe2(up, O_CLOEXEC), 0);
   ck_assert_int_eq(pipe2(down, O_CLOEXEC), 0);
@@ -462,7 +481,7 @@ static void connect_result(weft_channel *ch, int status, void *arg) {
 }
 
 START_TEST(hostile_stop_with_unsent_output_joins_clean) {
-  TH_SKIP_UNLESS(th_transport_speaks_tcp());
+  SKIP_UNLESS(transport_speaks_tcp());
   th_log_capture_start();
   weft_log_set_level(WEFT_LOG_INFO);
   weft_loop_options opts;
