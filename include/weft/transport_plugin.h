@@ -40,6 +40,7 @@
 #include <weft/channel_option.h>
 #include <weft/endpoint.h>
 #include <weft/loop.h>
+#include <weft/timer.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +121,67 @@ int weft_sockopts_get(const weft_sockopts *s, int fd, weft_channel_option opt,
  * Returns 0 or the first setsockopt error.
  */
 int weft_sockopts_apply(weft_sockopts *s, int fd);
+
+/**
+ * A listening socket's way through running out of file descriptors, for
+ * socket-backed transport plugins (tcp, uring), as libuv and nginx do it.
+ * At the fd limit accept fails (EMFILE, ENFILE) before it takes a
+ * connection off the backlog, and the client, whose handshake the kernel
+ * completed, would wait with no answer for as long as the limit lasts. The
+ * guard keeps one spare descriptor open (/dev/null); weft_accept_guard_refuse
+ * closes it, accepts the waiting connection, closes that at once (the client
+ * sees the connection closed, not a hang) and opens the spare again. Its log
+ * lines come at most once per second, each with the count of connections
+ * closed since the line before (a timer writes the count of the last second
+ * when no new event does). Embed one per listener; everything runs on the
+ * listener's loop thread.
+ */
+typedef struct weft_accept_guard {
+  const char *name;     /* the transport, first word of each log line */
+  int spare_fd;         /* an open /dev/null, or -1 */
+  int err;              /* the last resource error (-EMFILE, -ENFILE, ...) */
+  bool refusing;        /* closing new connections since the last accept */
+  bool logged_refusing; /* the last line said so */
+  uint64_t refused;     /* connections closed since the last line */
+  uint64_t last_log_ns; /* when the last line was written; 0 = never */
+  weft_timer report;    /* writes the count when the second is up */
+} weft_accept_guard;
+
+/** How long a listener waits before accepting again when nothing else
+ *  helps (kernel memory short, no spare descriptor): 100 ms. */
+#define WEFT_ACCEPT_BACKOFF_NS (100u * 1000u * 1000u)
+
+/**
+ * Starts `g` for a listener of transport `name` (a string that outlives
+ * `g`) on `loop`, opening the spare descriptor (if that fails, the next
+ * refuse tries again). Loop thread.
+ */
+void weft_accept_guard_init(weft_accept_guard *g, weft_loop *loop,
+                            const char *name);
+
+/** Ends `g`: closes the spare, logs the connections closed since the last
+ *  line, if any. Loop thread. */
+void weft_accept_guard_fini(weft_accept_guard *g);
+
+/**
+ * Called when accept on `listen_fd` (blocking or not; nobody else accepts
+ * on it meanwhile) failed with `err` (negative errno). For -EMFILE and
+ * -ENFILE: closes the first waiting connection with the spare's help.
+ * Returns 1 when it closed one (accept again: more may wait, or
+ * descriptors may be free by now), 0 when no connection waits (wait for the
+ * listener to be readable before accepting again: accept fails at the
+ * limit even on an empty backlog), or WEFT_EAGAIN when it can do nothing
+ * now (-ENOBUFS or -ENOMEM, no spare descriptor, or another thread took
+ * the freed one): then pause accepting for WEFT_ACCEPT_BACKOFF_NS. Logs,
+ * at most once per second.
+ */
+int weft_accept_guard_refuse(weft_accept_guard *g, int listen_fd, int err);
+
+/**
+ * Called for each connection accepted: ends a refusing spell (a line
+ * says so) and opens the spare again if it was lost. Loop thread.
+ */
+void weft_accept_guard_accepted(weft_accept_guard *g);
 
 /**
  * One setting of a plugin: `name = value` under `[transport.<plugin>]` in

@@ -44,7 +44,6 @@
 #define TCP_MAX_READS_PER_EVENT 16      /* reads per readiness (fairness) */
 #define TCP_MAX_READ_BYTES (256 * 1024) /* bytes per readiness (fairness) */
 #define TCP_MAX_ACCEPTS_PER_EVENT 64    /* accepts per readiness */
-#define TCP_ACCEPT_BACKOFF_NS (100u * 1000u * 1000u) /* 100 ms on EMFILE */
 
 /* Adaptive receive sizes (Netty's AdaptiveRecvByteBufAllocator): the next
  * read's buffer size is a guess from this table, raised two steps when a
@@ -91,7 +90,8 @@ struct tcp_listener {
   tcp_io io;
   weft_listener *l;
   tcp_loop *tl;
-  weft_timer backoff; /* accepting pauses after EMFILE/ENFILE */
+  weft_accept_guard guard; /* closes new connections at the fd limit */
+  weft_timer backoff;      /* accepting pauses when nothing else helps */
   bool paused;
   tcp_listener *prev, *next;
 };
@@ -251,21 +251,26 @@ static void listener_resume(void *arg) {
   }
 }
 
-/* Stops accepting for a while: with no fd left, the pending connection
- * stays in the backlog and epoll would report it again at once. */
+/* Stops accepting for a while: the pending connection stays in the backlog
+ * and epoll would report it again at once. */
 static void listener_pause(tcp_listener *tln) {
   if (tln->paused)
     return;
   tln->paused = true;
   io_set_interest(tln->tl, &tln->io, 0);
-  weft_timer_start(&tln->backoff, TCP_ACCEPT_BACKOFF_NS, 0, listener_resume,
+  weft_timer_start(&tln->backoff, WEFT_ACCEPT_BACKOFF_NS, 0, listener_resume,
                    tln);
 }
 
+/* Accepts what waits, at most TCP_MAX_ACCEPTS_PER_EVENT. At the fd limit
+ * the guard closes each waiting connection at once (the client sees it
+ * closed, not a hang) and accepting goes on: descriptors may be free for
+ * the next. When even that cannot help, accepting pauses. */
 static void listener_event(tcp_listener *tln) {
   for (int i = 0; i < TCP_MAX_ACCEPTS_PER_EVENT && tln->io.fd >= 0; i++) {
     int fd = accept4(tln->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
+      weft_accept_guard_accepted(&tln->guard);
       weft_listener_accepted(tln->l, fd);
       continue;
     }
@@ -280,14 +285,14 @@ static void listener_event(tcp_listener *tln) {
     case EMFILE:
     case ENFILE:
     case ENOBUFS:
-    case ENOMEM:
-      weft_log(WEFT_LOG_WARN,
-               "tcp: accept: %s; not accepting for %u ms (raise the fd "
-               "limit with ulimit -n?)",
-               weft_strerror(neg_errno()),
-               (unsigned)(TCP_ACCEPT_BACKOFF_NS / 1000000u));
-      listener_pause(tln);
-      return;
+    case ENOMEM: {
+      int rc = weft_accept_guard_refuse(&tln->guard, tln->io.fd, neg_errno());
+      if (rc > 0)
+        continue; /* one closed; the next, or descriptors are back */
+      if (rc < 0)
+        listener_pause(tln);
+      return; /* 0: none waits; epoll reports the next */
+    }
     default:
       weft_log(WEFT_LOG_ERROR, "tcp: accept: %s; pausing the listener",
                weft_strerror(neg_errno()));
@@ -318,6 +323,7 @@ static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   err = io_set_interest(tl, &tln->io, EPOLLIN);
   if (err < 0)
     goto failed_register;
+  weft_accept_guard_init(&tln->guard, tl->loop, "tcp");
   tln->next = tl->listeners;
   if (tl->listeners != NULL)
     tl->listeners->prev = tln;
@@ -335,6 +341,7 @@ failed_alloc:
 static void listener_free(tcp_listener *tln) {
   tcp_loop *tl = tln->tl;
   weft_timer_stop(&tln->backoff);
+  weft_accept_guard_fini(&tln->guard);
   io_close(tl, &tln->io);
   if (tln->prev != NULL)
     tln->prev->next = tln->next;

@@ -4,6 +4,8 @@
  * points of every file of the plugin. Loop thread.
  */
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -136,27 +138,80 @@ static int ur_connect(weft_channel *ch, const weft_endpoint *ep) {
   return err;
 }
 
+/* ---- lingering: closed with zero-copy sends in the kernel ---- */
+
+/* The kernel still reads buffers of `uc`'s zero-copy sends from the
+ * socket's write queue (the peer has not acknowledged the bytes). Closed
+ * now, the socket would live on as an orphan holding them, which the loop
+ * could not reach at stop. So it keeps the socket: cancels its requests and
+ * shuts its output down after the queued bytes (the FIN the close would
+ * send), and closes it after the last notification. TCP_USER_TIMEOUT ends
+ * a peer that never acknowledges, as the kernel ends an orphan. */
+static void linger_start(ur_channel *uc) {
+  ur_loop *ul = uc->ul;
+  int fd = uc->fd;
+  unsigned timeout = UR_LINGER_TIMEOUT_MS;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
+  struct io_uring_sqe *sqe = weft__uring_cancel_linked(ul, fd);
+  if (sqe != NULL) {
+    io_uring_prep_shutdown(sqe, fd, SHUT_WR);
+    request_misc(ul, sqe);
+  } else {
+    shutdown(fd, SHUT_WR);
+  }
+  uc->lingering = true;
+  uc->linger_fd = fd;
+  uc->linger_prev = NULL;
+  uc->linger_next = ul->lingering;
+  if (ul->lingering != NULL)
+    ul->lingering->linger_prev = uc;
+  ul->lingering = uc;
+}
+
+/* Takes `uc` off the lingering list; its socket is the caller's to close. */
+static void linger_end(ur_channel *uc) {
+  ur_loop *ul = uc->ul;
+  if (uc->linger_prev != NULL)
+    uc->linger_prev->linger_next = uc->linger_next;
+  else
+    ul->lingering = uc->linger_next;
+  if (uc->linger_next != NULL)
+    uc->linger_next->linger_prev = uc->linger_prev;
+  uc->linger_prev = uc->linger_next = NULL;
+  uc->lingering = false;
+}
+
+void weft__uring_zc_released(ur_channel *uc) {
+  if (--uc->zc_pending > 0 || !uc->lingering)
+    return;
+  int fd = uc->linger_fd;
+  linger_end(uc);
+  weft__uring_cancel_and_close(uc->ul, fd);
+}
+
+void weft__uring_abort_lingering(ur_loop *ul) {
+  while (ul->lingering != NULL) {
+    ur_channel *uc = ul->lingering;
+    int fd = uc->linger_fd;
+    linger_end(uc);
+    /* Reset: the kernel drops the write queue, and with it the buffers. */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    weft__uring_cancel_and_close(ul, fd);
+  }
+}
+
 /* Cancels every request on the socket, then closes it, both through the
- * ring; the requests' CQEs release their channel references. */
+ * ring; the requests' CQEs release their channel references. With
+ * zero-copy sends in the kernel, the socket lingers instead. */
 static void ur_close(weft_channel *ch) {
   ur_channel *uc = ur_of(ch);
   if (!uc->has_fd || uc->fd < 0)
     return;
-  ur_loop *ul = uc->ul;
-  struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
-  if (sqe != NULL) {
-    io_uring_prep_cancel_fd(sqe, uc->fd, IORING_ASYNC_CANCEL_ALL);
-    io_uring_sqe_set_data64(sqe, 0);
-    /* Hard link: the close runs after the cancel whatever it found. */
-    sqe->flags |= IOSQE_IO_HARDLINK;
-    sqe = weft__uring_get_sqe(ul);
-  }
-  if (sqe != NULL) {
-    io_uring_prep_close(sqe, uc->fd);
-    io_uring_sqe_set_data64(sqe, 0);
-  } else {
-    close(uc->fd);
-  }
+  if (uc->zc_pending > 0)
+    linger_start(uc);
+  else
+    weft__uring_cancel_and_close(uc->ul, uc->fd);
   uc->fd = -1;
   uc->reading = false;
   uc->shutdown_pending = false;
@@ -178,7 +233,7 @@ static int ur_set_read(weft_channel *ch, bool on) {
     if (sqe == NULL)
       return WEFT_EIO;
     io_uring_prep_cancel(sqe, &uc->op_recv, 0);
-    io_uring_sqe_set_data64(sqe, 0);
+    request_misc(uc->ul, sqe);
     uc->recv_state = UR_RECV_CANCELLING;
   }
   return 0;

@@ -1,9 +1,12 @@
 /* transports/uring/listen.c: listeners. One multishot accept per
  * listening socket hands each connection to the core; when the kernel ends
- * it, it is re-armed or, when the process is out of descriptors or memory,
- * paused for a while. Loop thread.
+ * it, it is re-armed. At the fd limit the accept guard closes each waiting
+ * connection (the client sees it closed, not a hang) and a poll waits for
+ * the next before the accept is armed again; when the kernel is short of
+ * memory, accepting pauses for a while. Loop thread.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,48 +22,84 @@
 
 /* ---- listeners ---- */
 
+static void accept_resume(void *arg);
+
+/* Accepting pauses for a while: the kernel is short of memory, or no SQE. */
+static void backoff_start(ur_listener *ln) {
+  weft_timer_start(&ln->backoff, WEFT_ACCEPT_BACKOFF_NS, 0, accept_resume, ln);
+}
+
+/* Arms the multishot accept; without an SQE, tries again after a backoff. */
 static void accept_arm(ur_listener *ln) {
   struct io_uring_sqe *sqe = weft__uring_get_sqe(ln->ul);
-  if (sqe == NULL)
+  if (sqe == NULL) {
+    backoff_start(ln);
     return;
+  }
   io_uring_prep_multishot_accept(sqe, ln->fd, NULL, NULL, SOCK_CLOEXEC);
   io_uring_sqe_set_data(sqe, &ln->op);
   ln->armed = true;
   ln->ul->inflight++;
 }
 
+/* At the fd limit with no connection waiting: waits for one before the
+ * accept is armed again, since the accept would fail at once. */
+static void accept_poll(ur_listener *ln) {
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(ln->ul);
+  if (sqe == NULL) {
+    backoff_start(ln);
+    return;
+  }
+  io_uring_prep_poll_add(sqe, ln->fd, POLLIN);
+  io_uring_sqe_set_data(sqe, &ln->op_poll);
+  ln->polling = true;
+  ln->ul->inflight++;
+}
+
+/* The backoff timer: accepting goes on unless something else is armed. */
 static void accept_resume(void *arg) {
   ur_listener *ln = arg;
-  if (!ln->armed && !ln->closing)
+  if (!ln->armed && !ln->polling && !ln->closing)
     accept_arm(ln);
+}
+
+/* Frees a closing listener once the kernel holds none of its requests. */
+static void listener_release(ur_listener *ln) {
+  if (ln->closing && !ln->armed && !ln->polling)
+    free(ln);
 }
 
 void weft__uring_accept_done(ur_listener *ln, int32_t res, uint32_t flags) {
   if (res >= 0) {
-    if (ln->closing)
+    if (ln->closing) {
       close(res);
-    else
+    } else {
+      weft_accept_guard_accepted(&ln->guard);
       weft_listener_accepted(ln->l, res);
+    }
   }
   if (flags & IORING_CQE_F_MORE)
     return;
   ln->armed = false;
   ln->ul->inflight--;
   if (ln->closing) {
-    free(ln);
+    listener_release(ln);
     return;
   }
   switch (res) {
   case -EMFILE:
   case -ENFILE:
   case -ENOBUFS:
-  case -ENOMEM:
-    weft_log(WEFT_LOG_WARN,
-             "uring: accept: %s; not accepting for %u ms (raise the fd limit "
-             "with ulimit -n?)",
-             weft_strerror(res), (unsigned)(UR_ACCEPT_BACKOFF_NS / 1000000u));
-    weft_timer_start(&ln->backoff, UR_ACCEPT_BACKOFF_NS, 0, accept_resume, ln);
+  case -ENOMEM: {
+    int rc = weft_accept_guard_refuse(&ln->guard, ln->fd, res);
+    if (rc > 0)
+      accept_arm(ln); /* one closed; the next, or descriptors are back */
+    else if (rc == 0)
+      accept_poll(ln);
+    else
+      backoff_start(ln);
     return;
+  }
   case -ECANCELED:
   case -ECONNABORTED: /* the peer gave up while in the backlog */
   case -EINTR:
@@ -74,9 +113,25 @@ void weft__uring_accept_done(ur_listener *ln, int32_t res, uint32_t flags) {
       return;
     }
     weft_log(WEFT_LOG_ERROR, "uring: accept: %s; retrying in %u ms",
-             weft_strerror(res), (unsigned)(UR_ACCEPT_BACKOFF_NS / 1000000u));
-    weft_timer_start(&ln->backoff, UR_ACCEPT_BACKOFF_NS, 0, accept_resume, ln);
+             weft_strerror(res), (unsigned)(WEFT_ACCEPT_BACKOFF_NS / 1000000u));
+    backoff_start(ln);
   }
+}
+
+void weft__uring_accept_poll_done(ur_listener *ln, int32_t res) {
+  ln->polling = false;
+  ln->ul->inflight--;
+  if (ln->closing) {
+    listener_release(ln);
+    return;
+  }
+  if (res < 0 && res != -ECANCELED) {
+    weft_log(WEFT_LOG_ERROR, "uring: accept: poll: %s; retrying in %u ms",
+             weft_strerror(res), (unsigned)(WEFT_ACCEPT_BACKOFF_NS / 1000000u));
+    backoff_start(ln);
+    return;
+  }
+  accept_arm(ln);
 }
 
 int weft__uring_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
@@ -93,8 +148,13 @@ int weft__uring_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
     close(fd);
     return WEFT_ENOMEM;
   }
-  *ln = (ur_listener){.op = {UR_OP_ACCEPT}, .l = l, .ul = ul, .fd = fd};
+  *ln = (ur_listener){.op = {UR_OP_ACCEPT},
+                      .op_poll = {UR_OP_ACCEPT_POLL},
+                      .l = l,
+                      .ul = ul,
+                      .fd = fd};
   weft_timer_init(ul->loop, &ln->backoff);
+  weft_accept_guard_init(&ln->guard, ul->loop, "uring");
   ln->next = ul->listeners;
   if (ul->listeners != NULL)
     ul->listeners->prev = ln;
@@ -115,28 +175,17 @@ static void listener_unlink(ur_listener *ln) {
   ln->prev = ln->next = NULL;
 }
 
-static void listener_free(ur_listener *ln) { free(ln); }
-
-/* Cancels the accept and closes the socket through the ring; the memory
- * goes with the accept's last CQE (or now, if it was not armed). */
+/* Cancels the accept (or the poll) and closes the socket through the ring;
+ * the memory goes with the last CQE of the two (or now, if neither is in
+ * the kernel). */
 void weft__uring_listener_close(ur_listener *ln) {
   listener_unlink(ln);
   weft_timer_stop(&ln->backoff);
+  weft_accept_guard_fini(&ln->guard);
   ln->closing = true;
-  struct io_uring_sqe *sqe;
-  if (ln->armed && (sqe = weft__uring_get_sqe(ln->ul)) != NULL) {
-    io_uring_prep_cancel(sqe, &ln->op, 0);
-    io_uring_sqe_set_data64(sqe, 0);
-  }
-  if ((sqe = weft__uring_get_sqe(ln->ul)) != NULL) {
-    io_uring_prep_close(sqe, ln->fd);
-    io_uring_sqe_set_data64(sqe, 0);
-  } else {
-    close(ln->fd);
-  }
+  weft__uring_cancel_and_close(ln->ul, ln->fd);
   ln->fd = -1;
-  if (!ln->armed)
-    listener_free(ln);
+  listener_release(ln);
 }
 
 void weft__uring_listen_close(weft_listener *l) {

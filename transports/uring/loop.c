@@ -37,6 +37,28 @@ struct io_uring_sqe *weft__uring_get_sqe(ur_loop *ul) {
   return sqe;
 }
 
+struct io_uring_sqe *weft__uring_cancel_linked(ur_loop *ul, int fd) {
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
+  if (sqe != NULL) {
+    io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
+    request_misc(ul, sqe);
+    /* Hard link: the next runs after the cancel whatever it found. */
+    sqe->flags |= IOSQE_IO_HARDLINK;
+    sqe = weft__uring_get_sqe(ul);
+  }
+  return sqe;
+}
+
+void weft__uring_cancel_and_close(ur_loop *ul, int fd) {
+  struct io_uring_sqe *sqe = weft__uring_cancel_linked(ul, fd);
+  if (sqe != NULL) {
+    io_uring_prep_close(sqe, fd);
+    request_misc(ul, sqe);
+  } else {
+    close(fd);
+  }
+}
+
 /* ---- the provided buffer ring ---- */
 
 void weft__uring_buf_ring_put(ur_loop *ul, unsigned bid) {
@@ -188,6 +210,7 @@ int weft__uring_loop_init(weft_loop *loop, void **loop_state) {
     return WEFT_ENOMEM;
   ul->loop = loop;
   ul->efd = -1;
+  ul->op_misc.kind = UR_OP_MISC;
   ul->send_zc_min = weft__uring_settings.send_zc_min;
   err = weft__uring_ring_create(&ul->ring, UR_SQ_ENTRIES, UR_CQ_ENTRIES,
                                 &ul->setup_flags);
@@ -244,16 +267,24 @@ static void loop_free(ur_loop *ul) {
 }
 
 /* Cancels everything still in the kernel and reaps until every request
- * that holds a channel or buffer reference has completed, so nothing the
- * kernel may still touch is freed under it. */
+ * has completed (the ones that hold a channel or buffers, and the closes),
+ * so nothing the kernel may still touch is freed under it and no socket is
+ * left open. The closes queued before go in first, so the cancel cannot
+ * catch them. Every request ends at a cancel, or at the reset of its
+ * socket (abort_lingering): the wait is a safety net, not a timeout that
+ * a stop runs into. */
 static void drain(ur_loop *ul) {
+  io_uring_submit(&ul->ring);
+  ul->stats.enters++;
   struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
   if (sqe != NULL) {
-    io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY);
-    io_uring_sqe_set_data64(sqe, 0);
+    io_uring_prep_cancel64(sqe, 0,
+                           IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
+    request_misc(ul, sqe);
   }
   uint64_t waited = 0;
   while (ul->inflight > 0 && waited < UR_FINI_WAIT_NS) {
+    weft__uring_abort_lingering(ul); /* none, unless a CQE closed one */
     struct __kernel_timespec ts = {.tv_nsec = 10 * 1000 * 1000};
     struct io_uring_cqe *cqe;
     io_uring_submit_and_wait_timeout(&ul->ring, &cqe, 1, &ts, NULL);
@@ -274,6 +305,7 @@ void weft__uring_loop_fini(weft_loop *loop, void *loop_state) {
     weft_listener_set_priv(ln->l, NULL);
     weft__uring_listener_close(ln);
   }
+  weft__uring_abort_lingering(ul);
   drain(ul);
   weft_loop_remove_source(loop, &ul->source);
   io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
@@ -306,10 +338,16 @@ static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
                      uint32_t flags) {
   ur_op *op = (ur_op *)(uintptr_t)user_data;
   if (op == NULL)
-    return; /* cancel, close, shutdown, nop: nothing to do */
+    return;
   switch (op->kind) {
+  case UR_OP_MISC:
+    ul->inflight--; /* cancel, close, shutdown, nop: nothing else to do */
+    break;
   case UR_OP_ACCEPT:
     weft__uring_accept_done((ur_listener *)op, res, flags);
+    break;
+  case UR_OP_ACCEPT_POLL:
+    weft__uring_accept_poll_done(container_of(op, ur_listener, op_poll), res);
     break;
   case UR_OP_RECV:
     weft__uring_recv_done(container_of(op, ur_channel, op_recv), res, flags);

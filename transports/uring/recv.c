@@ -44,7 +44,7 @@ void weft__uring_recv_arm(ur_channel *uc) {
     weft_buf *b = weft_buf_alloc(weft_loop_pool(ul->loop), UR_PLAIN_RECV_SIZE);
     if (b == NULL) {
       io_uring_prep_nop(sqe); /* an SQE cannot be given back */
-      io_uring_sqe_set_data64(sqe, 0);
+      request_misc(ul, sqe);
       weft__uring_channel_failed(uc, "read", WEFT_ENOMEM);
       return;
     }

@@ -30,7 +30,7 @@ static void shutdown_now(ur_channel *uc) {
     return;
   }
   io_uring_prep_shutdown(sqe, uc->fd, SHUT_WR);
-  io_uring_sqe_set_data64(sqe, 0);
+  request_misc(uc->ul, sqe);
 }
 
 /* A send context from the loop's cache (malloc when it is empty). */
@@ -84,6 +84,7 @@ static void send_prep(ur_channel *uc, ur_send *s, struct io_uring_sqe *sqe,
     io_uring_prep_sendmsg_zc(sqe, uc->fd, &s->msg, MSG_NOSIGNAL);
     sqe->ioprio |= IORING_SEND_ZC_REPORT_USAGE;
     uc->ul->stats.zc_sends++;
+    uc->zc_pending++; /* until the notification, or a CQE that has none */
   } else if (s->n == 1) {
     io_uring_prep_send(sqe, uc->fd, s->iov[0].iov_base, s->iov[0].iov_len,
                        MSG_NOSIGNAL);
@@ -172,6 +173,7 @@ void weft__uring_send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
       return; /* the notification holds the buffers */
   }
   send_put(ul, s);
+  weft__uring_zc_released(uc);
   request_ended(ul, ch);
 }
 

@@ -44,7 +44,18 @@
  *
  * connect, shutdown and close go through the ring. Every request with a
  * CQE still to come holds a channel reference, so the channel's memory
- * outlives its requests; a close cancels them all (ASYNC_CANCEL by fd).
+ * outlives its requests; a close cancels them all (ASYNC_CANCEL by fd). A
+ * channel closed while the kernel still holds zero-copy buffers keeps its
+ * socket (output shut down, so the peer sees the same FIN) until the last
+ * notification: a closed socket would live on as an orphan the loop could
+ * not abort. Loop stop resets such sockets (SO_LINGER 0), which frees the
+ * buffers at once, then cancels and reaps every request left, so it ends
+ * in bounded time with every buffer back.
+ *
+ * Accepting at the fd limit: the multishot accept ends with EMFILE; the
+ * accept guard (transport_plugin.h) closes the waiting connection with its
+ * spare descriptor, and the listener polls for the next one before it
+ * accepts again (accept fails at the limit even on an empty backlog).
  *
  * Where io_uring cannot run, the probe says why and names transport=tcp;
  * with `[transport.uring] fallback = tcp` the registry hands out the "tcp"
@@ -111,8 +122,8 @@
 #define UR_BUF_SIZE_DEFAULT 16384u
 #define UR_SEND_ZC_MIN_DEFAULT 65536u
 #define UR_PLAIN_RECV_SIZE 16384u /* single recv while the ring is empty */
-#define UR_ACCEPT_BACKOFF_NS (100u * 1000u * 1000u) /* on EMFILE */
-#define UR_FINI_WAIT_NS (2000u * 1000u * 1000u)     /* drain at loop stop */
+#define UR_FINI_WAIT_NS (2000u * 1000u * 1000u) /* drain at loop stop */
+#define UR_LINGER_TIMEOUT_MS 60000 /* TCP_USER_TIMEOUT while lingering */
 
 /* ---- conversions at the edge ---- */
 
@@ -174,15 +185,16 @@ int weft__uring_buf_ring_setup(struct io_uring *ring, unsigned entries,
 
 /* ---- per-loop state ---- */
 
-/* What a CQE's user_data points at. 0 = a request whose result does not
- * matter (cancel, close, shutdown). */
+/* What a CQE's user_data points at. */
 enum ur_kind {
   UR_OP_ACCEPT = 1,
+  UR_OP_ACCEPT_POLL, /* a listener at the fd limit waits for a connection */
   UR_OP_RECV,
   UR_OP_PLAIN_RECV,
   UR_OP_SEND,
   UR_OP_SEND_ZC,
   UR_OP_CONNECT,
+  UR_OP_MISC, /* cancel, close, shutdown, nop: only counted */
 };
 
 typedef struct ur_op {
@@ -201,6 +213,7 @@ typedef struct ur_loop {
   int efd;       /* registered eventfd: in the loop's epoll set */
   bool evfd_on;  /* the kernel signals efd (only while arming/asleep) */
   bool stopping; /* loop_fini is draining */
+  ur_op op_misc; /* the user_data of every UR_OP_MISC request */
   /* the provided buffer ring */
   struct io_uring_buf_ring *br;
   uint8_t *bufs; /* buf_count * buf_size bytes */
@@ -208,8 +221,9 @@ typedef struct ur_loop {
   unsigned bufs_out; /* slots held by pipelines (wrapped weft_bufs) */
   bool orphaned;     /* the ring is gone: the last slot back frees this */
   unsigned send_zc_min;
-  uint64_t inflight; /* requests holding a reference, CQE still to come */
+  uint64_t inflight; /* requests whose CQE is still to come */
   ur_listener *listeners;
+  ur_channel *lingering; /* closed, zero-copy notifications to come */
   /* channels that got data in this reap: read_complete fires after it */
   ur_channel *rc_head, *rc_tail;
   ur_send *send_free; /* cached send contexts */
@@ -218,12 +232,15 @@ typedef struct ur_loop {
 } ur_loop;
 
 struct ur_listener {
-  ur_op op;
+  ur_op op;      /* UR_OP_ACCEPT */
+  ur_op op_poll; /* UR_OP_ACCEPT_POLL */
   weft_listener *l;
   ur_loop *ul;
   int fd;
-  bool armed;   /* the multishot accept is in the kernel */
-  bool closing; /* freed on the accept's last CQE */
+  bool armed;              /* the multishot accept is in the kernel */
+  bool polling;            /* the poll for a connection is in the kernel */
+  bool closing;            /* freed when neither is */
+  weft_accept_guard guard; /* closes new connections at the fd limit */
   weft_timer backoff;
   ur_listener *prev, *next;
 };
@@ -260,8 +277,12 @@ struct ur_channel {
   bool in_consume; /* weft_outbound_consumed on the stack */
   bool shutdown_pending;
   bool output_shut;
-  bool zc_off;     /* the kernel copied a zero-copy send: stop trying */
-  bool rc_pending; /* on the loop's read_complete list (holds a ref) */
+  bool zc_off;         /* the kernel copied a zero-copy send: stop trying */
+  bool rc_pending;     /* on the loop's read_complete list (holds a ref) */
+  bool lingering;      /* closed; the socket waits for zc_pending to reach 0 */
+  unsigned zc_pending; /* SENDMSG_ZC notifications still to come */
+  int linger_fd;       /* the socket while lingering */
+  ur_channel *linger_prev, *linger_next;
   uint8_t recv_state;
   weft_sockopts opts; /* set before the socket existed, applied after */
   ur_op op_recv, op_plain, op_connect;
@@ -299,6 +320,13 @@ static inline void request_ended(ur_loop *ul, weft_channel *ch) {
   weft_channel_release(ch);
 }
 
+/* A request whose result does not matter (cancel, close, shutdown, nop):
+ * only counted, so that loop stop waits for it too. */
+static inline void request_misc(ur_loop *ul, struct io_uring_sqe *sqe) {
+  io_uring_sqe_set_data(sqe, &ul->op_misc);
+  ul->inflight++;
+}
+
 /* ---- the loop (loop.c) ---- */
 
 /**
@@ -306,6 +334,21 @@ static inline void request_ended(ur_loop *ul, weft_channel *ch) {
  * NULL when the kernel refuses SQEs. Loop thread.
  */
 struct io_uring_sqe *weft__uring_get_sqe(ur_loop *ul);
+
+/**
+ * Queues a cancel of every request on socket `fd`, hard-linked to the SQE it
+ * returns, which the caller fills (close, shutdown): it runs after the
+ * cancel. NULL when the ring gives no SQE (the caller then acts at once).
+ * Loop thread.
+ */
+struct io_uring_sqe *weft__uring_cancel_linked(ur_loop *ul, int fd);
+
+/**
+ * Cancels every request on socket `fd` and closes it, both through the ring
+ * (the close hard-linked after the cancel); closes it at once when the ring
+ * gives no SQE. Loop thread.
+ */
+void weft__uring_cancel_and_close(ur_loop *ul, int fd);
 
 /** Puts slot `bid` back into `ul`'s provided buffer ring. Loop thread. */
 void weft__uring_buf_ring_put(ur_loop *ul, unsigned bid);
@@ -335,10 +378,18 @@ void weft__uring_loop_fini(weft_loop *loop, void *loop_state);
 
 /**
  * A CQE of `ln`'s multishot accept: hands the socket to the listener; when
- * the multishot ended, re-arms it, pauses it (EMFILE and the like), or
- * frees a closing listener. Loop thread.
+ * the multishot ended, re-arms it, frees a closing listener, or, at the fd
+ * limit, closes the waiting connection and polls for the next (EMFILE,
+ * ENFILE), or pauses accepting (kernel memory short). Loop thread.
  */
 void weft__uring_accept_done(ur_listener *ln, int32_t res, uint32_t flags);
+
+/**
+ * The CQE of `ln`'s poll at the fd limit: a connection waits, so the
+ * multishot accept is armed again (it accepts, or ends with EMFILE once
+ * more); a closing listener is freed. Loop thread.
+ */
+void weft__uring_accept_poll_done(ur_listener *ln, int32_t res);
 
 /**
  * The ops' listen: listens on `ep` and arms a multishot accept. Returns 0,
@@ -426,5 +477,19 @@ void weft__uring_channel_failed(ur_channel *uc, const char *what, int err);
  * to the core, drops the request's reference. Loop thread.
  */
 void weft__uring_connect_done(ur_channel *uc, int32_t res);
+
+/**
+ * One of `uc`'s zero-copy sends is done with its buffers (the notification
+ * came, or none will): closes the socket of a lingering channel after the
+ * last. Loop thread.
+ */
+void weft__uring_zc_released(ur_channel *uc);
+
+/**
+ * Loop stop: resets (SO_LINGER 0) and closes the socket of every lingering
+ * channel, so the kernel drops the unacknowledged bytes and sends the
+ * notifications that free their buffers. Loop thread.
+ */
+void weft__uring_abort_lingering(ur_loop *ul);
 
 #endif
