@@ -145,12 +145,12 @@ void weft__channel_activate(weft_channel *ch) {
 
 /* ---- references ---- */
 
-static void channel_free(weft_channel *ch) {
+void weft__channel_free(weft_channel *ch) {
   weft__outbound_destroy(&ch->out);
   free(ch);
 }
 
-static void channel_free_task(void *arg) { channel_free(arg); }
+static void channel_free_task(void *arg) { weft__channel_free(arg); }
 
 weft_channel *weft_channel_retain(weft_channel *ch) {
   atomic_fetch_add_explicit(&ch->refcnt, 1, memory_order_relaxed);
@@ -163,9 +163,16 @@ void weft_channel_release(weft_channel *ch) {
     return;
   /* The memory is the loop's: free it there. If the loop has finished,
    * nothing else can touch the channel, so free it here. */
-  if (weft_loop_in_loop(ch->loop) ||
-      weft_loop_execute(ch->loop, channel_free_task, ch) < 0)
-    channel_free(ch);
+  if (weft_loop_in_loop(ch->loop)) {
+    /* An event of its pipeline is still on the stack (a handler closed the
+     * channel from inside it): the pipeline frees it on the way out. */
+    if (ch->pipeline.depth > 0)
+      ch->free_pending = true;
+    else
+      weft__channel_free(ch);
+  } else if (weft_loop_execute(ch->loop, channel_free_task, ch) < 0) {
+    weft__channel_free(ch);
+  }
 }
 
 /* ---- close ---- */

@@ -105,6 +105,7 @@ struct weft_channel {
   weft__close_waiter *close_waiters;
   const weft__tail_hooks *tail_hooks;
   weft_channel *loop_prev, *loop_next; /* the loop's open channels */
+  bool free_pending; /* the last reference went inside a pipeline event */
   alignas(max_align_t) unsigned char priv[];
 };
 
@@ -124,6 +125,9 @@ struct weft_listener {
  */
 weft_channel *weft__channel_new(const weft_transport_ops *transport,
                                 weft_loop *loop, int *err);
+
+/** Frees the channel's memory (its last reference is gone). Loop thread. */
+void weft__channel_free(weft_channel *ch);
 
 /** Makes a REGISTERED channel ACTIVE and fires channel_active. */
 void weft__channel_activate(weft_channel *ch);

@@ -30,6 +30,10 @@ static void leave(weft_pipeline *p) {
     p->graveyard = ctx->graveyard_next;
     free_ctx(ctx);
   }
+  /* The channel lost its last reference inside this event: `p` is part of
+   * it, so nothing may touch either after this. */
+  if (p->channel != NULL && p->channel->free_pending)
+    weft__channel_free(p->channel);
 }
 
 /* Next context towards the tail that handles an inbound op; the tail
