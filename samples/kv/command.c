@@ -275,7 +275,8 @@ static void cmd_dbsize(const call *c) {
 }
 
 static void cmd_flushall(const call *c) {
-  /* FLUSHALL [ASYNC|SYNC]: both flush now. */
+  /* FLUSHALL [ASYNC|SYNC]: both flush now, and free a large store on the
+   * store's lazy-free thread (kv_flushall). */
   if (c->argc > 1 || (c->argc == 1 && !arg_is(&c->argv[0], "ASYNC") &&
                       !arg_is(&c->argv[0], "SYNC")))
     return c->ops->error(c->w, "ERR syntax error");

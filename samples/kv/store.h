@@ -97,7 +97,8 @@ int kv_store_new(kv_store **out, const kv_store_options *opts);
 
 /**
  * Frees the store, every key, and the store's reference to every value
- * (blobs still referenced by callers stay valid until they release them).
+ * (blobs still referenced by callers stay valid until they release them),
+ * after the lazy-free thread (kv_flushall) has freed what it was given.
  * No other call on the store may run concurrently or follow. NULL is a
  * no-op.
  */
@@ -305,9 +306,13 @@ uint64_t kv_dbsize(kv_store *store);
 
 /**
  * FLUSHALL: deletes every key atomically. The entries are freed (and the
- * store's value references released) after the locks are dropped. Counters
- * other than keys and memory stay. Returns 0 or WEFT_ENOMEM (the store is
- * unchanged then). Any thread.
+ * store's value references released) after the locks are dropped: by the
+ * caller for a few thousand keys, else by the store's lazy-free thread
+ * (one per store, started by the first such flush and joined by
+ * kv_store_free, as Redis' FLUSHALL ASYNC), so the call takes about the
+ * same time whatever the store holds. Counters other than keys and memory
+ * stay. Returns 0 or WEFT_ENOMEM (the store is unchanged then). Any
+ * thread.
  */
 int kv_flushall(kv_store *store);
 
