@@ -711,9 +711,14 @@ END_TEST
 
 static double ms_since(uint64_t t0) { return (double)(th_now_ms() - t0); }
 
+/* Timing bounds here are 200 ms for work of a few ms; a try over it is
+ * repeated, up to TRIES in all, so that a busy machine's scheduling delays
+ * do not fail a test that only unbounded work should fail. */
+#define TRIES 5
+
 /* The longest pattern SCAN takes, built to make a backtracking matcher
- * retry every '*' at every byte, against the longest key: milliseconds,
- * not the seconds of O(pattern x key) backtracking. */
+ * retry every '*' at every byte, against the longest key: milliseconds
+ * (the automaton's cost does not depend on the pattern's shape). */
 START_TEST(kv_glob_match_worst_case_is_bounded) {
   static unsigned char key[KV_MAX_KEY_LEN_DEFAULT], pat[KV_SCAN_PATTERN_MAX];
   memset(key, 'a', sizeof key);
@@ -729,11 +734,15 @@ START_TEST(kv_glob_match_worst_case_is_bounded) {
       for (size_t i = 0; i < sizeof pat; i++)
         pat[i] = i % 2 ? '?' : '*';
     }
-    uint64_t t0 = th_now_ms();
-    bool m = kv_glob_match(pat, sizeof pat, key, sizeof key);
-    ck_assert_int_eq(m, v != 1);
-    ck_assert_msg(ms_since(t0) < 200, "variant %d took %.0f ms", v,
-                  ms_since(t0));
+    double best = 1e9;
+    for (int t = 0; t < TRIES && best >= 200; t++) {
+      uint64_t t0 = th_now_ms();
+      bool m = kv_glob_match(pat, sizeof pat, key, sizeof key);
+      ck_assert_int_eq(m, v != 1);
+      if (ms_since(t0) < best)
+        best = ms_since(t0);
+    }
+    ck_assert_msg(best < 200, "variant %d took %.0f ms", v, best);
   }
 }
 END_TEST
@@ -777,11 +786,18 @@ START_TEST(kv_scan_bounds_pattern_count_and_work) {
   int calls = 0;
   cursor = 0;
   do {
-    uint64_t t0 = th_now_ms();
-    ck_assert_int_eq(
-        kv_scan(s, cursor, 1000, pat, KV_SCAN_PATTERN_MAX, &r, &cursor), 0);
-    ck_assert_msg(ms_since(t0) < 200, "one SCAN call took %.0f ms",
-                  ms_since(t0));
+    /* The same cursor gives the same keys: a slow try is repeated. */
+    double best = 1e9;
+    uint64_t at = cursor;
+    for (int t = 0; t < TRIES && best >= 200; t++) {
+      kv_scan_result_clear(&r);
+      uint64_t t0 = th_now_ms();
+      ck_assert_int_eq(
+          kv_scan(s, at, 1000, pat, KV_SCAN_PATTERN_MAX, &r, &cursor), 0);
+      if (ms_since(t0) < best)
+        best = ms_since(t0);
+    }
+    ck_assert_msg(best < 200, "one SCAN call took %.0f ms", best);
     for (size_t j = 0; j < r.n; j++) {
       ck_assert_uint_eq(r.keys[j]->len, sizeof key);
       int i = (r.keys[j]->data[0] - '0') * 10 + (r.keys[j]->data[1] - '0');
