@@ -97,7 +97,10 @@ static int parse_number_line(resp_decoder *s, weft_buf *in, size_t pos,
   if (i + 2 > avail)
     return avail >= MAX_NUMBER_LINE
                ? weft_decoder_fail(&s->base, WEFT_EBADFRAME,
-                                   "resp decoder: count line too long")
+                                   p[0] == '*' ? "Protocol error: too big "
+                                                 "mbulk count string"
+                                               : "Protocol error: too big "
+                                                 "bulk count string")
                : 0;
   if (digits == 0 || p[i] != '\r' || p[i + 1] != '\n')
     goto bad;
@@ -106,7 +109,9 @@ static int parse_number_line(resp_decoder *s, weft_buf *in, size_t pos,
   return 1;
 bad:
   return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
-                           "resp decoder: malformed count after '%c'", p[0]);
+                           p[0] == '*'
+                               ? "Protocol error: invalid multibulk length"
+                               : "Protocol error: invalid bulk length");
 }
 
 /* The finished command: one slice of its bytes, argv pointing into it. */
@@ -148,8 +153,8 @@ static int split_inline(resp_decoder *s, const uint8_t *p, size_t len,
       i++;
     if (n == s->o.max_args)
       return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                               "resp decoder: inline command with more than "
-                               "%zu arguments",
+                               "Protocol error: too many arguments in inline "
+                               "request (maximum %zu)",
                                s->o.max_args);
     if (n == s->args_cap) {
       size_t cap = s->args_cap ? 2 * s->args_cap : 8;
@@ -173,8 +178,8 @@ static int decode_inline(resp_decoder *s, weft_buf *in, void **out) {
     s->scanned = readable;
     if (readable > s->o.max_inline)
       return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                               "resp decoder: inline command longer than "
-                               "%zu bytes",
+                               "Protocol error: too big inline request "
+                               "(maximum %zu bytes)",
                                s->o.max_inline);
     return 0;
   }
@@ -182,9 +187,9 @@ static int decode_inline(resp_decoder *s, weft_buf *in, void **out) {
   size_t line = eol > 0 && p[eol - 1] == '\r' ? eol - 1 : eol;
   if (line > s->o.max_inline)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "resp decoder: inline command of %zu bytes, "
-                             "maximum %zu",
-                             line, s->o.max_inline);
+                             "Protocol error: too big inline request "
+                             "(maximum %zu bytes)",
+                             s->o.max_inline);
   size_t argc = 0;
   int rc = split_inline(s, p, line, &argc);
   if (rc < 0)
@@ -209,8 +214,8 @@ static int start_array(resp_decoder *s, weft_buf *in) {
   }
   if ((uint64_t)n > s->o.max_args)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "resp decoder: array of %" PRId64
-                             " elements, maximum %zu",
+                             "Protocol error: invalid multibulk length "
+                             "(%" PRId64 " arguments, maximum %zu)",
                              n, s->o.max_args);
   if ((size_t)n > s->args_cap) {
     arg_pos *a = realloc(s->args, (size_t)n * sizeof *a);
@@ -229,7 +234,8 @@ static int bulk_header(resp_decoder *s, weft_buf *in) {
   uint8_t c = weft_buf_rptr(in)[s->pos];
   if (c != '$')
     return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
-                             "resp decoder: expected '$', got 0x%02x", c);
+                             "Protocol error: expected '$', got '%c'",
+                             c >= 0x20 && c < 0x7f ? c : ' ');
   int64_t len;
   size_t next;
   int rc = parse_number_line(s, in, s->pos, &len, &next);
@@ -237,15 +243,16 @@ static int bulk_header(resp_decoder *s, weft_buf *in) {
     return rc;
   if (len < 0)
     return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
-                             "resp decoder: null bulk string in a command");
+                             "Protocol error: invalid bulk length");
   if ((uint64_t)len > s->o.max_bulk)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "resp decoder: bulk string of %" PRId64
-                             " bytes, maximum %zu",
+                             "Protocol error: invalid bulk length "
+                             "(%" PRId64 " bytes, maximum %zu)",
                              len, s->o.max_bulk);
   if (next + (size_t)len + 2 > s->o.max_command)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "resp decoder: command longer than %zu bytes",
+                             "Protocol error: too big request "
+                             "(maximum %zu bytes)",
                              s->o.max_command);
   s->args[s->got] = (arg_pos){next, (size_t)len};
   s->pos = next;
@@ -263,8 +270,8 @@ static int bulk_data(resp_decoder *s, weft_buf *in, void **out) {
   const uint8_t *p = weft_buf_rptr(in);
   if (p[end - 2] != '\r' || p[end - 1] != '\n')
     return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
-                             "resp decoder: bulk string not followed by "
-                             "\\r\\n");
+                             "Protocol error: bulk string not followed by "
+                             "CRLF");
   s->pos = end;
   if (++s->got == s->nargs)
     return emit(s, in, end, s->nargs, s->args, false, out);
@@ -355,6 +362,20 @@ int weft_resp_write_simple(weft_buf *b, const char *s) {
 
 int weft_resp_write_error(weft_buf *b, const char *msg) {
   return write_line(b, '-', msg, strlen(msg));
+}
+
+int weft_resp_write_error_text(weft_buf *b, const void *text, size_t len) {
+  size_t room = weft_buf_writable(b);
+  if (room < 3 || room - 3 < len)
+    return WEFT_ENOSPC;
+  const uint8_t *src = text;
+  uint8_t *w = weft_buf_wptr(b);
+  w[0] = '-';
+  for (size_t i = 0; i < len; i++)
+    w[1 + i] = src[i] < 0x20 || src[i] == 0x7f ? ' ' : src[i];
+  memcpy(w + 1 + len, "\r\n", 2);
+  b->writer_index += len + 3;
+  return 0;
 }
 
 int weft_resp_write_integer(weft_buf *b, int64_t v) {

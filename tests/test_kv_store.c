@@ -632,6 +632,225 @@ START_TEST(kv_glob_match_redis_syntax) {
 }
 END_TEST
 
+/* The reference matcher: the glob syntax written the way Redis'
+ * stringmatchlen reads it, recursing on every '*' (exponential, for small
+ * inputs only); stars may match an empty rest, as the store's do. */
+static bool ref_element(const unsigned char *p, size_t pl, unsigned char c,
+                        size_t *used) {
+  if (p[0] == '?') {
+    *used = 1;
+    return true;
+  }
+  if (p[0] == '\\' && pl >= 2) {
+    *used = 2;
+    return p[1] == c;
+  }
+  if (p[0] != '[') {
+    *used = 1;
+    return p[0] == c;
+  }
+  size_t i = 1;
+  bool neg = i < pl && p[i] == '^', m = false;
+  i += neg;
+  for (;; i++) {
+    if (i >= pl) { /* unterminated: the class takes the rest */
+      *used = pl;
+      break;
+    }
+    if (p[i] == '\\' && pl - i >= 2) {
+      m |= p[++i] == c;
+    } else if (p[i] == ']') {
+      *used = i + 1;
+      break;
+    } else if (pl - i >= 3 && p[i + 1] == '-') {
+      unsigned lo = p[i] < p[i + 2] ? p[i] : p[i + 2];
+      unsigned hi = p[i] < p[i + 2] ? p[i + 2] : p[i];
+      m |= c >= lo && c <= hi;
+      i += 2;
+    } else {
+      m |= p[i] == c;
+    }
+  }
+  return m != neg;
+}
+
+static bool ref_match(const unsigned char *p, size_t pl, const unsigned char *s,
+                      size_t sl) {
+  if (pl == 0)
+    return sl == 0;
+  if (p[0] == '*') {
+    for (size_t k = 0; k <= sl; k++)
+      if (ref_match(p + 1, pl - 1, s + k, sl - k))
+        return true;
+    return false;
+  }
+  size_t used;
+  return sl > 0 && ref_element(p, pl, s[0], &used) &&
+         ref_match(p + used, pl - used, s + 1, sl - 1);
+}
+
+/* The automaton agrees with the reference on random short patterns made
+ * of every special character. */
+START_TEST(kv_glob_match_agrees_with_reference) {
+  static const char pat_chars[] = "ab*?[]^-\\", str_chars[] = "ab]-^\\*c";
+  uint64_t rng = 0x5eed;
+  for (int n = 0; n < 200000; n++) {
+    unsigned char pat[10], str[10];
+    size_t pl = rng_next(&rng) % 10, sl = rng_next(&rng) % 10;
+    for (size_t i = 0; i < pl; i++)
+      pat[i] = (unsigned char)pat_chars[rng_next(&rng) % 9];
+    for (size_t i = 0; i < sl; i++)
+      str[i] = (unsigned char)str_chars[rng_next(&rng) % 8];
+    ck_assert_msg(kv_glob_match(pat, pl, str, sl) ==
+                      ref_match(pat, pl, str, sl),
+                  "pattern '%.*s' on '%.*s': want %d", (int)pl, pat, (int)sl,
+                  str, ref_match(pat, pl, str, sl));
+  }
+}
+END_TEST
+
+static double ms_since(uint64_t t0) { return (double)(th_now_ms() - t0); }
+
+/* Timing bounds here are 200 ms for work of a few ms; a try over it is
+ * repeated, up to TRIES in all, so that a busy machine's scheduling delays
+ * do not fail a test that only unbounded work should fail. */
+#define TRIES 5
+
+/* The longest pattern SCAN takes, built to make a backtracking matcher
+ * retry every '*' at every byte, against the longest key: milliseconds
+ * (the automaton's cost does not depend on the pattern's shape). */
+START_TEST(kv_glob_match_worst_case_is_bounded) {
+  static unsigned char key[KV_MAX_KEY_LEN_DEFAULT], pat[KV_SCAN_PATTERN_MAX];
+  memset(key, 'a', sizeof key);
+  for (int v = 0; v < 3; v++) {
+    if (v == 0) { /* "*aaaa...a": the last star retried at every byte */
+      memset(pat, 'a', sizeof pat);
+      pat[0] = '*';
+    } else if (v == 1) { /* "*a*a*a...*b": never matches */
+      for (size_t i = 0; i < sizeof pat; i++)
+        pat[i] = i % 2 ? 'a' : '*';
+      pat[sizeof pat - 1] = 'b';
+    } else { /* "*?*?...": every state live at once */
+      for (size_t i = 0; i < sizeof pat; i++)
+        pat[i] = i % 2 ? '?' : '*';
+    }
+    double best = 1e9;
+    for (int t = 0; t < TRIES && best >= 200; t++) {
+      uint64_t t0 = th_now_ms();
+      bool m = kv_glob_match(pat, sizeof pat, key, sizeof key);
+      ck_assert_int_eq(m, v != 1);
+      if (ms_since(t0) < best)
+        best = ms_since(t0);
+    }
+    ck_assert_msg(best < 200, "variant %d took %.0f ms", v, best);
+  }
+}
+END_TEST
+
+/* SCAN's bounds: a pattern longer than KV_SCAN_PATTERN_MAX is refused, a
+ * COUNT above KV_SCAN_COUNT_MAX is cut to it, and long keys with the
+ * costliest pattern are spread over many short calls that together still
+ * return every key. */
+START_TEST(kv_scan_bounds_pattern_count_and_work) {
+  kv_store *s = new_store(4, false);
+  kv_scan_result r = {0};
+  static char pat[KV_SCAN_PATTERN_MAX + 1];
+  memset(pat, '*', sizeof pat);
+  uint64_t cursor = 7;
+  ck_assert_int_eq(kv_scan(s, 5, 10, pat, sizeof pat, &r, &cursor),
+                   WEFT_EMSGSIZE);
+  ck_assert_uint_eq(cursor, 5);
+  ck_assert_uint_eq(r.n, 0);
+  ck_assert_int_eq(kv_scan(s, 0, 10, pat, sizeof pat - 1, &r, &cursor), 0);
+
+  for (int i = 0; i < 3000; i++)
+    put_key(s, "small:%d", i);
+  ck_assert_int_eq(kv_scan(s, 0, 1000000, NULL, 0, &r, &cursor), 0);
+  ck_assert_uint_le(r.n, KV_SCAN_COUNT_MAX + 64); /* + one bucket's chain */
+  ck_assert_uint_ge(r.n, KV_SCAN_COUNT_MAX);
+  ck_assert_uint_ne(cursor, 0);
+  kv_scan_result_clear(&r);
+  ck_assert_int_eq(kv_flushall(s), 0);
+
+  enum { BIG = 40 };
+  static char key[KV_MAX_KEY_LEN_DEFAULT];
+  memset(key, 'a', sizeof key);
+  for (int i = 0; i < BIG; i++) {
+    snprintf(key, sizeof key, "%02d", i); /* distinct, then all 'a' */
+    key[2] = 'a';
+    ck_assert_int_eq(kv_set(s, key, sizeof key, "v", 1, NULL), 1);
+  }
+  memset(pat, 'a', KV_SCAN_PATTERN_MAX);
+  pat[0] = '*'; /* matches every key, the backtracking worst case */
+  bool seen[BIG] = {false};
+  int calls = 0;
+  cursor = 0;
+  do {
+    /* The same cursor gives the same keys: a slow try is repeated. */
+    double best = 1e9;
+    uint64_t at = cursor;
+    for (int t = 0; t < TRIES && best >= 200; t++) {
+      kv_scan_result_clear(&r);
+      uint64_t t0 = th_now_ms();
+      ck_assert_int_eq(
+          kv_scan(s, at, 1000, pat, KV_SCAN_PATTERN_MAX, &r, &cursor), 0);
+      if (ms_since(t0) < best)
+        best = ms_since(t0);
+    }
+    ck_assert_msg(best < 200, "one SCAN call took %.0f ms", best);
+    for (size_t j = 0; j < r.n; j++) {
+      ck_assert_uint_eq(r.keys[j]->len, sizeof key);
+      int i = (r.keys[j]->data[0] - '0') * 10 + (r.keys[j]->data[1] - '0');
+      ck_assert(i >= 0 && i < BIG);
+      seen[i] = true;
+    }
+    kv_scan_result_clear(&r);
+    ck_assert_int_lt(++calls, 10000);
+  } while (cursor != 0);
+  for (int i = 0; i < BIG; i++)
+    ck_assert_msg(seen[i], "key %d missing", i);
+  /* KV_SCAN_WORK_MAX holds about one such key: COUNT 1000 did not make
+   * one call match them all. */
+  ck_assert_int_ge(calls, BIG / 4);
+  kv_store_free(s);
+}
+END_TEST
+
+/* A FLUSHALL of many keys hands the frees to the store's lazy-free
+ * thread: the store is empty at once, a value a caller still holds stays
+ * valid, a second big flush queues behind the first, and kv_store_free
+ * waits for both (ASan would report what the thread never freed). Also
+ * with a single-thread store. */
+START_TEST(kv_flushall_many_keys_frees_in_background) {
+  for (int single = 0; single < 2; single++) {
+    kv_store_options o;
+    kv_store_options_init(&o);
+    o.n_stripes = 4;
+    o.single_thread = single;
+    kv_store *s = NULL;
+    ck_assert_int_eq(kv_store_new(&s, &o), 0);
+    for (int round = 0; round < 2; round++) {
+      for (int i = 0; i < 20000; i++)
+        put_key(s, "many:%d", i);
+      kv_blob *held = NULL;
+      ck_assert_int_eq(kv_get(s, "many:7", 6, &held), 1);
+      ck_assert_int_eq(kv_flushall(s), 0);
+      ck_assert_uint_eq(kv_dbsize(s), 0);
+      kv_store_stats st;
+      kv_store_stats_get(s, &st);
+      ck_assert_uint_eq(st.mem_bytes, 0);
+      assert_str(s, "many:7", NULL);
+      ck_assert_uint_eq(held->len, 1);
+      ck_assert_int_eq(held->data[0], 'v');
+      kv_blob_release(held);
+    }
+    put_key(s, "after:%d", 1); /* the store works on */
+    assert_str(s, "after:1", "v");
+    kv_store_free(s);
+  }
+}
+END_TEST
+
 /* ---- INCR, sizes, multi-key details, counters ---- */
 
 START_TEST(kv_incr_rejects_non_integers_and_overflow) {
@@ -918,6 +1137,9 @@ Suite *weft_test_suite(void) {
       kv_expire_some_reclaims_with_bounded_work,
       kv_scan_full_iteration_returns_every_key_while_resizing,
       kv_scan_match_count_and_empty, kv_glob_match_redis_syntax,
+      kv_glob_match_agrees_with_reference, kv_glob_match_worst_case_is_bounded,
+      kv_scan_bounds_pattern_count_and_work,
+      kv_flushall_many_keys_frees_in_background,
       kv_incr_rejects_non_integers_and_overflow,
       kv_oversize_refused_before_allocating, kv_multi_key_duplicates_and_nx_xx,
       kv_stats_count_keys_memory_hits_misses, kv_single_thread_store_works,

@@ -1,20 +1,30 @@
 /* The KV service integration suite: the server (samples/kv/server.h) and
  * the client (samples/kv/client.h) over real connections, run once per
  * transport (WEFT_TEST_TRANSPORT, default "tcp"; tests/CMakeLists.txt
- * registers it as test_kv_<transport>). The RESP endpoint only runs on
- * tcp; everything checked here goes over the binary RPC protocol.
+ * registers it as test_kv_<transport>). The model and the client go over
+ * the binary RPC protocol; the RESP endpoint, which only the stream
+ * transports (tcp, uring) serve, is checked with a plain socket speaking
+ * RESP as redis-cli does: every request answered, protocol errors answered
+ * before the close, SCAN's work bounded.
  *
  * Every test starts its own loop group and ends with
  * weft_loop_group_join() == 0: no buffer leaked (WEFT_LEAK_DETECT=1).
- * No test asserts on timings. WEFT_TEST_SCALE scales the random test.
+ * Only the SCAN test asserts on timings, with bounds 20 times what it
+ * needs. WEFT_TEST_SCALE scales the random test.
  */
 #include "harness.h"
 
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <weft/bootstrap.h>
@@ -44,10 +54,16 @@ typedef struct fixture {
   kv_client *client;
 } fixture;
 
-static void group_start(fixture *f) {
+/* RESP runs on the stream transports only. */
+static bool resp_served(void) {
+  return strcmp(th_transport_name(), "tcp") == 0 ||
+         strcmp(th_transport_name(), "uring") == 0;
+}
+
+static void group_start_loops(fixture *f, int loops) {
   weft_loop_options lo;
   weft_loop_options_init(&lo);
-  lo.n_loops = th_suite_loops();
+  lo.n_loops = loops;
   lo.busy_poll_us = 0; /* a shared machine: sleep when idle */
   lo.pin = false;
   ck_assert_int_eq(weft_loop_group_new(&f->group, &lo), 0);
@@ -57,19 +73,26 @@ static void group_start(fixture *f) {
            th_transport_name());
 }
 
-static void fixture_start(fixture *f) {
+static void group_start(fixture *f) { group_start_loops(f, th_suite_loops()); }
+
+/* A fixture whose group has `loops` loops. */
+static void fixture_start_loops(fixture *f, int loops) {
   memset(f, 0, sizeof *f);
-  group_start(f);
+  group_start_loops(f, loops);
   kv_server_options o;
   kv_server_options_init(&o);
   snprintf(o.rpc_listen, sizeof o.rpc_listen, "%s:0", th_test_host());
-  if (strcmp(th_transport_name(), "tcp") == 0)
+  if (resp_served())
     snprintf(o.resp_listen, sizeof o.resp_listen, "%s:0", th_test_host());
   else
     o.resp_listen[0] = '\0';
   ck_assert_int_eq(kv_server_bind(&f->server, f->group, &f->cfg, &o), 0);
   ck_assert_int_eq(kv_server_address(f->server, 0, f->uri, sizeof f->uri), 0);
   ck_assert_int_eq(kv_sync_connect(&f->client, f->group, f->uri, NULL), 0);
+}
+
+static void fixture_start(fixture *f) {
+  fixture_start_loops(f, th_suite_loops());
 }
 
 /* Clients first, then the loops (the server's channels close with them),
@@ -628,6 +651,375 @@ START_TEST(kv_connect_fails_without_server) {
 }
 END_TEST
 
+/* ---- RESP, over a plain blocking socket ---- */
+
+typedef struct resp_peer {
+  int fd;
+  size_t len, off; /* buffered bytes in buf, the next unread */
+  char buf[4096];
+} resp_peer;
+
+/* Connects to the fixture's RESP endpoint ("scheme://host:port"). Reads
+ * time out after 60 s: a reply that never comes fails the test. */
+static void peer_connect(resp_peer *p, fixture *f) {
+  char uri[WEFT_CONFIG_URI_MAX + 32], host[128];
+  ck_assert_int_eq(kv_server_address(f->server, 1, uri, sizeof uri), 0);
+  const char *hp = strstr(uri, "://");
+  hp = hp != NULL ? hp + 3 : uri;
+  const char *colon = strrchr(hp, ':');
+  ck_assert_ptr_nonnull(colon);
+  bool bracket = hp[0] == '[';
+  snprintf(host, sizeof host, "%.*s", (int)(colon - hp - 2 * bracket),
+           hp + bracket);
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+  ck_assert_int_eq(getaddrinfo(host, colon + 1, &hints, &ai), 0);
+  p->fd = socket(ai->ai_family, SOCK_STREAM, 0);
+  ck_assert_int_ge(p->fd, 0);
+  ck_assert_int_eq(connect(p->fd, ai->ai_addr, ai->ai_addrlen), 0);
+  freeaddrinfo(ai);
+  struct timeval tv = {.tv_sec = 60};
+  setsockopt(p->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  int one = 1;
+  setsockopt(p->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  p->len = p->off = 0;
+}
+
+static void peer_send(resp_peer *p, const void *bytes, size_t n) {
+  th_write_all(p->fd, bytes, n);
+}
+
+static void peer_send_str(resp_peer *p, const char *s) {
+  peer_send(p, s, strlen(s));
+}
+
+/* One command as an array of bulk strings, like redis-cli. */
+static void peer_command(resp_peer *p, size_t argc, const kv_arg *argv) {
+  char head[32];
+  snprintf(head, sizeof head, "*%zu\r\n", argc);
+  peer_send_str(p, head);
+  for (size_t i = 0; i < argc; i++) {
+    snprintf(head, sizeof head, "$%zu\r\n", argv[i].len);
+    peer_send_str(p, head);
+    peer_send(p, argv[i].ptr, argv[i].len);
+    peer_send_str(p, "\r\n");
+  }
+}
+
+/* The next byte, or -1 at the end of the stream (or a reset). */
+static int peer_byte(resp_peer *p) {
+  if (p->off == p->len) {
+    ssize_t n = recv(p->fd, p->buf, sizeof p->buf, 0);
+    ck_assert_msg(n >= 0 || errno == ECONNRESET, "recv: %s", strerror(errno));
+    if (n <= 0)
+      return -1;
+    p->len = (size_t)n;
+    p->off = 0;
+  }
+  return (unsigned char)p->buf[p->off++];
+}
+
+/* Reads exactly the bytes of `want` and asserts they are those. */
+static void peer_expect(resp_peer *p, const char *want) {
+  size_t n = strlen(want);
+  char *got = malloc(n + 1);
+  size_t i = 0;
+  for (int c; i < n && (c = peer_byte(p)) >= 0; i++)
+    got[i] = (char)c;
+  got[i] = '\0';
+  ck_assert_msg(i == n && memcmp(got, want, n) == 0,
+                "RESP reply: got '%s' (%zu bytes), want '%s'", got, i, want);
+  free(got);
+}
+
+/* Asserts the server closed the connection with nothing more to read. */
+static void peer_expect_eof(resp_peer *p) {
+  int c = peer_byte(p);
+  ck_assert_msg(c < 0, "expected the close, got byte 0x%02x", c);
+}
+
+/* Reads one line (up to CRLF, which is dropped) into `line`. */
+static void peer_line(resp_peer *p, char *line, size_t cap) {
+  size_t n = 0;
+  for (int c; (c = peer_byte(p)) >= 0;) {
+    if (c == '\n' && n > 0 && line[n - 1] == '\r') {
+      line[n - 1] = '\0';
+      return;
+    }
+    if (n + 1 == cap)
+      ck_abort_msg("a reply line longer than %zu bytes", cap);
+    line[n++] = (char)c;
+  }
+  ck_abort_msg("the connection closed in a reply line");
+}
+
+/* Reads a SCAN reply: the next cursor into `cursor`, returns the keys. */
+static size_t peer_scan_reply(resp_peer *p, char *cursor, size_t cap) {
+  char line[128];
+  peer_line(p, line, sizeof line);
+  ck_assert_msg(strcmp(line, "*2") == 0, "SCAN reply starts with '%s'", line);
+  peer_line(p, line, sizeof line);
+  ck_assert_int_eq(line[0], '$');
+  peer_line(p, cursor, cap);
+  peer_line(p, line, sizeof line);
+  ck_assert_int_eq(line[0], '*');
+  size_t keys = strtoul(line + 1, NULL, 10);
+  for (size_t i = 0; i < keys; i++) {
+    peer_line(p, line, sizeof line);
+    ck_assert_int_eq(line[0], '$');
+    /* Byte by byte without an assertion each (Check reports every one). */
+    size_t n = strtoul(line + 1, NULL, 10) + 2;
+    while (n > 0 && peer_byte(p) >= 0)
+      n--;
+    ck_assert_msg(n == 0, "the connection closed in a SCAN reply");
+  }
+  return keys;
+}
+
+static void peer_close(resp_peer *p) { close(p->fd); }
+
+/* Starts `f` and connects `p` to its RESP endpoint; false, with nothing
+ * started, on a transport that serves no RESP. */
+static bool resp_start(fixture *f, resp_peer *p) {
+  if (!resp_served())
+    return false;
+  fixture_start(f);
+  peer_connect(p, f);
+  return true;
+}
+
+/* An unknown command whose name holds CR, LF or other control bytes still
+ * gets its error (Redis' text, control bytes as spaces, the name cut at
+ * 128 bytes), so the replies that follow still match their commands. */
+START_TEST(kv_resp_every_command_answered_in_order) {
+  fixture f;
+  resp_peer p;
+  if (!resp_start(&f, &p))
+    return;
+  /* Pipelined: every command before any reply is read. */
+  peer_send_str(&p, "*2\r\n$9\r\nfoo\r\nbar!\r\n$3\r\na\nb\r\n"
+                    "*1\r\n$4\r\nPING\r\n");
+  kv_arg nul[] = {{"x\0y\x1b[31mz", 9}};
+  peer_command(&p, 1, nul);
+  static char long_name[300];
+  memset(long_name, 'n', sizeof long_name);
+  kv_arg longer[] = {{long_name, sizeof long_name}, {"arg", 3}};
+  peer_command(&p, 2, longer);
+  peer_send_str(&p, "*2\r\n$4\r\nECHO\r\n$2\r\nok\r\n");
+  peer_expect(&p, "-ERR unknown command 'foo  bar!', with args beginning "
+                  "with: 'a b' \r\n");
+  peer_expect(&p, "+PONG\r\n");
+  peer_expect(&p, "-ERR unknown command 'x y [31mz', with args beginning "
+                  "with: \r\n");
+  char want[400];
+  snprintf(want, sizeof want,
+           "-ERR unknown command '%.128s', with args beginning with: "
+           "'arg' \r\n",
+           long_name);
+  peer_expect(&p, want);
+  peer_expect(&p, "$2\r\nok\r\n");
+  peer_close(&p);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* A protocol error is answered with Redis' "-ERR Protocol error: ..."
+ * after the replies to the commands before it, then the server closes. */
+START_TEST(kv_resp_protocol_error_answered_then_closed) {
+  if (!resp_served())
+    return;
+  static const struct {
+    const char *wire, *reply;
+  } cases[] = {
+      {"*1\r\n$4\r\nPING\r\n*2\r\n$3\r\nGET\r\n:5\r\n",
+       "+PONG\r\n-ERR Protocol error: expected '$', got ':'\r\n"},
+      {"*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
+      {"*1\r\n$-3\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
+      {"*5000\r\n", "-ERR Protocol error: invalid multibulk length (5000 "
+                    "arguments, maximum 1024)\r\n"},
+  };
+  fixture f;
+  fixture_start(&f);
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    resp_peer p;
+    peer_connect(&p, &f);
+    peer_send_str(&p, cases[c].wire);
+    peer_expect(&p, cases[c].reply);
+    peer_expect_eof(&p);
+    peer_close(&p);
+  }
+  /* QUIT too answers before the close; what follows it is not run. */
+  resp_peer p;
+  peer_connect(&p, &f);
+  peer_send_str(&p, "PING\r\nQUIT\r\nSET after quit\r\n");
+  peer_expect(&p, "+PONG\r\n+OK\r\n");
+  peer_expect_eof(&p);
+  peer_close(&p);
+  ck_assert_int_eq(
+      kv_exists(kv_server_store(f.server), 1, &(kv_key){"after", 5}), 0);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* A value over [kv] max_value_bytes is refused as Redis refuses one over
+ * proto-max-bulk-len, naming the limit, before the close; the client sends
+ * it whole, as redis-cli would. */
+START_TEST(kv_resp_oversized_value_answered_then_closed) {
+  fixture f;
+  resp_peer p;
+  if (!resp_start(&f, &p))
+    return;
+  size_t big = (1u << 20) + 1; /* the default max_value_bytes + 1 */
+  char head[64];
+  snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%zu\r\n", big);
+  peer_send_str(&p, head);
+  /* The rest may meet a closed socket: ignore what send says. */
+  static char chunk[65536];
+  memset(chunk, 'v', sizeof chunk);
+  for (size_t sent = 0; sent < big;) {
+    size_t n = big - sent < sizeof chunk ? big - sent : sizeof chunk;
+    ssize_t w = send(p.fd, chunk, n, MSG_NOSIGNAL);
+    if (w <= 0)
+      break;
+    sent += (size_t)w;
+  }
+  char want[128];
+  snprintf(want, sizeof want,
+           "-ERR Protocol error: invalid bulk length (%zu bytes, maximum "
+           "%u)\r\n",
+           big, 1u << 20);
+  peer_expect(&p, want);
+  peer_expect_eof(&p);
+  peer_close(&p);
+  ck_assert_int_eq(kv_exists(kv_server_store(f.server), 1, &(kv_key){"k", 1}),
+                   0);
+  fixture_stop(&f);
+}
+END_TEST
+
+/* Milliseconds since `t0` (th_now_ms). */
+static uint64_t ms_since(uint64_t t0) { return th_now_ms() - t0; }
+
+/* PINGs on `p` until `stop`, recording the slowest answer. */
+typedef struct pinger {
+  resp_peer *p;
+  atomic_int stop, pings;
+  _Atomic uint64_t worst_ms;
+} pinger;
+
+static void *ping_loop(void *arg) {
+  pinger *g = arg;
+  while (!atomic_load(&g->stop)) {
+    uint64_t t0 = th_now_ms();
+    peer_send_str(g->p, "PING\r\n");
+    peer_expect(g->p, "+PONG\r\n");
+    uint64_t ms = ms_since(t0);
+    if (ms > atomic_load(&g->worst_ms))
+      atomic_store(&g->worst_ms, ms);
+    atomic_fetch_add(&g->pings, 1);
+    th_sleep_ms(1);
+  }
+  return NULL;
+}
+
+/* The slowest waits of one SCAN round (milliseconds). */
+typedef struct scan_times {
+  uint64_t huge, call, ping;
+} scan_times;
+
+/* One round on the fixture's two keys: SCAN with a 60 KB pattern (refused),
+ * then a whole iteration with the longest pattern allowed, while `g` PINGs
+ * on another connection. Checks the replies; returns the slowest waits. */
+static scan_times scan_round(resp_peer *scanner, pinger *g, char *pat) {
+  scan_times st = {0};
+  atomic_store(&g->worst_ms, 0);
+  /* COUNT 1000: the first call reaches both keys (64 stripes of 4 empty
+   * buckets come first). */
+  kv_arg huge[] = {{"SCAN", 4},      {"0", 1},     {"MATCH", 5},
+                   {pat, 60 * 1024}, {"COUNT", 5}, {"1000", 4}};
+  uint64_t t0 = th_now_ms();
+  peer_command(scanner, 6, huge);
+  char line[128];
+  peer_line(scanner, line, sizeof line);
+  st.huge = ms_since(t0);
+  ck_assert_msg(st.huge < 2000, "SCAN with a 60 KB pattern took %llu ms",
+                (unsigned long long)st.huge);
+  ck_assert_msg(strcmp(line, "-ERR MATCH pattern too long, must be at most "
+                             "1024 bytes") == 0,
+                "SCAN with a 60 KB pattern: got '%s'", line);
+  char cursor[32] = "0";
+  size_t found = 0, calls = 0;
+  do {
+    kv_arg at_limit[] = {{"SCAN", 4},  {cursor, strlen(cursor)},
+                         {"MATCH", 5}, {pat, 1024},
+                         {"COUNT", 5}, {"1000", 4}};
+    t0 = th_now_ms();
+    peer_command(scanner, 6, at_limit);
+    found += peer_scan_reply(scanner, cursor, 32);
+    if (ms_since(t0) > st.call)
+      st.call = ms_since(t0);
+    ck_assert_uint_lt(++calls, 1000);
+  } while (strcmp(cursor, "0") != 0);
+  ck_assert_uint_eq(found, 2);
+  st.ping = atomic_load(&g->worst_ms);
+  return st;
+}
+
+/* SCAN with a MATCH pattern built to make a matcher backtrack, over two
+ * keys of the longest length, with one loop serving both clients: neither
+ * the SCAN nor a PING on the other connection waits more than a few ms
+ * (the unbounded matcher held the loop for seconds). A 60 KB pattern is
+ * refused; one at the limit is matched in bounded calls that still find
+ * both keys. The bound is 200 ms, and a round over it is tried again (up
+ * to 5 in all) so a busy machine's scheduling delays do not fail it; over
+ * 2 s, which only unbounded work explains, fails at once. */
+START_TEST(kv_resp_scan_huge_pattern_bounded) {
+  if (!resp_served())
+    return;
+  fixture f;
+  fixture_start_loops(&f, 1);
+  static char key[64 * 1024], pat[60 * 1024];
+  memset(key, 'a', sizeof key);
+  for (int i = 0; i < 2; i++) {
+    key[0] = (char)('0' + i);
+    ck_assert_int_eq(
+        kv_set(kv_server_store(f.server), key, sizeof key, "v", 1, NULL), 1);
+  }
+  /* "*[a][a]...[a]baa..." (20000 classes): a backtracking matcher retries
+   * the star at every byte of a key and matches up to 20000 classes each
+   * time, seconds per key; its first 1024 bytes, "*[a]...[a]", match both
+   * keys. */
+  memset(pat, 'a', sizeof pat);
+  pat[0] = '*';
+  for (int i = 0; i < 20000; i++)
+    memcpy(pat + 1 + 3 * i, "[a]", 3);
+  pat[1 + 3 * 20000] = 'b';
+  resp_peer scanner, other;
+  peer_connect(&scanner, &f);
+  peer_connect(&other, &f);
+  pinger g = {.p = &other};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, ping_loop, &g), 0);
+  ASSERT_EVENTUALLY(atomic_load(&g.pings) > 0, 10000);
+  scan_times st;
+  for (int round = 0; round < 5; round++) {
+    st = scan_round(&scanner, &g, pat);
+    if (st.huge < 200 && st.call < 200 && st.ping < 200)
+      break;
+  }
+  atomic_store(&g.stop, 1);
+  pthread_join(t, NULL);
+  ck_assert_msg(st.huge < 200, "SCAN with a 60 KB pattern took %llu ms",
+                (unsigned long long)st.huge);
+  ck_assert_msg(st.call < 200, "a SCAN call took %llu ms",
+                (unsigned long long)st.call);
+  ck_assert_msg(st.ping < 200, "a PING on the same loop waited %llu ms",
+                (unsigned long long)st.ping);
+  peer_close(&scanner);
+  peer_close(&other);
+  fixture_stop(&f);
+}
+END_TEST
+
 /* ---- reply parsing, on the test thread's own pool ---- */
 
 static weft_pool *parse_pool;
@@ -712,7 +1104,10 @@ Suite *weft_test_suite(void) {
       kv_pipelined_calls_all_answered_from_other_thread,
       kv_pending_calls_fail_when_server_closes,
       kv_call_times_out_without_answer, kv_sync_call_refused_on_loop_thread,
-      kv_connect_fails_without_server, NULL);
+      kv_connect_fails_without_server, kv_resp_every_command_answered_in_order,
+      kv_resp_protocol_error_answered_then_closed,
+      kv_resp_oversized_value_answered_then_closed,
+      kv_resp_scan_huge_pattern_bounded, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

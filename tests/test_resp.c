@@ -110,21 +110,35 @@ START_TEST(resp_reply_encoders_write_resp2) {
 }
 END_TEST
 
-/* Each input must close the channel with its error, fed byte by byte,
- * without allocating above a limit. */
+/* Each input must close the channel with its error and Redis' reason
+ * text (the tail logs it), fed byte by byte, without allocating above a
+ * limit. */
 START_TEST(resp_refuses_malformed_and_oversized_input) {
   static const struct {
     const char *wire;
     int err;
+    const char *reason;
   } cases[] = {
-      {"*2\r\n$3\r\nGET\r\n:5\r\n", WEFT_EBADFRAME}, /* not a bulk */
-      {"*1\r\n*1\r\n", WEFT_EBADFRAME},              /* nested array */
-      {"*x\r\n", WEFT_EBADFRAME},                    /* bad count */
-      {"*1\r\n$-1\r\n", WEFT_EBADFRAME},             /* null argument */
-      {"*1\r\n$3\r\nabcXY", WEFT_EBADFRAME},         /* no \r\n after */
-      {"*12345678901234567890\r\n", WEFT_EBADFRAME}, /* absurd count */
-      {"*2000\r\n", WEFT_ETOOLONG},                  /* > max_args */
-      {"*1\r\n$999999999\r\n", WEFT_ETOOLONG},       /* > max_bulk */
+      {"*2\r\n$3\r\nGET\r\n:5\r\n", WEFT_EBADFRAME,
+       "Protocol error: expected '$', got ':'"}, /* not a bulk */
+      {"*1\r\n*1\r\n", WEFT_EBADFRAME,
+       "Protocol error: expected '$', got '*'"}, /* nested array */
+      {"*1\r\n\001", WEFT_EBADFRAME,
+       "Protocol error: expected '$', got ' '"}, /* control byte */
+      {"*x\r\n", WEFT_EBADFRAME, "Protocol error: invalid multibulk length"},
+      {"*1\r\n$-1\r\n", WEFT_EBADFRAME,
+       "Protocol error: invalid bulk length"}, /* null argument */
+      {"*1\r\n$1x\r\n", WEFT_EBADFRAME, "Protocol error: invalid bulk length"},
+      {"*1\r\n$3\r\nabcXY", WEFT_EBADFRAME,
+       "Protocol error: bulk string not followed by CRLF"},
+      {"*12345678901234567890\r\n", WEFT_EBADFRAME,
+       "Protocol error: invalid multibulk length"}, /* absurd count */
+      {"*2000\r\n", WEFT_ETOOLONG,
+       "Protocol error: invalid multibulk length (2000 arguments, maximum "
+       "1024)"},
+      {"*1\r\n$999999999\r\n", WEFT_ETOOLONG,
+       "Protocol error: invalid bulk length (999999999 bytes, maximum "
+       "524288)"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     weft_embedded *e;
@@ -137,12 +151,35 @@ START_TEST(resp_refuses_malformed_and_oversized_input) {
     weft_pool_stats_get(weft_embedded_pool(e), &after);
     ck_assert_msg(weft_embedded_exception(e, 0) == cases[c].err,
                   "case %zu: got %d", c, weft_embedded_exception(e, 0));
-    ck_assert_int_eq(th_log_count("resp decoder"), 1);
+    ck_assert_msg(th_log_count(cases[c].reason) == 1,
+                  "case %zu: want \"%s\" in the log:\n%s", c, cases[c].reason,
+                  th_log_text());
     ck_assert_uint_eq(after.unpooled, before.unpooled);
     ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
     ck_assert_ptr_null(weft_embedded_read_inbound(e));
     ck_assert_uint_eq(weft_embedded_free(e), 0);
   }
+}
+END_TEST
+
+/* Any text makes an error reply: control bytes become spaces, so a
+ * client's bytes quoted in an error can never break the stream. */
+START_TEST(resp_error_text_replaces_control_bytes) {
+  weft_pool *pool;
+  ck_assert_int_eq(weft_pool_new(&pool, NULL), 0);
+  weft_buf *b = weft_buf_alloc(pool, 64);
+  static const char text[] = "ERR 'a\r\nb\0c\x7f\tz\xc3\xa9'";
+  ck_assert_int_eq(weft_resp_write_error_text(b, text, sizeof text - 1), 0);
+  static const char want[] = "-ERR 'a  b c  z\xc3\xa9'\r\n";
+  ck_assert_uint_eq(weft_buf_readable(b), sizeof want - 1);
+  ck_assert_mem_eq(weft_buf_rptr(b), want, sizeof want - 1);
+  b->writer_index = b->capacity - 5;
+  ck_assert_int_eq(weft_resp_write_error_text(b, "ERR", 3), WEFT_ENOSPC);
+  ck_assert_uint_eq(b->writer_index, b->capacity - 5);
+  ck_assert_int_eq(weft_resp_write_error_text(b, "ER", 2), 0);
+  ck_assert_uint_eq(b->writer_index, b->capacity);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
 
@@ -154,6 +191,10 @@ START_TEST(resp_inline_longer_than_limit_closes_channel) {
   feed(e, "GET aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 34, FEED_BYTES, 0);
   th_log_capture_stop();
   ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
+  ck_assert_int_eq(
+      th_log_count("Protocol error: too big inline request (maximum 16 "
+                   "bytes)"),
+      1);
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
@@ -175,6 +216,7 @@ Suite *weft_test_suite(void) {
                resp_command_encoder_round_trips,
                resp_reply_encoders_write_resp2,
                resp_refuses_malformed_and_oversized_input,
+               resp_error_text_replaces_control_bytes,
                resp_inline_longer_than_limit_closes_channel,
                resp_partial_command_at_close_leaks_nothing, NULL);
   suite_add_tcase(s, tc);

@@ -81,7 +81,18 @@ void weft_resp_options_init(weft_resp_options *o);
  * limit, WEFT_EBADFRAME for malformed input (a bad prefix, a non-digit in a
  * count, a negative bulk length in a command, a missing "\r\n", a nested
  * array), reported with exception_caught; the channel's input is then
- * dropped. Returns 0, WEFT_EEXIST or WEFT_ENOMEM. Loop thread.
+ * dropped. The reason is Redis' text for the error, ready for a server to
+ * answer "-ERR <reason>" before it closes, as Redis does: "Protocol error:
+ * invalid multibulk length", "Protocol error: expected '$', got 'x'",
+ * "Protocol error: too big mbulk count string", "Protocol error: too big
+ * bulk count string", "Protocol error: invalid bulk length", "Protocol
+ * error: too big inline request"; a limit of these options appends itself
+ * ("Protocol error: invalid bulk length (2000000 bytes, maximum 524288)").
+ * Three have no Redis counterpart: "Protocol error: too big request
+ * (maximum N bytes)" (max_command), "Protocol error: too many arguments in
+ * inline request (maximum N)" (max_args) and "Protocol error: bulk string
+ * not followed by CRLF" (Redis skips the two bytes unread). Returns 0,
+ * WEFT_EEXIST or WEFT_ENOMEM. Loop thread.
  */
 int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_resp_options *opts);
@@ -94,6 +105,14 @@ int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
 int weft_resp_write_simple(weft_buf *b, const char *s);
 /** "-msg\r\n" (e.g. "ERR unknown command"). WEFT_EINVAL on '\r' / '\n'. */
 int weft_resp_write_error(weft_buf *b, const char *msg);
+/**
+ * "-text\r\n" for `len` bytes of text that may hold anything, such as an
+ * error quoting a client's input: CR, LF and the other ASCII control bytes
+ * (NUL included) are written as spaces, as Redis does in its error
+ * replies, so the text is never refused. Writes `len` + 3 bytes, or
+ * nothing and WEFT_ENOSPC when they do not fit; cap `len` to bound it.
+ */
+int weft_resp_write_error_text(weft_buf *b, const void *text, size_t len);
 /** ":v\r\n". */
 int weft_resp_write_integer(weft_buf *b, int64_t v);
 /** "$len\r\n<data>\r\n" (binary-safe). */

@@ -220,7 +220,9 @@ static void cmd_mset(const call *c) {
   c->ops->simple(c->w, "OK");
 }
 
-/* SCAN cursor [MATCH pattern] [COUNT count] */
+/* SCAN cursor [MATCH pattern] [COUNT count]: COUNT above KV_SCAN_COUNT_MAX
+ * is taken as that (a hint, as in Redis), a pattern longer than
+ * KV_SCAN_PATTERN_MAX is refused; kv_scan bounds the rest of the work. */
 static void cmd_scan(const call *c) {
   if (c->argc < 1)
     return wrong_arity(c);
@@ -238,6 +240,14 @@ static void cmd_scan(const call *c) {
     else if (!parse_i64(&c->argv[i + 1], &count) || count < 1)
       return c->ops->error(c->w, "ERR value is out of range, must be "
                                  "positive");
+  }
+  if (match != NULL && match->len > KV_SCAN_PATTERN_MAX) {
+    char msg[80];
+    snprintf(msg, sizeof msg,
+             "ERR MATCH pattern too long, must be at most %u "
+             "bytes",
+             KV_SCAN_PATTERN_MAX);
+    return c->ops->error(c->w, msg);
   }
   kv_scan_result res = {0};
   uint64_t next;
@@ -265,7 +275,8 @@ static void cmd_dbsize(const call *c) {
 }
 
 static void cmd_flushall(const call *c) {
-  /* FLUSHALL [ASYNC|SYNC]: both flush now. */
+  /* FLUSHALL [ASYNC|SYNC]: both flush now, and free a large store on the
+   * store's lazy-free thread (kv_flushall). */
   if (c->argc > 1 || (c->argc == 1 && !arg_is(&c->argv[0], "ASYNC") &&
                       !arg_is(&c->argv[0], "SYNC")))
     return c->ops->error(c->w, "ERR syntax error");

@@ -381,6 +381,194 @@ out:
 }
 
 /* ------------------------------------------------------------------------ */
+/* Glob matching (Redis' stringmatchlen syntax)                              */
+
+/* The pattern is compiled into a nondeterministic automaton whose states
+ * are "the first j elements matched" (j = 0 .. n; consecutive stars are
+ * one element) and run bit-parallel, one bit per state: every key byte
+ * costs one pass over ceil((n + 1) / 64) words, whatever the pattern, so
+ * the work is bytes x words and never backtracks (Redis' stringmatchlen
+ * recurses on every '*' and is exponential without its nesting cap). */
+typedef struct glob_nfa {
+  size_t n;          /* elements */
+  size_t words;      /* 64-bit words per state set: (n + 1 + 63) / 64 */
+  uint64_t *star;    /* words: bit j when element j is '*' */
+  uint64_t *state;   /* words: scratch for glob_exec */
+  uint64_t accept[]; /* 256 * words: bit j of row c when element j (not a
+                        star) matches byte c */
+} glob_nfa;
+
+/* A set of byte values, one bit each. */
+typedef struct byte_set {
+  uint64_t bits[4];
+} byte_set;
+
+/* Adds byte `c` to `s`. */
+static void set_add(byte_set *s, unsigned c) {
+  s->bits[c / 64] |= 1ull << (c % 64);
+}
+
+/* Adds the bytes `lo` to `hi` (inclusive) to `s`. */
+static void set_add_range(byte_set *s, unsigned lo, unsigned hi) {
+  for (unsigned c = lo; c <= hi; c++)
+    set_add(s, c);
+}
+
+/* The class after '[' at pat[i]: its bytes into `s`; returns the index past
+ * the closing ']' (an unterminated class ends with the pattern). Redis'
+ * rules: a leading '^' negates, "\x" is x, "a-z" a range either way round. */
+static size_t parse_class(const unsigned char *pat, size_t plen, size_t i,
+                          byte_set *s) {
+  bool neg = i < plen && pat[i] == '^';
+  if (neg)
+    i++;
+  while (i < plen && pat[i] != ']') {
+    if (pat[i] == '\\' && i + 1 < plen) {
+      set_add(s, pat[i + 1]);
+      i += 2;
+    } else if (i + 2 < plen && pat[i + 1] == '-') {
+      unsigned lo = pat[i], hi = pat[i + 2];
+      set_add_range(s, lo < hi ? lo : hi, lo < hi ? hi : lo);
+      i += 3;
+    } else {
+      set_add(s, pat[i]);
+      i++;
+    }
+  }
+  if (neg)
+    for (int w = 0; w < 4; w++)
+      s->bits[w] = ~s->bits[w];
+  return i < plen ? i + 1 : plen;
+}
+
+/* The element at pat[i]: returns the index past it and sets *star, or fills
+ * `s` (when not NULL) with the bytes it matches. A run of stars is one. */
+static size_t parse_element(const unsigned char *pat, size_t plen, size_t i,
+                            bool *star, byte_set *s) {
+  byte_set scratch;
+  if (s == NULL)
+    s = &scratch;
+  *s = (byte_set){{0}};
+  *star = pat[i] == '*';
+  if (*star) {
+    while (i < plen && pat[i] == '*')
+      i++;
+    return i;
+  }
+  switch (pat[i]) {
+  case '?':
+    *s = (byte_set){{~0ull, ~0ull, ~0ull, ~0ull}};
+    return i + 1;
+  case '[':
+    return parse_class(pat, plen, i + 1, s);
+  case '\\':
+    if (i + 1 < plen) {
+      set_add(s, pat[i + 1]);
+      return i + 2;
+    }
+    break; /* a trailing backslash is literal */
+  default:
+    break;
+  }
+  set_add(s, pat[i]);
+  return i + 1;
+}
+
+/* Compiles `pattern` into *out (the caller frees it with glob_free).
+ * Bounded work: one pass to count the elements, one to fill the rows, at
+ * most 256 bit sets per element. Returns 0 or WEFT_ENOMEM. */
+static int glob_compile(glob_nfa **out, const void *pattern, size_t plen) {
+  const unsigned char *pat = pattern;
+  size_t n = 0;
+  bool star;
+  for (size_t i = 0; i < plen; n++)
+    i = parse_element(pat, plen, i, &star, NULL);
+  size_t words = (n + 1 + 63) / 64;
+  if (words > (SIZE_MAX - sizeof(glob_nfa)) / (258 * sizeof(uint64_t)))
+    return WEFT_ENOMEM;
+  glob_nfa *g = calloc(1, sizeof(*g) + 258 * words * sizeof(uint64_t));
+  if (g == NULL)
+    return WEFT_ENOMEM;
+  g->n = n;
+  g->words = words;
+  g->star = g->accept + 256 * words;
+  g->state = g->star + words;
+  size_t j = 0;
+  for (size_t i = 0; i < plen; j++) {
+    byte_set s;
+    i = parse_element(pat, plen, i, &star, &s);
+    uint64_t bit = 1ull << (j % 64);
+    if (star) {
+      g->star[j / 64] |= bit;
+      continue;
+    }
+    for (unsigned c = 0; c < 256; c++)
+      if ((s.bits[c / 64] >> (c % 64)) & 1)
+        g->accept[c * words + j / 64] |= bit;
+  }
+  *out = g;
+  return 0;
+}
+
+/* Frees a compiled pattern; NULL is a no-op. */
+static void glob_free(glob_nfa *g) { free(g); }
+
+/* The work glob_exec does on a string of `slen` bytes, in the units of
+ * KV_SCAN_WORK_MAX: (bytes + 1) x words, at most. */
+static size_t glob_cost(const glob_nfa *g, size_t slen) {
+  return slen < SIZE_MAX / g->words ? (slen + 1) * g->words : SIZE_MAX;
+}
+
+/* True for a pattern of stars only: it matches every string. */
+static bool glob_matches_all(const glob_nfa *g) {
+  return g->n == 1 && (g->star[0] & 1);
+}
+
+/* Runs the automaton over `str`: true when the whole string matches. Uses
+ * g->state, so one compiled pattern serves one thread at a time. */
+static bool glob_exec(glob_nfa *g, const void *str, size_t slen) {
+  const unsigned char *s = str;
+  const uint64_t *star = g->star;
+  uint64_t *d = g->state;
+  size_t words = g->words, hi = 0; /* words above hi hold no state */
+  memset(d, 0, words * sizeof(*d));
+  d[0] = 1 | ((star[0] & 1) << 1); /* state 0, and 1 when element 0 is '*' */
+  for (size_t i = 0; i < slen; i++) {
+    const uint64_t *a = g->accept + (size_t)s[i] * words;
+    /* A byte moves a state up by one, its star closure by one more: at
+     * most two bits, so only the word above hi can gain any. */
+    size_t top = hi + 1 < words ? hi + 1 : hi;
+    uint64_t px = 0, pe = 0, any = 0; /* the word below's x and e */
+    for (size_t w = 0; w <= top; w++) {
+      uint64_t dw = d[w], sw = star[w];
+      uint64_t x = dw & a[w]; /* states whose element takes this byte */
+      uint64_t nd = (x << 1) | (px >> 63) | (dw & sw);
+      uint64_t e = nd & sw; /* a star may also match nothing */
+      nd |= (e << 1) | (pe >> 63);
+      px = x;
+      pe = e;
+      d[w] = nd;
+      any |= nd;
+    }
+    if (any == 0)
+      return false;
+    if (d[top] != 0)
+      hi = top;
+  }
+  return (d[g->n / 64] >> (g->n % 64)) & 1;
+}
+
+bool kv_glob_match(const void *pattern, size_t plen, const void *str,
+                   size_t slen) {
+  glob_nfa *g;
+  if (glob_compile(&g, pattern, plen) != 0)
+    return false;
+  bool m = glob_exec(g, str, slen);
+  glob_free(g);
+  return m;
+}
+
+/* ------------------------------------------------------------------------ */
 /* SCAN                                                                      */
 
 static uint64_t rev64(uint64_t v) {
@@ -426,23 +614,33 @@ static int result_push(kv_scan_result *res, const kv_entry *e) {
   return 0;
 }
 
-/* Copies the live keys of bucket `c` into `res`. */
+/* The work one key adds to a SCAN call (KV_SCAN_WORK_MAX's units): its
+ * bytes, times the pattern's words when there is one to match. */
+static size_t scan_cost(const glob_nfa *g, size_t klen) {
+  return g != NULL ? glob_cost(g, klen) : klen + 1;
+}
+
+/* Copies the live keys of bucket `c` into `res` and adds the work they cost
+ * (copy, then match against `g`, NULL for none) to *work. */
 static int scan_bucket(kv_store *s, kv_stripe *st, uint64_t c,
-                       kv_scan_result *res) {
-  for (kv_entry *e = st->table.buckets[c & st->table.mask]; e; e = e->next)
-    if (!kv__entry_expired(s, e) && result_push(res, e) != 0)
+                       kv_scan_result *res, const glob_nfa *g, size_t *work) {
+  for (kv_entry *e = st->table.buckets[c & st->table.mask]; e; e = e->next) {
+    if (kv__entry_expired(s, e))
+      continue;
+    if (result_push(res, e) != 0)
       return WEFT_ENOMEM;
+    *work += scan_cost(g, e->klen);
+  }
   return 0;
 }
 
-/* Drops the keys from index `from` on that do not match `pattern`. Runs
- * without a lock: a slow pattern never blocks other threads. */
-static void scan_filter(kv_scan_result *res, size_t from, const void *pattern,
-                        size_t plen) {
+/* Drops the keys from index `from` on that do not match `g`. Runs without
+ * a lock: matching never blocks other threads. */
+static void scan_filter(kv_scan_result *res, size_t from, glob_nfa *g) {
   size_t w = from;
   for (size_t i = from; i < res->n; i++) {
     kv_blob *k = res->keys[i];
-    if (kv_glob_match(pattern, plen, k->data, k->len))
+    if (glob_exec(g, k->data, k->len))
       res->keys[w++] = k;
     else
       kv_blob_release(k);
@@ -450,8 +648,31 @@ static void scan_filter(kv_scan_result *res, size_t from, const void *pattern,
   res->n = w;
 }
 
+/* The pattern compiled for one SCAN call: *out NULL when there is nothing
+ * to filter (no pattern, or only stars). Returns 0, WEFT_EMSGSIZE for a
+ * pattern longer than KV_SCAN_PATTERN_MAX, or WEFT_ENOMEM. */
+static int scan_pattern(const void *pattern, size_t plen, glob_nfa **out) {
+  *out = NULL;
+  if (pattern == NULL)
+    return 0;
+  if (plen > KV_SCAN_PATTERN_MAX)
+    return WEFT_EMSGSIZE;
+  int err = glob_compile(out, pattern, plen);
+  if (err == 0 && glob_matches_all(*out)) {
+    glob_free(*out);
+    *out = NULL;
+  }
+  return err;
+}
+
 int kv_scan(kv_store *s, uint64_t cursor, size_t count, const void *pattern,
             size_t plen, kv_scan_result *res, uint64_t *next) {
+  glob_nfa *g;
+  int err = scan_pattern(pattern, plen, &g);
+  if (err != 0) {
+    *next = cursor;
+    return err;
+  }
   /* The cursor's low bits name the stripe, the rest is that stripe's
    * bucket cursor (Redis 7's kvstore does the same over its dicts). The
    * bucket cursor never exceeds the table size, so the shift loses
@@ -460,116 +681,32 @@ int kv_scan(kv_store *s, uint64_t cursor, size_t count, const void *pattern,
   uint64_t c = s->stripe_bits ? cursor >> s->stripe_bits : cursor;
   if (count == 0)
     count = SCAN_COUNT_DEFAULT;
-  if (count > SIZE_MAX / 10)
-    count = SIZE_MAX / 10;
-  size_t from = res->n, visits = count * 10;
-  int err = 0;
+  if (count > KV_SCAN_COUNT_MAX)
+    count = KV_SCAN_COUNT_MAX;
+  /* Three bounds, each checked after a whole bucket (so every call makes
+   * progress): `count` keys, count * 10 buckets (Redis' rule for empty
+   * ones), and KV_SCAN_WORK_MAX of copying and matching. */
+  size_t from = res->n, visits = count * 10, work = 0;
   while (si < s->n_stripes && err == 0) {
     kv_stripe *st = &s->stripes[si];
     kv__stripe_lock(s, st);
     do {
-      err = scan_bucket(s, st, c, res);
+      err = scan_bucket(s, st, c, res, g, &work);
       if (err == 0)
         c = cursor_next(c, st->table.mask);
-    } while (err == 0 && c != 0 && res->n - from < count && --visits > 0);
+    } while (err == 0 && c != 0 && res->n - from < count && --visits > 0 &&
+             work < KV_SCAN_WORK_MAX);
     kv__stripe_unlock(s, st);
     if (err == 0 && c == 0)
       si++; /* this stripe is done; the next starts at bucket cursor 0 */
-    if (res->n - from >= count || visits == 0)
+    if (res->n - from >= count || visits == 0 || work >= KV_SCAN_WORK_MAX)
       break;
   }
   *next = si == s->n_stripes ? 0 : (c << s->stripe_bits) | si;
-  if (pattern)
-    scan_filter(res, from, pattern, plen);
+  if (g != NULL)
+    scan_filter(res, from, g);
+  glob_free(g);
   return err;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Glob matching (Redis' stringmatchlen syntax)                              */
-
-/* Matches `ch` against the class starting after '[' at pat[*p]; moves *p
- * past the closing ']' (an unterminated class ends with the pattern). */
-static bool class_match(const unsigned char *pat, size_t plen, size_t *p,
-                        unsigned char ch) {
-  size_t i = *p;
-  bool neg = i < plen && pat[i] == '^', match = false;
-  if (neg)
-    i++;
-  while (i < plen && pat[i] != ']') {
-    if (pat[i] == '\\' && i + 1 < plen) {
-      match |= pat[i + 1] == ch;
-      i += 2;
-    } else if (i + 2 < plen && pat[i + 1] == '-') {
-      unsigned char lo = pat[i], hi = pat[i + 2];
-      if (lo > hi) {
-        unsigned char t = lo;
-        lo = hi;
-        hi = t;
-      }
-      match |= ch >= lo && ch <= hi;
-      i += 3;
-    } else {
-      match |= pat[i] == ch;
-      i++;
-    }
-  }
-  *p = i < plen ? i + 1 : plen;
-  return match != neg;
-}
-
-/* One pattern element against one character: advances *p on a match. */
-static bool element_match(const unsigned char *pat, size_t plen, size_t *p,
-                          unsigned char ch) {
-  size_t i = *p;
-  switch (pat[i]) {
-  case '?':
-    *p = i + 1;
-    return true;
-  case '[':
-    *p = i + 1;
-    return class_match(pat, plen, p, ch);
-  case '\\':
-    if (i + 1 < plen) {
-      *p = i + 2;
-      return pat[i + 1] == ch;
-    }
-    break; /* a trailing backslash is literal */
-  default:
-    break;
-  }
-  *p = i + 1;
-  return pat[i] == ch;
-}
-
-bool kv_glob_match(const void *pattern, size_t plen, const void *str,
-                   size_t slen) {
-  const unsigned char *pat = pattern, *s = str;
-  /* Every element but '*' consumes exactly one character, so remembering
-   * only the last '*' and retrying it one character further is complete:
-   * O(plen * slen) at worst, never exponential. */
-  size_t p = 0, i = 0, star_p = SIZE_MAX, star_i = 0;
-  while (i < slen) {
-    if (p < plen && pat[p] == '*') {
-      while (p < plen && pat[p] == '*')
-        p++;
-      star_p = p;
-      star_i = i;
-      continue;
-    }
-    size_t np = p;
-    if (p < plen && element_match(pat, plen, &np, s[i])) {
-      p = np;
-      i++;
-      continue;
-    }
-    if (star_p == SIZE_MAX)
-      return false;
-    p = star_p;
-    i = ++star_i;
-  }
-  while (p < plen && pat[p] == '*')
-    p++;
-  return p == plen;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -18,6 +18,12 @@
   16384                  /* bulk values at least this large are sent           \
                             from the stored blob, not copied */
 #define EXPIRE_BUDGET 64 /* keys one expiry pass may look at */
+#define RESP_LINGER_NS                                                         \
+  (2 * 1000000000ull) /* a closing RESP connection waits this long for the     \
+                         peer to close (resp_linger) */
+#define UNKNOWN_TEXT_MAX                                                       \
+  128 /* bytes of an unknown command's name, and of its arguments, quoted      \
+         in the error (Redis' limits) */
 
 struct kv_server {
   weft_loop_group *group;
@@ -102,37 +108,66 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
 typedef struct resp_conn {
   kv_server *srv;
   weft_ctx *ctx;
-  weft_buf *out; /* replies not yet written down the pipeline */
+  weft_buf *out;     /* replies not yet written down the pipeline */
+  bool broken;       /* a reply could not be written whole: every later one
+                        would answer the wrong command, so nothing more is
+                        written and the channel closes */
+  bool closing;      /* QUIT, a protocol error or a broken reply: no more
+                        commands run; the channel closes once what was written
+                        is sent */
+  weft_timer linger; /* ends a lingering close (resp_linger) */
 } resp_conn;
 
+/* A reply write's result: on failure the connection is broken (see
+ * resp_conn) and closes after the command. */
+static void resp_check(resp_conn *c, int rc) {
+  if (rc >= 0 || c->broken)
+    return;
+  c->broken = true;
+  weft_log(WEFT_LOG_WARN, "kv: RESP channel %llu: cannot write a reply: %s",
+           (unsigned long long)weft_channel_id(weft_ctx_channel(c->ctx)),
+           weft_strerror(rc));
+}
+
 /* Makes room for `n` bytes: the current buffer goes down the pipeline when
- * full (written, flushed at channel_read_complete). */
+ * full (written, flushed at channel_read_complete). NULL once broken or out
+ * of memory (which breaks the connection). */
 static weft_buf *resp_room(resp_conn *c, size_t n) {
+  if (c->broken)
+    return NULL;
   if (c->out != NULL && weft_buf_writable(c->out) >= n)
     return c->out;
   if (c->out != NULL)
     weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
   weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
   c->out = weft_buf_alloc(pool, n > RESP_CHUNK ? n : RESP_CHUNK);
+  if (c->out == NULL)
+    resp_check(c, WEFT_ENOMEM);
   return c->out;
 }
 
 static void resp_simple(void *w, const char *s) {
   weft_buf *b = resp_room(w, strlen(s) + 3);
   if (b != NULL)
-    weft_resp_write_simple(b, s);
+    resp_check(w, weft_resp_write_simple(b, s));
+}
+
+/* An error reply of `len` bytes of any text: control bytes become spaces
+ * (weft_resp_write_error_text), so no text can make a reply go missing. */
+static void resp_error_text(resp_conn *c, const void *text, size_t len) {
+  weft_buf *b = resp_room(c, len + 3);
+  if (b != NULL)
+    resp_check(c, weft_resp_write_error_text(b, text, len));
 }
 
 static void resp_error(void *w, const char *msg) {
-  weft_buf *b = resp_room(w, strlen(msg) + 3);
-  if (b != NULL)
-    weft_resp_write_error(b, msg);
+  resp_error_text(w, msg, strlen(msg));
 }
 
 static void resp_integer(void *w, int64_t v) {
   weft_buf *b = resp_room(w, 24);
   if (b != NULL)
-    weft_resp_write_integer(b, v);
+    resp_check(w, weft_resp_write_integer(b, v));
 }
 
 static void free_blob(void *base, size_t capacity, void *arg) {
@@ -156,11 +191,12 @@ static void resp_bulk_zero_copy(resp_conn *c, const void *data, size_t len,
                               kv_blob_retain(blob));
   if (v == NULL) {
     kv_blob_release(blob);
+    resp_check(c, WEFT_ENOMEM); /* the header went out without its value */
     return;
   }
   weft_ctx_write(c->ctx, v, WEFT_PROMISE_NONE);
   if ((b = resp_room(c, 2)) != NULL)
-    weft_buf_write_bytes(b, "\r\n", 2);
+    resp_check(c, weft_buf_write_bytes(b, "\r\n", 2));
 }
 
 static void resp_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
@@ -169,23 +205,82 @@ static void resp_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
     return resp_bulk_zero_copy(c, data, len, blob);
   weft_buf *b = resp_room(c, weft_resp_bulk_size(len));
   if (b != NULL)
-    weft_resp_write_bulk(b, data, len);
+    resp_check(c, weft_resp_write_bulk(b, data, len));
 }
 
 static void resp_null(void *w) {
   weft_buf *b = resp_room(w, 5);
   if (b != NULL)
-    weft_resp_write_null(b);
+    resp_check(w, weft_resp_write_null(b));
 }
 
 static void resp_array(void *w, size_t n) {
   weft_buf *b = resp_room(w, 24);
   if (b != NULL)
-    weft_resp_write_array(b, n);
+    resp_check(w, weft_resp_write_array(b, n));
 }
 
 static const kv_reply_ops resp_ops = {resp_simple, resp_error, resp_integer,
                                       resp_bulk,   resp_null,  resp_array};
+
+/* The end of a lingering close (resp_linger): the peer did not close in
+ * time. */
+static void resp_linger_end(void *arg) {
+  resp_conn *c = arg;
+  weft_channel_close(weft_ctx_channel(c->ctx), WEFT_PROMISE_NONE);
+}
+
+/* The promise of a lingering close's half-close: the channel (a reference
+ * taken for it) closes at once if the half-close failed. */
+static void resp_shut(void *arg, int status) {
+  weft_channel *ch = arg;
+  if (status < 0)
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+  weft_channel_release(ch);
+}
+
+/* The promise of a closing connection's last write: the replies are with
+ * the kernel. Closing now would reset the connection if the peer is still
+ * sending (the rest of an oversized value: redis-cli then reports the
+ * reset, not the error), so this half-closes (FIN after the replies) and
+ * goes on reading, dropping what comes, until the peer closes, which
+ * closes the channel, or RESP_LINGER_NS pass. */
+static void resp_linger(void *arg, int status) {
+  resp_conn *c = arg; /* alive: a write's promise completes before close
+                         removes the handler */
+  weft_channel *ch = weft_ctx_channel(c->ctx);
+  if (!weft_channel_is_active(ch))
+    return; /* closing already */
+  if (status < 0 ||
+      weft_timer_start(&c->linger, RESP_LINGER_NS, 0, resp_linger_end, c) < 0) {
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
+  weft_channel_shutdown_output(
+      ch, (weft_promise){resp_shut, weft_channel_retain(ch)});
+}
+
+/* Stops running commands and closes the channel once the replies written
+ * so far are sent (resp_linger): the last buffer (allocated empty if need
+ * be; the transports complete an empty write in order) carries the
+ * promise. Only without memory for that buffer does it close at once. */
+static void resp_close_after_sent(resp_conn *c) {
+  if (c->closing)
+    return;
+  c->closing = true;
+  weft_channel *ch = weft_ctx_channel(c->ctx);
+  weft_buf *last = c->out;
+  c->out = NULL;
+  if (last == NULL)
+    last = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), 1);
+  if (last == NULL) {
+    weft_ctx_flush(c->ctx);
+    weft_ctx_close(c->ctx, WEFT_PROMISE_NONE);
+    return;
+  }
+  weft_ctx_write(c->ctx, last, (weft_promise){resp_linger, c});
+  weft_ctx_flush(c->ctx);
+}
 
 /* ---- RESP: commands only Redis clients send ---- */
 
@@ -221,24 +316,49 @@ static bool resp_builtin(resp_conn *c, const weft_resp_cmd *cmd) {
     resp_simple(c, "OK");
   } else if (weft_resp_arg_equals(cmd, 0, "QUIT")) {
     resp_simple(c, "OK");
-    weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
-    c->out = NULL;
-    weft_ctx_flush(c->ctx);
-    weft_ctx_close(c->ctx, WEFT_PROMISE_NONE);
+    resp_close_after_sent(c);
   } else {
     return false;
   }
   return true;
 }
 
-static void resp_unknown(resp_conn *c, const weft_resp_cmd *cmd) {
-  char msg[128];
-  int n = (int)(cmd->argv[0].len > 40 ? 40 : cmd->argv[0].len);
-  snprintf(msg, sizeof msg, "ERR unknown command '%.*s'", n,
-           (const char *)cmd->argv[0].ptr);
-  resp_error(c, msg);
+/* Appends at most `max` bytes of `src` to the `cap`-byte `dst` holding
+ * `*n`; returns the bytes appended. */
+static size_t append_capped(char *dst, size_t cap, size_t *n, const void *src,
+                            size_t len, size_t max) {
+  size_t k = len < max ? len : max;
+  if (k > cap - *n)
+    k = cap - *n;
+  memcpy(dst + *n, src, k);
+  *n += k;
+  return k;
 }
 
+/* Redis' reply to an unknown command: "ERR unknown command '<name>', with
+ * args beginning with: '<arg>' ..." with the name cut at 128 bytes and the
+ * arguments at 128 in all; control bytes become spaces when written. */
+static void resp_unknown(resp_conn *c, const weft_resp_cmd *cmd) {
+  static const char head[] = "ERR unknown command '",
+                    mid[] = "', with args beginning with: ";
+  char msg[sizeof head + sizeof mid + 2 * UNKNOWN_TEXT_MAX + 8];
+  size_t n = 0, args = 0;
+  append_capped(msg, sizeof msg, &n, head, sizeof head - 1, SIZE_MAX);
+  append_capped(msg, sizeof msg, &n, cmd->argv[0].ptr, cmd->argv[0].len,
+                UNKNOWN_TEXT_MAX);
+  append_capped(msg, sizeof msg, &n, mid, sizeof mid - 1, SIZE_MAX);
+  for (size_t i = 1; i < cmd->argc && args < UNKNOWN_TEXT_MAX; i++) {
+    size_t room = UNKNOWN_TEXT_MAX - args; /* as Redis: '%.*s' with this */
+    args += append_capped(msg, sizeof msg, &n, "'", 1, 1);
+    args += append_capped(msg, sizeof msg, &n, cmd->argv[i].ptr,
+                          cmd->argv[i].len, room);
+    args += append_capped(msg, sizeof msg, &n, "' ", 2, 2);
+  }
+  resp_error_text(c, msg, n);
+}
+
+/* Runs one command, unless the connection is closing; a reply that could
+ * not be written closes it. */
 static void resp_read(weft_ctx *ctx, void *msg) {
   resp_conn *c = weft_ctx_state(ctx);
   if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
@@ -246,10 +366,14 @@ static void resp_read(weft_ctx *ctx, void *msg) {
     return;
   }
   weft_resp_cmd *cmd = msg;
+  if (c->closing) {
+    weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
+    return;
+  }
   int id = kv_cmd_from_name(cmd->argv[0].ptr, cmd->argv[0].len);
   if (id != 0) {
     kv_arg argv[MAX_ARGS];
-    size_t argc = cmd->argc - 1;
+    size_t argc = cmd->argc - 1; /* < MAX_ARGS: the decoder's max_args */
     for (size_t i = 0; i < argc; i++)
       argv[i] = (kv_arg){cmd->argv[i + 1].ptr, cmd->argv[i + 1].len};
     kv_exec(&c->srv->env, id, argc, argv, &resp_ops, c);
@@ -257,6 +381,28 @@ static void resp_read(weft_ctx *ctx, void *msg) {
     resp_unknown(c, cmd);
   }
   weft_resp_cmd_release(cmd);
+  if (c->broken)
+    resp_close_after_sent(c);
+}
+
+/* A protocol error (the decoder's WEFT_EBADFRAME or WEFT_ETOOLONG) is
+ * answered as Redis does, "-ERR Protocol error: ...", after the replies to
+ * the commands before it; the channel closes once that is sent. Other
+ * errors go on to the tail, which logs them and closes. */
+static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (err != WEFT_EBADFRAME && err != WEFT_ETOOLONG) {
+    weft_ctx_fire_exception_caught(ctx, err, reason);
+    return;
+  }
+  if (c->closing)
+    return;
+  weft_log(WEFT_LOG_INFO, "kv: RESP channel %llu: %s; closing",
+           (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)), reason);
+  char msg[256];
+  int n = snprintf(msg, sizeof msg, "ERR %s", reason);
+  resp_error_text(c, msg, n < (int)sizeof msg ? (size_t)n : sizeof msg - 1);
+  resp_close_after_sent(c);
 }
 
 /* One flush per batch of commands read together (pipelining). */
@@ -271,6 +417,7 @@ static void resp_read_complete(weft_ctx *ctx) {
 
 static void resp_removed(weft_ctx *ctx) {
   resp_conn *c = weft_ctx_state(ctx);
+  weft_timer_stop(&c->linger);
   weft_buf_release(c->out);
   free(c);
 }
@@ -279,19 +426,23 @@ static const weft_handler resp_handler = {.name = "kv-resp",
                                           .channel_read = resp_read,
                                           .channel_read_complete =
                                               resp_read_complete,
+                                          .exception_caught = resp_exception,
                                           .handler_removed = resp_removed};
 
 static void resp_init(weft_channel *ch, void *arg) {
   kv_server *srv = arg;
   weft_pipeline *p = weft_channel_pipeline(ch);
   resp_conn *c = calloc(1, sizeof *c);
+  if (c != NULL) {
+    c->srv = srv;
+    weft_timer_init(weft_channel_loop(ch), &c->linger);
+  }
   if (c == NULL || weft_resp_decoder_add_last(p, "resp", &srv->resp_opts) < 0 ||
       weft_pipeline_add_last(p, "kv", &resp_handler, c) < 0) {
     free(c);
     weft_channel_close(ch, WEFT_PROMISE_NONE);
     return;
   }
-  c->srv = srv;
   c->ctx = weft_pipeline_context(p, "kv");
 }
 
@@ -434,6 +585,7 @@ static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
 
 static void setup_codecs(kv_server *srv) {
   weft_resp_options_init(&srv->resp_opts);
+  srv->resp_opts.max_args = MAX_ARGS; /* resp_read's argv has room */
   /* A SET of the largest value must fit, with room for the key. */
   srv->resp_opts.max_bulk = srv->opts.max_value_bytes;
   srv->resp_opts.max_command = srv->opts.max_value_bytes + 128 * 1024;

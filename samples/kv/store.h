@@ -97,7 +97,8 @@ int kv_store_new(kv_store **out, const kv_store_options *opts);
 
 /**
  * Frees the store, every key, and the store's reference to every value
- * (blobs still referenced by callers stay valid until they release them).
+ * (blobs still referenced by callers stay valid until they release them),
+ * after the lazy-free thread (kv_flushall) has freed what it was given.
  * No other call on the store may run concurrently or follow. NULL is a
  * no-op.
  */
@@ -251,11 +252,23 @@ typedef struct kv_scan_result {
 /** Releases every key of `res` and its array; leaves it empty. */
 void kv_scan_result_clear(kv_scan_result *res);
 
+/** SCAN's bounds (kv_scan): the most keys one call examines (a larger
+ *  COUNT is taken as this), the longest MATCH pattern in bytes, and the
+ *  copying and matching one call may do before it returns, in units of one
+ *  key byte times the pattern's 64-bit state words (ceil((elements + 1) /
+ *  64); 1 without a pattern). */
+#define KV_SCAN_COUNT_MAX 1000u
+#define KV_SCAN_PATTERN_MAX 1024u
+#define KV_SCAN_WORK_MAX (1u << 20)
+
 /**
  * SCAN: continues the iteration at `cursor` (0 starts one) and appends to
- * `res` the keys of the next buckets, stopping after about `count` keys
- * (a hint, 0 means 10) or `count` * 10 empty buckets. With `pattern` (NULL
- * for none; `plen` bytes, Redis glob: * ? [abc] [^a] [a-z] \x) only matching
+ * `res` the keys of the next buckets, stopping after a whole bucket once it
+ * has about `count` keys (a hint: 0 means 10, above KV_SCAN_COUNT_MAX means
+ * KV_SCAN_COUNT_MAX), has visited `count` * 10 buckets, or has done
+ * KV_SCAN_WORK_MAX of work, so a call's time is bounded whatever the keys
+ * and the pattern. With `pattern` (NULL for none; `plen` bytes, at most
+ * KV_SCAN_PATTERN_MAX, Redis glob: * ? [abc] [^a] [a-z] \x) only matching
  * keys are kept; the filtering happens after the stripe lock is dropped,
  * so like Redis a call may return no keys without having finished. Stores
  * the next cursor in `*next`: 0 when the iteration is complete.
@@ -265,16 +278,21 @@ void kv_scan_result_clear(kv_scan_result *res);
  * at least once, even if tables grow or shrink in between; a key may be
  * returned more than once; keys added or removed during the iteration may or
  * may not appear. Expired keys are not returned. Any cursor value is
- * accepted. Returns 0, or WEFT_ENOMEM (the keys appended so far stay in
- * `res`; retry with the same cursor). Any thread; one stripe lock at a time.
+ * accepted. Returns 0, WEFT_EMSGSIZE (pattern too long: nothing done,
+ * `*next` = `cursor`) or WEFT_ENOMEM (the keys appended so far stay in
+ * `res`; retry with the same cursor). Any thread; one stripe lock at a
+ * time.
  */
 int kv_scan(kv_store *store, uint64_t cursor, size_t count, const void *pattern,
             size_t plen, kv_scan_result *res, uint64_t *next);
 
 /**
  * True if `str` matches the Redis glob `pattern` (* ? [...] and \ escapes;
- * binary safe). Linear-time backtracking: no pattern can make it explode.
- * Any thread.
+ * binary safe). Never backtracks: the pattern becomes an automaton run
+ * bit-parallel, (slen + 1) x ceil((elements + 1) / 64) word steps at most
+ * (elements: the pattern's bytes, less escapes, classes and repeated
+ * stars). False also when out of memory (the automaton takes 2 KiB per 64
+ * elements). Any thread.
  */
 bool kv_glob_match(const void *pattern, size_t plen, const void *str,
                    size_t slen);
@@ -288,9 +306,13 @@ uint64_t kv_dbsize(kv_store *store);
 
 /**
  * FLUSHALL: deletes every key atomically. The entries are freed (and the
- * store's value references released) after the locks are dropped. Counters
- * other than keys and memory stay. Returns 0 or WEFT_ENOMEM (the store is
- * unchanged then). Any thread.
+ * store's value references released) after the locks are dropped: by the
+ * caller for a few thousand keys, else by the store's lazy-free thread
+ * (one per store, started by the first such flush and joined by
+ * kv_store_free, as Redis' FLUSHALL ASYNC), so the call takes about the
+ * same time whatever the store holds. Counters other than keys and memory
+ * stay. Returns 0 or WEFT_ENOMEM (the store is unchanged then). Any
+ * thread.
  */
 int kv_flushall(kv_store *store);
 

@@ -70,6 +70,14 @@ struct kv_store {
   kv_clock_fn clock;
   void *clock_arg;
   _Atomic unsigned expire_next; /* stripe where active expiry resumes */
+  /* FLUSHALL's lazy freeing (table.c): what a flush of many keys detached
+   * is freed by one background thread per store, started at the first
+   * such flush and joined by kv_store_free, as Redis' lazyfree does. */
+  pthread_mutex_t lazy_lock;
+  pthread_cond_t lazy_cond;
+  struct kv_flush_job *lazy_jobs; /* waiting, under lazy_lock */
+  bool lazy_started, lazy_stop;
+  pthread_t lazy_thread;
 };
 
 /* A command's deferred frees: entries deleted under a lock. */

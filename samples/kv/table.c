@@ -17,6 +17,9 @@
 #include <weft/error.h>
 
 #define TABLE_MIN_SIZE 4u
+#define FLUSH_INLINE_MAX                                                       \
+  4096u /* keys FLUSHALL frees on the caller's thread (a fraction of a         \
+           millisecond); more go to the store's lazy-free thread */
 
 /* ------------------------------------------------------------------------ */
 /* Hashing: SipHash-1-3 (Redis' choice for the same reason: keys come from  */
@@ -314,6 +317,8 @@ int kv_store_new(kv_store **out, const kv_store_options *opts) {
     if (err != 0)
       goto failed_stripe_init;
   }
+  pthread_mutex_init(&s->lazy_lock, NULL);
+  pthread_cond_init(&s->lazy_cond, NULL);
   *out = s;
   return 0;
 
@@ -326,9 +331,24 @@ failed_stripes_alloc:
   return err;
 }
 
+/* Stops the lazy-free thread, if it ever started, once it has freed every
+ * flush handed to it. */
+static void lazy_stop(kv_store *s) {
+  pthread_mutex_lock(&s->lazy_lock);
+  bool started = s->lazy_started;
+  s->lazy_stop = true;
+  pthread_cond_signal(&s->lazy_cond);
+  pthread_mutex_unlock(&s->lazy_lock);
+  if (started)
+    pthread_join(s->lazy_thread, NULL);
+  pthread_cond_destroy(&s->lazy_cond);
+  pthread_mutex_destroy(&s->lazy_lock);
+}
+
 void kv_store_free(kv_store *store) {
   if (store == NULL)
     return;
+  lazy_stop(store);
   for (unsigned i = 0; i < store->n_stripes; i++)
     stripe_fini(&store->stripes[i], store->single_thread);
   free(store->stripes);
@@ -345,9 +365,10 @@ uint64_t kv_dbsize(kv_store *s) {
   return n;
 }
 
-/* Frees what FLUSHALL detached from one stripe. */
+/* Frees what FLUSHALL detached from one stripe (nothing if the table was
+ * never filled in). */
 static void detached_free(kv_table *t, kv_entry **expires) {
-  for (uint64_t i = 0; i <= t->mask; i++) {
+  for (uint64_t i = 0; t->buckets != NULL && i <= t->mask; i++) {
     kv_entry *e = t->buckets[i];
     while (e) {
       kv_entry *next = e->next;
@@ -359,24 +380,104 @@ static void detached_free(kv_table *t, kv_entry **expires) {
   free(expires);
 }
 
+/* What one FLUSHALL detached: every stripe's old table and TTL array. */
+typedef struct kv_flush_job {
+  struct kv_flush_job *next;
+  unsigned n;          /* stripes */
+  kv_table *tables;    /* n old tables */
+  kv_entry ***expires; /* n old TTL arrays */
+} kv_flush_job;
+
+/* Allocates a job for `n` stripes, tables and arrays zeroed; NULL when out
+ * of memory. */
+static kv_flush_job *flush_job_new(unsigned n) {
+  kv_flush_job *j = calloc(1, sizeof(*j));
+  if (j == NULL)
+    return NULL;
+  j->n = n;
+  j->tables = calloc(n, sizeof(*j->tables));
+  j->expires = calloc(n, sizeof(*j->expires));
+  if (j->tables == NULL || j->expires == NULL) {
+    free(j->tables);
+    free(j->expires);
+    free(j);
+    return NULL;
+  }
+  return j;
+}
+
+/* Frees a job and everything it holds. */
+static void flush_job_free(kv_flush_job *j) {
+  for (unsigned i = 0; i < j->n; i++)
+    detached_free(&j->tables[i], j->expires[i]);
+  free(j->tables);
+  free(j->expires);
+  free(j);
+}
+
+/* The lazy-free thread: frees the jobs handed to it until kv_store_free
+ * asks it to stop and none is left. */
+static void *lazy_main(void *arg) {
+  kv_store *s = arg;
+  pthread_mutex_lock(&s->lazy_lock);
+  for (;;) {
+    kv_flush_job *j = s->lazy_jobs;
+    if (j == NULL && s->lazy_stop)
+      break;
+    if (j == NULL) {
+      pthread_cond_wait(&s->lazy_cond, &s->lazy_lock);
+      continue;
+    }
+    s->lazy_jobs = j->next;
+    pthread_mutex_unlock(&s->lazy_lock);
+    flush_job_free(j);
+    pthread_mutex_lock(&s->lazy_lock);
+  }
+  pthread_mutex_unlock(&s->lazy_lock);
+  return NULL;
+}
+
+/* Frees a flush of `keys` keys: here when they are few, else on the
+ * store's lazy-free thread (started now if need be), so a FLUSHALL of
+ * millions of keys does not hold the caller's loop for the seconds the
+ * frees take. Here too when the thread cannot start. */
+static void flush_job_dispose(kv_store *s, kv_flush_job *j, uint64_t keys) {
+  if (keys > FLUSH_INLINE_MAX) {
+    pthread_mutex_lock(&s->lazy_lock);
+    if (!s->lazy_started && !s->lazy_stop &&
+        pthread_create(&s->lazy_thread, NULL, lazy_main, s) == 0)
+      s->lazy_started = true;
+    if (s->lazy_started) {
+      j->next = s->lazy_jobs;
+      s->lazy_jobs = j;
+      pthread_cond_signal(&s->lazy_cond);
+      pthread_mutex_unlock(&s->lazy_lock);
+      return;
+    }
+    pthread_mutex_unlock(&s->lazy_lock);
+  }
+  flush_job_free(j);
+}
+
 int kv_flushall(kv_store *s) {
   unsigned n = s->n_stripes, i;
   kv_table *fresh = calloc(n, sizeof(*fresh));
-  kv_entry ***old_exp = calloc(n, sizeof(*old_exp));
+  kv_flush_job *j = flush_job_new(n);
   int err = WEFT_ENOMEM;
-  if (fresh == NULL || old_exp == NULL)
+  if (fresh == NULL || j == NULL)
     goto failed_alloc;
   for (i = 0; i < n; i++)
     if (table_init(&fresh[i], TABLE_MIN_SIZE) != 0)
       goto failed_tables;
+  uint64_t keys = 0;
   for (i = 0; i < n; i++) /* all stripes, in order: atomic */
     kv__stripe_lock(s, &s->stripes[i]);
   for (i = 0; i < n; i++) {
     kv_stripe *st = &s->stripes[i];
-    kv_table t = st->table;
+    j->tables[i] = st->table; /* the old table, freed below */
+    keys += st->table.used;
     st->table = fresh[i];
-    fresh[i] = t; /* the old table, freed below */
-    old_exp[i] = st->expires;
+    j->expires[i] = st->expires;
     st->expires = NULL;
     st->n_expires = st->cap_expires = 0;
     atomic_store_explicit(&st->keys, 0, memory_order_relaxed);
@@ -385,10 +486,8 @@ int kv_flushall(kv_store *s) {
   }
   for (i = n; i-- > 0;)
     kv__stripe_unlock(s, &s->stripes[i]);
-  for (i = 0; i < n; i++)
-    detached_free(&fresh[i], old_exp[i]);
   free(fresh);
-  free(old_exp);
+  flush_job_dispose(s, j, keys);
   return 0;
 
 failed_tables:
@@ -396,7 +495,8 @@ failed_tables:
     free(fresh[i].buckets);
 failed_alloc:
   free(fresh);
-  free(old_exp);
+  if (j != NULL)
+    flush_job_free(j);
   return err;
 }
 
