@@ -56,8 +56,7 @@ typedef struct fixture {
 
 /* RESP runs on the stream transports only. */
 static bool resp_served(void) {
-  return strcmp(th_transport_name(), "tcp") == 0 ||
-         strcmp(th_transport_name(), "uring") == 0;
+  return weft_transport_speaks_tcp(th_transport_name());
 }
 
 static void group_start_loops(fixture *f, int loops) {
@@ -1091,6 +1090,29 @@ START_TEST(kv_reply_dup_copies_tree) {
 }
 END_TEST
 
+/* The Redis protocol needs TCP on the wire: on a message transport the
+ * RESP listener is refused at start, with the setting named. */
+START_TEST(kv_resp_listener_refused_on_message_transport) {
+  TH_SKIP_UNLESS(!resp_served());
+  fixture f;
+  memset(&f, 0, sizeof f);
+  group_start_loops(&f, 1);
+  kv_server_options o;
+  kv_server_options_init(&o);
+  snprintf(o.rpc_listen, sizeof o.rpc_listen, "%s:0", th_test_host());
+  snprintf(o.resp_listen, sizeof o.resp_listen, "%s:0", th_test_host());
+  th_log_capture_start();
+  kv_server *srv = NULL;
+  ck_assert_int_eq(kv_server_bind(&srv, f.group, &f.cfg, &o), WEFT_ENOTSUP);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count("needs a transport that is TCP on the wire"),
+                   1);
+  weft_loop_group_stop(f.group);
+  ck_assert_int_eq(weft_loop_group_join(f.group), 0);
+  weft_loop_group_free(f.group);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("kv");
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
@@ -1107,7 +1129,8 @@ Suite *weft_test_suite(void) {
       kv_connect_fails_without_server, kv_resp_every_command_answered_in_order,
       kv_resp_protocol_error_answered_then_closed,
       kv_resp_oversized_value_answered_then_closed,
-      kv_resp_scan_huge_pattern_bounded, NULL);
+      kv_resp_scan_huge_pattern_bounded,
+      kv_resp_listener_refused_on_message_transport, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -198,6 +198,11 @@ bool weft_transport_available(const char *name, char *why, size_t why_len) {
   return weft_transport_find(name, why, why_len) != NULL;
 }
 
+bool weft_transport_speaks_tcp(const char *name) {
+  const weft_transport_ops *ops = weft_transport_find(name, NULL, 0);
+  return ops != NULL && (ops->caps & WEFT_TRANSPORT_CAP_TCP) != 0;
+}
+
 /* ---- settings ---- */
 
 static const weft_transport_key *find_key(const weft_transport_ops *ops,

@@ -106,6 +106,14 @@ int weft_sockaddr_format(const struct sockaddr *sa, char *buf, size_t len);
  */
 bool weft_transport_available(const char *name, char *why, size_t why_len);
 
+/**
+ * True if the transport `name` is available here and is TCP on the wire
+ * (tcp, uring): clients that speak plain TCP, such as redis-cli or curl,
+ * can connect to its listeners. False for message transports (ucx, verbs)
+ * and for unknown or unavailable names. Any thread.
+ */
+bool weft_transport_speaks_tcp(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

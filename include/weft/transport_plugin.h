@@ -61,6 +61,9 @@ typedef struct weft_listener weft_listener;
 #define WEFT_TRANSPORT_CAP_REGISTERED_MEM                                      \
   0x8u /* sends need registered                                                \
           memory (verbs) */
+/* TCP on the wire: any TCP peer (redis-cli, curl, a kernel socket) can be
+ * the other end (tcp, uring). */
+#define WEFT_TRANSPORT_CAP_TCP 0x10u
 
 /**
  * For socket-backed transport plugins (tcp, uring): resolves `ep` as

@@ -583,6 +583,25 @@ static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
   return weft_server_bind(out, &sb); /* a failure is logged there */
 }
 
+/* RESP is for Redis' clients, which speak TCP: a listener on a message
+ * transport (ucx, verbs) would accept nothing they can send. Refused at
+ * start, naming the setting. */
+static int resp_transport_check(const weft_config *cfg, const char *uri) {
+  char full[WEFT_CONFIG_URI_MAX + 32];
+  weft_endpoint ep;
+  if (weft_config_endpoint(cfg, uri, full, sizeof full) < 0 ||
+      weft_endpoint_parse(full, &ep, NULL, 0) < 0 ||
+      !weft_transport_available(ep.transport, NULL, 0) ||
+      weft_transport_speaks_tcp(ep.transport))
+    return 0; /* bind reports bad or unavailable endpoints itself */
+  weft_log(WEFT_LOG_ERROR,
+           "kv: [kv] resp_listen = %s: the Redis protocol needs a transport "
+           "that is TCP on the wire (tcp or uring), and %s is not; set "
+           "[kv] resp_listen = tcp://HOST:PORT (or empty to turn RESP off)",
+           full, ep.transport);
+  return WEFT_ENOTSUP;
+}
+
 static void setup_codecs(kv_server *srv) {
   weft_resp_options_init(&srv->resp_opts);
   srv->resp_opts.max_args = MAX_ARGS; /* resp_read's argv has room */
@@ -615,6 +634,9 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
       (rc = bind_one(srv, cfg, opts->rpc_listen, rpc_init, NULL, &srv->rpc)) <
           0)
     goto failed_rpc;
+  if (opts->resp_listen[0] != '\0' &&
+      (rc = resp_transport_check(cfg, opts->resp_listen)) < 0)
+    goto failed_resp;
   if (opts->resp_listen[0] != '\0' &&
       (rc = bind_one(srv, cfg, opts->resp_listen, resp_init,
                      "-ERR max number of clients reached\r\n", &srv->resp)) < 0)

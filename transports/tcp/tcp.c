@@ -718,7 +718,7 @@ static int tcp_local_address(const weft_channel *ch, char *buf, size_t len) {
 const weft_transport_ops weft__transport_tcp = {
     .name = "tcp",
     .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
-            WEFT_TRANSPORT_CAP_SOCKET_OPTS,
+            WEFT_TRANSPORT_CAP_SOCKET_OPTS | WEFT_TRANSPORT_CAP_TCP,
     .channel_priv_size = sizeof(tcp_channel),
     .loop_init = tcp_loop_init,
     .loop_fini = tcp_loop_fini,

@@ -258,7 +258,7 @@ static int ur_local_address(const weft_channel *ch, char *buf, size_t len) {
 const weft_transport_ops weft__transport_uring = {
     .name = "uring",
     .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
-            WEFT_TRANSPORT_CAP_SOCKET_OPTS,
+            WEFT_TRANSPORT_CAP_SOCKET_OPTS | WEFT_TRANSPORT_CAP_TCP,
     .channel_priv_size = sizeof(ur_channel),
     .probe = weft__uring_probe,
     .config_keys = weft__uring_keys,
