@@ -137,11 +137,13 @@ static void idle_tick(void *arg) {
   char reason[96];
   snprintf(reason, sizeof reason, "idle timeout: no read for %" PRIu64 " ms",
            l->idle_timeout_ns / 1000000u);
+  weft_channel_retain(ch); /* the exception may close and free it */
   weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ETIMEDOUT, reason);
   if (ch->state == WEFT_CHANNEL_ACTIVE) {
     weft_log(WEFT_LOG_INFO, "channel %" PRIu64 ": %s; closing", ch->id, reason);
     weft__channel_close(ch, WEFT_PROMISE_NONE);
   }
+  weft_channel_release(ch);
 }
 
 static int idle_start(weft_channel *ch) {

@@ -179,6 +179,10 @@ static void cli_read(weft_ctx *ctx, void *msg) {
 static void cli_inactive(weft_ctx *ctx) {
   client *c = weft_ctx_state(ctx);
   atomic_store(&c->inactive, 1);
+  if (c->ch != NULL) { /* the reference cli_active took */
+    weft_channel_release(c->ch);
+    c->ch = NULL;
+  }
 }
 
 static const weft_handler client_handler = {.name = "client",
@@ -203,11 +207,8 @@ static void client_connect(fixture *f, client *c) {
 
 static int close_task(void *arg) {
   client *c = arg;
-  if (c->ch != NULL) {
+  if (c->ch != NULL) /* channel_inactive drops our reference */
     weft_channel_close(c->ch, WEFT_PROMISE_NONE);
-    weft_channel_release(c->ch);
-    c->ch = NULL;
-  }
   return 0;
 }
 

@@ -193,18 +193,19 @@ static void run_for(weft_embedded *e, int ms, int every) {
 START_TEST(limits_idle_timeout_closes_only_a_channel_that_reads_nothing) {
   memset(&ans, 0, sizeof ans);
   ans.reply = 1;
+  /* One embedded channel at a time: each is its thread's current loop. */
   weft_embedded *busy, *idle;
   ck_assert_int_eq(weft_embedded_new(&busy, init_idle, NULL), 0);
+  run_for(busy, 200, 5);
+  ck_assert(weft_channel_is_active(weft_embedded_channel(busy)));
+  ck_assert_uint_eq(weft_embedded_free(busy), 0);
   ck_assert_int_eq(weft_embedded_new(&idle, init_idle, NULL), 0);
   th_log_capture_start();
-  run_for(busy, 200, 5);
   run_for(idle, 200, 0);
   th_log_capture_stop();
-  ck_assert(weft_channel_is_active(weft_embedded_channel(busy)));
   ck_assert(!weft_channel_is_active(weft_embedded_channel(idle)));
   ck_assert_int_eq(weft_embedded_exception(idle, 0), WEFT_ETIMEDOUT);
   ck_assert_int_eq(th_log_count("idle timeout: no read for 40 ms"), 1);
-  ck_assert_uint_eq(weft_embedded_free(busy), 0);
   ck_assert_uint_eq(weft_embedded_free(idle), 0);
 }
 END_TEST
