@@ -125,7 +125,8 @@ static ucs_status_t rq_data(ucx_channel *uc, void *data, size_t len,
     } else {
       weft__ucx_op_link(uc, &e->op, &e->b, req);
     }
-  } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+  } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) &&
+             len >= UCX_WRAP_MIN) {
     /* UCX lets us keep its descriptor: no copy. */
     e->b = weft_buf_wrap(pool, data, len, len, wrap_free, tl);
     if (e->b == NULL)

@@ -140,6 +140,13 @@
  * sends 1-byte messages to a reader that does not read cannot queue a
  * million of them. Both ends must use the same value (UCX_WIRE_VERSION). */
 #define UCX_MSG_COST 256u
+/* Eager data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA, which UCX 1.13
+ * sets on its shared-memory lanes, not over tcp) is wrapped without a copy
+ * from this size on; smaller messages are copied, so that small messages
+ * queued for a reader that does not read do not pin UCX's receive
+ * descriptors: 20000 queued 100 B messages held 86 MiB that way (4.4 KiB
+ * each; test_ucx_shm's tiny-message liar before this limit). */
+#define UCX_WRAP_MIN 4096u
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
 #define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
 
