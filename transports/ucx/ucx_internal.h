@@ -7,9 +7,9 @@
  *   context.c  process-wide settings ([transport.ucx] keys), the UCP context
  *   loop.c     the per-loop instance: worker, poll and arm, drain at stop;
  *              the channel table, the pending list, requests in flight
- *   wire.c     what a peer may send: every header checked against the
- *              channel's wire state before anything is taken in or
- *              allocated for it (pure: no UCX calls, fuzzed)
+ *   wire.c     what a peer may send: the handshake's check and the texts
+ *              of broken rules (the per-message check is inline, below;
+ *              pure: no UCX calls, fuzzed)
  *   send.c     the send path: DATA and control messages, flush, credit
  *   recv.c     the receive path: AM handler, reassembly queue, ep errors,
  *              the pending list's dispatch
@@ -62,22 +62,23 @@
  * also bounds the reassembly queue's entries, not only its bytes.
  *
  * Hostile peers: nothing in a message is trusted. weft__ucx_hdr_check
- * (wire.c) checks every header against the channel's wire state (type,
- * handshake order, wire version, sequence, message size, credit taken and
- * granted) before the receive path allocates anything for it; a message
+ * (below, and wire.c) checks every header against the channel's wire state
+ * (type, handshake order, wire version, sequence, message size, credit taken
+ * and granted) before the receive path allocates anything for it; a message
  * that breaks a rule closes its channel alone, with the rule in the
  * reason, and the rest of the channel's messages are dropped.
  *
  * Send path: the flushed buffers are merged into one contiguous send of at
- * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
- * off once merged into one UCX send). Up to UCX_IMM_MAX bytes are first
- * tried as an immediate send from the stack (send_imm); otherwise a single
- * large buffer is sent in place (retained until UCX completes it) and
- * smaller ones are merged into a pool buffer. Send contexts and queue
- * entries are recycled through bounded per-loop free lists. Receive path: eager
- * data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a
- * weft_buf without a copy and handed back with ucp_am_data_release when the
- * last reference goes; other eager data is copied into a pool buffer;
+ * most min(credit - UCX_MSG_COST, either side's max_message) bytes
+ * (hadroNIO: gathering writes only paid off once merged into one UCX
+ * send). Up to UCX_IMM_MAX bytes are first tried as an immediate send from
+ * the stack (send_imm); otherwise a single large buffer is sent in place
+ * (retained until UCX completes it) and smaller ones are merged into a
+ * pool buffer. Send contexts and queue entries are recycled through
+ * bounded per-loop free lists. Receive path: eager data UCX lets us keep
+ * (UCP_AM_RECV_ATTR_FLAG_DATA) of UCX_WRAP_MIN bytes or more is wrapped in
+ * a weft_buf without a copy and handed back with ucp_am_data_release when
+ * the last reference goes; other eager data is copied into a pool buffer;
  * rendezvous data is received straight into a pool buffer.
  *
  * Close: requests in flight outlive their channel, and its ep stays open
@@ -144,8 +145,9 @@
  * sets on its shared-memory lanes, not over tcp) is wrapped without a copy
  * from this size on; smaller messages are copied, so that small messages
  * queued for a reader that does not read do not pin UCX's receive
- * descriptors: 20000 queued 100 B messages held 86 MiB that way (4.4 KiB
- * each; test_ucx_shm's tiny-message liar before this limit). */
+ * descriptors: 20000 queued 100 B messages grew the server's peak RSS by
+ * 86 MiB that way (4.4 KiB each; test_ucx_shm's small-message liar on the
+ * code before this limit and UCX_MSG_COST). */
 #define UCX_WRAP_MIN 4096u
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
 #define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
