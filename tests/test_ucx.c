@@ -1,18 +1,24 @@
 /* UCX transport behaviours the shared channel suite does not cover: a slow
- * receiver (flow control), a peer process that vanishes, and a multi-loop
- * server under connection churn from another process.
+ * receiver (flow control), a peer process that vanishes, a multi-loop
+ * server under connection churn from another process, and hostile peers
+ * (a raw UCP client in another process that performs weft's handshake and
+ * then lies in its messages).
  *
  * The UCX settings come from the environment (UCX_TLS,
  * WEFT_TRANSPORT_UCX_ERROR_MODE), as tests/CMakeLists.txt registers them.
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +32,8 @@
 #include <weft/transport_plugin.h>
 
 #include <ucp/api/ucp.h>
+
+#include "transports/ucx/ucx_internal.h" /* the wire format, for the liar */
 
 extern char **environ;
 
@@ -291,23 +299,30 @@ END_TEST
 
 /* ---- a peer process that vanishes ---- */
 
-/* Runs this test binary again as a child with `var`=`uri` in its
- * environment and waits for it; returns its wait status. */
-static int run_child(const char *var, const char *uri) {
-  char env_uri[400];
-  snprintf(env_uri, sizeof env_uri, "%s=%s", var, uri);
+/* Starts this test binary again as a child with `var`=`value` in its
+ * environment; returns its pid. */
+static pid_t spawn_child(const char *var, const char *value) {
+  char env_var[400];
+  snprintf(env_var, sizeof env_var, "%s=%s", var, value);
   size_t n = 0;
   while (environ[n] != NULL)
     n++;
   char **envp = calloc(n + 2, sizeof *envp);
   ck_assert_ptr_nonnull(envp);
   memcpy(envp, environ, n * sizeof *envp);
-  envp[n] = env_uri;
+  envp[n] = env_var;
   char *argv[] = {"test_ucx", NULL};
   pid_t pid;
   ck_assert_int_eq(posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, envp),
                    0);
   free(envp);
+  return pid;
+}
+
+/* Runs this test binary again as a child with `var`=`uri` in its
+ * environment and waits for it; returns its wait status. */
+static int run_child(const char *var, const char *uri) {
+  pid_t pid = spawn_child(var, uri);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
   return wstatus;
@@ -462,6 +477,537 @@ START_TEST(ucx_multi_loop_server_survives_connection_churn) {
 }
 END_TEST
 
+/* ---- hostile peers ----
+ * The liar: a raw UCP client in a child process (a second worker in this
+ * process could trip UCX 1.13's async bug, docs/transports/ucx.md). It
+ * performs weft's handshake as a weft client would (HELLO with the wire
+ * version, its slot, window and max_message; it waits for HELLO_ACK) and
+ * then breaks one rule, chosen by WEFT_UCX_TEST_LIAR="<mode> <uri>". The
+ * server must close that channel alone, with the rule in its log, without
+ * allocating for the lie, while another client's channel keeps echoing. */
+
+#define LIAR_WINDOW (1024u * KIB)
+#define LIAR_BIG (64u * 1024u * KIB) /* a rendezvous claim: 64 MiB */
+#define LIAR_SMALL_MAX 1024u         /* "small": the max_message it announces */
+#define SERVER_PUSH (8u * KIB)       /* what the server writes to each liar */
+
+typedef struct liar {
+  ucp_worker_h worker;
+  ucp_ep_h ep;
+  uint32_t to_id, to_gen; /* the server's slot, from HELLO_ACK */
+  bool acked;
+  bool ep_failed;
+  size_t got;         /* DATA bytes the server sent */
+  size_t got_too_big; /* DATA messages over the max_message it announced */
+  uint32_t announced; /* its max_message */
+} liar;
+
+typedef struct liar_op {
+  bool done;
+  ucs_status_t status;
+} liar_op;
+
+/* The liar's AM handler (inside its progress): takes the server's slot
+ * from HELLO_ACK and counts the DATA the server sends. */
+static ucs_status_t liar_am(void *arg, const void *header, size_t header_len,
+                            void *data, size_t len,
+                            const ucp_am_recv_param_t *param) {
+  liar *l = arg;
+  ucx_hdr h;
+  (void)data;
+  (void)param;
+  if (header_len != sizeof h)
+    return UCS_OK;
+  memcpy(&h, header, sizeof h);
+  uint32_t type = weft__ucx_ref_type(h.to);
+  if (type == UMSG_HELLO_ACK && !l->acked) {
+    l->to_id = weft__ucx_ref_id(h.seq);
+    l->to_gen = weft__ucx_ref_gen(h.seq);
+    l->acked = true;
+  } else if (type == UMSG_DATA) {
+    l->got += len;
+    if (len > l->announced)
+      l->got_too_big++;
+  }
+  return UCS_OK; /* rendezvous data is dropped */
+}
+
+/* The liar's ep error handler: the server closed the connection. */
+static void liar_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  (void)status;
+  ((liar *)arg)->ep_failed = true;
+}
+
+/* A liar's send completed, with `status`. */
+static void liar_sent(void *request, ucs_status_t status, void *user_data) {
+  liar_op *op = user_data;
+  op->status = status;
+  op->done = true;
+  ucp_request_free(request);
+}
+
+/* Progresses until `*flag` or the ep failed or `ms` passed. */
+static bool liar_progress_until(liar *l, const bool *flag, unsigned ms) {
+  uint64_t end = th_now_ms() + ms;
+  while (!*flag && !l->ep_failed && th_now_ms() < end)
+    if (ucp_worker_progress(l->worker) == 0)
+      usleep(100);
+  return *flag;
+}
+
+/* Sends one message with weft's header and waits until UCX is done with
+ * it (the header lives on this stack). Returns its status. */
+static ucs_status_t liar_send(liar *l, uint32_t type, uint32_t seq,
+                              uint32_t credit, const void *data, size_t len,
+                              uint32_t flags) {
+  ucx_hdr h = {.to = weft__ucx_slot_ref(type, l->to_id, l->to_gen),
+               .seq = seq,
+               .credit = credit};
+  liar_op op = {0};
+  ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                           UCP_OP_ATTR_FIELD_USER_DATA |
+                                           UCP_OP_ATTR_FIELD_FLAGS,
+                           .cb.send = liar_sent,
+                           .user_data = &op,
+                           .flags = flags};
+  ucs_status_ptr_t req =
+      ucp_am_send_nbx(l->ep, UCX_AM_ID, &h, sizeof h, data, len, &p);
+  if (req == NULL)
+    return UCS_OK;
+  if (UCS_PTR_IS_ERR(req))
+    return UCS_PTR_STATUS(req);
+  if (!liar_progress_until(l, &op.done, 10000)) {
+    ucp_request_cancel(l->worker, req);
+    return UCS_ERR_TIMED_OUT; /* the request stays; the process ends soon */
+  }
+  return op.status;
+}
+
+/* The liar's process: exits 0 when it did what `mode` says (and, for
+ * "small", saw the server keep to the max_message it announced), 2 when
+ * the handshake failed, 1 otherwise. Killed by the test when done. */
+static void liar_child(const char *arg) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  char mode[16], host[64];
+  unsigned port;
+  if (sscanf(arg, "%15s ucx://%63[^:]:%u", mode, host, &port) != 3)
+    _exit(2);
+  liar l = {.announced = strcmp(mode, "small") == 0 ? LIAR_SMALL_MAX
+                                                    : UCX_DEFAULT_MAX_MESSAGE};
+  const char *em = getenv("WEFT_TRANSPORT_UCX_ERROR_MODE");
+  bool none = em != NULL && strcmp(em, "none") == 0;
+  ucp_params_t up = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                     .features = UCP_FEATURE_AM};
+  ucp_context_h ctx;
+  if (ucp_init(&up, NULL, &ctx) != UCS_OK)
+    _exit(2);
+  ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                            .thread_mode = UCS_THREAD_MODE_SINGLE};
+  if (ucp_worker_create(ctx, &wp, &l.worker) != UCS_OK)
+    _exit(2);
+  ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                                             UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                                             UCP_AM_HANDLER_PARAM_FIELD_CB |
+                                             UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                               .id = UCX_AM_ID,
+                               .flags = UCP_AM_FLAG_WHOLE_MSG,
+                               .cb = liar_am,
+                               .arg = &l};
+  if (ucp_worker_set_am_recv_handler(l.worker, &hp) != UCS_OK)
+    _exit(2);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port)};
+  if (inet_pton(AF_INET, host, &sin.sin_addr) != 1)
+    _exit(2);
+  ucp_ep_params_t ep = {
+      .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER,
+      .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
+      .sockaddr = {.addr = (struct sockaddr *)&sin, .addrlen = sizeof sin},
+      .err_mode =
+          none ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
+      .err_handler = {.cb = liar_ep_error, .arg = &l}};
+  if (ucp_ep_create(l.worker, &ep, &l.ep) != UCS_OK)
+    _exit(2);
+
+  /* The handshake, as weft's client does it. */
+  ucx_hdr hello = {.to = weft__ucx_slot_ref(UMSG_HELLO, 0, 0),
+                   .seq = weft__ucx_slot_ref(UCX_WIRE_VERSION, 0, 0),
+                   .credit = LIAR_WINDOW};
+  uint32_t max_message = l.announced;
+  liar_op op = {0};
+  ucp_request_param_t p = {
+      .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                      UCP_OP_ATTR_FIELD_FLAGS,
+      .cb.send = liar_sent,
+      .user_data = &op,
+      .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
+  ucs_status_ptr_t req = ucp_am_send_nbx(l.ep, UCX_AM_ID, &hello, sizeof hello,
+                                         &max_message, sizeof max_message, &p);
+  if (UCS_PTR_IS_ERR(req) || !liar_progress_until(&l, &l.acked, 10000))
+    _exit(2);
+  if (req != NULL)
+    liar_progress_until(&l, &op.done, 10000);
+
+  int rc = 0;
+  static uint8_t bytes[70000];
+  if (strcmp(mode, "long") == 0) { /* over max_message */
+    liar_send(&l, UMSG_DATA, 0, 0, bytes, 70000, 0);
+  } else if (strcmp(mode, "big") == 0) { /* a huge rendezvous claim */
+    void *big = mmap(NULL, LIAR_BIG, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (big == MAP_FAILED)
+      _exit(2);
+    liar_send(&l, UMSG_DATA, 0, 0, big, LIAR_BIG, UCP_AM_SEND_FLAG_RNDV);
+  } else if (strcmp(mode, "credit") == 0) { /* ignores the window */
+    for (uint32_t i = 0; i < 2 * LIAR_WINDOW / (64u * KIB) && !l.ep_failed; i++)
+      liar_send(&l, UMSG_DATA, i, 0, bytes, 64u * KIB, 0);
+  } else if (strcmp(mode, "tiny") == 0) { /* small messages, no credit */
+    for (uint32_t i = 0; i < 20000 && !l.ep_failed; i++)
+      liar_send(&l, UMSG_DATA, i, 0, bytes, 100, 0);
+  } else if (strcmp(mode, "seq") == 0) { /* far ahead */
+    liar_send(&l, UMSG_DATA, 1000000, 0, bytes, 10, 0);
+  } else if (strcmp(mode, "type") == 0) {
+    liar_send(&l, 9, 0, 0, NULL, 0, UCP_AM_SEND_FLAG_EAGER);
+  } else if (strcmp(mode, "grant") == 0) { /* credit it was never owed */
+    liar_send(&l, UMSG_CREDIT, 0, UCX_WINDOW_MAX, NULL, 0,
+              UCP_AM_SEND_FLAG_EAGER);
+  } else if (strcmp(mode, "small") == 0) { /* honest: is its limit kept? */
+    bool enough = false;
+    uint64_t end = th_now_ms() + 10000;
+    while (!enough && !l.ep_failed && th_now_ms() < end) {
+      if (ucp_worker_progress(l.worker) == 0)
+        usleep(100);
+      enough = l.got >= SERVER_PUSH;
+    }
+    rc = enough && l.got_too_big == 0 ? 0 : 1;
+    _exit(rc);
+  } else {
+    _exit(2);
+  }
+  /* Stay connected until the test ends (it kills this process). */
+  for (uint64_t end = th_now_ms() + 60000; th_now_ms() < end;)
+    if (ucp_worker_progress(l.worker) == 0)
+      usleep(1000);
+  _exit(rc);
+}
+
+/* The server: its first channel (the honest client) echoes; every later
+ * one (a liar) does not read, so that nothing it sends is delivered and
+ * credited back, and is sent SERVER_PUSH bytes. */
+typedef struct hostile_server {
+  weft_channel *good; /* loop thread */
+  atomic_int accepted;
+  atomic_int good_inactive, liar_inactive;
+  atomic_int liar_exceptions, liar_err;
+  atomic_int good_exceptions;
+  char liar_reason[160]; /* written before liar_inactive is set */
+} hostile_server;
+
+/* Loop thread: every liar is sent SERVER_PUSH bytes. */
+static void hostile_active(weft_ctx *ctx) {
+  hostile_server *hs = weft_ctx_state(ctx);
+  weft_channel *ch = weft_ctx_channel(ctx);
+  if (ch == hs->good)
+    return;
+  weft_buf *b =
+      weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), SERVER_PUSH);
+  ck_assert_ptr_nonnull(b);
+  memset(weft_buf_wptr(b), 'x', SERVER_PUSH);
+  b->writer_index += SERVER_PUSH;
+  weft_ctx_write_and_flush(ctx, b, WEFT_PROMISE_NONE);
+}
+
+/* Loop thread: the honest channel echoes (the liars do not read). */
+static void hostile_read(weft_ctx *ctx, void *msg) {
+  weft_ctx_write_and_flush(ctx, msg, WEFT_PROMISE_NONE); /* echo */
+}
+
+/* Loop thread: records a liar's close reason; closes the channel. */
+static void hostile_exception(weft_ctx *ctx, int err, const char *reason) {
+  hostile_server *hs = weft_ctx_state(ctx);
+  if (weft_ctx_channel(ctx) == hs->good) {
+    atomic_fetch_add(&hs->good_exceptions, 1);
+  } else {
+    snprintf(hs->liar_reason, sizeof hs->liar_reason, "%s", reason);
+    atomic_store(&hs->liar_err, err);
+    atomic_fetch_add(&hs->liar_exceptions, 1);
+  }
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+/* Loop thread: counts closed channels, honest and liars apart. */
+static void hostile_inactive(weft_ctx *ctx) {
+  hostile_server *hs = weft_ctx_state(ctx);
+  atomic_fetch_add(weft_ctx_channel(ctx) == hs->good ? &hs->good_inactive
+                                                     : &hs->liar_inactive,
+                   1);
+}
+
+static const weft_handler hostile_handler = {
+    .name = "hostile",
+    .channel_active = hostile_active,
+    .channel_read = hostile_read,
+    .channel_inactive = hostile_inactive,
+    .exception_caught = hostile_exception};
+
+/* The server's channel initializer: the first channel is the honest
+ * one; the others (liars) start with auto-read off. */
+static void hostile_init(weft_channel *ch, void *arg) {
+  hostile_server *hs = arg;
+  if (atomic_fetch_add(&hs->accepted, 1) == 0)
+    hs->good = ch;
+  else
+    ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "hostile",
+                                          &hostile_handler, hs),
+                   0);
+}
+
+/* The honest client: pings, counts the echoed bytes. */
+typedef struct pinger {
+  weft_channel *ch; /* loop thread */
+  atomic_int connect_status;
+  atomic_size_t echoed;
+  atomic_int inactive;
+} pinger;
+
+/* Loop thread: counts the echoed bytes. */
+static void pinger_read(weft_ctx *ctx, void *msg) {
+  pinger *pg = weft_ctx_state(ctx);
+  atomic_fetch_add(&pg->echoed, weft_buf_readable(msg));
+  weft_buf_release(msg);
+}
+
+/* Loop thread: the channel pings go on. */
+static void pinger_active(weft_ctx *ctx) {
+  ((pinger *)weft_ctx_state(ctx))->ch = weft_ctx_channel(ctx);
+}
+
+/* Loop thread: the honest channel closed. */
+static void pinger_inactive(weft_ctx *ctx) {
+  pinger *pg = weft_ctx_state(ctx);
+  pg->ch = NULL;
+  atomic_store(&pg->inactive, 1);
+}
+
+static const weft_handler pinger_handler = {.name = "pinger",
+                                            .channel_active = pinger_active,
+                                            .channel_read = pinger_read,
+                                            .channel_inactive =
+                                                pinger_inactive};
+
+/* The honest client's channel initializer. */
+static void pinger_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pinger",
+                                          &pinger_handler, arg),
+                   0);
+}
+
+/* The honest client's connect outcome. */
+static void pinger_connected(weft_channel *ch, int status, void *arg) {
+  (void)ch;
+  atomic_store(&((pinger *)arg)->connect_status, status);
+}
+
+#define PING_SIZE 100u
+
+/* Loop task: writes one ping of PING_SIZE bytes. */
+static void ping_task(void *arg) {
+  pinger *pg = arg;
+  if (pg->ch == NULL)
+    return;
+  weft_buf *b =
+      weft_buf_alloc(weft_loop_pool(weft_channel_loop(pg->ch)), PING_SIZE);
+  memset(weft_buf_wptr(b), 'p', PING_SIZE);
+  b->writer_index += PING_SIZE;
+  weft_channel_write_and_flush(pg->ch, b, WEFT_PROMISE_NONE);
+}
+
+/* Loop task: closes the honest client's channel. */
+static void pinger_close_task(void *arg) {
+  pinger *pg = arg;
+  if (pg->ch == NULL)
+    return;
+  weft_channel *ch = pg->ch;
+  weft_channel_retain(ch);
+  weft_channel_close(ch, WEFT_PROMISE_NONE);
+  weft_channel_release(ch);
+}
+
+/* Pings once more and waits for the echo. */
+static bool ping(weft_loop_group *g, pinger *pg) {
+  size_t want = atomic_load(&pg->echoed) + PING_SIZE;
+  ck_assert_int_eq(weft_loop_execute(weft_loop_group_get(g, 0), ping_task, pg),
+                   0);
+  return WAIT_UNTIL(atomic_load(&pg->echoed) >= want, 10000);
+}
+
+/* A /proc/self/status value in kB ("VmHWM", "VmRSS"), -1 if missing. */
+static long status_kb(const char *key) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL)
+    return -1;
+  char line[256];
+  long v = -1;
+  size_t n = strlen(key);
+  while (fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, key, n) == 0 && line[n] == ':')
+      v = strtol(line + n + 1, NULL, 10);
+  fclose(f);
+  return v;
+}
+
+/* Resets this process's peak RSS (VmHWM) to its current RSS. */
+static void peak_rss_reset(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_ge(fputs("5", f), 0);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+typedef struct hostile_case {
+  const char *mode;   /* the liar's lie */
+  const char *logged; /* what the server's log must say, once */
+  int err;            /* the liar channel's exception */
+} hostile_case;
+
+/* Runs one liar against a server that also serves an honest client, and
+ * checks that only the liar's channel closed, with `c->logged` in the log,
+ * that the server's peak RSS grew by less than 16 MiB meanwhile (the lies
+ * claim up to 64 MiB), and that the honest channel still echoes.
+ * WEFT_TEST_VERBOSE=1 prints the growth and the captured log. */
+static void run_liar(const hostile_case *c) {
+  weft_loop_group *gs = group_new("wu-srv");
+  weft_loop_group *gc = group_new("wu-cli");
+  hostile_server hs = {0};
+  char uri[320];
+  weft_server *srv = th_server_bind(gs, "ucx://127.0.0.1:0", hostile_init, &hs,
+                                    uri, sizeof uri);
+  pinger pg = {0};
+  atomic_init(&pg.connect_status, 1);
+  weft_bootstrap b = {.group = gc,
+                      .connect = uri,
+                      .init = pinger_init,
+                      .init_arg = &pg,
+                      .on_connect = pinger_connected,
+                      .connect_arg = &pg};
+  weft_channel_config_init(&b.options);
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  ck_assert(WAIT_UNTIL(atomic_load(&pg.connect_status) != 1, 10000));
+  ck_assert_int_eq(atomic_load(&pg.connect_status), 0);
+  ck_assert(ping(gc, &pg));
+
+  th_log_capture_start();
+  peak_rss_reset();
+  long rss0 = status_kb("VmRSS");
+  char arg[400];
+  snprintf(arg, sizeof arg, "%s %s", c->mode, uri);
+  pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
+  bool closed = WAIT_UNTIL(atomic_load(&hs.liar_inactive) == 1, 15000);
+  long grown_kb = status_kb("VmHWM") - rss0;
+  kill(pid, SIGKILL);
+  int wstatus;
+  ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
+  th_log_capture_stop();
+  if (getenv("WEFT_TEST_VERBOSE") != NULL)
+    fprintf(stderr, "%s: peak RSS grew by %ld KiB; log:\n%s", c->mode, grown_kb,
+            th_log_text());
+  ck_assert_msg(grown_kb < 16 * 1024,
+                "the server's peak RSS grew by %ld KiB during the lie (%s)",
+                grown_kb, c->mode);
+  ck_assert_msg(closed, "the liar's channel (%s) stayed open; log:\n%s",
+                c->mode, th_log_text());
+  ck_assert_msg(th_log_count(c->logged) == 1,
+                "the log does not say \"%s\" once:\n%s", c->logged,
+                th_log_text());
+  ck_assert_int_eq(atomic_load(&hs.liar_exceptions), 1);
+  ck_assert_msg(atomic_load(&hs.liar_err) == c->err, "the liar's channel: %s",
+                weft_err_name(atomic_load(&hs.liar_err)));
+  ck_assert_msg(strstr(hs.liar_reason, c->logged) != NULL, "reason: %s",
+                hs.liar_reason);
+
+  /* The honest channel goes on. */
+  ck_assert(ping(gc, &pg));
+  ck_assert(ping(gc, &pg));
+  ck_assert_int_eq(atomic_load(&hs.good_inactive), 0);
+  ck_assert_int_eq(atomic_load(&hs.good_exceptions), 0);
+  ck_assert_int_eq(
+      weft_loop_execute(weft_loop_group_get(gc, 0), pinger_close_task, &pg), 0);
+  ck_assert(WAIT_UNTIL(atomic_load(&pg.inactive) == 1, 10000));
+  weft_server_close(srv);
+  group_end(gc);
+  group_end(gs);
+}
+
+START_TEST(ucx_peer_message_over_max_message_closes_its_channel) {
+  run_liar(&(hostile_case){
+      "long", "peer sent 70000 B in one message, max_message is 65536",
+      WEFT_EMSGSIZE});
+}
+END_TEST
+
+START_TEST(ucx_peer_huge_rendezvous_claim_is_refused_without_allocating) {
+  run_liar(&(hostile_case){
+      "big", "peer sent 67108864 B in one message, max_message is 65536",
+      WEFT_EMSGSIZE});
+}
+END_TEST
+
+START_TEST(ucx_peer_ignoring_the_credit_window_closes_its_channel) {
+  run_liar(&(hostile_case){"credit", "beyond its credit window", WEFT_EPROTO});
+}
+END_TEST
+
+START_TEST(ucx_peer_flooding_tiny_messages_is_bounded_by_the_window) {
+  run_liar(&(hostile_case){"tiny", "beyond its credit window", WEFT_EPROTO});
+}
+END_TEST
+
+START_TEST(ucx_peer_sequence_far_ahead_closes_its_channel) {
+  run_liar(&(hostile_case){
+      "seq", "peer sent DATA with sequence number 1000000, expected 0",
+      WEFT_EPROTO});
+}
+END_TEST
+
+START_TEST(ucx_peer_unknown_message_type_closes_its_channel) {
+  run_liar(&(hostile_case){"type", "peer sent a message of unknown type 9",
+                           WEFT_EPROTO});
+}
+END_TEST
+
+START_TEST(ucx_peer_granting_credit_never_owed_closes_its_channel) {
+  run_liar(&(hostile_case){"grant", "peer granted 1073741824 B of credit",
+                           WEFT_EPROTO});
+}
+END_TEST
+
+/* The other direction: a peer that announces a max_message of 1 KiB is
+ * sent no larger message (weft takes the smaller of the two sides'). */
+START_TEST(ucx_sender_keeps_to_the_peers_max_message) {
+  weft_loop_group *gs = group_new("wu-srv");
+  hostile_server hs = {0};
+  atomic_init(&hs.accepted, 1); /* no honest client: every channel pushes */
+  char uri[320];
+  weft_server *srv = th_server_bind(gs, "ucx://127.0.0.1:0", hostile_init, &hs,
+                                    uri, sizeof uri);
+  char arg[400];
+  snprintf(arg, sizeof arg, "small %s", uri);
+  int wstatus;
+  pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
+  ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
+  ck_assert_msg(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,
+                "the peer saw a DATA message over the 1024 B it announced, or "
+                "not all %u B (wait status 0x%x)",
+                SERVER_PUSH, wstatus);
+  weft_server_close(srv);
+  group_end(gs);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   const char *child = getenv("WEFT_UCX_TEST_CHILD");
   if (child != NULL) {
@@ -474,6 +1020,11 @@ Suite *weft_test_suite(void) {
     in_child = true;
     churn_child(churn);
   }
+  const char *liar_arg = getenv("WEFT_UCX_TEST_LIAR");
+  if (liar_arg != NULL) {
+    in_child = true;
+    liar_child(liar_arg);
+  }
   Suite *s = suite_create("ucx");
   TCase *tc = tcase_create("flow");
   tcase_set_timeout(tc, 120);
@@ -481,5 +1032,16 @@ Suite *weft_test_suite(void) {
                ucx_vanished_peer_fires_exception_and_inactive,
                ucx_multi_loop_server_survives_connection_churn, NULL);
   suite_add_tcase(s, tc);
+  TCase *hostile = tcase_create("hostile");
+  tcase_set_timeout(hostile, 120);
+  th_add_tests(hostile, ucx_peer_message_over_max_message_closes_its_channel,
+               ucx_peer_huge_rendezvous_claim_is_refused_without_allocating,
+               ucx_peer_ignoring_the_credit_window_closes_its_channel,
+               ucx_peer_flooding_tiny_messages_is_bounded_by_the_window,
+               ucx_peer_sequence_far_ahead_closes_its_channel,
+               ucx_peer_unknown_message_type_closes_its_channel,
+               ucx_peer_granting_credit_never_owed_closes_its_channel,
+               ucx_sender_keeps_to_the_peers_max_message, NULL);
+  suite_add_tcase(s, hostile);
   return s;
 }

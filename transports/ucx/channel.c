@@ -86,8 +86,10 @@ void weft__ucx_linger_check(ucx_loop *tl, bool all) {
 
 /* ---- channel lifecycle ---- */
 
-/* Common to connect and adopt: a slot, the read state, the ep. */
-static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
+/* Common to connect (`client`) and adopt: a slot, the read and wire
+ * state, the ep. */
+static int channel_start(weft_channel *ch, ucp_ep_params_t *params,
+                         bool client) {
   ucx_channel *uc = weft__ucx_of(ch);
   int err = 0;
   ucx_loop *tl = weft__ucx_loop_state_of(weft_channel_loop(ch), &err);
@@ -98,6 +100,8 @@ static int channel_start(weft_channel *ch, ucp_ep_params_t *params) {
   uc->ch = ch;
   uc->tl = tl;
   uc->reading = auto_read != 0;
+  weft__ucx_wire_init(&uc->w, (uint32_t)tl->cfg.window,
+                      (uint32_t)tl->cfg.max_message, client);
   uc->epr = calloc(1, sizeof *uc->epr);
   if (uc->epr == NULL)
     return WEFT_ENOMEM;
@@ -133,7 +137,7 @@ static int ucx_adopt(weft_channel *ch, intptr_t handle) {
       !weft__ucx_loop_state_of(weft_channel_loop(ch), &(int){0})->in_progress);
   ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
                             .conn_request = (ucp_conn_request_h)handle};
-  return channel_start(ch, &params);
+  return channel_start(ch, &params, false);
 }
 
 /* A request nobody adopts: UCX frees it with the listener's worker, and the
@@ -151,7 +155,7 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
       .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR,
       .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
       .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sl}};
-  err = channel_start(ch, &params);
+  err = channel_start(ch, &params, true);
   if (err < 0)
     return err;
   ucx_channel *uc = weft__ucx_of(ch);
@@ -162,9 +166,10 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
 
 /* Releases the ep; called once by the core when the channel closes. An
  * orderly close sends FIN after the last byte and closes the ep in flush
- * mode; a failed ep is closed by force, where UCX allows it. Sends and
- * rendezvous receives still in flight keep their buffers until UCX ends
- * them (their callbacks release them), at the latest in loop_fini. */
+ * mode; a failed ep, or one whose peer broke the protocol (no FIN then),
+ * is closed by force, where UCX allows it. Sends and rendezvous receives
+ * still in flight keep their buffers until UCX ends them (their callbacks
+ * release them), at the latest in loop_fini. */
 static void ucx_close(weft_channel *ch) {
   ucx_channel *uc = weft__ucx_of(ch);
   if (!uc->has_slot)
@@ -174,7 +179,9 @@ static void ucx_close(weft_channel *ch) {
   if (weft__ucx_pend_unlink(uc))
     weft_channel_release(ch);
   weft__ucx_rq_free(uc);
-  if (uc->ep != NULL && !uc->ep_failed && uc->peer_known && !uc->fin_received)
+  bool violated = uc->violation[0] != '\0';
+  if (uc->ep != NULL && !uc->ep_failed && uc->w.peer_known &&
+      !uc->w.fin_received && !violated)
     weft__ucx_send_ctrl(uc, UMSG_FIN, 0);
   weft__ucx_slot_free(tl, uc);
   if (uc->ep == NULL)
@@ -187,9 +194,11 @@ static void ucx_close(weft_channel *ch) {
    * 1.13 refuses (UCS_ERR_INVALID_PARAM) without peer error handling; a
    * flush-mode close instead fails noisily (UCX logs "error during flush:
    * Endpoint timeout" for every lane). With error_mode=none such an ep is
-   * therefore kept until the worker is destroyed, as before. */
-  bool peer_gone = uc->ep_failed || uc->fin_received;
-  r->force = peer_gone && !tl->cfg.err_mode_none;
+   * therefore kept until the worker is destroyed, as before. A peer that
+   * broke the protocol is cut off by force too; without peer error
+   * handling its ep, whose peer is still there, closes in flush mode. */
+  bool peer_gone = uc->ep_failed || uc->w.fin_received;
+  r->force = (peer_gone || violated) && !tl->cfg.err_mode_none;
   r->keep = peer_gone && tl->cfg.err_mode_none;
   if (r->n_ops == 0) {
     ep_close(tl, r);

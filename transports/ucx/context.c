@@ -175,11 +175,12 @@ static int setting_set(const char *key, const char *value, char *why,
       snprintf(why, why_len, "bytes, or auto (UCX_RNDV_THRESH)");
   } else if (strcmp(key, "window") == 0) {
     /* credit travels in 32 bits (ucx_hdr) */
-    err = parse_size(value, 4096, (size_t)1 << 30, &settings.window);
+    err = parse_size(value, UCX_WINDOW_MIN, UCX_WINDOW_MAX, &settings.window);
     if (err < 0)
       snprintf(why, why_len, "bytes per channel in flight, 4096 .. 2^30");
   } else if (strcmp(key, "max_message") == 0) {
-    err = parse_size(value, 1024, (size_t)1 << 26, &settings.max_message);
+    err = parse_size(value, UCX_MAX_MESSAGE_MIN, UCX_MAX_MESSAGE_MAX,
+                     &settings.max_message);
     if (err < 0)
       snprintf(why, why_len, "bytes per message, 1024 .. 2^26");
   }

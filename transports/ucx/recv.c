@@ -21,25 +21,17 @@
 
 /* ---- receiving ---- */
 
-static bool seq_before(uint32_t a, uint32_t b) { return (int32_t)(a - b) < 0; }
-
-/* Inserts `e` by sequence number; in-order arrival (the rule) appends. */
-static void rq_insert(ucx_channel *uc, rq_entry *e) {
+/* Appends `e`: weft__ucx_hdr_check let DATA and FIN in only in sequence,
+ * and UCX hands a channel's messages over in the order they were sent, so
+ * the queue is in sequence order (a rendezvous entry waits for its bytes
+ * at its place). */
+static void rq_append(ucx_channel *uc, rq_entry *e) {
   e->next = NULL;
-  if (uc->rq_tail == NULL) {
-    uc->rq_head = uc->rq_tail = e;
-    return;
-  }
-  if (!seq_before(e->seq, uc->rq_tail->seq)) {
+  if (uc->rq_tail == NULL)
+    uc->rq_head = e;
+  else
     uc->rq_tail->next = e;
-    uc->rq_tail = e;
-    return;
-  }
-  rq_entry **pp = &uc->rq_head;
-  while (*pp != NULL && !seq_before(e->seq, (*pp)->seq))
-    pp = &(*pp)->next;
-  e->next = *pp;
-  *pp = e;
+  uc->rq_tail = e;
 }
 
 void weft__ucx_rq_check_head(ucx_channel *uc) {
@@ -95,21 +87,22 @@ static void wrap_free(void *base, size_t capacity, void *arg) {
   tl->live_wraps--;
 }
 
-/* Takes one DATA message into the reassembly queue. Returns what the AM
- * handler returns to UCX. */
-static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
-                            size_t len, const ucp_am_recv_param_t *param) {
+/* Takes one DATA message, which weft__ucx_hdr_check passed (so `len` is
+ * within max_message and the credit this side granted), into the
+ * reassembly queue. Returns what the AM handler returns to UCX. */
+static ucs_status_t rq_data(ucx_channel *uc, void *data, size_t len,
+                            const ucp_am_recv_param_t *param) {
   ucx_loop *tl = uc->tl;
   weft_pool *pool = weft_loop_pool(tl->loop);
   rq_entry *e = weft__ucx_entry_get(tl);
   if (e == NULL)
     goto failed;
   e->uc = uc;
-  e->seq = seq;
+  e->cost = (uint32_t)len + UCX_MSG_COST;
   e->ready = true;
   ucs_status_t ret = UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    e->b = weft_buf_alloc(pool, len > 0 ? len : 1);
+    e->b = weft_buf_alloc(pool, len);
     if (e->b == NULL)
       goto failed_entry;
     e->ready = false;
@@ -132,7 +125,8 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
     } else {
       weft__ucx_op_link(uc, &e->op, &e->b, req);
     }
-  } else if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) {
+  } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) &&
+             len >= UCX_WRAP_MIN) {
     /* UCX lets us keep its descriptor: no copy. */
     e->b = weft_buf_wrap(pool, data, len, len, wrap_free, tl);
     if (e->b == NULL)
@@ -140,13 +134,13 @@ static ucs_status_t rq_data(ucx_channel *uc, uint32_t seq, void *data,
     tl->live_wraps++;
     ret = UCS_INPROGRESS;
   } else {
-    e->b = weft_buf_alloc(pool, len > 0 ? len : 1);
+    e->b = weft_buf_alloc(pool, len);
     if (e->b == NULL)
       goto failed_entry;
     memcpy(weft_buf_wptr(e->b), data, len);
     e->b->writer_index += len;
   }
-  rq_insert(uc, e);
+  rq_append(uc, e);
   weft__ucx_rq_check_head(uc);
   return ret;
 
@@ -158,40 +152,48 @@ failed:
   return UCS_OK;
 }
 
-static void rq_fin(ucx_channel *uc, uint32_t seq) {
+/* The peer's FIN, which weft__ucx_hdr_check passed: EOF after the bytes
+ * queued before it. */
+static void rq_fin(ucx_channel *uc) {
   rq_entry *e = weft__ucx_entry_get(uc->tl);
-  uc->fin_received = true;
   if (e == NULL) {
     uc->err = WEFT_ENOMEM;
     weft__ucx_pend_mark(uc, PEND_ERROR);
     return;
   }
   e->uc = uc;
-  e->seq = seq;
   e->ready = true;
-  rq_insert(uc, e);
+  rq_append(uc, e);
   weft__ucx_rq_check_head(uc);
 }
 
-/* HELLO names no slot: the server finds the channel by the reply ep. */
-static void on_hello(ucx_loop *tl, const ucx_hdr *h,
-                     const ucp_am_recv_param_t *param) {
+/* The peer of channel `uc` broke the protocol (`err`, `why`): its
+ * messages are dropped from now on, and poll closes the channel alone
+ * (run_pending). */
+static void violated(ucx_channel *uc, int err, const char *why) {
+  snprintf(uc->violation, sizeof uc->violation, "ucx: %s", why);
+  uc->err = err;
+  weft__ucx_pend_mark(uc, PEND_ERROR);
+}
+
+/* What the AM handler returns for a message it does not take: a
+ * rendezvous is refused (the sender's send ends with UCS_ERR_REJECTED),
+ * other data is left to UCX. */
+static ucs_status_t refuse(const ucp_am_recv_param_t *param) {
+  return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_REJECTED
+                                                         : UCS_OK;
+}
+
+/* The channel a message names: HELLO names no slot (the server finds the
+ * channel by the reply ep, which UCX sets from the sending ep), the others
+ * name the receiver's slot and generation. NULL: closed, or never ours. */
+static ucx_channel *channel_of(ucx_loop *tl, const ucx_hdr *h,
+                               const ucp_am_recv_param_t *param) {
+  if (weft__ucx_ref_type(h->to) != UMSG_HELLO)
+    return weft__ucx_slot_find(tl, h->to);
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
-    return;
-  ucx_channel *uc = weft__ucx_slot_find_ep(tl, param->reply_ep);
-  if (uc == NULL || uc->peer_known)
-    return;
-  uc->peer_id = weft__ucx_ref_id(h->seq);
-  uc->peer_gen = weft__ucx_ref_gen(h->seq);
-  uc->peer_known = true;
-  uc->send_credit += h->credit;
-  int err = weft__ucx_send_ctrl(uc, UMSG_HELLO_ACK, 0);
-  if (err < 0) {
-    uc->err = err;
-    weft__ucx_pend_mark(uc, PEND_ERROR);
-    return;
-  }
-  weft__ucx_pend_mark(uc, PEND_FLUSH); /* bytes written before the HELLO */
+    return NULL;
+  return weft__ucx_slot_find_ep(tl, param->reply_ep);
 }
 
 ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
@@ -206,37 +208,41 @@ ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
                "%zu: a peer running an older weft?)",
                header_len, sizeof h);
     tl->warned_header = true;
-    return UCS_OK; /* not ours: drop */
+    return refuse(param); /* not ours: drop */
   }
   memcpy(&h, header, sizeof h);
-  uint32_t type = weft__ucx_ref_type(h.to);
-  if (type == UMSG_HELLO) {
-    on_hello(tl, &h, param);
-    return UCS_OK;
+  ucx_channel *uc = channel_of(tl, &h, param);
+  if (uc == NULL || uc->violation[0] != '\0')
+    return refuse(param); /* closed, or closing for a broken rule: drop */
+  bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  uint64_t credit = uc->w.send_credit;
+  char why[sizeof uc->violation - 8];
+  int err = weft__ucx_hdr_check(&uc->w, header, header_len, rndv ? NULL : data,
+                                len, rndv, why, sizeof why);
+  if (err < 0) {
+    violated(uc, err, why);
+    return refuse(param);
   }
-  ucx_channel *uc = weft__ucx_slot_find(tl, h.to);
-  if (uc == NULL)
-    return UCS_OK; /* the channel closed: drop */
-  if (h.credit > 0) {
-    uc->send_credit += h.credit;
+  if (uc->w.send_credit > credit)
     weft__ucx_pend_mark(uc, PEND_FLUSH);
-  }
-  switch (type) {
-  case UMSG_HELLO_ACK:
-    if (!uc->peer_known) {
-      uc->peer_id = weft__ucx_ref_id(h.seq);
-      uc->peer_gen = weft__ucx_ref_gen(h.seq);
-      uc->peer_known = true;
-      weft__ucx_pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
+  switch (weft__ucx_ref_type(h.to)) {
+  case UMSG_HELLO:
+    err = weft__ucx_send_ctrl(uc, UMSG_HELLO_ACK, 0);
+    if (err < 0) {
+      uc->err = err;
+      weft__ucx_pend_mark(uc, PEND_ERROR);
     }
+    return UCS_OK; /* PEND_FLUSH: bytes written before the HELLO */
+  case UMSG_HELLO_ACK:
+    weft__ucx_pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
     return UCS_OK;
   case UMSG_DATA:
-    return rq_data(uc, h.seq, data, len, param);
+    return rq_data(uc, data, len, param);
   case UMSG_FIN:
-    rq_fin(uc, h.seq);
+    rq_fin(uc);
     return UCS_OK;
   default:
-    return UCS_OK;
+    return UCS_OK; /* CREDIT: taken above */
   }
 }
 
@@ -252,6 +258,7 @@ static void deliver(ucx_channel *uc) {
     if (uc->rq_head == NULL)
       uc->rq_tail = NULL;
     weft_buf *b = e->b;
+    uc->credit_owed += e->cost;
     weft__ucx_entry_put(e);
     if (b == NULL) {
       if (fired)
@@ -261,7 +268,6 @@ static void deliver(ucx_channel *uc) {
         weft_channel_transport_closed(uc->ch, 0, "peer closed");
       return;
     }
-    uc->credit_owed += weft_buf_readable(b);
     fired = true;
     weft_pipeline_fire_channel_read(p, b);
   }
@@ -276,11 +282,31 @@ static void report_error(ucx_channel *uc, int err, const char *what) {
   weft_channel_transport_closed(uc->ch, err, reason);
 }
 
+/* Closes channel `uc`, whose peer broke the protocol, with the rule in
+ * the reason (logged: the application may not log its exceptions); the
+ * bytes still queued are dropped with it. A connect in progress fails. */
+static void close_violated(ucx_channel *uc) {
+  char peer[64] = "?";
+  if (weft_channel_remote_address(uc->ch, peer, sizeof peer) < 0)
+    snprintf(peer, sizeof peer, "?");
+  weft_log(WEFT_LOG_WARN, "%s; closing the channel to %s", uc->violation, peer);
+  if (uc->connecting) {
+    uc->connecting = false;
+    weft_channel_connected(uc->ch, uc->err);
+  } else if (weft__ucx_channel_active(uc)) {
+    weft_channel_transport_closed(uc->ch, uc->err, uc->violation);
+  }
+}
+
 /* Runs what callbacks left for one channel. The list's reference is
  * released by the caller. */
 static void run_pending(ucx_channel *uc) {
   unsigned what = uc->pend;
   uc->pend = 0;
+  if (uc->violation[0] != '\0') {
+    close_violated(uc);
+    return;
+  }
   if ((what & PEND_ERROR) && uc->connecting) {
     uc->connecting = false;
     weft_channel_connected(uc->ch, uc->err);
@@ -308,7 +334,7 @@ static void run_pending(ucx_channel *uc) {
     weft__ucx_pend_mark(uc, PEND_ERROR);
     return;
   }
-  if (uc->fin_received)
+  if (uc->w.fin_received)
     return; /* queued behind unread bytes (auto-read off): closes in order
                once read */
   report_error(uc, uc->err, "connection");
@@ -343,7 +369,7 @@ void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
     return;
   }
   uc->ep_failed = true;
-  if (uc->fin_received && !uc->connecting)
+  if (uc->w.fin_received && !uc->connecting)
     return;
   int err = weft__ucx_status_to_weft(status);
   if (uc->connecting &&

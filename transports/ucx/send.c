@@ -27,12 +27,12 @@
  * a vanished peer). A failed ep (weft__ucx_ep_error), a peer that closed first
  * and a connect in progress are reported as before. */
 static void send_failed(ucx_channel *uc, ucs_status_t status) {
-  if (uc->fin_received && !uc->ep_failed && status != UCS_ERR_CANCELED)
+  if (uc->w.fin_received && !uc->ep_failed && status != UCS_ERR_CANCELED)
     weft_log(WEFT_LOG_WARN,
              "ucx: a send after the peer's FIN failed: %s; the peer may "
              "miss bytes (the channel closes in order with the FIN)",
              ucs_status_string(status));
-  if (uc->ep_failed || uc->fin_received || uc->connecting ||
+  if (uc->ep_failed || uc->w.fin_received || uc->connecting ||
       status == UCS_ERR_CANCELED || (uc->pend & PEND_ERROR))
     return;
   uc->err = weft__ucx_status_to_weft(status);
@@ -80,17 +80,24 @@ int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
   ucx_send *s = weft__ucx_send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
-  s->hdr = (ucx_hdr){.to = weft__ucx_slot_ref(type, uc->peer_id, uc->peer_gen)};
+  s->hdr =
+      (ucx_hdr){.to = weft__ucx_slot_ref(type, uc->w.peer_id, uc->w.peer_gen)};
+  const void *data = NULL;
+  size_t len = 0;
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK) {
-    s->hdr.seq = weft__ucx_slot_ref(0, uc->id, uc->gen);
-    s->hdr.credit = (uint32_t)uc->tl->cfg.window;
+    s->hdr.seq = weft__ucx_slot_ref(UCX_WIRE_VERSION, uc->id, uc->gen);
+    s->hdr.credit = uc->w.window; /* counted at weft__ucx_wire_init */
+    s->hello_data = uc->w.max_message;
+    data = &s->hello_data;
+    len = sizeof s->hello_data;
   } else if (type == UMSG_CREDIT) {
     s->hdr.credit = (uint32_t)uc->credit_owed;
+    weft__ucx_wire_granted(&uc->w, s->hdr.credit);
     uc->credit_owed = 0;
   } else if (type == UMSG_FIN) {
     s->hdr.seq = uc->send_seq++;
   }
-  return am_send(uc, s, NULL, 0, flags | UCP_AM_SEND_FLAG_EAGER);
+  return am_send(uc, s, data, len, flags | UCP_AM_SEND_FLAG_EAGER);
 }
 
 /* The first flushed buffer with bytes left, if it starts at `base`: it can
@@ -108,17 +115,18 @@ static weft_buf *first_buf_at(weft_channel *ch, const void *base) {
 
 /* The header of the next DATA message: it carries the credit owed. */
 static ucx_hdr data_hdr(const ucx_channel *uc) {
-  return (ucx_hdr){.to =
-                       weft__ucx_slot_ref(UMSG_DATA, uc->peer_id, uc->peer_gen),
-                   .seq = uc->send_seq,
-                   .credit = (uint32_t)uc->credit_owed};
+  return (ucx_hdr){
+      .to = weft__ucx_slot_ref(UMSG_DATA, uc->w.peer_id, uc->w.peer_gen),
+      .seq = uc->send_seq,
+      .credit = (uint32_t)uc->credit_owed};
 }
 
-/* Accounts for a DATA message of `len` bytes with data_hdr()'s header. */
-static void data_sent(ucx_channel *uc, size_t len) {
+/* Accounts for a DATA message of `len` bytes sent with header `hdr`
+ * (data_hdr's). */
+static void data_sent(ucx_channel *uc, size_t len, const ucx_hdr *hdr) {
   uc->send_seq++;
-  uc->credit_owed = 0;
-  uc->send_credit -= len;
+  uc->credit_owed -= hdr->credit;
+  weft__ucx_wire_sent_data(&uc->w, len, hdr->credit);
 }
 
 /* Merges the first `len` bytes of `iov` into `dst`. */
@@ -157,7 +165,7 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
   if (UCS_PTR_IS_ERR(req))
     return weft__ucx_status_to_weft(UCS_PTR_STATUS(req));
   assert(req == NULL); /* FORCE_IMM_CMPL: done, or an error */
-  data_sent(uc, len);
+  data_sent(uc, len, &hdr);
   return (ssize_t)len;
 }
 
@@ -180,21 +188,25 @@ static size_t merge_len(const struct iovec *iov, int n, size_t len,
   return len < m ? len : m;
 }
 
-/* Builds and sends one DATA message of up to min(credit, max_message)
- * flushed bytes. Returns bytes handed to UCX (0: nothing to send) or an
- * error. */
+/* The largest DATA message either side takes. */
+static size_t message_max(const ucx_channel *uc) {
+  return uc->w.max_message < uc->w.peer_max_message ? uc->w.max_message
+                                                    : uc->w.peer_max_message;
+}
+
+/* Builds and sends one DATA message of up to min(credit - UCX_MSG_COST,
+ * max_message of either side) flushed bytes. Returns bytes handed to UCX
+ * (0: nothing to send) or an error. */
 static ssize_t send_one(ucx_channel *uc) {
   struct iovec iov[UCX_MAX_IOV];
   size_t bytes = 0;
   int n = weft_outbound_iov(uc->ch, iov, UCX_MAX_IOV, &bytes);
-  size_t len = bytes;
-  if (len > uc->send_credit)
-    len = (size_t)uc->send_credit;
-  if (len > uc->tl->cfg.max_message)
-    len = uc->tl->cfg.max_message;
+  size_t len = weft__ucx_wire_sendable(&uc->w);
+  if (len > bytes)
+    len = bytes;
   if (n == 0 || len == 0)
     return 0;
-  len = merge_len(iov, n, len, uc->tl->cfg.max_message);
+  len = merge_len(iov, n, len, message_max(uc));
   if (len <= UCX_IMM_MAX) {
     ssize_t sent = send_imm(uc, iov, n, len);
     if (sent != WEFT_EAGAIN)
@@ -221,7 +233,7 @@ static ssize_t send_one(ucx_channel *uc) {
     data = weft_buf_rptr(s->hold);
   }
   s->hdr = data_hdr(uc);
-  data_sent(uc, len);
+  data_sent(uc, len, &s->hdr);
   int err = am_send(uc, s, data, len, 0);
   return err < 0 ? err : (ssize_t)len;
 }
@@ -236,7 +248,7 @@ int weft__ucx_flush_now(ucx_channel *uc) {
   uc->in_flush = true;
   int err = 0;
   for (int i = 0; i < UCX_SENDS_PER_FLUSH; i++) {
-    if (!weft__ucx_channel_active(uc) || !uc->peer_known || uc->ep_failed ||
+    if (!weft__ucx_channel_active(uc) || !uc->w.peer_known || uc->ep_failed ||
         weft_outbound_is_empty(uc->ch))
       break;
     ssize_t sent = send_one(uc);
@@ -245,12 +257,12 @@ int weft__ucx_flush_now(ucx_channel *uc) {
       break;
     }
     weft_outbound_consumed(uc->ch, (size_t)sent);
-    if (sent == 0 && uc->send_credit == 0)
+    if (sent == 0 && weft__ucx_wire_sendable(&uc->w) == 0)
       break; /* waiting for credit; empty buffers were completed above */
   }
   uc->in_flush = false;
   if (err == 0 && weft__ucx_channel_active(uc) &&
-      !weft_outbound_is_empty(uc->ch) && uc->send_credit > 0 && uc->peer_known)
+      !weft_outbound_is_empty(uc->ch) && weft__ucx_wire_sendable(&uc->w) > 0)
     weft__ucx_pend_mark(uc,
                         PEND_FLUSH); /* the batch limit hit: go on next poll */
   return err;
@@ -268,8 +280,8 @@ int weft__ucx_flush(weft_channel *ch) {
 /* Grants delivered bytes back once a quarter window is owed (DATA carries
  * it for free when there is data). */
 void weft__ucx_return_credit(ucx_channel *uc) {
-  if (uc->credit_owed < uc->tl->cfg.window / 4 ||
-      !weft__ucx_channel_active(uc) || !uc->peer_known || uc->ep_failed)
+  if (uc->credit_owed < uc->w.window / 4 || !weft__ucx_channel_active(uc) ||
+      !uc->w.peer_known || uc->ep_failed)
     return;
   int err = weft__ucx_send_ctrl(uc, UMSG_CREDIT, 0);
   if (err < 0) {

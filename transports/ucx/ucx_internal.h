@@ -7,6 +7,9 @@
  *   context.c  process-wide settings ([transport.ucx] keys), the UCP context
  *   loop.c     the per-loop instance: worker, poll and arm, drain at stop;
  *              the channel table, the pending list, requests in flight
+ *   wire.c     what a peer may send: the handshake's check and the texts
+ *              of broken rules (the per-message check is inline, below;
+ *              pure: no UCX calls, fuzzed)
  *   send.c     the send path: DATA and control messages, flush, credit
  *   recv.c     the receive path: AM handler, reassembly queue, ep errors,
  *              the pending list's dispatch
@@ -33,9 +36,10 @@
  * Wire protocol: one AM id; the header (ucx_hdr) says what a message is.
  *
  *   HELLO      client -> server, sent with UCP_AM_SEND_FLAG_REPLY so the
- *              server finds the channel by its reply ep; carries the
- *              client's slot and receive window.
- *   HELLO_ACK  server -> client: the server's slot and window; the client's
+ *              server finds the channel by its reply ep; carries the wire
+ *              version, the client's slot and receive window, and (4 bytes
+ *              of data) the largest DATA message it accepts.
+ *   HELLO_ACK  server -> client: the same of the server; the client's
  *              connect completes here.
  *   DATA       bytes, with a per-channel sequence number and piggy-backed
  *              credit (bytes the sender consumed since its last grant).
@@ -53,18 +57,28 @@
  * most the credit its peer granted; the receiver grants bytes back only
  * when they reached the pipeline. A reader that stops reading (auto-read
  * off) thus holds at most one window of data, the sender's bytes stay in
- * its outbound queue, and its watermarks make it unwritable.
+ * its outbound queue, and its watermarks make it unwritable. Each DATA
+ * message costs its bytes plus UCX_MSG_COST of credit, so that the window
+ * also bounds the reassembly queue's entries, not only its bytes.
+ *
+ * Hostile peers: nothing in a message is trusted. weft__ucx_hdr_check
+ * (below, and wire.c) checks every header against the channel's wire state
+ * (type, handshake order, wire version, sequence, message size, credit taken
+ * and granted) before the receive path allocates anything for it; a message
+ * that breaks a rule closes its channel alone, with the rule in the
+ * reason, and the rest of the channel's messages are dropped.
  *
  * Send path: the flushed buffers are merged into one contiguous send of at
- * most min(credit, max_message) bytes (hadroNIO: gathering writes only paid
- * off once merged into one UCX send). Up to UCX_IMM_MAX bytes are first
- * tried as an immediate send from the stack (send_imm); otherwise a single
- * large buffer is sent in place (retained until UCX completes it) and
- * smaller ones are merged into a pool buffer. Send contexts and queue
- * entries are recycled through bounded per-loop free lists. Receive path: eager
- * data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA) is wrapped in a
- * weft_buf without a copy and handed back with ucp_am_data_release when the
- * last reference goes; other eager data is copied into a pool buffer;
+ * most min(credit - UCX_MSG_COST, either side's max_message) bytes
+ * (hadroNIO: gathering writes only paid off once merged into one UCX
+ * send). Up to UCX_IMM_MAX bytes are first tried as an immediate send from
+ * the stack (send_imm); otherwise a single large buffer is sent in place
+ * (retained until UCX completes it) and smaller ones are merged into a
+ * pool buffer. Send contexts and queue entries are recycled through
+ * bounded per-loop free lists. Receive path: eager data UCX lets us keep
+ * (UCP_AM_RECV_ATTR_FLAG_DATA) of UCX_WRAP_MIN bytes or more is wrapped in
+ * a weft_buf without a copy and handed back with ucp_am_data_release when
+ * the last reference goes; other eager data is copied into a pool buffer;
  * rendezvous data is received straight into a pool buffer.
  *
  * Close: requests in flight outlive their channel, and its ep stays open
@@ -92,6 +106,7 @@
 
 #include <weft/buf.h>
 #include <weft/channel.h>
+#include <weft/error.h>
 #include <weft/source.h>
 #include <weft/transport_plugin.h>
 
@@ -111,8 +126,29 @@
 #define UCX_IMM_MAX 64u
 #define UCX_DEFAULT_WINDOW (1024u * 1024u) /* bytes in flight per channel */
 #define UCX_DEFAULT_MAX_MESSAGE                                                \
-  (64u * 1024u)                           /* bytes per DATA message: one       \
-                                             pool size class */
+  (64u * 1024u) /* bytes per DATA message: one                                 \
+                   pool size class */
+/* Limits of the [transport.ucx] settings, which a peer's HELLO or
+ * HELLO_ACK must respect too. Credit travels in 32 bits (ucx_hdr). */
+#define UCX_WINDOW_MIN 4096u
+#define UCX_WINDOW_MAX (1u << 30)
+#define UCX_MAX_MESSAGE_MIN 1024u
+#define UCX_MAX_MESSAGE_MAX (1u << 26)
+/* Credit each DATA message costs on top of its bytes: about what it takes
+ * at the receiver while queued (an 80 B rq_entry, a 120 B weft_buf, a 64 B
+ * block at least). With it the window bounds the reassembly queue's
+ * entries (window / (UCX_MSG_COST + 1)), not only its bytes: a peer that
+ * sends 1-byte messages to a reader that does not read cannot queue a
+ * million of them. Both ends must use the same value (UCX_WIRE_VERSION). */
+#define UCX_MSG_COST 256u
+/* Eager data UCX lets us keep (UCP_AM_RECV_ATTR_FLAG_DATA, which UCX 1.13
+ * sets on its shared-memory lanes, not over tcp) is wrapped without a copy
+ * from this size on; smaller messages are copied, so that small messages
+ * queued for a reader that does not read do not pin UCX's receive
+ * descriptors: 20000 queued 100 B messages grew the server's peak RSS by
+ * 86 MiB that way (4.4 KiB each; test_ucx_shm's small-message liar on the
+ * code before this limit and UCX_MSG_COST). */
+#define UCX_WRAP_MIN 4096u
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
 #define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
 
@@ -138,6 +174,14 @@ enum ucx_msg {
   UMSG_FIN
 };
 
+/* The wire version, in the type bits of HELLO's and HELLO_ACK's `seq`: 1
+ * since DATA messages cost UCX_MSG_COST of credit and the handshake
+ * carries max_message (0 before: that weft put nothing there). */
+#define UCX_WIRE_VERSION 1u
+/* Bytes of data a HELLO or HELLO_ACK carries: the sender's max_message
+ * (uint32_t, host byte order). */
+#define UCX_HELLO_DATA 4u
+
 /* The header of every message: 12 bytes, host byte order (both ends run
  * this code on the same kind of host; UCX itself does not mix endianness
  * either). It is this small because on UCX 1.13's shared-memory lanes a
@@ -153,7 +197,8 @@ typedef struct ucx_hdr {
                       (HELLO, HELLO_ACK: the whole window) */
 } ucx_hdr;
 
-/* A slot reference packs a message type (4 bits), a slot generation (the
+/* A slot reference packs a message type (4 bits; in HELLO's and
+ * HELLO_ACK's `seq`, the wire version), a slot generation (the
  * low 8 bits) and a slot index (20 bits) into 32. Freed slots are reused
  * last (a FIFO) and only while UCX_MIN_FREE_SLOTS are free
  * (weft__ucx_slot_take). */
@@ -219,8 +264,8 @@ typedef struct rq_entry {
   struct rq_entry *next;
   ucx_channel *uc; /* NULL once the channel closed (rendezvous in flight) */
   weft_buf *b;     /* NULL for FIN */
-  uint32_t seq;
-  bool ready; /* all bytes are here */
+  uint32_t cost; /* credit granted back once delivered: bytes + UCX_MSG_COST */
+  bool ready;    /* all bytes are here */
 } rq_entry;
 
 /* Work a UCX callback left for poll. */
@@ -231,29 +276,51 @@ enum {
   PEND_ERROR = 8u      /* the ep failed: uc->err */
 };
 
+/* What a channel's side of the wire protocol knows and has promised: the
+ * state weft__ucx_hdr_check checks a peer's header against and updates.
+ * Credit counts bytes plus UCX_MSG_COST per DATA message. Kept apart from
+ * ucx_channel so that the check needs nothing of UCX (fuzz_ucx_header). */
+typedef struct ucx_wire {
+  /* this side's settings, fixed at channel start */
+  uint32_t window;      /* credit granted in this side's HELLO / HELLO_ACK */
+  uint32_t max_message; /* the largest DATA this side takes */
+  bool client;          /* this side connected: sent HELLO, awaits HELLO_ACK */
+  /* the peer, from its HELLO or HELLO_ACK */
+  bool peer_known;
+  bool fin_received; /* the peer's FIN was taken: nothing may follow */
+  uint32_t peer_id, peer_gen;
+  uint32_t peer_max_message; /* the largest DATA the peer takes */
+  /* receiving */
+  uint32_t recv_seq;    /* the sequence the peer's next DATA or FIN carries */
+  uint64_t recv_credit; /* credit the peer has left: granted, not used */
+  /* sending */
+  uint64_t send_credit;  /* credit this side has left */
+  uint64_t send_unacked; /* credit this side used, not granted back yet */
+} ucx_wire;
+
 struct ucx_channel {
   weft_channel *ch;
   ucx_loop *tl;
   ucp_ep_h ep;
   ucx_epr *epr;     /* the ep's record, handed to the lingering list at close */
   uint32_t id, gen; /* our slot */
-  uint32_t peer_id, peer_gen;
   bool has_slot;
-  bool peer_known;
   bool connecting;
   bool reading;
   bool ep_failed;
-  bool fin_received;
   bool in_flush;
   bool listed; /* on the loop's pending list */
   unsigned pend;
   int err;              /* PEND_ERROR's error */
   uint64_t err_drain;   /* tl->drains when the ep failed */
-  uint64_t send_credit; /* bytes we may send now */
-  uint64_t credit_owed; /* bytes delivered, not granted back yet */
+  uint64_t credit_owed; /* credit delivered, not granted back yet */
   uint32_t send_seq;    /* next DATA/FIN sequence to send */
+  ucx_wire w;
   rq_entry *rq_head, *rq_tail;
   ucx_channel *pend_next;
+  /* The peer broke the protocol (PEND_ERROR with `err`): why, for the log
+   * and the close's reason. Its messages are dropped from then on. */
+  char violation[120];
 };
 
 typedef struct ucx_slot {
@@ -315,6 +382,7 @@ typedef struct ucx_accept {
 typedef struct ucx_send {
   ucx_op op;
   ucx_hdr hdr;
+  uint32_t hello_data; /* HELLO, HELLO_ACK: this side's max_message */
   weft_buf *hold;
 } ucx_send;
 
@@ -372,6 +440,158 @@ void weft__ucx_ctx_release(void);
  */
 int weft__ucx_config_set(const char *key, const char *value, char *why,
                          size_t why_len);
+
+/* -- wire.c: what a peer may send -- */
+
+/**
+ * Starts channel state `w` with this side's `window` (credit it grants in
+ * its HELLO or HELLO_ACK) and `max_message`; `client` when this side
+ * connects (sends HELLO). Any thread.
+ */
+void weft__ucx_wire_init(ucx_wire *w, uint32_t window, uint32_t max_message,
+                         bool client);
+
+/** weft__ucx_hdr_check's answer for a header that is not weft's (another
+ *  size): drop the message, nobody to blame. */
+#define UCX_HDR_FOREIGN 1
+
+/** The name of message type `type` ("DATA"), "?" for one weft does not
+ *  know. Any thread. */
+const char *weft__ucx_msg_name(uint32_t type);
+
+/** Formats the rule a peer broke into `why` (`why_len` bytes, nothing if
+ *  0) and returns `err`: weft__ucx_hdr_check's way out. Any thread. */
+__attribute__((cold, format(printf, 4, 5))) int
+weft__ucx_wire_broken(int err, char *why, size_t why_len, const char *fmt, ...);
+
+/** weft__ucx_hdr_check for a HELLO or HELLO_ACK (`h`, of type `type`):
+ *  rare, so out of line. Any thread. */
+int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
+                              const void *data, size_t len, bool rndv,
+                              char *why, size_t why_len);
+
+/**
+ * Checks one message a peer sent on a channel whose wire state is `w`:
+ * `header` (`header_len` bytes, UCX's user header), and `len` bytes of
+ * data, at `data` unless `rndv` (a rendezvous: only its length is known
+ * yet). Nothing is trusted: the type must be known and come in handshake
+ * order (HELLO on the accepting side, HELLO_ACK on the connecting side,
+ * once, with UCX_WIRE_VERSION, a window and max_message within the
+ * settings' limits, as eager data of UCX_HELLO_DATA bytes); DATA, CREDIT
+ * and FIN only after the handshake and before the peer's FIN; DATA and FIN
+ * with the next sequence number; DATA of 1 .. max_message bytes within the
+ * credit left (bytes + UCX_MSG_COST); CREDIT and FIN eager and empty; a
+ * credit grant no larger than the credit used and not yet granted back (a
+ * CREDIT message's not 0). Takes a valid message into `w` (handshake
+ * fields, sequence, credit both ways) and returns 0; returns
+ * UCX_HDR_FOREIGN for a header of another size (`w` untouched); else, with
+ * `w` untouched and a sentence in `why` (`why_len` bytes, "peer sent ..."),
+ * WEFT_EMSGSIZE for DATA over max_message or WEFT_EPROTO for any other
+ * broken rule. Pure: no UCX call, no allocation; any thread. Inline: it
+ * runs for every message (the rules' texts are out of line, in wire.c).
+ */
+static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
+                                      size_t header_len, const void *data,
+                                      size_t len, bool rndv, char *why,
+                                      size_t why_len) {
+  ucx_hdr h;
+  if (header_len != sizeof h)
+    return UCX_HDR_FOREIGN;
+  __builtin_memcpy(&h, header, sizeof h);
+  uint32_t type = weft__ucx_ref_type(h.to);
+  if (type < UMSG_HELLO || type > UMSG_FIN)
+    return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                 "peer sent a message of unknown type %u",
+                                 type);
+  if (type == UMSG_HELLO || type == UMSG_HELLO_ACK)
+    return weft__ucx_hdr_check_hello(w, &h, type, data, len, rndv, why,
+                                     why_len);
+  if (!w->peer_known)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len, "peer sent %s before %s",
+        weft__ucx_msg_name(type), w->client ? "HELLO_ACK" : "HELLO");
+  if (w->fin_received)
+    return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                 "peer sent %s after its FIN",
+                                 weft__ucx_msg_name(type));
+  if (type == UMSG_DATA) {
+    if (len == 0)
+      return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                   "peer sent a DATA message without data");
+    if (len > w->max_message)
+      return weft__ucx_wire_broken(
+          WEFT_EMSGSIZE, why, why_len,
+          "peer sent %zu B in one message, max_message is %u", len,
+          w->max_message);
+  } else if (len > 0 || rndv) {
+    return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                 "peer sent %s with %zu B of data",
+                                 weft__ucx_msg_name(type), len);
+  }
+  if (type != UMSG_CREDIT && h.seq != w->recv_seq)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer sent %s with sequence number %u, expected %u",
+        weft__ucx_msg_name(type), h.seq, w->recv_seq);
+  uint64_t cost = type == UMSG_DATA ? len + UCX_MSG_COST : 0;
+  if (cost > w->recv_credit)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer sent %zu B beyond its credit window (%u B): it costs %llu B, "
+        "%llu B are left",
+        len, w->window, (unsigned long long)cost,
+        (unsigned long long)w->recv_credit);
+  if (h.credit > w->send_unacked)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer granted %u B of credit, only %llu B are outstanding", h.credit,
+        (unsigned long long)w->send_unacked);
+  if (type == UMSG_CREDIT && h.credit == 0)
+    return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                 "peer sent a CREDIT of 0 B");
+
+  w->send_unacked -= h.credit;
+  w->send_credit += h.credit;
+  if (type == UMSG_CREDIT)
+    return 0;
+  w->recv_seq++;
+  w->recv_credit -= cost;
+  if (type == UMSG_FIN)
+    w->fin_received = true;
+  return 0;
+}
+
+/** Records that this side grants `granted` credit back (a CREDIT message,
+ *  or a DATA header: weft__ucx_wire_sent_data). Any thread. */
+static inline void weft__ucx_wire_granted(ucx_wire *w, uint32_t granted) {
+  w->recv_credit += granted;
+}
+
+/**
+ * Records that this side sends a DATA message of `len` bytes, granting
+ * `granted` credit back in its header: takes len + UCX_MSG_COST from the
+ * send credit (the caller checked it is there: weft__ucx_wire_sendable)
+ * and adds `granted` to the peer's. Any thread.
+ */
+static inline void weft__ucx_wire_sent_data(ucx_wire *w, size_t len,
+                                            uint32_t granted) {
+  uint64_t cost = len + UCX_MSG_COST;
+  w->send_credit -= cost;
+  w->send_unacked += cost;
+  weft__ucx_wire_granted(w, granted);
+}
+
+/** The DATA bytes this side may send in one message now: what its credit
+ *  allows after UCX_MSG_COST, at most the smaller max_message of the two
+ *  sides; 0 while the peer is unknown. Any thread. */
+static inline size_t weft__ucx_wire_sendable(const ucx_wire *w) {
+  if (!w->peer_known || w->send_credit <= UCX_MSG_COST)
+    return 0;
+  uint64_t n = w->send_credit - UCX_MSG_COST;
+  uint32_t max = w->max_message < w->peer_max_message ? w->max_message
+                                                      : w->peer_max_message;
+  return n < max ? (size_t)n : max;
+}
 
 /* -- loop.c: send contexts, queue entries, requests in flight -- */
 
@@ -466,8 +686,9 @@ void weft__ucx_loop_fini(weft_loop *loop, void *loop_state);
 /* -- send.c: sending -- */
 
 /**
- * Sends control message `type` (UMSG_HELLO, HELLO_ACK, CREDIT or FIN; no
- * data) eagerly on channel `uc`'s ep, with UCP_AM_SEND_FLAG_* `flags`.
+ * Sends control message `type` (UMSG_HELLO, HELLO_ACK, CREDIT or FIN; the
+ * handshake's carry this side's max_message as data) eagerly on channel
+ * `uc`'s ep, with UCP_AM_SEND_FLAG_* `flags`.
  * Returns 0 (sent, or queued by UCX), WEFT_ENOMEM, or UCX's error mapped.
  * Also inside progress (a HELLO_ACK).
  */
@@ -503,9 +724,12 @@ void weft__ucx_rq_free(ucx_channel *uc);
 
 /**
  * The worker's handler for UCX_AM_ID (`arg`: the ucx_loop): takes a HELLO,
- * HELLO_ACK, DATA, CREDIT or FIN into its channel's state and drops
- * messages for closed channels or of another header size. Returns
- * UCS_INPROGRESS when it keeps UCX's data descriptor, else UCS_OK. Inside
+ * HELLO_ACK, DATA, CREDIT or FIN into its channel's state once
+ * weft__ucx_hdr_check passed it, and drops messages for closed channels,
+ * of another header size, or for a channel whose peer broke the protocol
+ * (which it marks for closing at the first). Returns UCS_INPROGRESS when
+ * it keeps UCX's data descriptor; UCS_ERR_REJECTED for a rendezvous it
+ * refuses (the sender's send ends with that); else UCS_OK. Inside
  * progress.
  */
 ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,

@@ -1,0 +1,92 @@
+/* transports/ucx/wire.c: the rules of the UCX transport's wire protocol,
+ * as a receiver enforces them (weft__ucx_hdr_check, inline in
+ * ucx_internal.h because it runs for every message, and its rare parts
+ * here: the handshake and the texts of broken rules). Every value in a
+ * message comes from the peer: its type, the slot it names (checked by the
+ * table lookup in recv.c), the handshake's version, slot, window and
+ * max_message, the sequence number, the data's length and the credit it
+ * grants. Each is checked against the channel's wire state before the
+ * receive path takes the message in or allocates anything for it; the
+ * state is updated only for a message that passes every check. Pure
+ * functions (no UCX call), so that tests/fuzz/fuzz_ucx_header.c can drive
+ * them. */
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <weft/error.h>
+
+#include "transports/ucx/ucx_internal.h"
+
+void weft__ucx_wire_init(ucx_wire *w, uint32_t window, uint32_t max_message,
+                         bool client) {
+  *w = (ucx_wire){.window = window,
+                  .max_message = max_message,
+                  .client = client,
+                  .recv_credit = window};
+}
+
+const char *weft__ucx_msg_name(uint32_t type) {
+  static const char *const names[] = {"?",    "HELLO",  "HELLO_ACK",
+                                      "DATA", "CREDIT", "FIN"};
+  return type < sizeof names / sizeof names[0] ? names[type] : "?";
+}
+
+int weft__ucx_wire_broken(int err, char *why, size_t why_len, const char *fmt,
+                          ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (why_len > 0)
+    vsnprintf(why, why_len, fmt, ap);
+  va_end(ap);
+  return err;
+}
+
+/* HELLO or HELLO_ACK: the peer's version, slot, window and max_message. */
+int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
+                              const void *data, size_t len, bool rndv,
+                              char *why, size_t why_len) {
+  const char *name = weft__ucx_msg_name(type);
+  if (type == UMSG_HELLO && w->client)
+    return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                 "peer sent HELLO to the side that connected");
+  if (type == UMSG_HELLO_ACK && !w->client)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer sent HELLO_ACK to the side that accepted");
+  if (w->peer_known)
+    return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                                 "peer sent a second %s", name);
+  uint32_t version = weft__ucx_ref_type(h->seq);
+  if (version != UCX_WIRE_VERSION)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer speaks UCX wire version %u, this weft %u (a weft build from "
+        "another time?)",
+        version, UCX_WIRE_VERSION);
+  if (rndv || len != UCX_HELLO_DATA)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer sent %s with %zu B of %s data, expected %u B eager", name, len,
+        rndv ? "rendezvous" : "eager", UCX_HELLO_DATA);
+  uint32_t max_message;
+  memcpy(&max_message, data, sizeof max_message);
+  if (h->credit < UCX_WINDOW_MIN || h->credit > UCX_WINDOW_MAX)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer announced a window of %u B, the limits are %u .. %u", h->credit,
+        UCX_WINDOW_MIN, UCX_WINDOW_MAX);
+  if (max_message < UCX_MAX_MESSAGE_MIN || max_message > UCX_MAX_MESSAGE_MAX)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer announced max_message %u, the limits are %u .. %u", max_message,
+        UCX_MAX_MESSAGE_MIN, UCX_MAX_MESSAGE_MAX);
+  w->peer_known = true;
+  w->peer_id = weft__ucx_ref_id(h->seq);
+  w->peer_gen = weft__ucx_ref_gen(h->seq);
+  w->peer_max_message = max_message;
+  w->send_credit = h->credit; /* nothing was sent before */
+  w->send_unacked = 0;
+  return 0;
+}
