@@ -164,7 +164,9 @@ static void rq_fin(ucx_channel *uc) {
   e->uc = uc;
   e->ready = true;
   rq_append(uc, e);
-  weft__ucx_rq_check_head(uc);
+  /* Even while the channel does not read: run_pending closes it at once
+   * if bytes of ours wait that the peer will never read. */
+  weft__ucx_pend_mark(uc, PEND_DELIVER);
 }
 
 /* The peer of channel `uc` broke the protocol (`err`, `why`): its
@@ -320,6 +322,15 @@ static void run_pending(ucx_channel *uc) {
     int err = weft__ucx_flush_now(uc);
     if (err < 0 && weft__ucx_channel_active(uc))
       report_error(uc, err, "send");
+  }
+  /* The peer closed (FIN) and reads nothing more: bytes of ours still
+   * unsent, waiting for credit it will never grant, can never arrive. As
+   * TCP answers them with a reset, the channel closes now, even while it
+   * does not read (flow control paused it because of those very bytes). */
+  if (uc->w.fin_received && !weft_outbound_is_empty(uc->ch) &&
+      weft__ucx_channel_active(uc)) {
+    report_error(uc, WEFT_ECONNRESET, "the peer closed with our bytes unsent");
+    return;
   }
   if (what & (PEND_DELIVER | PEND_ERROR))
     deliver(uc); /* bytes that arrived before an error still count */
