@@ -247,11 +247,20 @@ static void adopt_on_loop(void *arg) {
 
 /* The refused channel's one handler: it writes the server's reject
  * message and closes the channel once the bytes left (or failed). */
-static void reject_written(void *arg, int status) {
-  (void)status;
+static void reject_close(void *arg) {
   weft_channel *ch = arg;
   weft_channel_close(ch, WEFT_PROMISE_NONE);
   weft_channel_release(ch);
+}
+
+/* The close is a task: a promise may complete inside a transport's own
+ * progress (UCX runs send completions there), where a close must not
+ * start. */
+static void reject_written(void *arg, int status) {
+  (void)status;
+  weft_channel *ch = arg;
+  if (weft_loop_execute(weft_channel_loop(ch), reject_close, ch) < 0)
+    weft_channel_release(ch); /* the loop is finishing: it closes it */
 }
 
 static void reject_active(weft_ctx *ctx) {

@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <weft/error.h>
@@ -298,7 +299,17 @@ END_TEST
 
 /* Past max_connections a client reads the reject message, then the close;
  * a slot freed by a leaving client is taken by the next. */
+/* UCX 1.13 over shared memory (error_mode none, which it needs there)
+ * does not report a connection its server closed within the handshake:
+ * the refused client is left connecting until its connect timeout. */
+static bool refusal_reaches_the_client(void) {
+  const char *mode = getenv("WEFT_TRANSPORT_UCX_ERROR_MODE");
+  return strcmp(th_transport_name(), "ucx") != 0 || mode == NULL ||
+         strcmp(mode, "none") != 0;
+}
+
 START_TEST(hostile_max_connections_refuses_with_message) {
+  TH_SKIP_UNLESS(refusal_reaches_the_client());
   fixture f;
   weft_server_bootstrap sb = {.max_connections = 2,
                               .reject_message = "-ERR full\r\n"};
@@ -311,7 +322,9 @@ START_TEST(hostile_max_connections_refuses_with_message) {
   ck_assert_int_eq(weft_server_connections(f.srv), 2);
   th_log_capture_start();
   client_connect(&f, &extra);
-  ASSERT_EVENTUALLY(atomic_load(&extra.inactive) == 1, 10000);
+  ck_assert_msg(WAIT_UNTIL(atomic_load(&extra.inactive) == 1, 10000),
+                "the refused client is still open (active %d, read \"%s\")",
+                atomic_load(&extra.active), extra.first);
   th_log_capture_stop();
   ck_assert_str_eq(extra.first, "-ERR full\r\n");
   ck_assert_int_eq(atomic_load(&f.st.active), 2); /* never reached init */
