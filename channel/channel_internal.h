@@ -34,6 +34,7 @@ struct weft_pipeline {
 typedef struct weft__outbound_entry {
   weft_buf *buf;
   weft_promise promise;
+  bool own; /* `buf` is the queue's own, small writes copied into it */
 } weft__outbound_entry;
 
 /* The outbound queue: a growable ring of entries. Entries [head, flushed)

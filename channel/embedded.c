@@ -109,6 +109,19 @@ static const weft_transport_ops embedded_transport = {
     .set_read = embedded_set_read,
 };
 
+/* The same, as a byte stream: writes may be merged (small ones are). */
+static const weft_transport_ops embedded_stream_transport = {
+    .name = "embedded",
+    .caps = WEFT_TRANSPORT_CAP_STREAM,
+    .channel_priv_size = sizeof(weft_embedded *),
+    .flush = embedded_flush,
+    .set_read = embedded_set_read,
+};
+
+void weft_embedded_set_stream(weft_embedded *e, bool on) {
+  e->ch->transport = on ? &embedded_stream_transport : &embedded_transport;
+}
+
 static bool tail_keep(weft_channel *ch, void *msg) {
   return fifo_push(&embedded_of(ch)->inbound, msg) == 0;
 }

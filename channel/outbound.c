@@ -51,10 +51,56 @@ static void update_writability(weft_channel *ch) {
   weft_pipeline_fire_writability_changed(&ch->pipeline, writable);
 }
 
+/* Small writes are copied into a buffer of the queue's own at its tail,
+ * as Netty's and nginx's chained output buffers do for tiny writes: a
+ * flush of many 16 B messages is then one iovec, one queue entry and one
+ * buffer to complete, not one each. Only on byte streams (a message
+ * transport keeps each write a message of its own), only into entries not
+ * flushed yet (nothing may change under a send in flight), and only where
+ * the tail entry's promise, if any, can wait for the new bytes (it has
+ * none: the merged entry takes the new write's promise). */
+#define COALESCE_MAX 512u  /* bytes: writes up to this size are copied */
+#define COALESCE_BUF 16384 /* bytes: the queue's own buffer (a pool class) */
+
+static bool coalesce(weft_channel *ch, weft_buf *buf, weft_promise p) {
+  weft__outbound *o = &ch->out;
+  size_t n = weft_buf_readable(buf);
+  if (n > COALESCE_MAX || o->tail == o->flushed ||
+      !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
+    return false;
+  weft__outbound_entry *last = slot(o, o->tail - 1);
+  if (last->promise.cb != NULL)
+    return false;
+  if (!last->own) { /* the writer's buffer: start one of ours with it */
+    size_t have = weft_buf_readable(last->buf);
+    if (have > COALESCE_MAX)
+      return false;
+    weft_buf *own = weft_buf_alloc(weft_loop_pool(ch->loop), COALESCE_BUF);
+    if (own == NULL)
+      return false;
+    weft_buf_write_bytes(own, weft_buf_rptr(last->buf), have);
+    weft_buf_release(last->buf);
+    last->buf = own;
+    last->own = true;
+  }
+  if (weft_buf_writable(last->buf) < n)
+    return false;
+  weft_buf_write_bytes(last->buf, weft_buf_rptr(buf), n);
+  weft_buf_release(buf);
+  last->promise = p;
+  o->pending_bytes += n;
+  return true;
+}
+
 int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p) {
   weft__outbound *o = &ch->out;
   if (weft__limits_refuse_write(ch))
     return WEFT_ENOBUFS; /* past the output limit: closing */
+  if (coalesce(ch, buf, p)) {
+    update_writability(ch);
+    weft__limits_queued(ch);
+    return 0;
+  }
   if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
     return WEFT_ENOMEM;
   *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};

@@ -391,6 +391,51 @@ START_TEST(pipeline_leak_is_reported_at_finish) {
 }
 END_TEST
 
+/* On a byte stream, small writes not yet flushed share one buffer; a
+ * large one goes as it is; a message channel keeps every write. */
+START_TEST(pipeline_small_writes_merge_on_a_stream_only) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded_set_stream(e, true);
+  weft_channel *ch = weft_embedded_channel(e);
+  promise_calls = 0;
+  for (int i = 0; i < 99; i++)
+    weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
+  weft_channel_write(ch, bytes(e, "0123456789ABCDEF"),
+                     (weft_promise){record_promise, (void *)0});
+  static char big[1000];
+  memset(big, 'b', sizeof big);
+  big[sizeof big - 1] = '\0';
+  weft_channel_write(ch, bytes(e, big), WEFT_PROMISE_NONE);
+  weft_channel_write(ch, bytes(e, "tail"), WEFT_PROMISE_NONE);
+  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 1600 + 999 + 4);
+  ck_assert_int_eq(promise_calls, 0);
+  weft_channel_flush(ch);
+  weft_buf *m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), 1600); /* 100 writes, one buffer */
+  ck_assert_int_eq(memcmp(weft_buf_rptr(m) + 1584, "0123456789ABCDEF", 16), 0);
+  weft_buf_release(m);
+  m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), 999); /* too big to copy */
+  weft_buf_release(m);
+  m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), 4); /* "tail" after it */
+  weft_buf_release(m);
+  ck_assert_ptr_null(weft_embedded_read_outbound(e));
+  ck_assert_int_eq(promise_calls, 1);
+  ck_assert_int_eq(promise_status[0], 0);
+  weft_embedded_set_stream(e, false);
+  weft_channel_write(ch, bytes(e, "a"), WEFT_PROMISE_NONE);
+  weft_channel_write(ch, bytes(e, "b"), WEFT_PROMISE_NONE);
+  weft_channel_flush(ch);
+  m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), 1); /* messages stay apart */
+  weft_buf_release(m);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("pipeline", "embedded", 0,
                   pipeline_event_order_matches_netty_example,
@@ -403,5 +448,6 @@ Suite *weft_test_suite(void) {
                   pipeline_head_refuses_non_buffer_message,
                   pipeline_exception_reaches_tail_and_closes_channel,
                   pipeline_tail_releases_unhandled_and_queue_at_close,
+                  pipeline_small_writes_merge_on_a_stream_only,
                   pipeline_leak_is_reported_at_finish, NULL);
 }

@@ -16,6 +16,13 @@
  * completes with 0 once sent or with the error that stopped it (WEFT_ECLOSED
  * when the channel closed first).
  *
+ * On a byte stream (tcp, uring, ucx), a write of up to 512 bytes may be
+ * copied into a buffer of the queue's own, with the small writes before
+ * it that are not flushed yet (the written buffer is released at once), so
+ * that a flush of many small messages is one buffer and one iovec. A
+ * merged write's promise completes when its bytes were sent, as always.
+ * Larger buffers are queued as they are and sent without a copy.
+ *
  * Flow control (WEFT_OPT_FLOW_CONTROL, on for the channels a server
  * accepts): while the queued bytes are above the high watermark the
  * channel stops reading, and it reads again once they are below the low

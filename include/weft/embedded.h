@@ -81,6 +81,14 @@ int weft_embedded_exception(const weft_embedded *e, size_t i);
  */
 void weft_embedded_set_write_limit(weft_embedded *e, size_t bytes);
 
+/**
+ * Makes the channel a byte stream (as tcp and uring are) or, by default, a
+ * message channel: on a stream, small writes that are not flushed yet are
+ * merged into one buffer (channel.h), so weft_embedded_read_outbound()
+ * returns them together. Call before writing.
+ */
+void weft_embedded_set_stream(weft_embedded *e, bool on);
+
 /** Runs queued tasks and due timers of the embedded loop; returns count. */
 int weft_embedded_run_pending(weft_embedded *e);
 
