@@ -24,7 +24,7 @@ static _Thread_local weft_loop *current_loop;
 static _Atomic int keys_created;
 
 int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
-                   int busy_poll_us, int poll_budget) {
+                   int busy_poll_us, bool adaptive, int poll_budget) {
   int err;
   weft_loop *loop = calloc(1, sizeof *loop);
   if (loop == NULL)
@@ -62,6 +62,7 @@ int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
   atomic_init(&loop->closed, false);
   atomic_init(&loop->stop_requested, false);
   atomic_init(&loop->busy_poll_us, busy_poll_us);
+  weft__window_init(loop, adaptive, busy_poll_us);
   atomic_init(&loop->state, WEFT__LOOP_CREATED);
   atomic_init(&loop->tid, 0);
   *out = loop;
@@ -321,7 +322,7 @@ void *weft__loop_thread(void *arg) {
   current_loop = loop;
   setup_thread(loop);
   create_pool(loop);
-  loop->last_active_ns = weft_now_ns();
+  weft__selector_start(loop);
   atomic_store(&loop->state, WEFT__LOOP_RUNNING);
 
   /* Relaxed: the stop request is also signalled through the eventfd, so a
@@ -374,6 +375,14 @@ void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
   out->tasks_run = atomic_load_explicit(&c->tasks_run, memory_order_relaxed);
   out->timers_fired =
       atomic_load_explicit(&c->timers_fired, memory_order_relaxed);
+  out->busy_poll_window_ns =
+      atomic_load_explicit(&c->window_ns, memory_order_relaxed);
+  out->window_shrinks =
+      atomic_load_explicit(&c->window_shrinks, memory_order_relaxed);
+  out->window_grows =
+      atomic_load_explicit(&c->window_grows, memory_order_relaxed);
+  out->preemptions =
+      atomic_load_explicit(&c->preemptions, memory_order_relaxed);
 }
 
 pid_t weft__loop_tid(const weft_loop *loop) { return atomic_load(&loop->tid); }

@@ -5,14 +5,16 @@
  *   drain_pool    take back buffers released on other threads
  *   run_timers    fire due timers
  *   run_tasks     run the tasks queued before this phase began
- *   try_sleep     after busy_poll_us without work: arm every source, set
- *                 `sleeping`, re-check the queue, block in epoll until an fd,
- *                 the wakeup eventfd or the next timer deadline; dispatch
- *                 what woke us to the sources' wakeup ops
+ *   try_sleep     after the busy-poll window without work: arm every
+ *                 source, set `sleeping`, re-check the queue, block in epoll
+ *                 until an fd, the wakeup eventfd or the next timer
+ *                 deadline; dispatch what woke us to the sources' wakeup
+ *                 ops; adapt the window
  */
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,7 +126,7 @@ static int epoll_wait_ns(weft_loop *loop, const struct timespec *timeout) {
 }
 
 /* Blocks until an event or `deadline` (ns, UINT64_MAX = none). Returns the
- * number of events in loop->ready, or 0 if the deadline has already
+ * number of events in loop->ready, or -1 if the deadline has already
  * passed (no sleep then). */
 static int wait_events(weft_loop *loop, uint64_t deadline) {
   int n;
@@ -135,7 +137,7 @@ static int wait_events(weft_loop *loop, uint64_t deadline) {
       /* Recomputed on every try so that EINTR does not stretch the wait. */
       uint64_t now = weft_now_ns();
       if (deadline <= now)
-        return 0;
+        return counted ? 0 : -1;
       uint64_t left = deadline - now;
       ts.tv_sec = (time_t)(left / 1000000000u);
       ts.tv_nsec = (long)(left % 1000000000u);
@@ -184,9 +186,136 @@ static void dispatch(weft_loop *loop, int n) {
       src->ops->wakeup(src, loop->ready[i].events);
   }
   loop->n_ready = 0;
-  if (n > 0)
-    weft__stat_add(&loop->stats.wakeups, 1);
 }
+
+/* ---- The adaptive busy-poll window --------------------------------------
+ *
+ * The window moves between 0 and max_ns (busy_poll_us) in halvings and
+ * doublings, KVM's halt-polling rule (virt/kvm/kvm_main.c, grow_halt_poll_ns
+ * and shrink_halt_poll_ns) plus a preemption check:
+ *
+ *   shrink  the event that ended a sleep came more than max_ns after the
+ *           last work: even the longest window would have missed it, so
+ *           the spin before the sleep was wasted;
+ *           or the loop's thread was preempted since the last sample: a
+ *           thread that spins while another wants its CPU takes the CPU
+ *           from that thread (a client of this very server, often);
+ *   grow    the event came within max_ns of the last work, after the loop
+ *           went to sleep: a longer spin would have caught it without the
+ *           wake-up, unless a preemption was seen in the last WINDOW_HOLD_NS.
+ *
+ * Nothing here costs a system call per iteration: the clock is read by
+ * the iteration anyway, and getrusage runs at most once per
+ * WINDOW_SAMPLE_NS, on an iteration that found no work (never while the
+ * loop sleeps, never while it is busy with work). */
+
+/* Preemption samples at most this often (ns). 1 ms bounds the cost to
+ * about 0.1% of a CPU (a getrusage is 0.4 to 2 µs here) and notices a
+ * preempting thread within about one scheduler slice. */
+#define WINDOW_SAMPLE_NS 1000000u
+/* No growth for this long after a preemption (ns): a CPU that another
+ * thread needed a moment ago is likely needed again; shorter holds let the
+ * window grow back between two preemptions and spin away the CPU again. */
+#define WINDOW_HOLD_NS 100000000u
+/* The smallest window above 0 is max / WINDOW_STEPS_DIV (and at least
+ * WINDOW_MIN_NS): three doublings from it reach the maximum. */
+#define WINDOW_STEPS_DIV 8u
+#define WINDOW_MIN_NS 1000u
+
+static void window_publish(weft_loop *loop) {
+  atomic_store_explicit(&loop->stats.window_ns, loop->window.ns,
+                        memory_order_relaxed);
+}
+
+void weft__window_init(weft_loop *loop, bool adaptive, int busy_poll_us) {
+  loop->window.adaptive = adaptive;
+  loop->window.sample_period_ns = WINDOW_SAMPLE_NS;
+  loop->window.hold_period_ns = WINDOW_HOLD_NS;
+  weft__window_reset(loop, busy_poll_us);
+}
+
+void weft__window_reset(weft_loop *loop, int busy_poll_us) {
+  weft__poll_window *w = &loop->window;
+  w->max_us = busy_poll_us;
+  w->max_ns = busy_poll_us > 0 ? (uint64_t)busy_poll_us * 1000u : 0;
+  w->ns = w->max_ns;
+  atomic_store_explicit(&loop->stats.window_ns,
+                        busy_poll_us < 0 ? UINT64_MAX : w->ns,
+                        memory_order_relaxed);
+}
+
+static uint64_t window_floor(const weft__poll_window *w) {
+  uint64_t f = w->max_ns / WINDOW_STEPS_DIV;
+  if (f < WINDOW_MIN_NS)
+    f = WINDOW_MIN_NS;
+  return f < w->max_ns ? f : w->max_ns;
+}
+
+static void window_shrink(weft_loop *loop) {
+  weft__poll_window *w = &loop->window;
+  if (w->ns == 0)
+    return;
+  w->ns /= 2;
+  if (w->ns < window_floor(w))
+    w->ns = 0;
+  weft__stat_add(&loop->stats.window_shrinks, 1);
+  window_publish(loop);
+}
+
+static void window_grow(weft_loop *loop) {
+  weft__poll_window *w = &loop->window;
+  if (w->ns >= w->max_ns)
+    return;
+  w->ns = w->ns == 0 ? window_floor(w) : w->ns * 2;
+  if (w->ns > w->max_ns)
+    w->ns = w->max_ns;
+  weft__stat_add(&loop->stats.window_grows, 1);
+  window_publish(loop);
+}
+
+/* Involuntary context switches of this thread so far, or -1. */
+static long thread_nivcsw(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : -1;
+}
+
+/* Shrinks the window if the thread was preempted since the last sample. */
+static void window_sample(weft_loop *loop, uint64_t now) {
+  weft__poll_window *w = &loop->window;
+  w->sample_ns = now + w->sample_period_ns;
+  long n = thread_nivcsw();
+  if (n < 0 || n <= w->nivcsw) {
+    if (n >= 0)
+      w->nivcsw = n;
+    return;
+  }
+  weft__stat_add(&loop->stats.preemptions, (uint64_t)(n - w->nivcsw));
+  w->nivcsw = n;
+  w->hold_ns = now + w->hold_period_ns;
+  window_shrink(loop);
+}
+
+/* After a sleep that ended at `now` with `n` events. */
+static void window_after_sleep(weft_loop *loop, int n, uint64_t now) {
+  weft__poll_window *w = &loop->window;
+  if (!w->adaptive || w->max_ns == 0)
+    return;
+  if (now - loop->last_active_ns > w->max_ns)
+    window_shrink(loop); /* the spin before this sleep was wasted */
+  else if (n > 0 && now >= w->hold_ns)
+    window_grow(loop); /* a longer spin would have caught the event */
+}
+
+void weft__selector_start(weft_loop *loop) {
+  uint64_t now = weft_now_ns();
+  loop->last_active_ns = now;
+  loop->window.nivcsw = thread_nivcsw();
+  loop->window.sample_ns = now + loop->window.sample_period_ns;
+  weft__window_reset(
+      loop, atomic_load_explicit(&loop->busy_poll_us, memory_order_relaxed));
+}
+
+/* ---- Sleeping ------------------------------------------------------------ */
 
 /* Phase 5: arm, announce the sleep, re-check, sleep, dispatch. */
 static void try_sleep(weft_loop *loop) {
@@ -206,15 +335,28 @@ static void try_sleep(weft_loop *loop) {
   /* Relaxed: producers that still see true only write the eventfd once
    * more, which the next sleep consumes. */
   atomic_store_explicit(&loop->sleeping, false, memory_order_relaxed);
+  if (n < 0)
+    return; /* a timer was due: no sleep */
+  uint64_t now = weft_now_ns();
+  window_after_sleep(loop, n, now);
+  if (n == 0)
+    return;
+  weft__stat_add(&loop->stats.wakeups, 1);
+  /* The window starts again from the event that woke us. */
+  loop->last_active_ns = now;
   dispatch(loop, n);
 }
 
 static bool idle_long_enough(weft_loop *loop, uint64_t now) {
-  int window_us =
-      atomic_load_explicit(&loop->busy_poll_us, memory_order_relaxed);
-  if (window_us < 0)
-    return false; /* pure busy polling */
-  return now - loop->last_active_ns >= (uint64_t)window_us * 1000u;
+  int us = atomic_load_explicit(&loop->busy_poll_us, memory_order_relaxed);
+  weft__poll_window *w = &loop->window;
+  if (us != w->max_us)
+    weft__window_reset(loop, us); /* weft_loop_set_busy_poll_us */
+  if (us <= 0)
+    return us == 0; /* always block, or pure busy polling */
+  if (w->adaptive && now >= w->sample_ns)
+    window_sample(loop, now);
+  return now - loop->last_active_ns >= w->ns;
 }
 
 void weft__selector_iteration(weft_loop *loop) {

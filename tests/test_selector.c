@@ -5,6 +5,8 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,15 +25,27 @@
 
 static weft_loop_group *group;
 
-static weft_loop *start_group(int n, int busy_poll_us, int budget) {
+/* Set by a test before start_group: the loops take no preemption samples,
+ * so that a test of the other rules does not depend on the machine's load
+ * (a loaded machine preempts a spin of milliseconds nearly every time). */
+static bool no_preemption_samples;
+
+/* `adaptive`: false where a test needs the window fixed at busy_poll_us. */
+static weft_loop *start_group(int n, int busy_poll_us, int budget,
+                              bool adaptive) {
   weft_loop_options o;
   weft_loop_options_init(&o);
   o.n_loops = n;
   o.busy_poll_us = busy_poll_us;
+  o.busy_poll_adaptive = adaptive;
   if (budget > 0)
     o.poll_budget = budget;
   o.pin = n <= 2; /* pinned like production where the machine allows */
   ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
+  if (no_preemption_samples)
+    for (int i = 0; i < n; i++)
+      weft_loop_group_get(group, i)->window.sample_period_ns = UINT64_MAX / 4;
+  no_preemption_samples = false;
   ck_assert_int_eq(weft_loop_group_start(group), 0);
   return weft_loop_group_get(group, 0);
 }
@@ -230,7 +244,7 @@ static long thread_cpu_ticks(pid_t tid) {
 }
 
 START_TEST(selector_idle_group_sleeps_low_cpu) {
-  start_group(2, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  start_group(2, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
   static struct tsrc ev[2], tf[2], pp[2];
   int pfd[2][2];
   pid_t tid[2];
@@ -295,7 +309,7 @@ static int add_and_note(void *arg) {
 
 START_TEST(selector_event_inside_window_no_sleep) {
   /* A 2 s window: the event 10 ms after the last work is surely inside. */
-  weft_loop *loop = start_group(1, 2000000, 0);
+  weft_loop *loop = start_group(1, 2000000, 0, false);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   struct window w = {&t, 0};
@@ -311,7 +325,7 @@ START_TEST(selector_event_inside_window_no_sleep) {
 END_TEST
 
 START_TEST(selector_event_after_window_one_sleep) {
-  weft_loop *loop = start_group(1, 20, 0);
+  weft_loop *loop = start_group(1, 20, 0, false);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   struct window w = {&t, 0};
@@ -333,7 +347,7 @@ START_TEST(selector_event_after_window_one_sleep) {
 END_TEST
 
 START_TEST(selector_busy_poll_negative_never_sleeps) {
-  weft_loop *loop = start_group(1, -1, 0);
+  weft_loop *loop = start_group(1, -1, 0, false);
   ck_assert_int_eq(weft_loop_busy_poll_us(loop), -1);
   usleep(100 * 1000);
   weft_loop_stats st;
@@ -346,7 +360,7 @@ START_TEST(selector_busy_poll_negative_never_sleeps) {
 END_TEST
 
 START_TEST(selector_set_busy_poll_us_changes_window) {
-  weft_loop *loop = start_group(1, -1, 0);
+  weft_loop *loop = start_group(1, -1, 0, false);
   ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, -2), WEFT_EINVAL);
   usleep(20 * 1000);
   ck_assert_uint_eq(loop_sleeps(loop), 0);
@@ -360,7 +374,7 @@ END_TEST
 /* ---- Arming -------------------------------------------------------------- */
 
 START_TEST(selector_arm_refused_polls_again) {
-  weft_loop *loop = start_group(1, 0, 0);
+  weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t;
   tsrc_init(&t, loop, &refusing_ops, -1); /* polled only */
   t.refuse_arms = 3;
@@ -389,7 +403,7 @@ static int check_gone(void *arg) {
 
 START_TEST(selector_poll_error_removes_and_logs_source) {
   th_log_capture_start();
-  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
   static struct tsrc t;
   tsrc_init(&t, loop, &failing_ops, new_eventfd());
   t.poll_error = WEFT_EIO;
@@ -408,7 +422,7 @@ START_TEST(selector_poll_error_removes_and_logs_source) {
 END_TEST
 
 START_TEST(selector_remove_self_inside_poll) {
-  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   t.remove_self = 1;
@@ -432,7 +446,7 @@ static int add_pair(void *arg) {
 
 START_TEST(selector_remove_next_source_inside_poll) {
   /* Busy polling: many iterations, none of them may reach t[1]. */
-  weft_loop *loop = start_group(1, -1, 0);
+  weft_loop *loop = start_group(1, -1, 0, false);
   static struct tsrc t[2];
   tsrc_init(&t[0], loop, &eventfd_ops, new_eventfd());
   tsrc_init(&t[1], loop, &eventfd_ops, new_eventfd());
@@ -462,7 +476,7 @@ static void gate_task(void *arg) {
 }
 
 START_TEST(selector_remove_other_source_during_dispatch) {
-  weft_loop *loop = start_group(1, 0, 0);
+  weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t[2];
   tsrc_init(&t[0], loop, &wake_only_ops, new_eventfd());
   tsrc_init(&t[1], loop, &wake_only_ops, new_eventfd());
@@ -500,7 +514,7 @@ static int arm_timerfd_task(void *arg) {
 }
 
 START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
-  weft_loop *loop = start_group(1, 0, 0);
+  weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t;
   int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   ck_assert_int_ge(fd, 0);
@@ -519,7 +533,7 @@ START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
 END_TEST
 
 START_TEST(selector_pipe_source_poll_budget_respected) {
-  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 16);
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 16, true);
   static struct tsrc t;
   int p[2];
   ck_assert_int_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
@@ -538,6 +552,177 @@ START_TEST(selector_pipe_source_poll_budget_respected) {
 }
 END_TEST
 
+/* ---- The adaptive window ------------------------------------------------- */
+
+static weft_loop_stats stats_of(weft_loop *loop) {
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  return st;
+}
+
+/* Kicks `t`'s eventfd after `gap_ms` of quiet and waits until the loop
+ * handled it: the loop's idle gap before that event is about gap_ms. */
+static void kick_after(struct tsrc *t, unsigned gap_ms) {
+  int before = atomic_load(&t->handled);
+  th_sleep_ms(gap_ms);
+  kick(t->src.fd);
+  WAIT_FOR(atomic_load(&t->handled) > before);
+}
+
+static int noop_call(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+START_TEST(selector_window_fixed_values_in_stats) {
+  weft_loop *loop = start_group(1, 20, 0, false);
+  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 20000);
+  /* A change takes effect at the next idle check: wake the loop for it. */
+  static const struct {
+    int us;
+    uint64_t ns;
+  } steps[] = {{-1, UINT64_MAX}, {0, 0}, {35, 35000}};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, steps[i].us), 0);
+    run_on(loop, noop_call, NULL);
+    WAIT_FOR(stats_of(loop).busy_poll_window_ns == steps[i].ns);
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.window_shrinks, 0);
+  ck_assert_uint_eq(st.window_grows, 0);
+  ck_assert_uint_eq(st.preemptions, 0); /* not sampled when fixed */
+  finish_group();
+}
+END_TEST
+
+/* Events 60 ms apart with a 20 ms window: every spin before a sleep was
+ * wasted (the next event came after even the longest window), so the
+ * window halves at each wake-up until it is 0: 20 -> 10 -> 5 -> 2.5 -> 0.
+ * Preemption samples are off, so that only this rule acts. */
+START_TEST(selector_window_shrinks_on_wasted_spins) {
+  no_preemption_samples = true; /* only wasted spins shrink it here */
+  weft_loop *loop = start_group(1, 20000, 0, true);
+  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 20000000u);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t); /* a wasted spin already if 20 ms late */
+  uint64_t prev = UINT64_MAX;
+  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++) {
+    kick_after(&t, 60);
+    uint64_t w = stats_of(loop).busy_poll_window_ns;
+    ck_assert_uint_le(w, 20000000u);
+    ck_assert_uint_le(w, prev); /* nothing here makes it grow */
+    prev = w;
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 0);
+  ck_assert_uint_ge(st.window_shrinks, 4);
+  ck_assert_uint_eq(st.window_grows, 0);
+  /* With the window at 0 the loop sleeps right after each event. */
+  uint64_t sleeps = st.sleeps;
+  kick_after(&t, 5);
+  WAIT_FOR(stats_of(loop).sleeps > sleeps);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* After the window shrank to 0, events that come 15 ms after the last
+ * work, with the loop asleep (window below 15 ms) but within the 20 ms
+ * maximum, double it back: 0 -> 2.5 -> 5 -> 10 -> 20 ms. Preemption
+ * samples are off: on a loaded machine spins of milliseconds are preempted
+ * (a shrink, and no growth for 100 ms), which the next test covers. A load
+ * spike can still stretch a gap past 20 ms (a shrink): the test kicks until
+ * the window is back. */
+START_TEST(selector_window_grows_when_events_follow_sleep) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 20000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
+    kick_after(&t, 60);
+  weft_loop_stats st0 = stats_of(loop);
+  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
+  uint64_t end = th_now_ms() + 20000;
+  while (stats_of(loop).busy_poll_window_ns < 20000000u && th_now_ms() < end)
+    kick_after(&t, 15);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 20000000u);
+  ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
+  /* At the maximum a 15 ms gap is inside the window: no sleep for it. */
+  kick_after(&t, 15);
+  weft_loop_stats st2 = stats_of(loop);
+  if (st2.window_shrinks == st.window_shrinks) /* no load spike meanwhile */
+    ck_assert_uint_eq(st2.sleeps, st.sleeps);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* Two threads that spin on the loop's CPU (loop 0 is pinned to CPU 0). */
+struct hogs {
+  pthread_t th[2];
+  _Atomic bool stop;
+};
+
+static void *hog_main(void *arg) {
+  struct hogs *h = arg;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
+    ;
+  return NULL;
+}
+
+static void hogs_start(struct hogs *h) {
+  atomic_store(&h->stop, false);
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_create(&h->th[i], NULL, hog_main, h), 0);
+}
+
+static void hogs_stop(struct hogs *h) {
+  atomic_store(&h->stop, true);
+  for (int i = 0; i < 2; i++)
+    pthread_join(h->th[i], NULL);
+}
+
+/* A 2 s window: the loop spins the whole time the hogs run, and is
+ * preempted by them; the samples see it and halve the window. */
+START_TEST(selector_window_shrinks_when_preempted) {
+  weft_loop *loop = start_group(1, 2000000, 0, true);
+  static struct hogs h;
+  hogs_start(&h);
+  WAIT_FOR(stats_of(loop).preemptions > 0 &&
+           stats_of(loop).busy_poll_window_ns < 2000000000u);
+  hogs_stop(&h);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_ge(st.window_shrinks, 1);
+  ck_assert_uint_eq(st.window_grows, 0);
+  finish_group();
+}
+END_TEST
+
+/* The same with adaptation off: the window stays, and nothing samples. */
+START_TEST(selector_window_fixed_ignores_preemption) {
+  weft_loop *loop = start_group(1, 2000000, 0, false);
+  static struct hogs h;
+  hogs_start(&h);
+  th_sleep_ms(300);
+  hogs_stop(&h);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 2000000000u);
+  ck_assert_uint_eq(st.window_shrinks, 0);
+  ck_assert_uint_eq(st.preemptions, 0);
+  ck_assert_uint_eq(st.sleeps, 0); /* still inside its 2 s window */
+  finish_group();
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("selector", "core", 60, selector_idle_group_sleeps_low_cpu,
                   selector_event_inside_window_no_sleep,
@@ -550,5 +735,10 @@ Suite *weft_test_suite(void) {
                   selector_remove_next_source_inside_poll,
                   selector_remove_other_source_during_dispatch,
                   selector_timerfd_source_wakes_sleeping_loop,
-                  selector_pipe_source_poll_budget_respected, NULL);
+                  selector_pipe_source_poll_budget_respected,
+                  selector_window_fixed_values_in_stats,
+                  selector_window_shrinks_on_wasted_spins,
+                  selector_window_grows_when_events_follow_sleep,
+                  selector_window_shrinks_when_preempted,
+                  selector_window_fixed_ignores_preemption, NULL);
 }
