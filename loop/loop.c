@@ -1,5 +1,6 @@
 /* The loop: creation, the thread body with its graceful shutdown, tasks
- * (weft_loop_execute), sources, close hooks and loop-local keys. One
+ * (weft_loop_execute), sources, fd watchers, close hooks and loop-local
+ * keys. One
  * selector iteration lives in selector.c, timers in timer.c, threads and
  * groups in loop_group.c.
  */
@@ -375,6 +376,10 @@ void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
   out->tasks_run = atomic_load_explicit(&c->tasks_run, memory_order_relaxed);
   out->timers_fired =
       atomic_load_explicit(&c->timers_fired, memory_order_relaxed);
+  out->watcher_polls =
+      atomic_load_explicit(&c->watcher_polls, memory_order_relaxed);
+  out->watcher_events =
+      atomic_load_explicit(&c->watcher_events, memory_order_relaxed);
   out->busy_poll_window_ns =
       atomic_load_explicit(&c->window_ns, memory_order_relaxed);
   out->window_shrinks =
@@ -494,5 +499,88 @@ int weft_loop_remove_source(weft_loop *loop, weft_source *src) {
   src->loop = NULL;
   src->next = NULL;
   src->prev = NULL;
+  return 0;
+}
+
+/* ---- fd watchers -------------------------------------------------------- */
+
+/* What a watcher may ask for: everything else (EPOLLET, EPOLLONESHOT,
+ * EPOLLEXCLUSIVE, ...) would break the level-triggered contract. */
+#define WATCHER_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI)
+
+void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb,
+                       void *data) {
+  w->fd = fd;
+  w->cb = cb;
+  w->data = data;
+  w->events = 0;
+  w->loop = NULL;
+}
+
+/* Moves `w`'s interest from w->events to `events` with one epoll_ctl. */
+static int watcher_ctl(weft_loop *loop, weft_watcher *w, uint32_t events) {
+  if (events == w->events)
+    return 0;
+  struct epoll_event ev = {
+      .events = events, .data.u64 = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG};
+  int op = w->events == 0 ? EPOLL_CTL_ADD
+           : events == 0  ? EPOLL_CTL_DEL
+                          : EPOLL_CTL_MOD;
+  if (epoll_ctl(loop->epfd, op, w->fd, &ev) < 0) {
+    int err = -errno;
+    /* DEL of an fd the owner closed already: the kernel dropped it with
+     * its last reference, so the fd is out of the set either way. */
+    if (op != EPOLL_CTL_DEL || (err != WEFT_EBADF && err != WEFT_ENOENT))
+      return err;
+  }
+  if (w->events == 0)
+    loop->n_watching++;
+  else if (events == 0)
+    loop->n_watching--;
+  w->events = events;
+  return 0;
+}
+
+int weft_loop_add_watcher(weft_loop *loop, weft_watcher *w, uint32_t events) {
+  assert(w->cb != NULL); /* a NULL callback would crash the loop */
+  if (w->loop != NULL)
+    return WEFT_EALREADY;
+  if ((events & ~(uint32_t)WATCHER_EVENTS) != 0)
+    return WEFT_EINVAL;
+  w->events = 0;
+  int err = watcher_ctl(loop, w, events);
+  if (err < 0)
+    return err;
+  w->loop = loop;
+  return 0;
+}
+
+int weft_loop_modify_watcher(weft_loop *loop, weft_watcher *w,
+                             uint32_t events) {
+  if (w->loop != loop)
+    return WEFT_ENOENT;
+  if ((events & ~(uint32_t)WATCHER_EVENTS) != 0)
+    return WEFT_EINVAL;
+  return watcher_ctl(loop, w, events);
+}
+
+int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w) {
+  if (w->loop != loop)
+    return WEFT_ENOENT;
+  int err = watcher_ctl(loop, w, 0);
+  if (err < 0) {
+    /* The fd stays in the set, but nothing may reach `w` any more: its
+     * owner frees it as soon as we return. Count it out anyway. */
+    weft_log(WEFT_LOG_WARN, "fd watcher %d: epoll_ctl(DEL): %s", w->fd,
+             weft_strerror(err));
+    loop->n_watching--;
+    w->events = 0;
+  }
+  /* Events of the epoll batch being dispatched must not reach it. */
+  uint64_t tagged = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG;
+  for (int i = 0; i < loop->n_ready; i++)
+    if (loop->ready[i].data.u64 == tagged)
+      loop->ready[i].data.u64 = 0;
+  w->loop = NULL;
   return 0;
 }

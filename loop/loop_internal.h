@@ -35,6 +35,8 @@ typedef struct weft__loop_counters {
   _Atomic uint64_t wakeups;
   _Atomic uint64_t tasks_run;
   _Atomic uint64_t timers_fired;
+  _Atomic uint64_t watcher_polls;
+  _Atomic uint64_t watcher_events;
   _Atomic uint64_t window_ns; /* a value, not a count: the window now */
   _Atomic uint64_t window_shrinks;
   _Atomic uint64_t window_grows;
@@ -85,12 +87,15 @@ typedef enum weft__loop_state {
 
 struct weft_loop {
   /* Loop thread only. */
-  int epfd;             /* sources' fds and wakeup_fd */
+  int epfd;             /* sources' and watchers' fds, wakeup_fd */
   weft_source *sources; /* registration order */
   weft_source *sources_tail;
   weft_source *poll_cursor; /* next source to poll: removal moves it */
   struct epoll_event ready[WEFT__MAX_EVENTS]; /* last epoll batch */
-  int n_ready; /* entries in `ready` being dispatched */
+  int n_ready;        /* entries in `ready` being dispatched */
+  int n_watching;     /* watchers with events (their fd in the epoll set) */
+  bool skip_watchers; /* the last sleep's batch held every ready watcher:
+                         the next poll phase need not ask epoll again */
   weft__timer_heap timers;
   uint64_t last_active_ns; /* when an iteration last found work */
   weft__poll_window window;
@@ -209,6 +214,9 @@ void weft__window_init(weft_loop *loop, bool adaptive, int busy_poll_us);
  * there. The loop thread, or before it starts.
  */
 void weft__window_reset(weft_loop *loop, int busy_poll_us);
+
+/** Tags an epoll entry as a watcher's (sources and wakeup_fd: untagged). */
+#define WEFT__WATCHER_TAG ((uint64_t)1)
 
 /** The loop thread's kernel thread id (gettid), 0 until it started. */
 pid_t weft__loop_tid(const weft_loop *loop);

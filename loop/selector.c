@@ -1,6 +1,8 @@
 /* The hybrid selector: one iteration of a loop (docs/architecture.md, "The
  * hybrid selector"), split into its phases:
  *
+ *   poll_watchers one non-blocking epoll_wait on the loop's set, only while
+ *                 fd watchers are registered; dispatch what it found
  *   poll_sources  poll every source without blocking (budget per source)
  *   drain_pool    take back buffers released on other threads
  *   run_timers    fire due timers
@@ -8,8 +10,8 @@
  *   try_sleep     after the busy-poll window without work: arm every
  *                 source, set `sleeping`, re-check the queue, block in epoll
  *                 until an fd, the wakeup eventfd or the next timer
- *                 deadline; dispatch what woke us to the sources' wakeup
- *                 ops; adapt the window
+ *                 deadline; dispatch what woke us to the sources' wakeup ops
+ *                 and the watchers' callbacks; adapt the window
  */
 #include <errno.h>
 #include <limits.h>
@@ -37,7 +39,35 @@ static void source_failed(weft_loop *loop, weft_source *src, const char *op,
   weft_loop_remove_source(loop, src);
 }
 
-/* Phase 1. Iterates through poll_cursor so that a poll may remove any
+static void dispatch(weft_loop *loop, int n);
+
+/* Phase 1a: the fd watchers, all in the loop's own epoll set. Only while
+ * some are registered with events, so a loop without any (uring, ucx or
+ * verbs only) makes no system call here. Up to poll_budget events. */
+static int poll_watchers(weft_loop *loop) {
+  if (loop->n_watching == 0)
+    return 0;
+  if (loop->skip_watchers) {
+    /* The sleep just handed over every ready watcher; whatever became
+     * ready since is reported by the next wait, non-blocking or not. */
+    loop->skip_watchers = false;
+    return 0;
+  }
+  int max = loop->poll_budget < WEFT__MAX_EVENTS ? loop->poll_budget
+                                                 : WEFT__MAX_EVENTS;
+  weft__stat_add(&loop->stats.watcher_polls, 1);
+  int n = epoll_wait(loop->epfd, loop->ready, max, 0);
+  if (n <= 0) {
+    if (n < 0 && errno != EINTR)
+      weft_log(WEFT_LOG_ERROR, "loop %d: epoll_wait: %s", loop->index,
+               weft_strerror(-errno));
+    return 0;
+  }
+  dispatch(loop, n);
+  return n;
+}
+
+/* Phase 1b. Iterates through poll_cursor so that a poll may remove any
  * source, itself included (weft_loop_remove_source moves the cursor). */
 static int poll_sources(weft_loop *loop) {
   int work = 0;
@@ -169,14 +199,23 @@ static void ack_wakeup_fd(weft_loop *loop) {
   atomic_store(&loop->wakeup_pending, 0);
 }
 
-/* Hands each event to its source. A wakeup op may remove any source:
- * weft_loop_remove_source clears that source's entries in loop->ready. */
+/* Hands each event to its watcher or source. A callback or wakeup op may
+ * remove any watcher or source: the removal clears its entries in
+ * loop->ready. */
 static void dispatch(weft_loop *loop, int n) {
+  int watched = 0;
   loop->n_ready = n;
   for (int i = 0; i < n; i++) {
-    void *ptr = loop->ready[i].data.ptr;
-    if (ptr == NULL)
+    uint64_t u = loop->ready[i].data.u64;
+    if (u == 0)
       continue; /* removed during this dispatch */
+    if (u & WEFT__WATCHER_TAG) {
+      weft_watcher *w = (weft_watcher *)(uintptr_t)(u & ~WEFT__WATCHER_TAG);
+      w->cb(w, loop->ready[i].events);
+      watched++;
+      continue;
+    }
+    void *ptr = loop->ready[i].data.ptr;
     if (ptr == &loop->wakeup_fd) {
       ack_wakeup_fd(loop);
       continue;
@@ -186,6 +225,8 @@ static void dispatch(weft_loop *loop, int n) {
       src->ops->wakeup(src, loop->ready[i].events);
   }
   loop->n_ready = 0;
+  if (watched > 0)
+    weft__stat_add(&loop->stats.watcher_events, (uint64_t)watched);
 }
 
 /* ---- The adaptive busy-poll window --------------------------------------
@@ -342,8 +383,10 @@ static void try_sleep(weft_loop *loop) {
   if (n == 0)
     return;
   weft__stat_add(&loop->stats.wakeups, 1);
-  /* The window starts again from the event that woke us. */
+  /* The window starts again from the event that woke us, whose work the
+   * watchers' callbacks below may already do in full. */
   loop->last_active_ns = now;
+  loop->skip_watchers = n < WEFT__MAX_EVENTS;
   dispatch(loop, n);
 }
 
@@ -360,7 +403,8 @@ static bool idle_long_enough(weft_loop *loop, uint64_t now) {
 }
 
 void weft__selector_iteration(weft_loop *loop) {
-  int work = poll_sources(loop);
+  int work = poll_watchers(loop);
+  work += poll_sources(loop);
   work += drain_pool(loop);
   uint64_t now = weft_now_ns();
   work += run_timers(loop, now);

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -723,22 +724,314 @@ START_TEST(selector_window_fixed_ignores_preemption) {
 }
 END_TEST
 
+/* ---- fd watchers --------------------------------------------------------- */
+
+struct twatch {
+  weft_watcher w;
+  weft_loop *loop;
+  bool consume;          /* read the eventfd in the callback */
+  bool remove_self;      /* the callback removes its own watcher */
+  bool quiet_on_hup;     /* the callback drops all interest on EPOLLHUP */
+  struct twatch *victim; /* the callback removes this one (once) */
+  _Atomic int calls;
+  _Atomic uint32_t events;
+  _Atomic uint64_t sleeps_at_last; /* the loop's sleeps at the last call */
+};
+
+static void poison_watch_cb(weft_watcher *w, uint32_t events) {
+  (void)w;
+  (void)events;
+  atomic_fetch_add(&poisoned_calls, 1);
+}
+
+static void twatch_cb(weft_watcher *w, uint32_t events) {
+  struct twatch *t = w->data;
+  /* Consume and record before counting the call: the test kicks again as
+   * soon as it sees the count, and that kick must not be read here. */
+  if (t->consume) {
+    uint64_t v;
+    ssize_t r = read(w->fd, &v, sizeof v);
+    (void)r;
+  }
+  atomic_fetch_or(&t->events, events);
+  atomic_store(&t->sleeps_at_last, loop_sleeps(t->loop));
+  atomic_fetch_add(&t->calls, 1);
+  struct twatch *v = t->victim;
+  if (v != NULL && v->w.loop != NULL) {
+    ck_assert_int_eq(weft_loop_remove_watcher(t->loop, &v->w), 0);
+    v->w.cb = poison_watch_cb; /* as if its owner freed it */
+  }
+  if (t->quiet_on_hup && (events & EPOLLHUP))
+    ck_assert_int_eq(weft_loop_modify_watcher(t->loop, w, 0), 0);
+  if (t->remove_self)
+    ck_assert_int_eq(weft_loop_remove_watcher(t->loop, w), 0);
+}
+
+static void twatch_init(struct twatch *t, weft_loop *loop, int fd) {
+  memset(t, 0, sizeof *t);
+  t->loop = loop;
+  weft_watcher_init(&t->w, fd, twatch_cb, t);
+}
+
+struct watch_add {
+  struct twatch *t;
+  uint32_t events;
+};
+static int watch_add_task(void *arg) {
+  struct watch_add *a = arg;
+  ck_assert_int_eq(weft_loop_add_watcher(a->t->loop, &a->t->w, a->events), 0);
+  return 0;
+}
+static int watch_modify_task(void *arg) {
+  struct watch_add *a = arg;
+  ck_assert_int_eq(weft_loop_modify_watcher(a->t->loop, &a->t->w, a->events),
+                   0);
+  return 0;
+}
+static int watch_remove_task(void *arg) {
+  struct twatch *t = arg;
+  if (t->w.loop != NULL)
+    ck_assert_int_eq(weft_loop_remove_watcher(t->loop, &t->w), 0);
+  return 0;
+}
+#define WATCH(t, ev) (&(struct watch_add){(t), (ev)})
+
+static int watch_errors_task(void *arg) {
+  weft_loop *loop = arg;
+  struct twatch a, b, f;
+  int efd = new_eventfd();
+  twatch_init(&a, loop, efd);
+  twatch_init(&b, loop, efd);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &a.w, EPOLLIN | EPOLLET),
+                   WEFT_EINVAL);
+  ck_assert_ptr_null(a.w.loop);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &a.w, EPOLLIN), 0);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &a.w, EPOLLIN), WEFT_EALREADY);
+  ck_assert_uint_eq(weft_watcher_events(&a.w), EPOLLIN);
+  /* The same fd twice in one epoll set: epoll's EEXIST. */
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &b.w, EPOLLIN), WEFT_EEXIST);
+  ck_assert_ptr_null(b.w.loop);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &a.w, EPOLLONESHOT),
+                   WEFT_EINVAL);
+  ck_assert_uint_eq(weft_watcher_events(&a.w), EPOLLIN);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &b.w, EPOLLIN), WEFT_ENOENT);
+  ck_assert_int_eq(weft_loop_remove_watcher(loop, &b.w), WEFT_ENOENT);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &a.w, 0), 0);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &a.w, EPOLLIN | EPOLLOUT), 0);
+  ck_assert_int_eq(weft_loop_remove_watcher(loop, &a.w), 0);
+  ck_assert_int_eq(weft_loop_remove_watcher(loop, &a.w), WEFT_ENOENT);
+  ck_assert_int_eq(loop->n_watching, 0);
+  /* A regular file cannot be watched. */
+  char path[] = "/tmp/weft-watch-XXXXXX";
+  int file = mkstemp(path);
+  ck_assert_int_ge(file, 0);
+  unlink(path);
+  twatch_init(&f, loop, file);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &f.w, EPOLLIN), WEFT_EPERM);
+  ck_assert_ptr_null(f.w.loop);
+  close(file);
+  close(efd);
+  return 0;
+}
+
+START_TEST(selector_watcher_errors) {
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
+  run_on(loop, watch_errors_task, loop);
+  finish_group();
+}
+END_TEST
+
+/* A loop without watchers makes no epoll_wait for them; one with a watcher
+ * makes one per iteration while the watcher has events, none without. */
+START_TEST(selector_watcher_polls_only_while_watching) {
+  weft_loop *loop = start_group(1, -1, 0, false); /* spins: many polls */
+  usleep(20 * 1000);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, 0);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  run_on(loop, watch_add_task, WATCH(&t, 0));
+  usleep(20 * 1000);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, 0);
+  run_on(loop, watch_modify_task, WATCH(&t, EPOLLIN));
+  WAIT_FOR(stats_of(loop).watcher_polls > 100);
+  run_on(loop, watch_modify_task, WATCH(&t, 0));
+  uint64_t polls = stats_of(loop).watcher_polls;
+  usleep(20 * 1000);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, polls);
+  /* With no interest a ready fd is not reported. */
+  kick(t.w.fd);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t.calls), 0);
+  run_on(loop, watch_remove_task, &t);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, polls);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* Busy: the poll phase finds the event, the loop does not sleep. */
+START_TEST(selector_watcher_fires_while_spinning) {
+  weft_loop *loop = start_group(1, 2000000, 0, false);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  t.consume = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  uint64_t sleeps = loop_sleeps(loop);
+  for (int i = 1; i <= 5; i++) {
+    kick(t.w.fd);
+    WAIT_UNTIL(atomic_load(&t.calls) >= i, 10000);
+    ck_assert_int_eq(atomic_load(&t.calls), i);
+  }
+  ck_assert_uint_eq(loop_sleeps(loop), sleeps);
+  ck_assert(atomic_load(&t.events) & EPOLLIN);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.watcher_events, 5);
+  ck_assert_uint_gt(st.watcher_polls, 5);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* Asleep (window 0): the loop's own epoll_pwait2 returns the watcher's
+ * event and the callback runs from it: one epoll call per readiness, no
+ * non-blocking epoll_wait besides (before, the tcp transport's inner set
+ * cost one more wait per wake-up and one per idle poll). */
+START_TEST(selector_watcher_wakes_sleeping_loop) {
+  weft_loop *loop = start_group(1, 0, 0, false);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  t.consume = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  usleep(20 * 1000);
+  weft_loop_stats before = stats_of(loop);
+  for (int i = 1; i <= 10; i++) {
+    uint64_t sleeps = loop_sleeps(loop);
+    kick(t.w.fd);
+    WAIT_FOR(atomic_load(&t.calls) == i);
+    /* The callback ran inside the sleep that the kick ended. */
+    ck_assert_uint_eq(atomic_load(&t.sleeps_at_last), sleeps);
+    WAIT_FOR(loop_sleeps(loop) > sleeps); /* and the loop sleeps again */
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.wakeups - before.wakeups, 10);
+  ck_assert_uint_le(st.watcher_polls - before.watcher_polls, 1);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* Interest 0 takes the fd out of the set: a hang-up is not reported again
+ * on every poll. */
+START_TEST(selector_watcher_no_interest_silences_hangup) {
+  weft_loop *loop = start_group(1, -1, 0, false);
+  static struct twatch t;
+  int p[2];
+  ck_assert_int_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  twatch_init(&t, loop, p[0]);
+  t.quiet_on_hup = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  close(p[1]);
+  WAIT_FOR(atomic_load(&t.calls) == 1);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t.calls), 1);
+  ck_assert(atomic_load(&t.events) & EPOLLHUP);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(p[0]);
+}
+END_TEST
+
+/* Two watchers on one eventfd (two fds, dup): one write makes both ready
+ * in the same epoll batch; whichever runs first removes the other and
+ * itself, so exactly one callback runs. In the poll phase (spinning) and
+ * in the sleep's dispatch (window 0). */
+static void watcher_remove_during_dispatch(int busy_poll_us) {
+  weft_loop *loop = start_group(1, busy_poll_us, 0, false);
+  static struct twatch t[2];
+  int efd = new_eventfd();
+  int efd2 = dup(efd);
+  ck_assert_int_ge(efd2, 0);
+  twatch_init(&t[0], loop, efd);
+  twatch_init(&t[1], loop, efd2);
+  t[0].victim = &t[1];
+  t[1].victim = &t[0];
+  t[0].remove_self = t[1].remove_self = true;
+  run_on(loop, watch_add_task, WATCH(&t[0], EPOLLIN));
+  run_on(loop, watch_add_task, WATCH(&t[1], EPOLLIN));
+  usleep(10 * 1000);
+  kick(efd);
+  WAIT_FOR(atomic_load(&t[0].calls) + atomic_load(&t[1].calls) >= 1);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t[0].calls) + atomic_load(&t[1].calls), 1);
+  ck_assert_int_eq(atomic_load(&poisoned_calls), 0);
+  ck_assert_ptr_null(t[0].w.loop);
+  ck_assert_ptr_null(t[1].w.loop);
+  ck_assert_int_eq(loop->n_watching, 0);
+  finish_group();
+  close(efd);
+  close(efd2);
+}
+
+START_TEST(selector_watcher_remove_during_poll_dispatch) {
+  watcher_remove_during_dispatch(-1);
+}
+END_TEST
+
+START_TEST(selector_watcher_remove_during_sleep_dispatch) {
+  watcher_remove_during_dispatch(0);
+}
+END_TEST
+
+/* With a watcher, the non-blocking epoll_wait of the poll phase also sees a
+ * source's fd; the source's wakeup op acknowledges it although the loop
+ * never sleeps. */
+START_TEST(selector_watcher_poll_reports_source_fd) {
+  weft_loop *loop = start_group(1, -1, 0, false);
+  static struct twatch w;
+  static struct tsrc t;
+  twatch_init(&w, loop, new_eventfd()); /* never ready */
+  run_on(loop, watch_add_task, WATCH(&w, EPOLLIN));
+  tsrc_init(&t, loop, &wake_only_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  kick(t.src.fd);
+  WAIT_FOR(atomic_load(&t.wakeups) == 1);
+  usleep(10 * 1000);
+  ck_assert_int_eq(atomic_load(&t.wakeups), 1); /* acknowledged once */
+  ck_assert_uint_eq(loop_sleeps(loop), 0);
+  ck_assert_int_eq(atomic_load(&w.calls), 0);
+  run_on(loop, remove_task, &t);
+  run_on(loop, watch_remove_task, &w);
+  finish_group();
+  close(t.src.fd);
+  close(w.w.fd);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
-  return th_suite("selector", "core", 60, selector_idle_group_sleeps_low_cpu,
-                  selector_event_inside_window_no_sleep,
-                  selector_event_after_window_one_sleep,
-                  selector_busy_poll_negative_never_sleeps,
-                  selector_set_busy_poll_us_changes_window,
-                  selector_arm_refused_polls_again,
-                  selector_poll_error_removes_and_logs_source,
-                  selector_remove_self_inside_poll,
-                  selector_remove_next_source_inside_poll,
-                  selector_remove_other_source_during_dispatch,
-                  selector_timerfd_source_wakes_sleeping_loop,
-                  selector_pipe_source_poll_budget_respected,
-                  selector_window_fixed_values_in_stats,
-                  selector_window_shrinks_on_wasted_spins,
-                  selector_window_grows_when_events_follow_sleep,
-                  selector_window_shrinks_when_preempted,
-                  selector_window_fixed_ignores_preemption, NULL);
+  return th_suite(
+      "selector", "core", 60, selector_idle_group_sleeps_low_cpu,
+      selector_event_inside_window_no_sleep,
+      selector_event_after_window_one_sleep,
+      selector_busy_poll_negative_never_sleeps,
+      selector_set_busy_poll_us_changes_window,
+      selector_arm_refused_polls_again,
+      selector_poll_error_removes_and_logs_source,
+      selector_remove_self_inside_poll, selector_remove_next_source_inside_poll,
+      selector_remove_other_source_during_dispatch,
+      selector_timerfd_source_wakes_sleeping_loop,
+      selector_pipe_source_poll_budget_respected,
+      selector_window_fixed_values_in_stats,
+      selector_window_shrinks_on_wasted_spins,
+      selector_window_grows_when_events_follow_sleep,
+      selector_window_shrinks_when_preempted,
+      selector_window_fixed_ignores_preemption, selector_watcher_errors,
+      selector_watcher_polls_only_while_watching,
+      selector_watcher_fires_while_spinning,
+      selector_watcher_wakes_sleeping_loop,
+      selector_watcher_no_interest_silences_hangup,
+      selector_watcher_remove_during_poll_dispatch,
+      selector_watcher_remove_during_sleep_dispatch,
+      selector_watcher_poll_reports_source_fd, NULL);
 }

@@ -1,8 +1,8 @@
 /* weft/loop.h: event loops and loop groups.
  *
  * A weft_loop is one thread running the hybrid selector (see source.h and
- * docs/architecture.md): it polls every registered source without
- * blocking, runs due timers and queued tasks, keeps polling while
+ * docs/architecture.md): it polls every registered source and fd watcher
+ * without blocking, runs due timers and queued tasks, keeps polling while
  * anything happens, and after a busy-poll window without an event arms every
  * source and sleeps in epoll until an fd, a task or the next timer deadline
  * wakes it.
@@ -210,14 +210,18 @@ void weft_loop_set_local(weft_loop *loop, int key, void *value);
  * from any thread (each counter is exact, the set is not one snapshot).
  */
 typedef struct weft_loop_stats {
-  uint64_t iterations;   /* selector iterations (one poll of every source) */
-  uint64_t polls_busy;   /* iterations in which something happened */
-  uint64_t arms;         /* attempts to arm all sources before sleeping */
-  uint64_t arms_refused; /* arms a source refused (work pending) */
-  uint64_t sleeps;       /* calls to epoll_wait that could block */
-  uint64_t wakeups;      /* sleeps that ended with an fd or eventfd event */
-  uint64_t tasks_run;    /* tasks from weft_loop_execute that ran */
-  uint64_t timers_fired; /* timer callbacks run */
+  uint64_t iterations;     /* selector iterations (one poll of every source) */
+  uint64_t polls_busy;     /* iterations in which something happened (the
+                              callbacks a sleep's wake-up runs count in
+                              wakeups and watcher_events) */
+  uint64_t arms;           /* attempts to arm all sources before sleeping */
+  uint64_t arms_refused;   /* arms a source refused (work pending) */
+  uint64_t sleeps;         /* calls to epoll_wait that could block */
+  uint64_t wakeups;        /* sleeps that ended with an fd or eventfd event */
+  uint64_t tasks_run;      /* tasks from weft_loop_execute that ran */
+  uint64_t timers_fired;   /* timer callbacks run */
+  uint64_t watcher_polls;  /* non-blocking epoll_waits for fd watchers */
+  uint64_t watcher_events; /* watcher callbacks run (both phases) */
   /* The adaptive busy-poll window (weft_loop_options.busy_poll_adaptive). */
   uint64_t busy_poll_window_ns; /* the window now, in nanoseconds (fixed:
                                    busy_poll_us * 1000; -1: UINT64_MAX) */
