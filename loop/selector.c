@@ -233,17 +233,27 @@ static void dispatch(weft_loop *loop, int n) {
  *
  * The window moves between 0 and max_ns (busy_poll_us) in halvings and
  * doublings, KVM's halt-polling rule (virt/kvm/kvm_main.c, grow_halt_poll_ns
- * and shrink_halt_poll_ns) plus a preemption check:
+ * and shrink_halt_poll_ns) plus a preemption check. The gap is the time
+ * from the loop's last work to the event that ended a sleep:
  *
- *   shrink  the event that ended a sleep came more than max_ns after the
- *           last work: even the longest window would have missed it, so
- *           the spin before the sleep was wasted;
+ *   shrink  the gap was longer than the horizon (WINDOW_HORIZON x max_ns):
+ *           no allowed window would have caught the event, so the spin
+ *           before the sleep was wasted;
  *           or the loop's thread was preempted since the last sample: a
  *           thread that spins while another wants its CPU takes the CPU
  *           from that thread (a client of this very server, often);
- *   grow    the event came within max_ns of the last work, after the loop
- *           went to sleep: a longer spin would have caught it without the
- *           wake-up, unless a preemption was seen in the last WINDOW_HOLD_NS.
+ *   grow    the gap was within the horizon: a longer spin would have
+ *           caught the event without the wake-up, unless a preemption was
+ *           seen in the last WINDOW_HOLD_NS.
+ *
+ * Why a horizon beyond max_ns: a gap measured across a sleep contains the
+ * wake-up it caused, and in a request/response exchange the peer's
+ * wake-up too, if the peer sleeps as well (in this VM about 15 µs each:
+ * raw-block's round trip is 38 µs, raw-busy's 6 µs). Two loops that both
+ * block see each other's answers 40-50 µs apart where spinning ones see
+ * them 10 µs apart; compared with max_ns (20 µs) alone, blocking would
+ * look right forever once both windows were 0, and a ping-pong that lost
+ * its windows (to a pause, a preemption) would never get them back.
  *
  * Nothing here costs a system call per iteration: the clock is read by
  * the iteration anyway, and getrusage runs at most once per
@@ -258,6 +268,8 @@ static void dispatch(weft_loop *loop, int n) {
  * thread needed a moment ago is likely needed again; shorter holds let the
  * window grow back between two preemptions and spin away the CPU again. */
 #define WINDOW_HOLD_NS 100000000u
+/* Gaps up to this many windows (max_ns) count as caught by a spin. */
+#define WINDOW_HORIZON 4u
 /* The smallest window above 0 is max / WINDOW_STEPS_DIV (and at least
  * WINDOW_MIN_NS): three doublings from it reach the maximum. */
 #define WINDOW_STEPS_DIV 8u
@@ -341,7 +353,7 @@ static void window_after_sleep(weft_loop *loop, int n, uint64_t now) {
   weft__poll_window *w = &loop->window;
   if (!w->adaptive || w->max_ns == 0)
     return;
-  if (now - loop->last_active_ns > w->max_ns)
+  if (now - loop->last_active_ns > WINDOW_HORIZON * w->max_ns)
     window_shrink(loop); /* the spin before this sleep was wasted */
   else if (n > 0 && now >= w->hold_ns)
     window_grow(loop); /* a longer spin would have caught the event */

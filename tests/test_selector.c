@@ -596,14 +596,14 @@ START_TEST(selector_window_fixed_values_in_stats) {
 }
 END_TEST
 
-/* Events 60 ms apart with a 20 ms window: every spin before a sleep was
- * wasted (the next event came after even the longest window), so the
- * window halves at each wake-up until it is 0: 20 -> 10 -> 5 -> 2.5 -> 0.
- * Preemption samples are off, so that only this rule acts. */
+/* Events 60 ms apart with a 5 ms window: every spin before a sleep was
+ * wasted (the next event came after the 20 ms horizon, 4 windows), so the
+ * window halves at each wake-up until it is 0: 5 -> 2.5 -> 1.25 -> 0.625
+ * -> 0. Preemption samples are off, so that only this rule acts. */
 START_TEST(selector_window_shrinks_on_wasted_spins) {
   no_preemption_samples = true; /* only wasted spins shrink it here */
-  weft_loop *loop = start_group(1, 20000, 0, true);
-  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 20000000u);
+  weft_loop *loop = start_group(1, 5000, 0, true);
+  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 5000000u);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   run_on(loop, add_task, &t); /* a wasted spin already if 20 ms late */
@@ -611,7 +611,7 @@ START_TEST(selector_window_shrinks_on_wasted_spins) {
   for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++) {
     kick_after(&t, 60);
     uint64_t w = stats_of(loop).busy_poll_window_ns;
-    ck_assert_uint_le(w, 20000000u);
+    ck_assert_uint_le(w, 5000000u);
     ck_assert_uint_le(w, prev); /* nothing here makes it grow */
     prev = w;
   }
@@ -629,13 +629,14 @@ START_TEST(selector_window_shrinks_on_wasted_spins) {
 }
 END_TEST
 
-/* After the window shrank to 0, events that come 15 ms after the last
- * work, with the loop asleep (window below 15 ms) but within the 20 ms
- * maximum, double it back: 0 -> 2.5 -> 5 -> 10 -> 20 ms. Preemption
- * samples are off: on a loaded machine spins of milliseconds are preempted
- * (a shrink, and no growth for 100 ms), which the next test covers. A load
- * spike can still stretch a gap past 20 ms (a shrink): the test kicks until
- * the window is back. */
+/* After the window shrank to 0 (events 100 ms apart, beyond the 80 ms
+ * horizon), events that come 15 ms after the last work, with the loop
+ * asleep (window below 15 ms) but within the 20 ms maximum, double it
+ * back: 0 -> 2.5 -> 5 -> 10 -> 20 ms. Preemption samples are off: on a
+ * loaded machine spins of milliseconds are preempted (a shrink, and no
+ * growth for 100 ms), which the next test covers. A load spike can still
+ * stretch a gap past 80 ms (a shrink): the test kicks until the window is
+ * back. */
 START_TEST(selector_window_grows_when_events_follow_sleep) {
   no_preemption_samples = true;
   weft_loop *loop = start_group(1, 20000, 0, true);
@@ -643,7 +644,7 @@ START_TEST(selector_window_grows_when_events_follow_sleep) {
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   run_on(loop, add_task, &t);
   for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
-    kick_after(&t, 60);
+    kick_after(&t, 100);
   weft_loop_stats st0 = stats_of(loop);
   ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
   uint64_t end = th_now_ms() + 20000;
@@ -657,6 +658,32 @@ START_TEST(selector_window_grows_when_events_follow_sleep) {
   weft_loop_stats st2 = stats_of(loop);
   if (st2.window_shrinks == st.window_shrinks) /* no load spike meanwhile */
     ck_assert_uint_eq(st2.sleeps, st.sleeps);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* Gaps longer than the window but within the horizon (4 windows) grow it
+ * too: a gap measured across a sleep holds the wake-ups it caused, so two
+ * loops that both block (ping-pong) would otherwise never spin again.
+ * 5 ms window, shrunk to 0 by 60 ms gaps, then 12 ms gaps: back to 5 ms. */
+START_TEST(selector_window_grows_within_horizon) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 5000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
+    kick_after(&t, 60);
+  weft_loop_stats st0 = stats_of(loop);
+  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
+  uint64_t end = th_now_ms() + 20000;
+  while (stats_of(loop).busy_poll_window_ns < 5000000u && th_now_ms() < end)
+    kick_after(&t, 12);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 5000000u);
+  ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
   run_on(loop, remove_task, &t);
   close(t.src.fd);
   finish_group();
@@ -1025,6 +1052,7 @@ Suite *weft_test_suite(void) {
       selector_window_fixed_values_in_stats,
       selector_window_shrinks_on_wasted_spins,
       selector_window_grows_when_events_follow_sleep,
+      selector_window_grows_within_horizon,
       selector_window_shrinks_when_preempted,
       selector_window_fixed_ignores_preemption, selector_watcher_errors,
       selector_watcher_polls_only_while_watching,

@@ -8,19 +8,21 @@
  * wakes it.
  *
  * The busy-poll window adapts (busy_poll_adaptive, on by default) between 0
- * and `busy_poll_us`, starting at busy_poll_us:
- *  - it halves when a sleep turns out to have been useless (the next event
- *    came more than busy_poll_us after the last work: no window would have
- *    caught it, so the spin before the sleep was wasted), and when the
- *    loop's thread was preempted (involuntary context switches,
- *    getrusage(RUSAGE_THREAD) ru_nivcsw, sampled at most once per
- *    millisecond awake): another thread wants this CPU, and spinning takes
- *    it from that thread; below busy_poll_us / 8 (at least 1 µs) it drops
- *    to 0, which is blocking at once;
- *  - it doubles (from 0: to busy_poll_us / 8) when an event arrived within
- *    busy_poll_us of the last work after the loop had gone to sleep (a
- *    longer spin would have caught it without a wake-up), but not within
- *    100 ms of a preemption.
+ * and `busy_poll_us`, starting at busy_poll_us. The gap is the time from
+ * the loop's last work to the event that ended a sleep; the horizon is
+ * 4 x busy_poll_us (a gap measured across a sleep holds the wake-up it
+ * caused, and a blocking peer's):
+ *  - it halves when a sleep turns out to have been useless (a gap beyond
+ *    the horizon: no window would have caught the event, so the spin
+ *    before the sleep was wasted), and when the loop's thread was
+ *    preempted (involuntary context switches, getrusage(RUSAGE_THREAD)
+ *    ru_nivcsw, sampled at most once per millisecond, on idle
+ *    iterations): another thread wants this CPU, and spinning takes it
+ *    from that thread; below busy_poll_us / 8 (at least 1 µs) it drops to
+ *    0, which is blocking at once;
+ *  - it doubles (from 0: to busy_poll_us / 8) after a sleep that ended
+ *    with an event within the horizon (a longer spin would have caught it
+ *    without a wake-up), but not within 100 ms of a preemption.
  * So a loop alone on its CPU keeps spinning, and a loop whose CPU another
  * thread needs (a load generator, a second loop's client) blocks as if
  * busy_poll_us were 0. The selector makes no system call per iteration for
