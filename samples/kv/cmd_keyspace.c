@@ -156,6 +156,8 @@ void kv_cmd_keys(const kv_call *c) {
   }
   kv_scan_result res = {0};
   int rc = kv_keys(c->store, c->argv[0].ptr, c->argv[0].len, &res);
+  if (rc < 0)
+    kv_scan_result_clear(&res);
   if (rc == WEFT_ETOOLONG) {
     snprintf(msg, sizeof msg,
              "ERR KEYS would examine more than %u keys or %u units of work "

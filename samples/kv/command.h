@@ -61,6 +61,8 @@ typedef struct kv_shared {
   _Atomic uint64_t total_connections;    /* sessions ever opened */
   _Atomic uint64_t rejected_connections; /* refused by protected mode */
   size_t multi_max_bytes;                /* kv_multi_limit */
+  _Atomic uint64_t denied_log_ns;        /* when protected mode last logged */
+  _Atomic uint64_t denied_unlogged;      /* refusals not logged since */
   /* INFO server, clients */
   uint64_t start_ns;     /* weft_now_ns at start */
   unsigned hz;           /* [kv] expire_hz */

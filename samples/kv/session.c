@@ -40,16 +40,17 @@ bool kv_addr_is_loopback(const char *addr) {
   return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
 }
 
-/* Logs a refusal, at most once per DENIED_LOG_INTERVAL_NS (any thread). */
+/* Logs a refusal, at most once per DENIED_LOG_INTERVAL_NS per server (any
+ * thread). */
 static void log_denied(const kv_session *s) {
-  static _Atomic uint64_t last_ns, since;
-  uint64_t now = weft_now_ns(), last = atomic_load(&last_ns);
-  uint64_t n = atomic_fetch_add(&since, 1) + 1;
+  kv_shared *sh = s->shared;
+  uint64_t now = weft_now_ns(), last = atomic_load(&sh->denied_log_ns);
+  uint64_t n = atomic_fetch_add(&sh->denied_unlogged, 1) + 1;
   if (last != 0 && now - last < DENIED_LOG_INTERVAL_NS)
     return;
-  if (!atomic_compare_exchange_strong(&last_ns, &last, now))
+  if (!atomic_compare_exchange_strong(&sh->denied_log_ns, &last, now))
     return;
-  atomic_fetch_sub(&since, n);
+  atomic_fetch_sub(&sh->denied_unlogged, n);
   char more[64] = "";
   if (n > 1)
     snprintf(more, sizeof more,

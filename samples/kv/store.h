@@ -405,10 +405,11 @@ int kv_scan(kv_store *store, uint64_t cursor, size_t count, const void *pattern,
  * snapshot: every stripe is locked, in order, while the keys are copied;
  * they are matched after. Bounded like SCAN: the copying and matching may
  * do at most KV_SCAN_WORK_MAX of work (SCAN's units) and copy at most
- * KV_KEYS_MAX keys; past either it stops and returns WEFT_ETOOLONG with
- * `res` empty (use SCAN on such a store). Returns 0, WEFT_EMSGSIZE (the
- * pattern is too long), WEFT_ETOOLONG or WEFT_ENOMEM (`res` empty). Any
- * thread.
+ * KV_KEYS_MAX keys; past either it stops and returns WEFT_ETOOLONG, having
+ * added nothing to `res` (use SCAN on such a store). Returns 0,
+ * WEFT_EMSGSIZE (the pattern is too long), WEFT_ETOOLONG or WEFT_ENOMEM
+ * (nothing added). Clear `res` with kv_scan_result_clear() either way.
+ * Any thread.
  */
 int kv_keys(kv_store *store, const void *pattern, size_t plen,
             kv_scan_result *res);
