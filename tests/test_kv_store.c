@@ -1366,6 +1366,7 @@ START_TEST(kv_keys_matches_and_is_bounded) {
     put_key(s, "many:%d", (int)i);
   ck_assert_int_eq(kv_keys(s, "user:*", 6, &r), WEFT_ETOOLONG);
   ck_assert_uint_eq(r.n, 0);
+  kv_scan_result_clear(&r);
   ck_assert_int_eq(kv_flushall(s), 0);
   static char key[60000];
   memset(key, 'k', sizeof key);
@@ -1375,6 +1376,7 @@ START_TEST(kv_keys_matches_and_is_bounded) {
   }
   ck_assert_int_eq(kv_keys(s, "*", 1, &r), WEFT_ETOOLONG); /* 1.2 MB */
   ck_assert_uint_eq(r.n, 0);
+  kv_scan_result_clear(&r);
   kv_store_free(s);
 }
 END_TEST
