@@ -165,7 +165,6 @@ typedef struct cli_opts {
   const char *connect;
   int raw; /* -1 = by terminal */
   long timeout_ms;
-  bool auth_warning; /* warn about -a (redis-cli does) */
   kv_client_auth auth;
 } cli_opts;
 
@@ -177,25 +176,23 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       {"raw", no_argument, NULL, 'r'},
       {"no-raw", no_argument, NULL, 'R'},
       {"timeout", required_argument, NULL, 't'},
-      {"pass", required_argument, NULL, 'a'},
-      {"password", required_argument, NULL, 'a'},
-      {"user", required_argument, NULL, 'u'},
-      {"no-auth-warning", no_argument, NULL, 'W'},
+      KV_CLIENT_AUTH_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  *o = (cli_opts){.raw = -1, .timeout_ms = 10000, .auth_warning = true};
+  *o = (cli_opts){.raw = -1, .timeout_ms = 10000};
   weft_config_init(cfg);
   cfg->app_keys = kv_config_keys;
   cli.app_arg = &o->auth;
   snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
   opterr = 0;
   int opt;
-  bool pass_flag = false;
   /* '+': stop at the command, so "weft-kv incrby k -1" keeps its -1. */
   while ((opt = getopt_long(argc, argv, "+:" WEFT_CLI_OPTS "a:", longs,
                             NULL)) != -1) {
     char *end;
     int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_auth_option(&o->auth, &cli, opt, optarg);
     if (rc < 0)
       return -1;
     if (rc > 0)
@@ -216,19 +213,6 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
         return -1;
       }
       break;
-    case 'a':
-    case 'u':
-      if (kv_client_auth_flag(&o->auth, optarg, opt == 'u') < 0) {
-        weft_cli_usage_error(&cli, "--%s: expected at most %d bytes",
-                             opt == 'u' ? "user" : "pass",
-                             KV_CLIENT_SECRET_MAX - 1);
-        return -1;
-      }
-      pass_flag = pass_flag || opt == 'a';
-      break;
-    case 'W':
-      o->auth_warning = false;
-      break;
     case 'h':
       return weft_cli_help(&cli, cfg, stdout) == 0 ? 0 : -1;
     default:
@@ -236,8 +220,7 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       return -1;
     }
   }
-  if (pass_flag && o->auth_warning)
-    kv_client_auth_warn();
+  kv_client_auth_warn(&o->auth);
   if (weft_cli_configure(&cli, cfg) < 0)
     return -1;
   if (o->connect != NULL)

@@ -31,16 +31,25 @@ int kv_client_auth_key(kv_client_auth *a, const char *key, const char *value,
   return 0; /* the server's keys */
 }
 
-int kv_client_auth_flag(kv_client_auth *a, char *arg, bool is_user) {
+int kv_client_auth_option(kv_client_auth *a, const weft_cli *cli, int opt,
+                          char *arg) {
+  if (opt == KV_AUTH_OPT_NO_WARNING) {
+    a->no_warning = true;
+    return 1;
+  }
+  if (opt != 'a' && opt != KV_AUTH_OPT_USER)
+    return 0;
+  bool user = opt == KV_AUTH_OPT_USER;
   char err[80];
-  int rc = take(is_user ? a->user : a->password, arg,
-                is_user ? "--user" : "--pass", err, sizeof err);
-  if (rc < 0)
-    return rc;
-  *(is_user ? &a->flag_user : &a->flag_password) = true;
-  if (!is_user)
+  if (take(user ? a->user : a->password, arg, user ? "--user" : "--pass", err,
+           sizeof err) < 0) {
+    weft_cli_usage_error(cli, "%s", err);
+    return -1;
+  }
+  *(user ? &a->flag_user : &a->flag_password) = true;
+  if (!user)
     memset(arg, 'x', strlen(arg)); /* out of /proc/PID/cmdline */
-  return 0;
+  return 1;
 }
 
 void kv_client_auth_apply(kv_client_auth *a, kv_client_options *o) {
@@ -53,7 +62,9 @@ void kv_client_auth_apply(kv_client_auth *a, kv_client_options *o) {
 
 void kv_client_auth_clear(kv_client_auth *a) { explicit_bzero(a, sizeof *a); }
 
-void kv_client_auth_warn(void) {
+void kv_client_auth_warn(const kv_client_auth *a) {
+  if (!a->flag_password || a->no_warning)
+    return;
   fprintf(stderr, "Warning: Using a password with '-a' or '--pass' may not "
                   "be safe (other users can see it, e.g. with ps);\n"
                   "prefer WEFT_KV_PASSWORD, REDISCLI_AUTH or [kv] password "

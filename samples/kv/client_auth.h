@@ -12,6 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <weft/cli.h>
+
 #include "client.h"
 
 /** Longest password or user name taken, bytes with the NUL. */
@@ -23,7 +25,22 @@ typedef struct kv_client_auth {
   char password[KV_CLIENT_SECRET_MAX]; /* "" = no AUTH */
   bool flag_password;                  /* a flag set it: it wins */
   bool flag_user;
+  bool no_warning; /* --no-auth-warning */
 } kv_client_auth;
+
+/** getopt values of the long options below (-a is 'a'). */
+enum { KV_AUTH_OPT_USER = 0x100, KV_AUTH_OPT_NO_WARNING = 0x101 };
+
+/** The programs' credential options, for their getopt_long tables (with
+ *  "a:" in the short options): --pass and --password (-a), --user,
+ *  --no-auth-warning. */
+// clang-format off
+#define KV_CLIENT_AUTH_LONGOPTS                                                \
+  {"pass", required_argument, NULL, 'a'},                                      \
+  {"password", required_argument, NULL, 'a'},                                  \
+  {"user", required_argument, NULL, KV_AUTH_OPT_USER},                         \
+  {"no-auth-warning", no_argument, NULL, KV_AUTH_OPT_NO_WARNING}
+// clang-format on
 
 /**
  * A [kv] key for a client program's section callback: takes `password`
@@ -35,12 +52,14 @@ int kv_client_auth_key(kv_client_auth *a, const char *key, const char *value,
                        char *err, size_t err_len);
 
 /**
- * The --pass / -a flag (`is_user` false) or --user flag: copies `arg` and
- * overwrites it in place (argv), so the password is not left in the
- * process's command line. Returns 0 or WEFT_EINVAL (longer than
- * KV_CLIENT_SECRET_MAX - 1 bytes; nothing printed).
+ * Takes a getopt option if it is one of KV_CLIENT_AUTH_LONGOPTS': the
+ * password's is copied and then overwritten in place (argv), so it is not
+ * left in the process's command line. Returns 1 when taken, 0 when `opt`
+ * is another option, -1 after printing a usage error through `cli`
+ * (longer than KV_CLIENT_SECRET_MAX - 1 bytes).
  */
-int kv_client_auth_flag(kv_client_auth *a, char *arg, bool is_user);
+int kv_client_auth_option(kv_client_auth *a, const weft_cli *cli, int opt,
+                          char *arg);
 
 /**
  * After the configuration: REDISCLI_AUTH when no password came from a
@@ -50,8 +69,9 @@ int kv_client_auth_flag(kv_client_auth *a, char *arg, bool is_user);
 void kv_client_auth_apply(kv_client_auth *a, kv_client_options *o);
 
 /** Prints redis-cli's warning about a password on the command line (to
- *  stderr), in weft's words. */
-void kv_client_auth_warn(void);
+ *  stderr), in weft's words, when a flag gave one and --no-auth-warning
+ *  did not silence it. */
+void kv_client_auth_warn(const kv_client_auth *a);
 
 /** Overwrites the credentials held in `a`. */
 void kv_client_auth_clear(kv_client_auth *a);

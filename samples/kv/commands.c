@@ -25,19 +25,12 @@ int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   *out = NULL;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
-  if (e) {
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
+  if (e)
     *out = kv_blob_retain(e->val);
-    kv__counter_add(&st->hits, 1);
-  } else {
-    kv__counter_add(&st->misses, 1);
-  }
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
+  kv__key_unlock(s, &k);
   return e != NULL;
 }
 
@@ -45,19 +38,14 @@ int kv_getdel(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   *out = NULL;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   if (e) {
     *out = kv_blob_retain(e->val);
-    kv__entry_unlink(st, kv__table_link_of(&st->table, e), &g);
-    kv__table_maybe_resize(&st->table);
+    kv__key_delete(&k, e);
   }
-  kv__counter_add(e ? &st->hits : &st->misses, 1);
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
+  kv__key_unlock(s, &k);
   return *out != NULL;
 }
 

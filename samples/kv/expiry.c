@@ -113,18 +113,14 @@ int kv_pttl(kv_store *s, const void *key, size_t klen, int64_t *ttl_ms) {
   *ttl_ms = -1;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   if (e && e->expire_at) {
     uint64_t now = store_now(s),
              left = e->expire_at > now ? e->expire_at - now : 0;
     *ttl_ms = (int64_t)((left + 999999u) / 1000000u);
   }
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+  kv__key_unlock(s, &k);
   return e != NULL;
 }
 
@@ -152,18 +148,15 @@ static bool expire_allowed(const kv_entry *e, uint64_t at, unsigned flags) {
 }
 
 /* Sets `e`'s deadline to `at`, 0 deleting it. Returns 0 or WEFT_ENOMEM
- * (nothing changed). Under the lock. */
-static int expire_apply(kv_store *s, kv_stripe *st, kv_entry *e, uint64_t at,
-                        garbage *g) {
-  (void)s;
+ * (nothing changed). Under k's lock. */
+static int expire_apply(key_lock *k, kv_entry *e, uint64_t at) {
   if (at == 0) {
-    kv__entry_unlink(st, kv__table_link_of(&st->table, e), g);
-    kv__table_maybe_resize(&st->table);
+    kv__key_delete(k, e);
     return 0;
   }
-  if (e->exp_idx == NO_EXPIRE_IDX && kv__expires_reserve(st) != 0)
+  if (e->exp_idx == NO_EXPIRE_IDX && kv__expires_reserve(k->st) != 0)
     return WEFT_ENOMEM;
-  kv__expire_set(st, e, at);
+  kv__expire_set(k->st, e, at);
   return 0;
 }
 
@@ -171,35 +164,26 @@ int kv_expire(kv_store *s, const void *key, size_t klen, int64_t ttl_ms,
               unsigned flags) {
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
   int ret = 0;
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   /* A deadline in the past counts as the earliest for GT and LT. */
   uint64_t at = ttl_ms > 0 ? deadline_clamped(s, ttl_ms) : store_now(s);
   if (e != NULL && expire_allowed(e, at, flags))
-    ret =
-        expire_apply(s, st, e, ttl_ms > 0 ? at : 0, &g) == 0 ? 1 : WEFT_ENOMEM;
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+    ret = expire_apply(&k, e, ttl_ms > 0 ? at : 0) == 0 ? 1 : WEFT_ENOMEM;
+  kv__key_unlock(s, &k);
   return ret;
 }
 
 int kv_persist(kv_store *s, const void *key, size_t klen) {
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   bool had = e != NULL && e->expire_at != 0;
   if (had)
-    kv__expire_clear(st, e);
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+    kv__expire_clear(k.st, e);
+  kv__key_unlock(s, &k);
   return had;
 }
 
@@ -208,26 +192,21 @@ int kv_getex(kv_store *s, const void *key, size_t klen, kv_getex_mode mode,
   *out = NULL;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
   int ret = 0;
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
-  kv__counter_add(e ? &st->hits : &st->misses, 1);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
   if (e != NULL && mode == KV_GETEX_SET)
-    ret = expire_apply(s, st, e, ttl_ms > 0 ? deadline_clamped(s, ttl_ms) : 0,
-                       &g);
+    ret = expire_apply(&k, e, ttl_ms > 0 ? deadline_clamped(s, ttl_ms) : 0);
   else if (e != NULL && mode == KV_GETEX_PERSIST)
-    kv__expire_clear(st, e);
+    kv__expire_clear(k.st, e);
   if (e != NULL && ret == 0) {
     /* The value outlives a deletion above: the reference is taken before
      * the garbage is freed. */
     *out = kv_blob_retain(e->val);
     ret = 1;
   }
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+  kv__key_unlock(s, &k);
   return ret;
 }
 

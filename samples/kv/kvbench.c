@@ -672,10 +672,7 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
       {"warmup", required_argument, NULL, 'W'},
       {"seed", required_argument, NULL, 's'},
       {"json", no_argument, NULL, 'j'},
-      {"pass", required_argument, NULL, 'a'},
-      {"password", required_argument, NULL, 'a'},
-      {"user", required_argument, NULL, 'u'},
-      {"no-auth-warning", no_argument, NULL, 'A'},
+      KV_CLIENT_AUTH_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   static const struct {
@@ -697,10 +694,11 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
   cli.app_arg = &bc;
   opterr = 0;
   int opt;
-  bool pass_flag = false, warn = true;
   while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS "a:", longs, NULL)) !=
          -1) {
     int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_auth_option(auth, &cli, opt, optarg);
     if (rc != 0) {
       if (rc < 0)
         return -1;
@@ -710,20 +708,6 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
       return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
     if (opt == 'C') {
       f.connect = optarg;
-      continue;
-    }
-    if (opt == 'a' || opt == 'u') {
-      if (kv_client_auth_flag(auth, optarg, opt == 'u') < 0) {
-        weft_cli_usage_error(&cli, "--%s: expected at most %d bytes",
-                             opt == 'u' ? "user" : "pass",
-                             KV_CLIENT_SECRET_MAX - 1);
-        return -1;
-      }
-      pass_flag = pass_flag || opt == 'a';
-      continue;
-    }
-    if (opt == 'A') {
-      warn = false;
       continue;
     }
     size_t i = 0;
@@ -740,8 +724,7 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
     weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
     return -1;
   }
-  if (pass_flag && warn)
-    kv_client_auth_warn();
+  kv_client_auth_warn(auth);
   if (weft_cli_configure(&cli, cfg) < 0)
     return -1;
   for (int i = 0; i < f.n; i++) {

@@ -234,4 +234,36 @@ kv_entry *kv__lookup_live(kv_store *s, kv_stripe *st, uint64_t hash,
 /** Validates SET options and computes the absolute deadline (0 = none). */
 int kv__set_deadline(const kv_store *s, const kv_set_options *o, uint64_t *at);
 
+/* ------------------------------------------------------------------------ */
+/* One key's command                                                         */
+
+/* The state of a command on one key while its stripe is locked. */
+typedef struct key_lock {
+  kv_stripe *st;
+  garbage g; /* entries deleted under the lock: freed by kv__key_unlock */
+} key_lock;
+
+/* Hashes `key` (its length checked by the caller), locks its stripe and
+ * returns its live entry, or NULL (an expired one is deleted on the way). */
+static inline kv_entry *kv__key_lock(kv_store *s, key_lock *k, const void *key,
+                                     size_t klen) {
+  uint64_t h = kv__key_hash(s, key, klen);
+  k->st = kv__stripe_of(s, h);
+  k->g.entries = NULL;
+  kv__stripe_lock(s, k->st);
+  return kv__lookup_live(s, k->st, h, key, klen, &k->g);
+}
+
+/* Deletes `e`, an entry of k's stripe, under the lock. */
+static inline void kv__key_delete(key_lock *k, kv_entry *e) {
+  kv__entry_unlink(k->st, kv__table_link_of(&k->st->table, e), &k->g);
+  kv__table_maybe_resize(&k->st->table);
+}
+
+/* Unlocks the stripe, then frees what the command deleted. */
+static inline void kv__key_unlock(kv_store *s, key_lock *k) {
+  kv__stripe_unlock(s, k->st);
+  kv__garbage_free(&k->g);
+}
+
 #endif /* WEFT_SAMPLES_KV_STORE_INTERNAL_H */

@@ -27,14 +27,11 @@ typedef int (*update_fn)(void *arg, const kv_store *s, const kv_blob *old,
                          kv_blob **out);
 
 /* Reads the live value of `key` (a reference, or NULL) under the lock. */
-static kv_blob *update_read(kv_store *s, kv_stripe *st, uint64_t h,
-                            const void *key, size_t klen) {
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+static kv_blob *update_read(kv_store *s, const void *key, size_t klen) {
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   kv_blob *old = e != NULL ? kv_blob_retain(e->val) : NULL;
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+  kv__key_unlock(s, &k);
   return old;
 }
 
@@ -70,7 +67,7 @@ static int update(kv_store *s, const void *key, size_t klen, update_fn fn,
   uint64_t h = kv__key_hash(s, key, klen);
   kv_stripe *st = kv__stripe_of(s, h);
   for (;;) {
-    kv_blob *old = update_read(s, st, h, key, klen), *nb = NULL;
+    kv_blob *old = update_read(s, key, klen), *nb = NULL;
     int err = fn(arg, s, old, &nb);
     kv_entry *spare = NULL;
     if (err == 0 && old == NULL &&
