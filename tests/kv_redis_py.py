@@ -142,6 +142,13 @@ def pipelines(r):
     raises("transaction_aborted", p.execute, redis.ResponseError,
            "wrong number of arguments")
     check("transaction_aborted_unchanged", r.get("tx"), "x")
+    one = redis.Redis(port=r.connection_pool.connection_kwargs["port"],
+                      single_connection_client=True, decode_responses=True)
+    one.execute_command("MULTI")
+    check("queued", one.execute_command("INCR", "tx2"), "QUEUED")
+    check("discard", one.execute_command("DISCARD"), "OK")
+    check("discarded", one.get("tx2"), None)
+    one.close()
     raises("exec_without_multi", lambda: r.execute_command("EXEC"),
            redis.ResponseError, "EXEC without MULTI")
     raises("discard_without_multi", lambda: r.execute_command("DISCARD"),

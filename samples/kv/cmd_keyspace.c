@@ -19,8 +19,10 @@ static void del_exists(const kv_call *c,
   c->ops->integer(c->w, rc);
 }
 
+/* DEL key [key ...]: the number deleted. */
 void kv_cmd_del(const kv_call *c) { del_exists(c, kv_del); }
 
+/* EXISTS key [key ...]: how many exist (a repeat counts again). */
 void kv_cmd_exists(const kv_call *c) { del_exists(c, kv_exists); }
 
 /* Every value is a string: "string" or "none". */
@@ -31,6 +33,7 @@ void kv_cmd_type(const kv_call *c) {
   c->ops->simple(c->w, rc > 0 ? "string" : "none");
 }
 
+/* RENAME key newkey: OK, or Redis' "no such key". */
 void kv_cmd_rename(const kv_call *c) {
   int rc = kv_rename(c->store, c->argv[0].ptr, c->argv[0].len, c->argv[1].ptr,
                      c->argv[1].len);
@@ -55,8 +58,10 @@ static void ttl_reply(const kv_call *c, bool ms) {
   c->ops->integer(c->w, ttl < 0 || ms ? ttl : (ttl + 500) / 1000);
 }
 
+/* TTL key: seconds left, rounded. */
 void kv_cmd_ttl(const kv_call *c) { ttl_reply(c, false); }
 
+/* PTTL key: milliseconds left. */
 void kv_cmd_pttl(const kv_call *c) { ttl_reply(c, true); }
 
 /* EXPIRE's NX, XX, GT, LT after the key and the time, checked as Redis 7
@@ -123,10 +128,13 @@ static void expire_cmd(const kv_call *c, bool seconds) {
   c->ops->integer(c->w, rc);
 }
 
+/* EXPIRE key seconds [NX|XX|GT|LT]. */
 void kv_cmd_expire(const kv_call *c) { expire_cmd(c, true); }
 
+/* PEXPIRE key milliseconds [NX|XX|GT|LT]. */
 void kv_cmd_pexpire(const kv_call *c) { expire_cmd(c, false); }
 
+/* PERSIST key: 1 when a TTL was removed. */
 void kv_cmd_persist(const kv_call *c) {
   int rc = kv_persist(c->store, c->argv[0].ptr, c->argv[0].len);
   if (rc < 0)

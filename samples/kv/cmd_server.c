@@ -28,6 +28,7 @@ void kv_cmd_ping(const kv_call *c) {
   c->ops->simple(c->w, "PONG");
 }
 
+/* ECHO message: the message as a bulk string. */
 void kv_cmd_echo(const kv_call *c) {
   c->ops->bulk(c->w, c->argv[0].ptr, c->argv[0].len, NULL);
 }
@@ -157,6 +158,7 @@ static void human(char *buf, size_t cap, uint64_t n) {
     snprintf(buf, cap, "%.2f%c", v, units[u]);
 }
 
+/* INFO's server section. */
 static void info_server(text *t, const kv_shared *sh) {
   struct utsname u;
   if (uname(&u) != 0)
@@ -176,6 +178,7 @@ static void info_server(text *t, const kv_shared *sh) {
            up / 86400, sh->hz, sh->hz);
 }
 
+/* INFO's clients section. */
 static void info_clients(text *t, const kv_shared *sh) {
   text_add(t,
            "# Clients\r\nconnected_clients:%" PRIu64
@@ -183,6 +186,7 @@ static void info_clients(text *t, const kv_shared *sh) {
            (uint64_t)atomic_load(&sh->connected_clients), sh->max_clients);
 }
 
+/* INFO's memory section. */
 static void info_memory(text *t, const kv_store_stats *st) {
   uint64_t heap = heap_bytes(), rss = rss_bytes();
   char h[32], r[32];
@@ -196,6 +200,7 @@ static void info_memory(text *t, const kv_store_stats *st) {
            heap, h, rss, r, st->mem_bytes);
 }
 
+/* INFO's stats section: the server's and the store's counters. */
 static void info_stats(text *t, const kv_shared *sh, const kv_store_stats *st) {
   uint64_t commands = 0;
   for (unsigned i = 0; i < sh->n_loops; i++)
@@ -212,6 +217,7 @@ static void info_stats(text *t, const kv_shared *sh, const kv_store_stats *st) {
            st->hits, st->misses);
 }
 
+/* INFO's keyspace section. */
 static void info_keyspace(text *t, const kv_store_stats *st) {
   text_add(t, "# Keyspace\r\n");
   if (st->keys > 0) /* Redis lists only databases with keys */

@@ -162,13 +162,16 @@ void kv_cmd_set(const kv_call *c) {
   set_with(c, &so, o.flags & OPT_GET, false);
 }
 
+/* SETNX key value: 1 when set, 0 when the key existed. */
 void kv_cmd_setnx(const kv_call *c) {
   kv_set_options so = {.flags = KV_SET_NX};
   set_with(c, &so, false, true);
 }
 
+/* GETSET key value: the old value, or nil. */
 void kv_cmd_getset(const kv_call *c) { set_with(c, NULL, true, false); }
 
+/* GETDEL key: the value (or nil), and the key deleted. */
 void kv_cmd_getdel(const kv_call *c) {
   kv_blob *blob;
   int rc = kv_getdel(c->store, c->argv[0].ptr, c->argv[0].len, &blob);
@@ -204,6 +207,7 @@ void kv_cmd_getex(const kv_call *c) {
   reply_blob(c, blob);
 }
 
+/* APPEND key value: the new length. */
 void kv_cmd_append(const kv_call *c) {
   size_t n;
   int rc = kv_append(c->store, c->argv[0].ptr, c->argv[0].len, c->argv[1].ptr,
@@ -213,6 +217,7 @@ void kv_cmd_append(const kv_call *c) {
   c->ops->integer(c->w, (int64_t)n);
 }
 
+/* STRLEN key: the value's length, 0 for a missing key. */
 void kv_cmd_strlen(const kv_call *c) {
   kv_blob *blob;
   int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &blob);
@@ -232,10 +237,13 @@ static void incr_by(const kv_call *c, int64_t delta) {
   c->ops->integer(c->w, result);
 }
 
+/* INCR key. */
 void kv_cmd_incr(const kv_call *c) { incr_by(c, 1); }
 
+/* DECR key. */
 void kv_cmd_decr(const kv_call *c) { incr_by(c, -1); }
 
+/* INCRBY key increment. */
 void kv_cmd_incrby(const kv_call *c) {
   int64_t delta;
   if (!kv_parse_i64(&c->argv[1], &delta))
@@ -243,6 +251,7 @@ void kv_cmd_incrby(const kv_call *c) {
   incr_by(c, delta);
 }
 
+/* DECRBY key decrement (Redis refuses the one it cannot negate). */
 void kv_cmd_decrby(const kv_call *c) {
   int64_t delta;
   if (!kv_parse_i64(&c->argv[1], &delta))
@@ -252,6 +261,7 @@ void kv_cmd_decrby(const kv_call *c) {
   incr_by(c, -delta);
 }
 
+/* INCRBYFLOAT key increment: the new value as a bulk string. */
 void kv_cmd_incrbyfloat(const kv_call *c) {
   long double incr;
   if (!kv_parse_long_double(c->argv[1].ptr, c->argv[1].len, &incr))
@@ -284,6 +294,7 @@ void kv_cmd_mget(const kv_call *c) {
   free(blobs);
 }
 
+/* MSET key value [key value ...]: atomic. */
 void kv_cmd_mset(const kv_call *c) {
   if (c->argc % 2 != 0)
     return kv_reply_arity(c);

@@ -71,6 +71,7 @@ void kv_multi_queue(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
   ops->simple(w, "QUEUED");
 }
 
+/* MULTI: starts queueing. */
 void kv_cmd_multi(const kv_call *c) {
   if (c->sess->multi.active)
     return c->ops->error(c->w, "ERR MULTI calls can not be nested");
@@ -78,6 +79,7 @@ void kv_cmd_multi(const kv_call *c) {
   c->ops->simple(c->w, "OK");
 }
 
+/* DISCARD: drops the queue. */
 void kv_cmd_discard(const kv_call *c) {
   if (!c->sess->multi.active)
     return c->ops->error(c->w, "ERR DISCARD without MULTI");

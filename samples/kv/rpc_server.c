@@ -149,6 +149,7 @@ static void session_active(weft_ctx *ctx) {
   weft_ctx_fire_channel_active(ctx);
 }
 
+/* The channel is going: the session ends. */
 static void session_removed(weft_ctx *ctx) {
   rpc_conn *c = weft_ctx_state(ctx);
   weft_channel_set_user_data(weft_ctx_channel(ctx), NULL);
