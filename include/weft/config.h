@@ -64,7 +64,7 @@ extern "C" {
 typedef struct weft_config_key {
   const char *section; /* "kv" */
   const char *name;    /* "rpc_listen" */
-  const char *def;     /* the default as the file spells it: "0.0.0.0:7001" */
+  const char *def;     /* the default as the file spells it: "127.0.0.1:7001" */
   const char *values;  /* the valid values: "host:port or scheme://host:port" */
 } weft_config_key;
 

@@ -1,14 +1,15 @@
 /* weft-kv: the KV service's command-line client (binary RPC protocol).
  *
  *   weft-kv [-c FILE] [-o section.key=value]... [--connect URI] [--raw]
- *           [--timeout MS] CMD ARGS...
+ *           [--timeout MS] [--user USER] [-a PASSWORD] CMD ARGS...
  *
  * The address comes from --connect, else [client] connect of the config
  * (file, then WEFT_CLIENT_CONNECT, then -o client.connect=...), default
  * 127.0.0.1:7001 (the server's rpc_listen); an address without a scheme
- * takes [transport] name. Replies print as redis-cli prints them. Exit
- * status: 0, 1 for an error reply or a failed call or connect, 2 for bad
- * usage.
+ * takes [transport] name. With a password (client_auth.h: -a, [kv]
+ * password, WEFT_KV_PASSWORD, REDISCLI_AUTH) the client sends AUTH before
+ * the command. Replies print as redis-cli prints them. Exit status: 0, 1
+ * for an error reply or a failed call or connect, 2 for bad usage.
  */
 #include <ctype.h>
 #include <getopt.h>
@@ -23,17 +24,20 @@
 #include <weft/loop.h>
 
 #include "client.h"
+#include "client_auth.h"
 #include "kv_config.h"
 
 #define KV_DEFAULT_CONNECT "127.0.0.1:7001"
 
 static const char *prog = "weft-kv";
 
-/* Sections other programs of the KV service read from the same file. */
+/* [kv]: the credentials (client_auth.h); the server's keys and
+ * [kvbench] are accepted and ignored, as the file may be shared. */
 static int other_sections(void *arg, const char *section, const char *key,
                           const char *value, char *err, size_t err_len) {
-  (void)arg, (void)key, (void)value, (void)err, (void)err_len;
-  if (strcmp(section, "kv") == 0 || strcmp(section, "kvbench") == 0)
+  if (strcmp(section, "kv") == 0)
+    return kv_client_auth_key(arg, key, value, err, err_len);
+  if (strcmp(section, "kvbench") == 0)
     return 0;
   return WEFT_ENOENT;
 }
@@ -131,10 +135,12 @@ static weft_cli cli = {
     .synopsis = "[options] COMMAND [ARG ...]",
     .about =
         "The KV service's command-line client (weft RPC): sends one command "
-        "and prints\nthe reply as redis-cli does. Commands: get set del "
-        "exists incr incrby decr\nmget mset scan dbsize flushall ping info. "
-        "Exit status 0, 1 for an error reply\nor a failed call, 2 for bad "
-        "usage.",
+        "and prints\nthe reply as redis-cli does. Commands: those of the "
+        "server but HELLO and QUIT\n(get set del exists incr decrby ttl "
+        "expire keys scan info client ...).\nExit status 0, 1 for an error "
+        "reply or a failed call, 2 for bad usage.\nThe password: -a, else "
+        "[kv] password (or WEFT_KV_PASSWORD), else REDISCLI_AUTH;\n"
+        "the user: --user, else [kv] client_user.",
     .flags = "  --connect URI           server address (default [client] "
              "connect, 127.0.0.1:7001)\n"
              "  --raw                   print strings as they are (default "
@@ -142,7 +148,14 @@ static weft_cli cli = {
              "  --no-raw                quote strings (default on a "
              "terminal)\n"
              "  --timeout MS            give up after MS milliseconds "
-             "(default 10000; 0 = never)\n",
+             "(default 10000; 0 = never)\n"
+             "  -a, --pass PASSWORD     AUTH with it before the command "
+             "(visible to ps: prefer\n"
+             "                          WEFT_KV_PASSWORD or [kv] password)\n"
+             "  --user USER             AUTH as this user (default: the "
+             "default user)\n"
+             "  --no-auth-warning       no warning for a password on the "
+             "command line\n",
     .examples = "weft-kv set greeting hello\n"
                 "weft-kv --connect uring://127.0.0.1:7001 get greeting",
     .sections = sections,
@@ -152,6 +165,7 @@ typedef struct cli_opts {
   const char *connect;
   int raw; /* -1 = by terminal */
   long timeout_ms;
+  kv_client_auth auth;
 } cli_opts;
 
 /* Returns the index of the command in argv, 0 when --help was answered,
@@ -162,19 +176,23 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       {"raw", no_argument, NULL, 'r'},
       {"no-raw", no_argument, NULL, 'R'},
       {"timeout", required_argument, NULL, 't'},
+      KV_CLIENT_AUTH_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   *o = (cli_opts){.raw = -1, .timeout_ms = 10000};
   weft_config_init(cfg);
   cfg->app_keys = kv_config_keys;
+  cli.app_arg = &o->auth;
   snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
   opterr = 0;
   int opt;
   /* '+': stop at the command, so "weft-kv incrby k -1" keeps its -1. */
-  while ((opt = getopt_long(argc, argv, "+:" WEFT_CLI_OPTS, longs, NULL)) !=
-         -1) {
+  while ((opt = getopt_long(argc, argv, "+:" WEFT_CLI_OPTS "a:", longs,
+                            NULL)) != -1) {
     char *end;
     int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_auth_option(&o->auth, &cli, opt, optarg);
     if (rc < 0)
       return -1;
     if (rc > 0)
@@ -202,6 +220,7 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       return -1;
     }
   }
+  kv_client_auth_warn(&o->auth);
   if (weft_cli_configure(&cli, cfg) < 0)
     return -1;
   if (o->connect != NULL)
@@ -216,12 +235,21 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
 /* ---- main ---- */
 
 static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
-               int cmd, int argc, char **argv, const cli_opts *o) {
+               int cmd, int argc, char **argv, cli_opts *o) {
   kv_client_options co;
   kv_client_options_init(&co);
   co.channel = cfg->channel;
+  kv_client_auth_apply(&o->auth, &co);
   kv_client *c;
   int rc = kv_sync_connect(&c, group, uri, &co);
+  kv_client_auth_clear(&o->auth);
+  if (rc == WEFT_EACCES) {
+    fprintf(stderr,
+            "%s: %s refused the connection: AUTH failed or protected "
+            "mode (the log line above has the server's answer)\n",
+            prog, uri);
+    return 1;
+  }
   if (rc < 0) {
     fprintf(stderr, "%s: cannot connect to %s: %s\n", prog, uri,
             weft_strerror(rc));
@@ -260,8 +288,12 @@ int main(int argc, char **argv) {
   if (first <= 0)
     return first == 0 ? 0 : 2;
   int cmd = kv_cmd_from_name(argv[first], strlen(argv[first]));
-  if (cmd == 0) {
-    weft_cli_usage_error(&cli, "unknown command '%s'", argv[first]);
+  if (cmd == 0 || !kv_cmd_rpc(cmd)) {
+    weft_cli_usage_error(&cli,
+                         cmd == 0 ? "unknown command '%s'"
+                                  : "%s is about RESP connections: not a "
+                                    "command of weft RPC",
+                         argv[first]);
     return 2;
   }
   char uri[WEFT_CONFIG_URI_MAX + 32];

@@ -4,11 +4,26 @@
 #include "kv_config.h"
 
 const weft_config_key kv_config_keys[] = {
-    {"kv", "rpc_listen", "0.0.0.0:7001",
+    {"kv", "rpc_listen", "127.0.0.1:7001",
      "weft RPC endpoint, host:port or scheme://host:port; empty = off"},
-    {"kv", "resp_listen", "0.0.0.0:6380",
+    {"kv", "resp_listen", "127.0.0.1:6380",
      "Redis protocol endpoint (a stream transport: tcp or uring), "
      "host:port or scheme://host:port; empty = off"},
+    {"kv", "requirepass", "",
+     "the default user's password (Redis' requirepass), at most 1023 "
+     "bytes; empty = none: every client is authenticated"},
+    {"kv", "user", "",
+     "an ACL user's name (AUTH user password), at most 64 bytes, not "
+     "\"default\"; with user_password"},
+    {"kv", "user_password", "", "the ACL user's password, at most 1023 bytes"},
+    {"kv", "protected_mode", "yes",
+     "yes or no: without requirepass, refuse clients from outside the "
+     "loopback network"},
+    {"kv", "password", "",
+     "the password weft-kv and weft-kvbench send (AUTH); also "
+     "WEFT_KV_PASSWORD or REDISCLI_AUTH"},
+    {"kv", "client_user", "",
+     "the user weft-kv and weft-kvbench authenticate as; empty = default"},
     {"kv", "max_value_bytes", "1048576",
      "largest value in bytes, an integer from 1 to 536870912"},
     {"kv", "stripes", "64",

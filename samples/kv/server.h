@@ -9,23 +9,34 @@
 #ifndef WEFT_SAMPLES_KV_SERVER_H
 #define WEFT_SAMPLES_KV_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <weft/config.h>
 #include <weft/loop.h>
 
+#include "auth.h"
 #include "store.h"
+
+/** Longest password a setting holds, bytes with the NUL. */
+#define KV_PASSWORD_MAX 1024
 
 /** Server settings: the [kv] section of the config file. */
 typedef struct kv_server_options {
   char rpc_listen[WEFT_CONFIG_URI_MAX];  /* binary RPC endpoint; "" = off
-                                            (default "0.0.0.0:7001") */
+                                            (default "127.0.0.1:7001") */
   char resp_listen[WEFT_CONFIG_URI_MAX]; /* RESP endpoint; "" = off
-                                            (default "0.0.0.0:6380") */
+                                            (default "127.0.0.1:6380") */
   size_t max_value_bytes; /* largest value, bytes (default 1 MiB) */
   unsigned stripes;       /* lock stripes of the store (default 64) */
   unsigned expire_hz;     /* active expiry passes per second per loop
                              (default 10) */
+  char requirepass[KV_PASSWORD_MAX];   /* the default user's password; ""
+                                          = none (default) */
+  char user[KV_USER_MAX + 1];          /* the ACL user's name, "" = none */
+  char user_password[KV_PASSWORD_MAX]; /* its password */
+  bool protected_mode; /* without requirepass, refuse clients from outside
+                          the loopback network (default true) */
 } kv_server_options;
 
 /** Fills `o` with the defaults. */
@@ -42,8 +53,10 @@ void kv_server_config_defaults(weft_config *cfg);
  * The [kv] section handler for weft_config_load / weft_config_set /
  * weft_config_apply_env (see weft_config_section_cb); `arg` is a
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
- * stripes, expire_hz (kv_config.h lists them). Other sections of the
- * service's file ([kvbench]) are accepted and ignored.
+ * stripes, expire_hz, requirepass, user, user_password, protected_mode
+ * (kv_config.h lists them). The clients' keys of the section (password,
+ * client_user) and other sections of the service's file ([kvbench]) are
+ * accepted and ignored. Error texts never quote a value.
  */
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len);
@@ -53,8 +66,15 @@ typedef struct kv_server kv_server;
 /**
  * Starts the service on a started loop group with the channel options of
  * `cfg` ([transport]); endpoints without a scheme use cfg->transport.
- * Returns 0 and the server in `*out`, or the first error (logged with the
- * endpoint). Any thread but a loop thread of `group`.
+ * The passwords are kept as SHA-256 digests only (auth.h). Returns 0 and
+ * the server in `*out`, or the first error (logged with the endpoint or
+ * the setting: WEFT_EINVAL for a [kv] user without user_password). Any
+ * thread but a loop thread of `group`.
+ *
+ * Protected mode (Redis 7's): unless `protected_mode` is false or
+ * `requirepass` is set, a client whose address is outside the loopback
+ * network (127.0.0.0/8, ::1) gets Redis' DENIED error (auth.h) and the
+ * close, and a WARN line names the settings to change.
  */
 int kv_server_bind(kv_server **out, weft_loop_group *group,
                    const weft_config *cfg, const kv_server_options *opts);

@@ -9,6 +9,7 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <weft/weft.h>
@@ -68,7 +69,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   kv_server *srv;
-  if ((rc = kv_server_bind(&srv, group, &cfg, &opts)) == 0) {
+  rc = kv_server_bind(&srv, group, &cfg, &opts);
+  /* The server keeps digests only: the passwords go from here too. */
+  explicit_bzero(opts.requirepass, sizeof opts.requirepass);
+  explicit_bzero(opts.user_password, sizeof opts.user_password);
+  if (rc == 0) {
     char a[WEFT_CONFIG_URI_MAX + 32];
     for (int which = 0; which < 2; which++)
       if (kv_server_address(srv, which, a, sizeof a) == 0)
