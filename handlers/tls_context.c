@@ -45,8 +45,8 @@ const weft_config_key weft_tls_config_keys[] = {
     {"tls", "handshake_timeout_ms", "10000",
      "ms to complete the handshake, an integer from 0 (none) to 3600000"},
     {"tls", "ktls", "off",
-     "on or off: kernel TLS after the handshake (tcp; falls back to "
-     "user-space records)"},
+     "on or off: the kernel encrypts records after a TLS 1.3 handshake "
+     "(tcp; else user-space records)"},
     {NULL, NULL, NULL, NULL}};
 
 _Static_assert(sizeof weft_tls_config_keys / sizeof weft_tls_config_keys[0] ==
@@ -417,6 +417,14 @@ static int apply_policy(weft_tls_context *c, const weft_tls_options *o,
   }
   SSL_CTX_set_verify(x, mode, verify_cb);
   SSL_CTX_set_info_callback(x, info_cb);
+  if (o->ktls) {
+    /* The traffic secrets for the kernel: OpenSSL 3.0 gives them out
+     * through the key log only. A server sends no session tickets, so the
+     * kernel's first record is number 0 (tls_ktls.c). */
+    SSL_CTX_set_keylog_callback(x, weft__tls_keylog_cb);
+    if (c->mode == WEFT_TLS_SERVER)
+      SSL_CTX_set_num_tickets(x, 0);
+  }
   if (o->alpn[0] != '\0') {
     int n = alpn_wire(o->alpn, c->alpn, sizeof c->alpn, err, len);
     if (n < 0)

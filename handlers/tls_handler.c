@@ -50,6 +50,7 @@ const weft_msg_type weft_tls_event_type = {.name = "weft_tls_event",
 
 static void free_state(weft__tls_handler *s) {
   weft__tls_complete_acks(s, WEFT__TLS_NO_END, WEFT_ECLOSED);
+  OPENSSL_cleanse(s->note.secret, sizeof s->note.secret);
   free(s->plain.slots);
   free(s->acks.slots);
   free(s->chunks.slots);
@@ -93,12 +94,19 @@ static void handshake_timeout(void *arg) {
   weft_channel_release(ch);
 }
 
-static void ktls_fallback_note(weft__tls_handler *s) {
-  static atomic_bool logged;
-  if (s->tctx->ktls && !atomic_exchange(&logged, true))
-    weft_log(WEFT_LOG_WARN,
-             "TLS: ktls = on, but this weft does not hand TLS records to the "
-             "kernel yet; using user-space records (logged once)");
+/* Queued writes go: after the handshake, or after the switch to kTLS. */
+static void send_waiting(weft__tls_handler *s) {
+  bool flush = s->flush_wanted;
+  s->flush_wanted = false;
+  if (s->plain.len > 0 || flush)
+    weft__tls_send_queued(s, flush);
+}
+
+void weft__tls_ktls_switched(weft__tls_handler *s, bool on) {
+  s->ktls_pending = false;
+  s->ktls_tx = on;
+  if (alive(s) && !s->closing)
+    send_waiting(s);
 }
 
 static void handshake_completed(weft__tls_handler *s) {
@@ -108,14 +116,16 @@ static void handshake_completed(weft__tls_handler *s) {
     weft__tls_fail(s, WEFT_ENOMEM, "TLS: no memory for the handshake");
     return;
   }
-  ktls_fallback_note(s);
+  /* kTLS: writes wait until the last flight left and the kernel took
+   * over (or did not). */
+  s->ktls_pending = s->tctx->ktls;
   weft__tls_fire_event(s, WEFT_TLS_HANDSHAKE_DONE, 0, NULL);
   if (!alive(s))
     return;
-  bool flush = s->flush_wanted;
-  s->flush_wanted = false;
-  if (s->plain.len > 0 || flush)
-    weft__tls_send_queued(s, flush);
+  if (s->ktls_pending)
+    weft__tls_drain_then(s, AFTER_KTLS);
+  else
+    send_waiting(s);
 }
 
 /* One step of the handshake with what arrived. Returns 1 once complete,
@@ -355,7 +365,7 @@ static void tls_write(weft_ctx *ctx, void *msg, weft_promise promise) {
     return;
   }
   s->plain_bytes += weft_buf_readable(w.buf);
-  if (s->done && s->plain_bytes >= WEFT__TLS_RECORD_MAX) {
+  if (s->done && !s->ktls_pending && s->plain_bytes >= WEFT__TLS_RECORD_MAX) {
     weft__tls_hold(s);
     weft__tls_send_queued(
         s, false); /* whole records now: the watermarks see them */
@@ -369,7 +379,7 @@ static void tls_flush(weft_ctx *ctx) {
     weft_ctx_flush(ctx);
     return;
   }
-  if (!s->done) {
+  if (!s->done || s->ktls_pending) {
     s->flush_wanted = true; /* once the handshake completed */
     return;
   }
@@ -413,10 +423,9 @@ static void tls_removed(weft_ctx *ctx) {
   weft__tls_fail_plain(s, WEFT_ECLOSED);
   /* Acks of ciphertext that never went down fail; those in flight wait
    * for their chunks. */
-  uint64_t down = BIO_number_read(s->wbio);
   weft__tls_ack *a;
   while (s->acks.len > 0 &&
-         (a = weft__tls_fifo_at(&s->acks, s->acks.len - 1))->end > down) {
+         (a = weft__tls_fifo_at(&s->acks, s->acks.len - 1))->end > s->down) {
     weft_promise p = a->promise;
     s->acks.len--;
     weft_promise_complete(p, WEFT_ECLOSED);
@@ -527,6 +536,7 @@ int weft_tls_info_get(weft_channel *ch, weft_tls_info *out) {
   weft__tls_handler *s = weft_ctx_state(ctx);
   memset(out, 0, sizeof *out);
   out->handshake_done = s->done;
+  out->ktls_tx = s->ktls_tx;
   if (!s->done)
     return 0;
   out->resumed = SSL_session_reused(s->ssl) == 1;

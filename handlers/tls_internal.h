@@ -35,6 +35,9 @@ typedef struct weft__tls_note {
   int verify_err;   /* the first X509_V_ERR_* the chain check met, or 0 */
   int verify_depth; /* of the certificate it failed on */
   char verify_subject[WEFT_TLS_NAME_MAX]; /* that certificate's subject */
+  unsigned char secret[2][48]; /* kTLS: the client's, the server's first
+                                  application traffic secret (key log) */
+  size_t secret_len[2];
   bool reneg_refused; /* OpenSSL answered a renegotiation request with
                          no_renegotiation */
 } weft__tls_note;
@@ -89,7 +92,8 @@ typedef struct weft__tls_ack {
 typedef enum weft__tls_after {
   AFTER_NONE,
   AFTER_CLOSE, /* close_notify: then pass the close down */
-  AFTER_FAIL   /* a fatal alert: then report the failure and close */
+  AFTER_FAIL,  /* a fatal alert: then report the failure and close */
+  AFTER_KTLS   /* the handshake's last flight: then hand TX to the kernel */
 } weft__tls_after;
 
 /* One channel's TLS handler. Reference-counted on the loop thread (see
@@ -111,12 +115,16 @@ typedef struct weft__tls_handler {
   bool fired;        /* plaintext passed on since the last read_complete */
   bool closing;      /* close_notify sent: inbound is dropped */
   bool peer_closed;  /* the peer's close_notify came */
+  bool ktls_pending; /* kTLS: waiting for the last flight to leave */
+  bool ktls_tx;      /* kTLS: the kernel makes our records */
   weft__tls_after after;
   uint64_t after_target; /* the wbio offset `after` waits for */
   int fail_err;
   size_t hs_bytes;      /* ciphertext received before the handshake ended */
   size_t plain_bytes;   /* readable bytes in `plain` */
-  uint64_t handed;      /* wbio offset the transport took */
+  uint64_t down;        /* offset of the bytes handed down (wbio's, then
+                           plaintext's with kTLS) */
+  uint64_t handed;      /* offset the transport took */
   size_t unset_ends;    /* acks at the back of `acks` ending WEFT__TLS_NO_END */
   weft__tls_fifo plain; /* weft__tls_plain_write */
   weft__tls_fifo acks;  /* weft__tls_ack */
@@ -159,5 +167,19 @@ void weft__tls_start_close(weft__tls_handler *s);
 void weft__tls_pass_closes_down(weft__tls_handler *s);
 /** Reports a failure that waited for its alert to leave. */
 void weft__tls_report_failure(weft__tls_handler *s);
+/** Sets `after` to `what`, run once everything handed down left (or
+ *  after WEFT_TLS_CLOSE_NOTIFY_TIMEOUT_MS): at once if it has. */
+void weft__tls_drain_then(weft__tls_handler *s, weft__tls_after what);
+
+/* kTLS (tls_ktls.c, tls_handler.c). */
+
+/** The key log callback: notes the application traffic secrets. */
+void weft__tls_keylog_cb(const SSL *ssl, const char *line);
+/** Hands record encryption to the kernel (TLS 1.3, a transport with
+ *  ktls_tx) once everything handed down left (`drained`); false, after
+ *  logging why once per process, when it cannot. Wipes the secrets. */
+bool weft__tls_ktls_start(weft__tls_handler *s, bool drained);
+/** The switch is over (`on`: the kernel encrypts): queued writes go. */
+void weft__tls_ktls_switched(weft__tls_handler *s, bool on);
 
 #endif

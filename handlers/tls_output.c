@@ -16,6 +16,7 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/timer.h>
+#include <weft/transport_plugin.h>
 
 #include "handlers/tls_internal.h"
 
@@ -74,12 +75,12 @@ void weft__tls_fail_plain(weft__tls_handler *s, int err) {
   }
 }
 
+static void run_after(weft__tls_handler *s, bool drained);
+
 static void after_task(void *arg) {
   weft__tls_handler *s = arg;
-  if (s->after == AFTER_FAIL && s->handed >= s->after_target)
-    weft__tls_report_failure(s);
-  else if (s->after == AFTER_CLOSE && s->handed >= s->after_target)
-    weft__tls_pass_closes_down(s);
+  if (s->after != AFTER_NONE && s->handed >= s->after_target && !s->removed)
+    run_after(s, true);
   weft_channel *ch = s->ch;
   weft__tls_drop(s);
   weft_channel_release(ch);
@@ -123,8 +124,8 @@ static int push_down(weft__tls_handler *s, bool all) {
       return WEFT_ENOMEM;
     }
     b->writer_index = got;
-    uint64_t end = BIO_number_read(s->wbio);
-    if (weft__tls_fifo_push(&s->chunks, &end) < 0) {
+    s->down = BIO_number_read(s->wbio);
+    if (weft__tls_fifo_push(&s->chunks, &s->down) < 0) {
       weft_buf_release(b);
       return WEFT_ENOMEM;
     }
@@ -134,10 +135,14 @@ static int push_down(weft__tls_handler *s, bool all) {
   return 0;
 }
 
-/* Everything in wbio, down and flushed. */
+/* Everything in wbio, down and flushed. Once the kernel encrypts, what
+ * OpenSSL writes (an alert, a key update) would be records of the wrong
+ * key: dropped. */
 int weft__tls_push_all(weft__tls_handler *s) {
   if (BIO_ctrl_pending(s->wbio) == 0)
     return 0;
+  if (s->ktls_tx)
+    return BIO_reset(s->wbio), 0;
   int rc = push_down(s, true);
   weft_ctx_flush(s->ctx);
   return rc;
@@ -220,8 +225,38 @@ static int encrypt_queue(weft__tls_handler *s, bool all) {
   return 0;
 }
 
+/* kTLS: plaintext goes down as it is, the kernel makes the records; a
+ * write's promise is the transport's, through the same chunk and ack
+ * books (offsets go on counting plaintext). At least 64 KiB, or all. */
+static void pass_queue(weft__tls_handler *s, bool all) {
+  if (!all && s->plain_bytes < CHUNK_MAX)
+    return;
+  weft__tls_plain_write w;
+  while (weft__tls_fifo_pop(&s->plain, &w)) {
+    size_t n = weft_buf_readable(w.buf);
+    s->plain_bytes -= n;
+    s->down += n;
+    weft__tls_ack a = {.end = s->down, .promise = w.promise};
+    if (weft__tls_fifo_push(&s->chunks, &s->down) < 0 ||
+        weft__tls_fifo_push(&s->acks, &a) < 0) {
+      weft_buf_release(w.buf);
+      weft_promise_complete(w.promise, WEFT_ENOMEM);
+      weft__tls_fail(s, WEFT_ENOMEM, "TLS: no memory for a write's promise");
+      return;
+    }
+    weft__tls_hold(s); /* dropped by chunk_done */
+    weft_ctx_write(s->ctx, w.buf, (weft_promise){chunk_done, s});
+  }
+  if (all)
+    weft_ctx_flush(s->ctx);
+}
+
 /* Encrypts and hands down: whole chunks, or everything with a flush. */
 void weft__tls_send_queued(weft__tls_handler *s, bool flush) {
+  if (s->ktls_tx) {
+    pass_queue(s, flush);
+    return;
+  }
   if (encrypt_queue(s, flush) < 0)
     return;
   int rc = flush ? weft__tls_push_all(s) : push_down(s, false);
@@ -234,21 +269,42 @@ void weft__tls_send_queued(weft__tls_handler *s, bool flush) {
 
 /* ---- failure, close_notify, and what waits for the last bytes ---- */
 
-/* Runs `what` once the transport took everything in wbio so far, or
+/* What waited for the last bytes, now that they left (`drained`) or
+ * the wait timed out. */
+static void run_after(weft__tls_handler *s, bool drained) {
+  switch (s->after) {
+  case AFTER_FAIL:
+    weft__tls_report_failure(s);
+    break;
+  case AFTER_CLOSE:
+    if (s->ktls_tx && drained && weft_channel_is_active(s->ch)) {
+      static const uint8_t close_notify[2] = {1, 0}; /* warning, 0 */
+      weft_channel_transport(s->ch)->ktls_send_record(s->ch, 21, close_notify,
+                                                      2); /* best effort */
+    }
+    weft__tls_pass_closes_down(s);
+    break;
+  case AFTER_KTLS:
+    s->after = AFTER_NONE;
+    weft__tls_ktls_switched(s, weft_channel_is_active(s->ch) &&
+                                   weft__tls_ktls_start(s, drained));
+    break;
+  case AFTER_NONE:
+    break;
+  }
+}
+
+/* Runs `what` once the transport took everything handed down so far, or
  * after WEFT_TLS_CLOSE_NOTIFY_TIMEOUT_MS (a peer that reads nothing). */
 static void drain_timeout(void *arg);
 
-static void drain_then(weft__tls_handler *s, weft__tls_after what) {
-  s->after_target = BIO_number_read(s->wbio);
+void weft__tls_drain_then(weft__tls_handler *s, weft__tls_after what) {
+  s->after_target = s->down;
+  s->after = what;
   if (s->handed >= s->after_target || !weft_channel_is_active(s->ch)) {
-    s->after = what;
-    if (what == AFTER_FAIL)
-      weft__tls_report_failure(s);
-    else
-      weft__tls_pass_closes_down(s);
+    run_after(s, s->handed >= s->after_target);
     return;
   }
-  s->after = what;
   weft_timer_start(&s->drain_timer,
                    (uint64_t)WEFT_TLS_CLOSE_NOTIFY_TIMEOUT_MS * 1000000u, 0,
                    drain_timeout, s);
@@ -260,10 +316,7 @@ static void drain_timeout(void *arg) {
   weft__tls_handler *s = arg;
   weft_channel *ch = weft_channel_retain(s->ch);
   s->handed = s->after_target; /* what is left is given up */
-  if (s->after == AFTER_FAIL)
-    weft__tls_report_failure(s);
-  else if (s->after == AFTER_CLOSE)
-    weft__tls_pass_closes_down(s);
+  run_after(s, false);
   weft_channel_release(ch);
 }
 
@@ -316,23 +369,26 @@ void weft__tls_fail(weft__tls_handler *s, int err, const char *fmt, ...) {
   if (!s->removed) {
     if (s->after == AFTER_CLOSE)
       weft__tls_pass_closes_down(s);
-    drain_then(s, AFTER_FAIL);
+    weft__tls_drain_then(s, AFTER_FAIL);
   }
   weft__tls_drop(s);
 }
 
 /* Sends close_notify; the closes waiting in `closers` go down once it
- * left (drain_then). */
+ * left (drain_then). With kTLS the kernel sends it, once the bytes before
+ * it left (run_after). */
 void weft__tls_start_close(weft__tls_handler *s) {
   s->closing = true;
   weft__tls_hold(s);
   weft__tls_fail_plain(s, WEFT_ECLOSED); /* written, never flushed: channel.h */
-  ERR_clear_error();
-  SSL_shutdown(s->ssl); /* queues close_notify in wbio */
-  ERR_clear_error();
-  if (weft__tls_push_all(s) < 0)
-    s->handed = BIO_number_read(s->wbio); /* give up on it */
+  if (!s->ktls_tx) {
+    ERR_clear_error();
+    SSL_shutdown(s->ssl); /* queues close_notify in wbio */
+    ERR_clear_error();
+    if (weft__tls_push_all(s) < 0)
+      s->handed = s->down; /* give up on it */
+  }
   if (!s->removed)
-    drain_then(s, AFTER_CLOSE);
+    weft__tls_drain_then(s, AFTER_CLOSE);
   weft__tls_drop(s);
 }

@@ -134,6 +134,7 @@ typedef struct watch {
   weft_channel *ch; /* retained once active (client side) */
   char protocol[16];
   char alpn[WEFT_TLS_NAME_MAX];
+  atomic_int ktls; /* 1 + info.ktls_tx, noted at the first read */
 } watch;
 
 static uint8_t pat(size_t i) { return (uint8_t)((i * 131u) ^ (i >> 9)); }
@@ -219,6 +220,10 @@ static void w_read(weft_ctx *ctx, void *msg) {
   watch *w = weft_ctx_state(ctx);
   weft_buf *b = msg;
   size_t n = weft_buf_readable(b);
+  weft_tls_info info;
+  if (atomic_load(&w->ktls) == 0 &&
+      weft_tls_info_get(weft_ctx_channel(ctx), &info) == 0)
+    atomic_store(&w->ktls, 1 + info.ktls_tx);
   if (w->echo) {
     if (n >= 4 && memcmp(weft_buf_rptr(b), "quit", 4) == 0) {
       weft_buf_release(b);
@@ -1082,10 +1087,57 @@ static bool stream_transport(void) {
          strcmp(th_transport_name(), "uring") == 0;
 }
 
-START_TEST(s_client_to_weft) {
+/* kTLS can run here: the kernel has the tls upper layer protocol, and
+ * the suite's transport is tcp (the one with ktls_tx). */
+static bool ktls_expected(void) {
+  char ulp[256] = "";
+  FILE *f = fopen("/proc/sys/net/ipv4/tcp_available_ulp", "r");
+  if (f != NULL) {
+    if (fgets(ulp, sizeof ulp, f) == NULL)
+      ulp[0] = '\0';
+    fclose(f);
+  }
+  return strstr(ulp, "tls") != NULL && strcmp(th_transport_name(), "tcp") == 0;
+}
+
+/* The kTLS outcome of a session: encrypted by the kernel where it can,
+ * else user-space records and one line that says why. */
+static void assert_ktls_outcome(watch *w) {
+  WAIT_FOR(atomic_load(&w->ktls) != 0);
+  if (ktls_expected()) {
+    ck_assert_msg(atomic_load(&w->ktls) == 2,
+                  "the kernel has kTLS, yet the records are user space's: %s",
+                  th_log_text());
+  } else {
+    ck_assert_int_eq(atomic_load(&w->ktls), 1);
+    ck_assert_int_eq(th_log_count("TLS: ktls = on, but "), 1);
+  }
+}
+
+static weft_tls_context *ktls_ctx(weft_tls_mode mode) {
+  weft_tls_options o;
+  weft_tls_options_init(&o);
+  if (mode == WEFT_TLS_SERVER) {
+    cert_path(o.cert_file, sizeof o.cert_file, "server.pem");
+    cert_path(o.key_file, sizeof o.key_file, "server.key");
+  } else {
+    cert_path(o.ca_file, sizeof o.ca_file, "ca.pem");
+    snprintf(o.server_name, sizeof o.server_name, "localhost");
+  }
+  char err[256];
+  ck_assert_int_eq(weft_tls_options_set(&o, "ktls", "on", err, sizeof err), 0);
+  weft_tls_context *c;
+  ck_assert_int_eq(weft_tls_context_new(&c, mode, &o, err, sizeof err), 0);
+  return c;
+}
+
+/* s_client against a weft server (with kTLS when `ktls`): echo, then the
+ * server closes and s_client sees its close_notify. */
+static void s_client_session(bool ktls) {
   TH_SKIP_UNLESS(stream_transport());
+  th_log_capture_start();
   net n;
-  net_start(&n, server_ctx());
+  net_start(&n, ktls ? ktls_ctx(WEFT_TLS_SERVER) : server_ctx());
   char connect[64], ca[600];
   snprintf(connect, sizeof connect, "127.0.0.1:%d", n.port);
   cert_path(ca, sizeof ca, "ca.pem");
@@ -1100,7 +1152,6 @@ START_TEST(s_client_to_weft) {
   proc_write(&p, "hello from s_client\n");
   ck_assert_msg(proc_wait_for(&p, "\nhello from s_client\n", 10000), "%s",
                 p.buf);
-  /* The server closes: s_client sees its close_notify. */
   proc_write(&p, "quit\n");
   ck_assert_msg(proc_wait_for(&p,
                               "<<< TLS 1.3, Alert [length 0002], warning "
@@ -1110,7 +1161,43 @@ START_TEST(s_client_to_weft) {
   proc_end(&p, 5000);
   WAIT_FOR(atomic_load(&n.sw.inactive) == 1);
   ck_assert_int_eq(atomic_load(&n.sw.exceptions), 0);
+  if (ktls)
+    assert_ktls_outcome(&n.sw);
+  else
+    ck_assert_int_eq(atomic_load(&n.sw.ktls), 1);
   net_stop(&n);
+}
+
+START_TEST(s_client_to_weft) { s_client_session(false); }
+END_TEST
+
+START_TEST(s_client_to_ktls_weft) { s_client_session(true); }
+END_TEST
+
+/* weft to weft with ktls = on at both ends: 1 MiB echoed, every byte
+ * checked, close_notify from the kernel (or not: see assert_ktls_outcome). */
+START_TEST(ktls_echo) {
+  th_log_capture_start();
+  net n;
+  net_start(&n, ktls_ctx(WEFT_TLS_SERVER));
+  client c = {.ctx = ktls_ctx(WEFT_TLS_CLIENT)};
+  c.w.check_pattern = true;
+  c.w.send_total = 1u << 20;
+  c.w.seed = 7;
+  client_connect(n.clients, n.uri, &c);
+  WAIT_FOR(atomic_load(&c.w.received) == c.w.send_total ||
+           atomic_load(&c.w.inactive) > 0);
+  ck_assert_uint_eq(atomic_load(&c.w.received), c.w.send_total);
+  ck_assert_int_eq(atomic_load(&c.w.mismatch), 0);
+  ck_assert_str_eq(c.w.protocol, "TLSv1.3");
+  assert_ktls_outcome(&c.w);
+  assert_ktls_outcome(&n.sw);
+  client_close(&c);
+  WAIT_FOR(atomic_load(&n.sw.inactive) == 1);
+  ck_assert_int_eq(atomic_load(&n.sw.close_notify), 1);
+  ck_assert_int_eq(atomic_load(&n.sw.exceptions), 0);
+  net_stop(&n);
+  weft_tls_context_release(c.ctx);
 }
 END_TEST
 
@@ -1446,8 +1533,9 @@ Suite *weft_test_suite(void) {
   tcase_set_timeout(tc_net, 120);
   tcase_add_unchecked_fixture(tc_net, certs_make, certs_remove);
   th_add_tests(tc_net, echo_tls12, echo_tls13, s_client_to_weft,
-               weft_to_s_server, refuse_wrong_purpose, refuse_other_ca,
-               refuse_expired, client_refuses_expired, client_refuses_other_ca,
+               s_client_to_ktls_weft, ktls_echo, weft_to_s_server,
+               refuse_wrong_purpose, refuse_other_ca, refuse_expired,
+               client_refuses_expired, client_refuses_other_ca,
                client_refuses_wrong_name, refuse_plaintext, handshake_timeout,
                renegotiation_refused, NULL);
   suite_add_tcase(s, tc_net);

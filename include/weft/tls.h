@@ -56,6 +56,8 @@
  *    (at most WEFT_TLS_CLOSE_NOTIFY_TIMEOUT_MS) before the transport
  *    closes. The peer's close_notify fires WEFT_TLS_CLOSE_NOTIFY and closes
  *    the channel (answering with close_notify).
+ *    weft_channel_shutdown_output() goes around the handler: it sends a
+ *    FIN without close_notify.
  *  - Renegotiation is off (SSL_OP_NO_RENEGOTIATION): a peer that asks for
  *    it (a TLS 1.2 ClientHello or HelloRequest after the handshake) gets
  *    OpenSSL's no_renegotiation alert and the channel is closed with the
@@ -82,7 +84,8 @@
  *    unread ciphertext exceeds WEFT_TLS_MAX_BUFFERED_BYTES while the
  *    channel does not read (WEFT_ENOBUFS). Plaintext written before the
  *    handshake completes is the application's to bound.
- *  - kTLS (options.ktls): see weft_tls_options.ktls.
+ *  - kTLS (options.ktls): the kernel encrypts records after the
+ *    handshake on tcp; see weft_tls_options.ktls.
  *
  * Threads: a context may be used by channels of any loops at once (its
  * reference count is atomic; OpenSSL's SSL_CTX is safe for that once
@@ -186,10 +189,19 @@ typedef struct weft_tls_options {
   int handshake_timeout_ms;      /* ms from channel_active to a completed
                                     handshake before the channel is closed
                                     (default 10000); 0 = none */
-  bool ktls; /* ask the kernel to do record encryption after the
-                handshake (kTLS, Linux, tcp transport only). Not
-                implemented yet: when on, the handler logs once per
-                process that it falls back to user-space records. */
+  bool ktls; /* after a TLS 1.3 handshake, hand record encryption to
+                the kernel (Linux kTLS TX, transports with ktls_tx: tcp):
+                writes then reach the socket as plaintext and the kernel
+                makes the records (AES-128/256-GCM, ChaCha20-Poly1305).
+                Decryption stays in OpenSSL. Where it cannot (no tls
+                module or cipher in the kernel, another transport, a TLS
+                1.2 session) the handler keeps user-space records and
+                logs one WARN line per process saying why. A server with
+                ktls sends no session tickets (the kernel's record count
+                starts at 0). Once the kernel encrypts, a key update the
+                peer asks for is not answered and a fatal alert is not
+                sent (the channel just closes); close_notify is. Default
+                off. */
 } weft_tls_options;
 
 /** Fills `o` with the defaults documented on each field. */
@@ -308,11 +320,13 @@ extern const weft_msg_type weft_tls_event_type;
 /** What weft_tls_info_get reports about a channel's TLS session. */
 typedef struct weft_tls_info {
   bool handshake_done;
-  bool resumed;          /* the session was resumed (no full handshake) */
-  bool ktls_tx, ktls_rx; /* the kernel encrypts / decrypts records */
-  const char *protocol;  /* "TLSv1.3", "TLSv1.2" (static); NULL before the
-                            handshake */
-  const char *cipher;    /* "TLS_AES_256_GCM_SHA384" (static), or NULL */
+  bool resumed;         /* the session was resumed (no full handshake) */
+  bool ktls_tx;         /* the kernel encrypts our records (kTLS) */
+  bool ktls_rx;         /* the kernel decrypts the peer's: always false
+                           (decryption stays in OpenSSL) */
+  const char *protocol; /* "TLSv1.3", "TLSv1.2" (static); NULL before the
+                           handshake */
+  const char *cipher;   /* "TLS_AES_256_GCM_SHA384" (static), or NULL */
   char alpn[WEFT_TLS_NAME_MAX];         /* the protocol agreed by ALPN, or "" */
   char peer_subject[WEFT_TLS_NAME_MAX]; /* the peer certificate's subject
                                            ("CN=localhost"), or "" */
