@@ -125,29 +125,18 @@ static size_t build_crypto_info(weft__tls_handler *s, crypto_info *ci,
     snprintf(why, len, "deriving the record keys failed");
     return 0;
   }
-  size_t size;
+  /* AES-GCM: the IV's first 4 bytes are the kernel's salt, the rest its
+   * IV; ChaCha20-Poly1305 takes all 12 as IV. */
+#define FILL(f, cipher, salt_len)                                              \
+  (ci->f.info.version = TLS_1_3_VERSION, ci->f.info.cipher_type = (cipher),    \
+   memcpy(ci->f.salt, iv, (salt_len)),                                         \
+   memcpy(ci->f.iv, iv + (salt_len), sizeof ci->f.iv),                         \
+   memcpy(ci->f.key, key, sizeof ci->f.key), sizeof ci->f)
   memset(ci, 0, sizeof *ci);
-  if (id == 0x1303) {
-    ci->chacha.info.version = TLS_1_3_VERSION;
-    ci->chacha.info.cipher_type = TLS_CIPHER_CHACHA20_POLY1305;
-    memcpy(ci->chacha.iv, iv, sizeof iv);
-    memcpy(ci->chacha.key, key, 32);
-    size = sizeof ci->chacha;
-  } else if (id == 0x1302) {
-    ci->aes256.info.version = TLS_1_3_VERSION;
-    ci->aes256.info.cipher_type = TLS_CIPHER_AES_GCM_256;
-    memcpy(ci->aes256.salt, iv, 4);
-    memcpy(ci->aes256.iv, iv + 4, 8);
-    memcpy(ci->aes256.key, key, 32);
-    size = sizeof ci->aes256;
-  } else {
-    ci->aes128.info.version = TLS_1_3_VERSION;
-    ci->aes128.info.cipher_type = TLS_CIPHER_AES_GCM_128;
-    memcpy(ci->aes128.salt, iv, 4);
-    memcpy(ci->aes128.iv, iv + 4, 8);
-    memcpy(ci->aes128.key, key, 16);
-    size = sizeof ci->aes128;
-  }
+  size_t size = id == 0x1303   ? FILL(chacha, TLS_CIPHER_CHACHA20_POLY1305, 0)
+                : id == 0x1302 ? FILL(aes256, TLS_CIPHER_AES_GCM_256, 4)
+                               : FILL(aes128, TLS_CIPHER_AES_GCM_128, 4);
+#undef FILL
   /* rec_seq stays 0: no application record was sent yet. */
   OPENSSL_cleanse(key, sizeof key);
   OPENSSL_cleanse(iv, sizeof iv);

@@ -347,6 +347,28 @@ static size_t pair_pump(pair *p) {
   return total;
 }
 
+/* A pair with the default contexts (the handlers hold them), after the
+ * handshake when `handshake`. */
+static void pair_std(pair *p, bool handshake) {
+  weft_tls_context *c = client_ctx(), *s = server_ctx();
+  pair_new(p, c, s);
+  weft_tls_context_release(c);
+  weft_tls_context_release(s);
+  if (handshake) {
+    pair_pump(p);
+    ck_assert_int_eq(atomic_load(&p->cw.hs_done), 1);
+  }
+}
+
+/* A buffer of `n` bytes `byte` from `pool`. */
+static weft_buf *filled(weft_pool *pool, size_t n, int byte) {
+  weft_buf *b = weft_buf_alloc(pool, n);
+  ck_assert_ptr_nonnull(b);
+  memset(b->base, byte, n);
+  b->writer_index = n;
+  return b;
+}
+
 static void pair_free(pair *p) {
   watch_free(&p->sw);
   watch_free(&p->cw);
@@ -438,11 +460,8 @@ START_TEST(embedded_handshake_and_data) {
 END_TEST
 
 START_TEST(embedded_batching_and_promises) {
-  weft_tls_context *c = client_ctx(), *s = server_ctx();
   pair p;
-  pair_new(&p, c, s);
-  pair_pump(&p);
-  ck_assert_int_eq(atomic_load(&p.cw.hs_done), 1);
+  pair_std(&p, true);
   /* 100 small writes, one flush: one record, one buffer down. */
   int done = 0;
   char msg[100];
@@ -469,9 +488,7 @@ START_TEST(embedded_batching_and_promises) {
   ck_assert_uint_eq(drain_inbound(p.srv, NULL, 0), 10);
   /* 300 KiB: full records, buffers of 64 KiB, the fewest that hold it. */
   size_t big = 300 * 1024;
-  weft_buf *b = weft_buf_alloc(weft_embedded_pool(p.cli), big);
-  memset(b->base, 'y', big);
-  b->writer_index = big;
+  weft_buf *b = filled(weft_embedded_pool(p.cli), big, 'y');
   done = 0;
   weft_channel_write(cli_ch(&p), b, (weft_promise){count_promise, &done});
   /* Whole chunks go down before the flush: the watermarks see them. */
@@ -483,23 +500,17 @@ START_TEST(embedded_batching_and_promises) {
   ck_assert_uint_lt(bytes, big + 19 * 64);
   ck_assert_uint_eq(drain_inbound(p.srv, NULL, 0), big);
   pair_free(&p);
-  weft_tls_context_release(c);
-  weft_tls_context_release(s);
 }
 END_TEST
 
 START_TEST(embedded_flow_control) {
-  weft_tls_context *c = client_ctx(), *s = server_ctx();
   pair p;
-  pair_new(&p, c, s);
-  pair_pump(&p);
+  pair_std(&p, true);
   weft_channel *sch = srv_ch(&p);
   ck_assert_int_eq(weft_channel_set_option(sch, WEFT_OPT_AUTO_READ, 0), 0);
   ck_assert(!weft_channel_is_reading(sch));
   size_t total = 50 * 1024;
-  weft_buf *b = weft_buf_alloc(weft_embedded_pool(p.cli), total);
-  memset(b->base, 'z', total);
-  b->writer_index = total;
+  weft_buf *b = filled(weft_embedded_pool(p.cli), total, 'z');
   weft_channel_write_and_flush(cli_ch(&p), b, WEFT_PROMISE_NONE);
   pair_pump(&p);
   /* Paused: no plaintext delivered, the ciphertext waits. */
@@ -508,16 +519,12 @@ START_TEST(embedded_flow_control) {
   weft_embedded_run_pending(p.srv); /* the resume task, then the event */
   ck_assert_uint_eq(drain_inbound(p.srv, NULL, 0), total);
   pair_free(&p);
-  weft_tls_context_release(c);
-  weft_tls_context_release(s);
 }
 END_TEST
 
 START_TEST(embedded_close_notify) {
-  weft_tls_context *c = client_ctx(), *s = server_ctx();
   pair p;
-  pair_new(&p, c, s);
-  pair_pump(&p);
+  pair_std(&p, true);
   int closed = 0, unflushed = 0;
   weft_channel_write(cli_ch(&p), buf_of(cli_ch(&p), "lost", 4),
                      (weft_promise){count_promise, &unflushed});
@@ -531,8 +538,6 @@ START_TEST(embedded_close_notify) {
   ck_assert_int_eq(weft_channel_state_of(srv_ch(&p)), WEFT_CHANNEL_CLOSED);
   ck_assert_int_eq(weft_embedded_exception(p.srv, 0), 0);
   pair_free(&p);
-  weft_tls_context_release(c);
-  weft_tls_context_release(s);
 }
 END_TEST
 
@@ -650,9 +655,7 @@ START_TEST(embedded_bounds) {
   ck_assert_int_eq(weft_channel_set_option(srv_ch(&p), WEFT_OPT_AUTO_READ, 0),
                    0);
   size_t total = 2u << 20;
-  weft_buf *b = weft_buf_alloc(weft_embedded_pool(p.cli), total);
-  memset(b->base, 'q', total);
-  b->writer_index = total;
+  weft_buf *b = filled(weft_embedded_pool(p.cli), total, 'q');
   weft_channel_write_and_flush(cli_ch(&p), b, WEFT_PROMISE_NONE);
   pair_pump(&p);
   ck_assert_int_eq(weft_embedded_exception(p.srv, 0), WEFT_ENOBUFS);
@@ -666,10 +669,9 @@ START_TEST(embedded_bounds) {
 END_TEST
 
 START_TEST(embedded_plaintext_peer) {
-  th_log_capture_start();
-  weft_tls_context *c = client_ctx(), *s = server_ctx();
   pair p;
-  pair_new(&p, c, s);
+  pair_std(&p, false);
+  th_log_capture_start();
   weft_embedded_write_inbound_bytes(p.srv, "PING\r\n", 6);
   ck_assert_int_eq(weft_embedded_exception(p.srv, 0), WEFT_EPROTO);
   ck_assert_int_eq(atomic_load(&p.sw.hs_failed), 1);
@@ -678,8 +680,6 @@ START_TEST(embedded_plaintext_peer) {
                    1);
   ck_assert(!weft_channel_is_active(srv_ch(&p)));
   pair_free(&p);
-  weft_tls_context_release(c);
-  weft_tls_context_release(s);
 }
 END_TEST
 
@@ -1315,57 +1315,50 @@ static void expect_refused(net *n, client *good, weft_tls_context *ctx,
   weft_tls_context_release(bad.ctx);
 }
 
-START_TEST(refuse_wrong_purpose) {
-  th_log_capture_start();
-  net n;
-  net_start(&n, mtls_server_ctx());
-  client good;
-  good_client_start(&n, &good, "client.pem", "client.key");
-  /* A server certificate is no client certificate. */
-  expect_refused(&n, &good, cert_client_ctx("server.pem", "server.key"), NULL,
-                 "TLS handshake failed: certificate verify failed: "
-                 "unsuitable certificate purpose (peer certificate: "
-                 "CN=localhost, depth 0)",
-                 true);
-  /* Nor is none at all. */
-  expect_refused(&n, &good, client_ctx(), NULL,
-                 "TLS handshake failed: peer did not return a certificate",
-                 true);
-  good_client_end(&good);
-  net_stop(&n);
-}
-END_TEST
-
-START_TEST(refuse_other_ca) {
+/* A server that wants client certificates refuses `cert` (NULL: none)
+ * with `reason` logged, while it serves a good client. */
+static void server_refuses(const char *cert, const char *key,
+                           const char *reason) {
   th_log_capture_start();
   net n;
   net_start(&n, mtls_server_ctx());
   client good;
   good_client_start(&n, &good, "client.pem", "client.key");
   expect_refused(&n, &good,
-                 cert_client_ctx("rogue-client.pem", "rogue-client.key"), NULL,
-                 "TLS handshake failed: certificate verify failed: unable to "
-                 "get local issuer certificate (peer certificate: CN=weft "
-                 "test client, depth 0)",
-                 true);
+                 cert != NULL ? cert_client_ctx(cert, key) : client_ctx(), NULL,
+                 reason, true);
   good_client_end(&good);
   net_stop(&n);
+}
+
+/* A server certificate is no client certificate. */
+START_TEST(refuse_wrong_purpose) {
+  server_refuses("server.pem", "server.key",
+                 "TLS handshake failed: certificate verify failed: "
+                 "unsuitable certificate purpose (peer certificate: "
+                 "CN=localhost, depth 0)");
+}
+END_TEST
+
+START_TEST(refuse_no_certificate) {
+  server_refuses(NULL, NULL,
+                 "TLS handshake failed: peer did not return a certificate");
+}
+END_TEST
+
+START_TEST(refuse_other_ca) {
+  server_refuses("rogue-client.pem", "rogue-client.key",
+                 "TLS handshake failed: certificate verify failed: unable to "
+                 "get local issuer certificate (peer certificate: CN=weft "
+                 "test client, depth 0)");
 }
 END_TEST
 
 START_TEST(refuse_expired) {
-  th_log_capture_start();
-  net n;
-  net_start(&n, mtls_server_ctx());
-  client good;
-  good_client_start(&n, &good, "client.pem", "client.key");
-  expect_refused(&n, &good, cert_client_ctx("expired.pem", "expired.key"), NULL,
+  server_refuses("expired.pem", "expired.key",
                  "TLS handshake failed: certificate verify failed: "
                  "certificate has expired (peer certificate: CN=weft "
-                 "expired, depth 0)",
-                 true);
-  good_client_end(&good);
-  net_stop(&n);
+                 "expired, depth 0)");
 }
 END_TEST
 
@@ -1534,8 +1527,8 @@ Suite *weft_test_suite(void) {
   tcase_add_unchecked_fixture(tc_net, certs_make, certs_remove);
   th_add_tests(tc_net, echo_tls12, echo_tls13, s_client_to_weft,
                s_client_to_ktls_weft, ktls_echo, weft_to_s_server,
-               refuse_wrong_purpose, refuse_other_ca, refuse_expired,
-               client_refuses_expired, client_refuses_other_ca,
+               refuse_wrong_purpose, refuse_no_certificate, refuse_other_ca,
+               refuse_expired, client_refuses_expired, client_refuses_other_ca,
                client_refuses_wrong_name, refuse_plaintext, handshake_timeout,
                renegotiation_refused, NULL);
   suite_add_tcase(s, tc_net);
