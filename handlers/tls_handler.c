@@ -365,10 +365,10 @@ static void tls_write(weft_ctx *ctx, void *msg, weft_promise promise) {
     return;
   }
   s->plain_bytes += weft_buf_readable(w.buf);
+  /* Whole records go now, so the watermarks see them. */
   if (s->done && !s->ktls_pending && s->plain_bytes >= WEFT__TLS_RECORD_MAX) {
     weft__tls_hold(s);
-    weft__tls_send_queued(
-        s, false); /* whole records now: the watermarks see them */
+    weft__tls_send_queued(s, false);
     weft__tls_drop(s);
   }
 }

@@ -262,9 +262,8 @@ void weft__tls_send_queued(weft__tls_handler *s, bool flush) {
   int rc = flush ? weft__tls_push_all(s) : push_down(s, false);
   if (rc < 0)
     weft__tls_fail(s, rc, "TLS: no memory for ciphertext");
-  else
-    weft__tls_complete_acks(s, s->handed,
-                            0); /* empty writes after sent bytes */
+  else /* empty writes after bytes already sent */
+    weft__tls_complete_acks(s, s->handed, 0);
 }
 
 /* ---- failure, close_notify, and what waits for the last bytes ---- */
@@ -380,6 +379,17 @@ void weft__tls_fail(weft__tls_handler *s, int err, const char *fmt, ...) {
 void weft__tls_start_close(weft__tls_handler *s) {
   s->closing = true;
   weft__tls_hold(s);
+  if (s->ktls_pending) {
+    /* Closing before the kernel took over: no switch; writes flushed
+     * meanwhile go as user-space records before close_notify. */
+    s->ktls_pending = false;
+    if (s->after == AFTER_KTLS)
+      s->after = AFTER_NONE;
+    if (s->flush_wanted) {
+      s->flush_wanted = false;
+      weft__tls_send_queued(s, true);
+    }
+  }
   weft__tls_fail_plain(s, WEFT_ECLOSED); /* written, never flushed: channel.h */
   if (!s->ktls_tx) {
     ERR_clear_error();

@@ -164,44 +164,43 @@ typedef enum weft_tls_version {
  * are NUL-terminated and copied by weft_tls_context_new; "" means unset.
  */
 typedef struct weft_tls_options {
-  char cert_file[WEFT_TLS_PATH_MAX];   /* PEM: the certificate, then its
-                                          chain (a server needs one; a
-                                          client only for client auth) */
-  char key_file[WEFT_TLS_PATH_MAX];    /* PEM private key; "" = in cert_file */
-  char ca_file[WEFT_TLS_PATH_MAX];     /* PEM bundle of the CAs that sign the
-                                          peer's certificate */
-  char ca_dir[WEFT_TLS_PATH_MAX];      /* or a directory of them, hashed
-                                          (openssl rehash) */
-  weft_tls_verify verify;              /* default WEFT_TLS_VERIFY_DEFAULT */
-  char server_name[WEFT_TLS_NAME_MAX]; /* client: the name sent as SNI and
-                                          checked in the server's
-                                          certificate (a DNS name, or an IP
-                                          address: checked, not sent);
-                                          weft_tls_add_first may override
-                                          it per channel */
-  char alpn[WEFT_TLS_NAME_MAX];        /* ALPN protocols, comma-separated, in
-                                          order of preference ("h2,http/1.1");
-                                          a server picks its first one the client
-                                          offers and refuses a client that offers
-                                          only others; "" = no ALPN */
-  weft_tls_version min_protocol; /* lowest version accepted (default 1.2) */
-  weft_tls_version max_protocol; /* highest version offered (default 1.3) */
-  int handshake_timeout_ms;      /* ms from channel_active to a completed
-                                    handshake before the channel is closed
-                                    (default 10000); 0 = none */
-  bool ktls; /* after a TLS 1.3 handshake, hand record encryption to
-                the kernel (Linux kTLS TX, transports with ktls_tx: tcp):
-                writes then reach the socket as plaintext and the kernel
-                makes the records (AES-128/256-GCM, ChaCha20-Poly1305).
-                Decryption stays in OpenSSL. Where it cannot (no tls
-                module or cipher in the kernel, another transport, a TLS
-                1.2 session) the handler keeps user-space records and
-                logs one WARN line per process saying why. A server with
-                ktls sends no session tickets (the kernel's record count
-                starts at 0). Once the kernel encrypts, a key update the
-                peer asks for is not answered and a fatal alert is not
-                sent (the channel just closes); close_notify is. Default
-                off. */
+  /* PEM: the certificate, then its chain (a server needs one; a client
+   * only for client authentication). */
+  char cert_file[WEFT_TLS_PATH_MAX];
+  /* PEM private key; "" = in cert_file. */
+  char key_file[WEFT_TLS_PATH_MAX];
+  /* PEM bundle of the CAs that sign the peer's certificate. */
+  char ca_file[WEFT_TLS_PATH_MAX];
+  /* Or a directory of them, hashed (openssl rehash). */
+  char ca_dir[WEFT_TLS_PATH_MAX];
+  /* Whose certificate is checked (default WEFT_TLS_VERIFY_DEFAULT). */
+  weft_tls_verify verify;
+  /* Client: the name sent as SNI and checked in the server's certificate
+   * (a DNS name, or an IP address: checked, not sent);
+   * weft_tls_add_first may override it per channel. */
+  char server_name[WEFT_TLS_NAME_MAX];
+  /* ALPN protocols, comma-separated, in order of preference
+   * ("h2,http/1.1"); a server picks its first one the client offers and
+   * refuses a client that offers only others; "" = no ALPN. */
+  char alpn[WEFT_TLS_NAME_MAX];
+  /* The lowest version accepted (default 1.2) and the highest offered
+   * (default 1.3). */
+  weft_tls_version min_protocol;
+  weft_tls_version max_protocol;
+  /* ms from channel_active to a completed handshake before the channel
+   * is closed (default 10000); 0 = none. */
+  int handshake_timeout_ms;
+  /* After a TLS 1.3 handshake, hand record encryption to the kernel
+   * (Linux kTLS TX, transports with ktls_tx: tcp): writes then reach the
+   * socket as plaintext and the kernel makes the records (AES-128/256-GCM,
+   * ChaCha20-Poly1305). Decryption stays in OpenSSL. Where it cannot (no
+   * tls module or cipher in the kernel, another transport, a TLS 1.2
+   * session) the handler keeps user-space records and logs one WARN line
+   * per process saying why. A server with ktls sends no session tickets
+   * (the kernel's record count starts at 0). Once the kernel encrypts, a
+   * key update the peer asks for is not answered and a fatal alert is not
+   * sent (the channel just closes); close_notify is. Default off. */
+  bool ktls;
 } weft_tls_options;
 
 /** Fills `o` with the defaults documented on each field. */
