@@ -12,6 +12,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       librdmacm-dev libibverbs-dev redis-tools
       # redis-py for tests/test_kv_redis_py.sh
       python3-redis
+      # TLS (handlers/tls_*.c) and its tests' certificates and peers
+      libssl-dev openssl
       # the benchmarks' peers and charts (scripts/bench*.sh)
       redis-server gnuplot-nox
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)

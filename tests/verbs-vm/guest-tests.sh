@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs inside the Soft-RoCE VM, chrooted into the host's tree (see
-# scripts/test-verbs-vm.sh): the verbs tests of build directory $1, then a
+# scripts/test-verbs-vm.sh): the verbs tests of build directory $1 (and the
+# TLS suite over tcp, for kernel TLS), then a
 # check of rxe's counters that no RNR NAK was sent or received (credits must
 # keep every receive posted). Exit 0 only if everything passed.
 BUILD=$1
@@ -12,12 +13,18 @@ export WEFT_TEST_HOST=${IP:-192.0.2.1}
 export WEFT_TEST_SCALE=${WEFT_TEST_SCALE:-0.05}
 ts() { echo "[t=$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 rc=0 passed=0 failed=0 skipped=""
+# test_tls_tcp: the TLS suite over tcp on loopback, where Debian's kernel
+# has the tls module, so ktls = on hands record encryption to the kernel.
 for t in ${WEFT_VM_TESTS:-test_channel_verbs test_hostile_verbs test_verbs \
-  test_kv_verbs}; do
+  test_kv_verbs test_tls_tcp}; do
   ts "===== $t"
   if [ -x "$BUILD/tests/$t" ]; then
     s=0
-    "$BUILD/tests/$t" || s=$?
+    case $t in
+      test_tls_*) WEFT_TEST_TRANSPORT=${t#test_tls_} WEFT_TEST_HOST=127.0.0.1 \
+        "$BUILD/tests/$t" || s=$? ;;
+      *) "$BUILD/tests/$t" || s=$? ;;
+    esac
     case $s in
       0) passed=$((passed + 1)) ;;
       77) skipped="$skipped $t" ;; # every check skipped (tests/harness.h)
