@@ -79,6 +79,7 @@ static void dev_unref(verbs_dev *d) {
     ibv_dereg_mr(d->slab_mr);
   free(d->slab);
   free(d->free_slots);
+  free(d->hash);
   if (d->pd != NULL)
     ibv_dealloc_pd(d->pd);
   free(d);
@@ -188,7 +189,9 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
   d->slab_len = (size_t)d->n_slots * VERBS_SLOT_SIZE;
   d->slab = aligned_alloc(4096, d->slab_len);
   d->free_slots = calloc(d->n_slots, sizeof *d->free_slots);
-  if (d->slab == NULL || d->free_slots == NULL) {
+  d->hash = calloc(VERBS_HASH_MIN, sizeof *d->hash);
+  d->hash_mask = VERBS_HASH_MIN - 1;
+  if (d->slab == NULL || d->free_slots == NULL || d->hash == NULL) {
     err = WEFT_ENOMEM;
     goto failed_slab; /* dev_unref frees what was allocated */
   }

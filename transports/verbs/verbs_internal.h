@@ -109,7 +109,7 @@
 #define VERBS_INLINE_WANT 256 /* inline bytes asked for (device may cut) */
 #define VERBS_CQ_ACK_BATCH 64 /* CQ events acknowledged together */
 #define VERBS_MAX_DEVICES 4
-#define VERBS_HASH_BUCKETS 256
+#define VERBS_HASH_MIN 64     /* buckets of the QP map at first; it doubles */
 #define VERBS_RESOLVE_MS 2000 /* address and route resolution timeouts */
 #define VERBS_LINGER_NS (2000ull * 1000u * 1000u) /* FIN completion wait */
 #define VERBS_HELLO_MAGIC 0x5776u                 /* "Wv" */
@@ -244,7 +244,8 @@ struct verbs_dev {
   uint32_t owed; /* receives consumed and not yet reposted */
   bool starved;  /* a refill fell short: credits wait */
   int pool_hook;
-  verbs_chan *hash[VERBS_HASH_BUCKETS];
+  verbs_chan **hash; /* QP number -> channel, chained */
+  uint32_t hash_mask, hash_count;
   verbs_chan *touched[2 * VERBS_POLL_BATCH];
   int n_touched;
   verbs_chan *deliver; /* channels whose held messages can go up */
