@@ -2,7 +2,8 @@
  * the hello of the handshake (weft__verbs_hello_parse), then a run of
  * received messages (weft__verbs_rx_check: kind, imm_data, length) mixed
  * with what this side does meanwhile (deliver a held message, return
- * credits, send a data message), against one channel's credit books.
+ * credits with weft__verbs_returnable, send a data message), against one
+ * channel's credit books.
  *
  * Input: byte 0 is the hello's length (0xff: no private data at all), the
  * hello follows; then records of 10 bytes: an op byte, imm_data (network
@@ -72,11 +73,9 @@ static void local_step(model *m, uint8_t op) {
     if (m->held > 0)
       m->held--;
     break;
-  case 2: { /* take_returns: the credits delivered messages freed */
-    uint32_t used = m->flow.granted + m->held;
-    m->flow.granted += used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
+  case 2: /* take_returns: the credits delivered messages freed */
+    m->flow.granted += weft__verbs_returnable(&m->flow, m->held);
     break;
-  }
   case 3: /* post_data spends a credit */
     if (m->flow.credits > 0)
       m->flow.credits--;

@@ -308,6 +308,14 @@ int weft__verbs_hello_parse(const void *data, size_t len, verbs_peer *out,
 int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
                          size_t why_len);
 
+/**
+ * The credits a channel with books `f`, holding `held` received messages
+ * it has not delivered, can hand back now: VERBS_CREDITS less the credits
+ * the peer holds and the messages held, so granted + held never exceeds
+ * VERBS_CREDITS. No errors. Any thread; no device needed.
+ */
+uint32_t weft__verbs_returnable(const verbs_flow *f, uint32_t held);
+
 /* ---- device.c: the probe; devices (PD, CQ, SRQ, receive slab) ---- */
 
 /**
@@ -447,8 +455,7 @@ int weft__verbs_listen_address(weft_listener *l, char *buf, size_t len);
 static inline uint32_t returnable(const verbs_chan *vc) {
   if (vc->dev == NULL || vc->dev->owed > 0)
     return 0;
-  uint32_t used = vc->flow.granted + vc->n_held;
-  return used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
+  return weft__verbs_returnable(&vc->flow, vc->n_held);
 }
 
 static inline bool sq_room(const verbs_chan *vc) {
