@@ -2,10 +2,10 @@
  * hello of the handshake (credits and receive size) and, per received
  * message, its imm_data (flags and returned credits), its length and its
  * kind, against the channel's credit books; and how many credits go back,
- * from the books and what the channel holds. Pure functions of bytes and
- * books, no device: connect.c, recv.c and send.c call them, and the fuzz
- * target tests/fuzz/fuzz_verbs_header.c runs them on arbitrary input. The
- * wire formats are in verbs_internal.h, the rules under "Flow control"
+ * from the books and the slots the channel holds. Pure functions of bytes
+ * and books, no device: connect.c, recv.c and send.c call them, and the
+ * fuzz target tests/fuzz/fuzz_verbs_header.c runs them on arbitrary input.
+ * The wire formats are in verbs_internal.h, the rules under "Flow control"
  * there.
  */
 #include <arpa/inet.h>
@@ -143,7 +143,7 @@ int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
 
 /* ---- credits going back ---- */
 
-uint32_t weft__verbs_returnable(const verbs_flow *f, uint32_t held) {
-  uint32_t used = f->granted + held;
+uint32_t weft__verbs_returnable(const verbs_flow *f, uint32_t in_use) {
+  uint32_t used = f->granted + in_use;
   return used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
 }
