@@ -135,7 +135,11 @@
  * deliveries are copied, so a channel's window never shrinks below
  * VERBS_CREDITS - VERBS_ZC_MAX because of them. */
 #define VERBS_ZC_MAX (VERBS_CREDITS / 2)
-#define VERBS_SQ_DEPTH 64 /* send work requests per QP */
+/* Send work requests per QP: room for the peer's 16 credits of data, the
+ * control messages, and completions not yet polled. 31, not 32: rxe (and
+ * others) round a queue's n + 1 entries up to a power of two, so 31 keeps
+ * its ring at 32 entries. */
+#define VERBS_SQ_DEPTH 31
 #define VERBS_CQ_PER_CHANNEL (VERBS_SHARE + VERBS_SQ_DEPTH)
 #define VERBS_GROUP_STEP 32     /* channels a group starts with */
 #define VERBS_GROUP_MAX 512     /* channels per CQ + SRQ at most */
