@@ -151,6 +151,9 @@ size_t weft_pool_free(weft_pool *pool) {
              leaks, leaks == 1 ? "" : "s",
              pool->leak_detect ? "" : " (leak detection is off: no locations)");
   free_slabs(pool);
+  for (int h = 0; h < pool->nhooks; h++)
+    if (pool->hooks[h].fini != NULL)
+      pool->hooks[h].fini(pool->hooks[h].arg);
   free_header_chunks(pool);
   free(pool);
   return leaks;
@@ -219,7 +222,7 @@ int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
   if (pool->nhooks == WEFT_POOL_MAX_HOOKS)
     return WEFT_ENOSPC;
   int h = pool->nhooks;
-  pool->hooks[h] = (struct weft__slab_hook){reg, unreg, arg};
+  pool->hooks[h] = (struct weft__slab_hook){reg, unreg, arg, NULL};
   for (weft__slab *s = pool->slabs; s != NULL; s = s->next) {
     int err = reg(arg, s->data, s->data_bytes, &s->keys[h]);
     if (err < 0) {
@@ -231,6 +234,14 @@ int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
   /* Published last: a failed add leaves no trace. */
   pool->nhooks = h + 1;
   return h;
+}
+
+int weft_pool_set_slab_hook_fini(weft_pool *pool, int hook,
+                                 weft_slab_hook_fini_cb fini) {
+  if (pool == NULL || hook < 0 || hook >= pool->nhooks)
+    return WEFT_EINVAL;
+  pool->hooks[hook].fini = fini;
+  return 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -92,6 +92,7 @@ struct weft__slab_hook {
   weft_slab_reg_cb reg;
   weft_slab_unreg_cb unreg;
   void *arg;
+  weft_slab_hook_fini_cb fini; /* at weft_pool_free, after the unregs */
 };
 
 struct weft_pool {

@@ -685,6 +685,53 @@ START_TEST(pool_release_unregisters_before_unmap) {
 }
 END_TEST
 
+/* fini: counts calls and records how many unregs had run by then. */
+struct fini_log {
+  struct hook_log *log;
+  int calls;
+  int unregs_before;
+};
+
+static struct fini_log fini_seen;
+
+static void hook_fini(void *arg) {
+  ck_assert_ptr_eq(arg, fini_seen.log);
+  fini_seen.calls++;
+  fini_seen.unregs_before = fini_seen.log->unregs;
+}
+
+START_TEST(pool_slab_hook_fini_once_at_pool_free) {
+  /* Slabs come and go; the hook's fini runs once, at the pool's end, after
+   * its last unreg: with one slab still registered then (a budget of one
+   * slab) and with none (budget 0). */
+  for (int keep_one = 0; keep_one <= 1; keep_one++) {
+    weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS,
+                                      keep_one ? WEFT_POOL_MAX_CLASS : 0);
+    struct hook_log h = {.fail_from = -1, .key_base = 1};
+    fini_seen = (struct fini_log){.log = &h};
+    int id = weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &h);
+    ck_assert_int_eq(id, 0);
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(pool, id, hook_fini), 0);
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(pool, 1, hook_fini),
+                     WEFT_EINVAL); /* no such hook */
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(pool, -1, hook_fini),
+                     WEFT_EINVAL);
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(NULL, 0, hook_fini),
+                     WEFT_EINVAL);
+    weft_buf *big[3]; /* three slabs of one 64 KiB block */
+    alloc_marked(pool, big, 3, WEFT_POOL_MAX_CLASS);
+    release_marked(big, 3);
+    ck_assert_int_eq(h.regs, 3);
+    ck_assert_int_eq(h.unregs, 3 - keep_one);
+    ck_assert_int_eq(fini_seen.calls, 0); /* releasing slabs is not the end */
+    ck_assert_uint_eq(weft_pool_free(pool), 0);
+    ck_assert_int_eq(fini_seen.calls, 1);
+    ck_assert_int_eq(fini_seen.unregs_before, 3);
+    ck_assert_int_eq(h.unregs, 3);
+  }
+}
+END_TEST
+
 START_TEST(pool_release_budget_zero_every_empty_slab) {
   /* 64 KiB slabs: 16 blocks of 4 KiB, 4 of 16 KiB, 1 of 64 KiB. */
   weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS, 0);
@@ -1061,6 +1108,7 @@ Suite *weft_test_suite(void) {
       tc, pool_release_burst_keeps_budget,
       pool_release_budget_not_a_slab_multiple,
       pool_release_unregisters_before_unmap,
+      pool_slab_hook_fini_once_at_pool_free,
       pool_release_budget_zero_every_empty_slab, pool_release_mixed_sizes,
       pool_release_least_recently_emptied_first,
       pool_release_order_is_last_emptying,

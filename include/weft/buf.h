@@ -180,7 +180,8 @@ void weft_pool_set_remote_notify(weft_pool *pool, void (*notify)(void *arg),
  * retention budget, and when the pool is freed. A failing `reg` (negative weft
  * error) fails the allocation that needed the slab, or this call. Returns the
  * hook id (0 .. WEFT_POOL_MAX_HOOKS-1), WEFT_ENOSPC when all hooks are taken,
- * or the error of `reg`. Owner thread only.
+ * or the error of `reg`. `arg` must stay valid until the pool is freed
+ * (weft_pool_set_slab_hook_fini says when). Owner thread only.
  */
 typedef int (*weft_slab_reg_cb)(void *arg, void *base, size_t len,
                                 uint64_t *key_out);
@@ -188,6 +189,21 @@ typedef void (*weft_slab_unreg_cb)(void *arg, void *base, size_t len,
                                    uint64_t key);
 int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
                             weft_slab_unreg_cb unreg, void *arg);
+
+/**
+ * Sets `fini(arg)` (arg as given to weft_pool_add_slab_hook) to run once
+ * when the pool is freed, after the hook's last `unreg`: from then on the
+ * pool no longer uses `arg`. A hook stays installed for the pool's whole
+ * life and may register a new slab whenever the pool maps one, even when
+ * none is registered at the moment (slabs come and go with the retention
+ * budget), so whatever `arg` needs (a device, a protection domain) must live
+ * until `fini`, not merely while slabs are registered. NULL clears it.
+ * Returns 0, or WEFT_EINVAL for a NULL pool or a hook id that was not
+ * returned by weft_pool_add_slab_hook. Owner thread only.
+ */
+typedef void (*weft_slab_hook_fini_cb)(void *arg);
+int weft_pool_set_slab_hook_fini(weft_pool *pool, int hook,
+                                 weft_slab_hook_fini_cb fini);
 
 /** Pool counters. Owner thread only. */
 typedef struct weft_pool_stats {

@@ -71,6 +71,9 @@ static void slab_unreg(void *arg, void *base, size_t len, uint64_t key) {
   dev_unref(arg);
 }
 
+/* The pool is freed: its hook will not register another slab. */
+static void slab_hook_fini(void *arg) { dev_unref(arg); }
+
 /* Frees what is left once the loop, the pool and every held slot let go. */
 static void dev_unref(verbs_dev *d) {
   if (--d->refs > 0)
@@ -226,16 +229,18 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
     err = WEFT_EIO;
     goto failed_post;
   }
-  /* Every pool slab, now and later, is registered once. Allocating one
-   * buffer first makes sure the pool has a slab, so its destruction calls
-   * slab_unreg at least once and drops the last reference. */
+  /* Every pool slab, now and later, is registered once. The hook may
+   * register a slab whenever the pool maps one, until the pool is freed,
+   * even with no slab registered (the pool gives empty slabs back), so it
+   * holds a reference of its own, dropped by slab_hook_fini. */
   weft_pool *pool = weft_loop_pool(vl->loop);
-  weft_buf_release(weft_buf_alloc(pool, 1));
   d->pool_hook = weft_pool_add_slab_hook(pool, slab_reg, slab_unreg, d);
   if (d->pool_hook < 0) {
     err = d->pool_hook;
     goto failed_post;
   }
+  d->refs++;
+  weft_pool_set_slab_hook_fini(pool, d->pool_hook, slab_hook_fini);
   weft_source_init(&d->source, &dev_source_ops, d->cc->fd, d);
   err = weft_loop_add_source(vl->loop, &d->source);
   if (err < 0)
@@ -245,7 +250,7 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
   return 0;
 
 failed_source:
-  /* The hook stays with the pool and holds its references: keep the PD. */
+  /* The hook stays with the pool and holds its reference: keep the PD. */
   ibv_destroy_srq(d->srq);
   ibv_destroy_cq(d->cq);
   ibv_destroy_comp_channel(d->cc);

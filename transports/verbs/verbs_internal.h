@@ -190,7 +190,8 @@ struct verbs_dev {
   struct ibv_srq *srq;
   weft_source source;
   bool source_added;
-  int refs; /* the loop, each pool slab MR, each held receive slot */
+  int refs; /* the loop, the pool hook (until the pool is freed), each
+               pool slab MR, each held receive slot */
   unsigned cq_unacked;
   uint32_t max_inline;
   int max_sge;
