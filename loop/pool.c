@@ -348,12 +348,15 @@ static void slab_release(weft_pool *pool, weft__slab *slab) {
 #define SLOW_PATH __attribute__((noinline, cold))
 
 /* A slab just became empty and is already counted as retained (by
- * put_block), but it is not at the head of the empty list or the budget is
- * exceeded: it moves to the head, then the least recently emptied slabs
+ * put_block), but it is not at the head of the empty list (a one-block slab
+ * never is: it was full, so off both lists) or the budget is exceeded: it
+ * moves to the head, then the least recently emptied slabs
  * (this one last) are released while the retained bytes exceed the budget.
  * Every empty slab is on the list, so the scan finds one while
  * retained_bytes > 0. */
 static SLOW_PATH void slab_emptied(weft_pool *pool, weft__slab *slab) {
+  if (slab->nblocks == 1)
+    partial_push(pool, slab); /* it was full, so off the partial list */
   if (pool->empty != slab) {
     if (slab->on_empty_list)
       empty_unlink(pool, slab);
@@ -361,7 +364,7 @@ static SLOW_PATH void slab_emptied(weft_pool *pool, weft__slab *slab) {
   }
   while (pool->stats.retained_bytes > pool->retain_bytes) {
     weft__slab *oldest = pool->empty_tail;
-    if (oldest->nfree == oldest->nblocks)
+    if (oldest->nused == 0)
       slab_release(pool, oldest);
     else
       empty_unlink(pool, oldest); /* stale: in use again */
@@ -391,8 +394,7 @@ static weft__slab *slab_new(weft_pool *pool, unsigned cls) {
   slab->data = (uint8_t *)map + head;
   slab->data_bytes = data_bytes;
   slab->map_bytes = map_bytes;
-  slab->nblocks = nblocks;
-  slab->nfree = nblocks;
+  slab->nblocks = nblocks; /* nused 0: empty */
   slab->size_class = (uint8_t)cls;
   for (int h = 0; h < WEFT_POOL_MAX_HOOKS; h++)
     slab->keys[h] = WEFT_MEM_KEY_NONE;
@@ -423,10 +425,8 @@ static SLOW_PATH weft__slab *slab_with_free_block(weft_pool *pool,
   return slab_new(pool, cls);
 }
 
-/* The slab's next never-used block, with its header set up for good. Out
- * of line but not cold: a burst carves many. */
-static __attribute__((noinline)) weft_buf *carve_block(weft_pool *pool,
-                                                       weft__slab *slab) {
+/* The slab's next never-used block, with its header set up for good. */
+static weft_buf *carve_block(weft_pool *pool, weft__slab *slab) {
   size_t i = slab->carved++;
   unsigned cls = slab->size_class;
   weft_buf *buf = &slab->headers[i];
@@ -440,38 +440,9 @@ static __attribute__((noinline)) weft_buf *carve_block(weft_pool *pool,
   return buf;
 }
 
-/* The slab's last free block was taken: it leaves the partial list. */
-static SLOW_PATH void slab_full(weft_pool *pool, weft__slab *slab) {
-  partial_unlink(pool, slab);
-}
-
-/* A full slab got a block back: it rejoins the head of its partial list
- * (warm memory, allocated from next). */
-static SLOW_PATH void slab_not_full(weft_pool *pool, weft__slab *slab) {
-  partial_push(pool, slab);
-}
-
-weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls) {
-  weft__slab *slab = pool->partial[cls];
-  if (__builtin_expect(slab == NULL, 0)) {
-    slab = slab_with_free_block(pool, cls);
-    if (slab == NULL)
-      return NULL;
-  }
-  weft_buf *buf = slab->free;
-  if (buf != NULL) {
-    slab->free = buf->next;
-    pool->stats.reused++;
-  } else {
-    /* nfree > 0 and nothing on the free list: blocks remain uncarved. */
-    buf = carve_block(pool, slab);
-  }
-  if (slab->nfree == slab->nblocks) /* no longer retained; it stays on */
-    pool->stats.retained_bytes -= slab->data_bytes; /* the empty list */
-  if (__builtin_expect(--slab->nfree == 0, 0))
-    slab_full(pool, slab);
-  /* msg, base, capacity, size_class, slab and pool are fixed for the
-   * block: set when it was carved. */
+/* A block handed out: indices 0, one reference. msg, base, capacity,
+ * size_class, slab and pool are fixed for the block: set when carved. */
+static inline weft_buf *init_block(weft_buf *buf) {
   buf->reader_index = 0;
   buf->writer_index = 0;
   buf->next = NULL;
@@ -480,19 +451,70 @@ weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls) {
   return buf;
 }
 
+/* Every allocation the fast path leaves: no slab of the class has a free
+ * block, the block must be carved, or it is the slab's last free one. Out
+ * of line but not cold: a burst carves many. */
+static __attribute__((noinline)) weft_buf *get_block_slow(weft_pool *pool,
+                                                          unsigned cls) {
+  weft__slab *slab = pool->partial[cls];
+  if (slab == NULL && (slab = slab_with_free_block(pool, cls)) == NULL)
+    return NULL;
+  weft_buf *buf = slab->free;
+  if (buf != NULL) {
+    slab->free = buf->next;
+    pool->stats.reused++;
+  } else {
+    /* A free block and none on the free list: blocks remain uncarved. */
+    buf = carve_block(pool, slab);
+  }
+  if (slab->nused++ == 0) /* no longer retained; it stays on the empty */
+    pool->stats.retained_bytes -= slab->data_bytes; /* list, stale */
+  if (slab->nused == slab->nblocks) {
+    /* Full: not a place to allocate from, and off the empty list even as
+     * a stale entry, so that put_block sees it empty again as not the
+     * head and relinks it (one-block slabs go from full to empty). */
+    partial_unlink(pool, slab);
+    if (slab->on_empty_list)
+      empty_unlink(pool, slab);
+  }
+  return init_block(buf);
+}
+
+weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls) {
+  /* The common case: the head slab of the class has a block on its free
+   * list, and not its last free one. */
+  weft__slab *slab = pool->partial[cls];
+  weft_buf *buf;
+  if (__builtin_expect(slab == NULL || (buf = slab->free) == NULL ||
+                           slab->nused + 1 == slab->nblocks,
+                       0))
+    return get_block_slow(pool, cls);
+  slab->free = buf->next;
+  pool->stats.reused++;
+  if (slab->nused++ == 0)
+    pool->stats.retained_bytes -= slab->data_bytes;
+  return init_block(buf);
+}
+
+/* A full slab got a block back: it rejoins the head of its partial list
+ * (warm memory, allocated from next). */
+static SLOW_PATH void slab_not_full(weft_pool *pool, weft__slab *slab) {
+  partial_push(pool, slab);
+}
+
 /* A pooled block goes back to its own slab. Owner thread only. A buffer
  * allocated and released in turn empties its slab each time: the slab is
- * then already the head of the empty list, and only the count changes. */
+ * then already the head of the empty list, and only the counts change. */
 static inline void put_block(weft_pool *pool, weft_buf *buf) {
   weft__slab *slab = buf->slab;
   buf->next = slab->free;
   slab->free = buf;
-  if (__builtin_expect(slab->nfree++ == 0, 0))
-    slab_not_full(pool, slab);
-  if (slab->nfree == slab->nblocks) {
+  if (--slab->nused == 0) {
     pool->stats.retained_bytes += slab->data_bytes;
     if (pool->empty != slab || pool->stats.retained_bytes > pool->retain_bytes)
       slab_emptied(pool, slab);
+  } else if (__builtin_expect(slab->nused + 1 == slab->nblocks, 0)) {
+    slab_not_full(pool, slab);
   }
 }
 

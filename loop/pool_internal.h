@@ -56,19 +56,19 @@ typedef struct weft__slab weft__slab;
  * buf->slab->keys[] is one load away.
  *
  * Every slab is on the pool's list of all slabs. A slab with a free block
- * (nfree > 0) is on its class's partial list, where allocations take blocks
- * from; an empty one (nfree == nblocks: no block in use) is also on the
+ * (nused < nblocks) is on its class's partial list, where allocations take
+ * blocks from; an empty one (nused == 0) is also on the
  * pool's empty list, most recently emptied first, and its bytes count as
  * retained. The empty list may also hold slabs taken back into use since
  * (see pool.c); they do not count. A full slab is only on the list of all
- * slabs.
+ * slabs (not even a stale entry of the empty list).
  */
 struct weft__slab {
   struct weft__slab *next, *prev;   /* pool->slabs (all classes) */
   struct weft__slab *pnext, *pprev; /* pool->partial[size_class] */
   struct weft__slab *enext, *eprev; /* pool->empty / empty_tail */
   weft_buf *free;                   /* free blocks, linked through buf->next */
-  size_t nfree;      /* free blocks: on `free` plus never carved */
+  size_t nused;      /* blocks in use: handed out, not yet back */
   size_t nblocks;    /* blocks in the slab */
   size_t carved;     /* blocks handed out at least once; headers[carved..]
                         are untouched, so a new slab costs no O(nblocks)
