@@ -8,6 +8,7 @@
  *   busy_poll_us = 20      ; µs; 0 = always block, -1 = never block
  *   pin = true
  *   poll_budget = 64
+ *   pool_retain_bytes = 4194304 ; bytes of empty buffer slabs kept per loop
  *
  *   [transport]
  *   name = tcp             ; used by endpoints written without a scheme

@@ -68,6 +68,9 @@ static void slab_unreg(void *arg, void *base, size_t len, uint64_t key) {
   weft__verbs_dev_unref(arg);
 }
 
+/* The pool is freed: its hook will not register another slab. */
+static void slab_hook_fini(void *arg) { weft__verbs_dev_unref(arg); }
+
 /* Frees what is left once the loop, the pool and every held slot let go. */
 void weft__verbs_dev_unref(verbs_dev *d) {
   if (--d->refs > 0)
@@ -132,7 +135,7 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
   d->hash_mask = VERBS_HASH_MIN - 1;
   err = d->hash == NULL ? WEFT_ENOMEM : weft__verbs_slab_init(d);
   if (err < 0)
-    goto failed_size; /* dev_unref frees what was allocated */
+    goto failed_size; /* weft__verbs_dev_unref frees what was allocated */
   d->cc = ibv_create_comp_channel(ctx);
   if (d->cc == NULL) {
     err = neg_errno();
@@ -142,16 +145,18 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
     err = neg_errno();
     goto failed_cc;
   }
-  /* Every pool slab, now and later, is registered once. Allocating one
-   * buffer first makes sure the pool has a slab, so its destruction calls
-   * slab_unreg at least once and drops the last reference. */
+  /* Every pool slab, now and later, is registered once. The hook may
+   * register a slab whenever the pool maps one, until the pool is freed,
+   * even with no slab registered (the pool gives empty slabs back), so it
+   * holds a reference of its own, dropped by slab_hook_fini. */
   weft_pool *pool = weft_loop_pool(vl->loop);
-  weft_buf_release(weft_buf_alloc(pool, 1));
   d->pool_hook = weft_pool_add_slab_hook(pool, slab_reg, slab_unreg, d);
   if (d->pool_hook < 0) {
     err = d->pool_hook;
     goto failed_cc;
   }
+  d->refs++;
+  weft_pool_set_slab_hook_fini(pool, d->pool_hook, slab_hook_fini);
   weft_source_init(&d->source, &dev_source_ops, d->cc->fd, d);
   err = weft_loop_add_source(vl->loop, &d->source);
   if (err < 0)
@@ -161,7 +166,7 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
   return 0;
 
 failed_source:
-  /* The hook stays with the pool and holds its references: keep the PD. */
+  /* The hook stays with the pool and holds its reference: keep the PD. */
   ibv_destroy_comp_channel(d->cc);
   d->vl = NULL;
   weft__verbs_dev_unref(d);

@@ -299,7 +299,8 @@ struct verbs_dev {
   struct ibv_comp_channel *cc; /* every group's CQ reports here */
   weft_source source;
   bool source_added;
-  int refs; /* the loop, each pool slab MR, each held receive slot */
+  int refs; /* the loop, the pool hook (until the pool is freed), each
+               pool slab MR, each held receive slot */
   uint32_t max_inline;
   int max_sge;
   uint32_t group_max;  /* channels per group the device allows */
