@@ -73,8 +73,8 @@ static void skip_vformat(char *buf, size_t len, const char *check,
   /* START_TEST(name) defines name_fn: report the name the suite uses. */
   size_t cl = strlen(check);
   int cut = cl > 3 && strcmp(check + cl - 3, "_fn") == 0 ? 3 : 0;
-  int n = snprintf(buf, len, "SKIPPED %s %.*s: ", program, (int)(cl - cut),
-                   check);
+  int n =
+      snprintf(buf, len, "SKIPPED %s %.*s: ", program, (int)(cl - cut), check);
   vsnprintf(buf + n, len - (size_t)n, fmt, ap);
   for (char *p = buf; *p != '\0'; p++)
     if (*p == '\n')
