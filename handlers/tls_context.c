@@ -190,8 +190,12 @@ void weft__tls_name(char *buf, size_t len, X509_NAME *name) {
   BIO_free(b);
 }
 
-/* The reason of an OpenSSL error code as text ("wrong version number"). */
+/* The reason of an OpenSSL error code as text ("wrong version number"); a
+ * system error's is strerror's ("No such file or directory"), which
+ * OpenSSL 3.0 has no string for. */
 static const char *reason_text(unsigned long e, char *buf, size_t len) {
+  if (ERR_GET_LIB(e) == ERR_LIB_SYS && ERR_GET_REASON(e) > 0)
+    return strerror(ERR_GET_REASON(e));
   const char *r = ERR_reason_error_string(e);
   if (r != NULL)
     return r;

@@ -76,6 +76,11 @@ struct kv_client {
   call *free_calls;
   size_t n_free_calls;
   char *auth_user, *auth_pass; /* copies of the options', or NULL */
+  weft_tls_context *tls;       /* a reference, or NULL: plaintext */
+  char *tls_name;              /* a copy of tls_server_name, or NULL */
+  bool tcp_up;                 /* the connect succeeded */
+  bool tls_up;                 /* the TLS handshake completed */
+  bool reported;               /* the connect callback ran */
 };
 
 /* ---- small helpers ---- */
@@ -120,6 +125,8 @@ static void client_unref(kv_client *c) {
   pthread_mutex_destroy(&c->lock);
   secret_free(c->auth_pass);
   free(c->auth_user);
+  weft_tls_context_release(c->tls);
+  free(c->tls_name);
   free(c);
 }
 
@@ -278,8 +285,11 @@ static void kv_inactive(weft_ctx *ctx) {
   weft_ctx_fire_channel_inactive(ctx);
 }
 
+static void kv_user_event(weft_ctx *ctx, void *event);
+
 static const weft_handler kv_handler = {.name = "kv_client",
                                         .channel_inactive = kv_inactive,
+                                        .user_event = kv_user_event,
                                         .handler_removed = kv_handler_removed};
 
 static void init_channel(weft_channel *ch, void *arg) {
@@ -293,7 +303,9 @@ static void init_channel(weft_channel *ch, void *arg) {
   weft_rpc_codec_options_init(&co);
   co.max_payload = c->o.max_reply_bytes;
   weft_rpc_client_options ro = {.default_timeout_ns = c->o.default_timeout_ns};
-  int rc = weft_flush_consolidation_add_last(p, "flush", &fo);
+  int rc = c->tls != NULL ? weft_tls_add_first(p, c->tls, c->tls_name) : 0;
+  if (rc == 0)
+    rc = weft_flush_consolidation_add_last(p, "flush", &fo);
   if (rc == 0)
     rc = weft_rpc_codec_add_last(p, "rpc", &co);
   if (rc == 0)
@@ -316,6 +328,15 @@ static void init_channel(weft_channel *ch, void *arg) {
   }
 }
 
+/* Runs the connect callback with `status`, once. */
+static void report_connect(kv_client *c, int status) {
+  if (c->reported)
+    return;
+  c->reported = true;
+  if (c->connect_cb != NULL)
+    c->connect_cb(c->connect_arg, c, status);
+}
+
 /* The connection is usable: waiting calls go out, the connect callback
  * hears 0. */
 static void activate(kv_client *c) {
@@ -324,16 +345,14 @@ static void activate(kv_client *c) {
     next = k->next;
     send_call(c, k);
   }
-  if (c->connect_cb != NULL)
-    c->connect_cb(c->connect_arg, c, 0);
+  report_connect(c, 0);
 }
 
 /* The connection failed before it was usable (connect or AUTH): waiting
  * calls and the connect callback hear `err`; the channel, if any, closes. */
 static void connect_failed(kv_client *c, int err) {
   go_down(c, err);
-  if (c->connect_cb != NULL)
-    c->connect_cb(c->connect_arg, c, err);
+  report_connect(c, err);
   if (c->ch != NULL)
     close_channel(c->ch);
 }
@@ -388,6 +407,41 @@ static int auth_start(kv_client *c) {
   return 0;
 }
 
+/* The connection is up (and secure, with TLS): AUTH first when there is
+ * a password, else the calls go. */
+static void connection_ready(kv_client *c) {
+  if (c->auth_pass != NULL && c->rpc != NULL) {
+    int rc = auth_start(c); /* calls wait in `waiting` until it answers */
+    if (rc < 0)
+      connect_failed(c, rc);
+  } else {
+    activate(c);
+  }
+}
+
+/* TLS: the handshake's outcome completes the connect. A failure's reason
+ * is logged here: the close that follows removes the handlers before the
+ * exception would reach the tail. */
+static void kv_user_event(weft_ctx *ctx, void *event) {
+  kv_client *c = weft_ctx_state(ctx);
+  if (weft_msg_is(event, &weft_tls_event_type) &&
+      c->state == CLIENT_CONNECTING && !c->user_closed) {
+    const weft_tls_event *ev = event;
+    client_ref(c); /* closing the channel below may drop the others */
+    if (ev->kind == WEFT_TLS_HANDSHAKE_DONE) {
+      c->tls_up = true;
+      if (c->tcp_up)
+        connection_ready(c);
+    } else if (ev->kind == WEFT_TLS_HANDSHAKE_FAILED) {
+      weft_log(WEFT_LOG_WARN, "kv client: %s",
+               ev->reason != NULL ? ev->reason : "TLS handshake failed");
+      connect_failed(c, ev->status < 0 ? ev->status : WEFT_EPROTO);
+    }
+    client_unref(c);
+  }
+  weft_ctx_fire_user_event(ctx, event);
+}
+
 static void on_connect(weft_channel *ch, int status, void *arg) {
   kv_client *c = arg;
   client_ref(c); /* closing the channel below may drop the others */
@@ -396,14 +450,14 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
     close_channel(ch);
   } else if (status < 0) {
     go_down(c, status);
-    if (c->connect_cb != NULL)
-      c->connect_cb(c->connect_arg, c, status);
-  } else if (c->auth_pass != NULL && c->rpc != NULL) {
-    int rc = auth_start(c); /* calls wait in `waiting` until it answers */
-    if (rc < 0)
-      connect_failed(c, rc);
+    report_connect(c, status);
+  } else if (c->state == CLIENT_CONNECTING) {
+    c->tcp_up = true;
+    /* With TLS, the handshake's event goes on (kv_user_event). */
+    if (c->tls == NULL || c->tls_up)
+      connection_ready(c);
   } else {
-    activate(c);
+    report_connect(c, c->down_err); /* it closed on the way up */
   }
   if (ch == NULL || c->ch == NULL) {
     /* No pipeline of ours exists, so no handler_removed will come. */
@@ -425,6 +479,8 @@ void kv_client_options_init(kv_client_options *o) {
   o->explicit_flush_after = 256;
   o->user = NULL;
   o->password = NULL;
+  o->tls = NULL;
+  o->tls_server_name = NULL;
 }
 
 int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
@@ -446,7 +502,18 @@ int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
     free(c);
     return WEFT_ENOMEM;
   }
+  if (c->o.tls_server_name != NULL &&
+      (c->tls_name = strdup(c->o.tls_server_name)) == NULL) {
+    secret_free(c->auth_pass);
+    free(c->auth_user);
+    free(c);
+    return WEFT_ENOMEM;
+  }
   c->o.user = c->o.password = NULL; /* the copies above are the client's */
+  c->o.tls_server_name = NULL;
+  if (c->o.tls != NULL)
+    c->tls = weft_tls_context_retain(c->o.tls);
+  c->o.tls = NULL;
   c->loop = loop != NULL ? loop : weft_loop_group_next(group);
   c->connect_cb = cb;
   c->connect_arg = arg;
@@ -467,6 +534,8 @@ int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
     pthread_mutex_destroy(&c->lock);
     secret_free(c->auth_pass);
     free(c->auth_user);
+    weft_tls_context_release(c->tls);
+    free(c->tls_name);
     free(c);
     return rc;
   }

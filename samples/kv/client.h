@@ -15,10 +15,11 @@
  *   ...
  *   kv_client_close(c, on_closed, app);
  *
- * The pipeline of the client's channel is, from the head:
- * flush_consolidation ("flush"), the RPC codec ("rpc"), the RPC client
- * ("rpc_client") and this client's own handler ("kv_client"), which learns
- * of the channel closing.
+ * The pipeline of the client's channel is, from the head: the TLS handler
+ * ("tls", with kv_client_options.tls), flush_consolidation ("flush"), the
+ * RPC codec ("rpc"), the RPC client ("rpc_client") and this client's own
+ * handler ("kv_client"), which learns of the channel closing and of the
+ * TLS handshake's outcome.
  *
  * Threads: every function may be called from any thread (kv_sync_* from
  * any thread but a loop thread). Callbacks run on the client's loop thread.
@@ -44,6 +45,7 @@
 
 #include <weft/bootstrap.h>
 #include <weft/loop.h>
+#include <weft/tls.h>
 
 #include "proto.h"
 
@@ -86,11 +88,13 @@ typedef void (*kv_reply_cb)(void *arg, int err, const kv_reply *reply);
 
 /**
  * The outcome of kv_client_connect, on the client's loop thread: 0 when
- * connected (and authenticated, with a password in the options), or the
- * connect error (WEFT_ECONNREFUSED, WEFT_ETIMEDOUT, ...), or WEFT_EACCES
- * when the server refused the AUTH (WRONGPASS) or the client (protected
- * mode's DENIED); the server's text is logged at WARN. Either way the
- * client stays the caller's to close with kv_client_close.
+ * connected (with TLS: once the handshake completed; with a password:
+ * authenticated), or the connect error (WEFT_ECONNREFUSED, WEFT_ETIMEDOUT,
+ * ...), the TLS handshake's (WEFT_EPROTO, WEFT_ETIMEDOUT, WEFT_ECONNRESET;
+ * its reason is logged by the pipeline's tail), or WEFT_EACCES when the
+ * server refused the AUTH (WRONGPASS) or the client (protected mode's
+ * DENIED); the server's text is logged at WARN. Either way the client
+ * stays the caller's to close with kv_client_close.
  */
 typedef void (*kv_connect_cb)(void *arg, kv_client *c, int status);
 
@@ -111,6 +115,12 @@ typedef struct kv_client_options {
   const char *password;        /* AUTH with this password on connect, before any
                                   call goes out; NULL = no AUTH (default). Both
                                   are copied by kv_client_connect. */
+  weft_tls_context *tls;       /* a client context: speak TLS (the server's
+                                  tls_rpc_listen); NULL = plaintext (default).
+                                  The client takes a reference of its own. */
+  const char *tls_server_name; /* the name sent as SNI and checked in the
+                                  server's certificate; NULL = the context's
+                                  (default). Copied. */
 } kv_client_options;
 
 /** Fills `o` with the defaults documented on each field. */

@@ -55,8 +55,9 @@ void kv_cmd_config(const kv_call *c) {
   if (c->argc < 2)
     return c->ops->error(
         c->w, "ERR wrong number of arguments for 'config|get' command");
-  char port[16], maxclients[16];
+  char port[16], tls_port[16], maxclients[16];
   snprintf(port, sizeof port, "%d", c->sess->shared->resp_port);
+  snprintf(tls_port, sizeof tls_port, "%d", c->sess->shared->tls_port);
   snprintf(maxclients, sizeof maxclients, "%d", c->sess->shared->max_clients);
   const char *params[][2] = {
       {"save", ""},
@@ -66,6 +67,7 @@ void kv_cmd_config(const kv_call *c) {
       {"maxmemory-policy", "noeviction"},
       {"protected-mode", c->sess->shared->protected_mode ? "yes" : "no"},
       {"port", port},
+      {"tls-port", tls_port},
       {"maxclients", maxclients},
   };
   enum { N = sizeof params / sizeof params[0] };

@@ -67,6 +67,7 @@ typedef struct kv_shared {
   uint64_t start_ns;     /* weft_now_ns at start */
   unsigned hz;           /* [kv] expire_hz */
   int resp_port;         /* RESP's bound port, 0 = off */
+  int tls_port;          /* RESP over TLS: its bound port, 0 = off */
   int rpc_port;          /* RPC's bound port, 0 = off */
   int max_clients;       /* [server] max_connections, 0 = no limit */
   char run_id[41];       /* random, 40 hex digits */

@@ -1,8 +1,8 @@
 /* The KV service (server.h): its options and [kv] keys, and its start and
  * stop: one shared store and the state every connection shares (command.h:
  * passwords, counters), served over weft RPC (rpc_server.c, any transport)
- * and RESP (resp_server.c, tcp and uring), with a periodic active-expiry
- * timer. */
+ * and RESP (resp_server.c, tcp and uring), each also over TLS
+ * (server_tls.c), with a periodic active-expiry timer. */
 #include "server_internal.h"
 
 #include <stdio.h>
@@ -33,6 +33,8 @@ void kv_server_options_init(kv_server_options *o) {
                            .protected_mode = true};
   strcpy(o->rpc_listen, "127.0.0.1:7001");
   strcpy(o->resp_listen, "127.0.0.1:6380");
+  weft_tls_options_init(&o->tls);
+  o->tls.verify = WEFT_TLS_VERIFY_REQUIRED; /* Redis' tls-auth-clients yes */
 }
 
 static int parse_ulong(const char *v, unsigned long max, unsigned long *out,
@@ -96,8 +98,14 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
                      err_len);
   if (strcmp(key, "protected_mode") == 0)
     return parse_flag(value, &o->protected_mode, err, err_len);
-  if (strcmp(key, "password") == 0 || strcmp(key, "client_user") == 0)
+  if (strcmp(key, "password") == 0 || strcmp(key, "client_user") == 0 ||
+      strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0 ||
+      strcmp(key, "tls_client_cert_file") == 0 ||
+      strcmp(key, "tls_client_key_file") == 0)
     return 0; /* the clients' keys (weft-kv, weft-kvbench) */
+  int tls_rc = kv_server_tls_key(o, key, value, err, err_len);
+  if (tls_rc != WEFT_ENOENT)
+    return tls_rc;
   if (strcmp(key, "max_value_bytes") == 0) {
     int rc = parse_ulong(value, 512ul << 20, &n, err, err_len);
     o->max_value_bytes = rc == 0 ? n : o->max_value_bytes;
@@ -137,9 +145,10 @@ static int expire_stop(void *arg) {
 }
 
 /* `reject` is what a client past [server] max_connections reads before
- * the close (NULL: the close alone). */
+ * the close (NULL: the close alone), after the TLS handshake on a TLS
+ * listener (`tls`). */
 static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
-                    weft_channel_init_cb init, const char *reject,
+                    weft_channel_init_cb init, const char *reject, bool tls,
                     weft_server **out) {
   char full[WEFT_CONFIG_URI_MAX + 32];
   int rc = weft_config_endpoint(cfg, uri, full, sizeof full);
@@ -149,15 +158,17 @@ static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
                               .listen = full,
                               .child_init = init,
                               .child_init_arg = srv,
-                              .reject_message = reject};
+                              .reject_message = reject,
+                              .reject_init = tls ? kv_tls_reject_init : NULL};
   weft_config_server_bootstrap(cfg, &sb);
   return weft_server_bind(out, &sb); /* a failure is logged there */
 }
 
 /* RESP is for Redis' clients, which speak TCP: a listener on a message
  * transport (ucx, verbs) would accept nothing they can send. Refused at
- * start, naming the setting. */
-static int resp_transport_check(const weft_config *cfg, const char *uri) {
+ * start, naming the setting (`key`). */
+static int resp_transport_check(const weft_config *cfg, const char *uri,
+                                const char *key) {
   char full[WEFT_CONFIG_URI_MAX + 32];
   weft_endpoint ep;
   if (weft_config_endpoint(cfg, uri, full, sizeof full) < 0 ||
@@ -166,10 +177,10 @@ static int resp_transport_check(const weft_config *cfg, const char *uri) {
       weft_transport_speaks_tcp(ep.transport))
     return 0; /* bind reports bad or unavailable endpoints itself */
   weft_log(WEFT_LOG_ERROR,
-           "kv: [kv] resp_listen = %s: the Redis protocol needs a transport "
+           "kv: [kv] %s = %s: the Redis protocol needs a transport "
            "that is TCP on the wire (tcp or uring), and %s is not; set "
-           "[kv] resp_listen = tcp://HOST:PORT (or empty to turn RESP off)",
-           full, ep.transport);
+           "[kv] %s = tcp://HOST:PORT (or empty to turn it off)",
+           key, full, ep.transport, key);
   return WEFT_ENOTSUP;
 }
 
@@ -257,6 +268,53 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
   return kv_store_new(&sh->store, &so);
 }
 
+/* The server's listeners, in kv_listener order, and how to bind each. */
+typedef struct listener_spec {
+  const char *key; /* its [kv] key */
+  const char *uri; /* its setting; "" = off */
+  weft_channel_init_cb init;
+  bool resp, tls;
+  weft_server **out;
+} listener_spec;
+
+static void listener_specs(kv_server *srv, listener_spec *l) {
+  const kv_server_options *o = &srv->opts;
+  l[KV_LISTENER_RPC] =
+      (listener_spec){"rpc_listen", o->rpc_listen, kv_rpc_channel_init,
+                      false,        false,         &srv->rpc};
+  l[KV_LISTENER_RESP] =
+      (listener_spec){"resp_listen", o->resp_listen, kv_resp_channel_init,
+                      true,          false,          &srv->resp};
+  l[KV_LISTENER_TLS] =
+      (listener_spec){"tls_listen", o->tls_listen, kv_resp_tls_channel_init,
+                      true,         true,          &srv->tls_resp};
+  l[KV_LISTENER_TLS_RPC] = (listener_spec){
+      "tls_rpc_listen", o->tls_rpc_listen, kv_rpc_tls_channel_init, false, true,
+      &srv->tls_rpc};
+}
+
+/* Binds every listener that is set; on a failure closes those bound. */
+static int bind_all(kv_server *srv, const weft_config *cfg) {
+  listener_spec l[KV_LISTENER_COUNT_];
+  listener_specs(srv, l);
+  int rc = 0;
+  for (int i = 0; i < KV_LISTENER_COUNT_ && rc == 0; i++) {
+    if (l[i].uri[0] == '\0')
+      continue;
+    if (l[i].resp && (rc = resp_transport_check(cfg, l[i].uri, l[i].key)) < 0)
+      break;
+    rc = bind_one(srv, cfg, l[i].uri, l[i].init,
+                  l[i].resp ? "-ERR max number of clients reached\r\n" : NULL,
+                  l[i].tls, l[i].out);
+  }
+  if (rc < 0)
+    for (int i = 0; i < KV_LISTENER_COUNT_; i++) {
+      weft_server_close(*l[i].out);
+      *l[i].out = NULL;
+    }
+  return rc;
+}
+
 int kv_server_bind(kv_server **out, weft_loop_group *group,
                    const weft_config *cfg, const kv_server_options *opts) {
   kv_server *srv = calloc(1, sizeof *srv);
@@ -265,41 +323,41 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
   srv->group = group;
   srv->opts = *opts;
   int rc = shared_init(srv, cfg);
-  if (rc < 0)
-    goto failed_store;
-  setup_codecs(srv);
-  if (opts->rpc_listen[0] != '\0' &&
-      (rc = bind_one(srv, cfg, opts->rpc_listen, kv_rpc_channel_init, NULL,
-                     &srv->rpc)) < 0)
-    goto failed_rpc;
-  if (opts->resp_listen[0] != '\0' &&
-      (rc = resp_transport_check(cfg, opts->resp_listen)) < 0)
-    goto failed_resp;
-  if (opts->resp_listen[0] != '\0' &&
-      (rc = bind_one(srv, cfg, opts->resp_listen, kv_resp_channel_init,
-                     "-ERR max number of clients reached\r\n", &srv->resp)) < 0)
-    goto failed_resp;
+  if (rc == 0)
+    rc = kv_tls_context_init(srv);
+  if (rc == 0) {
+    setup_codecs(srv);
+    rc = bind_all(srv, cfg);
+  }
+  if (rc < 0) {
+    weft_tls_context_release(srv->tls);
+    kv_store_free(srv->shared.store);
+    free(srv->shared.loops);
+    free(srv);
+    return rc;
+  }
   srv->shared.rpc_port = bound_port(srv->rpc);
   srv->shared.resp_port = bound_port(srv->resp);
-  protected_notice(srv, srv->rpc, "rpc_listen");
-  protected_notice(srv, srv->resp, "resp_listen");
+  srv->shared.tls_port = bound_port(srv->tls_resp);
+  listener_spec l[KV_LISTENER_COUNT_];
+  listener_specs(srv, l);
+  for (int i = 0; i < KV_LISTENER_COUNT_; i++)
+    protected_notice(srv, *l[i].out, l[i].key);
   weft_loop *loop0 = weft_loop_group_get(group, 0);
   weft_timer_init(loop0, &srv->expire_timer);
   weft_loop_call(loop0, expire_start, srv);
   *out = srv;
   return 0;
-failed_resp:
-  weft_server_close(srv->rpc);
-failed_rpc:
-failed_store:
-  kv_store_free(srv->shared.store);
-  free(srv->shared.loops);
-  free(srv);
-  return rc;
 }
 
 int kv_server_address(const kv_server *s, int which, char *buf, size_t len) {
-  weft_server *ws = which == 0 ? s->rpc : s->resp;
+  weft_server *const all[KV_LISTENER_COUNT_] = {[KV_LISTENER_RPC] = s->rpc,
+                                                [KV_LISTENER_RESP] = s->resp,
+                                                [KV_LISTENER_TLS] = s->tls_resp,
+                                                [KV_LISTENER_TLS_RPC] =
+                                                    s->tls_rpc};
+  weft_server *ws =
+      which >= 0 && which < KV_LISTENER_COUNT_ ? all[which] : NULL;
   if (ws == NULL)
     return WEFT_ENOENT;
   return weft_server_address(ws, buf, len);
@@ -313,6 +371,10 @@ void kv_server_close(kv_server *s) {
   weft_loop_call(weft_loop_group_get(s->group, 0), expire_stop, s);
   weft_server_close(s->rpc);
   weft_server_close(s->resp);
+  weft_server_close(s->tls_resp);
+  weft_server_close(s->tls_rpc);
+  /* Channels still open hold their own references. */
+  weft_tls_context_release(s->tls);
   kv_store_free(s->shared.store);
   free(s->shared.loops);
   free(s);
