@@ -106,13 +106,16 @@ static int listen_on_loop(void *arg) {
   return l->transport->listen(l, &srv->ep, srv->backlog);
 }
 
-/* The share of a new server: its count and its reject message. */
-static weft__conn_count *count_new(const char *reject) {
+/* The share of a new server: its count and what refused connections get
+ * (`reject_init`, then the `reject` message). */
+static weft__conn_count *count_new(const char *reject,
+                                   weft_channel_init_cb reject_init) {
   size_t len = reject != NULL ? strlen(reject) : 0;
   weft__conn_count *c = calloc(1, sizeof *c + len);
   if (c == NULL)
     return NULL;
   atomic_init(&c->refs, 1);
+  c->reject_init = reject_init;
   c->reject_len = len;
   if (len > 0)
     memcpy(c->reject, reject, len);
@@ -124,7 +127,7 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
       b->max_connections < 0)
     return WEFT_EINVAL;
   weft_server *srv = calloc(1, sizeof *srv);
-  weft__conn_count *count = count_new(b->reject_message);
+  weft__conn_count *count = count_new(b->reject_message, b->reject_init);
   if (srv == NULL || count == NULL) {
     free(srv);
     free(count);
@@ -280,8 +283,15 @@ static void reject_active(weft_ctx *ctx) {
 static const weft_handler reject_handler = {.name = "reject",
                                             .channel_active = reject_active};
 
+/* A refused channel's pipeline: the bootstrap's reject_init (a TLS
+ * handler, say), then the reject handler last. `arg` is child_init_arg. */
 static void reject_init(weft_channel *ch, void *arg) {
-  (void)arg;
+  const weft__conn_count *c = ch->limits.count;
+  if (c->reject_init != NULL) {
+    c->reject_init(ch, arg);
+    if (weft_channel_state_of(ch) >= WEFT_CHANNEL_INACTIVE)
+      return; /* it gave up on the channel */
+  }
   weft_pipeline_add_last(weft_channel_pipeline(ch), "reject", &reject_handler,
                          NULL);
 }

@@ -62,11 +62,13 @@ typedef struct weft__close_waiter {
 } weft__close_waiter;
 
 /* What a server shares with the channels it accepted: the count of those
- * open, and the bytes written to refused ones. Freed by the last holder
- * (the server may close before its channels). */
+ * open, and what refused ones get (the bootstrap's reject_init, then the
+ * bytes). Freed by the last holder (the server may close before its
+ * channels). */
 typedef struct weft__conn_count {
-  _Atomic int live;  /* counted channels open now */
-  _Atomic int refs;  /* the server's, and one per channel holding it */
+  _Atomic int live;                 /* counted channels open now */
+  _Atomic int refs;                 /* the server's, and one per channel */
+  weft_channel_init_cb reject_init; /* the bootstrap's, or NULL */
   size_t reject_len; /* bytes of reject[]; 0 = close refused at once */
   char reject[];     /* the server's reject_message */
 } weft__conn_count;

@@ -400,6 +400,29 @@ int weft_resp_write_array(weft_buf *b, size_t n) {
   return write_number(b, '*', (int64_t)n);
 }
 
+int weft_resp_write_null3(weft_buf *b) { return write_line(b, '_', "", 0); }
+
+int weft_resp_write_map(weft_buf *b, size_t n) {
+  return write_number(b, '%', (int64_t)n);
+}
+
+size_t weft_resp_verbatim_size(size_t len) {
+  return weft_resp_bulk_size(len + 4);
+}
+
+int weft_resp_write_verbatim(weft_buf *b, const char *fmt, const void *data,
+                             size_t len) {
+  if (strlen(fmt) != 3)
+    return WEFT_EINVAL;
+  if (weft_buf_writable(b) < weft_resp_verbatim_size(len))
+    return WEFT_ENOSPC;
+  write_number(b, '=', (int64_t)(len + 4));
+  weft_buf_write_bytes(b, fmt, 3);
+  weft_buf_write_bytes(b, ":", 1);
+  weft_buf_write_bytes(b, data, len);
+  return weft_buf_write_bytes(b, "\r\n", 2);
+}
+
 size_t weft_resp_command_size(size_t argc, const weft_resp_arg *argv) {
   size_t n = 1 + decimal_digits(argc) + 2;
   for (size_t i = 0; i < argc; i++)

@@ -39,6 +39,10 @@ static const weft__key_def loop_keys[] = {
     {"pin", KIND_BOOL, OFF(loop.pin), 0, 0, false, NULL},
     {"poll_budget", KIND_INT, OFF(loop.poll_budget), 1, 65536, false,
      "events one source handles per poll"},
+    {"pool_retain_bytes", KIND_SIZE, OFF(loop.pool_retain_bytes), 0, INT64_MAX,
+     false,
+     "bytes of empty buffer slabs each loop keeps; the rest goes back to the "
+     "system"},
 };
 
 /* so_sndbuf/so_rcvbuf: 0 means "leave the kernel's default", which the
@@ -167,6 +171,7 @@ static void explain_values(const weft__key_def *k, char *err, size_t len,
   switch (k->kind) {
   case KIND_INT:
   case KIND_I64:
+  case KIND_SIZE:
     if (k->max == INT_MAX || k->max == INT64_MAX)
       msg_append(err, len, off, "an integer >= %lld (%s)", k->min, k->hint);
     else
@@ -218,6 +223,9 @@ void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,
   case KIND_I64:
     n = *(const int64_t *)(const void *)field;
     break;
+  case KIND_SIZE: /* may exceed what a long long holds (SIZE_MAX) */
+    snprintf(buf, len, "%zu", *(const size_t *)(const void *)field);
+    return;
   case KIND_BOOL:
     snprintf(buf, len, "%s",
              *(const bool *)(const void *)field ? "true" : "false");
@@ -247,6 +255,8 @@ static bool store_int(weft_config *cfg, const weft__key_def *k, const char *v) {
   char *field = (char *)cfg + k->off;
   if (k->kind == KIND_I64)
     *(int64_t *)(void *)field = (int64_t)n;
+  else if (k->kind == KIND_SIZE)
+    *(size_t *)(void *)field = (size_t)n;
   else
     *(int *)(void *)field = (int)n;
   return true;
@@ -294,6 +304,7 @@ static bool store_value(weft_config *cfg, const weft__key_def *k, const char *v,
   switch (k->kind) {
   case KIND_INT:
   case KIND_I64:
+  case KIND_SIZE:
     return store_int(cfg, k, v);
   case KIND_BOOL:
   case KIND_FLAG:

@@ -11,6 +11,7 @@
 typedef enum weft__key_kind {
   KIND_INT,    /* int */
   KIND_I64,    /* int64_t */
+  KIND_SIZE,   /* size_t */
   KIND_BOOL,   /* bool */
   KIND_FLAG,   /* int, 0 or 1 */
   KIND_SCHEME, /* char[16]: a transport name */

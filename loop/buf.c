@@ -132,7 +132,9 @@ void weft_buf_release_at(weft_buf *buf, const char *at) {
   }
   if (old == 0) {
     /* A double release. The header is on a free list (or reused); its
-     * count is reset on the next allocation, so only report it. */
+     * count is reset on the next allocation, so only report it. (Had its
+     * slab gone back to the system meanwhile, the load above would already
+     * have faulted: a double release is a use after free.) */
     weft_log(WEFT_LOG_ERROR, "weft_buf_release of a freed buffer at %s",
              at != NULL ? at : "(unknown)");
     assert(!"double release");

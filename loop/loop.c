@@ -56,6 +56,7 @@ int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
   loop->group = group;
   loop->pin_cpu = -1;
   atomic_init(&loop->pool, NULL);
+  loop->pool_retain_bytes = WEFT_POOL_RETAIN_BYTES_DEFAULT;
   atomic_init(&loop->sleeping, false);
   atomic_init(&loop->wakeup_pending, 0);
   atomic_init(&loop->remote_returns, 0);
@@ -247,8 +248,11 @@ static void pool_notify(void *arg) {
 }
 
 static void create_pool(weft_loop *loop) {
+  weft_pool_options opts;
+  weft_pool_options_init(&opts);
+  opts.retain_bytes = loop->pool_retain_bytes;
   weft_pool *pool;
-  int err = weft_pool_new(&pool, NULL);
+  int err = weft_pool_new(&pool, &opts);
   if (err != 0) {
     /* The loop still runs tasks, timers and sources; only buffer
      * allocation on it fails (weft_loop_pool() returns NULL). */

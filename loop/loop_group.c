@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <weft/buf.h>
 #include <weft/error.h>
 #include <weft/log.h>
 #include <weft/loop.h>
@@ -34,6 +35,7 @@ void weft_loop_options_init(weft_loop_options *opts) {
   opts->pin = true;
   opts->poll_budget = WEFT__DEFAULT_POLL_BUDGET;
   opts->name = "weft";
+  opts->pool_retain_bytes = WEFT_POOL_RETAIN_BYTES_DEFAULT;
 }
 
 static int check_options(const weft_loop_options *o) {
@@ -79,6 +81,8 @@ int weft_loop_group_new(weft_loop_group **out, const weft_loop_options *opts) {
                          opts->poll_budget);
     if (err != 0)
       goto failed_loop_new;
+    /* Read by the loop thread when it creates its pool, after start. */
+    group->loops[created]->pool_retain_bytes = opts->pool_retain_bytes;
   }
   *out = group;
   return 0;

@@ -106,6 +106,8 @@ struct weft_loop {
                                     because weft_loop_pool() reads it from
                                     any thread */
   size_t leaks;                  /* buffers the pool reported at destroy */
+  size_t pool_retain_bytes;      /* the pool's retention budget (set at
+                                    creation, read when the pool is made) */
 
   /* Shared with producers (weft_loop_execute, pool remote notify, stop). */
   int wakeup_fd; /* eventfd, EFD_NONBLOCK */

@@ -1,15 +1,25 @@
-/* Per-loop buffer pools: size-class slabs, free lists, the remote return
- * stack, slab hooks for memory registration, and the leak report.
+/* Per-loop buffer pools: size-class slabs with per-slab free lists, the
+ * remote return stack, slab hooks for memory registration, giving empty slabs
+ * back beyond the retention budget, and the leak report.
  *
- * Allocation order for a pooled class: the class's free list (warm memory,
- * counted as reused), then the return stack if the free list is empty (one
- * atomic load when nothing came back), then the next never-used block of the
- * class's newest slab, and only then a new slab.
+ * Allocation for a pooled class takes a block from the slab at the head of
+ * the class's partial list: its free list (warm memory, counted as reused),
+ * else its next never-used block. Only when no slab of the class has a free
+ * block does it drain the return stack (one atomic load when nothing came
+ * back), and only then map a new slab.
+ *
+ * Freeing puts the block back on its own slab's free list. The slab rejoins
+ * its partial list when it was full, and when it becomes empty it goes to
+ * the head of the pool's empty list; if the empty slabs then exceed the
+ * retention budget, the least recently emptied ones are released (hooks'
+ * unreg, munmap) until they fit. Every step is O(1) apart from the release
+ * itself, which is one munmap per slab.
  */
 #include "loop/pool_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <weft/log.h>
@@ -24,6 +34,7 @@ void weft_pool_options_init(weft_pool_options *opts) {
     return;
   opts->slab_bytes = DEFAULT_SLAB_BYTES;
   opts->leak_detect = -1;
+  opts->retain_bytes = WEFT_POOL_RETAIN_BYTES_DEFAULT;
 }
 
 /* Debug builds track leaks by default; release builds pay nothing for it. */
@@ -74,6 +85,7 @@ int weft_pool_new(weft_pool **out, const weft_pool_options *opts) {
     return WEFT_ENOMEM;
   pool->owner = pthread_self();
   pool->slab_bytes = opts->slab_bytes;
+  pool->retain_bytes = opts->retain_bytes;
   pool->leak_detect =
       opts->leak_detect == -1 ? leak_detect_default() : opts->leak_detect == 1;
   atomic_init(&pool->returned, NULL);
@@ -81,17 +93,13 @@ int weft_pool_new(weft_pool **out, const weft_pool_options *opts) {
   return 0;
 }
 
+static void slab_unmap(weft_pool *pool, weft__slab *slab);
+
 static void free_slabs(weft_pool *pool) {
   weft__slab *slab = pool->slabs;
   while (slab != NULL) {
     weft__slab *next = slab->next;
-    for (int h = 0; h < pool->nhooks; h++) {
-      const struct weft__slab_hook *hook = &pool->hooks[h];
-      if (hook->unreg != NULL)
-        hook->unreg(hook->arg, slab->data, slab->data_bytes, slab->keys[h]);
-    }
-    free(slab->data);
-    free(slab);
+    slab_unmap(pool, slab);
     slab = next;
   }
   pool->slabs = NULL;
@@ -143,6 +151,9 @@ size_t weft_pool_free(weft_pool *pool) {
              leaks, leaks == 1 ? "" : "s",
              pool->leak_detect ? "" : " (leak detection is off: no locations)");
   free_slabs(pool);
+  for (int h = 0; h < pool->nhooks; h++)
+    if (pool->hooks[h].fini != NULL)
+      pool->hooks[h].fini(pool->hooks[h].arg);
   free_header_chunks(pool);
   free(pool);
   return leaks;
@@ -211,7 +222,7 @@ int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
   if (pool->nhooks == WEFT_POOL_MAX_HOOKS)
     return WEFT_ENOSPC;
   int h = pool->nhooks;
-  pool->hooks[h] = (struct weft__slab_hook){reg, unreg, arg};
+  pool->hooks[h] = (struct weft__slab_hook){reg, unreg, arg, NULL};
   for (weft__slab *s = pool->slabs; s != NULL; s = s->next) {
     int err = reg(arg, s->data, s->data_bytes, &s->keys[h]);
     if (err < 0) {
@@ -223,6 +234,14 @@ int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
   /* Published last: a failed add leaves no trace. */
   pool->nhooks = h + 1;
   return h;
+}
+
+int weft_pool_set_slab_hook_fini(weft_pool *pool, int hook,
+                                 weft_slab_hook_fini_cb fini) {
+  if (pool == NULL || hook < 0 || hook >= pool->nhooks)
+    return WEFT_EINVAL;
+  pool->hooks[hook].fini = fini;
+  return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -241,87 +260,262 @@ static size_t page_size(void) {
   return ps;
 }
 
+/* `n` rounded up to a multiple of the power of two `to`, or 0 on overflow. */
+static size_t round_up(size_t n, size_t to) {
+  return n > SIZE_MAX - (to - 1) ? 0 : (n + to - 1) & ~(to - 1);
+}
+
+/* Doubly linked lists without sentinels; each takes the head by address. */
+static void partial_push(weft_pool *pool, weft__slab *slab) {
+  weft__slab **head = &pool->partial[slab->size_class];
+  slab->pprev = NULL;
+  slab->pnext = *head;
+  if (*head != NULL)
+    (*head)->pprev = slab;
+  *head = slab;
+}
+
+static void partial_unlink(weft_pool *pool, weft__slab *slab) {
+  if (slab->pprev != NULL)
+    slab->pprev->pnext = slab->pnext;
+  else
+    pool->partial[slab->size_class] = slab->pnext;
+  if (slab->pnext != NULL)
+    slab->pnext->pprev = slab->pprev;
+}
+
+/* The empty list holds every empty slab, most recently emptied first. It
+ * may also hold slabs taken back into use since they emptied ("stale"):
+ * taking them off at once would cost a buffer allocated and released in
+ * turn two list updates per round, where a counter suffices. A stale slab
+ * that empties again moves to the head; the release scan drops the stale
+ * ones it meets at the tail. So the order among empty slabs is exactly the
+ * order of their last emptying, and each list step is O(1) (a dropped
+ * entry was pushed once). */
+static void empty_push(weft_pool *pool, weft__slab *slab) {
+  slab->eprev = NULL;
+  slab->enext = pool->empty;
+  if (pool->empty != NULL)
+    pool->empty->eprev = slab;
+  else
+    pool->empty_tail = slab;
+  pool->empty = slab;
+  slab->on_empty_list = true;
+}
+
+static void empty_unlink(weft_pool *pool, weft__slab *slab) {
+  if (slab->eprev != NULL)
+    slab->eprev->enext = slab->enext;
+  else
+    pool->empty = slab->enext;
+  if (slab->enext != NULL)
+    slab->enext->eprev = slab->eprev;
+  else
+    pool->empty_tail = slab->eprev;
+  slab->on_empty_list = false;
+}
+
+/* Unregisters the slab from every hook, then unmaps it. Lists are the
+ * caller's business. */
+static void slab_unmap(weft_pool *pool, weft__slab *slab) {
+  for (int h = 0; h < pool->nhooks; h++) {
+    const struct weft__slab_hook *hook = &pool->hooks[h];
+    if (hook->unreg != NULL)
+      hook->unreg(hook->arg, slab->data, slab->data_bytes, slab->keys[h]);
+  }
+  munmap(slab, slab->map_bytes);
+}
+
+/* Gives an empty slab back to the system. */
+static void slab_release(weft_pool *pool, weft__slab *slab) {
+  empty_unlink(pool, slab);
+  partial_unlink(pool, slab);
+  if (slab->prev != NULL)
+    slab->prev->next = slab->next;
+  else
+    pool->slabs = slab->next;
+  if (slab->next != NULL)
+    slab->next->prev = slab->prev;
+  pool->stats.retained_bytes -= slab->data_bytes;
+  pool->stats.slabs--;
+  pool->stats.slab_bytes -= slab->data_bytes;
+  pool->stats.slabs_released++;
+  slab_unmap(pool, slab);
+}
+
+/* The rare slab transitions are kept out of line (noinline, cold), so that
+ * the common alloc and release paths need no callee-saved registers. */
+#define SLOW_PATH __attribute__((noinline, cold))
+
+/* A slab just became empty and is already counted as retained (by
+ * put_block), but it is not at the head of the empty list (a one-block slab
+ * never is: it was full, so off both lists) or the budget is exceeded: it
+ * moves to the head, then the least recently emptied slabs
+ * (this one last) are released while the retained bytes exceed the budget.
+ * Every empty slab is on the list, so the scan finds one while
+ * retained_bytes > 0. */
+static SLOW_PATH void slab_emptied(weft_pool *pool, weft__slab *slab) {
+  if (slab->nblocks == 1)
+    partial_push(pool, slab); /* it was full, so off the partial list */
+  if (pool->empty != slab) {
+    if (slab->on_empty_list)
+      empty_unlink(pool, slab);
+    empty_push(pool, slab);
+  }
+  while (pool->stats.retained_bytes > pool->retain_bytes) {
+    weft__slab *oldest = pool->empty_tail;
+    if (oldest->nused == 0)
+      slab_release(pool, oldest);
+    else
+      empty_unlink(pool, oldest); /* stale: in use again */
+  }
+}
+
+/* One anonymous mapping per slab: this struct and the headers, then the
+ * data from the next page boundary. Page alignment: NIC registration
+ * (ibv_reg_mr, ucp_mem_map) pins whole pages, and aligned slabs never share
+ * a page with other data. mmap rather than malloc so that munmap really
+ * returns the memory: glibc keeps freed heap memory, and its dynamic mmap
+ * threshold would soon serve 1 MiB requests from the heap. */
 static weft__slab *slab_new(weft_pool *pool, unsigned cls) {
   size_t block = WEFT__CLASS_BYTES(cls);
   size_t nblocks = pool->slab_bytes / block;
-  weft__slab *slab = malloc(sizeof *slab + nblocks * sizeof(weft_buf));
-  if (slab == NULL)
-    goto failed_slab_alloc;
-  /* Page alignment: NIC registration (ibv_reg_mr, ucp_mem_map) pins whole
-   * pages, and aligned slabs never share a page with other data. */
-  void *data;
-  if (posix_memalign(&data, page_size(), nblocks * block) != 0)
-    goto failed_data_alloc;
-  slab->data = data;
-  slab->data_bytes = nblocks * block;
-  slab->nblocks = nblocks;
-  slab->carved = 0;
+  size_t ps = page_size();
+  size_t headers, head, data_bytes = nblocks * block, map_bytes;
+  if (__builtin_mul_overflow(nblocks, sizeof(weft_buf), &headers) ||
+      (head = round_up(sizeof(weft__slab) + headers, ps)) == 0 ||
+      __builtin_add_overflow(head, round_up(data_bytes, ps), &map_bytes))
+    return NULL;
+  void *map = mmap(NULL, map_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (map == MAP_FAILED)
+    return NULL;
+  weft__slab *slab = map; /* zero-filled: lists NULL, nothing carved */
+  slab->data = (uint8_t *)map + head;
+  slab->data_bytes = data_bytes;
+  slab->map_bytes = map_bytes;
+  slab->nblocks = nblocks; /* nused 0: empty */
   slab->size_class = (uint8_t)cls;
   for (int h = 0; h < WEFT_POOL_MAX_HOOKS; h++)
     slab->keys[h] = WEFT_MEM_KEY_NONE;
-  if (register_slab(pool, slab) < 0)
-    goto failed_register;
+  if (register_slab(pool, slab) < 0) {
+    munmap(map, map_bytes);
+    return NULL;
+  }
   slab->next = pool->slabs;
+  if (pool->slabs != NULL)
+    pool->slabs->prev = slab;
   pool->slabs = slab;
   pool->stats.slabs++;
-  pool->stats.slab_bytes += slab->data_bytes;
+  pool->stats.slab_bytes += data_bytes;
+  /* Empty and retained, as every slab with no block in use is, until the
+   * allocation that asked for it takes its first block. */
+  partial_push(pool, slab);
+  empty_push(pool, slab);
+  pool->stats.retained_bytes += data_bytes;
   return slab;
-
-failed_register:
-  free(data);
-failed_data_alloc:
-  free(slab);
-failed_slab_alloc:
-  return NULL;
 }
 
-/* The next never-used block of the class, from a new slab if needed. */
-static weft_buf *carve_block(weft_pool *pool, unsigned cls) {
-  weft__slab *slab = pool->current[cls];
-  if (slab == NULL || slab->carved == slab->nblocks) {
-    slab = slab_new(pool, cls);
-    if (slab == NULL)
-      return NULL;
-    pool->current[cls] = slab;
-  }
+/* A slab of the class with a free block: the partial list's head, else one
+ * that remote releases freed (drained now), else a new one. */
+static SLOW_PATH weft__slab *slab_with_free_block(weft_pool *pool,
+                                                  unsigned cls) {
+  if (weft_pool_drain(pool) > 0 && pool->partial[cls] != NULL)
+    return pool->partial[cls];
+  return slab_new(pool, cls);
+}
+
+/* The slab's next never-used block, with its header set up for good. */
+static weft_buf *carve_block(weft_pool *pool, weft__slab *slab) {
   size_t i = slab->carved++;
+  unsigned cls = slab->size_class;
   weft_buf *buf = &slab->headers[i];
   memset(buf, 0, sizeof *buf);
   buf->msg.type = &weft_buf_msg_type;
   buf->base = slab->data + i * WEFT__CLASS_BYTES(cls);
   buf->capacity = WEFT__CLASS_BYTES(cls);
-  buf->flags = WEFT__BUF_POOLED;
   buf->size_class = (uint8_t)cls;
   buf->slab = slab;
   buf->pool = pool;
   return buf;
 }
 
-static weft_buf *pop_free(weft_pool *pool, unsigned cls) {
-  weft_buf *buf = pool->free_list[cls];
-  if (buf != NULL) {
-    pool->free_list[cls] = buf->next;
-    pool->stats.reused++;
-  }
-  return buf;
-}
-
-weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls) {
-  weft_buf *buf = pop_free(pool, cls);
-  if (buf == NULL && weft_pool_drain(pool) > 0)
-    buf = pop_free(pool, cls);
-  if (buf == NULL)
-    buf = carve_block(pool, cls);
-  if (buf == NULL)
-    return NULL;
-  /* msg, base, capacity, size_class, slab and pool are fixed for the
-   * block: set when it was carved. */
+/* A block handed out: indices 0, one reference. msg, base, capacity,
+ * size_class, slab and pool are fixed for the block: set when carved. */
+static inline weft_buf *init_block(weft_buf *buf) {
   buf->reader_index = 0;
   buf->writer_index = 0;
   buf->next = NULL;
   buf->flags = WEFT__BUF_POOLED;
   atomic_store_explicit(&buf->refcnt, 1, memory_order_relaxed);
   return buf;
+}
+
+/* Every allocation the fast path leaves: no slab of the class has a free
+ * block, the block must be carved, or it is the slab's last free one. Out
+ * of line but not cold: a burst carves many. */
+static __attribute__((noinline)) weft_buf *get_block_slow(weft_pool *pool,
+                                                          unsigned cls) {
+  weft__slab *slab = pool->partial[cls];
+  if (slab == NULL && (slab = slab_with_free_block(pool, cls)) == NULL)
+    return NULL;
+  weft_buf *buf = slab->free;
+  if (buf != NULL) {
+    slab->free = buf->next;
+    pool->stats.reused++;
+  } else {
+    /* A free block and none on the free list: blocks remain uncarved. */
+    buf = carve_block(pool, slab);
+  }
+  if (slab->nused++ == 0) /* no longer retained; it stays on the empty */
+    pool->stats.retained_bytes -= slab->data_bytes; /* list, stale */
+  if (slab->nused == slab->nblocks) {
+    /* Full: not a place to allocate from, and off the empty list even as
+     * a stale entry, so that put_block sees it empty again as not the
+     * head and relinks it (one-block slabs go from full to empty). */
+    partial_unlink(pool, slab);
+    if (slab->on_empty_list)
+      empty_unlink(pool, slab);
+  }
+  return init_block(buf);
+}
+
+weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls) {
+  /* The common case: the head slab of the class has a block on its free
+   * list, and not its last free one. */
+  weft__slab *slab = pool->partial[cls];
+  weft_buf *buf;
+  if (__builtin_expect(slab == NULL || (buf = slab->free) == NULL ||
+                           slab->nused + 1 == slab->nblocks,
+                       0))
+    return get_block_slow(pool, cls);
+  slab->free = buf->next;
+  pool->stats.reused++;
+  if (slab->nused++ == 0)
+    pool->stats.retained_bytes -= slab->data_bytes;
+  return init_block(buf);
+}
+
+/* A full slab got a block back: it rejoins the head of its partial list
+ * (warm memory, allocated from next). */
+static SLOW_PATH void slab_not_full(weft_pool *pool, weft__slab *slab) {
+  partial_push(pool, slab);
+}
+
+/* A pooled block goes back to its own slab. Owner thread only. A buffer
+ * allocated and released in turn empties its slab each time: the slab is
+ * then already the head of the empty list, and only the counts change. */
+static inline void put_block(weft_pool *pool, weft_buf *buf) {
+  weft__slab *slab = buf->slab;
+  buf->next = slab->free;
+  slab->free = buf;
+  if (--slab->nused == 0) {
+    pool->stats.retained_bytes += slab->data_bytes;
+    if (pool->empty != slab || pool->stats.retained_bytes > pool->retain_bytes)
+      slab_emptied(pool, slab);
+  } else if (__builtin_expect(slab->nused + 1 == slab->nblocks, 0)) {
+    slab_not_full(pool, slab);
+  }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -401,8 +595,7 @@ static void free_local(weft_pool *pool, weft_buf *buf) {
   untrack(pool, buf);
   switch (buf->flags & WEFT__BUF_KIND_MASK) {
   case WEFT__BUF_POOLED:
-    buf->next = pool->free_list[buf->size_class];
-    pool->free_list[buf->size_class] = buf;
+    put_block(pool, buf);
     break;
   case WEFT__BUF_UNPOOLED:
     free(buf);

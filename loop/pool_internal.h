@@ -6,6 +6,11 @@
  *   thread only (the thread that called weft_pool_new). The exceptions are
  *   fields written once before any buffer is shared and only read afterwards
  *   (owner, leak_detect, notify, hook keys).
+ * - Slab bookkeeping (a slab's free list and count, the partial and empty
+ *   lists, the retained bytes) is owner-only too: a remote release only
+ *   pushes the buffer onto `returned`, and the block goes back to its slab
+ *   when the owner drains it. So a slab is released (unmapped) only by the
+ *   owner, and only when no block of it is referenced or on the stack.
  * - `returned` is a Treiber stack: other threads push buffers whose last
  *   reference they dropped; the owner takes the whole stack at once with
  *   atomic_exchange(NULL). Nobody pops single nodes, so there is no ABA.
@@ -44,19 +49,35 @@
 typedef struct weft__slab weft__slab;
 
 /**
- * A slab: `data` is one page-aligned region of `nblocks` blocks of one size
- * class (what slab hooks register), and headers[i] is the weft_buf of block
- * i for the slab's whole life, so allocating a pooled buffer never allocates
- * a header and buf->slab->keys[] is one load away.
+ * A slab: one anonymous mapping holding this struct, the headers, and then
+ * `data`: nblocks page-aligned blocks of one size class (what slab hooks
+ * register). headers[i] is the weft_buf of block i for the slab's whole life,
+ * so allocating a pooled buffer never allocates a header and
+ * buf->slab->keys[] is one load away.
+ *
+ * Every slab is on the pool's list of all slabs. A slab with a free block
+ * (nused < nblocks) is on its class's partial list, where allocations take
+ * blocks from; an empty one (nused == 0) is also on the
+ * pool's empty list, most recently emptied first, and its bytes count as
+ * retained. The empty list may also hold slabs taken back into use since
+ * (see pool.c); they do not count. A full slab is only on the list of all
+ * slabs (not even a stale entry of the empty list).
  */
 struct weft__slab {
-  struct weft__slab *next; /* pool->slabs list (all classes) */
-  uint8_t *data;           /* page-aligned, nblocks * block bytes */
-  size_t data_bytes;       /* registered length */
-  size_t nblocks;
-  size_t carved; /* blocks handed out at least once; headers[carved..] are
-                    untouched, so a new slab costs no O(nblocks) setup */
+  struct weft__slab *next, *prev;   /* pool->slabs (all classes) */
+  struct weft__slab *pnext, *pprev; /* pool->partial[size_class] */
+  struct weft__slab *enext, *eprev; /* pool->empty / empty_tail */
+  weft_buf *free;                   /* free blocks, linked through buf->next */
+  size_t nused;      /* blocks in use: handed out, not yet back */
+  size_t nblocks;    /* blocks in the slab */
+  size_t carved;     /* blocks handed out at least once; headers[carved..]
+                        are untouched, so a new slab costs no O(nblocks)
+                        setup */
+  uint8_t *data;     /* page-aligned, nblocks * block bytes */
+  size_t data_bytes; /* registered length */
+  size_t map_bytes;  /* length of the mapping that starts at the slab */
   uint8_t size_class;
+  bool on_empty_list;
   uint64_t keys[WEFT_POOL_MAX_HOOKS]; /* WEFT_MEM_KEY_NONE if unregistered */
   weft_buf headers[];
 };
@@ -71,16 +92,21 @@ struct weft__slab_hook {
   weft_slab_reg_cb reg;
   weft_slab_unreg_cb unreg;
   void *arg;
+  weft_slab_hook_fini_cb fini; /* at weft_pool_free, after the unregs */
 };
 
 struct weft_pool {
-  pthread_t owner;   /* the thread that called weft_pool_new */
-  size_t slab_bytes; /* bytes per slab as configured */
+  pthread_t owner;     /* the thread that called weft_pool_new */
+  size_t slab_bytes;   /* bytes per slab as configured */
+  size_t retain_bytes; /* retention budget (weft_pool_options) */
   bool leak_detect;
-  weft_buf *free_list[WEFT_POOL_CLASSES]; /* linked through buf->next */
-  weft__slab *current[WEFT_POOL_CLASSES]; /* slab still being carved */
-  weft__slab *slabs;                      /* every slab, newest first */
-  weft_buf *spare_headers;                /* linked through buf->next */
+  weft__slab *partial[WEFT_POOL_CLASSES]; /* slabs with a free block; the
+                                             head serves allocations */
+  weft__slab *empty;       /* empty slabs, most recently emptied first (and
+                              stale ones, see pool.c) */
+  weft__slab *empty_tail;  /* the least recently emptied: released first */
+  weft__slab *slabs;       /* every slab, newest first */
+  weft_buf *spare_headers; /* linked through buf->next */
   struct weft__header_chunk *chunks;
   weft_buf *live; /* head of the live list (TRACKED buffers) */
   struct weft__slab_hook hooks[WEFT_POOL_MAX_HOOKS];

@@ -10,6 +10,10 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       liburing-dev clang libucx-dev ucx-utils clang-format git python3
       librdmacm-dev libibverbs-dev redis-tools
+      # redis-py for tests/test_kv_redis_py.sh
+      python3-redis
+      # TLS (handlers/tls_*.c) and its tests' certificates and peers
+      libssl-dev openssl
       # the benchmarks' peers and charts (scripts/bench*.sh)
       redis-server gnuplot-nox
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)

@@ -67,6 +67,7 @@ START_TEST(config_init_defaults) {
   weft_config_init(&c);
   ck_assert_str_eq(c.transport, "tcp");
   ck_assert_int_eq(c.loop.busy_poll_us, WEFT_BUSY_POLL_US_DEFAULT);
+  ck_assert_uint_eq(c.loop.pool_retain_bytes, 4u << 20);
   ck_assert_int_eq(c.channel.tcp_nodelay, 1);
   ck_assert_int_eq(c.channel.so_sndbuf, -1);
   ck_assert_int_eq(c.channel.write_low_watermark, 32768);
@@ -87,6 +88,7 @@ START_TEST(config_load_every_key) {
                                  "busy_poll_us = -1  ; never block\n"
                                  "pin = off\n"
                                  "poll_budget = 16\n"
+                                 "pool_retain_bytes = 0\n"
                                  "[transport]\n"
                                  "name = uring\n"
                                  "tcp_nodelay = no\n"
@@ -107,6 +109,7 @@ START_TEST(config_load_every_key) {
   ck_assert_int_eq(c.loop.busy_poll_us, -1);
   ck_assert(!c.loop.pin);
   ck_assert_int_eq(c.loop.poll_budget, 16);
+  ck_assert_uint_eq(c.loop.pool_retain_bytes, 0);
   ck_assert_str_eq(c.transport, "uring");
   ck_assert_int_eq(c.channel.tcp_nodelay, 0);
   ck_assert_int_eq(c.channel.so_sndbuf, 4096);
@@ -180,7 +183,8 @@ START_TEST(config_load_refused_unknown_key) {
   weft_config_init(&c);
   ck_assert_int_eq(load_text(&c, "[loop]\n\nkye = 1\n"), WEFT_EBADCONF);
   assert_err_at(3, "[loop] unknown key 'kye'; valid keys: loops, "
-                   "busy_poll_us, busy_poll_adaptive, pin, poll_budget");
+                   "busy_poll_us, busy_poll_adaptive, pin, poll_budget, "
+                   "pool_retain_bytes");
 }
 END_TEST
 
@@ -239,6 +243,11 @@ START_TEST(config_load_refused_out_of_range) {
                                  "9223372036854775808\n"),
                    WEFT_EBADCONF);
   ck_assert_ptr_nonnull(strstr(err, "write_high_watermark = \"9223"));
+  ck_assert_int_eq(load_text(&c, "[loop]\npool_retain_bytes = -1\n"),
+                   WEFT_EBADCONF);
+  assert_err_at(2, "[loop] pool_retain_bytes = \"-1\": expected an integer "
+                   ">= 0 (bytes of empty buffer slabs each loop keeps; the "
+                   "rest goes back to the system)");
 }
 END_TEST
 
@@ -463,6 +472,7 @@ START_TEST(config_print_writes_a_file_that_loads_back) {
   weft_config_init(&c);
   c.app_keys = app_keys;
   c.loop.n_loops = 3;
+  c.loop.pool_retain_bytes = (size_t)5 << 30; /* more than an int holds */
   FILE *f = fopen(path, "w");
   ck_assert_ptr_nonnull(f);
   ck_assert_int_eq(weft_config_print(&c, NULL, f), 0);
@@ -474,6 +484,7 @@ START_TEST(config_print_writes_a_file_that_loads_back) {
                     0,
                 "%s", err);
   ck_assert_int_eq(back.loop.n_loops, 3);
+  ck_assert_uint_eq(back.loop.pool_retain_bytes, (size_t)5 << 30);
   ck_assert_int_eq(st.capacity, 100);
   ck_assert_int_eq(back.channel.so_sndbuf, -1); /* printed as 0 */
 }

@@ -355,6 +355,53 @@ START_TEST(hostile_max_connections_refuses_with_message) {
 }
 END_TEST
 
+/* A reject_init handler: every write goes out behind a '<' (what a TLS
+ * handler's encryption would be), and it notes the argument it got. */
+static void bracket_write(weft_ctx *ctx, void *msg, weft_promise promise) {
+  weft_buf *b = weft_buf_alloc(
+      weft_loop_pool(weft_channel_loop(weft_ctx_channel(ctx))), 1);
+  ck_assert_ptr_nonnull(b);
+  weft_buf_write_bytes(b, "<", 1);
+  weft_ctx_write(ctx, b, WEFT_PROMISE_NONE);
+  weft_ctx_write(ctx, msg, promise);
+}
+
+static const weft_handler bracket_handler = {.name = "bracket",
+                                             .write = bracket_write};
+
+static void *reject_init_arg;
+
+static void bracket_init(weft_channel *ch, void *arg) {
+  reject_init_arg = arg;
+  ck_assert_int_eq(weft_pipeline_add_first(weft_channel_pipeline(ch), "bracket",
+                                           &bracket_handler, NULL),
+                   0);
+}
+
+/* The bootstrap's reject_init builds the front of a refused connection's
+ * pipeline: the message goes through it (as through a TLS handler). */
+START_TEST(hostile_max_connections_reject_init_in_front) {
+  TH_SKIP_UNLESS(weft_transport_speaks_tcp(th_transport_name()));
+  fixture f;
+  weft_server_bootstrap sb = {.max_connections = 1,
+                              .reject_message = "-ERR full\r\n",
+                              .reject_init = bracket_init};
+  weft_channel_config_init(&sb.child_options);
+  fixture_start(&f, &sb);
+  client a = {0}, extra = {0};
+  client_connect(&f, &a);
+  ASSERT_EVENTUALLY(atomic_load(&f.st.active) == 1, 10000);
+  th_log_capture_start();
+  client_connect(&f, &extra);
+  ASSERT_EVENTUALLY(atomic_load(&extra.inactive) == 1, 10000);
+  th_log_capture_stop();
+  ck_assert_str_eq(extra.first, "<-ERR full\r\n");
+  ck_assert_ptr_eq(reject_init_arg, &f.st); /* child_init_arg */
+  ck_assert_int_eq(atomic_load(&f.st.active), 1);
+  fixture_stop(&f);
+}
+END_TEST
+
 /* A client that says nothing for the idle timeout is closed; one that
  * keeps asking is not. */
 START_TEST(hostile_idle_timeout_closes_only_the_silent_client) {
@@ -408,6 +455,7 @@ Suite *weft_test_suite(void) {
                   hostile_never_reading_client_queue_bounded_by_flow_control,
                   hostile_output_limit_closes_only_the_greedy_client,
                   hostile_max_connections_refuses_with_message,
+                  hostile_max_connections_reject_init_in_front,
                   hostile_idle_timeout_closes_only_the_silent_client,
                   hostile_stop_with_unsent_output_joins_clean, NULL);
 }

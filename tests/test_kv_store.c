@@ -1130,6 +1130,321 @@ START_TEST(kv_concurrent_threads_stay_consistent) {
 }
 END_TEST
 
+/* ---- the commands added for Redis clients ---- */
+
+/* Asserts a blob's bytes equal the C string `want` (NULL: no blob), then
+ * releases it. */
+static void assert_blob(kv_blob *b, const char *want) {
+  if (want == NULL) {
+    ck_assert_ptr_null(b);
+    return;
+  }
+  ck_assert_ptr_nonnull(b);
+  ck_assert_uint_eq(b->len, strlen(want));
+  ck_assert_mem_eq(b->data, want, b->len);
+  kv_blob_release(b);
+}
+
+/* SET's GET option returns the old value whether or not NX/XX let the SET
+ * happen; GETDEL deletes; a deadline in the past deletes at once. */
+START_TEST(kv_set_get_getdel_and_expired_set) {
+  kv_store *s = new_store(8, true);
+  kv_blob *old, *nb;
+  ck_assert_int_eq(kv_blob_new(s, 1, &nb), 0);
+  nb->data[0] = 'a';
+  ck_assert_int_eq(kv_set_get(s, "k", 1, nb, NULL, &old), 1);
+  assert_blob(old, NULL);
+  kv_set_options nx = {KV_SET_NX, 0};
+  ck_assert_int_eq(kv_blob_new(s, 1, &nb), 0);
+  nb->data[0] = 'b';
+  ck_assert_int_eq(kv_set_get(s, "k", 1, nb, &nx, &old), 0);
+  assert_blob(old, "a");
+  assert_str(s, "k", "a");
+  kv_set_options xx = {KV_SET_XX, 0};
+  ck_assert_int_eq(kv_blob_new(s, 1, &nb), 0);
+  nb->data[0] = 'c';
+  ck_assert_int_eq(kv_set_get(s, "k", 1, nb, &xx, &old), 1);
+  assert_blob(old, "a");
+  assert_str(s, "k", "c");
+  kv_blob *v;
+  ck_assert_int_eq(kv_getdel(s, "k", 1, &v), 1);
+  assert_blob(v, "c");
+  ck_assert_int_eq(kv_getdel(s, "k", 1, &v), 0);
+  assert_blob(v, NULL);
+  ck_assert_int_eq(set_str(s, "e", "1"), 1);
+  kv_set_options past = {KV_SET_EXPIRED, 0};
+  ck_assert_int_eq(kv_set(s, "e", 1, "2", 1, &past), 1);
+  assert_str(s, "e", NULL);
+  ck_assert_uint_eq(kv_dbsize(s), 0);
+  kv_set_options bad = {KV_SET_EXPIRED, 5};
+  ck_assert_int_eq(kv_set(s, "e", 1, "2", 1, &bad), WEFT_EINVAL);
+  kv_store_free(s);
+}
+END_TEST
+
+/* EXPIRE with Redis 7's NX/XX/GT/LT, PERSIST, GETEX, on the fake clock. */
+START_TEST(kv_expire_persist_getex_rules) {
+  kv_store *s = new_store(8, true);
+  int64_t ttl;
+  ck_assert_int_eq(kv_expire(s, "k", 1, 1000, 0), 0); /* absent */
+  ck_assert_int_eq(set_str(s, "k", "v"), 1);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 1000, KV_EXPIRE_XX), 0);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 1000, KV_EXPIRE_GT), 0);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 1000, KV_EXPIRE_NX), 1);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 2000, KV_EXPIRE_NX), 0);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 500, KV_EXPIRE_GT), 0);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 2000, KV_EXPIRE_GT), 1);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 3000, KV_EXPIRE_LT), 0);
+  ck_assert_int_eq(kv_expire(s, "k", 1, 1500, KV_EXPIRE_LT | KV_EXPIRE_XX), 1);
+  ck_assert_int_eq(kv_pttl(s, "k", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, 1500);
+  ck_assert_int_eq(kv_persist(s, "k", 1), 1);
+  ck_assert_int_eq(kv_persist(s, "k", 1), 0);
+  ck_assert_int_eq(kv_persist(s, "nokey", 5), 0);
+  ck_assert_int_eq(kv_pttl(s, "k", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, -1);
+  /* LT on a key without a TTL passes (its TTL is infinite). */
+  ck_assert_int_eq(kv_expire(s, "k", 1, 100, KV_EXPIRE_LT), 1);
+  advance_ms(100);
+  assert_str(s, "k", NULL);
+  /* A TTL of 0 or less deletes the key, and counts as set. */
+  ck_assert_int_eq(set_str(s, "k", "v"), 1);
+  ck_assert_int_eq(kv_expire(s, "k", 1, -5, 0), 1);
+  ck_assert_uint_eq(kv_dbsize(s), 0);
+  /* A TTL past the clock's range is clamped, not refused. */
+  ck_assert_int_eq(set_str(s, "k", "v"), 1);
+  ck_assert_int_eq(kv_expire(s, "k", 1, INT64_MAX, 0), 1);
+  ck_assert_int_eq(kv_pttl(s, "k", 1, &ttl), 1);
+  ck_assert_int_gt(ttl, (int64_t)500 * 365 * 24 * 3600 * 1000);
+  /* GETEX: value, then the TTL change. */
+  kv_blob *v;
+  ck_assert_int_eq(kv_getex(s, "k", 1, KV_GETEX_SET, 250, &v), 1);
+  assert_blob(v, "v");
+  ck_assert_int_eq(kv_pttl(s, "k", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, 250);
+  ck_assert_int_eq(kv_getex(s, "k", 1, KV_GETEX_PERSIST, 0, &v), 1);
+  assert_blob(v, "v");
+  ck_assert_int_eq(kv_pttl(s, "k", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, -1);
+  ck_assert_int_eq(kv_getex(s, "k", 1, KV_GETEX_KEEP, 0, &v), 1);
+  assert_blob(v, "v");
+  ck_assert_int_eq(kv_getex(s, "k", 1, KV_GETEX_SET, 0, &v), 1);
+  assert_blob(v, "v"); /* the value, then the key is gone */
+  ck_assert_int_eq(kv_getex(s, "k", 1, KV_GETEX_KEEP, 0, &v), 0);
+  assert_blob(v, NULL);
+  kv_store_free(s);
+}
+END_TEST
+
+/* APPEND and INCRBYFLOAT: results as Redis 7 writes them (the expected
+ * texts are redis-server 7.0's answers on x86-64), TTL kept, errors leave
+ * the value. */
+START_TEST(kv_append_and_incrbyfloat_as_redis) {
+  kv_store *s = new_store(8, true);
+  size_t n;
+  ck_assert_int_eq(kv_append(s, "a", 1, "hello", 5, &n), 0);
+  ck_assert_uint_eq(n, 5);
+  ck_assert_int_eq(kv_expire(s, "a", 1, 1000, 0), 1);
+  ck_assert_int_eq(kv_append(s, "a", 1, "world", 5, &n), 0);
+  ck_assert_uint_eq(n, 10);
+  assert_str(s, "a", "helloworld");
+  int64_t ttl;
+  ck_assert_int_eq(kv_pttl(s, "a", 1, &ttl), 1);
+  ck_assert_int_eq(ttl, 1000);
+  static char big[KV_MAX_VALUE_LEN_DEFAULT];
+  ck_assert_int_eq(kv_append(s, "a", 1, big, sizeof big, &n), WEFT_EMSGSIZE);
+  assert_str(s, "a", "helloworld");
+  static const struct {
+    const char *start, *incr, *want;
+  } cases[] = {
+      {"10.5", "0.1", "10.6"}, {"10.6", "5.0e3", "5010.60000000000000009"},
+      {NULL, "3", "3"},        {NULL, "3.0", "3"},
+      {NULL, "1.5e2", "150"},  {"5", "1", "6"},
+      {"5", "1.5", "6.5"},     {NULL, "-0", "0"},
+      {"0.1", "0.2", "0.3"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (cases[i].start != NULL)
+      ck_assert_int_eq(set_str(s, "f", cases[i].start), 1);
+    else
+      kv_del(s, 1, &(kv_key){"f", 1});
+    long double incr;
+    ck_assert(
+        kv_parse_long_double(cases[i].incr, strlen(cases[i].incr), &incr));
+    kv_blob *v;
+    ck_assert_int_eq(kv_incrbyfloat(s, "f", 1, incr, &v), 0);
+    ck_assert_msg(v->len == strlen(cases[i].want) &&
+                      memcmp(v->data, cases[i].want, v->len) == 0,
+                  "%s + %s: got %.*s, want %s",
+                  cases[i].start ? cases[i].start : "(none)", cases[i].incr,
+                  (int)v->len, (const char *)v->data, cases[i].want);
+    kv_blob_release(v);
+  }
+  long double x;
+  ck_assert(!kv_parse_long_double(" 1", 2, &x));
+  ck_assert(!kv_parse_long_double("1x", 2, &x));
+  ck_assert(!kv_parse_long_double("", 0, &x));
+  ck_assert(!kv_parse_long_double("nan", 3, &x));
+  ck_assert(kv_parse_long_double("inf", 3, &x));
+  kv_blob *v;
+  ck_assert_int_eq(set_str(s, "f", "abc"), 1);
+  ck_assert_int_eq(kv_incrbyfloat(s, "f", 1, 1, &v), WEFT_EINVAL);
+  ck_assert_ptr_null(v);
+  ck_assert_int_eq(set_str(s, "f", "1"), 1);
+  ck_assert_int_eq(kv_incrbyfloat(s, "f", 1, x, &v), WEFT_ERANGE);
+  assert_str(s, "f", "1");
+  /* 1e400 fits a long double: Redis writes all 401 digits. */
+  ck_assert(kv_parse_long_double("1e400", 5, &x));
+  ck_assert_int_eq(kv_incrbyfloat(s, "g", 1, x, &v), 0);
+  ck_assert_uint_eq(v->len, 401);
+  ck_assert_mem_eq(v->data, "10000000000000000000281880683947586", 35);
+  kv_blob_release(v);
+  kv_store_free(s);
+}
+END_TEST
+
+/* RENAME moves value and TTL, replaces the destination, and leaves a key
+ * renamed to itself alone; across stripes and within one. */
+START_TEST(kv_rename_moves_value_and_ttl) {
+  for (unsigned stripes = 1; stripes <= 64; stripes *= 64) {
+    kv_store *s = new_store(stripes, true);
+    ck_assert_int_eq(kv_rename(s, "a", 1, "b", 1), 0);
+    ck_assert_int_eq(set_str(s, "a", "1"), 1);
+    ck_assert_int_eq(kv_expire(s, "a", 1, 700, 0), 1);
+    ck_assert_int_eq(kv_rename(s, "a", 1, "a", 1), 1);
+    assert_str(s, "a", "1");
+    ck_assert_int_eq(set_str(s, "b", "old"), 1);
+    ck_assert_int_eq(kv_rename(s, "a", 1, "b", 1), 1);
+    assert_str(s, "a", NULL);
+    assert_str(s, "b", "1");
+    int64_t ttl;
+    ck_assert_int_eq(kv_pttl(s, "b", 1, &ttl), 1);
+    ck_assert_int_eq(ttl, 700);
+    /* No TTL on the source clears the destination's. */
+    char name[8];
+    for (int i = 0; i < 40; i++) {
+      snprintf(name, sizeof name, "n%d", i);
+      ck_assert_int_eq(set_str(s, name, "x"), 1);
+      ck_assert_int_eq(kv_rename(s, name, strlen(name), "b", 1), 1);
+      ck_assert_int_eq(kv_pttl(s, "b", 1, &ttl), 1);
+      ck_assert_int_eq(ttl, -1);
+    }
+    ck_assert_uint_eq(kv_dbsize(s), 1);
+    kv_store_stats st;
+    kv_store_stats_get(s, &st);
+    ck_assert_uint_eq(st.keys, 1);
+    ck_assert_uint_eq(st.expires, 0);
+    ck_assert_uint_eq(st.mem_bytes, 2); /* "b" + "x" */
+    kv_store_free(s);
+  }
+}
+END_TEST
+
+/* KEYS: a snapshot of the matching keys, with SCAN's pattern limit, and
+ * refused (nothing returned) past its bounds. */
+START_TEST(kv_keys_matches_and_is_bounded) {
+  kv_store *s = new_store(16, false);
+  for (int i = 0; i < 300; i++)
+    put_key(s, i % 3 == 0 ? "user:%d" : "item:%d", i);
+  kv_scan_result r = {0};
+  ck_assert_int_eq(kv_keys(s, "user:*", 6, &r), 0);
+  ck_assert_uint_eq(r.n, 100);
+  for (size_t i = 0; i < r.n; i++)
+    ck_assert_mem_eq(r.keys[i]->data, "user:", 5);
+  kv_scan_result_clear(&r);
+  ck_assert_int_eq(kv_keys(s, NULL, 0, &r), 0);
+  ck_assert_uint_eq(r.n, 300);
+  kv_scan_result_clear(&r);
+  static char pat[KV_SCAN_PATTERN_MAX + 1];
+  memset(pat, '*', sizeof pat);
+  ck_assert_int_eq(kv_keys(s, pat, sizeof pat, &r), WEFT_EMSGSIZE);
+  ck_assert_int_eq(kv_keys(s, pat, sizeof pat - 1, &r), 0);
+  ck_assert_uint_eq(r.n, 300);
+  kv_scan_result_clear(&r);
+  /* More keys than KEYS copies: refused, as it is for more work. */
+  for (unsigned i = 0; i < KV_KEYS_MAX; i++)
+    put_key(s, "many:%d", (int)i);
+  ck_assert_int_eq(kv_keys(s, "user:*", 6, &r), WEFT_ETOOLONG);
+  ck_assert_uint_eq(r.n, 0);
+  kv_scan_result_clear(&r);
+  ck_assert_int_eq(kv_flushall(s), 0);
+  static char key[60000];
+  memset(key, 'k', sizeof key);
+  for (int i = 0; i < 20; i++) {
+    key[0] = (char)('a' + i);
+    ck_assert_int_eq(kv_set(s, key, sizeof key, "v", 1, NULL), 1);
+  }
+  ck_assert_int_eq(kv_keys(s, "*", 1, &r), WEFT_ETOOLONG); /* 1.2 MB */
+  ck_assert_uint_eq(r.n, 0);
+  kv_scan_result_clear(&r);
+  kv_store_free(s);
+}
+END_TEST
+
+/* A transaction of two INCRs on keys in different stripes: a reader (MGET,
+ * atomic itself) never sees one without the other. Without the
+ * transaction's locks it sees a = b + 1 within a few thousand rounds. */
+typedef struct txn_race {
+  kv_store *s;
+  atomic_int stop, torn, reads;
+} txn_race;
+
+static void *txn_reader(void *arg) {
+  txn_race *r = arg;
+  kv_key keys[2] = {{"a", 1}, {"b", 1}};
+  while (!atomic_load(&r->stop)) {
+    kv_blob *v[2];
+    ck_assert_int_ge(kv_mget(r->s, 2, keys, v), 0);
+    size_t la = v[0] ? v[0]->len : 0, lb = v[1] ? v[1]->len : 0;
+    if (la != lb || (la > 0 && memcmp(v[0]->data, v[1]->data, la) != 0))
+      atomic_fetch_add(&r->torn, 1);
+    kv_blob_release(v[0]);
+    kv_blob_release(v[1]);
+    atomic_fetch_add(&r->reads, 1);
+  }
+  return NULL;
+}
+
+START_TEST(kv_txn_applies_commands_atomically) {
+  txn_race r = {.s = new_store(64, false)};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, txn_reader, &r), 0);
+  int64_t v;
+  for (int i = 0; i < 20000 || atomic_load(&r.reads) < 1000; i++) {
+    kv_txn txn;
+    kv_txn_init(&txn, r.s);
+    kv_txn_add_key(&txn, "a", 1);
+    kv_txn_add_key(&txn, "b", 1);
+    kv_txn_lock(&txn);
+    ck_assert_int_eq(kv_incr(r.s, "a", 1, &v), 0);
+    ck_assert_int_eq(kv_incr(r.s, "b", 1, &v), 0);
+    kv_txn_unlock(&txn);
+  }
+  atomic_store(&r.stop, 1);
+  pthread_join(t, NULL);
+  int torn = atomic_load(&r.torn);
+  ck_assert_msg(torn == 0, "a reader saw %d half-applied transactions", torn);
+  /* Every stripe: the store-wide commands run inside too. */
+  kv_txn txn;
+  kv_txn_init(&txn, r.s);
+  kv_txn_add_all(&txn);
+  kv_txn_lock(&txn);
+  kv_scan_result res = {0};
+  ck_assert_int_eq(kv_keys(r.s, NULL, 0, &res), 0);
+  ck_assert_uint_eq(res.n, 2);
+  kv_scan_result_clear(&res);
+  ck_assert_uint_eq(kv_dbsize(r.s), 2);
+  ck_assert_int_eq(kv_rename(r.s, "a", 1, "c", 1), 1);
+  size_t n;
+  ck_assert_int_eq(kv_append(r.s, "c", 1, "0", 1, &n), 0);
+  ck_assert_int_eq(kv_flushall(r.s), 0);
+  ck_assert_uint_eq(kv_dbsize(r.s), 0);
+  kv_txn_unlock(&txn);
+  ck_assert_int_eq(set_str(r.s, "a", "1"), 1); /* the locks are free */
+  kv_store_free(r.s);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "kv_store", "core", 120, kv_commands_match_model_random_ops,
@@ -1143,5 +1458,8 @@ Suite *weft_test_suite(void) {
       kv_incr_rejects_non_integers_and_overflow,
       kv_oversize_refused_before_allocating, kv_multi_key_duplicates_and_nx_xx,
       kv_stats_count_keys_memory_hits_misses, kv_single_thread_store_works,
-      kv_concurrent_threads_stay_consistent, NULL);
+      kv_concurrent_threads_stay_consistent, kv_set_get_getdel_and_expired_set,
+      kv_expire_persist_getex_rules, kv_append_and_incrbyfloat_as_redis,
+      kv_rename_moves_value_and_ttl, kv_keys_matches_and_is_bounded,
+      kv_txn_applies_commands_atomically, NULL);
 }

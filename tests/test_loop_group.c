@@ -36,6 +36,7 @@ START_TEST(loop_group_lifecycle_start_stop_join_free) {
   ck_assert(o.pin);
   ck_assert_int_eq(o.poll_budget, 64);
   ck_assert_str_eq(o.name, "weft");
+  ck_assert_uint_eq(o.pool_retain_bytes, WEFT_POOL_RETAIN_BYTES_DEFAULT);
   weft_loop_group *g = new_group(2, false);
   ck_assert_int_eq(weft_loop_group_size(g), 2);
   ck_assert_int_eq(weft_loop_group_start(g), 0);
@@ -382,6 +383,41 @@ START_TEST(loop_group_join_reports_leaked_buffers_eleak) {
 }
 END_TEST
 
+/* On the loop: a buffer allocated and released; returns the slabs its pool
+ * released (the budget given to the group is 0). */
+static int alloc_release_count_released(void *arg) {
+  weft_pool *pool = weft_loop_pool(weft_loop_current());
+  ck_assert_ptr_nonnull(pool);
+  weft_buf *b = weft_buf_alloc(pool, 100);
+  ck_assert_ptr_nonnull(b);
+  weft_buf_release(b);
+  weft_pool_stats st;
+  weft_pool_stats_get(pool, &st);
+  *(size_t *)arg = st.slabs;
+  return (int)st.slabs_released;
+}
+
+START_TEST(loop_group_pool_retain_bytes_reaches_loop_pools) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = 1;
+  o.pin = false;
+  o.pool_retain_bytes = 0;
+  weft_loop_group *g = NULL;
+  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
+  ck_assert_int_eq(weft_loop_group_start(g), 0);
+  size_t slabs = 99;
+  /* Budget 0: the slab went back as soon as its only buffer did. */
+  ck_assert_int_eq(weft_loop_call(weft_loop_group_get(g, 0),
+                                  alloc_release_count_released, &slabs),
+                   1);
+  ck_assert_uint_eq(slabs, 0);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  weft_loop_group_free(g);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "loop_group", "core", 60, loop_group_lifecycle_start_stop_join_free,
@@ -392,5 +428,6 @@ Suite *weft_test_suite(void) {
       loop_group_on_close_hooks_lifo_on_loop_thread,
       loop_call_returns_result_inline_on_loop_refused_after_finish,
       loop_group_current_and_in_loop, loop_group_join_from_loop_thread_einval,
-      loop_group_join_reports_leaked_buffers_eleak, NULL);
+      loop_group_join_reports_leaked_buffers_eleak,
+      loop_group_pool_retain_bytes_reaches_loop_pools, NULL);
 }

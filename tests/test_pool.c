@@ -1,12 +1,15 @@
 /* weft_pool: size classes, reuse, unpooled, slab hooks, cross-thread
- * release, leak reports. */
+ * release, giving slabs back (the retention budget), leak reports. */
 #include "harness.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <weft/buf.h>
 #include <weft/log.h>
@@ -25,6 +28,20 @@ static weft_pool *new_pool_opts(size_t slab_bytes, int leak_detect) {
 
 static weft_pool *new_pool(void) { return new_pool_opts(0, 1); }
 
+/* A pool with leak detection on, `slab_bytes` per slab (0 = default) and a
+ * retention budget of `retain_bytes`. */
+static weft_pool *new_pool_retain(size_t slab_bytes, size_t retain_bytes) {
+  weft_pool_options opts;
+  weft_pool_options_init(&opts);
+  if (slab_bytes != 0)
+    opts.slab_bytes = slab_bytes;
+  opts.leak_detect = 1;
+  opts.retain_bytes = retain_bytes;
+  weft_pool *pool = NULL;
+  ck_assert_int_eq(weft_pool_new(&pool, &opts), 0);
+  return pool;
+}
+
 static weft_pool_stats stats_of(const weft_pool *pool) {
   weft_pool_stats st;
   weft_pool_stats_get(pool, &st);
@@ -39,6 +56,8 @@ START_TEST(pool_new_bad_options_einval) {
   weft_pool_options_init(&opts);
   ck_assert_uint_eq(opts.slab_bytes, 1u << 20);
   ck_assert_int_eq(opts.leak_detect, -1);
+  ck_assert_uint_eq(opts.retain_bytes, 4u << 20);
+  ck_assert_uint_eq(WEFT_POOL_RETAIN_BYTES_DEFAULT, 4u << 20);
   weft_pool *pool = (weft_pool *)&opts; /* must be overwritten with NULL */
   opts.slab_bytes = WEFT_POOL_MAX_CLASS - 1;
   ck_assert_int_eq(weft_pool_new(&pool, &opts), WEFT_EINVAL);
@@ -88,8 +107,13 @@ START_TEST(pool_size_class_rounding) {
     b->base[b->capacity - 1] = 0xFF;
     weft_buf_release(b);
   }
-  ck_assert_uint_eq(stats_of(pool).slabs, 6);
-  ck_assert_uint_eq(stats_of(pool).unpooled, 0);
+  /* One slab per class, each empty once released: the default budget keeps
+   * four of the 1 MiB slabs and gives the two emptied first back. */
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs + st.slabs_released, 6);
+  ck_assert_uint_eq(st.slabs, 4);
+  ck_assert_uint_eq(st.retained_bytes, 4u << 20);
+  ck_assert_uint_eq(st.unpooled, 0);
   ck_assert_uint_eq(weft_pool_free(pool), 0);
 }
 END_TEST
@@ -520,6 +544,437 @@ START_TEST(pool_alloc_wrong_thread_null) {
 END_TEST
 
 /* ------------------------------------------------------------------------ */
+/* Giving slabs back: the retention budget                                   */
+
+#define MIB ((size_t)1 << 20)
+
+/* Allocates `n` buffers of `size` into `bufs`, each starting with its index
+ * so that a block handed out twice shows as a wrong value. */
+static void alloc_marked(weft_pool *pool, weft_buf **bufs, size_t n,
+                         size_t size) {
+  for (size_t i = 0; i < n; i++) {
+    bufs[i] = weft_buf_alloc(pool, size);
+    ck_assert_ptr_nonnull(bufs[i]);
+    ck_assert_int_eq(weft_buf_write_u32be(bufs[i], (uint32_t)i), 0);
+    bufs[i]->base[bufs[i]->capacity - 1] = (uint8_t)i;
+  }
+}
+
+static void release_marked(weft_buf **bufs, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    ck_assert_uint_eq(weft_buf_get_u32be(bufs[i], 0), (uint32_t)i);
+    ck_assert_uint_eq(bufs[i]->base[bufs[i]->capacity - 1], (uint8_t)i);
+    weft_buf_release(bufs[i]);
+  }
+}
+
+/* True when [base, base+len) is mapped in this process. */
+static bool mapped(void *base, size_t len) {
+  unsigned char vec[64];
+  size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+  ck_assert_uint_le((len + ps - 1) / ps, sizeof vec);
+  if (mincore(base, len, vec) == 0)
+    return true;
+  ck_assert_int_eq(errno, ENOMEM);
+  return false;
+}
+
+START_TEST(pool_release_burst_keeps_budget) {
+  /* 4 KiB buffers fill a 1 MiB slab with 256; a burst of ten slabs. */
+  enum { PER_SLAB = 256, SLABS = 10, N = PER_SLAB * SLABS };
+  static weft_buf *bufs[N];
+  weft_pool *pool = new_pool_retain(0, 3 * MIB);
+  for (int round = 1; round <= 2; round++) {
+    alloc_marked(pool, bufs, N, 4096);
+    weft_pool_stats st = stats_of(pool);
+    ck_assert_uint_eq(st.slabs, SLABS);
+    ck_assert_uint_eq(st.slab_bytes, SLABS * MIB);
+    ck_assert_uint_eq(st.retained_bytes, 0); /* all full */
+    ck_assert_uint_eq(st.slabs_released, (size_t)(round - 1) * (SLABS - 3));
+    release_marked(bufs, N);
+    /* The budget's worth of empty slabs stays, the rest went back. */
+    st = stats_of(pool);
+    ck_assert_uint_eq(st.live, 0);
+    ck_assert_uint_eq(st.slabs, 3);
+    ck_assert_uint_eq(st.slab_bytes, 3 * MIB);
+    ck_assert_uint_eq(st.retained_bytes, 3 * MIB);
+    ck_assert_uint_eq(st.slabs_released, (size_t)round * (SLABS - 3));
+  }
+  /* The list of slabs is intact: a new hook registers exactly the three. */
+  struct hook_log h = {.fail_from = -1, .key_base = 1};
+  ck_assert_int_eq(weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &h), 0);
+  ck_assert_int_eq(h.regs, 3);
+  /* Retained slabs serve the next allocations before any new one. */
+  alloc_marked(pool, bufs, 3 * PER_SLAB, 4096);
+  ck_assert_uint_eq(stats_of(pool).slabs, 3);
+  ck_assert_uint_eq(stats_of(pool).retained_bytes, 0);
+  release_marked(bufs, 3 * PER_SLAB);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+  ck_assert_int_eq(h.unregs, 3);
+}
+END_TEST
+
+START_TEST(pool_release_budget_not_a_slab_multiple) {
+  /* 2.5 slabs of budget keep two empty slabs: a third would exceed it. */
+  enum { PER_SLAB = 16, N = PER_SLAB * 4 }; /* 64 KiB blocks */
+  weft_buf *bufs[N];
+  weft_pool *pool = new_pool_retain(0, 5 * MIB / 2);
+  alloc_marked(pool, bufs, N, WEFT_POOL_MAX_CLASS);
+  release_marked(bufs, N);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs, 2);
+  ck_assert_uint_eq(st.retained_bytes, 2 * MIB);
+  ck_assert_uint_eq(st.slabs_released, 2);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
+/* Checks, at each unreg, that the slab's memory is still there. */
+struct order_log {
+  struct hook_log log;
+  int unmapped_at_unreg;
+};
+
+static void hook_unreg_check_mapped(void *arg, void *base, size_t len,
+                                    uint64_t key) {
+  struct order_log *o = arg;
+  if (!mapped(base, len))
+    o->unmapped_at_unreg++;
+  hook_unreg(&o->log, base, len, key);
+}
+
+START_TEST(pool_release_unregisters_before_unmap) {
+  /* Budget 0: the slab goes as soon as its last block is released. */
+  weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS, 0);
+  struct order_log o = {.log = {.fail_from = -1, .key_base = 500}};
+  ck_assert_int_eq(
+      weft_pool_add_slab_hook(pool, hook_reg, hook_unreg_check_mapped, &o), 0);
+  weft_buf *a = weft_buf_alloc(pool, 4096);
+  weft_buf *b = weft_buf_alloc(pool, 4096);
+  ck_assert_ptr_nonnull(a);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(o.log.regs, 1);
+  ck_assert_uint_eq(weft_buf_mem_key(a, 0), 500);
+  void *base = o.log.bases[0];
+  size_t len = o.log.lens[0];
+  ck_assert_uint_eq(len, WEFT_POOL_MAX_CLASS);
+  weft_buf_release(a);
+  ck_assert_int_eq(o.log.unregs, 0); /* b still uses the slab */
+  ck_assert_uint_eq(stats_of(pool).slabs_released, 0);
+  weft_buf_release(b);
+  /* Unregistered with its own key while still mapped, then unmapped. */
+  ck_assert_int_eq(o.log.unregs, 1);
+  ck_assert_uint_eq(o.log.unreg_keys[0], 500);
+  ck_assert_int_eq(o.unmapped_at_unreg, 0);
+  ck_assert(!mapped(base, len));
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs, 0);
+  ck_assert_uint_eq(st.slab_bytes, 0);
+  ck_assert_uint_eq(st.retained_bytes, 0);
+  ck_assert_uint_eq(st.slabs_released, 1);
+  /* The next allocation maps and registers a new slab. */
+  weft_buf *c = weft_buf_alloc(pool, 4096);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_int_eq(o.log.regs, 2);
+  ck_assert_uint_eq(weft_buf_mem_key(c, 0), 501);
+  weft_buf_release(c);
+  ck_assert_int_eq(o.log.unregs, 2);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+  ck_assert_int_eq(o.log.unregs, 2); /* nothing left at destroy */
+  ck_assert_int_eq(o.unmapped_at_unreg, 0);
+}
+END_TEST
+
+/* fini: counts calls and records how many unregs had run by then. */
+struct fini_log {
+  struct hook_log *log;
+  int calls;
+  int unregs_before;
+};
+
+static struct fini_log fini_seen;
+
+static void hook_fini(void *arg) {
+  ck_assert_ptr_eq(arg, fini_seen.log);
+  fini_seen.calls++;
+  fini_seen.unregs_before = fini_seen.log->unregs;
+}
+
+START_TEST(pool_slab_hook_fini_once_at_pool_free) {
+  /* Slabs come and go; the hook's fini runs once, at the pool's end, after
+   * its last unreg: with one slab still registered then (a budget of one
+   * slab) and with none (budget 0). */
+  for (int keep_one = 0; keep_one <= 1; keep_one++) {
+    weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS,
+                                      keep_one ? WEFT_POOL_MAX_CLASS : 0);
+    struct hook_log h = {.fail_from = -1, .key_base = 1};
+    fini_seen = (struct fini_log){.log = &h};
+    int id = weft_pool_add_slab_hook(pool, hook_reg, hook_unreg, &h);
+    ck_assert_int_eq(id, 0);
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(pool, id, hook_fini), 0);
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(pool, 1, hook_fini),
+                     WEFT_EINVAL); /* no such hook */
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(pool, -1, hook_fini),
+                     WEFT_EINVAL);
+    ck_assert_int_eq(weft_pool_set_slab_hook_fini(NULL, 0, hook_fini),
+                     WEFT_EINVAL);
+    weft_buf *big[3]; /* three slabs of one 64 KiB block */
+    alloc_marked(pool, big, 3, WEFT_POOL_MAX_CLASS);
+    release_marked(big, 3);
+    ck_assert_int_eq(h.regs, 3);
+    ck_assert_int_eq(h.unregs, 3 - keep_one);
+    ck_assert_int_eq(fini_seen.calls, 0); /* releasing slabs is not the end */
+    ck_assert_uint_eq(weft_pool_free(pool), 0);
+    ck_assert_int_eq(fini_seen.calls, 1);
+    ck_assert_int_eq(fini_seen.unregs_before, 3);
+    ck_assert_int_eq(h.unregs, 3);
+  }
+}
+END_TEST
+
+START_TEST(pool_release_budget_zero_every_empty_slab) {
+  /* 64 KiB slabs: 16 blocks of 4 KiB, 4 of 16 KiB, 1 of 64 KiB. */
+  weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS, 0);
+  weft_buf *small[48], *mid[8], *big[3];
+  alloc_marked(pool, small, 48, 4096); /* 3 slabs */
+  alloc_marked(pool, mid, 8, 16384);   /* 2 slabs */
+  alloc_marked(pool, big, 3, 65536);   /* 3 slabs */
+  ck_assert_uint_eq(stats_of(pool).slabs, 8);
+  /* Emptying one slab at a time gives exactly that slab back. */
+  release_marked(small, 16);
+  ck_assert_uint_eq(stats_of(pool).slabs, 7);
+  ck_assert_uint_eq(stats_of(pool).slabs_released, 1);
+  release_marked(big, 3);
+  ck_assert_uint_eq(stats_of(pool).slabs, 4);
+  ck_assert_uint_eq(stats_of(pool).slabs_released, 4);
+  for (int i = 16; i < 48; i++) /* every other block of two slabs */
+    if (i % 2 == 0)
+      weft_buf_release(small[i]);
+  ck_assert_uint_eq(stats_of(pool).slabs, 4); /* half full: kept */
+  for (int i = 16; i < 48; i++)
+    if (i % 2 == 1)
+      weft_buf_release(small[i]);
+  release_marked(mid, 8);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs, 0);
+  ck_assert_uint_eq(st.slab_bytes, 0);
+  ck_assert_uint_eq(st.retained_bytes, 0);
+  ck_assert_uint_eq(st.slabs_released, 8);
+  ck_assert_uint_eq(st.live, 0);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_release_mixed_sizes) {
+  /* Every class at once, released in a scrambled order: no block is handed
+   * out twice, slabs in use stay, and only empty ones beyond 2 MiB go. */
+  enum { N = 6000 };
+  static weft_buf *bufs[N];
+  static const size_t sizes[] = {64, 200, 1000, 4000, 16000, 65536};
+  weft_pool *pool = new_pool_retain(256 * 1024, 2 * MIB);
+  for (size_t i = 0; i < N; i++) {
+    bufs[i] = weft_buf_alloc(pool, sizes[i % 6]);
+    ck_assert_ptr_nonnull(bufs[i]);
+    ck_assert_int_eq(weft_buf_write_u32be(bufs[i], (uint32_t)i), 0);
+  }
+  size_t peak = stats_of(pool).slabs;
+  /* Release all but every 97th, in an order that jumps between slabs (7919
+   * is prime, so i*7919 mod N visits each index once). */
+  for (size_t k = 0; k < N; k++) {
+    size_t i = k * 7919 % N;
+    ck_assert_uint_eq(weft_buf_get_u32be(bufs[i], 0), (uint32_t)i);
+    if (i % 97 != 0) {
+      weft_buf_release(bufs[i]);
+      bufs[i] = NULL;
+    }
+  }
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_le(st.retained_bytes, 2 * MIB);
+  ck_assert_uint_gt(st.slabs_released, 0);
+  ck_assert_uint_eq(st.slabs + st.slabs_released, peak);
+  ck_assert_uint_eq(st.live, (N + 96) / 97);
+  /* The survivors' memory is intact, and new buffers do not overlap them. */
+  weft_buf *more[600];
+  for (size_t i = 0; i < 600; i++) {
+    more[i] = weft_buf_alloc(pool, sizes[i % 6]);
+    ck_assert_ptr_nonnull(more[i]);
+    memset(more[i]->base, 0xAB, more[i]->capacity);
+  }
+  for (size_t i = 0; i < N; i += 97)
+    ck_assert_uint_eq(weft_buf_get_u32be(bufs[i], 0), (uint32_t)i);
+  for (size_t i = 0; i < 600; i++)
+    weft_buf_release(more[i]);
+  for (size_t i = 0; i < N; i += 97)
+    weft_buf_release(bufs[i]);
+  st = stats_of(pool);
+  ck_assert_uint_eq(st.live, 0);
+  ck_assert_uint_le(st.retained_bytes, 2 * MIB);
+  /* Nothing is in use, so every slab left is a retained one. */
+  ck_assert_uint_eq(st.retained_bytes, st.slab_bytes);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_release_least_recently_emptied_first) {
+  /* A class that keeps allocating is not starved by slabs other classes
+   * emptied earlier: those go first. */
+  weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS, 2 * MIB);
+  enum { BIG = 40 }; /* 40 slabs of one 64 KiB block */
+  weft_buf *big[BIG];
+  alloc_marked(pool, big, BIG, 65536);
+  weft_buf *small = weft_buf_alloc(pool, 64);
+  ck_assert_ptr_nonnull(small);
+  weft_buf_release(small); /* its slab is the oldest empty one */
+  release_marked(big, BIG);
+  /* 2 MiB keeps 32 of the 41 empty 64 KiB slabs: the small one went. */
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs, 32);
+  ck_assert_uint_eq(st.slabs_released, 9);
+  /* Ping-pong on the small class: a new slab once, then it is reused. */
+  for (int i = 0; i < 100; i++) {
+    small = weft_buf_alloc(pool, 64);
+    ck_assert_ptr_nonnull(small);
+    weft_buf_release(small);
+  }
+  st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs_released, 10); /* one big slab for the new one */
+  ck_assert_uint_eq(st.slabs, 32);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_release_order_is_last_emptying) {
+  /* A slab emptied, then used again, is not released while in use, and
+   * when it empties again it counts as the most recently emptied. */
+  weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS, WEFT_POOL_MAX_CLASS);
+  weft_buf *s1[16], *s2[16], *s3[16]; /* one 64 KiB slab each */
+  alloc_marked(pool, s1, 16, 4096);
+  alloc_marked(pool, s2, 16, 4096);
+  alloc_marked(pool, s3, 16, 4096);
+  uint8_t *m1 = s1[0]->base, *m2 = s2[0]->base, *m3 = s3[0]->base;
+  release_marked(s1, 16); /* slab 1 empty and retained */
+  weft_buf *x = weft_buf_alloc(pool, 4096);
+  ck_assert_ptr_nonnull(x);
+  ck_assert(x->base >= m1 && x->base < m1 + WEFT_POOL_MAX_CLASS);
+  ck_assert_uint_eq(stats_of(pool).retained_bytes, 0);
+  release_marked(s2, 16); /* slab 2 empty, within the budget */
+  ck_assert_uint_eq(stats_of(pool).slabs_released, 0);
+  release_marked(s3, 16); /* over: slab 2 goes, slab 1 is in use */
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs_released, 1);
+  ck_assert_uint_eq(st.slabs, 2);
+  ck_assert_uint_eq(st.retained_bytes, WEFT_POOL_MAX_CLASS);
+  ck_assert(!mapped(m2, 4096));
+  ck_assert(mapped(m1, 4096) && mapped(m3, 4096));
+  ck_assert_int_eq(weft_buf_write_u32be(x, 7), 0);
+  weft_buf_release(x); /* slab 1 empty again, newer than slab 3 */
+  st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs_released, 2);
+  ck_assert_uint_eq(st.slabs, 1);
+  ck_assert(!mapped(m3, 4096));
+  ck_assert(mapped(m1, 4096));
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
+START_TEST(pool_release_keeps_slab_of_live_buffer) {
+  /* A buffer still referenced (here: leaked) pins its slab; destroy then
+   * reports it and frees the slab. Slices hold their root's block. */
+  weft_pool *pool = new_pool_retain(WEFT_POOL_MAX_CLASS, 0);
+  weft_buf *root = weft_buf_alloc(pool, 4096);
+  weft_buf *other = weft_buf_alloc(pool, 4096);
+  ck_assert_ptr_nonnull(root);
+  ck_assert_ptr_nonnull(other);
+  weft_buf *slice = weft_buf_slice(root, 8, 16);
+  ck_assert_ptr_nonnull(slice);
+  weft_buf_release(root);
+  weft_buf_release(other);
+  ck_assert_uint_eq(stats_of(pool).slabs, 1); /* the slice holds it */
+  memset(weft_buf_wptr(slice) - 16, 0x5A, 16);
+  weft_buf_release(slice);
+  ck_assert_uint_eq(stats_of(pool).slabs, 0);
+  ck_assert_uint_eq(stats_of(pool).slabs_released, 1);
+
+  /* A leak is still reported (and its slab freed) by destroy. */
+  ck_assert_ptr_nonnull(weft_buf_alloc(pool, 256));
+  th_log_capture_start();
+  ck_assert_uint_eq(weft_pool_free(pool), 1);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count("LEAK: weft_buf 256 bytes"), 1);
+}
+END_TEST
+
+START_TEST(pool_release_remote_then_drain) {
+  /* Blocks released on another thread go back to their slabs (and slabs to
+   * the system) only when the owner drains them. */
+  enum { PER_SLAB = 64, SLABS = 6, N = PER_SLAB * SLABS }; /* 16 KiB */
+  static weft_buf *bufs[N];
+  weft_pool *pool = new_pool_retain(0, 2 * MIB);
+  atomic_store(&notify_calls, 0);
+  weft_pool_set_remote_notify(pool, count_notify, &notify_calls);
+  alloc_marked(pool, bufs, N, 16384);
+  ck_assert_uint_eq(stats_of(pool).slabs, SLABS);
+  release_on_thread(bufs, N);
+  ck_assert_int_eq(notifies(), 1);
+  weft_pool_stats st = stats_of(pool);
+  ck_assert_uint_eq(st.slabs, SLABS); /* nothing moves before the drain */
+  ck_assert_uint_eq(st.retained_bytes, 0);
+  ck_assert_uint_eq(st.slabs_released, 0);
+  ck_assert_uint_eq(weft_pool_drain(pool), N);
+  st = stats_of(pool);
+  ck_assert_uint_eq(st.live, 0);
+  ck_assert_uint_eq(st.slabs, 2);
+  ck_assert_uint_eq(st.retained_bytes, 2 * MIB);
+  ck_assert_uint_eq(st.slabs_released, SLABS - 2);
+  /* Allocation works on, from the retained slabs first. */
+  alloc_marked(pool, bufs, 2 * PER_SLAB, 16384);
+  ck_assert_uint_eq(stats_of(pool).slabs, 2);
+  release_on_thread(bufs, 2 * PER_SLAB);
+  ck_assert_uint_eq(weft_pool_free(pool), 0); /* drains, no leak */
+}
+END_TEST
+
+/* Resident set size in bytes, from /proc/self/statm. */
+static size_t rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  ck_assert_ptr_nonnull(f);
+  unsigned long size = 0, resident = 0;
+  ck_assert_int_eq(fscanf(f, "%lu %lu", &size, &resident), 2);
+  fclose(f);
+  return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+START_TEST(pool_release_rss_drops_after_burst) {
+  /* 256 MiB of 64 KiB buffers, every page touched, then released: with a
+   * 1 MiB budget the resident set comes back down. RSS is this process's
+   * own figure, so other work on the machine does not move it; the margins
+   * are wide (a quarter of the burst) for allocator and test noise. */
+  enum { N = 4096 };
+  static weft_buf *bufs[N];
+  weft_pool *pool = new_pool_retain(0, MIB);
+  size_t before = rss_bytes();
+  for (size_t i = 0; i < N; i++) {
+    bufs[i] = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS);
+    ck_assert_ptr_nonnull(bufs[i]);
+    memset(bufs[i]->base, (int)i, bufs[i]->capacity);
+  }
+  size_t burst = (size_t)N * WEFT_POOL_MAX_CLASS;
+  size_t peak = rss_bytes();
+  ck_assert_msg(peak >= before + burst * 3 / 4,
+                "RSS %zu MiB before, %zu MiB at the peak", before >> 20,
+                peak >> 20);
+  for (size_t i = 0; i < N; i++)
+    weft_buf_release(bufs[i]);
+  size_t after = rss_bytes();
+  ck_assert_msg(after <= before + burst / 4,
+                "RSS %zu MiB before, %zu at the peak, %zu after the release",
+                before >> 20, peak >> 20, after >> 20);
+  ck_assert_uint_eq(stats_of(pool).slabs_released, burst / MIB - 1);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
+/* ------------------------------------------------------------------------ */
 /* Leak reports                                                              */
 
 START_TEST(pool_leak_reported_with_location) {
@@ -646,6 +1101,19 @@ Suite *weft_test_suite(void) {
                pool_remote_release_slice_and_wrap_on_owner,
                pool_remote_release_many_threads, pool_alloc_wrong_thread_null,
                NULL);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("release");
+  th_add_tests(
+      tc, pool_release_burst_keeps_budget,
+      pool_release_budget_not_a_slab_multiple,
+      pool_release_unregisters_before_unmap,
+      pool_slab_hook_fini_once_at_pool_free,
+      pool_release_budget_zero_every_empty_slab, pool_release_mixed_sizes,
+      pool_release_least_recently_emptied_first,
+      pool_release_order_is_last_emptying,
+      pool_release_keeps_slab_of_live_buffer, pool_release_remote_then_drain,
+      pool_release_rss_drops_after_burst, NULL);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("leaks");

@@ -16,7 +16,8 @@ for spec in "$@"; do
   out=$("$path" --help 2>&1); rc=$?
   [ $rc -eq 0 ] || bad "$prog --help exited $rc"
   grep -q "^usage: $prog " <<<"$out" || bad "$prog --help: no usage line"
-  grep -q '^busy_poll_us = 20$' <<<"$out" ||
+  grep -q '^busy_poll_us = 20$' <<<"$out" &&
+    grep -q '^pool_retain_bytes = 4194304$' <<<"$out" ||
     bad "$prog --help: the [loop] keys with their defaults are missing"
   [ "$(sed -n '/^Examples:/,$p' <<<"$out" | grep -c "^  $prog")" -ge 2 ] ||
     bad "$prog --help: fewer than two examples"

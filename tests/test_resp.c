@@ -110,6 +110,29 @@ START_TEST(resp_reply_encoders_write_resp2) {
 }
 END_TEST
 
+/* RESP3's types, as redis-server 7 writes them to a HELLO 3 client. */
+START_TEST(resp_reply_encoders_write_resp3) {
+  weft_pool *pool;
+  ck_assert_int_eq(weft_pool_new(&pool, NULL), 0);
+  weft_buf *b = weft_buf_alloc(pool, 256);
+  ck_assert_int_eq(weft_resp_write_map(b, 1), 0);
+  ck_assert_int_eq(weft_resp_write_bulk(b, "k", 1), 0);
+  ck_assert_int_eq(weft_resp_write_null3(b), 0);
+  ck_assert_int_eq(weft_resp_write_verbatim(b, "txt", "a\r\nb", 4), 0);
+  ck_assert_int_eq(weft_resp_write_verbatim(b, "text", "x", 1), WEFT_EINVAL);
+  const char want[] = "%1\r\n$1\r\nk\r\n_\r\n=8\r\ntxt:a\r\nb\r\n";
+  ck_assert_uint_eq(weft_buf_readable(b), sizeof want - 1);
+  ck_assert_mem_eq(weft_buf_rptr(b), want, sizeof want - 1);
+  ck_assert_uint_eq(weft_resp_verbatim_size(4), 14);
+  b->writer_index = b->capacity - 13;
+  ck_assert_int_eq(weft_resp_write_verbatim(b, "txt", "a\r\nb", 4),
+                   WEFT_ENOSPC);
+  ck_assert_uint_eq(b->writer_index, b->capacity - 13);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
 /* Each input must close the channel with its error and Redis' reason
  * text (the tail logs it), fed byte by byte, without allocating above a
  * limit. */
@@ -214,7 +237,7 @@ Suite *weft_test_suite(void) {
   tcase_add_checked_fixture(tc, setup, NULL);
   th_add_tests(tc, resp_commands_decode_at_any_split,
                resp_command_encoder_round_trips,
-               resp_reply_encoders_write_resp2,
+               resp_reply_encoders_write_resp2, resp_reply_encoders_write_resp3,
                resp_refuses_malformed_and_oversized_input,
                resp_error_text_replaces_control_bytes,
                resp_inline_longer_than_limit_closes_channel,

@@ -75,6 +75,16 @@ typedef struct weft_server_bootstrap {
                                  max_connections before it is closed
                                  (Redis: "-ERR max number of clients
                                  reached\r\n"); NULL = close at once */
+  weft_channel_init_cb reject_init; /* with a reject_message: builds the
+                                 front of a refused connection's pipeline
+                                 (called with child_init_arg, on its loop),
+                                 before the handler that writes the message
+                                 goes last. A TLS server adds its TLS
+                                 handler here (weft_tls_add_first), so the
+                                 message goes out encrypted once the
+                                 handshake completed. Closing the channel
+                                 there gives up on the message. NULL = the
+                                 message alone */
 } weft_server_bootstrap;
 
 /**

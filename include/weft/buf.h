@@ -8,10 +8,24 @@
  *      +-------------------+------------------+------------------+
  *      0      <=     reader_index   <=   writer_index    <=    capacity
  *
- * Memory comes from a weft_pool: slabs allocated once per size class (64 B to
- * 64 KiB), carved into equal blocks and kept on a free list. Requests above
- * the largest class are served by malloc ("unpooled"). Each loop owns one
- * pool (weft_loop_pool()); standalone pools serve tests and tools.
+ * Memory comes from a weft_pool: page-aligned slabs (mmap, 1 MiB by default)
+ * per size class (64 B to 64 KiB), carved into equal blocks; each slab keeps
+ * its own free list and counts its free blocks. Requests above the largest
+ * class are served by malloc ("unpooled") and freed at their last release.
+ * Each loop owns one pool (weft_loop_pool()); standalone pools serve tests
+ * and tools.
+ *
+ * Giving memory back: a slab none of whose blocks is in use is "retained"
+ * for reuse while the pool's retained bytes stay within its retention
+ * budget (weft_pool_options.retain_bytes, default 4 MiB). When a slab
+ * becomes entirely free and the retained bytes then exceed the budget, the
+ * pool releases empty slabs, least recently emptied first, until they fit:
+ * for each, every slab hook's `unreg` runs, then the memory is unmapped
+ * (never MADV_DONTNEED: a NIC may have pinned the pages). So after a burst
+ * (gigabytes of queued replies) the process's memory comes back down to the
+ * budget plus what is still in use. Nothing is released while any block of the
+ * slab is in use, and only on the owner thread (a remote release counts once
+ * the owner has drained it).
  *
  * Ownership: a buffer starts with one reference, held by whoever allocated it.
  * weft_buf_retain() adds one, weft_buf_release() drops one; at zero the memory
@@ -99,11 +113,28 @@ extern const weft_msg_type weft_buf_msg_type;
 /** weft_buf_mem_key() of memory no hook registered. */
 #define WEFT_MEM_KEY_NONE UINT64_MAX
 
+/**
+ * Default retention budget in bytes (weft_pool_options.retain_bytes): four
+ * default slabs. That keeps a loop's ordinary working set (e.g. 64 channels
+ * each at the 64 KiB write watermark) without mapping, faulting in and
+ * registering slabs with a NIC again each time traffic resumes, while a
+ * burst of gigabytes goes back to the system once it is released.
+ */
+#define WEFT_POOL_RETAIN_BYTES_DEFAULT ((size_t)4 << 20)
+
 /** Options for weft_pool_new(). Initialise with weft_pool_options_init(). */
 typedef struct weft_pool_options {
-  size_t slab_bytes; /* bytes per slab (default 1 MiB; at least one block
-                        of the largest class) */
-  int leak_detect;   /* 1 = on, 0 = off, -1 = default (see above) */
+  size_t slab_bytes;   /* bytes per slab (default 1 MiB; at least one block
+                          of the largest class) */
+  int leak_detect;     /* 1 = on, 0 = off, -1 = default (see above) */
+  size_t retain_bytes; /* retention budget, in bytes: slab memory with no
+                          block in use that the pool keeps for reuse; empty
+                          slabs beyond it are unregistered (slab hooks) and
+                          unmapped, least recently emptied first. Default
+                          WEFT_POOL_RETAIN_BYTES_DEFAULT (4 MiB); 0 releases
+                          every slab as soon as it is empty (each allocation
+                          after an idle moment then maps and registers a
+                          slab); SIZE_MAX never releases one. */
 } weft_pool_options;
 
 /** Fills `opts` with the defaults documented on each field. */
@@ -117,11 +148,12 @@ void weft_pool_options_init(weft_pool_options *opts);
 int weft_pool_new(weft_pool **out, const weft_pool_options *opts);
 
 /**
- * Frees a pool and all its slabs. Buffers still referenced are leaks: each
- * is logged at WARN with its last touch location (when leak detection is on)
- * and the count is returned (0 = clean). Their memory is freed all the same,
- * so a leaked buffer must not be used afterwards. Owner thread only; no
- * other thread may still hold a buffer from this pool.
+ * Frees a pool and all its slabs (each hook's `unreg` runs first). Buffers
+ * still referenced are leaks: each is logged at WARN with its last touch
+ * location (when leak detection is on) and the count is returned (0 = clean).
+ * Their memory is freed all the same, so a leaked buffer must not be used
+ * afterwards. Owner thread only; no other thread may still hold a buffer from
+ * this pool.
  */
 size_t weft_pool_free(weft_pool *pool);
 
@@ -143,11 +175,13 @@ void weft_pool_set_remote_notify(weft_pool *pool, void (*notify)(void *arg),
  * Registers memory with a device: `reg` is called for every slab the pool
  * has now and every slab it allocates later, and stores a key (an lkey, a
  * memory handle pointer) that weft_buf_mem_key(buf, hook) returns in O(1) for
- * any buffer in that slab. `unreg` is called for each slab when the pool is
- * freed. A failing `reg` (negative weft error) fails the allocation that
- * needed the slab, or this call. Returns the hook id (0 ..
- * WEFT_POOL_MAX_HOOKS-1), WEFT_ENOSPC when all hooks are taken, or the error
- * of `reg`. Owner thread only.
+ * any buffer in that slab. `unreg` (may be NULL) is called for each slab
+ * before its memory goes: when the pool releases an empty slab beyond its
+ * retention budget, and when the pool is freed. A failing `reg` (negative weft
+ * error) fails the allocation that needed the slab, or this call. Returns the
+ * hook id (0 .. WEFT_POOL_MAX_HOOKS-1), WEFT_ENOSPC when all hooks are taken,
+ * or the error of `reg`. `arg` must stay valid until the pool is freed
+ * (weft_pool_set_slab_hook_fini says when). Owner thread only.
  */
 typedef int (*weft_slab_reg_cb)(void *arg, void *base, size_t len,
                                 uint64_t *key_out);
@@ -156,15 +190,36 @@ typedef void (*weft_slab_unreg_cb)(void *arg, void *base, size_t len,
 int weft_pool_add_slab_hook(weft_pool *pool, weft_slab_reg_cb reg,
                             weft_slab_unreg_cb unreg, void *arg);
 
+/**
+ * Sets `fini(arg)` (arg as given to weft_pool_add_slab_hook) to run once
+ * when the pool is freed, after the hook's last `unreg`: from then on the
+ * pool no longer uses `arg`. A hook stays installed for the pool's whole
+ * life and may register a new slab whenever the pool maps one, even when
+ * none is registered at the moment (slabs come and go with the retention
+ * budget), so whatever `arg` needs (a device, a protection domain) must live
+ * until `fini`, not merely while slabs are registered. NULL clears it.
+ * Returns 0, or WEFT_EINVAL for a NULL pool or a hook id that was not
+ * returned by weft_pool_add_slab_hook. Owner thread only.
+ */
+typedef void (*weft_slab_hook_fini_cb)(void *arg);
+int weft_pool_set_slab_hook_fini(weft_pool *pool, int hook,
+                                 weft_slab_hook_fini_cb fini);
+
 /** Pool counters. Owner thread only. */
 typedef struct weft_pool_stats {
-  size_t slabs;        /* slabs allocated (kept until the pool is freed) */
-  size_t slab_bytes;   /* bytes in all slabs */
-  size_t live;         /* buffers (pooled, unpooled, slices) not yet freed */
-  size_t allocs;       /* weft_buf_alloc calls that succeeded */
-  size_t reused;       /* pooled allocations served from a free list */
-  size_t unpooled;     /* allocations above WEFT_POOL_MAX_CLASS (malloc) */
-  size_t remote_frees; /* buffers freed on another thread */
+  size_t slabs;          /* slabs the pool holds now (in use or retained) */
+  size_t slab_bytes;     /* bytes of block memory in those slabs */
+  size_t retained_bytes; /* bytes now in slabs with no block in use, kept
+                            for reuse; at most weft_pool_options.retain_bytes
+                            (a block freed remotely counts once drained) */
+  size_t slabs_released; /* slabs given back to the system (hooks' unreg,
+                            then unmapped) since the pool was created; the
+                            pool freeing its slabs at the end is not counted */
+  size_t live;           /* buffers (pooled, unpooled, slices) not yet freed */
+  size_t allocs;         /* weft_buf_alloc calls that succeeded */
+  size_t reused;         /* pooled allocations served from a free list */
+  size_t unpooled;       /* allocations above WEFT_POOL_MAX_CLASS (malloc) */
+  size_t remote_frees;   /* buffers freed on another thread */
 } weft_pool_stats;
 void weft_pool_stats_get(const weft_pool *pool, weft_pool_stats *out);
 

@@ -8,6 +8,7 @@
  *   busy_poll_us = 20      ; µs; 0 = always block, -1 = never block
  *   pin = true
  *   poll_budget = 64
+ *   pool_retain_bytes = 4194304 ; bytes of empty buffer slabs kept per loop
  *
  *   [transport]
  *   name = tcp             ; used by endpoints written without a scheme
@@ -64,7 +65,7 @@ extern "C" {
 typedef struct weft_config_key {
   const char *section; /* "kv" */
   const char *name;    /* "rpc_listen" */
-  const char *def;     /* the default as the file spells it: "0.0.0.0:7001" */
+  const char *def;     /* the default as the file spells it: "127.0.0.1:7001" */
   const char *values;  /* the valid values: "host:port or scheme://host:port" */
 } weft_config_key;
 

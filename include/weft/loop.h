@@ -42,6 +42,7 @@
 #define WEFT_LOOP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -69,6 +70,11 @@ typedef struct weft_loop_options {
   bool pin;         /* pin loop i to online CPU i mod n_cpus (default true) */
   int poll_budget;  /* max events one source handles per poll (default 64) */
   const char *name; /* thread name prefix, at most 10 chars (default "weft") */
+  size_t pool_retain_bytes; /* bytes of empty slab memory each loop's buffer
+                               pool keeps for reuse; the rest goes back to
+                               the system (weft_pool_options.retain_bytes:
+                               default 4 MiB; 0 = keep none, SIZE_MAX =
+                               keep all) */
 } weft_loop_options;
 
 /** Fills `opts` with the defaults documented on each field. */

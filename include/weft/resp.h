@@ -1,10 +1,12 @@
-/* weft/resp.h: the Redis serialization protocol (RESP version 2).
+/* weft/resp.h: the Redis serialization protocol (RESP version 2, and the
+ * RESP3 reply types a server sends a client that asked for them).
  *
  * Server side, as a Redis server speaks it: the decoder handler turns
  * client bytes into commands (weft_resp_cmd, a weft_msg type), and the
  * weft_resp_write_* functions append replies (simple strings, errors,
- * integers, bulk strings, arrays, nulls) to a weft_buf that the server
- * writes. Clients send a command as an array of bulk strings
+ * integers, bulk strings, arrays, nulls; RESP3's maps, nulls and verbatim
+ * strings) to a weft_buf that the server writes. Clients send a command as an
+ * array of bulk strings
  * ("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") or as an inline command ("GET k\r\n",
  * arguments split at spaces and tabs, no quoting); both decode to the same
  * weft_resp_cmd.
@@ -121,6 +123,20 @@ int weft_resp_write_bulk(weft_buf *b, const void *data, size_t len);
 int weft_resp_write_null(weft_buf *b);
 /** An array header "*n\r\n"; the n elements follow as further writes. */
 int weft_resp_write_array(weft_buf *b, size_t n);
+/** RESP3's null "_\r\n" (for a client that chose RESP3 with HELLO 3). */
+int weft_resp_write_null3(weft_buf *b);
+/** RESP3's map header "%n\r\n"; the n keys and n values follow, each key
+ *  before its value. */
+int weft_resp_write_map(weft_buf *b, size_t n);
+/**
+ * RESP3's verbatim string "=<4 + len>\r\n<fmt>:<data>\r\n", where `fmt`
+ * is three bytes naming the text's format ("txt", "mkd"). WEFT_EINVAL when
+ * `fmt` is not three bytes.
+ */
+int weft_resp_write_verbatim(weft_buf *b, const char *fmt, const void *data,
+                             size_t len);
+/** Bytes weft_resp_write_verbatim() writes for `len` data bytes. */
+size_t weft_resp_verbatim_size(size_t len);
 /** A client command: an array of `argc` bulk strings. */
 int weft_resp_write_command(weft_buf *b, size_t argc,
                             const weft_resp_arg *argv);

@@ -277,6 +277,34 @@ typedef struct weft_transport_ops {
   /** Text addresses of the peer and of the local end. */
   int (*remote_address)(const weft_channel *ch, char *buf, size_t len);
   int (*local_address)(const weft_channel *ch, char *buf, size_t len);
+
+  /*
+   * Kernel TLS (Linux kTLS), for socket transports; the TLS handler
+   * (weft/tls.h) calls these once its handshake completed, and falls back
+   * to user-space records where they are NULL or fail.
+   */
+
+  /**
+   * Optional: from now on the kernel encrypts what this channel sends
+   * into TLS records: installs the "tls" upper layer protocol on the
+   * socket (setsockopt TCP_ULP) if not yet done, then sets TLS_TX with
+   * `crypto_info` (a struct tls12_crypto_info_* of <linux/tls.h>, `len`
+   * bytes: version, cipher, key, IV, salt, record sequence). Only with
+   * nothing flushed and unsent (every earlier byte is in the kernel):
+   * WEFT_EBUSY otherwise. Returns 0, WEFT_ENOTCONN, WEFT_ENOENT (the kernel
+   * has no tls module), or setsockopt's error; on an error the socket
+   * sends as before.
+   */
+  int (*ktls_tx)(weft_channel *ch, const void *crypto_info, size_t len);
+  /**
+   * Optional, after ktls_tx: sends one record of content type `type` (21
+   * alert, 22 handshake) holding `len` bytes of `data`, at once (a
+   * TLS_SET_RECORD_TYPE control message): for close_notify. Only with
+   * nothing flushed and unsent (WEFT_EBUSY). Returns 0, WEFT_EAGAIN (the
+   * socket is full: not sent), or the error.
+   */
+  int (*ktls_send_record)(weft_channel *ch, uint8_t type, const void *data,
+                          size_t len);
 } weft_transport_ops;
 
 /**

@@ -29,6 +29,7 @@
 #include <weft/source.h>
 #include <weft/stats.h>
 #include <weft/timer.h>
+#include <weft/tls.h>
 #include <weft/varint.h>
 #include <weft/version.h>
 

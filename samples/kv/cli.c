@@ -1,12 +1,17 @@
 /* weft-kv: the KV service's command-line client (binary RPC protocol).
  *
  *   weft-kv [-c FILE] [-o section.key=value]... [--connect URI] [--raw]
- *           [--timeout MS] CMD ARGS...
+ *           [--timeout MS] [--user USER] [-a PASSWORD]
+ *           [--tls [--cacert FILE] [--cert FILE --key FILE] [--sni NAME]]
+ *           CMD ARGS...
  *
  * The address comes from --connect, else [client] connect of the config
  * (file, then WEFT_CLIENT_CONNECT, then -o client.connect=...), default
  * 127.0.0.1:7001 (the server's rpc_listen); an address without a scheme
- * takes [transport] name. Replies print as redis-cli prints them. Exit
+ * takes [transport] name. With a password (client_auth.h: -a, [kv]
+ * password, WEFT_KV_PASSWORD, REDISCLI_AUTH) the client sends AUTH before
+ * the command. With --tls (client_tls.h) it speaks TLS to the server's
+ * [kv] tls_rpc_listen. Replies print as redis-cli prints them. Exit
  * status: 0, 1 for an error reply or a failed call or connect, 2 for bad
  * usage.
  */
@@ -23,17 +28,35 @@
 #include <weft/loop.h>
 
 #include "client.h"
+#include "client_auth.h"
+#include "client_tls.h"
 #include "kv_config.h"
 
 #define KV_DEFAULT_CONNECT "127.0.0.1:7001"
 
 static const char *prog = "weft-kv";
 
-/* Sections other programs of the KV service read from the same file. */
+typedef struct cli_opts {
+  const char *connect;
+  int raw; /* -1 = by terminal */
+  long timeout_ms;
+  kv_client_auth auth;
+  kv_client_tls tls;
+} cli_opts;
+
+/* [kv]: TLS (client_tls.h) and the credentials (client_auth.h); the
+ * server's keys and [kvbench] are accepted and ignored, as the file may
+ * be shared. */
 static int other_sections(void *arg, const char *section, const char *key,
                           const char *value, char *err, size_t err_len) {
-  (void)arg, (void)key, (void)value, (void)err, (void)err_len;
-  if (strcmp(section, "kv") == 0 || strcmp(section, "kvbench") == 0)
+  cli_opts *o = arg;
+  if (strcmp(section, "kv") == 0) {
+    int rc = kv_client_tls_key(&o->tls, key, value, err, err_len);
+    return rc != WEFT_ENOENT
+               ? rc
+               : kv_client_auth_key(&o->auth, key, value, err, err_len);
+  }
+  if (strcmp(section, "kvbench") == 0)
     return 0;
   return WEFT_ENOENT;
 }
@@ -131,10 +154,15 @@ static weft_cli cli = {
     .synopsis = "[options] COMMAND [ARG ...]",
     .about =
         "The KV service's command-line client (weft RPC): sends one command "
-        "and prints\nthe reply as redis-cli does. Commands: get set del "
-        "exists incr incrby decr\nmget mset scan dbsize flushall ping info. "
-        "Exit status 0, 1 for an error reply\nor a failed call, 2 for bad "
-        "usage.",
+        "and prints\nthe reply as redis-cli does. Commands: those of the "
+        "server but HELLO and QUIT\n(get set del exists incr decrby ttl "
+        "expire keys scan info client ...).\nExit status 0, 1 for an error "
+        "reply or a failed call, 2 for bad usage.\nThe password: -a, else "
+        "[kv] password (or WEFT_KV_PASSWORD), else REDISCLI_AUTH;\n"
+        "the user: --user, else [kv] client_user. --tls (or [kv] "
+        "client_tls = yes):\nTLS to the server's [kv] tls_rpc_listen, the "
+        "server's certificate checked\nagainst --cacert ([kv] "
+        "tls_ca_cert_file) and the connect host (or --sni).",
     .flags = "  --connect URI           server address (default [client] "
              "connect, 127.0.0.1:7001)\n"
              "  --raw                   print strings as they are (default "
@@ -142,17 +170,20 @@ static weft_cli cli = {
              "  --no-raw                quote strings (default on a "
              "terminal)\n"
              "  --timeout MS            give up after MS milliseconds "
-             "(default 10000; 0 = never)\n",
+             "(default 10000; 0 = never)\n"
+             "  -a, --pass PASSWORD     AUTH with it before the command "
+             "(visible to ps: prefer\n"
+             "                          WEFT_KV_PASSWORD or [kv] password)\n"
+             "  --user USER             AUTH as this user (default: the "
+             "default user)\n"
+             "  --no-auth-warning       no warning for a password on the "
+             "command line\n" KV_CLIENT_TLS_FLAGS_HELP,
     .examples = "weft-kv set greeting hello\n"
-                "weft-kv --connect uring://127.0.0.1:7001 get greeting",
+                "weft-kv --connect uring://127.0.0.1:7001 get greeting\n"
+                "weft-kv --tls --cacert ca.pem --connect 127.0.0.1:7002 get "
+                "greeting",
     .sections = sections,
     .app = other_sections};
-
-typedef struct cli_opts {
-  const char *connect;
-  int raw; /* -1 = by terminal */
-  long timeout_ms;
-} cli_opts;
 
 /* Returns the index of the command in argv, 0 when --help was answered,
  * or -1 after printing the error. */
@@ -162,19 +193,26 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       {"raw", no_argument, NULL, 'r'},
       {"no-raw", no_argument, NULL, 'R'},
       {"timeout", required_argument, NULL, 't'},
+      KV_CLIENT_AUTH_LONGOPTS,
+      KV_CLIENT_TLS_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   *o = (cli_opts){.raw = -1, .timeout_ms = 10000};
   weft_config_init(cfg);
   cfg->app_keys = kv_config_keys;
+  cli.app_arg = o;
   snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
   opterr = 0;
   int opt;
   /* '+': stop at the command, so "weft-kv incrby k -1" keeps its -1. */
-  while ((opt = getopt_long(argc, argv, "+:" WEFT_CLI_OPTS, longs, NULL)) !=
-         -1) {
+  while ((opt = getopt_long(argc, argv, "+:" WEFT_CLI_OPTS "a:", longs,
+                            NULL)) != -1) {
     char *end;
     int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_auth_option(&o->auth, &cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_tls_option(&o->tls, &cli, opt, optarg);
     if (rc < 0)
       return -1;
     if (rc > 0)
@@ -202,6 +240,7 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       return -1;
     }
   }
+  kv_client_auth_warn(&o->auth);
   if (weft_cli_configure(&cli, cfg) < 0)
     return -1;
   if (o->connect != NULL)
@@ -216,15 +255,34 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
 /* ---- main ---- */
 
 static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
-               int cmd, int argc, char **argv, const cli_opts *o) {
+               int cmd, int argc, char **argv, cli_opts *o) {
   kv_client_options co;
   kv_client_options_init(&co);
   co.channel = cfg->channel;
+  kv_client_auth_apply(&o->auth, &co);
+  char err[600];
+  if (kv_client_tls_apply(&o->tls, uri, &co, err, sizeof err) < 0) {
+    kv_client_auth_clear(&o->auth);
+    fprintf(stderr, "%s: %s\n", prog, err);
+    return 1;
+  }
   kv_client *c;
   int rc = kv_sync_connect(&c, group, uri, &co);
+  kv_client_auth_clear(&o->auth);
+  kv_client_tls_release(&o->tls);
+  if (rc == WEFT_EACCES) {
+    fprintf(stderr,
+            "%s: %s refused the connection: AUTH failed or protected "
+            "mode (the log line above has the server's answer)\n",
+            prog, uri);
+    return 1;
+  }
   if (rc < 0) {
-    fprintf(stderr, "%s: cannot connect to %s: %s\n", prog, uri,
-            weft_strerror(rc));
+    fprintf(stderr, "%s: cannot connect to %s: %s%s\n", prog, uri,
+            weft_strerror(rc),
+            co.tls != NULL && rc != WEFT_ECONNREFUSED
+                ? " (TLS: a line above may say why)"
+                : "");
     return 1;
   }
   kv_arg *args = calloc((size_t)argc + 1, sizeof *args);
@@ -260,8 +318,12 @@ int main(int argc, char **argv) {
   if (first <= 0)
     return first == 0 ? 0 : 2;
   int cmd = kv_cmd_from_name(argv[first], strlen(argv[first]));
-  if (cmd == 0) {
-    weft_cli_usage_error(&cli, "unknown command '%s'", argv[first]);
+  if (cmd == 0 || !kv_cmd_rpc(cmd)) {
+    weft_cli_usage_error(&cli,
+                         cmd == 0 ? "unknown command '%s'"
+                                  : "%s is about RESP connections: not a "
+                                    "command of weft RPC",
+                         argv[first]);
     return 2;
   }
   char uri[WEFT_CONFIG_URI_MAX + 32];

@@ -75,6 +75,12 @@ struct kv_client {
   void *closed_arg;
   call *free_calls;
   size_t n_free_calls;
+  char *auth_user, *auth_pass; /* copies of the options', or NULL */
+  weft_tls_context *tls;       /* a reference, or NULL: plaintext */
+  char *tls_name;              /* a copy of tls_server_name, or NULL */
+  bool tcp_up;                 /* the connect succeeded */
+  bool tls_up;                 /* the TLS handshake completed */
+  bool reported;               /* the connect callback ran */
 };
 
 /* ---- small helpers ---- */
@@ -96,6 +102,14 @@ static call *fifo_take_all(call_fifo *f) {
 
 static bool on_loop_thread(void) { return weft_loop_current() != NULL; }
 
+/* Frees a copy of a password, overwritten first. NULL is ignored. */
+static void secret_free(char *p) {
+  if (p != NULL) {
+    explicit_bzero(p, strlen(p));
+    free(p);
+  }
+}
+
 static void client_ref(kv_client *c) {
   atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 }
@@ -109,6 +123,10 @@ static void client_unref(kv_client *c) {
     free(k);
   }
   pthread_mutex_destroy(&c->lock);
+  secret_free(c->auth_pass);
+  free(c->auth_user);
+  weft_tls_context_release(c->tls);
+  free(c->tls_name);
   free(c);
 }
 
@@ -267,8 +285,11 @@ static void kv_inactive(weft_ctx *ctx) {
   weft_ctx_fire_channel_inactive(ctx);
 }
 
+static void kv_user_event(weft_ctx *ctx, void *event);
+
 static const weft_handler kv_handler = {.name = "kv_client",
                                         .channel_inactive = kv_inactive,
+                                        .user_event = kv_user_event,
                                         .handler_removed = kv_handler_removed};
 
 static void init_channel(weft_channel *ch, void *arg) {
@@ -282,7 +303,9 @@ static void init_channel(weft_channel *ch, void *arg) {
   weft_rpc_codec_options_init(&co);
   co.max_payload = c->o.max_reply_bytes;
   weft_rpc_client_options ro = {.default_timeout_ns = c->o.default_timeout_ns};
-  int rc = weft_flush_consolidation_add_last(p, "flush", &fo);
+  int rc = c->tls != NULL ? weft_tls_add_first(p, c->tls, c->tls_name) : 0;
+  if (rc == 0)
+    rc = weft_flush_consolidation_add_last(p, "flush", &fo);
   if (rc == 0)
     rc = weft_rpc_codec_add_last(p, "rpc", &co);
   if (rc == 0)
@@ -305,6 +328,120 @@ static void init_channel(weft_channel *ch, void *arg) {
   }
 }
 
+/* Runs the connect callback with `status`, once. */
+static void report_connect(kv_client *c, int status) {
+  if (c->reported)
+    return;
+  c->reported = true;
+  if (c->connect_cb != NULL)
+    c->connect_cb(c->connect_arg, c, status);
+}
+
+/* The connection is usable: waiting calls go out, the connect callback
+ * hears 0. */
+static void activate(kv_client *c) {
+  c->state = CLIENT_ACTIVE;
+  for (call *k = fifo_take_all(&c->waiting), *next; k != NULL; k = next) {
+    next = k->next;
+    send_call(c, k);
+  }
+  report_connect(c, 0);
+}
+
+/* The connection failed before it was usable (connect or AUTH): waiting
+ * calls and the connect callback hear `err`; the channel, if any, closes. */
+static void connect_failed(kv_client *c, int err) {
+  go_down(c, err);
+  report_connect(c, err);
+  if (c->ch != NULL)
+    close_channel(c->ch);
+}
+
+/* The answer to the AUTH sent on connect (auth_start). Redis' error for a
+ * server without passwords lets the connection go on, as redis-cli does;
+ * any other error reply fails the connect with WEFT_EACCES. */
+static void on_auth_reply(void *arg, int err, weft_rpc_msg *m) {
+  kv_client *c = arg;
+  kv_reply r = {.tag = KV_TAG_NULL};
+  if (err == 0 && m != NULL && kv_reply_parse(m->payload, &r, 1) < 0)
+    err = WEFT_EPROTO;
+  if (c->state != CLIENT_CONNECTING) {
+    /* closed meanwhile: the calls have failed already */
+  } else if (err < 0 || m == NULL) {
+    connect_failed(c, err < 0 ? err : WEFT_EPROTO);
+  } else if (r.tag == KV_TAG_ERROR &&
+             !(r.len >= 26 &&
+               memcmp(r.str, "ERR AUTH <password> called", 26) == 0)) {
+    weft_log(WEFT_LOG_WARN, "kv client: AUTH refused: %.*s", (int)r.len,
+             (const char *)r.str);
+    connect_failed(c, WEFT_EACCES);
+  } else {
+    if (r.tag == KV_TAG_ERROR)
+      weft_log(WEFT_LOG_WARN, "kv client: the server has no password set: "
+                              "AUTH not needed");
+    activate(c);
+  }
+  weft_rpc_msg_release(m);
+  client_unref(c); /* auth_start's reference */
+}
+
+/* Sends AUTH [user] password ahead of every call. Returns 0, or the error
+ * that fails the connect. */
+static int auth_start(kv_client *c) {
+  kv_arg argv[2];
+  size_t argc = 0;
+  if (c->auth_user != NULL)
+    argv[argc++] = (kv_arg){c->auth_user, strlen(c->auth_user)};
+  argv[argc++] = (kv_arg){c->auth_pass, strlen(c->auth_pass)};
+  weft_buf *payload;
+  int rc = encode(c, argc, argv, &payload);
+  if (rc < 0)
+    return rc;
+  client_ref(c); /* until on_auth_reply */
+  int64_t id = weft_rpc_client_call(c->rpc, KV_CMD_AUTH, payload,
+                                    c->o.default_timeout_ns, on_auth_reply, c);
+  if (id < 0) {
+    client_unref(c);
+    return (int)id;
+  }
+  return 0;
+}
+
+/* The connection is up (and secure, with TLS): AUTH first when there is
+ * a password, else the calls go. */
+static void connection_ready(kv_client *c) {
+  if (c->auth_pass != NULL && c->rpc != NULL) {
+    int rc = auth_start(c); /* calls wait in `waiting` until it answers */
+    if (rc < 0)
+      connect_failed(c, rc);
+  } else {
+    activate(c);
+  }
+}
+
+/* TLS: the handshake's outcome completes the connect. A failure's reason
+ * is logged here: the close that follows removes the handlers before the
+ * exception would reach the tail. */
+static void kv_user_event(weft_ctx *ctx, void *event) {
+  kv_client *c = weft_ctx_state(ctx);
+  if (weft_msg_is(event, &weft_tls_event_type) &&
+      c->state == CLIENT_CONNECTING && !c->user_closed) {
+    const weft_tls_event *ev = event;
+    client_ref(c); /* closing the channel below may drop the others */
+    if (ev->kind == WEFT_TLS_HANDSHAKE_DONE) {
+      c->tls_up = true;
+      if (c->tcp_up)
+        connection_ready(c);
+    } else if (ev->kind == WEFT_TLS_HANDSHAKE_FAILED) {
+      weft_log(WEFT_LOG_WARN, "kv client: %s",
+               ev->reason != NULL ? ev->reason : "TLS handshake failed");
+      connect_failed(c, ev->status < 0 ? ev->status : WEFT_EPROTO);
+    }
+    client_unref(c);
+  }
+  weft_ctx_fire_user_event(ctx, event);
+}
+
 static void on_connect(weft_channel *ch, int status, void *arg) {
   kv_client *c = arg;
   client_ref(c); /* closing the channel below may drop the others */
@@ -313,16 +450,14 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
     close_channel(ch);
   } else if (status < 0) {
     go_down(c, status);
-    if (c->connect_cb != NULL)
-      c->connect_cb(c->connect_arg, c, status);
+    report_connect(c, status);
+  } else if (c->state == CLIENT_CONNECTING) {
+    c->tcp_up = true;
+    /* With TLS, the handshake's event goes on (kv_user_event). */
+    if (c->tls == NULL || c->tls_up)
+      connection_ready(c);
   } else {
-    c->state = CLIENT_ACTIVE;
-    for (call *k = fifo_take_all(&c->waiting), *next; k != NULL; k = next) {
-      next = k->next;
-      send_call(c, k);
-    }
-    if (c->connect_cb != NULL)
-      c->connect_cb(c->connect_arg, c, status);
+    report_connect(c, c->down_err); /* it closed on the way up */
   }
   if (ch == NULL || c->ch == NULL) {
     /* No pipeline of ours exists, so no handler_removed will come. */
@@ -342,6 +477,10 @@ void kv_client_options_init(kv_client_options *o) {
   o->default_timeout_ns = 0;
   o->max_reply_bytes = WEFT_RPC_MAX_PAYLOAD_DEFAULT + 64 * 1024;
   o->explicit_flush_after = 256;
+  o->user = NULL;
+  o->password = NULL;
+  o->tls = NULL;
+  o->tls_server_name = NULL;
 }
 
 int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
@@ -356,6 +495,25 @@ int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
     c->o = *opts;
   else
     kv_client_options_init(&c->o);
+  if (c->o.password != NULL &&
+      ((c->auth_pass = strdup(c->o.password)) == NULL ||
+       (c->o.user != NULL && (c->auth_user = strdup(c->o.user)) == NULL))) {
+    secret_free(c->auth_pass);
+    free(c);
+    return WEFT_ENOMEM;
+  }
+  if (c->o.tls_server_name != NULL &&
+      (c->tls_name = strdup(c->o.tls_server_name)) == NULL) {
+    secret_free(c->auth_pass);
+    free(c->auth_user);
+    free(c);
+    return WEFT_ENOMEM;
+  }
+  c->o.user = c->o.password = NULL; /* the copies above are the client's */
+  c->o.tls_server_name = NULL;
+  if (c->o.tls != NULL)
+    c->tls = weft_tls_context_retain(c->o.tls);
+  c->o.tls = NULL;
   c->loop = loop != NULL ? loop : weft_loop_group_next(group);
   c->connect_cb = cb;
   c->connect_arg = arg;
@@ -374,6 +532,10 @@ int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
   int rc = weft_bootstrap_connect(&b);
   if (rc < 0) {
     pthread_mutex_destroy(&c->lock);
+    secret_free(c->auth_pass);
+    free(c->auth_user);
+    weft_tls_context_release(c->tls);
+    free(c->tls_name);
     free(c);
     return rc;
   }
@@ -701,6 +863,11 @@ static bool reply_says(const kv_reply *r, const char *text) {
 int kv_reply_error_code(const kv_reply *r) {
   if (!kv_reply_is_error(r))
     return 0;
+  static const char *const denied[] = {"NOAUTH ", "WRONGPASS ", "DENIED "};
+  for (size_t i = 0; i < sizeof denied / sizeof denied[0]; i++)
+    if (r->len >= strlen(denied[i]) &&
+        memcmp(r->str, denied[i], strlen(denied[i])) == 0)
+      return WEFT_EACCES;
   static const int codes[] = {WEFT_EINVAL, WEFT_ERANGE, WEFT_EMSGSIZE};
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
     if (reply_says(r, kv_error_message(codes[i])))

@@ -15,10 +15,11 @@
  *   ...
  *   kv_client_close(c, on_closed, app);
  *
- * The pipeline of the client's channel is, from the head:
- * flush_consolidation ("flush"), the RPC codec ("rpc"), the RPC client
- * ("rpc_client") and this client's own handler ("kv_client"), which learns
- * of the channel closing.
+ * The pipeline of the client's channel is, from the head: the TLS handler
+ * ("tls", with kv_client_options.tls), flush_consolidation ("flush"), the
+ * RPC codec ("rpc"), the RPC client ("rpc_client") and this client's own
+ * handler ("kv_client"), which learns of the channel closing and of the
+ * TLS handshake's outcome.
  *
  * Threads: every function may be called from any thread (kv_sync_* from
  * any thread but a loop thread). Callbacks run on the client's loop thread.
@@ -44,6 +45,7 @@
 
 #include <weft/bootstrap.h>
 #include <weft/loop.h>
+#include <weft/tls.h>
 
 #include "proto.h"
 
@@ -86,8 +88,13 @@ typedef void (*kv_reply_cb)(void *arg, int err, const kv_reply *reply);
 
 /**
  * The outcome of kv_client_connect, on the client's loop thread: 0 when
- * connected, or the connect error (WEFT_ECONNREFUSED, WEFT_ETIMEDOUT, ...).
- * Either way the client stays the caller's to close with kv_client_close.
+ * connected (with TLS: once the handshake completed; with a password:
+ * authenticated), or the connect error (WEFT_ECONNREFUSED, WEFT_ETIMEDOUT,
+ * ...), the TLS handshake's (WEFT_EPROTO, WEFT_ETIMEDOUT, WEFT_ECONNRESET;
+ * its reason is logged by the pipeline's tail), or WEFT_EACCES when the
+ * server refused the AUTH (WRONGPASS) or the client (protected mode's
+ * DENIED); the server's text is logged at WARN. Either way the client
+ * stays the caller's to close with kv_client_close.
  */
 typedef void (*kv_connect_cb)(void *arg, kv_client *c, int status);
 
@@ -103,6 +110,17 @@ typedef struct kv_client_options {
                                   WEFT_RPC_MAX_PAYLOAD_DEFAULT + 64 KiB */
   int explicit_flush_after;    /* flush consolidation: held flushes before
                                   one goes through (default 256) */
+  const char *user;            /* AUTH as this user on connect; NULL = the
+                                  default user (default NULL) */
+  const char *password;        /* AUTH with this password on connect, before any
+                                  call goes out; NULL = no AUTH (default). Both
+                                  are copied by kv_client_connect. */
+  weft_tls_context *tls;       /* a client context: speak TLS (the server's
+                                  tls_rpc_listen); NULL = plaintext (default).
+                                  The client takes a reference of its own. */
+  const char *tls_server_name; /* the name sent as SNI and checked in the
+                                  server's certificate; NULL = the context's
+                                  (default). Copied. */
 } kv_client_options;
 
 /** Fills `o` with the defaults documented on each field. */
@@ -184,16 +202,18 @@ int kv_reply_count(const weft_buf *payload);
  * Maps an error reply's text back to the store's error code (store.h,
  * kv_error_message): WEFT_EINVAL ("value is not an integer or out of
  * range", "syntax error"), WEFT_ERANGE ("... would overflow"),
- * WEFT_EMSGSIZE ("string exceeds maximum allowed size"), else WEFT_EPROTO.
+ * WEFT_EMSGSIZE ("string exceeds maximum allowed size"), WEFT_EACCES
+ * ("NOAUTH ...", "WRONGPASS ...", "DENIED ..."), else WEFT_EPROTO.
  */
 int kv_reply_error_code(const kv_reply *r);
 
 /* ---- blocking wrappers: not on a loop thread (WEFT_EINVAL there) ---- */
 
 /**
- * kv_client_connect and a wait for the outcome. Returns 0 with a connected
- * client in `*out`, or the connect error (the client is then closed and
- * freed). WEFT_EINVAL on a loop thread.
+ * kv_client_connect and a wait for the outcome (with the options' AUTH).
+ * Returns 0 with a connected client in `*out`, or the connect error (the
+ * client is then closed and freed; WEFT_EACCES for a refused AUTH).
+ * WEFT_EINVAL on a loop thread.
  */
 int kv_sync_connect(kv_client **out, weft_loop_group *group, const char *uri,
                     const kv_client_options *opts);

@@ -1,43 +1,197 @@
-/* The KV commands (command.h): argument checks in Redis' words, then the
- * store. One function per command, chosen from a table by command id. */
-#include "command.h"
+/* The KV command table and its gate (command.h): what each command is
+ * (arity, flags, key positions, documentation, function) and the checks
+ * every call passes in Redis 7's order, plus the reply and parsing helpers
+ * the command files share (command_internal.h). */
+#include "command_internal.h"
 
 #include <errno.h>
-#include <inttypes.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
+#include <weft/clock.h>
 #include <weft/error.h>
 
-typedef struct call {
-  const kv_exec_env *env;
-  const char *name; /* lower case, for error messages */
-  size_t argc;
-  const kv_arg *argv;
-  const kv_reply_ops *ops;
-  void *w;
-} call;
+#define W KV_CF_WRITE
+#define R KV_CF_READONLY
+#define F KV_CF_FAST
+#define ALL KV_CF_ALLKEYS
+#define NOAUTH KV_CF_NOAUTH
+#define NOQ KV_CF_NOQUEUE
 
-static void reply_error(const call *c, const char *fmt, const char *arg) {
-  char msg[160];
+/* Arity, flags and key positions as Redis 7's COMMAND reports them. */
+static const kv_command table[KV_CMD_COUNT_] = {
+    [KV_CMD_PING] = {KV_CMD_PING, -1, F, 0, 0, 0, "connection", "1.0.0",
+                     "Returns the server's liveliness response.", kv_cmd_ping},
+    [KV_CMD_GET] = {KV_CMD_GET, 2, R | F, 1, 1, 1, "string", "1.0.0",
+                    "Returns the string value of a key.", kv_cmd_get},
+    [KV_CMD_SET] = {KV_CMD_SET, -3, W, 1, 1, 1, "string", "1.0.0",
+                    "Sets the string value of a key, ignoring its type. The "
+                    "key is created if it doesn't exist.",
+                    kv_cmd_set},
+    [KV_CMD_DEL] = {KV_CMD_DEL, -2, W, 1, -1, 1, "generic", "1.0.0",
+                    "Deletes one or more keys.", kv_cmd_del},
+    [KV_CMD_EXISTS] = {KV_CMD_EXISTS, -2, R | F, 1, -1, 1, "generic", "1.0.0",
+                       "Determines whether one or more keys exist.",
+                       kv_cmd_exists},
+    [KV_CMD_INCR] = {KV_CMD_INCR, 2, W | F, 1, 1, 1, "string", "1.0.0",
+                     "Increments the integer value of a key by one. Uses 0 "
+                     "as initial value if the key doesn't exist.",
+                     kv_cmd_incr},
+    [KV_CMD_INCRBY] = {KV_CMD_INCRBY, 3, W | F, 1, 1, 1, "string", "1.0.0",
+                       "Increments the integer value of a key by a number. "
+                       "Uses 0 as initial value if the key doesn't exist.",
+                       kv_cmd_incrby},
+    [KV_CMD_DECR] = {KV_CMD_DECR, 2, W | F, 1, 1, 1, "string", "1.0.0",
+                     "Decrements the integer value of a key by one. Uses 0 "
+                     "as initial value if the key doesn't exist.",
+                     kv_cmd_decr},
+    [KV_CMD_MGET] = {KV_CMD_MGET, -2, R | F, 1, -1, 1, "string", "1.0.0",
+                     "Atomically returns the string values of one or more "
+                     "keys.",
+                     kv_cmd_mget},
+    [KV_CMD_MSET] = {KV_CMD_MSET, -3, W, 1, -1, 2, "string", "1.0.1",
+                     "Atomically creates or modifies the string values of "
+                     "one or more keys.",
+                     kv_cmd_mset},
+    [KV_CMD_SCAN] = {KV_CMD_SCAN, -2, R | ALL, 0, 0, 0, "generic", "2.8.0",
+                     "Iterates over the key names in the database.",
+                     kv_cmd_scan},
+    [KV_CMD_DBSIZE] = {KV_CMD_DBSIZE, 1, R | F | ALL, 0, 0, 0, "server",
+                       "1.0.0", "Returns the number of keys in the database.",
+                       kv_cmd_dbsize},
+    [KV_CMD_FLUSHALL] = {KV_CMD_FLUSHALL, -1, W | ALL, 0, 0, 0, "server",
+                         "1.0.0", "Removes all keys from all databases.",
+                         kv_cmd_flushall},
+    [KV_CMD_INFO] = {KV_CMD_INFO, -1, 0, 0, 0, 0, "server", "1.0.0",
+                     "Returns information and statistics about the server.",
+                     kv_cmd_info},
+    [KV_CMD_DECRBY] = {KV_CMD_DECRBY, 3, W | F, 1, 1, 1, "string", "1.0.0",
+                       "Decrements a number from the integer value of a key. "
+                       "Uses 0 as initial value if the key doesn't exist.",
+                       kv_cmd_decrby},
+    [KV_CMD_TTL] = {KV_CMD_TTL, 2, R | F, 1, 1, 1, "generic", "1.0.0",
+                    "Returns the expiration time in seconds of a key.",
+                    kv_cmd_ttl},
+    [KV_CMD_PTTL] = {KV_CMD_PTTL, 2, R | F, 1, 1, 1, "generic", "2.6.0",
+                     "Returns the expiration time in milliseconds of a key.",
+                     kv_cmd_pttl},
+    [KV_CMD_EXPIRE] = {KV_CMD_EXPIRE, -3, W | F, 1, 1, 1, "generic", "1.0.0",
+                       "Sets the expiration time of a key in seconds.",
+                       kv_cmd_expire},
+    [KV_CMD_PEXPIRE] = {KV_CMD_PEXPIRE, -3, W | F, 1, 1, 1, "generic", "2.6.0",
+                        "Sets the expiration time of a key in milliseconds.",
+                        kv_cmd_pexpire},
+    [KV_CMD_PERSIST] = {KV_CMD_PERSIST, 2, W | F, 1, 1, 1, "generic", "2.2.0",
+                        "Removes the expiration time of a key.",
+                        kv_cmd_persist},
+    [KV_CMD_TYPE] = {KV_CMD_TYPE, 2, R | F, 1, 1, 1, "generic", "1.0.0",
+                     "Determines the type of value stored at a key.",
+                     kv_cmd_type},
+    [KV_CMD_KEYS] = {KV_CMD_KEYS, 2, R | ALL, 0, 0, 0, "generic", "1.0.0",
+                     "Returns all key names that match a pattern.",
+                     kv_cmd_keys},
+    [KV_CMD_APPEND] = {KV_CMD_APPEND, 3, W | F, 1, 1, 1, "string", "2.0.0",
+                       "Appends a string to the value of a key. Creates the "
+                       "key if it doesn't exist.",
+                       kv_cmd_append},
+    [KV_CMD_STRLEN] = {KV_CMD_STRLEN, 2, R | F, 1, 1, 1, "string", "2.2.0",
+                       "Returns the length of a string value.", kv_cmd_strlen},
+    [KV_CMD_GETDEL] = {KV_CMD_GETDEL, 2, W | F, 1, 1, 1, "string", "6.2.0",
+                       "Returns the string value of a key after deleting the "
+                       "key.",
+                       kv_cmd_getdel},
+    [KV_CMD_GETEX] = {KV_CMD_GETEX, -2, W | F, 1, 1, 1, "string", "6.2.0",
+                      "Returns the string value of a key after setting its "
+                      "expiration time.",
+                      kv_cmd_getex},
+    [KV_CMD_SETNX] = {KV_CMD_SETNX, 3, W | F, 1, 1, 1, "string", "1.0.0",
+                      "Set the string value of a key only when the key "
+                      "doesn't exist.",
+                      kv_cmd_setnx},
+    [KV_CMD_GETSET] = {KV_CMD_GETSET, 3, W | F, 1, 1, 1, "string", "1.0.0",
+                       "Returns the previous string value of a key after "
+                       "setting it to a new value.",
+                       kv_cmd_getset},
+    [KV_CMD_INCRBYFLOAT] = {KV_CMD_INCRBYFLOAT, 3, W | F, 1, 1, 1, "string",
+                            "2.6.0",
+                            "Increment the floating point value of a key by "
+                            "a number. Uses 0 as initial value if the key "
+                            "doesn't exist.",
+                            kv_cmd_incrbyfloat},
+    [KV_CMD_RENAME] = {KV_CMD_RENAME, 3, W, 1, 2, 1, "generic", "1.0.0",
+                       "Renames a key and overwrites the destination.",
+                       kv_cmd_rename},
+    [KV_CMD_MULTI] = {KV_CMD_MULTI, 1, F | NOQ, 0, 0, 0, "transactions",
+                      "1.2.0", "Starts a transaction.", kv_cmd_multi},
+    [KV_CMD_EXEC] = {KV_CMD_EXEC, 1, NOQ, 0, 0, 0, "transactions", "1.2.0",
+                     "Executes all commands in a transaction.", kv_cmd_exec},
+    [KV_CMD_DISCARD] = {KV_CMD_DISCARD, 1, F | NOQ, 0, 0, 0, "transactions",
+                        "2.0.0", "Discards a transaction.", kv_cmd_discard},
+    [KV_CMD_AUTH] = {KV_CMD_AUTH, -2, F | NOAUTH, 0, 0, 0, "connection",
+                     "1.0.0", "Authenticates the connection.", kv_cmd_auth},
+    [KV_CMD_HELLO] = {KV_CMD_HELLO, -1, F | NOAUTH, 0, 0, 0, "connection",
+                      "6.0.0", "Handshakes with the Redis server.",
+                      kv_cmd_hello},
+    [KV_CMD_CLIENT] = {KV_CMD_CLIENT, -2, 0, 0, 0, 0, "connection", "2.4.0",
+                       "A container for client connection commands.",
+                       kv_cmd_client},
+    [KV_CMD_COMMAND] = {KV_CMD_COMMAND, -1, 0, 0, 0, 0, "server", "2.8.13",
+                        "Returns detailed information about all commands.",
+                        kv_cmd_command},
+    [KV_CMD_ECHO] = {KV_CMD_ECHO, 2, F, 0, 0, 0, "connection", "1.0.0",
+                     "Returns the given string.", kv_cmd_echo},
+    [KV_CMD_SELECT] = {KV_CMD_SELECT, 2, F, 0, 0, 0, "connection", "1.0.0",
+                       "Changes the selected database.", kv_cmd_select},
+    [KV_CMD_CONFIG] = {KV_CMD_CONFIG, -2, 0, 0, 0, 0, "server", "2.0.0",
+                       "A container for server configuration commands.",
+                       kv_cmd_config},
+    [KV_CMD_QUIT] = {KV_CMD_QUIT, -1, F | NOAUTH | NOQ, 0, 0, 0, "connection",
+                     "1.0.0", "Closes the connection.", kv_cmd_quit},
+};
+
+const kv_command *kv_command_find(int cmd) {
+  if (cmd <= 0 || cmd >= KV_CMD_COUNT_ || table[cmd].fn == NULL)
+    return NULL;
+  return &table[cmd];
+}
+
+const kv_command *kv_command_table(size_t *n) {
+  *n = KV_CMD_COUNT_;
+  return table;
+}
+
+/* ---- replies and parsing ---- */
+
+void kv_reply_errorf(const kv_call *c, const char *fmt, const char *arg) {
+  char msg[256];
   snprintf(msg, sizeof msg, fmt, arg);
   c->ops->error(c->w, msg);
 }
 
-static void wrong_arity(const call *c) {
-  reply_error(c, "ERR wrong number of arguments for '%s' command", c->name);
+void kv_reply_arity(const kv_call *c) {
+  kv_reply_errorf(c, "ERR wrong number of arguments for '%s' command", c->name);
 }
 
-static void store_error(const call *c, int err) {
-  reply_error(c, "ERR %s", kv_error_message(err));
+void kv_reply_syntax(const kv_call *c) {
+  c->ops->error(c->w, "ERR syntax error");
 }
 
-/* Parses a decimal int64 the way Redis does: no spaces, no '+', no
- * leading zeros ("0" itself is fine), no overflow. */
-static bool parse_i64(const kv_arg *a, int64_t *out) {
+void kv_reply_store_error(const kv_call *c, int err) {
+  kv_reply_errorf(c, "ERR %s", kv_error_message(err));
+}
+
+void kv_reply_not_integer(const kv_call *c) {
+  c->ops->error(c->w, "ERR value is not an integer or out of range");
+}
+
+void kv_reply_cstr(const kv_call *c, const char *s) {
+  c->ops->bulk(c->w, s, strlen(s), NULL);
+}
+
+bool kv_parse_i64(const kv_arg *a, int64_t *out) {
   char buf[24];
   if (a->len == 0 || a->len >= sizeof buf)
     return false;
@@ -56,275 +210,96 @@ static bool parse_i64(const kv_arg *a, int64_t *out) {
   return true;
 }
 
-static bool arg_is(const kv_arg *a, const char *s) {
+bool kv_arg_is(const kv_arg *a, const char *s) {
   return a->len == strlen(s) && strncasecmp(a->ptr, s, a->len) == 0;
 }
 
-/* ---- commands ---- */
-
-static void cmd_ping(const call *c) {
-  if (c->argc > 1)
-    wrong_arity(c);
-  else if (c->argc == 1)
-    c->ops->bulk(c->w, c->argv[0].ptr, c->argv[0].len, NULL);
-  else
-    c->ops->simple(c->w, "PONG");
+int64_t kv_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void cmd_get(const call *c) {
-  if (c->argc != 1)
-    return wrong_arity(c);
-  kv_blob *blob;
-  int rc = kv_get(c->env->store, c->argv[0].ptr, c->argv[0].len, &blob);
-  if (rc < 0)
-    return store_error(c, rc);
-  if (rc == 0)
-    return c->ops->null(c->w);
-  c->ops->bulk(c->w, blob->data, blob->len, blob);
-  kv_blob_release(blob);
-}
+/* ---- the gate ---- */
 
-/* SET key value [NX|XX] [EX s|PX ms|KEEPTTL] */
-static int parse_set_options(const call *c, kv_set_options *o) {
-  *o = (kv_set_options){0};
-  for (size_t i = 2; i < c->argc; i++) {
-    const kv_arg *a = &c->argv[i];
-    int64_t n;
-    if (arg_is(a, "NX")) {
-      o->flags |= KV_SET_NX;
-    } else if (arg_is(a, "XX")) {
-      o->flags |= KV_SET_XX;
-    } else if (arg_is(a, "KEEPTTL")) {
-      o->flags |= KV_SET_KEEPTTL;
-    } else if ((arg_is(a, "EX") || arg_is(a, "PX")) && i + 1 < c->argc &&
-               o->ttl_ms == 0) {
-      bool ex = arg_is(a, "EX");
-      if (!parse_i64(&c->argv[++i], &n)) {
-        c->ops->error(c->w, "ERR value is not an integer or out of range");
-        return -1;
-      }
-      if (n <= 0 || (ex && kv_ttl_ms_from_seconds(n, &o->ttl_ms) < 0)) {
-        c->ops->error(c->w, "ERR invalid expire time in 'set' command");
-        return -1;
-      }
-      if (!ex)
-        o->ttl_ms = n;
-    } else {
-      c->ops->error(c->w, "ERR syntax error");
-      return -1;
-    }
-  }
-  return 0;
-}
-
-static void cmd_set(const call *c) {
-  if (c->argc < 2)
-    return wrong_arity(c);
-  kv_set_options o;
-  if (parse_set_options(c, &o) < 0)
-    return;
-  int rc = kv_set(c->env->store, c->argv[0].ptr, c->argv[0].len, c->argv[1].ptr,
-                  c->argv[1].len, &o);
-  if (rc == WEFT_EINVAL)
-    return c->ops->error(c->w, "ERR syntax error");
-  if (rc < 0)
-    return store_error(c, rc);
-  if (rc == 0)
-    return c->ops->null(c->w); /* NX/XX not met */
-  c->ops->simple(c->w, "OK");
-}
-
-static void cmd_del_exists(const call *c,
-                           int (*fn)(kv_store *, size_t, const kv_key *)) {
-  if (c->argc < 1)
-    return wrong_arity(c);
-  int rc = fn(c->env->store, c->argc, c->argv);
-  if (rc < 0)
-    return store_error(c, rc);
-  c->ops->integer(c->w, rc);
-}
-
-static void cmd_del(const call *c) { cmd_del_exists(c, kv_del); }
-static void cmd_exists(const call *c) { cmd_del_exists(c, kv_exists); }
-
-static void incr_by(const call *c, int64_t delta) {
-  int64_t result;
-  int rc =
-      kv_incrby(c->env->store, c->argv[0].ptr, c->argv[0].len, delta, &result);
-  if (rc < 0)
-    return store_error(c, rc);
-  c->ops->integer(c->w, result);
-}
-
-static void cmd_incr(const call *c) {
-  if (c->argc != 1)
-    return wrong_arity(c);
-  incr_by(c, 1);
-}
-
-static void cmd_decr(const call *c) {
-  if (c->argc != 1)
-    return wrong_arity(c);
-  incr_by(c, -1);
-}
-
-static void cmd_incrby(const call *c) {
-  int64_t delta;
-  if (c->argc != 2)
-    return wrong_arity(c);
-  if (!parse_i64(&c->argv[1], &delta))
-    return c->ops->error(c->w, "ERR value is not an integer or out of range");
-  incr_by(c, delta);
-}
-
-static void cmd_mget(const call *c) {
-  if (c->argc < 1)
-    return wrong_arity(c);
-  kv_blob **blobs = calloc(c->argc, sizeof *blobs);
-  if (blobs == NULL)
-    return store_error(c, WEFT_ENOMEM);
-  int rc = kv_mget(c->env->store, c->argc, c->argv, blobs);
-  if (rc < 0) {
-    free(blobs);
-    return store_error(c, rc);
-  }
-  c->ops->array(c->w, c->argc);
-  for (size_t i = 0; i < c->argc; i++) {
-    if (blobs[i] == NULL) {
-      c->ops->null(c->w);
-      continue;
-    }
-    c->ops->bulk(c->w, blobs[i]->data, blobs[i]->len, blobs[i]);
-    kv_blob_release(blobs[i]);
-  }
-  free(blobs);
-}
-
-static void cmd_mset(const call *c) {
-  if (c->argc < 2 || c->argc % 2 != 0)
-    return wrong_arity(c);
-  size_t n = c->argc / 2;
-  kv_key *keys = malloc(n * sizeof *keys), *vals = malloc(n * sizeof *vals);
-  int rc = WEFT_ENOMEM;
-  if (keys != NULL && vals != NULL) {
-    for (size_t i = 0; i < n; i++) {
-      keys[i] = c->argv[2 * i];
-      vals[i] = c->argv[2 * i + 1];
-    }
-    rc = kv_mset(c->env->store, n, keys, vals);
-  }
-  free(keys);
-  free(vals);
-  if (rc < 0)
-    return store_error(c, rc);
-  c->ops->simple(c->w, "OK");
-}
-
-/* SCAN cursor [MATCH pattern] [COUNT count]: COUNT above KV_SCAN_COUNT_MAX
- * is taken as that (a hint, as in Redis), a pattern longer than
- * KV_SCAN_PATTERN_MAX is refused; kv_scan bounds the rest of the work. */
-static void cmd_scan(const call *c) {
-  if (c->argc < 1)
-    return wrong_arity(c);
-  int64_t cursor, count = 10;
-  const kv_arg *match = NULL;
-  if (!parse_i64(&c->argv[0], &cursor) || cursor < 0)
-    return c->ops->error(c->w, "ERR invalid cursor");
-  for (size_t i = 1; i < c->argc; i += 2) {
-    if (i + 1 >= c->argc)
-      return c->ops->error(c->w, "ERR syntax error");
-    if (arg_is(&c->argv[i], "MATCH"))
-      match = &c->argv[i + 1];
-    else if (!arg_is(&c->argv[i], "COUNT"))
-      return c->ops->error(c->w, "ERR syntax error");
-    else if (!parse_i64(&c->argv[i + 1], &count) || count < 1)
-      return c->ops->error(c->w, "ERR value is out of range, must be "
-                                 "positive");
-  }
-  if (match != NULL && match->len > KV_SCAN_PATTERN_MAX) {
-    char msg[80];
-    snprintf(msg, sizeof msg,
-             "ERR MATCH pattern too long, must be at most %u "
-             "bytes",
-             KV_SCAN_PATTERN_MAX);
-    return c->ops->error(c->w, msg);
-  }
-  kv_scan_result res = {0};
-  uint64_t next;
-  int rc =
-      kv_scan(c->env->store, (uint64_t)cursor, (size_t)count,
-              match ? match->ptr : NULL, match ? match->len : 0, &res, &next);
-  if (rc < 0) {
-    kv_scan_result_clear(&res);
-    return store_error(c, rc);
-  }
-  char cur[24];
-  int len = snprintf(cur, sizeof cur, "%" PRIu64, next);
-  c->ops->array(c->w, 2);
-  c->ops->bulk(c->w, cur, (size_t)len, NULL);
-  c->ops->array(c->w, res.n);
-  for (size_t i = 0; i < res.n; i++)
-    c->ops->bulk(c->w, res.keys[i]->data, res.keys[i]->len, res.keys[i]);
-  kv_scan_result_clear(&res);
-}
-
-static void cmd_dbsize(const call *c) {
-  if (c->argc != 0)
-    return wrong_arity(c);
-  c->ops->integer(c->w, (int64_t)kv_dbsize(c->env->store));
-}
-
-static void cmd_flushall(const call *c) {
-  /* FLUSHALL [ASYNC|SYNC]: both flush now, and free a large store on the
-   * store's lazy-free thread (kv_flushall). */
-  if (c->argc > 1 || (c->argc == 1 && !arg_is(&c->argv[0], "ASYNC") &&
-                      !arg_is(&c->argv[0], "SYNC")))
-    return c->ops->error(c->w, "ERR syntax error");
-  int rc = kv_flushall(c->env->store);
-  if (rc < 0)
-    return store_error(c, rc);
-  c->ops->simple(c->w, "OK");
-}
-
-static void cmd_info(const call *c) {
-  kv_store_stats st;
-  kv_store_stats_get(c->env->store, &st);
-  char text[1024];
-  int n = snprintf(
-      text, sizeof text,
-      "# Server\r\nweft_kv:1\r\n%s"
-      "# Stats\r\nkeyspace_hits:%" PRIu64 "\r\nkeyspace_misses:%" PRIu64
-      "\r\nexpired_keys:%" PRIu64 "\r\n# Memory\r\nused_memory_payload:%" PRIu64
-      "\r\n# Keyspace\r\ndb0:keys=%" PRIu64 ",expires=%" PRIu64 "\r\n",
-      c->env->server_info ? c->env->server_info : "", st.hits, st.misses,
-      st.expired_keys, st.mem_bytes, st.keys, st.expires);
-  c->ops->bulk(c->w, text, n < (int)sizeof text ? (size_t)n : sizeof text - 1,
-               NULL);
-}
-
-static void (*const commands[KV_CMD_COUNT_])(const call *) = {
-    [KV_CMD_PING] = cmd_ping,         [KV_CMD_GET] = cmd_get,
-    [KV_CMD_SET] = cmd_set,           [KV_CMD_DEL] = cmd_del,
-    [KV_CMD_EXISTS] = cmd_exists,     [KV_CMD_INCR] = cmd_incr,
-    [KV_CMD_INCRBY] = cmd_incrby,     [KV_CMD_DECR] = cmd_decr,
-    [KV_CMD_MGET] = cmd_mget,         [KV_CMD_MSET] = cmd_mset,
-    [KV_CMD_SCAN] = cmd_scan,         [KV_CMD_DBSIZE] = cmd_dbsize,
-    [KV_CMD_FLUSHALL] = cmd_flushall, [KV_CMD_INFO] = cmd_info,
-};
-
-void kv_exec(const kv_exec_env *env, int cmd, size_t argc, const kv_arg *argv,
-             const kv_reply_ops *ops, void *w) {
+/* The command's name in lower case, for error messages. */
+static void lower_name(int cmd, char *out, size_t cap) {
   const char *upper = kv_cmd_name(cmd);
-  if (upper == NULL) {
+  size_t i = 0;
+  for (; upper[i] != '\0' && i + 1 < cap; i++)
+    out[i] = (char)(upper[i] | 0x20); /* ASCII letters to lower case */
+  out[i] = '\0';
+}
+
+void kv_command_run(kv_session *s, const kv_command *cmd, size_t argc,
+                    const kv_arg *argv, const kv_reply_ops *ops, void *w) {
+  char name[16];
+  lower_name(cmd->id, name, sizeof name);
+  kv_call c = {.sess = s,
+               .store = s->shared->store,
+               .cmd = cmd,
+               .name = name,
+               .argc = argc,
+               .argv = argv,
+               .ops = ops,
+               .w = w};
+  s->last_cmd = cmd->id;
+  s->last_ns = weft_now_ns();
+  if (s->loop_index < s->shared->n_loops) {
+    _Atomic uint64_t *n = &s->shared->loops[s->loop_index].commands;
+    atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+  }
+  cmd->fn(&c);
+}
+
+void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
+             const kv_reply_ops *ops, void *w) {
+  if (s->denied) { /* protected mode: nothing runs */
+    ops->error(w, KV_DENIED_TEXT);
+    return;
+  }
+  const kv_command *k = kv_command_find(cmd);
+  if (k == NULL) {
+    kv_multi_flag(s);
     ops->error(w, "ERR unknown command");
     return;
   }
-  char name[16];
-  size_t i = 0;
-  for (; upper[i] != '\0' && i + 1 < sizeof name; i++)
-    name[i] = (char)(upper[i] | 0x20); /* ASCII letters to lower case */
-  name[i] = '\0';
-  call c = {
-      .env = env, .name = name, .argc = argc, .argv = argv, .ops = ops, .w = w};
-  commands[cmd](&c);
+  size_t words = argc + 1; /* with the name, as Redis counts */
+  if ((k->arity > 0 && words != (size_t)k->arity) ||
+      (k->arity < 0 && words < (size_t)-k->arity)) {
+    char name[16];
+    lower_name(cmd, name, sizeof name);
+    kv_call c = {.sess = s, .name = name, .ops = ops, .w = w};
+    kv_multi_flag(s);
+    kv_reply_arity(&c);
+    return;
+  }
+  if (!s->authenticated && !(k->flags & KV_CF_NOAUTH)) {
+    kv_multi_flag(s);
+    ops->error(w, KV_NOAUTH_TEXT);
+    return;
+  }
+  if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE)) {
+    kv_multi_queue(s, cmd, argc, argv, ops, w);
+    return;
+  }
+  kv_command_run(s, k, argc, argv, ops, w);
+}
+
+void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
+                         const kv_arg *argv) {
+  if (cmd->flags & KV_CF_ALLKEYS) {
+    kv_txn_add_all(t);
+    return;
+  }
+  if (cmd->first_key <= 0 || argc == 0)
+    return;
+  /* Word positions count the name; argv does not. */
+  size_t first = (size_t)cmd->first_key - 1;
+  size_t last = cmd->last_key < 0 ? argc - 1 : (size_t)cmd->last_key - 1;
+  if (last >= argc)
+    last = argc - 1;
+  for (size_t i = first; i <= last; i += (size_t)cmd->key_step)
+    kv_txn_add_key(t, argv[i].ptr, argv[i].len);
 }

@@ -1,9 +1,10 @@
-/* samples/kv/commands.c: the store's per-key commands (store.h): GET, SET,
- * INCRBY, DEL, EXISTS, MGET, MSET, SCAN with Redis' glob matching, and the
- * Redis error texts. Each hashes its keys, takes the stripe locks it needs,
- * works on the tables through table.c and expiry.c, and frees after the
- * unlock (the rule in store_internal.h). Not to be confused with command.c,
- * which checks a protocol request's arguments and then calls these.
+/* samples/kv/commands.c: the store's per-key commands (store.h): GET, SET
+ * (and its GET option), GETDEL, INCRBY, DEL, EXISTS, MGET, MSET, RENAME,
+ * SCAN and KEYS with Redis' glob matching, and the Redis error texts. Each
+ * hashes its keys, takes the stripe locks it needs, works on the tables through
+ * table.c and expiry.c, and frees after the unlock (the rule in
+ * store_internal.h). Not to be confused with command.c, which checks a protocol
+ * request's arguments and then calls these.
  */
 #include "store_internal.h"
 
@@ -24,20 +25,28 @@ int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   *out = NULL;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
+  if (e)
+    *out = kv_blob_retain(e->val);
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
+  kv__key_unlock(s, &k);
+  return e != NULL;
+}
+
+int kv_getdel(kv_store *s, const void *key, size_t klen, kv_blob **out) {
+  *out = NULL;
+  if (klen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   if (e) {
     *out = kv_blob_retain(e->val);
-    kv__counter_add(&st->hits, 1);
-  } else {
-    kv__counter_add(&st->misses, 1);
+    kv__key_delete(&k, e);
   }
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
-  return e != NULL;
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
+  kv__key_unlock(s, &k);
+  return *out != NULL;
 }
 
 /* The state one SET carries through the lock. */
@@ -48,7 +57,9 @@ typedef struct set_op {
   kv_blob *blob;   /* in: the new value; out: what to release (old or own) */
   kv_entry *spare; /* preallocated entry for a new key, or NULL */
   unsigned flags;
-  uint64_t at; /* deadline in ns, 0 = none */
+  uint64_t at;  /* deadline in ns, 0 = none */
+  kv_blob *old; /* out, when want_old: a reference to the previous value */
+  bool want_old;
 } set_op;
 
 /* SET under the stripe lock. Returns 1 stored / 0 not / error; on return
@@ -56,8 +67,17 @@ typedef struct set_op {
  * unused new one, or NULL when a new entry took it). */
 static int set_locked(kv_store *s, kv_stripe *st, set_op *op, garbage *g) {
   kv_entry *e = kv__lookup_live(s, st, op->hash, op->key, op->klen, g);
+  if (op->want_old && e)
+    op->old = kv_blob_retain(e->val);
   if (((op->flags & KV_SET_NX) && e) || ((op->flags & KV_SET_XX) && !e))
     return 0;
+  if (op->flags & KV_SET_EXPIRED) { /* stored and expired at once */
+    if (e) {
+      kv__entry_unlink(st, kv__table_link_of(&st->table, e), g);
+      kv__table_maybe_resize(&st->table);
+    }
+    return 1; /* op->blob, unused, is released */
+  }
   bool new_ttl = op->at != 0 && (e == NULL || e->exp_idx == NO_EXPIRE_IDX);
   if (new_ttl && kv__expires_reserve(st) != 0)
     return WEFT_ENOMEM;
@@ -82,9 +102,11 @@ static int set_locked(kv_store *s, kv_stripe *st, set_op *op, garbage *g) {
   return 1;
 }
 
-int kv_set_blob(kv_store *s, const void *key, size_t klen, kv_blob *blob,
-                const kv_set_options *opts) {
-  set_op op = {.key = key, .klen = klen, .blob = blob};
+/* kv_set_blob and kv_set_get: `old` NULL when the old value is not
+ * wanted. */
+static int set_blob(kv_store *s, const void *key, size_t klen, kv_blob *blob,
+                    const kv_set_options *opts, kv_blob **old) {
+  set_op op = {.key = key, .klen = klen, .blob = blob, .want_old = old != NULL};
   int ret;
   if (klen > s->max_key_len || blob->len > s->max_value_len) {
     ret = WEFT_EMSGSIZE;
@@ -103,7 +125,26 @@ int kv_set_blob(kv_store *s, const void *key, size_t klen, kv_blob *blob,
   kv__garbage_free(&g);
 out:
   kv_blob_release(op.blob);
+  if (old != NULL)
+    *old = op.old;
+  else
+    kv_blob_release(op.old);
+  if (ret < 0 && old != NULL) {
+    kv_blob_release(*old);
+    *old = NULL;
+  }
   return ret;
+}
+
+int kv_set_blob(kv_store *s, const void *key, size_t klen, kv_blob *blob,
+                const kv_set_options *opts) {
+  return set_blob(s, key, klen, blob, opts, NULL);
+}
+
+int kv_set_get(kv_store *s, const void *key, size_t klen, kv_blob *blob,
+               const kv_set_options *opts, kv_blob **old) {
+  *old = NULL;
+  return set_blob(s, key, klen, blob, opts, old);
 }
 
 int kv_set(kv_store *s, const void *key, size_t klen, const void *val,
@@ -221,22 +262,6 @@ int kv_decr(kv_store *s, const void *key, size_t klen, int64_t *result) {
 /* ------------------------------------------------------------------------ */
 /* Multi-key commands: lock every stripe involved, in index order            */
 
-typedef struct lock_set {
-  uint64_t bits[KV_STRIPES_MAX / 64];
-} lock_set;
-
-static void lock_set_lock(kv_store *s, const lock_set *ls) {
-  for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
-    for (uint64_t m = ls->bits[w]; m; m &= m - 1)
-      kv__stripe_lock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
-}
-
-static void lock_set_unlock(kv_store *s, const lock_set *ls) {
-  for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
-    for (uint64_t m = ls->bits[w]; m; m &= m - 1)
-      kv__stripe_unlock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
-}
-
 /* Validates `n` keys and hashes them into `hashes`; fills `ls`. */
 static int keys_prepare(kv_store *s, size_t n, const kv_key *keys,
                         uint64_t *hashes, lock_set *ls) {
@@ -247,8 +272,7 @@ static int keys_prepare(kv_store *s, size_t n, const kv_key *keys,
     if (keys[i].len > s->max_key_len)
       return WEFT_EMSGSIZE;
     hashes[i] = kv__key_hash(s, keys[i].ptr, keys[i].len);
-    size_t si = kv__stripe_index(s, hashes[i]);
-    ls->bits[si / 64] |= 1ull << (si % 64);
+    kv__lock_set_add(s, ls, hashes[i]);
   }
   return 0;
 }
@@ -278,7 +302,7 @@ static int multi_key(kv_store *s, size_t n, const kv_key *keys,
   if (ret != 0)
     goto out;
   garbage g = {NULL};
-  lock_set_lock(s, &ls);
+  kv__lock_set_lock(s, &ls);
   for (size_t i = 0; i < n; i++) {
     kv_stripe *st = kv__stripe_of(s, hashes[i]);
     kv_entry *e =
@@ -292,7 +316,7 @@ static int multi_key(kv_store *s, size_t n, const kv_key *keys,
     }
     ret += e != NULL;
   }
-  lock_set_unlock(s, &ls);
+  kv__lock_set_unlock(s, &ls);
   kv__garbage_free(&g);
 out:
   hashes_free(hashes, stack);
@@ -361,7 +385,7 @@ int kv_mset(kv_store *s, size_t n, const kv_key *keys, const kv_key *vals) {
   if (err != 0)
     goto out;
   garbage g = {NULL};
-  lock_set_lock(s, &ls);
+  kv__lock_set_lock(s, &ls);
   for (size_t i = 0; i < n; i++) {
     set_op op = {.hash = p.hashes[i],
                  .key = keys[i].ptr,
@@ -373,11 +397,74 @@ int kv_mset(kv_store *s, size_t n, const kv_key *keys, const kv_key *vals) {
     p.blobs[i] = op.blob; /* the old value, released below */
     p.spares[i] = op.spare;
   }
-  lock_set_unlock(s, &ls);
+  kv__lock_set_unlock(s, &ls);
   kv__garbage_free(&g);
 out:
   mset_prep_free(&p, n);
   return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* RENAME                                                                    */
+
+/* Moves entry `e` (of `from`) to key `op->key` in `to` under both locks:
+ * its value and TTL go to the existing destination entry, or to the spare
+ * one. Returns 0 or WEFT_ENOMEM (nothing changed). */
+static int rename_locked(kv_store *s, kv_stripe *from, kv_entry *e,
+                         kv_stripe *to, set_op *op, garbage *g) {
+  kv_entry *d = kv__lookup_live(s, to, op->hash, op->key, op->klen, g);
+  bool needs_slot =
+      e->expire_at != 0 && (d == NULL || d->exp_idx == NO_EXPIRE_IDX);
+  if (needs_slot && kv__expires_reserve(to) != 0)
+    return WEFT_ENOMEM;
+  uint64_t at = e->expire_at;
+  kv_blob *v = e->val;
+  kv__entry_unlink(from, kv__table_link_of(&from->table, e), g);
+  kv__table_maybe_resize(&from->table);
+  e->val = NULL; /* moved: the garbage list must not release it */
+  if (d == NULL) {
+    d = op->spare;
+    op->spare = NULL;
+    kv__entry_link(to, d, v);
+  } else {
+    op->blob = d->val; /* the value it replaces, released after unlock */
+    d->val = v;
+    kv__counter_add(&to->mem, v->len);
+    kv__counter_sub(&to->mem, op->blob->len);
+  }
+  if (at != 0)
+    kv__expire_set(to, d, at);
+  else
+    kv__expire_clear(to, d);
+  return 0;
+}
+
+int kv_rename(kv_store *s, const void *src, size_t slen, const void *dst,
+              size_t dlen) {
+  if (slen > s->max_key_len || dlen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  uint64_t hs = kv__key_hash(s, src, slen);
+  set_op op = {.hash = kv__key_hash(s, dst, dlen), .key = dst, .klen = dlen};
+  op.spare = kv__entry_new(op.hash, dst, dlen);
+  if (op.spare == NULL)
+    return WEFT_ENOMEM;
+  lock_set ls = {{0}};
+  kv__lock_set_add(s, &ls, hs);
+  kv__lock_set_add(s, &ls, op.hash);
+  kv_stripe *from = kv__stripe_of(s, hs), *to = kv__stripe_of(s, op.hash);
+  garbage g = {NULL};
+  int ret = 0;
+  kv__lock_set_lock(s, &ls);
+  kv_entry *e = kv__lookup_live(s, from, hs, src, slen, &g);
+  if (e != NULL && slen == dlen && memcmp(src, dst, slen) == 0)
+    ret = 1; /* renamed to itself: nothing to do */
+  else if (e != NULL)
+    ret = rename_locked(s, from, e, to, &op, &g) == 0 ? 1 : WEFT_ENOMEM;
+  kv__lock_set_unlock(s, &ls);
+  kv__garbage_free(&g);
+  kv_blob_release(op.blob);
+  free(op.spare);
+  return ret;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -705,6 +792,54 @@ int kv_scan(kv_store *s, uint64_t cursor, size_t count, const void *pattern,
   *next = si == s->n_stripes ? 0 : (c << s->stripe_bits) | si;
   if (g != NULL)
     scan_filter(res, from, g);
+  glob_free(g);
+  return err;
+}
+
+/* ------------------------------------------------------------------------ */
+/* KEYS                                                                      */
+
+/* Copies every live key of every stripe (all locked by the caller) into
+ * `res` (which held `from` keys before), adding each one's cost
+ * (scan_cost) to *work; WEFT_ETOOLONG past KV_SCAN_WORK_MAX or KV_KEYS_MAX
+ * keys. */
+static int keys_copy(kv_store *s, kv_scan_result *res, size_t from,
+                     const glob_nfa *g, size_t *work) {
+  for (unsigned i = 0; i < s->n_stripes; i++) {
+    kv_stripe *st = &s->stripes[i];
+    for (uint64_t b = 0; b <= st->table.mask; b++) {
+      for (kv_entry *e = st->table.buckets[b]; e; e = e->next) {
+        if (kv__entry_expired(s, e))
+          continue;
+        *work += scan_cost(g, e->klen);
+        if (*work > KV_SCAN_WORK_MAX || res->n - from >= KV_KEYS_MAX)
+          return WEFT_ETOOLONG;
+        if (result_push(res, e) != 0)
+          return WEFT_ENOMEM;
+      }
+    }
+  }
+  return 0;
+}
+
+int kv_keys(kv_store *s, const void *pattern, size_t plen,
+            kv_scan_result *res) {
+  glob_nfa *g;
+  int err = scan_pattern(pattern, plen, &g);
+  if (err != 0)
+    return err;
+  lock_set all = {{0}};
+  kv__lock_set_all(s, &all);
+  size_t from = res->n, work = 0;
+  kv__lock_set_lock(s, &all);
+  err = keys_copy(s, res, from, g, &work);
+  kv__lock_set_unlock(s, &all);
+  if (err != 0) {
+    while (res->n > from)
+      kv_blob_release(res->keys[--res->n]);
+  } else if (g != NULL) {
+    scan_filter(res, from, g);
+  }
   glob_free(g);
   return err;
 }

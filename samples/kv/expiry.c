@@ -1,7 +1,8 @@
 /* samples/kv/expiry.c: keys with a time to live. The store's clock, each
  * stripe's array of entries with a TTL, lazy expiry (a lookup that finds an
- * expired key deletes it), SET's deadlines, PTTL, and active expiry (random
- * sampling with bounded work, Redis' activeExpireCycle). Kept apart from
+ * expired key deletes it), SET's deadlines, PTTL, EXPIRE, PERSIST, GETEX,
+ * and active expiry (random sampling with bounded work, Redis'
+ * activeExpireCycle). Kept apart from
  * table.c so the table knows nothing about time, and from commands.c so
  * every rule about deadlines is in one place.
  */
@@ -96,6 +97,9 @@ int kv__set_deadline(const kv_store *s, const kv_set_options *o, uint64_t *at) {
     return WEFT_EINVAL;
   if (o->ttl_ms < 0 || (o->ttl_ms > 0 && (o->flags & KV_SET_KEEPTTL)))
     return WEFT_EINVAL;
+  if ((o->flags & KV_SET_EXPIRED) &&
+      (o->ttl_ms != 0 || (o->flags & KV_SET_KEEPTTL)))
+    return WEFT_EINVAL;
   if (o->ttl_ms == 0)
     return 0;
   uint64_t now = store_now(s);
@@ -109,19 +113,101 @@ int kv_pttl(kv_store *s, const void *key, size_t klen, int64_t *ttl_ms) {
   *ttl_ms = -1;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
-  uint64_t h = kv__key_hash(s, key, klen);
-  kv_stripe *st = kv__stripe_of(s, h);
-  garbage g = {NULL};
-  kv__stripe_lock(s, st);
-  kv_entry *e = kv__lookup_live(s, st, h, key, klen, &g);
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
   if (e && e->expire_at) {
     uint64_t now = store_now(s),
              left = e->expire_at > now ? e->expire_at - now : 0;
     *ttl_ms = (int64_t)((left + 999999u) / 1000000u);
   }
-  kv__stripe_unlock(s, st);
-  kv__garbage_free(&g);
+  kv__key_unlock(s, &k);
   return e != NULL;
+}
+
+/* The deadline `ttl_ms` (> 0) from now, clamped to the clock's range. */
+static uint64_t deadline_clamped(const kv_store *s, int64_t ttl_ms) {
+  uint64_t now = store_now(s);
+  if ((uint64_t)ttl_ms > (UINT64_MAX - now) / 1000000u)
+    return UINT64_MAX;
+  return now + (uint64_t)ttl_ms * 1000000u;
+}
+
+/* Whether EXPIRE's conditions let deadline `at` replace `e`'s (Redis 7:
+ * no TTL counts as an infinite one for GT and LT). */
+static bool expire_allowed(const kv_entry *e, uint64_t at, unsigned flags) {
+  bool has = e->expire_at != 0;
+  if ((flags & KV_EXPIRE_NX) && has)
+    return false;
+  if ((flags & KV_EXPIRE_XX) && !has)
+    return false;
+  if ((flags & KV_EXPIRE_GT) && (!has || at <= e->expire_at))
+    return false;
+  if ((flags & KV_EXPIRE_LT) && has && at >= e->expire_at)
+    return false;
+  return true;
+}
+
+/* Sets `e`'s deadline to `at`, 0 deleting it. Returns 0 or WEFT_ENOMEM
+ * (nothing changed). Under k's lock. */
+static int expire_apply(key_lock *k, kv_entry *e, uint64_t at) {
+  if (at == 0) {
+    kv__key_delete(k, e);
+    return 0;
+  }
+  if (e->exp_idx == NO_EXPIRE_IDX && kv__expires_reserve(k->st) != 0)
+    return WEFT_ENOMEM;
+  kv__expire_set(k->st, e, at);
+  return 0;
+}
+
+int kv_expire(kv_store *s, const void *key, size_t klen, int64_t ttl_ms,
+              unsigned flags) {
+  if (klen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  int ret = 0;
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
+  /* A deadline in the past counts as the earliest for GT and LT. */
+  uint64_t at = ttl_ms > 0 ? deadline_clamped(s, ttl_ms) : store_now(s);
+  if (e != NULL && expire_allowed(e, at, flags))
+    ret = expire_apply(&k, e, ttl_ms > 0 ? at : 0) == 0 ? 1 : WEFT_ENOMEM;
+  kv__key_unlock(s, &k);
+  return ret;
+}
+
+int kv_persist(kv_store *s, const void *key, size_t klen) {
+  if (klen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
+  bool had = e != NULL && e->expire_at != 0;
+  if (had)
+    kv__expire_clear(k.st, e);
+  kv__key_unlock(s, &k);
+  return had;
+}
+
+int kv_getex(kv_store *s, const void *key, size_t klen, kv_getex_mode mode,
+             int64_t ttl_ms, kv_blob **out) {
+  *out = NULL;
+  if (klen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  int ret = 0;
+  key_lock k;
+  kv_entry *e = kv__key_lock(s, &k, key, klen);
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
+  if (e != NULL && mode == KV_GETEX_SET)
+    ret = expire_apply(&k, e, ttl_ms > 0 ? deadline_clamped(s, ttl_ms) : 0);
+  else if (e != NULL && mode == KV_GETEX_PERSIST)
+    kv__expire_clear(k.st, e);
+  if (e != NULL && ret == 0) {
+    /* The value outlives a deletion above: the reference is taken before
+     * the garbage is freed. */
+    *out = kv_blob_retain(e->val);
+    ret = 1;
+  }
+  kv__key_unlock(s, &k);
+  return ret;
 }
 
 /* ------------------------------------------------------------------------ */

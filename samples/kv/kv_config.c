@@ -3,12 +3,70 @@
  * error messages. */
 #include "kv_config.h"
 
+#include <ctype.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
 const weft_config_key kv_config_keys[] = {
-    {"kv", "rpc_listen", "0.0.0.0:7001",
+    {"kv", "rpc_listen", "127.0.0.1:7001",
      "weft RPC endpoint, host:port or scheme://host:port; empty = off"},
-    {"kv", "resp_listen", "0.0.0.0:6380",
+    {"kv", "resp_listen", "127.0.0.1:6380",
      "Redis protocol endpoint (a stream transport: tcp or uring), "
      "host:port or scheme://host:port; empty = off"},
+    {"kv", "requirepass", "",
+     "the default user's password (Redis' requirepass), at most 1023 "
+     "bytes; empty = none: every client is authenticated"},
+    {"kv", "user", "",
+     "an ACL user's name (AUTH user password), at most 64 bytes, not "
+     "\"default\"; with user_password"},
+    {"kv", "user_password", "", "the ACL user's password, at most 1023 bytes"},
+    {"kv", "protected_mode", "yes",
+     "yes or no: without requirepass, refuse clients from outside the "
+     "loopback network"},
+    {"kv", "password", "",
+     "the password weft-kv and weft-kvbench send (AUTH); also "
+     "WEFT_KV_PASSWORD or REDISCLI_AUTH"},
+    {"kv", "client_user", "",
+     "the user weft-kv and weft-kvbench authenticate as; empty = default"},
+    {"kv", "tls_listen", "",
+     "Redis protocol over TLS (Redis' tls-port), host:port or "
+     "scheme://host:port (tcp or uring); empty = off"},
+    {"kv", "tls_rpc_listen", "",
+     "weft RPC over TLS, host:port or scheme://host:port; empty = off"},
+    {"kv", "tls_cert_file", "",
+     "PEM: the server's certificate, then its chain (tls-cert-file); needed "
+     "by the TLS listeners"},
+    {"kv", "tls_key_file", "",
+     "PEM: the server's private key (tls-key-file); empty = in "
+     "tls_cert_file"},
+    {"kv", "tls_ca_cert_file", "",
+     "PEM: the CAs that sign client certificates (server) and the "
+     "server's (weft-kv, weft-kvbench) (tls-ca-cert-file)"},
+    {"kv", "tls_ca_cert_dir", "",
+     "a directory of hashed CA certificates, as tls_ca_cert_file "
+     "(tls-ca-cert-dir)"},
+    {"kv", "tls_auth_clients", "yes",
+     "no (no client certificate asked), optional (checked when sent) or "
+     "yes (required) (tls-auth-clients)"},
+    {"kv", "tls_min_protocol", "tls1.2", "tls1.2 or tls1.3"},
+    {"kv", "tls_handshake_timeout_ms", "10000",
+     "ms for a client to complete the TLS handshake, an integer from 0 "
+     "(none) to 3600000"},
+    {"kv", "tls_ktls", "off",
+     "on or off: the kernel encrypts replies after a TLS 1.3 handshake "
+     "(tcp; else user-space records)"},
+    {"kv", "client_tls", "no",
+     "yes or no: weft-kv and weft-kvbench speak TLS (to tls_rpc_listen); "
+     "also --tls"},
+    {"kv", "tls_client_cert_file", "",
+     "PEM: the certificate weft-kv and weft-kvbench present "
+     "(tls-client-cert-file); also --cert"},
+    {"kv", "tls_client_key_file", "",
+     "PEM: its private key (tls-client-key-file); also --key"},
+    {"kv", "client_sni", "",
+     "the server name weft-kv and weft-kvbench send and check in the "
+     "server's certificate; empty = the host they connect to; also --sni"},
     {"kv", "max_value_bytes", "1048576",
      "largest value in bytes, an integer from 1 to 536870912"},
     {"kv", "stripes", "64",
@@ -32,3 +90,31 @@ const weft_config_key kv_config_keys[] = {
     {"kvbench", "json", "false", "true or false: one JSON object as output"},
     {"kvbench", "seed", "1", "random seed, an integer >= 0"},
     {NULL, NULL, NULL, NULL}};
+
+/* The index of the name `in` starts with as a whole word, or n. */
+static size_t name_at(const char *in, const kv_config_name *names, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    size_t l = strlen(names[i].from);
+    if (strncmp(in, names[i].from, l) == 0 &&
+        !(isalnum((unsigned char)in[l]) || in[l] == '_'))
+      return i;
+  }
+  return n;
+}
+
+void kv_config_rename(const char *in, const kv_config_name *names, size_t n,
+                      char *out, size_t len) {
+  size_t o = 0;
+  while (*in != '\0' && o + 1 < len) {
+    bool word_start = o == 0 || out[o - 1] == ' ' || out[o - 1] == '(';
+    size_t i = word_start ? name_at(in, names, n) : n;
+    if (i == n) {
+      out[o++] = *in++;
+      continue;
+    }
+    int w = snprintf(out + o, len - o, "%s", names[i].to);
+    o = w < 0 || (size_t)w >= len - o ? len - 1 : o + (size_t)w;
+    in += strlen(names[i].from);
+  }
+  out[o] = '\0';
+}

@@ -6,6 +6,8 @@
  *                [--distribution uniform|zipfian|scrambled]
  *                [--value-size BYTES] [--connections N] [--pipeline M]
  *                [--duration S | --operations N] [--warmup S] [--json]
+ *                [--user USER] [-a PASSWORD]
+ *                [--tls [--cacert FILE] [--cert FILE --key FILE]]
  *
  * Workloads as YCSB's core workloads: A = 50% reads, 50% updates; B = 95%
  * reads, 5% updates; C = reads only. A read is GET, an update SET of a
@@ -24,7 +26,11 @@
  * per connection, merged at the end. Every option is also a key of the
  * [kvbench] config section (records, operations, duration, warmup,
  * workload, distribution, value_size, connections, pipeline, load, json,
- * seed) and a WEFT_KVBENCH_* variable.
+ * seed) and a WEFT_KVBENCH_* variable. Every connection sends AUTH first
+ * when a password is given (client_auth.h: -a, [kv] password,
+ * WEFT_KV_PASSWORD, REDISCLI_AUTH), and speaks TLS with --tls
+ * (client_tls.h; the server's [kv] tls_rpc_listen), one client context
+ * shared by every connection.
  */
 #include <getopt.h>
 #include <inttypes.h>
@@ -43,6 +49,8 @@
 #include <weft/loop.h>
 
 #include "client.h"
+#include "client_auth.h"
+#include "client_tls.h"
 #include "kv_config.h"
 
 #define KV_DEFAULT_CONNECT "127.0.0.1:7001"
@@ -161,13 +169,25 @@ static int set_opt(bench_opts *o, const char *key, const char *v, char *err,
   return WEFT_EINVAL;
 }
 
+/* What the [kvbench] and [kv] callbacks fill. */
+typedef struct bench_config {
+  bench_opts *o;
+  kv_client_auth *auth;
+  kv_client_tls *tls;
+} bench_config;
+
 static int config_section(void *arg, const char *section, const char *key,
                           const char *value, char *err, size_t err_len) {
-  if (!strcmp(section, "kv"))
-    return 0; /* the server's section, when the file is shared */
+  bench_config *bc = arg;
+  if (!strcmp(section, "kv")) { /* TLS, the credentials; the server's keys */
+    int rc = kv_client_tls_key(bc->tls, key, value, err, err_len);
+    return rc != WEFT_ENOENT
+               ? rc
+               : kv_client_auth_key(bc->auth, key, value, err, err_len);
+  }
   if (strcmp(section, "kvbench") != 0)
     return WEFT_ENOENT;
-  return set_opt(arg, key, value, err, err_len);
+  return set_opt(bc->o, key, value, err, err_len);
 }
 
 /* ---- random numbers and key choice ---- */
@@ -329,6 +349,8 @@ struct bench {
   atomic_uint_fast64_t completed;  /* every completed request */
   atomic_uint_fast64_t errors;     /* failed calls and error replies */
   conn *conns;
+  kv_client_auth auth; /* the credentials every connection sends */
+  kv_client_tls tls;   /* TLS for every connection */
 };
 
 static uint64_t now_ns(void) {
@@ -558,6 +580,13 @@ static int connect_all(bench *b, weft_loop_group *group, const char *uri,
   kv_client_options co;
   kv_client_options_init(&co);
   co.channel = cfg->channel;
+  kv_client_auth_apply(&b->auth, &co);
+  char err[600];
+  if (kv_client_tls_apply(&b->tls, uri, &co, err, sizeof err) < 0) {
+    fprintf(stderr, "%s: %s\n", prog, err);
+    kv_client_auth_clear(&b->auth);
+    return WEFT_EINVAL;
+  }
   for (int i = 0; i < b->o.connections; i++) {
     conn *c = &b->conns[i];
     c->b = b;
@@ -573,10 +602,15 @@ static int connect_all(bench *b, weft_loop_group *group, const char *uri,
     int rc = kv_sync_connect(&c->client, group, uri, &co);
     if (rc < 0) {
       fprintf(stderr, "%s: cannot connect to %s: %s\n", prog, uri,
-              weft_strerror(rc));
+              rc == WEFT_EACCES ? "refused (AUTH failed, or protected mode)"
+                                : weft_strerror(rc));
+      kv_client_auth_clear(&b->auth);
+      kv_client_tls_release(&b->tls);
       return rc;
     }
   }
+  kv_client_auth_clear(&b->auth);
+  kv_client_tls_release(&b->tls); /* the clients hold their own */
   return 0;
 }
 
@@ -617,8 +651,18 @@ static weft_cli cli = {
              "  --operations N          [kvbench] operations\n"
              "  --warmup S              [kvbench] warmup\n"
              "  --seed N                [kvbench] seed\n"
-             "  --json                  [kvbench] json = true\n",
+             "  --json                  [kvbench] json = true\n"
+             "  -a, --pass PASSWORD     AUTH with it on every connection "
+             "(visible to ps: prefer\n"
+             "                          WEFT_KV_PASSWORD or [kv] password; "
+             "else REDISCLI_AUTH)\n"
+             "  --user USER             AUTH as this user ([kv] "
+             "client_user)\n"
+             "  --no-auth-warning       no warning for a password on the "
+             "command line\n" KV_CLIENT_TLS_FLAGS_HELP,
     .examples = "weft-kvbench --workload C --duration 5\n"
+                "weft-kvbench --tls --cacert ca.pem --connect 127.0.0.1:7002 "
+                "--workload A\n"
                 "weft-kvbench --connect uring://127.0.0.1:7001 -o "
                 "kvbench.pipeline=64 --json",
     .sections = sections,
@@ -632,7 +676,8 @@ typedef struct cli_flags {
 
 /* Returns 0 to run, 1 when --help was answered, -1 on an error (printed).
  * File, environment and -o first, then the flags: the last one wins. */
-static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o) {
+static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
+                     kv_client_auth *auth, kv_client_tls *tls) {
   static const struct option longs[] = {
       {"connect", required_argument, NULL, 'C'},
       {"workload", required_argument, NULL, 'w'},
@@ -647,6 +692,8 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o) {
       {"warmup", required_argument, NULL, 'W'},
       {"seed", required_argument, NULL, 's'},
       {"json", no_argument, NULL, 'j'},
+      KV_CLIENT_AUTH_LONGOPTS,
+      KV_CLIENT_TLS_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   static const struct {
@@ -663,12 +710,18 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o) {
   cfg->app_keys = kv_config_keys;
   snprintf(cfg->connect, sizeof cfg->connect, "%s", KV_DEFAULT_CONNECT);
   opts_init(o);
-  cli.app_arg = o;
+  static bench_config bc;
+  bc = (bench_config){o, auth, tls};
+  cli.app_arg = &bc;
   opterr = 0;
   int opt;
-  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
+  while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS "a:", longs, NULL)) !=
          -1) {
     int rc = weft_cli_option(&cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_auth_option(auth, &cli, opt, optarg);
+    if (rc == 0)
+      rc = kv_client_tls_option(tls, &cli, opt, optarg);
     if (rc != 0) {
       if (rc < 0)
         return -1;
@@ -694,6 +747,7 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o) {
     weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[optind]);
     return -1;
   }
+  kv_client_auth_warn(auth);
   if (weft_cli_configure(&cli, cfg) < 0)
     return -1;
   for (int i = 0; i < f.n; i++) {
@@ -711,7 +765,7 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o) {
 int main(int argc, char **argv) {
   weft_config cfg;
   bench b = {0};
-  int c = configure(argc, argv, &cfg, &b.o);
+  int c = configure(argc, argv, &cfg, &b.o, &b.auth, &b.tls);
   if (c != 0)
     return c > 0 ? 0 : 2;
   char uri[WEFT_CONFIG_URI_MAX + 32];

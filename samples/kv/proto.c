@@ -8,13 +8,47 @@
 #include <weft/varint.h>
 
 static const char *const cmd_names[KV_CMD_COUNT_] = {
-    [KV_CMD_PING] = "PING",         [KV_CMD_GET] = "GET",
-    [KV_CMD_SET] = "SET",           [KV_CMD_DEL] = "DEL",
-    [KV_CMD_EXISTS] = "EXISTS",     [KV_CMD_INCR] = "INCR",
-    [KV_CMD_INCRBY] = "INCRBY",     [KV_CMD_DECR] = "DECR",
-    [KV_CMD_MGET] = "MGET",         [KV_CMD_MSET] = "MSET",
-    [KV_CMD_SCAN] = "SCAN",         [KV_CMD_DBSIZE] = "DBSIZE",
-    [KV_CMD_FLUSHALL] = "FLUSHALL", [KV_CMD_INFO] = "INFO",
+    [KV_CMD_PING] = "PING",
+    [KV_CMD_GET] = "GET",
+    [KV_CMD_SET] = "SET",
+    [KV_CMD_DEL] = "DEL",
+    [KV_CMD_EXISTS] = "EXISTS",
+    [KV_CMD_INCR] = "INCR",
+    [KV_CMD_INCRBY] = "INCRBY",
+    [KV_CMD_DECR] = "DECR",
+    [KV_CMD_MGET] = "MGET",
+    [KV_CMD_MSET] = "MSET",
+    [KV_CMD_SCAN] = "SCAN",
+    [KV_CMD_DBSIZE] = "DBSIZE",
+    [KV_CMD_FLUSHALL] = "FLUSHALL",
+    [KV_CMD_INFO] = "INFO",
+    [KV_CMD_DECRBY] = "DECRBY",
+    [KV_CMD_TTL] = "TTL",
+    [KV_CMD_PTTL] = "PTTL",
+    [KV_CMD_EXPIRE] = "EXPIRE",
+    [KV_CMD_PEXPIRE] = "PEXPIRE",
+    [KV_CMD_PERSIST] = "PERSIST",
+    [KV_CMD_TYPE] = "TYPE",
+    [KV_CMD_KEYS] = "KEYS",
+    [KV_CMD_APPEND] = "APPEND",
+    [KV_CMD_STRLEN] = "STRLEN",
+    [KV_CMD_GETDEL] = "GETDEL",
+    [KV_CMD_GETEX] = "GETEX",
+    [KV_CMD_SETNX] = "SETNX",
+    [KV_CMD_GETSET] = "GETSET",
+    [KV_CMD_INCRBYFLOAT] = "INCRBYFLOAT",
+    [KV_CMD_RENAME] = "RENAME",
+    [KV_CMD_MULTI] = "MULTI",
+    [KV_CMD_EXEC] = "EXEC",
+    [KV_CMD_DISCARD] = "DISCARD",
+    [KV_CMD_AUTH] = "AUTH",
+    [KV_CMD_HELLO] = "HELLO",
+    [KV_CMD_CLIENT] = "CLIENT",
+    [KV_CMD_COMMAND] = "COMMAND",
+    [KV_CMD_ECHO] = "ECHO",
+    [KV_CMD_SELECT] = "SELECT",
+    [KV_CMD_CONFIG] = "CONFIG",
+    [KV_CMD_QUIT] = "QUIT",
 };
 
 const char *kv_cmd_name(int cmd) {
@@ -27,6 +61,10 @@ int kv_cmd_from_name(const void *name, size_t len) {
         strncasecmp(cmd_names[c], name, len) == 0)
       return c;
   return 0;
+}
+
+bool kv_cmd_rpc(int cmd) {
+  return kv_cmd_name(cmd) != NULL && cmd != KV_CMD_HELLO && cmd != KV_CMD_QUIT;
 }
 
 size_t kv_proto_args_size(size_t argc, const kv_arg *argv) {

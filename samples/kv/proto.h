@@ -24,6 +24,7 @@
 #ifndef WEFT_SAMPLES_KV_PROTO_H
 #define WEFT_SAMPLES_KV_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,7 +48,34 @@ typedef enum kv_cmd {
   KV_CMD_DBSIZE = 12,
   KV_CMD_FLUSHALL = 13,
   KV_CMD_INFO = 14,
-  KV_CMD_COUNT_ /* one past the last */
+  KV_CMD_DECRBY = 15,
+  KV_CMD_TTL = 16,
+  KV_CMD_PTTL = 17,
+  KV_CMD_EXPIRE = 18,
+  KV_CMD_PEXPIRE = 19,
+  KV_CMD_PERSIST = 20,
+  KV_CMD_TYPE = 21,
+  KV_CMD_KEYS = 22,
+  KV_CMD_APPEND = 23,
+  KV_CMD_STRLEN = 24,
+  KV_CMD_GETDEL = 25,
+  KV_CMD_GETEX = 26,
+  KV_CMD_SETNX = 27,
+  KV_CMD_GETSET = 28,
+  KV_CMD_INCRBYFLOAT = 29,
+  KV_CMD_RENAME = 30,
+  KV_CMD_MULTI = 31,
+  KV_CMD_EXEC = 32,
+  KV_CMD_DISCARD = 33,
+  KV_CMD_AUTH = 34,   /* the binary protocol's authenticate method too */
+  KV_CMD_HELLO = 35,  /* RESP only */
+  KV_CMD_CLIENT = 36, /* SETNAME, GETNAME, ID, INFO, ... */
+  KV_CMD_COMMAND = 37,
+  KV_CMD_ECHO = 38,
+  KV_CMD_SELECT = 39,
+  KV_CMD_CONFIG = 40,
+  KV_CMD_QUIT = 41, /* RESP only */
+  KV_CMD_COUNT_     /* one past the last */
 } kv_cmd;
 
 /** An argument: bytes that stay owned by whoever holds the message. */
@@ -61,6 +89,13 @@ const char *kv_cmd_name(int cmd);
  * name is not one of kv_cmd.
  */
 int kv_cmd_from_name(const void *name, size_t len);
+
+/**
+ * True when the binary protocol serves `cmd` as a method: every command
+ * but HELLO and QUIT, which are about the RESP connection (its protocol
+ * version, its close).
+ */
+bool kv_cmd_rpc(int cmd);
 
 /** Reply value tags. */
 enum kv_tag {

@@ -1,41 +1,20 @@
-/* The KV service (server.h): one shared store, served over weft RPC (any
- * transport) and RESP (tcp, uring), with a periodic active-expiry timer. */
-#include "server.h"
+/* The KV service (server.h): its options and [kv] keys, and its start and
+ * stop: one shared store and the state every connection shares (command.h:
+ * passwords, counters), served over weft RPC (rpc_server.c, any transport)
+ * and RESP (resp_server.c, tcp and uring), each also over TLS
+ * (server_tls.c), with a periodic active-expiry timer. */
+#include "server_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 
-#include <weft/weft.h>
+#include "multi.h"
+#include "session.h"
 
-#include "command.h"
-#include "proto.h"
-
-#define MAX_ARGS 1024    /* arguments of one command */
-#define RESP_CHUNK 16384 /* bytes of one RESP reply buffer */
-#define ZERO_COPY_MIN                                                          \
-  16384                  /* bulk values at least this large are sent           \
-                            from the stored blob, not copied */
 #define EXPIRE_BUDGET 64 /* keys one expiry pass may look at */
-#define RESP_LINGER_NS                                                         \
-  (2 * 1000000000ull) /* a closing RESP connection waits this long for the     \
-                         peer to close (resp_linger) */
-#define UNKNOWN_TEXT_MAX                                                       \
-  128 /* bytes of an unknown command's name, and of its arguments, quoted      \
-         in the error (Redis' limits) */
-
-struct kv_server {
-  weft_loop_group *group;
-  kv_store *store;
-  kv_exec_env env;
-  kv_server_options opts;
-  weft_server *rpc, *resp;
-  weft_rpc_method methods[KV_CMD_COUNT_ - 1];
-  weft_resp_options resp_opts;
-  weft_rpc_codec_options rpc_opts;
-  weft_timer expire_timer; /* on loop 0 */
-};
 
 /* ---- options ---- */
 
@@ -48,10 +27,14 @@ void kv_server_config_defaults(weft_config *cfg) {
 }
 
 void kv_server_options_init(kv_server_options *o) {
-  *o = (kv_server_options){
-      .max_value_bytes = 1 << 20, .stripes = 64, .expire_hz = 10};
-  strcpy(o->rpc_listen, "0.0.0.0:7001");
-  strcpy(o->resp_listen, "0.0.0.0:6380");
+  *o = (kv_server_options){.max_value_bytes = 1 << 20,
+                           .stripes = 64,
+                           .expire_hz = 10,
+                           .protected_mode = true};
+  strcpy(o->rpc_listen, "127.0.0.1:7001");
+  strcpy(o->resp_listen, "127.0.0.1:6380");
+  weft_tls_options_init(&o->tls);
+  o->tls.verify = WEFT_TLS_VERIFY_REQUIRED; /* Redis' tls-auth-clients yes */
 }
 
 static int parse_ulong(const char *v, unsigned long max, unsigned long *out,
@@ -66,6 +49,34 @@ static int parse_ulong(const char *v, unsigned long max, unsigned long *out,
   return 0;
 }
 
+/* Copies `value` into `dst` (`cap` bytes with the NUL), or says how long
+ * it may be. Never quotes the value: it may be a password. */
+static int copy_text(char *dst, size_t cap, const char *value, char *err,
+                     size_t err_len) {
+  if (strlen(value) >= cap) {
+    snprintf(err, err_len, "expected at most %zu bytes", cap - 1);
+    return WEFT_EINVAL;
+  }
+  strcpy(dst, value);
+  return 0;
+}
+
+/* yes/no as Redis writes protected-mode, and weft's other spellings. */
+static int parse_flag(const char *v, bool *out, char *err, size_t err_len) {
+  static const char *const yes[] = {"yes", "true", "on", "1"}, *const no[] = {
+                                                                   "no",
+                                                                   "false",
+                                                                   "off", "0"};
+  for (size_t i = 0; i < 4; i++) {
+    if (strcasecmp(v, yes[i]) == 0 || strcasecmp(v, no[i]) == 0) {
+      *out = strcasecmp(v, yes[i]) == 0;
+      return 0;
+    }
+  }
+  snprintf(err, err_len, "expected yes or no (true, false, on, off, 1, 0)");
+  return WEFT_EINVAL;
+}
+
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len) {
   kv_server_options *o = arg;
@@ -74,16 +85,27 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
     return 0; /* weft-kvbench's section, when the file is shared */
   if (strcmp(section, "kv") != 0)
     return WEFT_ENOENT;
-  if (strcmp(key, "rpc_listen") == 0 || strcmp(key, "resp_listen") == 0) {
-    char *dst = key[1] == 'p' ? o->rpc_listen : o->resp_listen;
-    if (strlen(value) >= WEFT_CONFIG_URI_MAX) {
-      snprintf(err, err_len, "expected at most %d bytes",
-               WEFT_CONFIG_URI_MAX - 1);
-      return WEFT_EINVAL;
-    }
-    strcpy(dst, value);
-    return 0;
-  }
+  if (strcmp(key, "rpc_listen") == 0 || strcmp(key, "resp_listen") == 0)
+    return copy_text(key[1] == 'p' ? o->rpc_listen : o->resp_listen,
+                     WEFT_CONFIG_URI_MAX, value, err, err_len);
+  if (strcmp(key, "requirepass") == 0)
+    return copy_text(o->requirepass, sizeof o->requirepass, value, err,
+                     err_len);
+  if (strcmp(key, "user") == 0)
+    return copy_text(o->user, sizeof o->user, value, err, err_len);
+  if (strcmp(key, "user_password") == 0)
+    return copy_text(o->user_password, sizeof o->user_password, value, err,
+                     err_len);
+  if (strcmp(key, "protected_mode") == 0)
+    return parse_flag(value, &o->protected_mode, err, err_len);
+  if (strcmp(key, "password") == 0 || strcmp(key, "client_user") == 0 ||
+      strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0 ||
+      strcmp(key, "tls_client_cert_file") == 0 ||
+      strcmp(key, "tls_client_key_file") == 0)
+    return 0; /* the clients' keys (weft-kv, weft-kvbench) */
+  int tls_rc = kv_server_tls_key(o, key, value, err, err_len);
+  if (tls_rc != WEFT_ENOENT)
+    return tls_rc;
   if (strcmp(key, "max_value_bytes") == 0) {
     int rc = parse_ulong(value, 512ul << 20, &n, err, err_len);
     o->max_value_bytes = rc == 0 ? n : o->max_value_bytes;
@@ -103,454 +125,11 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
   return WEFT_ENOENT;
 }
 
-/* ---- RESP: reply writer streaming into the channel ---- */
-
-typedef struct resp_conn {
-  kv_server *srv;
-  weft_ctx *ctx;
-  weft_buf *out;     /* replies not yet written down the pipeline */
-  bool broken;       /* a reply could not be written whole: every later one
-                        would answer the wrong command, so nothing more is
-                        written and the channel closes */
-  bool closing;      /* QUIT, a protocol error or a broken reply: no more
-                        commands run; the channel closes once what was written
-                        is sent */
-  weft_timer linger; /* ends a lingering close (resp_linger) */
-} resp_conn;
-
-/* A reply write's result: on failure the connection is broken (see
- * resp_conn) and closes after the command. */
-static void resp_check(resp_conn *c, int rc) {
-  if (rc >= 0 || c->broken)
-    return;
-  c->broken = true;
-  weft_log(WEFT_LOG_WARN, "kv: RESP channel %llu: cannot write a reply: %s",
-           (unsigned long long)weft_channel_id(weft_ctx_channel(c->ctx)),
-           weft_strerror(rc));
-}
-
-/* Makes room for `n` bytes: the current buffer goes down the pipeline when
- * full (written, flushed at channel_read_complete). NULL once broken or out
- * of memory (which breaks the connection). */
-static weft_buf *resp_room(resp_conn *c, size_t n) {
-  if (c->broken)
-    return NULL;
-  if (c->out != NULL && weft_buf_writable(c->out) >= n)
-    return c->out;
-  if (c->out != NULL)
-    weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
-  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
-  c->out = weft_buf_alloc(pool, n > RESP_CHUNK ? n : RESP_CHUNK);
-  if (c->out == NULL)
-    resp_check(c, WEFT_ENOMEM);
-  return c->out;
-}
-
-static void resp_simple(void *w, const char *s) {
-  weft_buf *b = resp_room(w, strlen(s) + 3);
-  if (b != NULL)
-    resp_check(w, weft_resp_write_simple(b, s));
-}
-
-/* An error reply of `len` bytes of any text: control bytes become spaces
- * (weft_resp_write_error_text), so no text can make a reply go missing. */
-static void resp_error_text(resp_conn *c, const void *text, size_t len) {
-  weft_buf *b = resp_room(c, len + 3);
-  if (b != NULL)
-    resp_check(c, weft_resp_write_error_text(b, text, len));
-}
-
-static void resp_error(void *w, const char *msg) {
-  resp_error_text(w, msg, strlen(msg));
-}
-
-static void resp_integer(void *w, int64_t v) {
-  weft_buf *b = resp_room(w, 24);
-  if (b != NULL)
-    resp_check(w, weft_resp_write_integer(b, v));
-}
-
-static void free_blob(void *base, size_t capacity, void *arg) {
-  (void)base, (void)capacity;
-  kv_blob_release(arg);
-}
-
-/* Large stored values go out as a buffer over the blob itself: header,
- * value, CRLF, with no copy of the value. */
-static void resp_bulk_zero_copy(resp_conn *c, const void *data, size_t len,
-                                kv_blob *blob) {
-  weft_buf *b = resp_room(c, 24);
-  if (b == NULL)
-    return;
-  b->writer_index +=
-      (size_t)snprintf((char *)weft_buf_wptr(b), 24, "$%zu\r\n", len);
-  weft_ctx_write(c->ctx, b, WEFT_PROMISE_NONE);
-  c->out = NULL;
-  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
-  weft_buf *v = weft_buf_wrap(pool, (void *)data, len, len, free_blob,
-                              kv_blob_retain(blob));
-  if (v == NULL) {
-    kv_blob_release(blob);
-    resp_check(c, WEFT_ENOMEM); /* the header went out without its value */
-    return;
-  }
-  weft_ctx_write(c->ctx, v, WEFT_PROMISE_NONE);
-  if ((b = resp_room(c, 2)) != NULL)
-    resp_check(c, weft_buf_write_bytes(b, "\r\n", 2));
-}
-
-static void resp_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
-  resp_conn *c = w;
-  if (blob != NULL && len >= ZERO_COPY_MIN)
-    return resp_bulk_zero_copy(c, data, len, blob);
-  weft_buf *b = resp_room(c, weft_resp_bulk_size(len));
-  if (b != NULL)
-    resp_check(c, weft_resp_write_bulk(b, data, len));
-}
-
-static void resp_null(void *w) {
-  weft_buf *b = resp_room(w, 5);
-  if (b != NULL)
-    resp_check(w, weft_resp_write_null(b));
-}
-
-static void resp_array(void *w, size_t n) {
-  weft_buf *b = resp_room(w, 24);
-  if (b != NULL)
-    resp_check(w, weft_resp_write_array(b, n));
-}
-
-static const kv_reply_ops resp_ops = {resp_simple, resp_error, resp_integer,
-                                      resp_bulk,   resp_null,  resp_array};
-
-/* The end of a lingering close (resp_linger): the peer did not close in
- * time. */
-static void resp_linger_end(void *arg) {
-  resp_conn *c = arg;
-  weft_channel_close(weft_ctx_channel(c->ctx), WEFT_PROMISE_NONE);
-}
-
-/* The promise of a lingering close's half-close: the channel (a reference
- * taken for it) closes at once if the half-close failed. */
-static void resp_shut(void *arg, int status) {
-  weft_channel *ch = arg;
-  if (status < 0)
-    weft_channel_close(ch, WEFT_PROMISE_NONE);
-  weft_channel_release(ch);
-}
-
-/* The promise of a closing connection's last write: the replies are with
- * the kernel. Closing now would reset the connection if the peer is still
- * sending (the rest of an oversized value: redis-cli then reports the
- * reset, not the error), so this half-closes (FIN after the replies) and
- * goes on reading, dropping what comes, until the peer closes, which
- * closes the channel, or RESP_LINGER_NS pass. */
-static void resp_linger(void *arg, int status) {
-  resp_conn *c = arg; /* alive: a write's promise completes before close
-                         removes the handler */
-  weft_channel *ch = weft_ctx_channel(c->ctx);
-  if (!weft_channel_is_active(ch))
-    return; /* closing already */
-  if (status < 0 ||
-      weft_timer_start(&c->linger, RESP_LINGER_NS, 0, resp_linger_end, c) < 0) {
-    weft_channel_close(ch, WEFT_PROMISE_NONE);
-    return;
-  }
-  weft_channel_shutdown_output(
-      ch, (weft_promise){resp_shut, weft_channel_retain(ch)});
-}
-
-/* Stops running commands and closes the channel once the replies written
- * so far are sent (resp_linger): the last buffer (allocated empty if need
- * be; the transports complete an empty write in order) carries the
- * promise. Only without memory for that buffer does it close at once. */
-static void resp_close_after_sent(resp_conn *c) {
-  if (c->closing)
-    return;
-  c->closing = true;
-  weft_channel *ch = weft_ctx_channel(c->ctx);
-  weft_buf *last = c->out;
-  c->out = NULL;
-  if (last == NULL)
-    last = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), 1);
-  if (last == NULL) {
-    weft_ctx_flush(c->ctx);
-    weft_ctx_close(c->ctx, WEFT_PROMISE_NONE);
-    return;
-  }
-  weft_ctx_write(c->ctx, last, (weft_promise){resp_linger, c});
-  weft_ctx_flush(c->ctx);
-}
-
-/* ---- RESP: commands only Redis clients send ---- */
-
-/* CONFIG GET <parameter>: redis-benchmark asks for "save" and "appendonly"
- * at start; answer as a Redis with persistence off would. */
-static void resp_config(resp_conn *c, const weft_resp_cmd *cmd) {
-  if (cmd->argc != 3 || !weft_resp_arg_equals(cmd, 1, "GET"))
-    return resp_error(c, "ERR CONFIG: only CONFIG GET <parameter> is "
-                         "supported");
-  const char *value = weft_resp_arg_equals(cmd, 2, "save")         ? ""
-                      : weft_resp_arg_equals(cmd, 2, "appendonly") ? "no"
-                                                                   : NULL;
-  if (value == NULL)
-    return resp_array(c, 0);
-  resp_array(c, 2);
-  resp_bulk(c, cmd->argv[2].ptr, cmd->argv[2].len, NULL);
-  resp_bulk(c, value, strlen(value), NULL);
-}
-
-/* Returns true when the command was one of Redis' connection commands. */
-static bool resp_builtin(resp_conn *c, const weft_resp_cmd *cmd) {
-  if (weft_resp_arg_equals(cmd, 0, "COMMAND")) {
-    resp_array(c, 0); /* redis-cli asks for command docs: we have none */
-  } else if (weft_resp_arg_equals(cmd, 0, "CONFIG")) {
-    resp_config(c, cmd);
-  } else if (weft_resp_arg_equals(cmd, 0, "SELECT")) {
-    bool zero =
-        cmd->argc == 2 && cmd->argv[1].len == 1 && cmd->argv[1].ptr[0] == '0';
-    zero ? resp_simple(c, "OK") : resp_error(c, "ERR DB index is out of range");
-  } else if (weft_resp_arg_equals(cmd, 0, "ECHO") && cmd->argc == 2) {
-    resp_bulk(c, cmd->argv[1].ptr, cmd->argv[1].len, NULL);
-  } else if (weft_resp_arg_equals(cmd, 0, "CLIENT")) {
-    resp_simple(c, "OK");
-  } else if (weft_resp_arg_equals(cmd, 0, "QUIT")) {
-    resp_simple(c, "OK");
-    resp_close_after_sent(c);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-/* Appends at most `max` bytes of `src` to the `cap`-byte `dst` holding
- * `*n`; returns the bytes appended. */
-static size_t append_capped(char *dst, size_t cap, size_t *n, const void *src,
-                            size_t len, size_t max) {
-  size_t k = len < max ? len : max;
-  if (k > cap - *n)
-    k = cap - *n;
-  memcpy(dst + *n, src, k);
-  *n += k;
-  return k;
-}
-
-/* Redis' reply to an unknown command: "ERR unknown command '<name>', with
- * args beginning with: '<arg>' ..." with the name cut at 128 bytes and the
- * arguments at 128 in all; control bytes become spaces when written. */
-static void resp_unknown(resp_conn *c, const weft_resp_cmd *cmd) {
-  static const char head[] = "ERR unknown command '",
-                    mid[] = "', with args beginning with: ";
-  char msg[sizeof head + sizeof mid + 2 * UNKNOWN_TEXT_MAX + 8];
-  size_t n = 0, args = 0;
-  append_capped(msg, sizeof msg, &n, head, sizeof head - 1, SIZE_MAX);
-  append_capped(msg, sizeof msg, &n, cmd->argv[0].ptr, cmd->argv[0].len,
-                UNKNOWN_TEXT_MAX);
-  append_capped(msg, sizeof msg, &n, mid, sizeof mid - 1, SIZE_MAX);
-  for (size_t i = 1; i < cmd->argc && args < UNKNOWN_TEXT_MAX; i++) {
-    size_t room = UNKNOWN_TEXT_MAX - args; /* as Redis: '%.*s' with this */
-    args += append_capped(msg, sizeof msg, &n, "'", 1, 1);
-    args += append_capped(msg, sizeof msg, &n, cmd->argv[i].ptr,
-                          cmd->argv[i].len, room);
-    args += append_capped(msg, sizeof msg, &n, "' ", 2, 2);
-  }
-  resp_error_text(c, msg, n);
-}
-
-/* Runs one command, unless the connection is closing; a reply that could
- * not be written closes it. */
-static void resp_read(weft_ctx *ctx, void *msg) {
-  resp_conn *c = weft_ctx_state(ctx);
-  if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
-    weft_ctx_fire_channel_read(ctx, msg);
-    return;
-  }
-  weft_resp_cmd *cmd = msg;
-  if (c->closing) {
-    weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
-    return;
-  }
-  int id = kv_cmd_from_name(cmd->argv[0].ptr, cmd->argv[0].len);
-  if (id != 0) {
-    kv_arg argv[MAX_ARGS];
-    size_t argc = cmd->argc - 1; /* < MAX_ARGS: the decoder's max_args */
-    for (size_t i = 0; i < argc; i++)
-      argv[i] = (kv_arg){cmd->argv[i + 1].ptr, cmd->argv[i + 1].len};
-    kv_exec(&c->srv->env, id, argc, argv, &resp_ops, c);
-  } else if (!resp_builtin(c, cmd)) {
-    resp_unknown(c, cmd);
-  }
-  weft_resp_cmd_release(cmd);
-  if (c->broken)
-    resp_close_after_sent(c);
-}
-
-/* A protocol error (the decoder's WEFT_EBADFRAME or WEFT_ETOOLONG) is
- * answered as Redis does, "-ERR Protocol error: ...", after the replies to
- * the commands before it; the channel closes once that is sent. Other
- * errors go on to the tail, which logs them and closes. */
-static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
-  resp_conn *c = weft_ctx_state(ctx);
-  if (err != WEFT_EBADFRAME && err != WEFT_ETOOLONG) {
-    weft_ctx_fire_exception_caught(ctx, err, reason);
-    return;
-  }
-  if (c->closing)
-    return;
-  weft_log(WEFT_LOG_INFO, "kv: RESP channel %llu: %s; closing",
-           (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)), reason);
-  char msg[256];
-  int n = snprintf(msg, sizeof msg, "ERR %s", reason);
-  resp_error_text(c, msg, n < (int)sizeof msg ? (size_t)n : sizeof msg - 1);
-  resp_close_after_sent(c);
-}
-
-/* One flush per batch of commands read together (pipelining). */
-static void resp_read_complete(weft_ctx *ctx) {
-  resp_conn *c = weft_ctx_state(ctx);
-  if (c->out != NULL && weft_buf_readable(c->out) > 0) {
-    weft_ctx_write(ctx, c->out, WEFT_PROMISE_NONE);
-    c->out = NULL;
-  }
-  weft_ctx_flush(ctx);
-}
-
-static void resp_removed(weft_ctx *ctx) {
-  resp_conn *c = weft_ctx_state(ctx);
-  weft_timer_stop(&c->linger);
-  weft_buf_release(c->out);
-  free(c);
-}
-
-static const weft_handler resp_handler = {.name = "kv-resp",
-                                          .channel_read = resp_read,
-                                          .channel_read_complete =
-                                              resp_read_complete,
-                                          .exception_caught = resp_exception,
-                                          .handler_removed = resp_removed};
-
-static void resp_init(weft_channel *ch, void *arg) {
-  kv_server *srv = arg;
-  weft_pipeline *p = weft_channel_pipeline(ch);
-  resp_conn *c = calloc(1, sizeof *c);
-  if (c != NULL) {
-    c->srv = srv;
-    weft_timer_init(weft_channel_loop(ch), &c->linger);
-  }
-  if (c == NULL || weft_resp_decoder_add_last(p, "resp", &srv->resp_opts) < 0 ||
-      weft_pipeline_add_last(p, "kv", &resp_handler, c) < 0) {
-    free(c);
-    weft_channel_close(ch, WEFT_PROMISE_NONE);
-    return;
-  }
-  c->ctx = weft_pipeline_context(p, "kv");
-}
-
-/* ---- RPC: reply writer into one growing payload ---- */
-
-typedef struct rpc_writer {
-  weft_pool *pool;
-  weft_buf *out;
-  bool failed; /* ENOMEM on the way: the call fails as a whole */
-} rpc_writer;
-
-static weft_buf *rpc_room(rpc_writer *w, size_t n) {
-  if (w->failed)
-    return NULL;
-  if (w->out != NULL && weft_buf_writable(w->out) >= n)
-    return w->out;
-  size_t have = w->out != NULL ? weft_buf_readable(w->out) : 0;
-  size_t cap = w->out != NULL ? w->out->capacity * 2 : 256;
-  if (cap < have + n)
-    cap = have + n;
-  weft_buf *b = weft_buf_alloc(w->pool, cap);
-  if (b == NULL) {
-    w->failed = true;
-    return NULL;
-  }
-  if (w->out != NULL) {
-    weft_buf_write_bytes(b, weft_buf_rptr(w->out), have);
-    weft_buf_release(w->out);
-  }
-  return w->out = b;
-}
-
-static void rpc_simple(void *w, const char *s) {
-  weft_buf *b = rpc_room(w, kv_proto_bulk_size(strlen(s)));
-  if (b != NULL)
-    kv_proto_write_simple(b, s);
-}
-
-static void rpc_error(void *w, const char *msg) {
-  weft_buf *b = rpc_room(w, kv_proto_bulk_size(strlen(msg)));
-  if (b != NULL)
-    kv_proto_write_error(b, msg);
-}
-
-static void rpc_integer(void *w, int64_t v) {
-  weft_buf *b = rpc_room(w, 9);
-  if (b != NULL)
-    kv_proto_write_integer(b, v);
-}
-
-static void rpc_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
-  (void)blob;
-  weft_buf *b = rpc_room(w, kv_proto_bulk_size(len));
-  if (b != NULL)
-    kv_proto_write_bulk(b, data, len);
-}
-
-static void rpc_null(void *w) {
-  weft_buf *b = rpc_room(w, 1);
-  if (b != NULL)
-    kv_proto_write_null(b);
-}
-
-static void rpc_array(void *w, size_t n) {
-  weft_buf *b = rpc_room(w, 11);
-  if (b != NULL)
-    kv_proto_write_array(b, n);
-}
-
-static const kv_reply_ops rpc_ops = {rpc_simple, rpc_error, rpc_integer,
-                                     rpc_bulk,   rpc_null,  rpc_array};
-
-static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
-  kv_server *srv = arg;
-  kv_arg argv[MAX_ARGS];
-  size_t argc;
-  int rc = kv_proto_read_args(req->payload, MAX_ARGS, argv, &argc);
-  if (rc < 0) {
-    weft_rpc_msg_release(req);
-    weft_rpc_reply_error(call, rc, NULL);
-    return;
-  }
-  weft_channel *ch = weft_rpc_call_channel(call);
-  rpc_writer w = {.pool = weft_loop_pool(weft_channel_loop(ch))};
-  kv_exec(&srv->env, weft_rpc_call_method(call), argc, argv, &rpc_ops, &w);
-  weft_rpc_msg_release(req); /* argv pointed into its payload */
-  if (w.failed) {
-    weft_buf_release(w.out);
-    weft_rpc_reply_error(call, WEFT_ENOMEM, NULL);
-    return;
-  }
-  weft_rpc_reply(call, 0, w.out);
-}
-
-static void rpc_init(weft_channel *ch, void *arg) {
-  kv_server *srv = arg;
-  weft_pipeline *p = weft_channel_pipeline(ch);
-  if (weft_rpc_codec_add_last(p, "rpc", &srv->rpc_opts) < 0 ||
-      weft_flush_consolidation_add_last(p, "flush", NULL) < 0 ||
-      weft_rpc_server_add_last(p, "kv", srv->methods, KV_CMD_COUNT_ - 1) < 0)
-    weft_channel_close(ch, WEFT_PROMISE_NONE);
-}
-
 /* ---- start and stop ---- */
 
 static void expire_tick(void *arg) {
   kv_server *srv = arg;
-  kv_store_expire_some(srv->store, EXPIRE_BUDGET);
+  kv_store_expire_some(srv->shared.store, EXPIRE_BUDGET);
 }
 
 static int expire_start(void *arg) {
@@ -566,9 +145,10 @@ static int expire_stop(void *arg) {
 }
 
 /* `reject` is what a client past [server] max_connections reads before
- * the close (NULL: the close alone). */
+ * the close (NULL: the close alone), after the TLS handshake on a TLS
+ * listener (`tls`). */
 static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
-                    weft_channel_init_cb init, const char *reject,
+                    weft_channel_init_cb init, const char *reject, bool tls,
                     weft_server **out) {
   char full[WEFT_CONFIG_URI_MAX + 32];
   int rc = weft_config_endpoint(cfg, uri, full, sizeof full);
@@ -578,15 +158,17 @@ static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
                               .listen = full,
                               .child_init = init,
                               .child_init_arg = srv,
-                              .reject_message = reject};
+                              .reject_message = reject,
+                              .reject_init = tls ? kv_tls_reject_init : NULL};
   weft_config_server_bootstrap(cfg, &sb);
   return weft_server_bind(out, &sb); /* a failure is logged there */
 }
 
 /* RESP is for Redis' clients, which speak TCP: a listener on a message
  * transport (ucx, verbs) would accept nothing they can send. Refused at
- * start, naming the setting. */
-static int resp_transport_check(const weft_config *cfg, const char *uri) {
+ * start, naming the setting (`key`). */
+static int resp_transport_check(const weft_config *cfg, const char *uri,
+                                const char *key) {
   char full[WEFT_CONFIG_URI_MAX + 32];
   weft_endpoint ep;
   if (weft_config_endpoint(cfg, uri, full, sizeof full) < 0 ||
@@ -595,23 +177,142 @@ static int resp_transport_check(const weft_config *cfg, const char *uri) {
       weft_transport_speaks_tcp(ep.transport))
     return 0; /* bind reports bad or unavailable endpoints itself */
   weft_log(WEFT_LOG_ERROR,
-           "kv: [kv] resp_listen = %s: the Redis protocol needs a transport "
+           "kv: [kv] %s = %s: the Redis protocol needs a transport "
            "that is TCP on the wire (tcp or uring), and %s is not; set "
-           "[kv] resp_listen = tcp://HOST:PORT (or empty to turn RESP off)",
-           full, ep.transport);
+           "[kv] %s = tcp://HOST:PORT (or empty to turn it off)",
+           key, full, ep.transport, key);
   return WEFT_ENOTSUP;
 }
 
 static void setup_codecs(kv_server *srv) {
   weft_resp_options_init(&srv->resp_opts);
-  srv->resp_opts.max_args = MAX_ARGS; /* resp_read's argv has room */
+  srv->resp_opts.max_args = KV_MAX_ARGS; /* resp_read's argv has room */
   /* A SET of the largest value must fit, with room for the key. */
   srv->resp_opts.max_bulk = srv->opts.max_value_bytes;
   srv->resp_opts.max_command = srv->opts.max_value_bytes + 128 * 1024;
   weft_rpc_codec_options_init(&srv->rpc_opts);
   srv->rpc_opts.max_payload = srv->opts.max_value_bytes + 128 * 1024;
-  for (int c = 1; c < KV_CMD_COUNT_; c++)
-    srv->methods[c - 1] = (weft_rpc_method){(uint16_t)c, rpc_method, srv};
+  kv_rpc_methods_init(srv);
+}
+
+/* The port of a bound server's address ("tcp://127.0.0.1:6380"), 0 when
+ * there is none. */
+static int bound_port(const weft_server *ws) {
+  char a[WEFT_CONFIG_URI_MAX + 32];
+  if (ws == NULL || weft_server_address(ws, a, sizeof a) < 0)
+    return 0;
+  const char *colon = strrchr(a, ':');
+  return colon != NULL ? atoi(colon + 1) : 0;
+}
+
+/* Says, once at start, what protected mode does for a listener that
+ * clients of other hosts can reach. */
+static void protected_notice(const kv_server *srv, const weft_server *ws,
+                             const char *key) {
+  char a[WEFT_CONFIG_URI_MAX + 32];
+  if (ws == NULL || srv->shared.auth.default_pass ||
+      weft_server_address(ws, a, sizeof a) < 0)
+    return;
+  const char *hp = strstr(a, "://");
+  if (kv_addr_is_loopback(hp != NULL ? hp + 3 : a))
+    return;
+  if (srv->shared.protected_mode)
+    weft_log(WEFT_LOG_WARN,
+             "kv: [kv] %s = %s without a password: protected mode accepts "
+             "clients from the loopback interface only; set [kv] "
+             "requirepass, or [kv] protected_mode = no",
+             key, a);
+  else
+    weft_log(WEFT_LOG_WARN,
+             "kv: [kv] %s = %s without a password and [kv] protected_mode = "
+             "no: every host that reaches it can read and change the store",
+             key, a);
+}
+
+/* Fills srv->shared: the store is made, the passwords hashed. Logs and
+ * returns an error for bad [kv] settings. */
+static int shared_init(kv_server *srv, const weft_config *cfg) {
+  kv_shared *sh = &srv->shared;
+  char err[256];
+  int rc = kv_auth_init(&sh->auth, srv->opts.requirepass, srv->opts.user,
+                        srv->opts.user_password, err, sizeof err);
+  /* Only the digests stay. */
+  explicit_bzero(srv->opts.requirepass, sizeof srv->opts.requirepass);
+  explicit_bzero(srv->opts.user_password, sizeof srv->opts.user_password);
+  if (rc < 0) {
+    weft_log(WEFT_LOG_ERROR, "kv: %s", err);
+    return rc;
+  }
+  sh->protected_mode = srv->opts.protected_mode;
+  sh->n_loops = (unsigned)weft_loop_group_size(srv->group);
+  sh->loops = aligned_alloc(_Alignof(kv_loop_counters),
+                            sh->n_loops * sizeof *sh->loops);
+  if (sh->loops == NULL)
+    return WEFT_ENOMEM;
+  memset(sh->loops, 0, sh->n_loops * sizeof *sh->loops);
+  sh->multi_max_bytes = kv_multi_limit(srv->opts.max_value_bytes);
+  sh->start_ns = weft_now_ns();
+  sh->hz = srv->opts.expire_hz;
+  sh->max_clients = cfg->max_connections;
+  snprintf(srv->transport, sizeof srv->transport, "%s", cfg->transport);
+  sh->transport = srv->transport;
+  uint8_t id[20];
+  if (getrandom(id, sizeof id, 0) != (ssize_t)sizeof id)
+    memset(id, 0, sizeof id);
+  for (size_t i = 0; i < sizeof id; i++)
+    snprintf(sh->run_id + 2 * i, 3, "%02x", id[i]);
+  kv_store_options so;
+  kv_store_options_init(&so);
+  so.n_stripes = srv->opts.stripes;
+  so.max_value_len = srv->opts.max_value_bytes;
+  return kv_store_new(&sh->store, &so);
+}
+
+/* The server's listeners, in kv_listener order, and how to bind each. */
+typedef struct listener_spec {
+  const char *key; /* its [kv] key */
+  const char *uri; /* its setting; "" = off */
+  weft_channel_init_cb init;
+  bool resp, tls;
+  weft_server **out;
+} listener_spec;
+
+static void listener_specs(kv_server *srv, listener_spec *l) {
+  const kv_server_options *o = &srv->opts;
+  l[KV_LISTENER_RPC] =
+      (listener_spec){"rpc_listen", o->rpc_listen, kv_rpc_channel_init,
+                      false,        false,         &srv->rpc};
+  l[KV_LISTENER_RESP] =
+      (listener_spec){"resp_listen", o->resp_listen, kv_resp_channel_init,
+                      true,          false,          &srv->resp};
+  l[KV_LISTENER_TLS] =
+      (listener_spec){"tls_listen", o->tls_listen, kv_resp_tls_channel_init,
+                      true,         true,          &srv->tls_resp};
+  l[KV_LISTENER_TLS_RPC] = (listener_spec){
+      "tls_rpc_listen", o->tls_rpc_listen, kv_rpc_tls_channel_init, false, true,
+      &srv->tls_rpc};
+}
+
+/* Binds every listener that is set; on a failure closes those bound. */
+static int bind_all(kv_server *srv, const weft_config *cfg) {
+  listener_spec l[KV_LISTENER_COUNT_];
+  listener_specs(srv, l);
+  int rc = 0;
+  for (int i = 0; i < KV_LISTENER_COUNT_ && rc == 0; i++) {
+    if (l[i].uri[0] == '\0')
+      continue;
+    if (l[i].resp && (rc = resp_transport_check(cfg, l[i].uri, l[i].key)) < 0)
+      break;
+    rc = bind_one(srv, cfg, l[i].uri, l[i].init,
+                  l[i].resp ? "-ERR max number of clients reached\r\n" : NULL,
+                  l[i].tls, l[i].out);
+  }
+  if (rc < 0)
+    for (int i = 0; i < KV_LISTENER_COUNT_; i++) {
+      weft_server_close(*l[i].out);
+      *l[i].out = NULL;
+    }
+  return rc;
 }
 
 int kv_server_bind(kv_server **out, weft_loop_group *group,
@@ -621,48 +322,48 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
     return WEFT_ENOMEM;
   srv->group = group;
   srv->opts = *opts;
-  kv_store_options so;
-  kv_store_options_init(&so);
-  so.n_stripes = opts->stripes;
-  so.max_value_len = opts->max_value_bytes;
-  int rc = kv_store_new(&srv->store, &so);
-  if (rc < 0)
-    goto failed_store;
-  srv->env = (kv_exec_env){.store = srv->store};
-  setup_codecs(srv);
-  if (opts->rpc_listen[0] != '\0' &&
-      (rc = bind_one(srv, cfg, opts->rpc_listen, rpc_init, NULL, &srv->rpc)) <
-          0)
-    goto failed_rpc;
-  if (opts->resp_listen[0] != '\0' &&
-      (rc = resp_transport_check(cfg, opts->resp_listen)) < 0)
-    goto failed_resp;
-  if (opts->resp_listen[0] != '\0' &&
-      (rc = bind_one(srv, cfg, opts->resp_listen, resp_init,
-                     "-ERR max number of clients reached\r\n", &srv->resp)) < 0)
-    goto failed_resp;
+  int rc = shared_init(srv, cfg);
+  if (rc == 0)
+    rc = kv_tls_context_init(srv);
+  if (rc == 0) {
+    setup_codecs(srv);
+    rc = bind_all(srv, cfg);
+  }
+  if (rc < 0) {
+    weft_tls_context_release(srv->tls);
+    kv_store_free(srv->shared.store);
+    free(srv->shared.loops);
+    free(srv);
+    return rc;
+  }
+  srv->shared.rpc_port = bound_port(srv->rpc);
+  srv->shared.resp_port = bound_port(srv->resp);
+  srv->shared.tls_port = bound_port(srv->tls_resp);
+  listener_spec l[KV_LISTENER_COUNT_];
+  listener_specs(srv, l);
+  for (int i = 0; i < KV_LISTENER_COUNT_; i++)
+    protected_notice(srv, *l[i].out, l[i].key);
   weft_loop *loop0 = weft_loop_group_get(group, 0);
   weft_timer_init(loop0, &srv->expire_timer);
   weft_loop_call(loop0, expire_start, srv);
   *out = srv;
   return 0;
-failed_resp:
-  weft_server_close(srv->rpc);
-failed_rpc:
-  kv_store_free(srv->store);
-failed_store:
-  free(srv);
-  return rc;
 }
 
 int kv_server_address(const kv_server *s, int which, char *buf, size_t len) {
-  weft_server *ws = which == 0 ? s->rpc : s->resp;
+  weft_server *const all[KV_LISTENER_COUNT_] = {[KV_LISTENER_RPC] = s->rpc,
+                                                [KV_LISTENER_RESP] = s->resp,
+                                                [KV_LISTENER_TLS] = s->tls_resp,
+                                                [KV_LISTENER_TLS_RPC] =
+                                                    s->tls_rpc};
+  weft_server *ws =
+      which >= 0 && which < KV_LISTENER_COUNT_ ? all[which] : NULL;
   if (ws == NULL)
     return WEFT_ENOENT;
   return weft_server_address(ws, buf, len);
 }
 
-kv_store *kv_server_store(kv_server *s) { return s->store; }
+kv_store *kv_server_store(kv_server *s) { return s->shared.store; }
 
 void kv_server_close(kv_server *s) {
   if (s == NULL)
@@ -670,6 +371,11 @@ void kv_server_close(kv_server *s) {
   weft_loop_call(weft_loop_group_get(s->group, 0), expire_stop, s);
   weft_server_close(s->rpc);
   weft_server_close(s->resp);
-  kv_store_free(s->store);
+  weft_server_close(s->tls_resp);
+  weft_server_close(s->tls_rpc);
+  /* Channels still open hold their own references. */
+  weft_tls_context_release(s->tls);
+  kv_store_free(s->shared.store);
+  free(s->shared.loops);
   free(s);
 }

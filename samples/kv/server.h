@@ -9,24 +9,54 @@
 #ifndef WEFT_SAMPLES_KV_SERVER_H
 #define WEFT_SAMPLES_KV_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <weft/config.h>
 #include <weft/loop.h>
+#include <weft/tls.h>
 
+#include "auth.h"
 #include "store.h"
+
+/** Longest password a setting holds, bytes with the NUL. */
+#define KV_PASSWORD_MAX 1024
 
 /** Server settings: the [kv] section of the config file. */
 typedef struct kv_server_options {
   char rpc_listen[WEFT_CONFIG_URI_MAX];  /* binary RPC endpoint; "" = off
-                                            (default "0.0.0.0:7001") */
+                                            (default "127.0.0.1:7001") */
   char resp_listen[WEFT_CONFIG_URI_MAX]; /* RESP endpoint; "" = off
-                                            (default "0.0.0.0:6380") */
+                                            (default "127.0.0.1:6380") */
   size_t max_value_bytes; /* largest value, bytes (default 1 MiB) */
   unsigned stripes;       /* lock stripes of the store (default 64) */
   unsigned expire_hz;     /* active expiry passes per second per loop
                              (default 10) */
+  char requirepass[KV_PASSWORD_MAX];   /* the default user's password; ""
+                                          = none (default) */
+  char user[KV_USER_MAX + 1];          /* the ACL user's name, "" = none */
+  char user_password[KV_PASSWORD_MAX]; /* its password */
+  bool protected_mode; /* without requirepass, refuse clients from outside
+                          the loopback network (default true) */
+  char tls_listen[WEFT_CONFIG_URI_MAX];     /* RESP over TLS (Redis'
+                                               tls-port); "" = off (default) */
+  char tls_rpc_listen[WEFT_CONFIG_URI_MAX]; /* weft RPC over TLS; "" = off
+                                               (default) */
+  weft_tls_options tls; /* the TLS listeners' context: [kv] tls_cert_file,
+                           tls_key_file, tls_ca_cert_file, tls_ca_cert_dir,
+                           tls_auth_clients (verify: REQUIRED by default, as
+                           Redis' tls-auth-clients yes), tls_min_protocol,
+                           tls_handshake_timeout_ms, tls_ktls */
 } kv_server_options;
+
+/** The listeners kv_server_address names. */
+enum kv_listener {
+  KV_LISTENER_RPC = 0,     /* [kv] rpc_listen */
+  KV_LISTENER_RESP = 1,    /* [kv] resp_listen */
+  KV_LISTENER_TLS = 2,     /* [kv] tls_listen: RESP over TLS */
+  KV_LISTENER_TLS_RPC = 3, /* [kv] tls_rpc_listen: weft RPC over TLS */
+  KV_LISTENER_COUNT_
+};
 
 /** Fills `o` with the defaults. */
 void kv_server_options_init(kv_server_options *o);
@@ -42,8 +72,12 @@ void kv_server_config_defaults(weft_config *cfg);
  * The [kv] section handler for weft_config_load / weft_config_set /
  * weft_config_apply_env (see weft_config_section_cb); `arg` is a
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
- * stripes, expire_hz (kv_config.h lists them). Other sections of the
- * service's file ([kvbench]) are accepted and ignored.
+ * stripes, expire_hz, requirepass, user, user_password, protected_mode,
+ * and the TLS keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
+ * kv_server_tls_key) (kv_config.h lists them). The clients' keys of the
+ * section (password, client_user, client_tls, ...) and other sections of
+ * the service's file ([kvbench]) are accepted and ignored. Error texts
+ * never quote a value.
  */
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len);
@@ -53,17 +87,44 @@ typedef struct kv_server kv_server;
 /**
  * Starts the service on a started loop group with the channel options of
  * `cfg` ([transport]); endpoints without a scheme use cfg->transport.
- * Returns 0 and the server in `*out`, or the first error (logged with the
- * endpoint). Any thread but a loop thread of `group`.
+ * The passwords are kept as SHA-256 digests only (auth.h). Returns 0 and
+ * the server in `*out`, or the first error (logged with the endpoint or
+ * the setting: WEFT_EINVAL for a [kv] user without user_password). Any
+ * thread but a loop thread of `group`.
+ *
+ * Protected mode (Redis 7's): unless `protected_mode` is false or
+ * `requirepass` is set, a client whose address is outside the loopback
+ * network (127.0.0.0/8, ::1) gets Redis' DENIED error (auth.h) and the
+ * close, and a WARN line names the settings to change.
+ *
+ * TLS: with tls_listen or tls_rpc_listen, one server TLS context is made
+ * from `opts->tls` (an error names the [kv] key and the file: WEFT_EINVAL)
+ * and shared by both listeners' channels, whose pipelines start with the
+ * TLS handler, then the protocol's handlers, as on the plaintext
+ * listeners. [server] max_connections holds per listener; a RESP client
+ * past it on tls_listen reads the reject message encrypted, after the
+ * handshake. Passwords and protected mode apply alike.
  */
 int kv_server_bind(kv_server **out, weft_loop_group *group,
                    const weft_config *cfg, const kv_server_options *opts);
 
 /**
- * Writes the bound endpoints as URIs (for port 0): which = 0 for RPC, 1 for
- * RESP. Returns 0, WEFT_ENOENT (that protocol is off) or WEFT_ENOSPC.
+ * Writes a bound endpoint as a URI (for port 0): `which` is an enum
+ * kv_listener (0 RPC, 1 RESP, 2 RESP over TLS, 3 RPC over TLS). Returns 0,
+ * WEFT_ENOENT (that listener is off) or WEFT_ENOSPC.
  */
 int kv_server_address(const kv_server *s, int which, char *buf, size_t len);
+
+/**
+ * The TLS keys of the [kv] section for kv_server_config_section
+ * (server_tls.c): tls_listen, tls_rpc_listen, tls_cert_file, tls_key_file,
+ * tls_ca_cert_file, tls_ca_cert_dir, tls_auth_clients (no | optional |
+ * yes), tls_min_protocol (tls1.2 | tls1.3), tls_handshake_timeout_ms,
+ * tls_ktls (on | off). Returns 0, WEFT_ENOENT for another key, or
+ * WEFT_EINVAL with the valid values in `err`.
+ */
+int kv_server_tls_key(kv_server_options *o, const char *key, const char *value,
+                      char *err, size_t err_len);
 
 /** The server's store (for tests and INFO). */
 kv_store *kv_server_store(kv_server *s);

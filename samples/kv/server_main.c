@@ -3,13 +3,17 @@
  *   weft-kv-server [-c FILE] [-o section.key=value ...]
  *
  * Listens on [kv] rpc_listen (weft RPC) and [kv] resp_listen (Redis
- * protocol), with the loops of [loop] and the transport of [transport].
+ * protocol), and over TLS on [kv] tls_listen (Redis protocol) and [kv]
+ * tls_rpc_listen (weft RPC) when set, with the loops of [loop] and the
+ * transport of [transport]. Each listener's address goes to stderr as
+ * "weft-kv-server: <rpc|resp|tls|tls-rpc> on URI".
  * SIGINT or SIGTERM stop it gracefully: the loops answer what they already
  * received, then close every connection.
  */
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <weft/weft.h>
@@ -25,10 +29,15 @@ static weft_cli cli = {
     .synopsis = "[-c FILE] [-o section.key=value ...]",
     .about = "Serves the KV store over weft RPC ([kv] rpc_listen) and the "
              "Redis protocol\n([kv] resp_listen: redis-cli and "
-             "redis-benchmark work against it) until\nSIGINT or SIGTERM.",
+             "redis-benchmark work against it), and both\nover TLS ([kv] "
+             "tls_listen, tls_rpc_listen, with tls_cert_file and "
+             "tls_key_file),\nuntil SIGINT or SIGTERM.",
     .examples = "weft-kv-server -o kv.resp_listen=127.0.0.1:6380\n"
                 "weft-kv-server -c kv.ini -o loop.loops=1 -o "
-                "transport.name=uring",
+                "transport.name=uring\n"
+                "weft-kv-server -o kv.tls_listen=127.0.0.1:6390 -o "
+                "kv.tls_cert_file=server.pem -o kv.tls_key_file=server.key "
+                "-o kv.tls_auth_clients=no",
     .sections = sections,
     .app = kv_server_config_section};
 
@@ -91,12 +100,20 @@ int main(int argc, char **argv) {
     return 1;
   }
   kv_server *srv;
-  if ((rc = kv_server_bind(&srv, group, &cfg, &opts)) == 0) {
+  rc = kv_server_bind(&srv, group, &cfg, &opts);
+  /* The server keeps digests only: the passwords go from here too. */
+  explicit_bzero(opts.requirepass, sizeof opts.requirepass);
+  explicit_bzero(opts.user_password, sizeof opts.user_password);
+  if (rc == 0) {
+    static const char *const names[KV_LISTENER_COUNT_] = {
+        [KV_LISTENER_RPC] = "rpc",
+        [KV_LISTENER_RESP] = "resp",
+        [KV_LISTENER_TLS] = "tls",
+        [KV_LISTENER_TLS_RPC] = "tls-rpc"};
     char a[WEFT_CONFIG_URI_MAX + 32];
-    for (int which = 0; which < 2; which++)
+    for (int which = 0; which < KV_LISTENER_COUNT_; which++)
       if (kv_server_address(srv, which, a, sizeof a) == 0)
-        fprintf(stderr, "weft-kv-server: %s on %s\n",
-                which == 0 ? "rpc" : "resp", a);
+        fprintf(stderr, "weft-kv-server: %s on %s\n", names[which], a);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     while (!stop)

@@ -2,9 +2,11 @@
  *
  * An in-memory map from binary-safe keys to binary-safe values with the
  * commands the server maps Redis (RESP) and weft RPC requests onto: GET, SET
- * (EX/PX/NX/XX/KEEPTTL), DEL, EXISTS, INCR/INCRBY/DECR, MGET, MSET, SCAN,
- * DBSIZE, FLUSHALL, PTTL, plus the counters INFO reports. It knows nothing
- * of the network.
+ * (EX/PX/NX/XX/KEEPTTL, GET), GETDEL, GETEX, DEL, EXISTS, INCR/INCRBY/DECR,
+ * INCRBYFLOAT, APPEND, MGET, MSET, RENAME, SCAN, KEYS, DBSIZE, FLUSHALL,
+ * PTTL, EXPIRE, PERSIST, plus the counters INFO reports, and transactions
+ * (kv_txn: several commands applied atomically). It knows nothing of the
+ * network.
  *
  * Concurrency: lock striping. The key space is split into N stripes by the
  * key's hash; each stripe is its own hash table behind its own mutex. Values
@@ -17,8 +19,10 @@
  * Thread rules: every function is safe from any thread at any time, except
  * kv_store_free (no other call may run or follow) and, for a store created
  * with `single_thread`, all of them (one thread at a time). Multi-key
- * commands (DEL, EXISTS, MGET, MSET, FLUSHALL) are atomic: they lock every
- * stripe they touch, in stripe order, so no reader sees half an MSET.
+ * commands (DEL, EXISTS, MGET, MSET, RENAME, KEYS, DBSIZE, FLUSHALL) are
+ * atomic: they lock every stripe they touch, in stripe order, so no reader
+ * sees half an MSET. A transaction (kv_txn) extends that to a sequence of
+ * commands.
  *
  * Limits: keys are 0 .. max_key_len bytes (default 64 KiB, not Redis' 512
  * MiB: a key is copied into every reply and hashed on every request, and
@@ -145,6 +149,11 @@ enum kv_set_flags {
   KV_SET_NX = 1u << 0,      /* only if the key does not exist */
   KV_SET_XX = 1u << 1,      /* only if the key exists */
   KV_SET_KEEPTTL = 1u << 2, /* keep the key's current TTL (if any) */
+  KV_SET_EXPIRED = 1u << 3, /* the deadline has passed already (EXAT or
+                               PXAT in the past, which Redis allows): the
+                               SET happens (NX/XX are checked, kv_set_get
+                               returns the old value) and the key is then
+                               deleted at once. With ttl_ms 0. */
 };
 
 /** Options of one SET. Zero-initialised = plain SET without TTL. */
@@ -180,6 +189,80 @@ int kv_set(kv_store *store, const void *key, size_t klen, const void *val,
  */
 int kv_set_blob(kv_store *store, const void *key, size_t klen, kv_blob *blob,
                 const kv_set_options *opts);
+
+/**
+ * SET ... GET (and GETSET): kv_set_blob() that also stores in `*old` a
+ * reference to the value the key held before (the caller releases it), or
+ * NULL when it had none; the old value is returned whether or not NX/XX let
+ * the SET happen (Redis 7's rule). `*old` is NULL on error. Any thread.
+ */
+int kv_set_get(kv_store *store, const void *key, size_t klen, kv_blob *blob,
+               const kv_set_options *opts, kv_blob **old);
+
+/**
+ * GETDEL: like kv_get(), and deletes the key when present. Returns 1 with
+ * the value in `*out` (the caller releases it) or 0 with NULL; errors as
+ * kv_get. Counts a hit or a miss. Any thread.
+ */
+int kv_getdel(kv_store *store, const void *key, size_t klen, kv_blob **out);
+
+/** What GETEX does to the key's TTL (kv_getex). */
+typedef enum kv_getex_mode {
+  KV_GETEX_KEEP,    /* nothing (a plain GET) */
+  KV_GETEX_SET,     /* a new TTL of ttl_ms (<= 0: delete the key now) */
+  KV_GETEX_PERSIST, /* remove the TTL */
+} kv_getex_mode;
+
+/**
+ * GETEX: like kv_get(), then changes the key's TTL as `mode` says (for
+ * KV_GETEX_SET, `ttl_ms` from now; a deadline past the clock's range is
+ * clamped to the latest one, about 584 years after the clock's zero).
+ * Returns 1 with the value or 0; errors as kv_get, and WEFT_ENOMEM (then
+ * nothing changed). Any thread.
+ */
+int kv_getex(kv_store *store, const void *key, size_t klen, kv_getex_mode mode,
+             int64_t ttl_ms, kv_blob **out);
+
+/**
+ * APPEND: appends `len` bytes to the value at `key` (a missing key counts as
+ * empty), keeping its TTL, and stores the new length in `*new_len`. The new
+ * value is built without a lock (the old one is read, the new one built,
+ * and installed if the key still holds the old one; else again). Returns 0,
+ * WEFT_EMSGSIZE (the result would exceed max_value_len, or the key
+ * max_key_len: nothing changed) or WEFT_ENOMEM. Any thread.
+ */
+int kv_append(kv_store *store, const void *key, size_t klen, const void *data,
+              size_t len, size_t *new_len);
+
+/**
+ * INCRBYFLOAT: adds `incr` to the value at `key` read as a long double
+ * (Redis' string2ld: strtold, no leading space, nothing after the number,
+ * not NaN, at most 5119 characters; a missing key counts as 0), keeping
+ * its TTL, and stores the sum as Redis writes it ("%.17Lf" without
+ * trailing zeros). `*result` gets a reference to the new value (the
+ * caller releases it). Errors: WEFT_EINVAL (the value is not such a
+ * number: Redis' "value is not a valid float"), WEFT_ERANGE (the sum is
+ * NaN or infinite: "increment would produce NaN or Infinity"),
+ * WEFT_EMSGSIZE, WEFT_ENOMEM; the value is then unchanged. Any thread.
+ */
+int kv_incrbyfloat(kv_store *store, const void *key, size_t klen,
+                   long double incr, kv_blob **result);
+
+/**
+ * Parses `len` bytes as INCRBYFLOAT reads a number (see kv_incrbyfloat):
+ * true with the value in `*out`, false when it is not one. Any thread.
+ */
+bool kv_parse_long_double(const void *text, size_t len, long double *out);
+
+/**
+ * RENAME: moves the value and TTL of `src` to `dst`, replacing what `dst`
+ * held. Returns 1, or 0 when `src` does not exist (Redis' "no such key");
+ * a key renamed to itself is left as it is (1). Errors: WEFT_EMSGSIZE (a
+ * key above max_key_len), WEFT_ENOMEM (nothing changed). Atomic. Any
+ * thread.
+ */
+int kv_rename(kv_store *store, const void *src, size_t slen, const void *dst,
+              size_t dlen);
 
 /**
  * DEL: deletes the `n` keys (duplicates count once: the second finds the key
@@ -238,6 +321,33 @@ int kv_mset(kv_store *store, size_t n, const kv_key *keys, const kv_key *vals);
  */
 int kv_pttl(kv_store *store, const void *key, size_t klen, int64_t *ttl_ms);
 
+/** EXPIRE conditions (kv_expire), Redis 7's NX/XX/GT/LT. */
+enum kv_expire_flags {
+  KV_EXPIRE_NX = 1u << 0, /* only if the key has no TTL */
+  KV_EXPIRE_XX = 1u << 1, /* only if it has one */
+  KV_EXPIRE_GT = 1u << 2, /* only if the new deadline is later (a key
+                             without a TTL has an infinite one) */
+  KV_EXPIRE_LT = 1u << 3, /* only if it is earlier */
+};
+
+/**
+ * EXPIRE / PEXPIRE: gives `key` a TTL of `ttl_ms` milliseconds from now, if
+ * the conditions in `flags` (kv_expire_flags; the caller refuses
+ * incompatible ones) hold. `ttl_ms` <= 0 deletes the key, as Redis does for
+ * a deadline in the past. A deadline past the clock's range is clamped
+ * (see kv_getex). Returns 1 if the TTL was set or the key deleted, 0 if the
+ * key does not exist or a condition failed; WEFT_EMSGSIZE, WEFT_ENOMEM.
+ * Any thread.
+ */
+int kv_expire(kv_store *store, const void *key, size_t klen, int64_t ttl_ms,
+              unsigned flags);
+
+/**
+ * PERSIST: removes `key`'s TTL. Returns 1 if it had one, 0 if it had none
+ * or does not exist; WEFT_EMSGSIZE. Any thread.
+ */
+int kv_persist(kv_store *store, const void *key, size_t klen);
+
 /**
  * The keys one SCAN call returned: `n` keys, each a blob owned by the
  * result. Initialise with {0}; kv_scan_result_clear() releases the keys and
@@ -286,6 +396,24 @@ void kv_scan_result_clear(kv_scan_result *res);
 int kv_scan(kv_store *store, uint64_t cursor, size_t count, const void *pattern,
             size_t plen, kv_scan_result *res, uint64_t *next);
 
+/** KEYS' bound on the keys it copies under the locks (kv_keys). */
+#define KV_KEYS_MAX 100000u
+
+/**
+ * KEYS: appends to `res` every live key matching `pattern` (Redis glob,
+ * `plen` bytes, at most KV_SCAN_PATTERN_MAX; NULL = every key), as one
+ * snapshot: every stripe is locked, in order, while the keys are copied;
+ * they are matched after. Bounded like SCAN: the copying and matching may
+ * do at most KV_SCAN_WORK_MAX of work (SCAN's units) and copy at most
+ * KV_KEYS_MAX keys; past either it stops and returns WEFT_ETOOLONG, having
+ * added nothing to `res` (use SCAN on such a store). Returns 0,
+ * WEFT_EMSGSIZE (the pattern is too long), WEFT_ETOOLONG or WEFT_ENOMEM
+ * (nothing added). Clear `res` with kv_scan_result_clear() either way.
+ * Any thread.
+ */
+int kv_keys(kv_store *store, const void *pattern, size_t plen,
+            kv_scan_result *res);
+
 /**
  * True if `str` matches the Redis glob `pattern` (* ? [...] and \ escapes;
  * binary safe). Never backtracks: the pattern becomes an automaton run
@@ -299,8 +427,9 @@ bool kv_glob_match(const void *pattern, size_t plen, const void *str,
 
 /**
  * DBSIZE: the number of keys, including keys whose TTL has passed but that
- * no command or expiry cycle has deleted yet (as Redis). Any thread; exact
- * when no writer runs concurrently.
+ * no command or expiry cycle has deleted yet (as Redis). Takes every
+ * stripe's lock, so it is exact and never sees half a transaction. Any
+ * thread.
  */
 uint64_t kv_dbsize(kv_store *store);
 
@@ -338,6 +467,48 @@ typedef struct kv_store_stats {
 
 /** Sums the stripes' counters into `*out`. Any thread, takes no lock. */
 void kv_store_stats_get(kv_store *store, kv_store_stats *out);
+
+/**
+ * A transaction: commands run one after the other with the stripes of all
+ * of their keys locked, so no other thread sees any of them before all are
+ * applied (Redis' MULTI/EXEC). Collect the keys, lock, run the commands on
+ * this thread, unlock:
+ *
+ *   kv_txn t;
+ *   kv_txn_init(&t, store);
+ *   kv_txn_add_key(&t, "a", 1);      // every key a command will touch
+ *   kv_txn_add_all(&t);              // or every stripe (FLUSHALL, KEYS)
+ *   kv_txn_lock(&t);
+ *   kv_set(store, "a", 1, "1", 1, NULL);   // any store calls
+ *   kv_txn_unlock(&t);
+ *
+ * Between lock and unlock the calling thread's store calls skip the locks
+ * the transaction holds; touching a stripe it does not hold is a bug
+ * (asserted in debug builds: it could deadlock). One transaction per
+ * thread at a time; the fields are private.
+ */
+typedef struct kv_txn {
+  kv_store *store;
+  uint64_t bits[KV_STRIPES_MAX / 64]; /* stripes to lock */
+  bool locked;
+} kv_txn;
+
+/** Starts collecting a transaction's keys on `store`. */
+void kv_txn_init(kv_txn *t, kv_store *store);
+
+/** Adds the stripe of `key`; a key above max_key_len is ignored (every
+ *  command refuses it before locking anything). */
+void kv_txn_add_key(kv_txn *t, const void *key, size_t klen);
+
+/** Adds every stripe: for commands without a key list (FLUSHALL, KEYS,
+ *  SCAN, DBSIZE). */
+void kv_txn_add_all(kv_txn *t);
+
+/** Locks the collected stripes in index order, for this thread. */
+void kv_txn_lock(kv_txn *t);
+
+/** Unlocks them. */
+void kv_txn_unlock(kv_txn *t);
 
 /**
  * The Redis error text (without the "ERR " prefix) for an error a command

@@ -1,7 +1,8 @@
-/* samples/kv/store_internal.h: the store's layout and the helpers its three
+/* samples/kv/store_internal.h: the store's layout and the helpers its
  * files share: table.c (hashing, blobs, the striped tables, life cycle),
- * expiry.c (TTLs, lazy and active expiry) and commands.c (the per-key
- * commands). Not for users of the store: they include store.h.
+ * expiry.c (TTLs, lazy and active expiry), commands.c (the per-key
+ * commands), update.c (APPEND and INCRBYFLOAT) and txn.c (transactions).
+ * Not for users of the store: they include store.h.
  *
  * Layout: the store is an array of stripes; a key's 64-bit SipHash picks the
  * stripe with its top bits and the bucket inside the stripe's chained hash
@@ -22,6 +23,7 @@
 #ifndef WEFT_SAMPLES_KV_STORE_INTERNAL_H
 #define WEFT_SAMPLES_KV_STORE_INTERNAL_H
 
+#include <assert.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -97,14 +99,66 @@ static inline size_t kv__stripe_index(const kv_store *s, uint64_t hash) {
   return s->stripe_bits == 0 ? 0 : (size_t)(hash >> (64 - s->stripe_bits));
 }
 
+/* txn.c: the transaction (kv_txn_lock) this thread holds, or NULL. While
+ * one is held, the stripes it locked are this thread's already: the
+ * commands it runs skip locking and unlocking them. */
+extern _Thread_local const kv_txn *kv__txn_active;
+
+/* True when this thread's transaction holds stripe `st` of `s`. A
+ * transaction locks every stripe its commands can touch (kv_txn_add_key,
+ * kv_txn_add_all), so locking any other one would be a bug: it could
+ * deadlock against a thread locking in stripe order (asserted). */
+static inline bool kv__txn_holds(const kv_store *s, const kv_stripe *st) {
+  const kv_txn *t = kv__txn_active;
+  if (t == NULL || t->store != s)
+    return false;
+  size_t i = (size_t)(st - s->stripes);
+  bool held = (t->bits[i / 64] >> (i % 64)) & 1;
+  assert(held && "a transaction touched a stripe it did not lock");
+  return held;
+}
+
 static inline void kv__stripe_lock(kv_store *s, kv_stripe *st) {
-  if (!s->single_thread)
+  if (!s->single_thread && !kv__txn_holds(s, st))
     pthread_mutex_lock(&st->lock);
 }
 
 static inline void kv__stripe_unlock(kv_store *s, kv_stripe *st) {
-  if (!s->single_thread)
+  if (!s->single_thread && !kv__txn_holds(s, st))
     pthread_mutex_unlock(&st->lock);
+}
+
+/* A set of stripes, one bit each: what a multi-key command locks, in
+ * index order (so two of them never deadlock). */
+typedef struct lock_set {
+  uint64_t bits[KV_STRIPES_MAX / 64];
+} lock_set;
+
+/* Adds the stripe of `hash` to `ls`. */
+static inline void kv__lock_set_add(const kv_store *s, lock_set *ls,
+                                    uint64_t hash) {
+  size_t si = kv__stripe_index(s, hash);
+  ls->bits[si / 64] |= 1ull << (si % 64);
+}
+
+/* Adds every stripe of `s` to `ls`. */
+static inline void kv__lock_set_all(const kv_store *s, lock_set *ls) {
+  for (unsigned i = 0; i < s->n_stripes; i++)
+    ls->bits[i / 64] |= 1ull << (i % 64);
+}
+
+/* Locks the stripes of `ls` in index order. */
+static inline void kv__lock_set_lock(kv_store *s, const lock_set *ls) {
+  for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
+    for (uint64_t m = ls->bits[w]; m; m &= m - 1)
+      kv__stripe_lock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
+}
+
+/* Unlocks the stripes of `ls`. */
+static inline void kv__lock_set_unlock(kv_store *s, const lock_set *ls) {
+  for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
+    for (uint64_t m = ls->bits[w]; m; m &= m - 1)
+      kv__stripe_unlock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
 }
 
 /* Only the lock holder writes a stripe counter, so load + store is exact;
@@ -179,5 +233,37 @@ kv_entry *kv__lookup_live(kv_store *s, kv_stripe *st, uint64_t hash,
 
 /** Validates SET options and computes the absolute deadline (0 = none). */
 int kv__set_deadline(const kv_store *s, const kv_set_options *o, uint64_t *at);
+
+/* ------------------------------------------------------------------------ */
+/* One key's command                                                         */
+
+/* The state of a command on one key while its stripe is locked. */
+typedef struct key_lock {
+  kv_stripe *st;
+  garbage g; /* entries deleted under the lock: freed by kv__key_unlock */
+} key_lock;
+
+/* Hashes `key` (its length checked by the caller), locks its stripe and
+ * returns its live entry, or NULL (an expired one is deleted on the way). */
+static inline kv_entry *kv__key_lock(kv_store *s, key_lock *k, const void *key,
+                                     size_t klen) {
+  uint64_t h = kv__key_hash(s, key, klen);
+  k->st = kv__stripe_of(s, h);
+  k->g.entries = NULL;
+  kv__stripe_lock(s, k->st);
+  return kv__lookup_live(s, k->st, h, key, klen, &k->g);
+}
+
+/* Deletes `e`, an entry of k's stripe, under the lock. */
+static inline void kv__key_delete(key_lock *k, kv_entry *e) {
+  kv__entry_unlink(k->st, kv__table_link_of(&k->st->table, e), &k->g);
+  kv__table_maybe_resize(&k->st->table);
+}
+
+/* Unlocks the stripe, then frees what the command deleted. */
+static inline void kv__key_unlock(kv_store *s, key_lock *k) {
+  kv__stripe_unlock(s, k->st);
+  kv__garbage_free(&k->g);
+}
 
 #endif /* WEFT_SAMPLES_KV_STORE_INTERNAL_H */

@@ -359,9 +359,13 @@ void kv_store_free(kv_store *store) {
 /* DBSIZE, FLUSHALL, stats                                                   */
 
 uint64_t kv_dbsize(kv_store *s) {
+  lock_set all = {{0}};
+  kv__lock_set_all(s, &all);
   uint64_t n = 0;
+  kv__lock_set_lock(s, &all); /* exact, and never half a transaction */
   for (unsigned i = 0; i < s->n_stripes; i++)
     n += atomic_load_explicit(&s->stripes[i].keys, memory_order_relaxed);
+  kv__lock_set_unlock(s, &all);
   return n;
 }
 

@@ -1,15 +1,19 @@
 /* libFuzzer target for the bytes a verbs peer controls (no device needed):
  * the hello of the handshake (weft__verbs_hello_parse), then a run of
  * received messages (weft__verbs_rx_check: kind, imm_data, length) mixed
- * with what this side does meanwhile (deliver a held message, return
- * credits, send a data message), against one channel's credit books.
+ * with what this side does meanwhile (deliver a held message, in its slot
+ * or as a copy past VERBS_ZC_MAX; a handler releases a slot; return
+ * credits with weft__verbs_returnable; send a data message), against one
+ * channel's credit books.
  *
  * Input: byte 0 is the hello's length (0xff: no private data at all), the
  * hello follows; then records of 10 bytes: an op byte, imm_data (network
  * order, as on the wire) and a length (network order). After every step
- * the books must keep their invariants: granted + held <= VERBS_CREDITS
- * (so held[] cannot overflow), 0 <= credits <= window; a rejected message
- * must leave the books unchanged and say why. A violation aborts. */
+ * the books must keep their invariants: granted + in_use <= VERBS_CREDITS
+ * (in_use: held plus the handlers' slots, so held[] cannot overflow and a
+ * channel never holds more slots than its share), handlers' slots <=
+ * VERBS_ZC_MAX, 0 <= credits <= window; a rejected message must leave the
+ * books unchanged and say why. A violation aborts. */
 #include <arpa/inet.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,16 +21,19 @@
 
 #include "transports/verbs/verbs_internal.h"
 
-/* The channel as the receive path sees it: the books and the held count. */
+/* The channel as the receive path sees it: the books, the held count and
+ * the slots its handlers keep (recv.c, group.c). */
 typedef struct model {
   verbs_flow flow;
   uint32_t held;
+  uint32_t zc;
 } model;
 
 static void check(const model *m) {
   const verbs_flow *f = &m->flow;
-  if (f->granted + m->held > VERBS_CREDITS || f->credits < 0 ||
-      (uint32_t)f->credits > f->window || f->window > VERBS_CREDITS)
+  if (f->granted + m->held + m->zc > VERBS_CREDITS || m->zc > VERBS_ZC_MAX ||
+      f->credits < 0 || (uint32_t)f->credits > f->window ||
+      f->window > VERBS_CREDITS)
     abort();
 }
 
@@ -65,21 +72,27 @@ static void peer_message(model *m, uint8_t op, uint32_t imm, uint32_t len) {
     abort(); /* not terminated */
 }
 
-/* What this side does between the peer's messages (recv.c, send.c). */
+/* What this side does between the peer's messages (recv.c, send.c,
+ * group.c). */
 static void local_step(model *m, uint8_t op) {
   switch (op & 3) {
-  case 1: /* a held message goes up the pipeline */
-    if (m->held > 0)
+  case 1: /* a held message goes up the pipeline (deliver_held) */
+    if (m->held > 0) {
       m->held--;
+      if (m->zc + 1 <= VERBS_ZC_MAX)
+        m->zc++; /* in its slot; past VERBS_ZC_MAX a copy, the slot freed */
+    }
     break;
-  case 2: { /* take_returns: the credits delivered messages freed */
-    uint32_t used = m->flow.granted + m->held;
-    m->flow.granted += used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
+  case 2: /* take_returns: the credits for slots no longer held */
+    m->flow.granted += weft__verbs_returnable(&m->flow, m->held + m->zc);
     break;
-  }
-  case 3: /* post_data spends a credit */
-    if (m->flow.credits > 0)
+  case 3:
+    if (op & 4) { /* a handler releases a received buffer */
+      if (m->zc > 0)
+        m->zc--;
+    } else if (m->flow.credits > 0) { /* post_data spends a credit */
       m->flow.credits--;
+    }
     break;
   default:
     break;

@@ -1,6 +1,8 @@
 #!/bin/bash
 # Builds a minimal initramfs and fetches Debian's kernel for running weft's
-# verbs tests on a real Soft-RoCE (rdma_rxe) stack inside qemu. Adapted from
+# verbs tests on a real Soft-RoCE (rdma_rxe) stack inside qemu (and the
+# TLS tests with kernel TLS: the tls module and the AEADs it asks the
+# crypto API for, which nothing could load on demand in the VM). Adapted from
 # the project's Soft-RoCE recipe; scripts/test-verbs-vm.sh drives it.
 #
 # The kernel package is downloaded with apt and only extracted, never
@@ -81,7 +83,8 @@ for pair in ${EXTRA_FILES:-}; do copy_file "${pair%%:*}" "${pair#*:}"; done
 mkdir -p "$R/lib/modules"
 : > "$R/etc/modules.load"
 modprobe -d "$KDIR" -S "$KVER" --show-depends -a \
-    virtio_pci virtio_net dummy crc32_generic rdma_rxe rdma_ucm 9pnet_virtio 9p overlay |
+    virtio_pci virtio_net dummy crc32_generic rdma_rxe rdma_ucm 9pnet_virtio 9p overlay \
+    tls gcm ctr ghash_generic chacha20poly1305 chacha_generic poly1305_generic |
   awk '$1=="insmod"{print $2}' | awk '!seen[$0]++' | while read -r ko; do
     base=$(basename "$ko")
     case $ko in           # busybox insmod wants plain .ko (newer kernels ship .ko.xz/.zst)

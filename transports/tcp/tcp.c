@@ -12,10 +12,15 @@
  * Sockets are non-blocking and sends use MSG_NOSIGNAL, so a peer that went
  * away gives EPIPE instead of a SIGPIPE.
  *
+ * kTLS: ktls_tx hands record encryption to the kernel (the "tls" upper
+ * layer protocol, TLS_TX) for the TLS handler; writes stay plain writes of
+ * plaintext, and ktls_send_record sends a control record (close_notify).
+ *
  * This plugin uses the public headers only, as an out-of-tree plugin would.
  */
 #include <errno.h>
 #include <limits.h>
+#include <linux/tls.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -100,6 +105,7 @@ typedef struct tcp_channel {
   bool in_flush;         /* flush is on the stack (re-entry guard) */
   bool shutdown_pending; /* shut down output once the queue drained */
   bool output_shut;
+  bool ulp_tls;          /* the "tls" ULP is on the socket (kTLS) */
   uint8_t recv_index;    /* into recv_sizes */
   bool recv_shrink_next; /* the last read was small too */
   weft_sockopts opts;    /* set before the socket existed, applied after */
@@ -657,6 +663,74 @@ static int tcp_local_address(const weft_channel *ch, char *buf, size_t len) {
   return peer_or_local(ch, buf, len, false);
 }
 
+/* ---- kernel TLS ---- */
+
+#ifndef SOL_TLS
+#define SOL_TLS 282
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+/* The socket of an open, connected channel with nothing unsent, or -1
+ * with the error in *err. */
+static int ktls_fd(const weft_channel *ch, int *err) {
+  const tcp_channel *tc = tcp_of(ch);
+  if (!tc->has_fd || tc->io.fd < 0 || tc->connecting) {
+    *err = WEFT_ENOTCONN;
+    return -1;
+  }
+  if (!weft_outbound_is_empty(ch)) {
+    *err = WEFT_EBUSY; /* those bytes must not be encrypted again */
+    return -1;
+  }
+  return tc->io.fd;
+}
+
+static int tcp_ktls_tx(weft_channel *ch, const void *crypto_info, size_t len) {
+  tcp_channel *tc = tcp_of(ch);
+  int err, fd = ktls_fd(ch, &err);
+  if (fd < 0)
+    return err;
+  if (!tc->ulp_tls) {
+    if (setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof "tls") < 0)
+      return neg_errno(); /* ENOENT: no tls module in this kernel */
+    tc->ulp_tls = true;
+  }
+  if (setsockopt(fd, SOL_TLS, TLS_TX, crypto_info, (socklen_t)len) < 0)
+    return neg_errno();
+  return 0;
+}
+
+static int tcp_ktls_send_record(weft_channel *ch, uint8_t type,
+                                const void *data, size_t len) {
+  int err, fd = ktls_fd(ch, &err);
+  if (fd < 0)
+    return err;
+  union {
+    char buf[CMSG_SPACE(sizeof(uint8_t))];
+    struct cmsghdr align;
+  } control;
+  memset(&control, 0, sizeof control);
+  struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+  struct msghdr msg = {.msg_iov = &iov,
+                       .msg_iovlen = 1,
+                       .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+  struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_TLS;
+  c->cmsg_type = TLS_SET_RECORD_TYPE;
+  c->cmsg_len = CMSG_LEN(sizeof type);
+  memcpy(CMSG_DATA(c), &type, sizeof type);
+  ssize_t w;
+  do
+    w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (w < 0 && errno == EINTR);
+  if (w < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK ? WEFT_EAGAIN : neg_errno();
+  return (size_t)w == len ? 0 : WEFT_EAGAIN;
+}
+
 const weft_transport_ops weft__transport_tcp = {
     .name = "tcp",
     .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
@@ -678,4 +752,6 @@ const weft_transport_ops weft__transport_tcp = {
     .set_read = tcp_set_read,
     .remote_address = tcp_remote_address,
     .local_address = tcp_local_address,
+    .ktls_tx = tcp_ktls_tx,
+    .ktls_send_record = tcp_ktls_send_record,
 };

@@ -68,9 +68,7 @@ void weft__verbs_vc_teardown(verbs_chan *vc) {
   }
   if (vc->dev != NULL) {
     deliver_unlink(vc);
-    if (vc->reserved)
-      vc->dev->n_channels--;
-    vc->reserved = false;
+    weft__verbs_group_leave(vc); /* what its handlers hold: orphans */
   }
   if (lingering)
     weft_channel_release(vc->ch); /* taken when the linger began */
@@ -84,6 +82,8 @@ static void verbs_close(weft_channel *ch) {
   verbs_chan *vc = vc_of(ch);
   if (vc->state == VC_DONE || vc->vl == NULL)
     return;
+  if (vc->state == VC_ESTABLISHED && vc->grp != NULL)
+    weft__verbs_group_refill(vc->grp); /* FIN may carry credits */
   if (vc->state == VC_ESTABLISHED && !vc->errored && sq_room(vc) &&
       weft__verbs_post_control(vc, VERBS_IMM_FIN) == 0) {
     vc->fin_seq = vc->sq_tail - 1;
@@ -130,12 +130,8 @@ void weft__verbs_vc_violation(verbs_chan *vc, const char *why) {
 static int verbs_set_read(weft_channel *ch, bool on) {
   verbs_chan *vc = vc_of(ch);
   vc->reading = on;
-  if (on && vc->dev != NULL && vc->n_held > 0 && !vc->in_deliver) {
-    /* Delivered by the next poll, not from inside this call. */
-    vc->in_deliver = true;
-    vc->deliver_next = vc->dev->deliver;
-    vc->dev->deliver = vc;
-  }
+  if (on && vc->n_held > 0)
+    weft__verbs_queue_deliver(vc); /* by the next poll, not in this call */
   return 0;
 }
 

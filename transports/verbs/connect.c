@@ -45,40 +45,38 @@ static struct rdma_conn_param conn_param(verbs_hello *h) {
                                   .rnr_retry_count = 7};
 }
 
-/* Creates the channel's QP on the device rdma_cm chose, with its SRQ
- * share reserved. */
+/* Creates the channel's QP on the device rdma_cm chose, in a group with
+ * room for its share (group.c). */
 static int vc_setup_qp(verbs_chan *vc) {
   verbs_dev *d;
   int err = weft__verbs_dev_get(vc->vl, vc->id->verbs, &d);
   if (err < 0)
     return err;
-  if (d->n_channels >= d->max_channels) {
-    weft_log(WEFT_LOG_WARN,
-             "verbs: loop %d has %u channels on %s, as many as its shared "
-             "receive queue has credits for",
-             weft_loop_index(vc->vl->loop), d->n_channels,
-             ibv_get_device_name(d->ctx->device));
-    return WEFT_ENOBUFS;
-  }
-  struct ibv_qp_init_attr qa = {.send_cq = d->cq,
-                                .recv_cq = d->cq,
-                                .srq = d->srq,
+  verbs_group *g;
+  err = weft__verbs_group_join(d, &g);
+  if (err < 0)
+    return err;
+  vc->dev = d;
+  vc->grp = g;
+  struct ibv_qp_init_attr qa = {.send_cq = g->cq,
+                                .recv_cq = g->cq,
+                                .srq = g->srq,
                                 .qp_type = IBV_QPT_RC,
                                 .cap = {.max_send_wr = VERBS_SQ_DEPTH,
                                         .max_send_sge = (uint32_t)d->max_sge,
                                         .max_inline_data = VERBS_INLINE_WANT}};
   if (rdma_create_qp(vc->id, d->pd, &qa) != 0) {
     qa.cap.max_inline_data = 0; /* a device without inline sends */
-    if (rdma_create_qp(vc->id, d->pd, &qa) != 0)
-      return cm_err();
+    if (rdma_create_qp(vc->id, d->pd, &qa) != 0) {
+      err = cm_err();
+      weft__verbs_group_leave(vc);
+      return err;
+    }
   }
   d->max_inline = qa.cap.max_inline_data;
-  vc->dev = d;
   vc->qp = vc->id->qp;
   vc->qp_num = vc->qp->qp_num;
   weft__verbs_hash_add(d, vc);
-  d->n_channels++;
-  vc->reserved = true;
   vc->flow.granted = VERBS_CREDITS;
   return 0;
 }

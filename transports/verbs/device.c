@@ -1,12 +1,11 @@
 /* transports/verbs/device.c: the probe, and what a loop keeps per RDMA
- * device: the protection domain, the completion queue with its completion
- * channel (a weft_source), the SRQ every QP of the loop receives from, and
- * the registered slab of fixed-size receive slots behind it. This is set up
- * once per loop and device, apart from the data path: recv.c polls the CQ
- * made here and refills the SRQ with weft__verbs_srq_refill. A device's
- * memory is counted apart from its queues, as pool slab registrations and
- * held receive buffers may outlive the loop. The design is in
- * verbs_internal.h.
+ * device: the protection domain, the completion channel (a weft_source)
+ * that every group's CQ reports to, the pool hook that registers pool
+ * slabs, and the QP map; the groups of CQ + SRQ and the receive slab are
+ * group.c's. This is set up once per loop and device, apart from the data
+ * path. A device's memory is counted apart from its queues, as pool slab
+ * registrations and held receive buffers may outlive the loop. The design
+ * is in verbs_internal.h.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -50,9 +49,7 @@ int weft__verbs_probe(char *why, size_t why_len) {
   return 0;
 }
 
-/* ---- devices: PD, CQ, SRQ, receive slab ---- */
-
-static void dev_unref(verbs_dev *d);
+/* ---- devices: PD, completion channel, pool hook ---- */
 
 static int slab_reg(void *arg, void *base, size_t len, uint64_t *key) {
   verbs_dev *d = arg;
@@ -68,71 +65,22 @@ static void slab_unreg(void *arg, void *base, size_t len, uint64_t key) {
   (void)base;
   (void)len;
   ibv_dereg_mr((struct ibv_mr *)(uintptr_t)key);
-  dev_unref(arg);
+  weft__verbs_dev_unref(arg);
 }
 
+/* The pool is freed: its hook will not register another slab. */
+static void slab_hook_fini(void *arg) { weft__verbs_dev_unref(arg); }
+
 /* Frees what is left once the loop, the pool and every held slot let go. */
-static void dev_unref(verbs_dev *d) {
+void weft__verbs_dev_unref(verbs_dev *d) {
   if (--d->refs > 0)
     return;
-  if (d->slab_mr != NULL)
-    ibv_dereg_mr(d->slab_mr);
-  free(d->slab);
-  free(d->free_slots);
+  weft__verbs_slab_fini(d);
+  free(d->groups);
+  free(d->hash);
   if (d->pd != NULL)
     ibv_dealloc_pd(d->pd);
   free(d);
-}
-
-/* A received buffer's last reference went (loop thread). */
-void weft__verbs_slot_release(void *base, size_t capacity, void *arg) {
-  (void)capacity;
-  verbs_dev *d = arg;
-  if (d->vl != NULL)
-    slot_put(d, (uint32_t)(((uint8_t *)base - d->slab) / VERBS_SLOT_SIZE));
-  dev_unref(d);
-}
-
-/* Posts up to `n` receives from free slots, chained, in one call. Returns
- * how many were posted or an error. */
-static int srq_post(verbs_dev *d, uint32_t n) {
-  struct ibv_recv_wr wrs[VERBS_POLL_BATCH * 2];
-  struct ibv_sge sges[VERBS_POLL_BATCH * 2];
-  uint32_t max = sizeof wrs / sizeof wrs[0];
-  uint32_t k = n < d->n_free ? n : d->n_free;
-  if (k > max)
-    k = max;
-  if (k == 0)
-    return 0;
-  for (uint32_t i = 0; i < k; i++) {
-    uint32_t slot = d->free_slots[d->n_free - 1 - i];
-    sges[i] = (struct ibv_sge){.addr = (uintptr_t)slot_ptr(d, slot),
-                               .length = VERBS_SLOT_SIZE,
-                               .lkey = d->slab_mr->lkey};
-    wrs[i] = (struct ibv_recv_wr){.wr_id = VERBS_WR_RECV | slot,
-                                  .sg_list = &sges[i],
-                                  .num_sge = 1,
-                                  .next = i + 1 < k ? &wrs[i + 1] : NULL};
-  }
-  struct ibv_recv_wr *bad = NULL;
-  int rc = ibv_post_srq_recv(d->srq, wrs, &bad);
-  if (rc != 0)
-    return rc > 0 ? -rc : WEFT_EIO;
-  d->n_free -= k;
-  return (int)k;
-}
-
-/* Reposts exactly what was consumed, as far as free slots allow. */
-void weft__verbs_srq_refill(verbs_dev *d) {
-  while (d->owed > 0 && d->n_free > 0) {
-    int k = srq_post(d, d->owed);
-    if (k <= 0) {
-      weft_log(WEFT_LOG_ERROR, "verbs: ibv_post_srq_recv: %s",
-               weft_strerror(k < 0 ? k : WEFT_EIO));
-      break;
-    }
-    d->owed -= (uint32_t)k;
-  }
 }
 
 static const weft_source_ops dev_source_ops = {.name = "verbs-cq",
@@ -141,29 +89,30 @@ static const weft_source_ops dev_source_ops = {.name = "verbs-cq",
                                                .wakeup =
                                                    weft__verbs_dev_wakeup};
 
-/* Sizes from what the device allows. */
+/* Channels per group from what the device allows: its CQ must hold every
+ * completion of its channels, its SRQ their shares. */
 static int dev_size(verbs_dev *d) {
   struct ibv_device_attr attr;
   int rc = ibv_query_device(d->ctx, &attr);
   if (rc != 0)
     return -rc;
-  d->srq_depth = VERBS_SRQ_DEPTH;
-  if (attr.max_srq_wr > 0 && (uint32_t)attr.max_srq_wr < d->srq_depth)
-    d->srq_depth = (uint32_t)attr.max_srq_wr;
-  uint32_t per = VERBS_CREDITS + VERBS_CTRL_RESERVE;
-  d->max_channels = d->srq_depth / per;
-  uint32_t cqe = d->srq_depth + d->max_channels * VERBS_SQ_DEPTH;
-  if (attr.max_cqe > 0 && (uint32_t)attr.max_cqe < cqe) {
-    cqe = (uint32_t)attr.max_cqe;
-    uint32_t by_cq =
-        cqe > d->srq_depth ? (cqe - d->srq_depth) / VERBS_SQ_DEPTH : 0;
-    if (by_cq < d->max_channels)
-      d->max_channels = by_cq;
-  }
+  uint32_t by_cq = attr.max_cqe > 0
+                       ? (uint32_t)attr.max_cqe / VERBS_CQ_PER_CHANNEL
+                       : VERBS_GROUP_MAX;
+  uint32_t by_srq = attr.max_srq_wr > 0
+                        ? (uint32_t)attr.max_srq_wr / VERBS_SHARE
+                        : VERBS_GROUP_MAX;
+  d->group_max = VERBS_GROUP_MAX;
+  if (by_cq < d->group_max)
+    d->group_max = by_cq;
+  if (by_srq < d->group_max)
+    d->group_max = by_srq;
+  int groups = attr.max_cq < attr.max_srq ? attr.max_cq : attr.max_srq;
+  d->max_groups = groups > 0 ? (uint32_t)groups : 1;
   d->max_sge = attr.max_sge < VERBS_MAX_SGE ? attr.max_sge : VERBS_MAX_SGE;
-  if (d->max_channels == 0 || d->max_sge < 1)
+  if (d->group_max == 0 || d->max_sge < 1 || attr.max_srq <= 0)
     return WEFT_ENOBUFS;
-  return (int)cqe;
+  return 0;
 }
 
 static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
@@ -174,68 +123,40 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
   d->vl = vl;
   d->ctx = ctx;
   d->refs = 1;
-  int cqe = dev_size(d);
-  if (cqe < 0) {
-    err = cqe;
+  err = dev_size(d);
+  if (err < 0)
     goto failed_size;
-  }
   d->pd = ibv_alloc_pd(ctx);
   if (d->pd == NULL) {
     err = neg_errno();
     goto failed_size;
   }
-  d->n_slots = d->srq_depth + VERBS_SPARE_SLOTS;
-  d->slab_len = (size_t)d->n_slots * VERBS_SLOT_SIZE;
-  d->slab = aligned_alloc(4096, d->slab_len);
-  d->free_slots = calloc(d->n_slots, sizeof *d->free_slots);
-  if (d->slab == NULL || d->free_slots == NULL) {
-    err = WEFT_ENOMEM;
-    goto failed_slab; /* dev_unref frees what was allocated */
-  }
-  for (uint32_t i = d->n_slots; i > 0; i--)
-    slot_put(d, i - 1);
-  d->slab_mr = ibv_reg_mr(d->pd, d->slab, d->slab_len, IBV_ACCESS_LOCAL_WRITE);
-  if (d->slab_mr == NULL) {
-    err = neg_errno();
-    goto failed_slab;
-  }
+  d->hash = calloc(VERBS_HASH_MIN, sizeof *d->hash);
+  d->hash_mask = VERBS_HASH_MIN - 1;
+  err = d->hash == NULL ? WEFT_ENOMEM : weft__verbs_slab_init(d);
+  if (err < 0)
+    goto failed_size; /* weft__verbs_dev_unref frees what was allocated */
   d->cc = ibv_create_comp_channel(ctx);
   if (d->cc == NULL) {
     err = neg_errno();
-    goto failed_slab;
+    goto failed_size;
   }
   if (fcntl(d->cc->fd, F_SETFL, fcntl(d->cc->fd, F_GETFL) | O_NONBLOCK) < 0) {
     err = neg_errno();
-    goto failed_cq;
+    goto failed_cc;
   }
-  d->cq = ibv_create_cq(ctx, cqe, d, d->cc, 0);
-  if (d->cq == NULL) {
-    err = neg_errno();
-    goto failed_cq;
-  }
-  struct ibv_srq_init_attr sa = {
-      .attr = {.max_wr = d->srq_depth, .max_sge = 1}};
-  d->srq = ibv_create_srq(d->pd, &sa);
-  if (d->srq == NULL) {
-    err = neg_errno();
-    goto failed_srq;
-  }
-  d->owed = d->srq_depth;
-  weft__verbs_srq_refill(d);
-  if (d->owed != 0) {
-    err = WEFT_EIO;
-    goto failed_post;
-  }
-  /* Every pool slab, now and later, is registered once. Allocating one
-   * buffer first makes sure the pool has a slab, so its destruction calls
-   * slab_unreg at least once and drops the last reference. */
+  /* Every pool slab, now and later, is registered once. The hook may
+   * register a slab whenever the pool maps one, until the pool is freed,
+   * even with no slab registered (the pool gives empty slabs back), so it
+   * holds a reference of its own, dropped by slab_hook_fini. */
   weft_pool *pool = weft_loop_pool(vl->loop);
-  weft_buf_release(weft_buf_alloc(pool, 1));
   d->pool_hook = weft_pool_add_slab_hook(pool, slab_reg, slab_unreg, d);
   if (d->pool_hook < 0) {
     err = d->pool_hook;
-    goto failed_post;
+    goto failed_cc;
   }
+  d->refs++;
+  weft_pool_set_slab_hook_fini(pool, d->pool_hook, slab_hook_fini);
   weft_source_init(&d->source, &dev_source_ops, d->cc->fd, d);
   err = weft_loop_add_source(vl->loop, &d->source);
   if (err < 0)
@@ -245,23 +166,16 @@ static int dev_open(verbs_loop *vl, struct ibv_context *ctx, verbs_dev **out) {
   return 0;
 
 failed_source:
-  /* The hook stays with the pool and holds its references: keep the PD. */
-  ibv_destroy_srq(d->srq);
-  ibv_destroy_cq(d->cq);
+  /* The hook stays with the pool and holds its reference: keep the PD. */
   ibv_destroy_comp_channel(d->cc);
   d->vl = NULL;
-  dev_unref(d);
+  weft__verbs_dev_unref(d);
   return err;
-failed_post:
-  ibv_destroy_srq(d->srq);
-failed_srq:
-  ibv_destroy_cq(d->cq);
-failed_cq:
+failed_cc:
   ibv_destroy_comp_channel(d->cc);
-failed_slab:
 failed_size:
   d->vl = NULL;
-  dev_unref(d);
+  weft__verbs_dev_unref(d);
   return err;
 }
 
@@ -269,13 +183,12 @@ failed_size:
 void weft__verbs_dev_close(verbs_dev *d) {
   if (d->source_added)
     weft_loop_remove_source(d->vl->loop, &d->source);
-  ibv_destroy_srq(d->srq);
-  if (d->cq_unacked > 0)
-    ibv_ack_cq_events(d->cq, d->cq_unacked);
-  ibv_destroy_cq(d->cq);
+  for (uint32_t i = 0; i < d->n_groups; i++)
+    weft__verbs_group_close(d->groups[i]);
+  d->n_groups = 0;
   ibv_destroy_comp_channel(d->cc);
   d->vl = NULL;
-  dev_unref(d);
+  weft__verbs_dev_unref(d);
 }
 
 int weft__verbs_dev_get(verbs_loop *vl, struct ibv_context *ctx,

@@ -17,23 +17,47 @@
 
 /* ---- the QP number -> channel map ---- */
 
+/* Doubles the buckets once there are as many channels as buckets, so a
+ * lookup stays short with thousands of channels. Without memory for it,
+ * the chains just grow. */
+static void hash_grow(verbs_dev *d) {
+  uint32_t size = 2 * (d->hash_mask + 1);
+  verbs_chan **nh = calloc(size, sizeof *nh);
+  if (nh == NULL)
+    return;
+  for (uint32_t i = 0; i <= d->hash_mask; i++)
+    while (d->hash[i] != NULL) {
+      verbs_chan *vc = d->hash[i];
+      d->hash[i] = vc->hash_next;
+      vc->hash_next = nh[vc->qp_num & (size - 1)];
+      nh[vc->qp_num & (size - 1)] = vc;
+    }
+  free(d->hash);
+  d->hash = nh;
+  d->hash_mask = size - 1;
+}
+
 void weft__verbs_hash_add(verbs_dev *d, verbs_chan *vc) {
-  verbs_chan **b = &d->hash[vc->qp_num % VERBS_HASH_BUCKETS];
+  if (d->hash_count > d->hash_mask)
+    hash_grow(d);
+  verbs_chan **b = &d->hash[vc->qp_num & d->hash_mask];
   vc->hash_next = *b;
   *b = vc;
+  d->hash_count++;
 }
 
 void weft__verbs_hash_del(verbs_dev *d, verbs_chan *vc) {
-  for (verbs_chan **p = &d->hash[vc->qp_num % VERBS_HASH_BUCKETS]; *p != NULL;
+  for (verbs_chan **p = &d->hash[vc->qp_num & d->hash_mask]; *p != NULL;
        p = &(*p)->hash_next)
     if (*p == vc) {
       *p = vc->hash_next;
+      d->hash_count--;
       return;
     }
 }
 
 verbs_chan *weft__verbs_hash_find(verbs_dev *d, uint32_t qp_num) {
-  for (verbs_chan *vc = d->hash[qp_num % VERBS_HASH_BUCKETS]; vc != NULL;
+  for (verbs_chan *vc = d->hash[qp_num & d->hash_mask]; vc != NULL;
        vc = vc->hash_next)
     if (vc->qp_num == qp_num)
       return vc;

@@ -1,11 +1,13 @@
 /* transports/verbs/recv.c: the receive path, driven by a device's CQ
- * source. Each poll batch refills the SRQ before any handler runs, then
- * hands every completion to its channel: a received message goes up the
- * pipeline as a buffer wrapping its slot (or is held while the channel
- * does not read), the credits and FIN it carries are taken in, and a send
- * completion retires send records. The batch ends with read_complete, the
- * peer's FIN as EOF, and the sends the new credits allow (send.c). See
- * "Receive path" in verbs_internal.h.
+ * source, which polls every group's CQ in turn. Each poll batch refills
+ * its group's SRQ before any handler runs, then hands every completion to
+ * its channel: a received message goes up the pipeline as a buffer
+ * wrapping its slot, or as a copy once the handlers hold VERBS_ZC_MAX
+ * slots (or is held while the channel does not read), the credits and FIN
+ * it carries are taken in, and a send completion retires send records.
+ * The batch ends with read_complete, the peer's FIN as EOF, and the sends
+ * the new credits allow (send.c). See "Receive path" and "Flow control" in
+ * verbs_internal.h.
  */
 #include <arpa/inet.h>
 #include <assert.h>
@@ -59,7 +61,7 @@ static void touch(verbs_dev *d, verbs_chan *vc) {
 
 /* Holds a received message until the channel reads. Room is certain: a
  * data message is taken only on a credit the peer held (rx_check), and
- * granted + held never exceeds VERBS_CREDITS. */
+ * granted + in_use (held among them) never exceeds VERBS_CREDITS. */
 static void held_push(verbs_chan *vc, weft_buf *b) {
   assert(vc->n_held < VERBS_CREDITS);
   uint32_t tail = (vc->held_head + vc->n_held) % VERBS_CREDITS;
@@ -72,6 +74,18 @@ static bool can_deliver(const verbs_chan *vc) {
          vc->state != VC_DONE;
 }
 
+/* A copy of received buffer `b` in pool memory, `b` released (its slot
+ * freed); `b` itself when there is no memory for the copy. */
+static weft_buf *copy_out(verbs_chan *vc, weft_buf *b) {
+  size_t len = weft_buf_readable(b); /* > 0: a data message */
+  weft_buf *c = weft_buf_alloc(weft_loop_pool(weft_channel_loop(vc->ch)), len);
+  if (c == NULL)
+    return b; /* zero-copy after all: still within the channel's credits */
+  weft_buf_write_bytes(c, weft_buf_rptr(b), len);
+  weft_buf_release(b);
+  return c;
+}
+
 /* Delivers held messages while the channel reads; returns how many. */
 int weft__verbs_deliver_held(verbs_chan *vc) {
   int n = 0;
@@ -79,6 +93,11 @@ int weft__verbs_deliver_held(verbs_chan *vc) {
     weft_buf *b = vc->held[vc->held_head];
     vc->held_head = (vc->held_head + 1) % VERBS_CREDITS;
     vc->n_held--;
+    /* The handlers' slots, this one among them: past VERBS_ZC_MAX the
+     * message goes up as a copy, so what they keep beyond that costs the
+     * channel no credits. */
+    if (vc->in_use - vc->n_held > VERBS_ZC_MAX)
+      b = copy_out(vc, b);
     vc->got_data = true;
     n++;
     weft_pipeline_fire_channel_read(weft_channel_pipeline(vc->ch), b);
@@ -103,7 +122,7 @@ static void take_data(verbs_dev *d, verbs_chan *vc, uint32_t slot,
                       uint32_t len) {
   weft_buf *b =
       weft_buf_wrap(weft_loop_pool(d->vl->loop), slot_ptr(d, slot),
-                    VERBS_SLOT_SIZE, len, weft__verbs_slot_release, d);
+                    VERBS_SLOT_SIZE, len, weft__verbs_slot_release, vc);
   if (b == NULL) {
     slot_put(d, slot);
     weft__verbs_vc_fail(vc, WEFT_ENOMEM,
@@ -111,6 +130,8 @@ static void take_data(verbs_dev *d, verbs_chan *vc, uint32_t slot,
     return;
   }
   d->refs++;
+  vc->in_use++; /* until weft__verbs_slot_release */
+  vc->grp->in_use++;
   held_push(vc, b);
   weft__verbs_deliver_held(vc);
 }
@@ -150,19 +171,18 @@ static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc,
 static void on_send(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc) {
   if (vc == NULL || vc->state == VC_DONE)
     return;
+  /* Touched first: slots the retired sends give back (an echo) then wait
+   * for this batch's end, not for the deliver list. */
+  touch(d, vc);
   weft__verbs_retire_sends(vc, wc->wr_id);
   if (wc->status != IBV_WC_SUCCESS) {
-    touch(d, vc);
     weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
                         "verbs: send failed: %s",
                         ibv_wc_status_str(wc->status));
     return;
   }
-  if (vc->state == VC_LINGER && wc->wr_id >= vc->fin_seq) {
+  if (vc->state == VC_LINGER && wc->wr_id >= vc->fin_seq)
     weft__verbs_vc_teardown(vc); /* FIN delivered: disconnect */
-    return;
-  }
-  touch(d, vc);
 }
 
 /* After a batch: read_complete, FIN as EOF, sends the new credits allow. */
@@ -188,7 +208,16 @@ static void finish_batch(verbs_dev *d) {
   d->n_touched = 0;
 }
 
-/* Channels whose held messages may go up now (auto-read came back). */
+void weft__verbs_queue_deliver(verbs_chan *vc) {
+  if (vc->in_deliver || vc->dev == NULL)
+    return;
+  vc->in_deliver = true;
+  vc->deliver_next = vc->dev->deliver;
+  vc->dev->deliver = vc;
+}
+
+/* Channels whose held messages may go up now (auto-read came back), or
+ * whose handlers gave slots back: finish_batch sends their credits. */
 static int deliver_pending(verbs_dev *d) {
   int n = 0;
   while (d->deliver != NULL && d->n_touched < VERBS_POLL_BATCH) {
@@ -201,28 +230,12 @@ static int deliver_pending(verbs_dev *d) {
   return n;
 }
 
-/* After a short refill caught up: every channel may return credits. */
-static void unstarve(verbs_dev *d) {
-  d->starved = false;
-  for (verbs_chan *vc = d->vl->chans; vc != NULL; vc = vc->next)
-    if (vc->dev == d && vc->state == VC_ESTABLISHED &&
-        returnable(vc) >= VERBS_CREDIT_THRESHOLD && !vc->in_deliver) {
-      vc->in_deliver = true; /* the deliver pass sends the credits */
-      vc->deliver_next = d->deliver;
-      d->deliver = vc;
-    }
-}
-
-int weft__verbs_dev_poll(weft_source *src, int budget) {
-  verbs_dev *d = src->data;
-  if (d->owed > 0 && d->n_free > 0)
-    weft__verbs_srq_refill(d); /* slots came back since the last short refill */
-  if (d->starved && d->owed == 0)
-    unstarve(d);
-  int handled = deliver_pending(d);
+/* One batch of group `g`'s CQ, at most `max` completions. */
+static int group_poll(verbs_group *g, int max) {
+  verbs_dev *d = g->dev;
   struct ibv_wc wcs[VERBS_POLL_BATCH];
-  int max = budget < VERBS_POLL_BATCH ? budget : VERBS_POLL_BATCH;
-  int n = ibv_poll_cq(d->cq, max > 0 ? max : 1, wcs);
+  int n =
+      ibv_poll_cq(g->cq, max < VERBS_POLL_BATCH ? max : VERBS_POLL_BATCH, wcs);
   if (n < 0) {
     weft_log(WEFT_LOG_ERROR, "verbs: ibv_poll_cq failed");
     n = 0;
@@ -230,10 +243,9 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
   /* Refill the SRQ before any handler runs. */
   for (int i = 0; i < n; i++)
     if (wcs[i].wr_id & VERBS_WR_RECV)
-      d->owed++;
-  weft__verbs_srq_refill(d);
-  if (d->owed > 0)
-    d->starved = true;
+      g->posted--;
+  if (n > 0)
+    weft__verbs_group_refill(g);
   for (int i = 0; i < n; i++) {
     verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
     uint32_t slot = UINT32_MAX;
@@ -242,18 +254,46 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
     else if ((slot = slot_of(d, wcs[i].wr_id)) != UINT32_MAX)
       on_recv(d, vc, &wcs[i], slot);
   }
-  finish_batch(d);
-  return n + handled;
+  return n;
 }
 
-/* Arms the CQ, then polls once more: a completion that landed between the
- * last poll and the arm raises no event. */
+int weft__verbs_dev_poll(weft_source *src, int budget) {
+  verbs_dev *d = src->data;
+  int handled = deliver_pending(d);
+  if (handled > 0)
+    finish_batch(d);
+  /* Every group's CQ in turn, starting one further each time, so a busy
+   * group cannot keep the others waiting. */
+  int left = budget > 0 ? budget : 1;
+  uint32_t n_groups = d->n_groups;
+  for (uint32_t k = 0; k < n_groups && left > 0; k++) {
+    verbs_group *g = d->groups[(d->next_poll + k) % n_groups];
+    int n = group_poll(g, left);
+    finish_batch(d);
+    handled += n;
+    left -= n;
+  }
+  if (n_groups > 0)
+    d->next_poll = (d->next_poll + 1) % n_groups;
+  return handled;
+}
+
+/* Arms the groups' CQs, then polls once more: a completion that landed
+ * between the last poll and the arm raises no event. A CQ stays armed
+ * until its event comes (dev_wakeup), so an idle loop asks once. */
 int weft__verbs_dev_arm(weft_source *src) {
   verbs_dev *d = src->data;
-  if (d->deliver != NULL || (d->owed > 0 && d->n_free > 0))
+  if (d->deliver != NULL)
     return 1;
-  if (ibv_req_notify_cq(d->cq, 0) != 0)
-    weft_log(WEFT_LOG_ERROR, "verbs: ibv_req_notify_cq failed");
+  for (uint32_t i = 0; i < d->n_groups; i++) {
+    verbs_group *g = d->groups[i];
+    if (g->armed)
+      continue;
+    if (ibv_req_notify_cq(g->cq, 0) != 0)
+      weft_log(WEFT_LOG_ERROR, "verbs: ibv_req_notify_cq failed");
+    else
+      g->armed = true;
+  }
   return weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
 }
 
@@ -264,10 +304,12 @@ void weft__verbs_dev_wakeup(weft_source *src, uint32_t events) {
   verbs_dev *d = src->data;
   struct ibv_cq *cq;
   void *ctx;
-  while (ibv_get_cq_event(d->cc, &cq, &ctx) == 0)
-    d->cq_unacked++;
-  if (d->cq_unacked >= VERBS_CQ_ACK_BATCH) {
-    ibv_ack_cq_events(d->cq, d->cq_unacked);
-    d->cq_unacked = 0;
+  while (ibv_get_cq_event(d->cc, &cq, &ctx) == 0) {
+    verbs_group *g = ctx;
+    g->armed = false;
+    if (++g->cq_unacked >= VERBS_CQ_ACK_BATCH) {
+      ibv_ack_cq_events(g->cq, g->cq_unacked);
+      g->cq_unacked = 0;
+    }
   }
 }

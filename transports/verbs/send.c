@@ -26,10 +26,8 @@ static uint32_t take_returns(verbs_chan *vc) {
 /* The lkey of registered memory at `p` inside `b`, or false. */
 static bool lkey_of(const verbs_dev *d, const weft_buf *b, const uint8_t *p,
                     uint32_t *lkey) {
-  if (p >= d->slab && p < d->slab + d->slab_len) {
-    *lkey = d->slab_mr->lkey; /* a received buffer sent on (echo) */
-    return true;
-  }
+  if (slab_lkey(d, p, lkey))
+    return true; /* a received buffer sent on (echo) */
   uint64_t k = weft_buf_mem_key(b, d->pool_hook);
   if (k == WEFT_MEM_KEY_NONE)
     return false;
@@ -207,6 +205,10 @@ int weft__verbs_send_pending(verbs_chan *vc) {
   if (vc->in_flush || vc->state != VC_ESTABLISHED || vc->errored)
     return 0;
   vc->in_flush = true;
+  /* Slots that came back since the last refill: receives first, then the
+   * credits for them (returnable() is 0 while the refill is short). */
+  if (vc->grp != NULL)
+    weft__verbs_group_refill(vc->grp);
   int err = post_data(vc);
   if (err == 0 && vc->state == VC_ESTABLISHED &&
       returnable(vc) >= VERBS_CREDIT_THRESHOLD && sq_room(vc))

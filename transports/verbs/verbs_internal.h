@@ -4,19 +4,33 @@
  * Per loop:
  *   - one rdma_cm event channel; its fd is a weft_source (connection setup,
  *     accept, disconnects);
- *   - per device (normally one): a PD, a CQ with a completion channel whose
- *     fd is a weft_source, an SRQ shared by every QP of the loop, and a
- *     registered slab of fixed-size receive slots. The loop's buffer pool
- *     registers every slab with the PD once (weft_pool_add_slab_hook), so a
- *     send from pool memory needs no registration on the data path.
- * Per channel: one RC QP (send queue of its own, receives from the SRQ).
+ *   - per device (normally one): a PD; a completion channel whose fd is a
+ *     weft_source; groups of channels, each with a CQ and an SRQ of its
+ *     own, sized from the channels it holds; and a slab of fixed-size
+ *     receive slots, address space reserved once and registered a chunk at
+ *     a time as channels come. The loop's buffer pool registers every pool
+ *     slab with the PD once (weft_pool_add_slab_hook), so a send from pool
+ *     memory needs no registration on the data path.
+ * Per channel: one RC QP (send queue of its own, receives from its group's
+ * SRQ, completions on its group's CQ).
  *
- * Receive path: after each CQ poll batch the SRQ is refilled at once with
- * exactly as many receives as were consumed, in one chained post, before
- * any handler runs. A received message goes up as a weft_buf wrapping its
- * slot; the slot returns to the free set when the buffer is released (the
- * refill takes fresh slots, so a held buffer never starves the SRQ until
- * the spare slots are all held; then credits stop, see below).
+ * Sizing from the connection count (group.c): a channel brings
+ * VERBS_SHARE receives (its credits plus the control reserve) to its
+ * group's SRQ and VERBS_SHARE + VERBS_SQ_DEPTH entries to its CQ, so that
+ * neither can overflow whatever the peers do. A group starts with room for
+ * VERBS_GROUP_STEP channels and doubles (ibv_resize_cq, ibv_modify_srq) up
+ * to what the device allows (VERBS_GROUP_MAX at most); past that, or when
+ * the device cannot resize, a new group opens. The loop's source polls
+ * every group's CQ; one completion channel serves them all. Slots are
+ * registered for the most channels each group ever had, so the memory of a
+ * loop follows its high-water mark of connections (receives once posted
+ * cannot be taken back from an SRQ).
+ *
+ * Receive path: after each CQ poll batch the group's SRQ is refilled at
+ * once, in one chained post, before any handler runs: up to its channels'
+ * shares less the slots they hold. A received message goes up as a
+ * weft_buf wrapping its slot; the slot returns to the free set when the
+ * buffer is released.
  *
  * Send path: flush gathers the flushed outbound buffers into SEND_WITH_IMM
  * work requests of at most the peer's receive size (up to VERBS_MAX_SGE
@@ -27,18 +41,29 @@
  * signaled completion retires every earlier one, so the send queue never
  * overflows and the CQ gets one completion per post.
  *
- * Flow control (credits, counted in messages): the handshake's private data
- * gives each side VERBS_CREDITS credits for the peer. A data message costs
- * one. A credit comes back once the receive it used is delivered to the
- * handlers and reposted; returned credits ride in imm_data of any message,
- * or in a zero-length credit message once VERBS_CREDIT_THRESHOLD of them
- * wait and no data is going out. Credit messages and the close message
- * (FIN) need no credit: the SRQ keeps VERBS_CTRL_RESERVE receives per
- * channel for them (a side sends at most one credit message per
- * VERBS_CREDIT_THRESHOLD data messages it received, so the reserve covers
- * them). The SRQ is sized for every channel's credits plus reserve, so a
- * receive is always posted for what arrives: no RNR in normal operation.
- * While the slab has no free slot for a refill, no credit is returned.
+ * Flow control (credits, counted in messages, per channel): the
+ * handshake's private data gives each side VERBS_CREDITS credits for the
+ * peer. A data message costs one. A credit comes back once the slot of the
+ * message it paid for is free again, or is copied out: a channel never
+ * holds more slots than the credits it granted (granted + in_use <=
+ * VERBS_CREDITS), whether the messages wait in held[] (auto-read off, flow
+ * control paused) or sit with its handlers. Handlers may keep up to
+ * VERBS_ZC_MAX received buffers zero-copy; beyond that a delivery is
+ * copied into a pool buffer and its slot freed at once, so a handler that
+ * keeps buffers (an echo queued behind a peer that does not read) narrows
+ * its own window to no less than VERBS_CREDITS - VERBS_ZC_MAX and never
+ * deadlocks. What one channel holds is thus bounded by its own share, and
+ * no channel's credits or refills wait for another's. Returned credits
+ * ride in imm_data of any message, or in a zero-length credit message once
+ * VERBS_CREDIT_THRESHOLD of them wait and no data is going out. Credit
+ * messages and the close message (FIN) need no credit: each channel's
+ * share keeps VERBS_CTRL_RESERVE receives for them (a side sends at most
+ * one credit message per VERBS_CREDIT_THRESHOLD data messages it received,
+ * so the reserve covers them). Credits are returned only after the group's
+ * SRQ was refilled, so a receive is always posted for what arrives: no RNR
+ * in normal operation. Were a refill ever short (no slot could be
+ * registered), the group's channels would return no credit until it caught
+ * up.
  *
  * Trusting nothing the peer sends: its hello (weft__verbs_hello_parse) and
  * every message it sends (weft__verbs_rx_check) are checked against what
@@ -52,7 +77,9 @@
  * Closing: an orderly close sends FIN after the data already posted, waits
  * for its completion (at most VERBS_LINGER_NS), then disconnects. A peer
  * that disconnects without FIN, a QP error or a transport timeout closes
- * the channel with exception_caught.
+ * the channel with exception_caught. Slots its handlers still hold after
+ * the teardown count as orphans (the slab keeps room for them) and keep
+ * the channel's memory until they are released.
  *
  * This plugin uses the public headers only, as an out-of-tree plugin would.
  */
@@ -63,7 +90,9 @@
  * another. The files, one concern each:
  *
  *   wire.c     the hello and the checks of the peer's messages (pure)
- *   device.c   the probe; per device: PD, CQ, SRQ and receive slab
+ *   device.c   the probe; per device: PD, completion channel, pool hook
+ *   group.c    CQ + SRQ groups and the receive slab, sized from the
+ *              channel count; the slots' accounting
  *   loop.c     the per-loop instance; the QP number -> channel map
  *   connect.c  connection setup (rdma_cm events), accept, listeners
  *   send.c     gathering, posting and credits going out
@@ -97,19 +126,38 @@
 /* ---- tuning ---- */
 
 #define VERBS_SLOT_SIZE 8192u    /* bytes per receive slot = max message */
-#define VERBS_SRQ_DEPTH 3072u    /* receives posted per loop and device */
-#define VERBS_SPARE_SLOTS 1024   /* slots for buffers handlers still hold */
 #define VERBS_CREDITS 16         /* messages a peer may have in flight */
 #define VERBS_CREDIT_THRESHOLD 8 /* returned credits worth a message */
 #define VERBS_CTRL_RESERVE (VERBS_CREDITS / VERBS_CREDIT_THRESHOLD + 2)
-#define VERBS_SQ_DEPTH 64     /* send work requests per QP */
+/* Receives a channel brings to its group's SRQ, and the slots it uses. */
+#define VERBS_SHARE (VERBS_CREDITS + VERBS_CTRL_RESERVE)
+/* Received buffers a channel's handlers may keep zero-copy; further
+ * deliveries are copied, so a channel's window never shrinks below
+ * VERBS_CREDITS - VERBS_ZC_MAX because of them. */
+#define VERBS_ZC_MAX (VERBS_CREDITS / 2)
+/* Send work requests per QP: room for the peer's 16 credits of data, the
+ * control messages, and completions not yet polled. 31, not 32: rxe (and
+ * others) round a queue's n + 1 entries up to a power of two, so 31 keeps
+ * its ring at 32 entries. */
+#define VERBS_SQ_DEPTH 31
+#define VERBS_CQ_PER_CHANNEL (VERBS_SHARE + VERBS_SQ_DEPTH)
+#define VERBS_GROUP_STEP 32     /* channels a group starts with */
+#define VERBS_GROUP_MAX 512     /* channels per CQ + SRQ at most */
+#define VERBS_MAX_CHANNELS 8192 /* per loop and device */
+#define VERBS_CHUNK_SLOTS 256   /* slots registered at once (2 MiB) */
+/* Slots reserved per loop and device: every channel's share, and room for
+ * a batch per group and for orphans (slots handlers hold after the
+ * channel ended). Address space only, until registered. */
+#define VERBS_MAX_SLOTS                                                        \
+  ((VERBS_MAX_CHANNELS * VERBS_SHARE / VERBS_CHUNK_SLOTS + 64) *               \
+   VERBS_CHUNK_SLOTS)
 #define VERBS_MAX_SGE 4       /* buffers gathered per work request */
 #define VERBS_POST_BATCH 16   /* work requests per ibv_post_send */
 #define VERBS_POLL_BATCH 32   /* completions per ibv_poll_cq */
 #define VERBS_INLINE_WANT 256 /* inline bytes asked for (device may cut) */
 #define VERBS_CQ_ACK_BATCH 64 /* CQ events acknowledged together */
 #define VERBS_MAX_DEVICES 4
-#define VERBS_HASH_BUCKETS 256
+#define VERBS_HASH_MIN 64     /* buckets of the QP map at first; it doubles */
 #define VERBS_RESOLVE_MS 2000 /* address and route resolution timeouts */
 #define VERBS_LINGER_NS (2000ull * 1000u * 1000u) /* FIN completion wait */
 #define VERBS_HELLO_MAGIC 0x5776u                 /* "Wv" */
@@ -153,8 +201,9 @@ typedef struct verbs_rx {
 } verbs_rx;
 
 /* A channel's credit books, both ways. Every message of the peer is
- * checked against them before use (weft__verbs_rx_check). Invariants:
- * granted + held <= VERBS_CREDITS; 0 <= credits <= window. */
+ * checked against them before use (weft__verbs_rx_check). Invariants,
+ * with in_use the receive slots the channel holds (held, or with its
+ * handlers): granted + in_use <= VERBS_CREDITS; 0 <= credits <= window. */
 typedef struct verbs_flow {
   uint32_t granted; /* credits the peer holds: data messages it may send */
   int32_t credits;  /* data messages we may still send */
@@ -172,6 +221,7 @@ enum verbs_kind { KIND_CHANNEL = 1, KIND_LISTENER = 2 };
 
 typedef struct verbs_loop verbs_loop;
 typedef struct verbs_dev verbs_dev;
+typedef struct verbs_group verbs_group;
 typedef struct verbs_chan verbs_chan;
 
 /* Buffers one send work request holds until a signaled completion at or
@@ -194,7 +244,8 @@ struct verbs_chan {
   enum verbs_kind kind; /* first: rdma_cm contexts are tagged */
   weft_channel *ch;
   verbs_loop *vl;
-  verbs_dev *dev; /* once the QP exists */
+  verbs_dev *dev;   /* once the QP exists */
+  verbs_group *grp; /* while it holds its share of a group */
   struct rdma_cm_id *id;
   struct ibv_qp *qp;
   uint32_t qp_num;
@@ -202,13 +253,14 @@ struct verbs_chan {
   bool passive;
   bool reading;              /* auto-read: deliver received messages */
   bool in_flush;             /* weft__verbs_send_pending is on the stack */
-  bool reserved;             /* holds its share of the SRQ */
   bool fin_pending;          /* the peer's FIN, no data held: EOF */
   bool errored;              /* the QP failed: no FIN, no more posts */
   bool touched;              /* in the device's batch list */
   bool got_data;             /* channel_read fired in this batch */
   bool in_deliver;           /* in the device's deliver list */
+  bool orphaned;             /* torn down, slots still out: holds `ch` */
   uint32_t peer_recv_size;   /* bytes per message the peer takes */
+  uint32_t in_use;           /* slots it holds: held[] and its handlers' */
   verbs_flow flow;           /* credits both ways, the peer's FIN */
   uint64_t sq_head, sq_tail; /* send records [head, tail) are posted */
   uint64_t last_signaled;
@@ -222,32 +274,56 @@ struct verbs_chan {
   verbs_chan *deliver_next;
 };
 
+/* Channels that share one CQ and one SRQ (group.c). The CQ holds every
+ * completion its channels' QPs can have outstanding: the receives posted
+ * in the SRQ and each QP's send queue. */
+struct verbs_group {
+  verbs_dev *dev;
+  struct ibv_cq *cq;
+  struct ibv_srq *srq;
+  uint32_t cap;        /* channels the CQ and SRQ are sized for now */
+  uint32_t max;        /* channels it may grow to (device limits) */
+  uint32_t n_channels; /* channels holding a share now */
+  uint32_t hw;         /* the most it ever had: slots are registered so */
+  uint32_t posted;     /* receives in the SRQ, completions not yet polled */
+  uint32_t in_use;     /* slots its channels hold (sum of their in_use) */
+  unsigned cq_unacked; /* CQ events not yet acknowledged */
+  bool armed;          /* a CQ event was requested and has not come */
+  bool short_logged;   /* a short refill was logged */
+};
+
 struct verbs_dev {
   verbs_loop *vl;          /* NULL once the loop finished (memory still held) */
   struct ibv_context *ctx; /* rdma_cm's; not ours to close */
   struct ibv_pd *pd;
-  struct ibv_comp_channel *cc;
-  struct ibv_cq *cq;
-  struct ibv_srq *srq;
+  struct ibv_comp_channel *cc; /* every group's CQ reports here */
   weft_source source;
   bool source_added;
-  int refs; /* the loop, each pool slab MR, each held receive slot */
-  unsigned cq_unacked;
+  int refs; /* the loop, the pool hook (until the pool is freed), each
+               pool slab MR, each held receive slot */
   uint32_t max_inline;
   int max_sge;
-  uint32_t srq_depth, max_channels, n_channels;
+  uint32_t group_max;  /* channels per group the device allows */
+  uint32_t max_groups; /* groups the device allows (its CQs and SRQs) */
+  verbs_group **groups;
+  uint32_t n_groups, groups_len, next_poll;
+  uint32_t n_channels; /* holding a share, in every group */
+  uint32_t hw_sum;     /* the groups' hw, summed */
+  uint32_t orphans;    /* slots held by handlers of ended channels */
+  /* The receive slab: VERBS_MAX_SLOTS slots of address space, registered
+   * VERBS_CHUNK_SLOTS at a time (chunk i has MR chunk_mr[i]). */
   uint8_t *slab;
-  size_t slab_len;
-  struct ibv_mr *slab_mr;
-  uint32_t n_slots, n_free;
+  size_t slab_reserved; /* bytes of address space */
+  struct ibv_mr **chunk_mr;
+  uint32_t n_chunks;
+  uint32_t n_slots, n_free; /* registered slots; free ones */
   uint32_t *free_slots;
-  uint32_t owed; /* receives consumed and not yet reposted */
-  bool starved;  /* a refill fell short: credits wait */
   int pool_hook;
-  verbs_chan *hash[VERBS_HASH_BUCKETS];
+  verbs_chan **hash; /* QP number -> channel, chained */
+  uint32_t hash_mask, hash_count;
   verbs_chan *touched[2 * VERBS_POLL_BATCH];
   int n_touched;
-  verbs_chan *deliver; /* channels whose held messages can go up */
+  verbs_chan *deliver; /* channels whose held messages or credits can go */
 };
 
 typedef struct verbs_listener {
@@ -307,7 +383,15 @@ int weft__verbs_hello_parse(const void *data, size_t len, verbs_peer *out,
 int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
                          size_t why_len);
 
-/* ---- device.c: the probe; devices (PD, CQ, SRQ, receive slab) ---- */
+/**
+ * The credits a channel with books `f`, holding `in_use` receive slots
+ * (held, or with its handlers), can hand back now: VERBS_CREDITS less the
+ * credits the peer holds and the slots in use, so granted + in_use never
+ * exceeds VERBS_CREDITS. No errors. Any thread; no device needed.
+ */
+uint32_t weft__verbs_returnable(const verbs_flow *f, uint32_t in_use);
+
+/* ---- device.c: the probe; devices (PD, completion channel) ---- */
 
 /**
  * The probe op: an RDMA device and rdma_cm (/dev/infiniband/rdma_cm) must
@@ -315,6 +399,29 @@ int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
  * `why`. Any thread (the registry serialises probes).
  */
 int weft__verbs_probe(char *why, size_t why_len);
+
+/** Drops one reference to `d`; the last frees its memory. Loop thread. */
+void weft__verbs_dev_unref(verbs_dev *d);
+
+/**
+ * The loop's device for rdma_cm's context `ctx`, opened on first use (PD,
+ * slab address space, completion channel, pool hook, CQ source; groups
+ * open with the channels). Returns 0 with it in `*out`, WEFT_ENOSPC past
+ * VERBS_MAX_DEVICES, or the error of the step that failed (logged). Loop
+ * thread.
+ */
+int weft__verbs_dev_get(verbs_loop *vl, struct ibv_context *ctx,
+                        verbs_dev **out);
+
+/**
+ * Ends a device with its loop, once no channel uses it: removes the CQ
+ * source, closes its groups and the completion channel, and drops the
+ * loop's reference (the memory stays while pool slabs or held buffers use
+ * it). Loop thread. No errors.
+ */
+void weft__verbs_dev_close(verbs_dev *d);
+
+/* ---- group.c: CQ + SRQ groups and the receive slab ---- */
 
 /* Slot `i` of the receive slab; slot_put returns one to the free set. */
 static inline uint8_t *slot_ptr(const verbs_dev *d, uint32_t i) {
@@ -325,37 +432,73 @@ static inline void slot_put(verbs_dev *d, uint32_t i) {
   d->free_slots[d->n_free++] = i;
 }
 
+/* The lkey of registered slab memory at `p`, or false outside the slab. */
+static inline bool slab_lkey(const verbs_dev *d, const uint8_t *p,
+                             uint32_t *lkey) {
+  if (p < d->slab || p >= d->slab + (size_t)d->n_slots * VERBS_SLOT_SIZE)
+    return false;
+  size_t chunk =
+      (size_t)(p - d->slab) / ((size_t)VERBS_CHUNK_SLOTS * VERBS_SLOT_SIZE);
+  *lkey = d->chunk_mr[chunk]->lkey;
+  return true;
+}
+
+/* Receives the group's SRQ should hold: its channels' shares less the
+ * slots they hold. */
+static inline uint32_t group_want(const verbs_group *g) {
+  uint32_t share = g->n_channels * VERBS_SHARE;
+  return share > g->in_use ? share - g->in_use : 0;
+}
+
+/**
+ * Reserves the slab's address space (VERBS_MAX_SLOTS slots, nothing
+ * registered yet) and its free set. Returns 0 or WEFT_ENOMEM. Loop thread.
+ */
+int weft__verbs_slab_init(verbs_dev *d);
+
+/** Frees what weft__verbs_slab_init and the chunks took. No errors. */
+void weft__verbs_slab_fini(verbs_dev *d);
+
+/**
+ * Finds room for one more channel on `d` and takes it: a group with a free
+ * place, else one grown (its CQ resized, its SRQ's max_wr raised, where
+ * the device allows), else a new group; then slots registered for it and
+ * its share of receives posted. Returns 0 with the group in `*out`,
+ * WEFT_ENOBUFS at a limit (logged), or the error of the step that failed.
+ * Loop thread.
+ */
+int weft__verbs_group_join(verbs_dev *d, verbs_group **out);
+
+/**
+ * Gives back `vc`'s share of its group: slots its handlers still hold
+ * become orphans (vc->orphaned, with a reference on the channel until the
+ * last comes back). Loop thread. No errors.
+ */
+void weft__verbs_group_leave(verbs_chan *vc);
+
+/**
+ * Posts receives until the group's SRQ holds group_want(g), in chained
+ * posts, as far as free slots allow (registering another chunk if it must).
+ * Returns true when the SRQ holds what it should, false when it is short
+ * (logged once). Loop thread.
+ */
+bool weft__verbs_group_refill(verbs_group *g);
+
+/**
+ * Closes a group with its device: acknowledges its CQ events, destroys the
+ * SRQ and the CQ, frees it. Loop thread. No errors.
+ */
+void weft__verbs_group_close(verbs_group *g);
+
 /**
  * Frees a received buffer's slot (weft_buf_wrap's release, `arg` the
- * device): back to the free set unless the loop has finished, and the
- * buffer's device reference goes (the last one frees the device's memory).
- * Loop thread. No errors.
+ * channel it came for): back to the free set unless the loop has finished;
+ * the channel's and its group's count goes down, and a channel with
+ * credits to return again is queued for the next poll; an orphan's last
+ * slot releases the channel. The buffer's device reference goes (the last
+ * one frees the device's memory). Loop thread. No errors.
  */
 void weft__verbs_slot_release(void *base, size_t capacity, void *arg);
-
-/**
- * Reposts the receives the device owes (d->owed) in chained posts, as far
- * as free slots allow; what cannot be posted stays owed. Loop thread. A
- * failed post is logged and the rest stays owed.
- */
-void weft__verbs_srq_refill(verbs_dev *d);
-
-/**
- * The loop's device for rdma_cm's context `ctx`, opened on first use (PD,
- * receive slab, CQ, SRQ full of receives, pool hook, CQ source). Returns 0
- * with it in `*out`, WEFT_ENOSPC past VERBS_MAX_DEVICES, or the error of
- * the step that failed (logged). Loop thread.
- */
-int weft__verbs_dev_get(verbs_loop *vl, struct ibv_context *ctx,
-                        verbs_dev **out);
-
-/**
- * Ends a device with its loop, once no channel uses it: removes the CQ
- * source, destroys the SRQ, CQ and completion channel, and drops the loop's
- * reference (the memory stays while pool slabs or held buffers use it).
- * Loop thread. No errors.
- */
-void weft__verbs_dev_close(verbs_dev *d);
 
 /* ---- loop.c: the per-loop instance; the QP number -> channel map ---- */
 
@@ -441,13 +584,13 @@ int weft__verbs_listen_address(weft_listener *l, char *buf, size_t len);
 
 /* ---- send.c: gathering, posting, credits going out ---- */
 
-/* Credits we can hand back now: receives the peer used that were delivered
- * (not held) and reposted. None while a refill is short. */
+/* Credits we can hand back now: for slots the channel no longer holds,
+ * once its group's SRQ holds what it should. None while that refill is
+ * short, or before the channel has its share. */
 static inline uint32_t returnable(const verbs_chan *vc) {
-  if (vc->dev == NULL || vc->dev->owed > 0)
+  if (vc->grp == NULL || vc->grp->posted < group_want(vc->grp))
     return 0;
-  uint32_t used = vc->flow.granted + vc->n_held;
-  return used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
+  return weft__verbs_returnable(&vc->flow, vc->in_use);
 }
 
 static inline bool sq_room(const verbs_chan *vc) {
@@ -486,25 +629,36 @@ int weft__verbs_flush(weft_channel *ch);
 
 /**
  * Delivers the channel's held messages (channel_read) while it reads, and
- * marks the peer's FIN pending once none is held. Returns how many went
- * up. Loop thread; the caller holds a channel reference (a handler may
- * close the channel).
+ * marks the peer's FIN pending once none is held. A message goes up in
+ * its slot while the handlers hold fewer than VERBS_ZC_MAX slots, else as
+ * a copy (its slot freed at once; the slot if no memory for the copy).
+ * Returns how many went up. Loop thread; the caller holds a channel
+ * reference (a handler may close the channel).
  */
 int weft__verbs_deliver_held(verbs_chan *vc);
 
 /**
- * The poll of a device's CQ source: refills the SRQ, delivers what channels
- * may take again, handles up to `budget` completions (at most
- * VERBS_POLL_BATCH, the SRQ refilled before any handler runs), then
- * finishes the batch (read_complete, EOF, sends the new credits allow).
- * Returns how many it handled. Loop thread; failures close the channels
- * concerned (an ibv_poll_cq failure is logged).
+ * Puts `vc` on its device's deliver list, unless it is on it: the next
+ * poll delivers its held messages and sends the credits it may return.
+ * Loop thread. No errors.
+ */
+void weft__verbs_queue_deliver(verbs_chan *vc);
+
+/**
+ * The poll of a device's CQ source: delivers what channels may take again
+ * (or the credits they may return), then polls the groups' CQs in turn,
+ * up to `budget` completions in all (VERBS_POLL_BATCH per batch): each
+ * batch refills its group's SRQ before any handler runs, hands every
+ * completion to its channel, then finishes (read_complete, EOF, sends the
+ * new credits allow). Returns how many it handled. Loop thread; failures
+ * close the channels concerned (an ibv_poll_cq failure is logged).
  */
 int weft__verbs_dev_poll(weft_source *src, int budget);
 
 /**
- * The arm of a device's CQ source: requests a CQ event, then polls once
- * more (a completion between the last poll and the arm raises no event).
+ * The arm of a device's CQ source: requests an event on every group's CQ
+ * not armed yet, then polls once more (a completion between the last poll
+ * and the arm raises no event).
  * Returns 0 when the loop may sleep, > 0 when work is pending. Loop thread;
  * an ibv_req_notify_cq failure is logged.
  */
@@ -512,7 +666,8 @@ int weft__verbs_dev_arm(weft_source *src);
 
 /**
  * The wakeup of a device's CQ source: takes the CQ events off the
- * completion channel and acknowledges them in batches. Loop thread.
+ * completion channel (each names its group's CQ) and acknowledges them in
+ * batches. Loop thread.
  */
 void weft__verbs_dev_wakeup(weft_source *src, uint32_t events);
 
@@ -520,8 +675,9 @@ void weft__verbs_dev_wakeup(weft_source *src, uint32_t events);
 
 /**
  * Releases the channel's QP (disconnecting), its rdma_cm id, every buffer
- * it holds and its share of the SRQ; a linger ends (its channel reference
- * goes). Does nothing the second time. Loop thread. No errors.
+ * it holds and its share of its group (slots its handlers still hold
+ * become orphans); a linger ends (its channel reference goes). Does
+ * nothing the second time. Loop thread. No errors.
  */
 void weft__verbs_vc_teardown(verbs_chan *vc);
 

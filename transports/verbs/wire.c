@@ -1,10 +1,12 @@
 /* transports/verbs/wire.c: what the peer controls, checked before use. The
  * hello of the handshake (credits and receive size) and, per received
  * message, its imm_data (flags and returned credits), its length and its
- * kind, against the channel's credit books. Pure functions of bytes and
- * books, no device: connect.c and recv.c call them, and the fuzz target
- * tests/fuzz/fuzz_verbs_header.c runs them on arbitrary input. The wire
- * formats are in verbs_internal.h, the rules under "Flow control" there.
+ * kind, against the channel's credit books; and how many credits go back,
+ * from the books and the slots the channel holds. Pure functions of bytes
+ * and books, no device: connect.c, recv.c and send.c call them, and the
+ * fuzz target tests/fuzz/fuzz_verbs_header.c runs them on arbitrary input.
+ * The wire formats are in verbs_internal.h, the rules under "Flow control"
+ * there.
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -137,4 +139,11 @@ int weft__verbs_rx_check(verbs_flow *f, const verbs_rx *m, char *why,
   if (m->imm & VERBS_IMM_FIN)
     f->fin = true;
   return 0;
+}
+
+/* ---- credits going back ---- */
+
+uint32_t weft__verbs_returnable(const verbs_flow *f, uint32_t in_use) {
+  uint32_t used = f->granted + in_use;
+  return used < VERBS_CREDITS ? VERBS_CREDITS - used : 0;
 }

@@ -1,0 +1,239 @@
+/* The keyspace commands (command_internal.h): DEL, EXISTS, TYPE, TTL,
+ * PTTL, EXPIRE, PEXPIRE, PERSIST, RENAME, KEYS, SCAN, DBSIZE, FLUSHALL, in
+ * Redis 7's words. */
+#include "command_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <weft/error.h>
+
+/* ---- DEL, EXISTS, TYPE, RENAME ---- */
+
+static void del_exists(const kv_call *c,
+                       int (*fn)(kv_store *, size_t, const kv_key *)) {
+  int rc = fn(c->store, c->argc, c->argv);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
+}
+
+/* DEL key [key ...]: the number deleted. */
+void kv_cmd_del(const kv_call *c) { del_exists(c, kv_del); }
+
+/* EXISTS key [key ...]: how many exist (a repeat counts again). */
+void kv_cmd_exists(const kv_call *c) { del_exists(c, kv_exists); }
+
+/* Every value is a string: "string" or "none". */
+void kv_cmd_type(const kv_call *c) {
+  int rc = kv_exists(c->store, 1, c->argv);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->simple(c->w, rc > 0 ? "string" : "none");
+}
+
+/* RENAME key newkey: OK, or Redis' "no such key". */
+void kv_cmd_rename(const kv_call *c) {
+  int rc = kv_rename(c->store, c->argv[0].ptr, c->argv[0].len, c->argv[1].ptr,
+                     c->argv[1].len);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  if (rc == 0)
+    return c->ops->error(c->w, "ERR no such key");
+  c->ops->simple(c->w, "OK");
+}
+
+/* ---- TTLs ---- */
+
+/* TTL and PTTL: -2 for a missing key, -1 without a TTL; TTL rounds to the
+ * nearest second, as Redis. */
+static void ttl_reply(const kv_call *c, bool ms) {
+  int64_t ttl;
+  int rc = kv_pttl(c->store, c->argv[0].ptr, c->argv[0].len, &ttl);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  if (rc == 0)
+    return c->ops->integer(c->w, -2);
+  c->ops->integer(c->w, ttl < 0 || ms ? ttl : (ttl + 500) / 1000);
+}
+
+/* TTL key: seconds left, rounded. */
+void kv_cmd_ttl(const kv_call *c) { ttl_reply(c, false); }
+
+/* PTTL key: milliseconds left. */
+void kv_cmd_pttl(const kv_call *c) { ttl_reply(c, true); }
+
+/* EXPIRE's NX, XX, GT, LT after the key and the time, checked as Redis 7
+ * does (before the time). False after an error reply. */
+static bool expire_flags(const kv_call *c, unsigned *flags) {
+  static const struct {
+    const char *name;
+    unsigned flag;
+  } opts[] = {{"NX", KV_EXPIRE_NX},
+              {"XX", KV_EXPIRE_XX},
+              {"GT", KV_EXPIRE_GT},
+              {"LT", KV_EXPIRE_LT}};
+  *flags = 0;
+  for (size_t j = 2; j < c->argc; j++) {
+    size_t i = 0;
+    while (i < 4 && !kv_arg_is(&c->argv[j], opts[i].name))
+      i++;
+    if (i == 4) {
+      char opt[128];
+      size_t n =
+          c->argv[j].len < sizeof opt - 1 ? c->argv[j].len : sizeof opt - 1;
+      memcpy(opt, c->argv[j].ptr, n);
+      opt[n] = '\0';
+      kv_reply_errorf(c, "ERR Unsupported option %s", opt);
+      return false;
+    }
+    *flags |= opts[i].flag;
+  }
+  if ((*flags & KV_EXPIRE_NX) &&
+      (*flags & (KV_EXPIRE_XX | KV_EXPIRE_GT | KV_EXPIRE_LT))) {
+    c->ops->error(c->w, "ERR NX and XX, GT or LT options at the same time "
+                        "are not compatible");
+    return false;
+  }
+  if ((*flags & KV_EXPIRE_GT) && (*flags & KV_EXPIRE_LT)) {
+    c->ops->error(c->w,
+                  "ERR GT and LT options at the same time are not compatible");
+    return false;
+  }
+  return true;
+}
+
+/* EXPIRE and PEXPIRE key time [NX|XX|GT|LT]: Redis' overflow checks on
+ * the time as Unix milliseconds, then a TTL relative to now (<= 0 deletes
+ * the key). */
+static void expire_cmd(const kv_call *c, bool seconds) {
+  unsigned flags;
+  int64_t v;
+  if (!expire_flags(c, &flags))
+    return;
+  if (!kv_parse_i64(&c->argv[1], &v))
+    return kv_reply_not_integer(c);
+  int64_t now = kv_unix_ms();
+  if ((seconds && (v > INT64_MAX / 1000 || v < INT64_MIN / 1000)) ||
+      (seconds ? v * 1000 : v) > INT64_MAX - now)
+    return kv_reply_errorf(c, "ERR invalid expire time in '%s' command",
+                           c->name);
+  v = seconds ? v * 1000 : v;
+  if (v > KV_TTL_MAX_MS)
+    v = KV_TTL_MAX_MS;
+  int rc = kv_expire(c->store, c->argv[0].ptr, c->argv[0].len, v, flags);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
+}
+
+/* EXPIRE key seconds [NX|XX|GT|LT]. */
+void kv_cmd_expire(const kv_call *c) { expire_cmd(c, true); }
+
+/* PEXPIRE key milliseconds [NX|XX|GT|LT]. */
+void kv_cmd_pexpire(const kv_call *c) { expire_cmd(c, false); }
+
+/* PERSIST key: 1 when a TTL was removed. */
+void kv_cmd_persist(const kv_call *c) {
+  int rc = kv_persist(c->store, c->argv[0].ptr, c->argv[0].len);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
+}
+
+/* ---- KEYS, SCAN ---- */
+
+/* Replies with the keys of `res` as an array, and clears it. */
+static void reply_keys(const kv_call *c, kv_scan_result *res) {
+  c->ops->array(c->w, res->n);
+  for (size_t i = 0; i < res->n; i++)
+    c->ops->bulk(c->w, res->keys[i]->data, res->keys[i]->len, res->keys[i]);
+  kv_scan_result_clear(res);
+}
+
+/* KEYS pattern: bounded as SCAN (kv_keys); past the bound an error says
+ * to use SCAN, rather than a partial answer. */
+void kv_cmd_keys(const kv_call *c) {
+  char msg[160];
+  if (c->argv[0].len > KV_SCAN_PATTERN_MAX) {
+    snprintf(msg, sizeof msg,
+             "ERR KEYS pattern too long, must be at most %u bytes",
+             KV_SCAN_PATTERN_MAX);
+    return c->ops->error(c->w, msg);
+  }
+  kv_scan_result res = {0};
+  int rc = kv_keys(c->store, c->argv[0].ptr, c->argv[0].len, &res);
+  if (rc < 0)
+    kv_scan_result_clear(&res);
+  if (rc == WEFT_ETOOLONG) {
+    snprintf(msg, sizeof msg,
+             "ERR KEYS would examine more than %u keys or %u units of work "
+             "(key bytes times pattern words); use SCAN",
+             KV_KEYS_MAX, KV_SCAN_WORK_MAX);
+    return c->ops->error(c->w, msg);
+  }
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  reply_keys(c, &res);
+}
+
+/* SCAN cursor [MATCH pattern] [COUNT count]: COUNT above KV_SCAN_COUNT_MAX
+ * is taken as that (a hint, as in Redis), a pattern longer than
+ * KV_SCAN_PATTERN_MAX is refused; kv_scan bounds the rest of the work. */
+void kv_cmd_scan(const kv_call *c) {
+  int64_t cursor, count = 10;
+  const kv_arg *match = NULL;
+  if (!kv_parse_i64(&c->argv[0], &cursor) || cursor < 0)
+    return c->ops->error(c->w, "ERR invalid cursor");
+  for (size_t i = 1; i < c->argc; i += 2) {
+    if (i + 1 >= c->argc)
+      return kv_reply_syntax(c);
+    if (kv_arg_is(&c->argv[i], "MATCH"))
+      match = &c->argv[i + 1];
+    else if (!kv_arg_is(&c->argv[i], "COUNT"))
+      return kv_reply_syntax(c);
+    else if (!kv_parse_i64(&c->argv[i + 1], &count) || count < 1)
+      return c->ops->error(c->w, "ERR value is out of range, must be "
+                                 "positive");
+  }
+  if (match != NULL && match->len > KV_SCAN_PATTERN_MAX) {
+    char msg[80];
+    snprintf(msg, sizeof msg,
+             "ERR MATCH pattern too long, must be at most %u bytes",
+             KV_SCAN_PATTERN_MAX);
+    return c->ops->error(c->w, msg);
+  }
+  kv_scan_result res = {0};
+  uint64_t next;
+  int rc =
+      kv_scan(c->store, (uint64_t)cursor, (size_t)count,
+              match ? match->ptr : NULL, match ? match->len : 0, &res, &next);
+  if (rc < 0) {
+    kv_scan_result_clear(&res);
+    return kv_reply_store_error(c, rc);
+  }
+  char cur[24];
+  int len = snprintf(cur, sizeof cur, "%" PRIu64, next);
+  c->ops->array(c->w, 2);
+  c->ops->bulk(c->w, cur, (size_t)len, NULL);
+  reply_keys(c, &res);
+}
+
+/* ---- DBSIZE, FLUSHALL ---- */
+
+void kv_cmd_dbsize(const kv_call *c) {
+  c->ops->integer(c->w, (int64_t)kv_dbsize(c->store));
+}
+
+/* FLUSHALL [ASYNC|SYNC]: both flush now, and free a large store on the
+ * store's lazy-free thread (kv_flushall). */
+void kv_cmd_flushall(const kv_call *c) {
+  if (c->argc > 1 || (c->argc == 1 && !kv_arg_is(&c->argv[0], "ASYNC") &&
+                      !kv_arg_is(&c->argv[0], "SYNC")))
+    return kv_reply_syntax(c);
+  int rc = kv_flushall(c->store);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->simple(c->w, "OK");
+}

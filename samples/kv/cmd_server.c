@@ -1,0 +1,394 @@
+/* The server commands (command_internal.h): PING, ECHO, SELECT, CONFIG
+ * GET, INFO with its sections, and COMMAND (COUNT, DOCS, INFO) from the
+ * command table, answered as Redis 7 answers them. */
+#include "command_internal.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#include <weft/clock.h>
+#include <weft/error.h>
+#include <weft/version.h>
+
+/* ---- PING, ECHO, SELECT ---- */
+
+void kv_cmd_ping(const kv_call *c) {
+  if (c->argc > 1)
+    return kv_reply_arity(c);
+  if (c->argc == 1)
+    return c->ops->bulk(c->w, c->argv[0].ptr, c->argv[0].len, NULL);
+  c->ops->simple(c->w, "PONG");
+}
+
+/* ECHO message: the message as a bulk string. */
+void kv_cmd_echo(const kv_call *c) {
+  c->ops->bulk(c->w, c->argv[0].ptr, c->argv[0].len, NULL);
+}
+
+/* One database: SELECT 0 only. */
+void kv_cmd_select(const kv_call *c) {
+  int64_t db;
+  if (!kv_parse_i64(&c->argv[0], &db))
+    return kv_reply_not_integer(c);
+  if (db != 0)
+    return c->ops->error(c->w, "ERR DB index is out of range");
+  c->ops->simple(c->w, "OK");
+}
+
+/* ---- CONFIG GET ---- */
+
+/* CONFIG GET pattern [pattern ...]: the few parameters clients ask for,
+ * answered as a Redis with persistence off would (redis-benchmark asks for
+ * save and appendonly); a map of those matching any pattern. */
+void kv_cmd_config(const kv_call *c) {
+  if (!kv_arg_is(&c->argv[0], "GET"))
+    return c->ops->error(c->w, "ERR CONFIG: only CONFIG GET <parameter> is "
+                               "supported");
+  if (c->argc < 2)
+    return c->ops->error(
+        c->w, "ERR wrong number of arguments for 'config|get' command");
+  char port[16], tls_port[16], maxclients[16];
+  snprintf(port, sizeof port, "%d", c->sess->shared->resp_port);
+  snprintf(tls_port, sizeof tls_port, "%d", c->sess->shared->tls_port);
+  snprintf(maxclients, sizeof maxclients, "%d", c->sess->shared->max_clients);
+  const char *params[][2] = {
+      {"save", ""},
+      {"appendonly", "no"},
+      {"databases", "1"},
+      {"maxmemory", "0"},
+      {"maxmemory-policy", "noeviction"},
+      {"protected-mode", c->sess->shared->protected_mode ? "yes" : "no"},
+      {"port", port},
+      {"tls-port", tls_port},
+      {"maxclients", maxclients},
+  };
+  enum { N = sizeof params / sizeof params[0] };
+  bool hit[N] = {false};
+  size_t n = 0;
+  for (size_t i = 0; i < N; i++)
+    for (size_t a = 1; a < c->argc && !hit[i]; a++)
+      if (c->argv[a].len <= KV_SCAN_PATTERN_MAX &&
+          kv_glob_match(c->argv[a].ptr, c->argv[a].len, params[i][0],
+                        strlen(params[i][0])))
+        hit[i] = true, n++;
+  c->ops->map(c->w, n);
+  for (size_t i = 0; i < N; i++)
+    if (hit[i]) {
+      kv_reply_cstr(c, params[i][0]);
+      kv_reply_cstr(c, params[i][1]);
+    }
+}
+
+/* ---- INFO ---- */
+
+/* A growing text. */
+typedef struct text {
+  char *buf;
+  size_t len, cap;
+  bool failed; /* out of memory on the way */
+} text;
+
+/* Appends printf-style text. */
+static void text_add(text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !t->failed; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = t->buf != NULL
+                ? vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap)
+                : vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->failed = true;
+      return;
+    }
+    if (t->buf != NULL && (size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = (t->cap + (size_t)n + 1) * 2;
+    char *b = realloc(t->buf, cap);
+    if (b == NULL) {
+      t->failed = true;
+      return;
+    }
+    t->buf = b;
+    t->cap = cap;
+  }
+}
+
+/* Bytes the process holds from malloc (glibc's count), 0 when unknown. */
+static uint64_t heap_bytes(void) {
+#ifdef __GLIBC__
+  struct mallinfo2 mi = mallinfo2();
+  return (uint64_t)mi.uordblks + (uint64_t)mi.hblkhd;
+#else
+  return 0;
+#endif
+}
+
+/* Resident bytes of the process (/proc/self/statm), 0 when unknown. */
+static uint64_t rss_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, rss = 0;
+  if (f == NULL)
+    return 0;
+  int n = fscanf(f, "%llu %llu", &size, &rss);
+  fclose(f);
+  return n == 2 ? rss * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* "1.50M": Redis' bytesToHuman. */
+static void human(char *buf, size_t cap, uint64_t n) {
+  static const char units[] = "BKMGTP";
+  double v = (double)n;
+  int u = 0;
+  while (v >= 1024 && u < 5)
+    v /= 1024, u++;
+  if (u == 0)
+    snprintf(buf, cap, "%" PRIu64 "B", n);
+  else
+    snprintf(buf, cap, "%.2f%c", v, units[u]);
+}
+
+/* INFO's server section. */
+static void info_server(text *t, const kv_shared *sh) {
+  struct utsname u;
+  if (uname(&u) != 0)
+    memset(&u, 0, sizeof u);
+  uint64_t up = (weft_now_ns() - sh->start_ns) / 1000000000u;
+  text_add(t,
+           "# Server\r\nredis_version:%s\r\nweft_version:%s\r\n"
+           "redis_mode:standalone\r\nos:%s %s %s\r\narch_bits:%d\r\n"
+           "multiplexing_api:%s\r\nprocess_id:%ld\r\nrun_id:%s\r\n"
+           "tcp_port:%d\r\nweft_rpc_port:%d\r\nserver_time_usec:%" PRId64
+           "\r\nuptime_in_seconds:%" PRIu64 "\r\nuptime_in_days:%" PRIu64
+           "\r\nhz:%u\r\nconfigured_hz:%u\r\n",
+           KV_REDIS_VERSION, WEFT_VERSION_STRING, u.sysname, u.release,
+           u.machine, (int)(sizeof(void *) * 8),
+           sh->transport != NULL ? sh->transport : "", (long)getpid(),
+           sh->run_id, sh->resp_port, sh->rpc_port, kv_unix_ms() * 1000, up,
+           up / 86400, sh->hz, sh->hz);
+}
+
+/* INFO's clients section. */
+static void info_clients(text *t, const kv_shared *sh) {
+  text_add(t,
+           "# Clients\r\nconnected_clients:%" PRIu64
+           "\r\nmaxclients:%d\r\nblocked_clients:0\r\n",
+           (uint64_t)atomic_load(&sh->connected_clients), sh->max_clients);
+}
+
+/* INFO's memory section. */
+static void info_memory(text *t, const kv_store_stats *st) {
+  uint64_t heap = heap_bytes(), rss = rss_bytes();
+  char h[32], r[32];
+  human(h, sizeof h, heap);
+  human(r, sizeof r, rss);
+  text_add(t,
+           "# Memory\r\nused_memory:%" PRIu64 "\r\nused_memory_human:%s\r\n"
+           "used_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
+           "used_memory_dataset:%" PRIu64 "\r\nmaxmemory:0\r\n"
+           "maxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
+           heap, h, rss, r, st->mem_bytes);
+}
+
+/* INFO's stats section: the server's and the store's counters. */
+static void info_stats(text *t, const kv_shared *sh, const kv_store_stats *st) {
+  uint64_t commands = 0;
+  for (unsigned i = 0; i < sh->n_loops; i++)
+    commands +=
+        atomic_load_explicit(&sh->loops[i].commands, memory_order_relaxed);
+  text_add(t,
+           "# Stats\r\ntotal_connections_received:%" PRIu64
+           "\r\ntotal_commands_processed:%" PRIu64
+           "\r\nrejected_connections:%" PRIu64 "\r\nexpired_keys:%" PRIu64
+           "\r\nevicted_keys:0\r\nkeyspace_hits:%" PRIu64
+           "\r\nkeyspace_misses:%" PRIu64 "\r\n",
+           (uint64_t)atomic_load(&sh->total_connections), commands,
+           (uint64_t)atomic_load(&sh->rejected_connections), st->expired_keys,
+           st->hits, st->misses);
+}
+
+/* INFO's keyspace section. */
+static void info_keyspace(text *t, const kv_store_stats *st) {
+  text_add(t, "# Keyspace\r\n");
+  if (st->keys > 0) /* Redis lists only databases with keys */
+    text_add(t, "db0:keys=%" PRIu64 ",expires=%" PRIu64 ",avg_ttl=0\r\n",
+             st->keys, st->expires);
+}
+
+/* INFO [section ...]: server, clients, memory, stats, keyspace; none,
+ * "default", "all" or "everything" for all of them. Unknown sections are
+ * left out (an empty reply if nothing is left), as Redis does. */
+void kv_cmd_info(const kv_call *c) {
+  static const char *const names[] = {"server", "clients", "memory", "stats",
+                                      "keyspace"};
+  enum { N = sizeof names / sizeof names[0] };
+  bool want[N];
+  bool all = c->argc == 0;
+  for (size_t a = 0; a < c->argc; a++)
+    all = all || kv_arg_is(&c->argv[a], "default") ||
+          kv_arg_is(&c->argv[a], "all") || kv_arg_is(&c->argv[a], "everything");
+  for (size_t i = 0; i < N; i++) {
+    want[i] = all;
+    for (size_t a = 0; a < c->argc && !want[i]; a++)
+      want[i] = kv_arg_is(&c->argv[a], names[i]);
+  }
+  kv_store_stats st;
+  kv_store_stats_get(c->store, &st);
+  const kv_shared *sh = c->sess->shared;
+  text t = {0};
+  text_add(&t, "%s", "");
+  for (size_t i = 0; i < N; i++) {
+    if (!want[i])
+      continue;
+    if (t.len > 0)
+      text_add(&t, "\r\n");
+    switch (i) {
+    case 0:
+      info_server(&t, sh);
+      break;
+    case 1:
+      info_clients(&t, sh);
+      break;
+    case 2:
+      info_memory(&t, &st);
+      break;
+    case 3:
+      info_stats(&t, sh, &st);
+      break;
+    default:
+      info_keyspace(&t, &st);
+    }
+  }
+  if (t.failed)
+    kv_reply_store_error(c, WEFT_ENOMEM);
+  else
+    c->ops->verbatim(c->w, t.buf, t.len);
+  free(t.buf);
+}
+
+/* ---- COMMAND ---- */
+
+/* The command's name in lower case into `buf`. */
+static const char *lower(const kv_command *k, char *buf, size_t cap) {
+  const char *upper = kv_cmd_name(k->id);
+  size_t i = 0;
+  for (; upper[i] != '\0' && i + 1 < cap; i++)
+    buf[i] = (char)(upper[i] | 0x20);
+  buf[i] = '\0';
+  return buf;
+}
+
+/* One command's COMMAND INFO entry, Redis 7's ten fields (tips, key
+ * specifications and subcommands empty). */
+static void command_info(const kv_call *c, const kv_command *k) {
+  char name[16];
+  const char *flags[4];
+  size_t nf = 0;
+  if (k->flags & KV_CF_WRITE)
+    flags[nf++] = "write";
+  if (k->flags & KV_CF_READONLY)
+    flags[nf++] = "readonly";
+  if (k->flags & KV_CF_FAST)
+    flags[nf++] = "fast";
+  if (k->flags & KV_CF_NOAUTH)
+    flags[nf++] = "no_auth";
+  c->ops->array(c->w, 10);
+  kv_reply_cstr(c, lower(k, name, sizeof name));
+  c->ops->integer(c->w, k->arity);
+  c->ops->array(c->w, nf);
+  for (size_t i = 0; i < nf; i++)
+    c->ops->simple(c->w, flags[i]);
+  c->ops->integer(c->w, k->first_key);
+  c->ops->integer(c->w, k->last_key);
+  c->ops->integer(c->w, k->key_step);
+  c->ops->array(c->w, 2);
+  c->ops->simple(c->w, k->flags & KV_CF_WRITE ? "@write" : "@read");
+  c->ops->simple(c->w, k->flags & KV_CF_FAST ? "@fast" : "@slow");
+  c->ops->array(c->w, 0);
+  c->ops->array(c->w, 0);
+  c->ops->array(c->w, 0);
+}
+
+/* One command's COMMAND DOCS entry: name, then a map of summary, since,
+ * group. */
+static void command_docs(const kv_call *c, const kv_command *k) {
+  char name[16];
+  kv_reply_cstr(c, lower(k, name, sizeof name));
+  c->ops->map(c->w, 3);
+  kv_reply_cstr(c, "summary");
+  kv_reply_cstr(c, k->summary);
+  kv_reply_cstr(c, "since");
+  kv_reply_cstr(c, k->since);
+  kv_reply_cstr(c, "group");
+  kv_reply_cstr(c, k->group);
+}
+
+/* The commands named by the arguments from `from` on (all of them when
+ * there are none): into `out` (NULL where a name is unknown), returns how
+ * many slots it filled. */
+static size_t command_pick(const kv_call *c, size_t from,
+                           const kv_command **out, size_t cap) {
+  size_t n = 0, rows;
+  const kv_command *t = kv_command_table(&rows);
+  if (c->argc <= from) {
+    for (size_t i = 0; i < rows && n < cap; i++)
+      if (t[i].fn != NULL)
+        out[n++] = &t[i];
+    return n;
+  }
+  for (size_t a = from; a < c->argc && n < cap; a++)
+    out[n++] =
+        kv_command_find(kv_cmd_from_name(c->argv[a].ptr, c->argv[a].len));
+  return n;
+}
+
+/* COMMAND [COUNT | DOCS [name ...] | INFO [name ...]]: from the table. */
+void kv_cmd_command(const kv_call *c) {
+  const kv_command *picked[1024]; /* one per argument: the decoders' most */
+  enum { CAP = sizeof picked / sizeof picked[0] };
+  if (c->argc >= 1 && kv_arg_is(&c->argv[0], "COUNT")) {
+    if (c->argc != 1)
+      return c->ops->error(
+          c->w, "ERR wrong number of arguments for 'command|count' command");
+    return c->ops->integer(c->w, (int64_t)command_pick(c, 1, picked, CAP));
+  }
+  if (c->argc >= 1 && kv_arg_is(&c->argv[0], "DOCS")) {
+    size_t n = command_pick(c, 1, picked, CAP), found = 0;
+    for (size_t i = 0; i < n; i++)
+      found += picked[i] != NULL;
+    c->ops->map(c->w, found);
+    for (size_t i = 0; i < n; i++)
+      if (picked[i] != NULL)
+        command_docs(c, picked[i]);
+    return;
+  }
+  bool info = c->argc >= 1 && kv_arg_is(&c->argv[0], "INFO");
+  if (c->argc >= 1 && !info) {
+    char sub[64];
+    size_t n =
+        c->argv[0].len < sizeof sub - 1 ? c->argv[0].len : sizeof sub - 1;
+    memcpy(sub, c->argv[0].ptr, n);
+    sub[n] = '\0';
+    return kv_reply_errorf(c, "ERR unknown subcommand '%s'. Try COMMAND HELP.",
+                           sub);
+  }
+  size_t n = command_pick(c, 1, picked, CAP);
+  c->ops->array(c->w, n);
+  for (size_t i = 0; i < n; i++)
+    if (picked[i] == NULL)
+      c->ops->null(c->w);
+    else
+      command_info(c, picked[i]);
+}

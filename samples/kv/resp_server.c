@@ -1,0 +1,372 @@
+/* samples/kv/resp_server.c: the KV server's RESP side (server_internal.h):
+ * a handler after the RESP decoder that runs each command through the
+ * executor (command.h) for the connection's session and streams the
+ * replies into 16 KiB buffers, in RESP2 or, after HELLO 3, RESP3; one
+ * flush per batch of pipelined commands, large values sent from the stored
+ * blob without a copy. It answers protocol errors as Redis does and closes
+ * after them, after QUIT, and at once (after Redis' DENIED error) for a
+ * client that protected mode refuses. */
+#include "server_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session.h"
+
+#define RESP_CHUNK 16384 /* bytes of one RESP reply buffer */
+#define ZERO_COPY_MIN                                                          \
+  16384 /* bulk values at least this large are sent from the stored blob,      \
+           not copied */
+#define RESP_LINGER_NS                                                         \
+  (2 * 1000000000ull) /* a closing RESP connection waits this long for the     \
+                         peer to close (resp_linger) */
+#define UNKNOWN_TEXT_MAX                                                       \
+  128 /* bytes of an unknown command's name, and of its arguments, quoted      \
+         in the error (Redis' limits) */
+
+/* ---- the reply writer, streaming into the channel ---- */
+
+typedef struct resp_conn {
+  kv_server *srv;
+  weft_ctx *ctx;
+  kv_session sess;   /* once active (started) */
+  bool started;      /* sess was initialised (channel_active) */
+  weft_buf *out;     /* replies not yet written down the pipeline */
+  bool broken;       /* a reply could not be written whole: every later one
+                        would answer the wrong command, so nothing more is
+                        written and the channel closes */
+  bool closing;      /* QUIT, a protocol error or a broken reply: no more
+                        commands run; the channel closes once what was written
+                        is sent */
+  weft_timer linger; /* ends a lingering close (resp_linger) */
+} resp_conn;
+
+/* A reply write's result: on failure the connection is broken (see
+ * resp_conn) and closes after the command. */
+static void resp_check(resp_conn *c, int rc) {
+  if (rc >= 0 || c->broken)
+    return;
+  c->broken = true;
+  weft_log(WEFT_LOG_WARN, "kv: RESP channel %llu: cannot write a reply: %s",
+           (unsigned long long)weft_channel_id(weft_ctx_channel(c->ctx)),
+           weft_strerror(rc));
+}
+
+/* Makes room for `n` bytes: the current buffer goes down the pipeline when
+ * full (written, flushed at channel_read_complete). NULL once broken or out
+ * of memory (which breaks the connection). */
+static weft_buf *resp_room(resp_conn *c, size_t n) {
+  if (c->broken)
+    return NULL;
+  if (c->out != NULL && weft_buf_writable(c->out) >= n)
+    return c->out;
+  if (c->out != NULL)
+    weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
+  c->out = weft_buf_alloc(pool, n > RESP_CHUNK ? n : RESP_CHUNK);
+  if (c->out == NULL)
+    resp_check(c, WEFT_ENOMEM);
+  return c->out;
+}
+
+static void resp_simple(void *w, const char *s) {
+  weft_buf *b = resp_room(w, strlen(s) + 3);
+  if (b != NULL)
+    resp_check(w, weft_resp_write_simple(b, s));
+}
+
+/* An error reply of `len` bytes of any text: control bytes become spaces
+ * (weft_resp_write_error_text), so no text can make a reply go missing. */
+static void resp_error_text(resp_conn *c, const void *text, size_t len) {
+  weft_buf *b = resp_room(c, len + 3);
+  if (b != NULL)
+    resp_check(c, weft_resp_write_error_text(b, text, len));
+}
+
+static void resp_error(void *w, const char *msg) {
+  resp_error_text(w, msg, strlen(msg));
+}
+
+static void resp_integer(void *w, int64_t v) {
+  weft_buf *b = resp_room(w, 24);
+  if (b != NULL)
+    resp_check(w, weft_resp_write_integer(b, v));
+}
+
+static void free_blob(void *base, size_t capacity, void *arg) {
+  (void)base, (void)capacity;
+  kv_blob_release(arg);
+}
+
+/* Large stored values go out as a buffer over the blob itself: header,
+ * value, CRLF, with no copy of the value. */
+static void resp_bulk_zero_copy(resp_conn *c, const void *data, size_t len,
+                                kv_blob *blob) {
+  weft_buf *b = resp_room(c, 24);
+  if (b == NULL)
+    return;
+  b->writer_index +=
+      (size_t)snprintf((char *)weft_buf_wptr(b), 24, "$%zu\r\n", len);
+  weft_ctx_write(c->ctx, b, WEFT_PROMISE_NONE);
+  c->out = NULL;
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(c->ctx)));
+  weft_buf *v = weft_buf_wrap(pool, (void *)data, len, len, free_blob,
+                              kv_blob_retain(blob));
+  if (v == NULL) {
+    kv_blob_release(blob);
+    resp_check(c, WEFT_ENOMEM); /* the header went out without its value */
+    return;
+  }
+  weft_ctx_write(c->ctx, v, WEFT_PROMISE_NONE);
+  if ((b = resp_room(c, 2)) != NULL)
+    resp_check(c, weft_buf_write_bytes(b, "\r\n", 2));
+}
+
+static void resp_bulk(void *w, const void *data, size_t len, kv_blob *blob) {
+  resp_conn *c = w;
+  if (blob != NULL && len >= ZERO_COPY_MIN)
+    return resp_bulk_zero_copy(c, data, len, blob);
+  weft_buf *b = resp_room(c, weft_resp_bulk_size(len));
+  if (b != NULL)
+    resp_check(c, weft_resp_write_bulk(b, data, len));
+}
+
+/* A null: "$-1" in RESP2, "_" in RESP3. */
+static void resp_null(void *w) {
+  resp_conn *c = w;
+  weft_buf *b = resp_room(c, 5);
+  if (b != NULL)
+    resp_check(c, c->sess.resp == 3 ? weft_resp_write_null3(b)
+                                    : weft_resp_write_null(b));
+}
+
+static void resp_array(void *w, size_t n) {
+  weft_buf *b = resp_room(w, 24);
+  if (b != NULL)
+    resp_check(w, weft_resp_write_array(b, n));
+}
+
+/* A map: RESP3's type, or an array of keys and values in RESP2. */
+static void resp_map(void *w, size_t pairs) {
+  resp_conn *c = w;
+  weft_buf *b = resp_room(c, 24);
+  if (b != NULL)
+    resp_check(c, c->sess.resp == 3 ? weft_resp_write_map(b, pairs)
+                                    : weft_resp_write_array(b, 2 * pairs));
+}
+
+/* Text for reading (INFO, CLIENT INFO): a verbatim string in RESP3, a bulk
+ * string in RESP2. */
+static void resp_verbatim(void *w, const void *text, size_t len) {
+  resp_conn *c = w;
+  if (c->sess.resp != 3)
+    return resp_bulk(c, text, len, NULL);
+  weft_buf *b = resp_room(c, weft_resp_verbatim_size(len));
+  if (b != NULL)
+    resp_check(c, weft_resp_write_verbatim(b, "txt", text, len));
+}
+
+static const kv_reply_ops resp_ops = {resp_simple, resp_error,   resp_integer,
+                                      resp_bulk,   resp_null,    resp_array,
+                                      resp_map,    resp_verbatim};
+
+/* The end of a lingering close (resp_linger): the peer did not close in
+ * time. */
+static void resp_linger_end(void *arg) {
+  resp_conn *c = arg;
+  weft_channel_close(weft_ctx_channel(c->ctx), WEFT_PROMISE_NONE);
+}
+
+/* The promise of a lingering close's half-close: the channel (a reference
+ * taken for it) closes at once if the half-close failed. */
+static void resp_shut(void *arg, int status) {
+  weft_channel *ch = arg;
+  if (status < 0)
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+  weft_channel_release(ch);
+}
+
+/* The promise of a closing connection's last write: the replies are with
+ * the kernel. Closing now would reset the connection if the peer is still
+ * sending (the rest of an oversized value: redis-cli then reports the
+ * reset, not the error), so this half-closes (FIN after the replies) and
+ * goes on reading, dropping what comes, until the peer closes, which
+ * closes the channel, or RESP_LINGER_NS pass. */
+static void resp_linger(void *arg, int status) {
+  resp_conn *c = arg; /* alive: a write's promise completes before close
+                         removes the handler */
+  weft_channel *ch = weft_ctx_channel(c->ctx);
+  if (!weft_channel_is_active(ch))
+    return; /* closing already */
+  if (status < 0 ||
+      weft_timer_start(&c->linger, RESP_LINGER_NS, 0, resp_linger_end, c) < 0) {
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
+  weft_channel_shutdown_output(
+      ch, (weft_promise){resp_shut, weft_channel_retain(ch)});
+}
+
+/* Stops running commands and closes the channel once the replies written
+ * so far are sent (resp_linger): the last buffer (allocated empty if need
+ * be; the transports complete an empty write in order) carries the
+ * promise. Only without memory for that buffer does it close at once. */
+static void resp_close_after_sent(resp_conn *c) {
+  if (c->closing)
+    return;
+  c->closing = true;
+  weft_channel *ch = weft_ctx_channel(c->ctx);
+  weft_buf *last = c->out;
+  c->out = NULL;
+  if (last == NULL)
+    last = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), 1);
+  if (last == NULL) {
+    weft_ctx_flush(c->ctx);
+    weft_ctx_close(c->ctx, WEFT_PROMISE_NONE);
+    return;
+  }
+  weft_ctx_write(c->ctx, last, (weft_promise){resp_linger, c});
+  weft_ctx_flush(c->ctx);
+}
+
+/* Appends at most `max` bytes of `src` to the `cap`-byte `dst` holding
+ * `*n`; returns the bytes appended. */
+static size_t append_capped(char *dst, size_t cap, size_t *n, const void *src,
+                            size_t len, size_t max) {
+  size_t k = len < max ? len : max;
+  if (k > cap - *n)
+    k = cap - *n;
+  memcpy(dst + *n, src, k);
+  *n += k;
+  return k;
+}
+
+/* Redis' reply to an unknown command: "ERR unknown command '<name>', with
+ * args beginning with: '<arg>' ..." with the name cut at 128 bytes and the
+ * arguments at 128 in all; control bytes become spaces when written. */
+static void resp_unknown(resp_conn *c, const weft_resp_cmd *cmd) {
+  static const char head[] = "ERR unknown command '",
+                    mid[] = "', with args beginning with: ";
+  char msg[sizeof head + sizeof mid + 2 * UNKNOWN_TEXT_MAX + 8];
+  size_t n = 0, args = 0;
+  append_capped(msg, sizeof msg, &n, head, sizeof head - 1, SIZE_MAX);
+  append_capped(msg, sizeof msg, &n, cmd->argv[0].ptr, cmd->argv[0].len,
+                UNKNOWN_TEXT_MAX);
+  append_capped(msg, sizeof msg, &n, mid, sizeof mid - 1, SIZE_MAX);
+  for (size_t i = 1; i < cmd->argc && args < UNKNOWN_TEXT_MAX; i++) {
+    size_t room = UNKNOWN_TEXT_MAX - args; /* as Redis: '%.*s' with this */
+    args += append_capped(msg, sizeof msg, &n, "'", 1, 1);
+    args += append_capped(msg, sizeof msg, &n, cmd->argv[i].ptr,
+                          cmd->argv[i].len, room);
+    args += append_capped(msg, sizeof msg, &n, "' ", 2, 2);
+  }
+  resp_error_text(c, msg, n);
+}
+
+/* Runs one command, unless the connection is closing; a reply that could
+ * not be written closes it. */
+static void resp_read(weft_ctx *ctx, void *msg) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
+    weft_ctx_fire_channel_read(ctx, msg);
+    return;
+  }
+  weft_resp_cmd *cmd = msg;
+  if (c->closing || !c->started) {
+    weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
+    return;
+  }
+  int id = kv_cmd_from_name(cmd->argv[0].ptr, cmd->argv[0].len);
+  if (id != 0) {
+    kv_arg argv[KV_MAX_ARGS];
+    size_t argc = cmd->argc - 1; /* < KV_MAX_ARGS: the decoder's max_args */
+    for (size_t i = 0; i < argc; i++)
+      argv[i] = (kv_arg){cmd->argv[i + 1].ptr, cmd->argv[i + 1].len};
+    kv_exec(&c->sess, id, argc, argv, &resp_ops, c);
+  } else {
+    kv_multi_flag(&c->sess); /* EXEC then aborts, as in Redis */
+    resp_unknown(c, cmd);
+  }
+  weft_resp_cmd_release(cmd);
+  if (c->broken || c->sess.quit)
+    resp_close_after_sent(c);
+}
+
+/* A protocol error (the decoder's WEFT_EBADFRAME or WEFT_ETOOLONG) is
+ * answered as Redis does, "-ERR Protocol error: ...", after the replies to
+ * the commands before it; the channel closes once that is sent. Other
+ * errors go on to the tail, which logs them and closes. */
+static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (err != WEFT_EBADFRAME && err != WEFT_ETOOLONG) {
+    weft_ctx_fire_exception_caught(ctx, err, reason);
+    return;
+  }
+  if (c->closing)
+    return;
+  weft_log(WEFT_LOG_INFO, "kv: RESP channel %llu: %s; closing",
+           (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)), reason);
+  char msg[256];
+  int n = snprintf(msg, sizeof msg, "ERR %s", reason);
+  resp_error_text(c, msg, n < (int)sizeof msg ? (size_t)n : sizeof msg - 1);
+  resp_close_after_sent(c);
+}
+
+/* One flush per batch of commands read together (pipelining). */
+static void resp_read_complete(weft_ctx *ctx) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (c->out != NULL && weft_buf_readable(c->out) > 0) {
+    weft_ctx_write(ctx, c->out, WEFT_PROMISE_NONE);
+    c->out = NULL;
+  }
+  weft_ctx_flush(ctx);
+}
+
+/* The connection is up: its session starts. A client that protected
+ * mode refuses gets Redis' DENIED error and the close, as Redis does on
+ * accept; what it sends is not run. */
+static void resp_active(weft_ctx *ctx) {
+  resp_conn *c = weft_ctx_state(ctx);
+  kv_session_init(&c->sess, &c->srv->shared, weft_ctx_channel(ctx), false);
+  c->started = true;
+  if (c->sess.denied) {
+    resp_error(c, KV_DENIED_TEXT);
+    resp_close_after_sent(c);
+  }
+  weft_ctx_fire_channel_active(ctx);
+}
+
+static void resp_removed(weft_ctx *ctx) {
+  resp_conn *c = weft_ctx_state(ctx);
+  weft_timer_stop(&c->linger);
+  weft_buf_release(c->out);
+  if (c->started)
+    kv_session_fini(&c->sess);
+  free(c);
+}
+
+static const weft_handler resp_handler = {.name = "kv-resp",
+                                          .channel_active = resp_active,
+                                          .channel_read = resp_read,
+                                          .channel_read_complete =
+                                              resp_read_complete,
+                                          .exception_caught = resp_exception,
+                                          .handler_removed = resp_removed};
+
+void kv_resp_channel_init(weft_channel *ch, void *arg) {
+  kv_server *srv = arg;
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  resp_conn *c = calloc(1, sizeof *c);
+  if (c != NULL) {
+    c->srv = srv;
+    weft_timer_init(weft_channel_loop(ch), &c->linger);
+  }
+  if (c == NULL || weft_resp_decoder_add_last(p, "resp", &srv->resp_opts) < 0 ||
+      weft_pipeline_add_last(p, "kv", &resp_handler, c) < 0) {
+    free(c);
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
+  c->ctx = weft_pipeline_context(p, "kv");
+}

@@ -1,0 +1,126 @@
+/* The KV server's TLS listeners (server.h, server_internal.h): the [kv]
+ * keys that set them up, in Redis' names mapped to weft's (tls-cert-file
+ * is tls_cert_file, ...), the one server context both TLS listeners'
+ * channels share, and their pipelines: the TLS handler first, then the
+ * protocol's handlers, as on the plaintext listeners. */
+#include "server_internal.h"
+
+#include "kv_config.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- [kv] keys ---- */
+
+/* weft_tls_options keys (from) that are [kv] keys (to) under another
+ * name. */
+static const kv_config_name tls_names[] = {
+    {"cert_file", "tls_cert_file"},
+    {"key_file", "tls_key_file"},
+    {"ca_file", "tls_ca_cert_file"},
+    {"ca_dir", "tls_ca_cert_dir"},
+    {"min_protocol", "tls_min_protocol"},
+    {"handshake_timeout_ms", "tls_handshake_timeout_ms"},
+    {"ktls", "tls_ktls"}};
+
+#define N_TLS_NAMES (sizeof tls_names / sizeof tls_names[0])
+
+/* tls_auth_clients as Redis spells tls-auth-clients. */
+static int parse_auth_clients(const char *v, weft_tls_verify *out, char *err,
+                              size_t err_len) {
+  static const struct {
+    const char *name;
+    weft_tls_verify verify;
+  } values[] = {{"no", WEFT_TLS_VERIFY_NONE},
+                {"optional", WEFT_TLS_VERIFY_OPTIONAL},
+                {"yes", WEFT_TLS_VERIFY_REQUIRED}};
+  for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+    if (strcasecmp(v, values[i].name) == 0) {
+      *out = values[i].verify;
+      return 0;
+    }
+  snprintf(err, err_len,
+           "expected no (no client certificate asked), optional (checked "
+           "when sent) or yes (required)");
+  return WEFT_EINVAL;
+}
+
+int kv_server_tls_key(kv_server_options *o, const char *key, const char *value,
+                      char *err, size_t err_len) {
+  if (strcmp(key, "tls_listen") == 0 || strcmp(key, "tls_rpc_listen") == 0) {
+    char *dst = key[4] == 'l' ? o->tls_listen : o->tls_rpc_listen;
+    if (strlen(value) >= WEFT_CONFIG_URI_MAX) {
+      snprintf(err, err_len, "expected at most %d bytes",
+               WEFT_CONFIG_URI_MAX - 1);
+      return WEFT_EINVAL;
+    }
+    strcpy(dst, value);
+    return 0;
+  }
+  if (strcmp(key, "tls_auth_clients") == 0)
+    return parse_auth_clients(value, &o->tls.verify, err, err_len);
+  for (size_t i = 0; i < N_TLS_NAMES; i++)
+    if (strcmp(key, tls_names[i].to) == 0)
+      return weft_tls_options_set(&o->tls, tls_names[i].from, value, err,
+                                  err_len);
+  return WEFT_ENOENT;
+}
+
+/* ---- the context ---- */
+
+int kv_tls_context_init(kv_server *srv) {
+  const kv_server_options *o = &srv->opts;
+  if (o->tls_listen[0] == '\0' && o->tls_rpc_listen[0] == '\0')
+    return 0;
+  if (o->tls.cert_file[0] == '\0') {
+    weft_log(WEFT_LOG_ERROR,
+             "kv: [kv] tls_listen and tls_rpc_listen need [kv] tls_cert_file "
+             "(the server's certificate chain, PEM) and tls_key_file (its "
+             "private key)");
+    return WEFT_EINVAL;
+  }
+  if (o->tls.verify != WEFT_TLS_VERIFY_NONE && o->tls.ca_file[0] == '\0' &&
+      o->tls.ca_dir[0] == '\0') {
+    weft_log(WEFT_LOG_ERROR,
+             "kv: [kv] tls_auth_clients = %s needs [kv] tls_ca_cert_file or "
+             "tls_ca_cert_dir (the CAs that sign client certificates); or set "
+             "tls_auth_clients = no when clients send no certificate",
+             o->tls.verify == WEFT_TLS_VERIFY_OPTIONAL ? "optional" : "yes");
+    return WEFT_EINVAL;
+  }
+  char err[512], kv_err[600];
+  int rc = weft_tls_context_new(&srv->tls, WEFT_TLS_SERVER, &o->tls, err,
+                                sizeof err);
+  if (rc < 0) {
+    kv_config_rename(err, tls_names, N_TLS_NAMES, kv_err, sizeof kv_err);
+    weft_log(WEFT_LOG_ERROR, "kv: TLS: [kv] %s", kv_err);
+  }
+  return rc;
+}
+
+/* ---- pipelines ---- */
+
+/* Puts the TLS handler first; false (the channel closed) when it could
+ * not. */
+static bool add_tls(weft_channel *ch, kv_server *srv) {
+  int rc = weft_tls_add_first(weft_channel_pipeline(ch), srv->tls, NULL);
+  if (rc == 0)
+    return true;
+  weft_log(WEFT_LOG_WARN, "kv: channel %llu: cannot add the TLS handler: %s",
+           (unsigned long long)weft_channel_id(ch), weft_strerror(rc));
+  weft_channel_close(ch, WEFT_PROMISE_NONE);
+  return false;
+}
+
+void kv_resp_tls_channel_init(weft_channel *ch, void *arg) {
+  if (add_tls(ch, arg))
+    kv_resp_channel_init(ch, arg);
+}
+
+void kv_rpc_tls_channel_init(weft_channel *ch, void *arg) {
+  if (add_tls(ch, arg))
+    kv_rpc_channel_init(ch, arg);
+}
+
+void kv_tls_reject_init(weft_channel *ch, void *arg) { add_tls(ch, arg); }

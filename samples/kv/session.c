@@ -1,0 +1,197 @@
+/* A connection's session (session.h): its start (id, addresses, the
+ * protected-mode check) and end, and the commands about the connection
+ * itself: CLIENT (ID, GETNAME, SETNAME, INFO, ...) and QUIT. */
+#include "command_internal.h"
+
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <weft/clock.h>
+#include <weft/log.h>
+#include <weft/loop.h>
+
+/* A refused connection is logged at most once per this many ns, with the
+ * number refused since (a scan of the port would flood the log). */
+#define DENIED_LOG_INTERVAL_NS (10 * 1000000000ull)
+
+bool kv_addr_is_loopback(const char *addr) {
+  char host[KV_ADDR_MAX];
+  const char *colon = strrchr(addr, ':');
+  if (colon == NULL)
+    return false;
+  size_t n = (size_t)(colon - addr);
+  if (addr[0] == '[' && n >= 2 && addr[n - 1] == ']')
+    addr++, n -= 2; /* "[v6]:port" */
+  if (n == 0 || n >= sizeof host)
+    return false;
+  memcpy(host, addr, n);
+  host[n] = '\0';
+  struct in_addr v4;
+  struct in6_addr v6;
+  if (inet_pton(AF_INET, host, &v4) == 1)
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, host, &v6) != 1)
+    return false;
+  if (IN6_IS_ADDR_LOOPBACK(&v6))
+    return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+/* Logs a refusal, at most once per DENIED_LOG_INTERVAL_NS per server (any
+ * thread). */
+static void log_denied(const kv_session *s) {
+  kv_shared *sh = s->shared;
+  uint64_t now = weft_now_ns(), last = atomic_load(&sh->denied_log_ns);
+  uint64_t n = atomic_fetch_add(&sh->denied_unlogged, 1) + 1;
+  if (last != 0 && now - last < DENIED_LOG_INTERVAL_NS)
+    return;
+  if (!atomic_compare_exchange_strong(&sh->denied_log_ns, &last, now))
+    return;
+  atomic_fetch_sub(&sh->denied_unlogged, n);
+  char more[64] = "";
+  if (n > 1)
+    snprintf(more, sizeof more,
+             " (and %" PRIu64 " more since the last such "
+             "line)",
+             n - 1);
+  weft_log(WEFT_LOG_WARN,
+           "kv: protected mode refused a %s connection from %s%s: no password "
+           "is set for the default user and the client is not on the "
+           "loopback interface; set [kv] requirepass (clients then AUTH), or "
+           "[kv] protected_mode = no to accept clients from other hosts "
+           "without one",
+           s->rpc ? "weft RPC" : "RESP", s->addr, more);
+}
+
+void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
+                     bool rpc) {
+  memset(s, 0, sizeof *s);
+  s->shared = shared;
+  s->id = atomic_fetch_add(&shared->next_client_id, 1) + 1;
+  int idx = weft_loop_index(weft_channel_loop(ch));
+  s->loop_index = idx >= 0 ? (unsigned)idx : UINT32_MAX;
+  s->resp = 2;
+  s->rpc = rpc;
+  s->authenticated = !shared->auth.default_pass; /* Redis' nopass default */
+  s->created_ns = s->last_ns = weft_now_ns();
+  if (weft_channel_remote_address(ch, s->addr, sizeof s->addr) < 0)
+    snprintf(s->addr, sizeof s->addr, "?");
+  if (weft_channel_local_address(ch, s->laddr, sizeof s->laddr) < 0)
+    snprintf(s->laddr, sizeof s->laddr, "?");
+  atomic_fetch_add(&shared->connected_clients, 1);
+  atomic_fetch_add(&shared->total_connections, 1);
+  /* Redis 7's protected mode: without a password for the default user,
+   * only the loopback network may connect (an unknown address is not). */
+  if (shared->protected_mode && !shared->auth.default_pass &&
+      !kv_addr_is_loopback(s->addr)) {
+    s->denied = true;
+    atomic_fetch_add(&shared->rejected_connections, 1);
+    log_denied(s);
+  }
+}
+
+void kv_session_fini(kv_session *s) {
+  kv_multi_reset(&s->multi);
+  atomic_fetch_sub(&s->shared->connected_clients, 1);
+}
+
+/* ---- CLIENT ---- */
+
+#define STR(x) #x
+#define XSTR(x) STR(x)
+
+const char *kv_session_set_name(kv_session *s, const kv_arg *name) {
+  const unsigned char *p = name->ptr;
+  for (size_t i = 0; i < name->len; i++)
+    if (p[i] < '!' || p[i] > '~')
+      return "ERR Client names cannot contain spaces, newlines or special "
+             "characters.";
+  if (name->len > KV_CLIENT_NAME_MAX)
+    return "ERR Client names are limited to " XSTR(KV_CLIENT_NAME_MAX) " bytes";
+  memcpy(s->name, name->ptr, name->len);
+  s->name[name->len] = '\0';
+  return NULL;
+}
+
+/* CLIENT SETNAME name. */
+static void client_setname(const kv_call *c) {
+  const char *err = kv_session_set_name(c->sess, &c->argv[1]);
+  if (err != NULL)
+    return c->ops->error(c->w, err);
+  c->ops->simple(c->w, "OK");
+}
+
+/* CLIENT INFO: Redis' line of `key=value` fields, with what weft knows:
+ * the fields about Redis' own buffers are 0, fd is -1. */
+static void client_info(const kv_call *c) {
+  const kv_session *s = c->sess;
+  uint64_t now = weft_now_ns();
+  char line[KV_CLIENT_NAME_MAX + 2 * KV_ADDR_MAX + 512];
+  int n = snprintf(
+      line, sizeof line,
+      "id=%" PRIu64 " addr=%s laddr=%s fd=-1 name=%s age=%" PRIu64
+      " idle=%" PRIu64 " flags=%s db=0 sub=0 psub=0 ssub=0 multi=%ld "
+      "qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=%zu rbs=0 rbp=0 obl=0 oll=0 "
+      "omem=0 tot-mem=0 events=r cmd=client|info user=%s redir=-1 resp=%d\n",
+      s->id, s->addr, s->laddr, s->name, (now - s->created_ns) / 1000000000u,
+      (now - s->last_ns) / 1000000000u, s->multi.active ? "x" : "N",
+      s->multi.active ? (long)s->multi.count : -1L, s->multi.bytes,
+      s->acl_user ? s->shared->auth.user : "default", s->resp);
+  c->ops->verbatim(c->w, line,
+                   n < (int)sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+/* CLIENT ID | GETNAME | SETNAME name | INFO | SETINFO attr value |
+ * NO-EVICT on|off | NO-TOUCH on|off | HELP. */
+void kv_cmd_client(const kv_call *c) {
+  static const struct {
+    const char *name;
+    size_t args; /* after the subcommand */
+  } subs[] = {{"ID", 0},      {"GETNAME", 0},  {"SETNAME", 1},  {"INFO", 0},
+              {"SETINFO", 2}, {"NO-EVICT", 1}, {"NO-TOUCH", 1}, {"HELP", 0}};
+  size_t i = 0;
+  while (i < sizeof subs / sizeof subs[0] &&
+         !kv_arg_is(&c->argv[0], subs[i].name))
+    i++;
+  char sub[64];
+  size_t n = c->argv[0].len < sizeof sub - 1 ? c->argv[0].len : sizeof sub - 1;
+  for (size_t k = 0; k < n; k++)
+    sub[k] = (char)(((const char *)c->argv[0].ptr)[k] | 0x20);
+  sub[n] = '\0';
+  if (i == sizeof subs / sizeof subs[0]) {
+    memcpy(sub, c->argv[0].ptr, n);
+    return kv_reply_errorf(c, "ERR unknown subcommand '%s'. Try CLIENT HELP.",
+                           sub);
+  }
+  if (c->argc - 1 != subs[i].args)
+    return kv_reply_errorf(
+        c, "ERR wrong number of arguments for 'client|%s' command", sub);
+  switch (i) {
+  case 0:
+    return c->ops->integer(c->w, (int64_t)c->sess->id);
+  case 1:
+    return c->sess->name[0] != '\0' ? kv_reply_cstr(c, c->sess->name)
+                                    : c->ops->null(c->w);
+  case 2:
+    return client_setname(c);
+  case 3:
+    return client_info(c);
+  case 7:
+    c->ops->array(c->w, 4);
+    kv_reply_cstr(c, "CLIENT ID | GETNAME | SETNAME <name> | INFO");
+    kv_reply_cstr(c, "CLIENT SETINFO <lib-name|lib-ver> <value> (accepted)");
+    kv_reply_cstr(c, "CLIENT NO-EVICT <on|off> (accepted)");
+    return kv_reply_cstr(c, "CLIENT NO-TOUCH <on|off> (accepted)");
+  default: /* SETINFO, NO-EVICT, NO-TOUCH: nothing to change here */
+    return c->ops->simple(c->w, "OK");
+  }
+}
+
+/* QUIT: OK, then the connection closes once that is sent. */
+void kv_cmd_quit(const kv_call *c) {
+  c->sess->quit = true;
+  c->ops->simple(c->w, "OK");
+}

@@ -1,0 +1,77 @@
+/* samples/kv/session.h: one client connection's state, for both protocols
+ * (session.c): its id and addresses, the RESP version its replies use
+ * (HELLO), whether it is authenticated and as whom (AUTH), its name
+ * (CLIENT SETNAME), its MULTI queue, and whether it asked to close (QUIT)
+ * or protected mode refused it. The RESP handler holds one per channel;
+ * the RPC pipeline keeps one in the channel's user data. A session lives
+ * on its channel's loop thread. */
+#ifndef WEFT_SAMPLES_KV_SESSION_H
+#define WEFT_SAMPLES_KV_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <weft/channel.h>
+
+#include "command.h"
+#include "multi.h"
+
+/** Longest client name (CLIENT SETNAME, HELLO SETNAME), bytes. */
+#define KV_CLIENT_NAME_MAX 256
+/** Longest address text kept ("[ffff:...]:65535"). */
+#define KV_ADDR_MAX 64
+
+struct kv_session {
+  kv_shared *shared;
+  uint64_t id;         /* CLIENT ID */
+  unsigned loop_index; /* its loop in the group: kv_shared.loops */
+  uint8_t resp;        /* 2 or 3: the RESP version of replies (HELLO) */
+  bool rpc;            /* speaks the binary protocol */
+  bool authenticated;  /* may run every command */
+  bool acl_user;       /* authenticated as [kv] user (else "default") */
+  bool denied;         /* refused by protected mode: runs nothing */
+  bool quit;           /* QUIT: close once the reply is sent */
+  bool in_exec;        /* EXEC is running the queue */
+  int last_cmd;        /* kv_cmd of the last command (CLIENT INFO) */
+  uint64_t created_ns, last_ns;
+  char addr[KV_ADDR_MAX], laddr[KV_ADDR_MAX];
+  char name[KV_CLIENT_NAME_MAX + 1];
+  kv_multi multi;
+};
+
+/**
+ * Starts a session for channel `ch` (loop thread): a new id, the
+ * addresses, authenticated when the default user needs no password, and
+ * denied when protected mode refuses the peer (server.h: no password and
+ * an address outside the loopback network), which is then counted and
+ * logged. Counts a connection.
+ */
+void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
+                     bool rpc);
+
+/** Ends a session: frees its MULTI queue, counts the connection closed. */
+void kv_session_fini(kv_session *s);
+
+/**
+ * Marks the session's transaction, if one is being queued, as failed: EXEC
+ * will discard it with EXECABORT. For a command refused before the
+ * executor saw it (RESP's unknown command). In multi.c.
+ */
+void kv_multi_flag(kv_session *s);
+
+/**
+ * Sets the client's name (CLIENT SETNAME, HELLO SETNAME) under Redis'
+ * rule: printable ASCII without spaces; and weft's bound, at most
+ * KV_CLIENT_NAME_MAX bytes. Empty clears it. Returns NULL, or the error
+ * reply's text (then the name is unchanged).
+ */
+const char *kv_session_set_name(kv_session *s, const kv_arg *name);
+
+/**
+ * True when `addr` ("127.0.0.1:6380", "[::1]:7001", as
+ * weft_channel_remote_address writes them) is on the loopback network:
+ * 127.0.0.0/8, ::1, or ::ffff:127.0.0.0/104.
+ */
+bool kv_addr_is_loopback(const char *addr);
+
+#endif

@@ -1,0 +1,51 @@
+/* samples/kv/txn.c: transactions (store.h, kv_txn): the stripes of every
+ * key a sequence of commands touches, locked together in index order, so
+ * the sequence is applied atomically (the server's MULTI/EXEC). While a
+ * transaction is locked, the thread-local kv__txn_active names it and the
+ * store's lock helpers (store_internal.h) skip the stripes it holds, so the
+ * ordinary commands run inside it unchanged. */
+#include "store_internal.h"
+
+#include <string.h>
+
+_Thread_local const kv_txn *kv__txn_active;
+
+void kv_txn_init(kv_txn *t, kv_store *store) {
+  memset(t, 0, sizeof *t);
+  t->store = store;
+}
+
+void kv_txn_add_key(kv_txn *t, const void *key, size_t klen) {
+  if (klen > t->store->max_key_len)
+    return; /* refused by every command before it locks anything */
+  size_t si = kv__stripe_index(t->store, kv__key_hash(t->store, key, klen));
+  t->bits[si / 64] |= 1ull << (si % 64);
+}
+
+void kv_txn_add_all(kv_txn *t) {
+  for (unsigned i = 0; i < t->store->n_stripes; i++)
+    t->bits[i / 64] |= 1ull << (i % 64);
+}
+
+/* The transaction's stripes as a lock set. */
+static lock_set txn_set(const kv_txn *t) {
+  lock_set ls;
+  memcpy(ls.bits, t->bits, sizeof ls.bits);
+  return ls;
+}
+
+void kv_txn_lock(kv_txn *t) {
+  assert(kv__txn_active == NULL && !t->locked);
+  lock_set ls = txn_set(t);
+  kv__lock_set_lock(t->store, &ls); /* not active yet: really locks */
+  t->locked = true;
+  kv__txn_active = t;
+}
+
+void kv_txn_unlock(kv_txn *t) {
+  assert(kv__txn_active == t && t->locked);
+  kv__txn_active = NULL; /* inactive first: the unlocks below are real */
+  lock_set ls = txn_set(t);
+  kv__lock_set_unlock(t->store, &ls);
+  t->locked = false;
+}

@@ -1,0 +1,646 @@
+/* Many connections on one verbs loop, inside the Soft-RoCE VM
+ * (scripts/test-verbs-vm.sh); on a host without an RDMA device the program
+ * skips (th_require_transport).
+ *
+ * A thousand connections: a server in a child process with one loop, and
+ * as many clients on one loop of this process, all echo a message, stay
+ * idle, then echo again; the server's RSS per connection (and where it
+ * is), the kernel's memory per connection and the idle CPU of both
+ * processes are printed, and the idle server must use under 10% of a
+ * core. 1000 connections, times WEFT_TEST_SCALE (the VM script passes 0.25
+ * for a sanitizer build, so 250 there). The server exits 0 only if its
+ * loop stopped without a leak.
+ *
+ * One slow consumer: a client that stops reading (auto-read off) while it
+ * sends, so its server channel's echoes pile up until flow control pauses
+ * that channel, and a server channel with auto-read off holding its
+ * credits, share the server's loop with 20 clients echoing at full speed:
+ * the 20 must not stall. Afterwards both slow channels get everything,
+ * in order.
+ */
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <weft/bootstrap.h>
+#include <weft/buf.h>
+#include <weft/channel.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+#include <weft/pipeline.h>
+
+/* A started group of one loop. */
+static weft_loop_group *one_loop(const char *name) {
+  weft_loop_options opts;
+  weft_loop_options_init(&opts);
+  opts.n_loops = 1;
+  opts.name = name;
+  weft_loop_group *g;
+  if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
+    return NULL;
+  return g;
+}
+
+/* ---- what /proc says ---- */
+
+/* The number after `key` ("VmRSS:", "VmallocUsed:") in the /proc file
+ * `path` (status, meminfo: KiB); -1 if there is none. */
+static long proc_kib(const char *path, const char *key) {
+  char line[256];
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, key, strlen(key)) == 0)
+      v = strtol(line + strlen(key), NULL, 10);
+  if (f != NULL)
+    fclose(f);
+  return v;
+}
+
+/* The value of `key` in /proc/<pid>/status, in KiB; -1. */
+static long status_kib(pid_t pid, const char *key) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  return proc_kib(path, key);
+}
+
+/* The value of `key` in /proc/meminfo, in KiB; -1. */
+static long meminfo_kib(const char *key) {
+  return proc_kib("/proc/meminfo", key);
+}
+
+/* Where `pid`'s resident memory is, from /proc/<pid>/smaps, in KiB: the
+ * device's queue rings mapped from /dev/infiniband (`rings`), anonymous
+ * memory (`anon`; its largest mapping in `largest`: the receive slab) and
+ * the rest (`files`: code and data of the program and its libraries). */
+typedef struct rss_parts {
+  long rings, anon, largest, files;
+} rss_parts;
+
+static rss_parts rss_breakdown(pid_t pid) {
+  char path[64], line[512], name[256] = "";
+  snprintf(path, sizeof path, "/proc/%d/smaps", (int)pid);
+  FILE *f = fopen(path, "r");
+  rss_parts r = {0};
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    long kib;
+    if (sscanf(line, "Rss: %ld kB", &kib) == 1) {
+      if (strstr(name, "/dev/infiniband") != NULL)
+        r.rings += kib;
+      else if (name[0] == '\0' || name[0] == '[')
+        r.anon += kib, r.largest = kib > r.largest ? kib : r.largest;
+      else
+        r.files += kib;
+    } else if (strchr(line, '-') != NULL && line[0] != ' ' &&
+               strchr(line, ':') != NULL && strchr(line, ':') > line + 20) {
+      /* "start-end perms offset dev inode [path]" */
+      name[0] = '\0';
+      sscanf(line, "%*s %*s %*s %*s %*s %255[^\n]", name);
+    }
+  }
+  if (f != NULL)
+    fclose(f);
+  return r;
+}
+
+/* User plus system CPU time of `pid` in clock ticks (/proc/<pid>/stat
+ * fields 14 and 15); -1. */
+static long long cpu_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+  unsigned long long utime, stime;
+  if (p == NULL || sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
+                          "%llu",
+                          &utime, &stime) != 2)
+    return -1;
+  return (long long)(utime + stime);
+}
+
+/* ---- clients ---- */
+
+#define MSG 64 /* bytes of every message, all bytes the client's tag */
+
+typedef struct fleet fleet;
+
+typedef struct client {
+  fleet *fl;
+  uint8_t tag;
+  bool pingpong;     /* sends again on every echo while fl->run */
+  bool patterned;    /* its bytes are pattern(offset), not its tag */
+  int count, size;   /* messages it writes at once when active */
+  atomic_int posted; /* of those, write promises completed (posted) */
+  atomic_int status; /* of the connect; 1 until known */
+  atomic_int exceptions;
+  atomic_int bad;      /* an echo that was not this client's bytes */
+  atomic_llong echoed; /* bytes read */
+  atomic_llong rounds; /* echoes completed, whole messages */
+  long long partial;   /* bytes of an echo so far (loop thread) */
+  long long offset;    /* bytes read so far (loop thread) */
+  weft_channel *ch;    /* loop thread */
+} client;
+
+struct fleet {
+  weft_loop_group *g;
+  atomic_int settled; /* connects that finished, either way */
+  atomic_int run;     /* ping-pong clients keep going */
+};
+
+/* Byte `i` of a patterned stream: a reordered or lost message shows. */
+static uint8_t pattern(long long i) { return (uint8_t)(i * 31 + (i >> 9)); }
+
+/* Writes one MSG-byte message of `c`'s tag. Loop thread. */
+static void send_msg(client *c) {
+  if (c->ch == NULL)
+    return;
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(c->ch)), MSG);
+  if (b == NULL)
+    return;
+  memset(b->base, c->tag, MSG);
+  b->writer_index = MSG;
+  weft_channel_write_and_flush(c->ch, b, WEFT_PROMISE_NONE);
+}
+
+static void send_task(void *arg) { send_msg(arg); }
+
+static void written(void *arg, int status) {
+  if (status == 0)
+    atomic_fetch_add(&((client *)arg)->posted, 1);
+}
+
+/* Writes `c->count` messages of `c->size` bytes at once, each flushed. */
+static void send_all(client *c) {
+  weft_pool *pool = weft_loop_pool(weft_channel_loop(c->ch));
+  for (int m = 0; m < c->count; m++) {
+    weft_buf *b = weft_buf_alloc(pool, (size_t)c->size);
+    ck_assert_ptr_nonnull(b);
+    for (int i = 0; i < c->size; i++)
+      b->base[i] = c->patterned ? pattern((long long)m * c->size + i) : c->tag;
+    b->writer_index = (size_t)c->size;
+    weft_channel_write_and_flush(c->ch, b, (weft_promise){written, c});
+  }
+}
+
+static void client_active(weft_ctx *ctx) {
+  client *c = weft_ctx_state(ctx);
+  c->ch = weft_ctx_channel(ctx);
+  if (c->count > 0)
+    send_all(c);
+  else if (c->pingpong)
+    send_msg(c);
+}
+
+static void client_read(weft_ctx *ctx, void *msg) {
+  client *c = weft_ctx_state(ctx);
+  weft_buf *b = msg;
+  size_t n = weft_buf_readable(b);
+  for (size_t i = 0; i < n; i++)
+    if (weft_buf_rptr(b)[i] !=
+        (c->patterned ? pattern(c->offset + (long long)i) : c->tag))
+      atomic_store(&c->bad, 1);
+  c->offset += (long long)n;
+  weft_buf_release(b);
+  atomic_fetch_add(&c->echoed, (long long)n);
+  for (c->partial += (long long)n; c->partial >= MSG; c->partial -= MSG) {
+    atomic_fetch_add(&c->rounds, 1);
+    if (c->pingpong && atomic_load(&c->fl->run))
+      send_msg(c);
+  }
+}
+
+static void client_exception(weft_ctx *ctx, int err, const char *reason) {
+  client *c = weft_ctx_state(ctx);
+  fprintf(stderr, "client %u: %s: %s\n", c->tag, weft_err_name(err), reason);
+  atomic_fetch_add(&c->exceptions, 1);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static void client_inactive(weft_ctx *ctx) {
+  ((client *)weft_ctx_state(ctx))->ch = NULL;
+}
+
+static const weft_handler client_handler = {.name = "client",
+                                            .channel_active = client_active,
+                                            .channel_read = client_read,
+                                            .channel_inactive = client_inactive,
+                                            .exception_caught =
+                                                client_exception};
+
+static void client_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
+                                          &client_handler, arg),
+                   0);
+}
+
+static void client_connected(weft_channel *ch, int status, void *arg) {
+  (void)ch;
+  client *c = arg;
+  atomic_store(&c->status, status);
+  atomic_fetch_add(&c->fl->settled, 1);
+}
+
+/* Starts `c`'s connection to `uri` on the fleet's loop, with `init`. */
+static void client_connect(client *c, const char *uri,
+                           weft_channel_init_cb init) {
+  atomic_init(&c->status, 1);
+  weft_bootstrap b = {.loop = weft_loop_group_get(c->fl->g, 0),
+                      .connect = uri,
+                      .init = init,
+                      .init_arg = c,
+                      .on_connect = client_connected,
+                      .connect_arg = c};
+  weft_channel_config_init(&b.options);
+  b.options.connect_timeout_ms = 60000; /* TCG: a crowd of handshakes */
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+}
+
+/* ---- a thousand connections ---- */
+
+/* The server, in a child process: echoes every message; writes its address
+ * to `out`, then serves until `in` reaches EOF; exits 0 if it stopped with
+ * no leak. No Check asserts here (a child of a check). */
+static void echo_read(weft_ctx *ctx, void *msg) {
+  weft_ctx_write_and_flush(ctx, msg, WEFT_PROMISE_NONE);
+}
+
+static void echo_exception(weft_ctx *ctx, int err, const char *reason) {
+  fprintf(stderr, "server: %s: %s\n", weft_err_name(err), reason);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static const weft_handler echo_handler = {.name = "echo",
+                                          .channel_read = echo_read,
+                                          .exception_caught = echo_exception};
+
+static void echo_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
+                         NULL);
+}
+
+static _Noreturn void scale_server(int in, int out) {
+  weft_loop_group *g = one_loop("wv-big-srv");
+  if (g == NULL)
+    _exit(2);
+  char listen[300], uri[300];
+  snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
+  weft_server_bootstrap sb = {
+      .group = g, .listen = listen, .child_init = echo_init, .backlog = 1024};
+  weft_channel_config_init(&sb.child_options);
+  weft_server *srv;
+  if (weft_server_bind(&srv, &sb) != 0 ||
+      weft_server_address(srv, uri, sizeof uri) != 0)
+    _exit(3);
+  if (write(out, uri, strlen(uri)) != (ssize_t)strlen(uri))
+    _exit(4);
+  char c;
+  while (read(in, &c, 1) > 0) {
+  }
+  weft_server_close(srv);
+  weft_loop_group_stop(g);
+  int rc = weft_loop_group_join(g);
+  weft_loop_group_free(g);
+  _exit(rc == 0 ? 0 : 5);
+}
+
+/* Every client sends one message; all must come back. */
+static void echo_round(fleet *fl, client *cs, int n, long long want) {
+  weft_loop *loop = weft_loop_group_get(fl->g, 0);
+  for (int i = 0; i < n; i++)
+    ck_assert_int_eq(weft_loop_execute(loop, send_task, &cs[i]), 0);
+  uint64_t deadline = th_now_ms() + 180000;
+  int done = 0;
+  while (th_now_ms() < deadline) {
+    done = 0;
+    for (int i = 0; i < n; i++)
+      done += atomic_load(&cs[i].echoed) >= want;
+    if (done == n)
+      break;
+    th_sleep_ms(20);
+  }
+  ck_assert_msg(done == n, "%d of %d clients got their echo", done, n);
+}
+
+/* CPU used by `pid` over `ms` of idleness, in percent of one core. */
+static double idle_cpu(pid_t pid, unsigned ms) {
+  long long t0 = cpu_ticks(pid);
+  th_sleep_ms(ms);
+  long long t1 = cpu_ticks(pid);
+  ck_assert(t0 >= 0 && t1 >= t0);
+  return 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) /
+         (ms / 1000.0);
+}
+
+START_TEST(verbs_thousand_connections_on_one_loop) {
+  double scale = th_test_scale();
+  int n = (int)(1000 * scale + 0.5);
+  if (n < 1)
+    n = 1;
+  int to_srv[2], from_srv[2];
+  ck_assert_int_eq(pipe(to_srv), 0);
+  ck_assert_int_eq(pipe(from_srv), 0);
+  /* Fork before this process touches verbs, so the child starts clean. */
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    close(to_srv[1]);
+    close(from_srv[0]);
+    scale_server(to_srv[0], from_srv[1]);
+  }
+  close(to_srv[0]);
+  close(from_srv[1]);
+  char uri[300] = "";
+  ssize_t got = read(from_srv[0], uri, sizeof uri - 1);
+  ck_assert_msg(got > 0, "the server did not start");
+  uri[got] = '\0';
+  th_sleep_ms(200);
+  long rss0 = status_kib(pid, "VmRSS:");
+
+  fleet fl = {.g = one_loop("wv-big-cli")};
+  ck_assert_ptr_nonnull(fl.g);
+  client *cs = calloc((size_t)n, sizeof *cs);
+  ck_assert_ptr_nonnull(cs);
+  uint64_t t0 = th_now_ms();
+  long rss1 = 0, vmalloc1 = 0, slab1 = 0;
+  for (int i = 0; i < n; i++) {
+    cs[i].fl = &fl;
+    cs[i].tag = (uint8_t)(i * 7 + 1);
+    /* At most 64 handshakes at a time: the backlog and TCG are finite. */
+    while (i - atomic_load(&fl.settled) >= 64)
+      th_sleep_ms(1);
+    client_connect(&cs[i], uri, client_init);
+    if (i == 0) {
+      /* What one connection leaves: the device, its first group and
+       * chunk; the connections after it are the cost per connection. */
+      ASSERT_EVENTUALLY(atomic_load(&fl.settled) == 1, 60000);
+      th_sleep_ms(200);
+      rss1 = status_kib(pid, "VmRSS:");
+      vmalloc1 = meminfo_kib("VmallocUsed:");
+      slab1 = meminfo_kib("Slab:");
+    }
+  }
+  ASSERT_EVENTUALLY(atomic_load(&fl.settled) == n, 180000);
+  int failed = 0;
+  for (int i = 0; i < n; i++)
+    if (atomic_load(&cs[i].status) != 0) {
+      if (failed++ == 0)
+        fprintf(stderr, "client %d: connect failed: %s\n", i,
+                weft_err_name(atomic_load(&cs[i].status)));
+    }
+  ck_assert_msg(failed == 0, "%d of %d connects failed", failed, n);
+  uint64_t t_conn = th_now_ms() - t0;
+
+  echo_round(&fl, cs, n, MSG);
+  th_sleep_ms(1000); /* settle: the last credits and completions */
+  long rss_n = status_kib(pid, "VmRSS:");
+  rss_parts parts = rss_breakdown(pid);
+  long my_rss = status_kib(getpid(), "VmRSS:");
+  long vmalloc_n = meminfo_kib("VmallocUsed:");
+  long slab_n = meminfo_kib("Slab:");
+  double srv_cpu = idle_cpu(pid, 5000);
+  double cli_cpu = idle_cpu(getpid(), 5000);
+  echo_round(&fl, cs, n, 2 * MSG);
+
+  int more = n > 1 ? n - 1 : 1;
+  printf("verbs scale: %d connections (1000 x WEFT_TEST_SCALE %.2f) on one "
+         "loop each side, connected in %.1f s\n",
+         n, scale, t_conn / 1000.0);
+  printf("verbs scale: server RSS %ld KiB at start, %ld KiB with one "
+         "connection, %ld KiB with %d idle ones: %.1f KiB per connection "
+         "(client process: %ld KiB)\n",
+         rss0, rss1, rss_n, n, (double)(rss_n - rss1) / more, my_rss);
+  printf("verbs scale: server RSS with %d: receive slab %ld KiB, other "
+         "anonymous %ld KiB, queue rings %ld KiB, files %ld KiB\n",
+         n, parts.largest, parts.anon - parts.largest, parts.rings,
+         parts.files);
+  printf("verbs scale: kernel, both ends, past the first connection: "
+         "vmalloc +%ld KiB, slab +%ld KiB: %.1f KiB per connection (two "
+         "QPs)\n",
+         vmalloc_n - vmalloc1, slab_n - slab1,
+         (double)(vmalloc_n - vmalloc1 + slab_n - slab1) / more);
+  printf("verbs scale: idle CPU over 5 s: server %.1f%%, client %.1f%%\n",
+         srv_cpu, cli_cpu);
+  fflush(stdout);
+  for (int i = 0; i < n; i++) {
+    ck_assert_int_eq(atomic_load(&cs[i].bad), 0);
+    ck_assert_int_eq(atomic_load(&cs[i].exceptions), 0);
+  }
+  /* An idle loop sleeps in epoll: a busy-polling one would show ~100%. */
+  ck_assert_msg(srv_cpu < 10.0, "the idle server used %.1f%% CPU", srv_cpu);
+
+  weft_loop_group_stop(fl.g);
+  ck_assert_int_eq(weft_loop_group_join(fl.g), 0);
+  weft_loop_group_free(fl.g);
+  free(cs);
+  close(to_srv[1]); /* the server stops */
+  int st = 0;
+  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                "the server process ended with status 0x%x", st);
+  close(from_srv[0]);
+}
+END_TEST
+
+/* ---- one slow consumer among busy channels ---- */
+
+#define FAST 20
+/* The slow reader's messages: tiny, so that each receive slot carries few
+ * bytes (a sender gathers up to 4 writes into one message) and the echoes
+ * queued up to the 64 KiB flow-control mark fill thousands of slots; more
+ * of them than that mark lets out. */
+#define SLOW_MSGS 12000
+#define SLOW_SIZE 8
+#define HOLD_MSGS 40 /* the holder's: more than its credits */
+
+/* The server's channels, in accept order: 0 the holder (auto-read off),
+ * 1 the slow reader's, then the fast ones. All echo. */
+typedef struct srv_chan {
+  atomic_int exceptions;
+  atomic_int paused; /* writability went false: flow control paused it */
+  atomic_llong read;
+  weft_channel *ch; /* the server's loop only */
+} srv_chan;
+
+typedef struct slow_srv {
+  srv_chan ch[FAST + 2];
+  int n; /* accepted: the server's loop only */
+} slow_srv;
+
+static void sc_read(weft_ctx *ctx, void *msg) {
+  srv_chan *c = weft_ctx_state(ctx);
+  atomic_fetch_add(&c->read, (long long)weft_buf_readable(msg));
+  weft_ctx_write_and_flush(ctx, msg, WEFT_PROMISE_NONE); /* zero-copy echo */
+}
+
+static void sc_writability(weft_ctx *ctx, bool writable) {
+  if (!writable)
+    atomic_fetch_add(&((srv_chan *)weft_ctx_state(ctx))->paused, 1);
+  weft_ctx_fire_writability_changed(ctx, writable);
+}
+
+static void sc_exception(weft_ctx *ctx, int err, const char *reason) {
+  fprintf(stderr, "server channel: %s: %s\n", weft_err_name(err), reason);
+  atomic_fetch_add(&((srv_chan *)weft_ctx_state(ctx))->exceptions, 1);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
+}
+
+static const weft_handler sc_handler = {.name = "sc",
+                                        .channel_read = sc_read,
+                                        .writability_changed = sc_writability,
+                                        .exception_caught = sc_exception};
+
+static void sc_init(weft_channel *ch, void *arg) {
+  slow_srv *s = arg;
+  ck_assert_int_lt(s->n, FAST + 2);
+  if (s->n == 0)
+    weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0);
+  s->ch[s->n].ch = ch; /* used while the test runs: it stays open */
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sc",
+                                          &sc_handler, &s->ch[s->n++]),
+                   0);
+}
+
+/* The slow reader: auto-read off from the start. */
+static void slow_reader_init(weft_channel *ch, void *arg) {
+  weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0);
+  client_init(ch, arg);
+}
+
+static void read_on_task(void *arg) {
+  client *c = arg;
+  if (c->ch != NULL)
+    weft_channel_set_option(c->ch, WEFT_OPT_AUTO_READ, 1);
+}
+
+static void srv_read_on_task(void *arg) {
+  weft_channel_set_option(((srv_chan *)arg)->ch, WEFT_OPT_AUTO_READ, 1);
+}
+
+/* Waits until `v` stops growing for `quiet_ms` (at most `max_ms`). */
+static void wait_quiet(atomic_int *v, unsigned quiet_ms, unsigned max_ms) {
+  uint64_t end = th_now_ms() + max_ms, since = th_now_ms();
+  int last = atomic_load(v);
+  while (th_now_ms() < end && th_now_ms() - since < quiet_ms) {
+    th_sleep_ms(50);
+    int now = atomic_load(v);
+    if (now != last)
+      last = now, since = th_now_ms();
+  }
+}
+
+static void connect_one(client *c, const char *uri, weft_channel_init_cb init) {
+  client_connect(c, uri, init);
+  ASSERT_EVENTUALLY(atomic_load(&c->status) != 1, 60000);
+  ck_assert_int_eq(atomic_load(&c->status), 0);
+}
+
+START_TEST(verbs_slow_consumer_stalls_only_itself) {
+  slow_srv *s = calloc(1, sizeof *s);
+  ck_assert_ptr_nonnull(s);
+  weft_loop_group *sg = one_loop("wv-sc-srv");
+  ck_assert_ptr_nonnull(sg);
+  char listen[300], uri[300];
+  snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
+  weft_server *srv = th_server_bind(sg, listen, sc_init, s, uri, sizeof uri);
+  fleet fl = {.g = one_loop("wv-sc-cli")};
+  ck_assert_ptr_nonnull(fl.g);
+  atomic_init(&fl.run, 1);
+
+  /* The holder: its server channel does not read. */
+  client hold = {.fl = &fl, .tag = 0xa1, .count = HOLD_MSGS, .size = MSG};
+  connect_one(&hold, uri, client_init);
+  /* The slow reader: sends and does not read its echoes. */
+  client slow = {.fl = &fl,
+                 .tag = 0xb2,
+                 .patterned = true,
+                 .count = SLOW_MSGS,
+                 .size = SLOW_SIZE};
+  connect_one(&slow, uri, slow_reader_init);
+  client fast[FAST];
+  memset(fast, 0, sizeof fast);
+  for (int i = 0; i < FAST; i++) {
+    fast[i] = (client){.fl = &fl, .tag = (uint8_t)(i + 1), .pingpong = true};
+    connect_one(&fast[i], uri, client_init);
+  }
+  /* The slow reader is as far as it gets once its sends stop. */
+  wait_quiet(&slow.posted, 3000, 120000);
+  printf("slow consumer: the slow reader got %d of %d messages out; the "
+         "holder %d of %d\n",
+         atomic_load(&slow.posted), SLOW_MSGS, atomic_load(&hold.posted),
+         HOLD_MSGS);
+
+  /* The fast ones keep echoing. */
+  long long base[FAST];
+  for (int i = 0; i < FAST; i++)
+    base[i] = atomic_load(&fast[i].rounds);
+  uint64_t deadline = th_now_ms() + 60000;
+  long long least = 0;
+  int slowest = 0;
+  while (th_now_ms() < deadline) {
+    least = -1;
+    for (int i = 0; i < FAST; i++) {
+      long long d = atomic_load(&fast[i].rounds) - base[i];
+      if (least < 0 || d < least)
+        least = d, slowest = i;
+    }
+    if (least >= 100)
+      break;
+    th_sleep_ms(50);
+  }
+  ck_assert_msg(least >= 100,
+                "fast channel %d stalled behind the slow consumer: %lld "
+                "echoes in 60 s",
+                slowest, least);
+  ck_assert_int_eq(atomic_load(&s->ch[0].read), 0);   /* the holder held */
+  ck_assert_int_gt(atomic_load(&s->ch[1].paused), 0); /* flow control */
+  for (int i = 0; i < FAST + 2; i++)
+    ck_assert_int_eq(atomic_load(&s->ch[i].exceptions), 0);
+
+  /* Both read again: everything arrives, in order. */
+  atomic_store(&fl.run, 0);
+  weft_loop *cl = weft_loop_group_get(fl.g, 0);
+  ck_assert_int_eq(weft_loop_execute(cl, read_on_task, &slow), 0);
+  ck_assert_int_eq(weft_loop_execute(weft_loop_group_get(sg, 0),
+                                     srv_read_on_task, &s->ch[0]),
+                   0);
+  ASSERT_EVENTUALLY(atomic_load(&hold.echoed) == (long long)HOLD_MSGS * MSG,
+                    120000);
+  ASSERT_EVENTUALLY(
+      atomic_load(&slow.echoed) == (long long)SLOW_MSGS * SLOW_SIZE, 120000);
+  ck_assert_int_eq(atomic_load(&slow.bad), 0);
+  ck_assert_int_eq(atomic_load(&slow.exceptions), 0);
+  ck_assert_int_eq(atomic_load(&hold.exceptions), 0);
+  for (int i = 0; i < FAST; i++) {
+    ck_assert_int_eq(atomic_load(&fast[i].bad), 0);
+    ck_assert_int_eq(atomic_load(&fast[i].exceptions), 0);
+  }
+
+  weft_loop_group_stop(fl.g);
+  ck_assert_int_eq(weft_loop_group_join(fl.g), 0);
+  weft_loop_group_free(fl.g);
+  weft_server_close(srv);
+  weft_loop_group_stop(sg);
+  ck_assert_int_eq(weft_loop_group_join(sg), 0);
+  weft_loop_group_free(sg);
+  free(s);
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  th_require_transport();
+  return th_suite("verbs_scale", "verbs_scale", 600,
+                  verbs_thousand_connections_on_one_loop,
+                  verbs_slow_consumer_stalls_only_itself, NULL);
+}
