@@ -676,7 +676,7 @@ static int tcp_local_address(const weft_channel *ch, char *buf, size_t len) {
  * with the error in *err. */
 static int ktls_fd(const weft_channel *ch, int *err) {
   const tcp_channel *tc = tcp_of(ch);
-  if (!tc->has_fd || tc->io.fd < 0 || tc->connecting) {
+  if (!tc->has_fd || tc->io.w.fd < 0 || tc->connecting) {
     *err = WEFT_ENOTCONN;
     return -1;
   }
@@ -684,7 +684,7 @@ static int ktls_fd(const weft_channel *ch, int *err) {
     *err = WEFT_EBUSY; /* those bytes must not be encrypted again */
     return -1;
   }
-  return tc->io.fd;
+  return tc->io.w.fd;
 }
 
 static int tcp_ktls_tx(weft_channel *ch, const void *crypto_info, size_t len) {
