@@ -45,14 +45,14 @@ static void dispatch(weft_loop *loop, int n);
  * some are registered with events, so a loop without any (uring, ucx or
  * verbs only) makes no system call here. Up to poll_budget events. */
 static int poll_watchers(weft_loop *loop) {
-  if (loop->n_watching == 0)
+  /* The sleep just handed over every ready watcher; whatever became ready
+   * since is reported by the next wait, non-blocking or not. Cleared even
+   * with no watcher watching, so that it cannot skip the first poll of a
+   * watcher added later. */
+  bool skip = loop->skip_watchers;
+  loop->skip_watchers = false;
+  if (loop->n_watching == 0 || skip)
     return 0;
-  if (loop->skip_watchers) {
-    /* The sleep just handed over every ready watcher; whatever became
-     * ready since is reported by the next wait, non-blocking or not. */
-    loop->skip_watchers = false;
-    return 0;
-  }
   int max = loop->poll_budget < WEFT__MAX_EVENTS ? loop->poll_budget
                                                  : WEFT__MAX_EVENTS;
   weft__stat_add(&loop->stats.watcher_polls, 1);

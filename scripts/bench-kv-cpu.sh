@@ -90,3 +90,11 @@ for ci, cfg in enumerate(configs):
               f"{g[0]:,.0f} ({g[1]:,.0f}..{g[2]:,.0f}) | {s[0]/red['SET']:.2f} | "
               f"{g[0]/red['GET']:.2f} | {us:.1f} |")
 PY
+# The weft servers' selector counters (printed at stop): how the adaptive
+# busy-poll window moved during the runs.
+for si in "${!labels[@]}"; do
+  [ "${labels[$si]}" = redis ] && continue
+  kill -TERM "${spids[$si]}" 2>/dev/null || true
+  wait "${spids[$si]}" 2>/dev/null || true
+  grep -h 'loop [0-9]*:' "$out/${labels[$si]}.log" | sed "s/^/${labels[$si]}: /" || true
+done

@@ -653,11 +653,16 @@ START_TEST(selector_window_grows_when_events_follow_sleep) {
   weft_loop_stats st = stats_of(loop);
   ck_assert_uint_eq(st.busy_poll_window_ns, 20000000u);
   ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
-  /* At the maximum a 15 ms gap is inside the window: no sleep for it. */
-  kick_after(&t, 15);
-  weft_loop_stats st2 = stats_of(loop);
-  if (st2.window_shrinks == st.window_shrinks) /* no load spike meanwhile */
-    ck_assert_uint_eq(st2.sleeps, st.sleeps);
+  /* At the maximum a short gap is inside the window: no sleep for it. A
+   * load spike can delay this thread past the 20 ms window (a sleep then),
+   * so a few tries; one without a sleep shows the window spins. */
+  bool spun = false;
+  for (int i = 0; i < 5 && !spun; i++) {
+    uint64_t sleeps = stats_of(loop).sleeps;
+    kick_after(&t, 2);
+    spun = stats_of(loop).sleeps == sleeps;
+  }
+  ck_assert(spun);
   run_on(loop, remove_task, &t);
   close(t.src.fd);
   finish_group();
