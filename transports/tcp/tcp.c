@@ -689,7 +689,7 @@ static int ktls_fd(const weft_channel *ch, int *err) {
 
 static int tcp_ktls_tx(weft_channel *ch, const void *crypto_info, size_t len) {
   tcp_channel *tc = tcp_of(ch);
-  int err, fd = ktls_fd(ch, &err);
+  int err = 0, fd = ktls_fd(ch, &err);
   if (fd < 0)
     return err;
   if (!tc->ulp_tls) {
@@ -704,7 +704,7 @@ static int tcp_ktls_tx(weft_channel *ch, const void *crypto_info, size_t len) {
 
 static int tcp_ktls_send_record(weft_channel *ch, uint8_t type,
                                 const void *data, size_t len) {
-  int err, fd = ktls_fd(ch, &err);
+  int err = 0, fd = ktls_fd(ch, &err);
   if (fd < 0)
     return err;
   union {
