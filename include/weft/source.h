@@ -162,7 +162,10 @@ int weft_loop_modify_watcher(weft_loop *loop, weft_watcher *w, uint32_t events);
  */
 int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w);
 
-/** The events `w` waits for now (0 when none or not registered). */
+/**
+ * The events `w` waits for now (0 when none or not registered). Loop thread
+ * only (the loop changes it).
+ */
 static inline uint32_t weft_watcher_events(const weft_watcher *w) {
   return w->events;
 }
