@@ -768,6 +768,7 @@ struct twatch {
   _Atomic int calls;
   _Atomic uint32_t events;
   _Atomic uint64_t sleeps_at_last; /* the loop's sleeps at the last call */
+  unsigned work_ms;                /* the callback works this long */
 };
 
 static void poison_watch_cb(weft_watcher *w, uint32_t events) {
@@ -784,6 +785,12 @@ static void twatch_cb(weft_watcher *w, uint32_t events) {
     uint64_t v;
     ssize_t r = read(w->fd, &v, sizeof v);
     (void)r;
+  }
+  unsigned work_ms = atomic_load(&t->work_ms);
+  if (work_ms > 0) { /* a slow handler: spins, as real work would */
+    uint64_t until = th_now_ms() + work_ms;
+    while (th_now_ms() < until)
+      ;
   }
   atomic_fetch_or(&t->events, events);
   atomic_store(&t->sleeps_at_last, loop_sleeps(t->loop));
@@ -954,6 +961,39 @@ START_TEST(selector_watcher_wakes_sleeping_loop) {
 }
 END_TEST
 
+/* After a wake-up the window starts when the callbacks' work ends, as
+ * after a poll that found work: a 40 ms window, a callback that works
+ * 30 ms, the next event 15 ms after the callback returned is caught
+ * spinning. Counted from the wake-up, 45 ms would be past the window (a
+ * sleep). A few tries: a load spike can delay the kick past the window. */
+START_TEST(selector_window_starts_after_wakeup_work) {
+  weft_loop *loop = start_group(1, 40000, 0, false);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  t.consume = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  bool spun = false;
+  for (int i = 0; i < 5 && !spun; i++) {
+    uint64_t sleeps = loop_sleeps(loop);
+    WAIT_FOR(loop_sleeps(loop) > sleeps); /* asleep: the kick wakes it */
+    int calls = atomic_load(&t.calls);
+    atomic_store(&t.work_ms, 30);
+    kick(t.w.fd);
+    WAIT_FOR(atomic_load(&t.calls) == calls + 1);
+    uint64_t woke = atomic_load(&t.sleeps_at_last); /* the sleep it ended */
+    atomic_store(&t.work_ms, 0);
+    th_sleep_ms(15);
+    kick(t.w.fd);
+    WAIT_FOR(atomic_load(&t.calls) == calls + 2);
+    spun = atomic_load(&t.sleeps_at_last) == woke;
+  }
+  ck_assert(spun);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
 /* Interest 0 takes the fd out of the set: a hang-up is not reported again
  * on every poll. */
 START_TEST(selector_watcher_no_interest_silences_hangup) {
@@ -1066,5 +1106,6 @@ Suite *weft_test_suite(void) {
       selector_watcher_no_interest_silences_hangup,
       selector_watcher_remove_during_poll_dispatch,
       selector_watcher_remove_during_sleep_dispatch,
-      selector_watcher_poll_reports_source_fd, NULL);
+      selector_watcher_poll_reports_source_fd,
+      selector_window_starts_after_wakeup_work, NULL);
 }
