@@ -45,8 +45,8 @@ typedef struct cli_opts {
 } cli_opts;
 
 /* [kv]: TLS (client_tls.h) and the credentials (client_auth.h); the
- * server's keys and [kvbench] are accepted and ignored, as the file may
- * be shared. */
+ * server's keys, [cluster] and [kvbench] are accepted and ignored, as the file
+ * may be shared. */
 static int other_sections(void *arg, const char *section, const char *key,
                           const char *value, char *err, size_t err_len) {
   cli_opts *o = arg;
@@ -56,7 +56,7 @@ static int other_sections(void *arg, const char *section, const char *key,
                ? rc
                : kv_client_auth_key(&o->auth, key, value, err, err_len);
   }
-  if (strcmp(section, "kvbench") == 0)
+  if (strcmp(section, "kvbench") == 0 || strcmp(section, "cluster") == 0)
     return 0;
   return WEFT_ENOENT;
 }

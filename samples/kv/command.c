@@ -150,6 +150,21 @@ static const kv_command table[KV_CMD_COUNT_] = {
                        kv_cmd_config},
     [KV_CMD_QUIT] = {KV_CMD_QUIT, -1, F | NOAUTH | NOQ, 0, 0, 0, "connection",
                      "1.0.0", "Closes the connection.", kv_cmd_quit},
+    [KV_CMD_CLUSTER] = {KV_CMD_CLUSTER, -2, 0, 0, 0, 0, "cluster", "3.0.0",
+                        "A container for Redis Cluster commands.",
+                        kv_cmd_cluster},
+    [KV_CMD_ASKING] = {KV_CMD_ASKING, 1, F, 0, 0, 0, "cluster", "3.0.0",
+                       "Signals that a cluster client is following an -ASK "
+                       "redirect.",
+                       kv_cmd_asking},
+    [KV_CMD_READONLY] = {KV_CMD_READONLY, 1, F, 0, 0, 0, "cluster", "3.0.0",
+                         "Enables read-only queries for a connection to a "
+                         "Redis Cluster replica node.",
+                         kv_cmd_readonly},
+    [KV_CMD_READWRITE] = {KV_CMD_READWRITE, 1, F, 0, 0, 0, "cluster", "3.0.0",
+                          "Enables read-write queries for a connection to a "
+                          "Redis Cluster replica node.",
+                          kv_cmd_readwrite},
 };
 
 const kv_command *kv_command_find(int cmd) {
@@ -280,6 +295,9 @@ void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
     ops->error(w, KV_NOAUTH_TEXT);
     return;
   }
+  if (s->shared->cluster != NULL && !s->in_exec &&
+      !kv_cluster_admit(s, k, argc, argv, ops, w))
+    return;
   if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE)) {
     kv_multi_queue(s, cmd, argc, argv, ops, w);
     return;

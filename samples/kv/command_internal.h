@@ -4,7 +4,8 @@
  * function. The commands live by topic: cmd_string.c (string values),
  * cmd_keyspace.c (keys, TTLs, SCAN, KEYS), cmd_server.c (PING, ECHO,
  * SELECT, CONFIG, INFO, COMMAND), session.c (CLIENT, QUIT), auth.c (AUTH,
- * HELLO), multi.c (MULTI, EXEC, DISCARD). Not for the protocols: they use
+ * HELLO), multi.c (MULTI, EXEC, DISCARD), cluster_cmd.c (CLUSTER, ASKING,
+ * READONLY, READWRITE). Not for the protocols: they use
  * command.h.
  */
 #ifndef WEFT_SAMPLES_KV_COMMAND_INTERNAL_H
@@ -165,6 +166,34 @@ void kv_cmd_hello(const kv_call *c);
 void kv_cmd_multi(const kv_call *c);
 void kv_cmd_exec(const kv_call *c);
 void kv_cmd_discard(const kv_call *c);
+
+void kv_cmd_cluster(const kv_call *c);
+void kv_cmd_asking(const kv_call *c);
+void kv_cmd_readonly(const kv_call *c);
+void kv_cmd_readwrite(const kv_call *c);
+
+/* ---- cluster.c: the gate's cluster check ---- */
+
+/**
+ * The slot of the keys command `k` names in `argv` (the table's key
+ * positions): 0 to 16383, -1 when they are in different slots
+ * (CROSSSLOT), -2 when it names none. Pure; any thread.
+ */
+int kv_cluster_command_slot(const kv_command *k, size_t argc,
+                            const kv_arg *argv);
+
+/**
+ * The cluster check of kv_exec for a server in cluster mode
+ * (s->shared->cluster set), after arity and authentication and before
+ * MULTI's queue: returns true when the command may run (or be queued)
+ * here; else it has written the redirection or error (CROSSSLOT, MOVED,
+ * ASK, TRYAGAIN, CLUSTERDOWN), marked a transaction being queued (EXEC
+ * will abort it) or discarded the one EXEC was about to run, and returns
+ * false. Also ends ASKING's effect after one command. The session's loop
+ * thread.
+ */
+bool kv_cluster_admit(kv_session *s, const kv_command *k, size_t argc,
+                      const kv_arg *argv, const kv_reply_ops *ops, void *w);
 
 /* ---- multi.c: queueing ---- */
 

@@ -185,6 +185,8 @@ static int config_section(void *arg, const char *section, const char *key,
                ? rc
                : kv_client_auth_key(bc->auth, key, value, err, err_len);
   }
+  if (strcmp(section, "cluster") == 0)
+    return 0; /* the server's, when the file is shared */
   if (strcmp(section, "kvbench") != 0)
     return WEFT_ENOENT;
   return set_opt(bc->o, key, value, err, err_len);

@@ -49,6 +49,10 @@ static const char *const cmd_names[KV_CMD_COUNT_] = {
     [KV_CMD_SELECT] = "SELECT",
     [KV_CMD_CONFIG] = "CONFIG",
     [KV_CMD_QUIT] = "QUIT",
+    [KV_CMD_CLUSTER] = "CLUSTER",
+    [KV_CMD_ASKING] = "ASKING",
+    [KV_CMD_READONLY] = "READONLY",
+    [KV_CMD_READWRITE] = "READWRITE",
 };
 
 const char *kv_cmd_name(int cmd) {

@@ -75,7 +75,12 @@ typedef enum kv_cmd {
   KV_CMD_SELECT = 39,
   KV_CMD_CONFIG = 40,
   KV_CMD_QUIT = 41, /* RESP only */
-  KV_CMD_COUNT_     /* one past the last */
+  /* Redis Cluster (cluster.h): */
+  KV_CMD_CLUSTER = 42,   /* SLOTS, SHARDS, NODES, SETSLOT, ... */
+  KV_CMD_ASKING = 43,    /* the next command may use an importing slot */
+  KV_CMD_READONLY = 44,  /* accepted (no replicas here) */
+  KV_CMD_READWRITE = 45, /* accepted */
+  KV_CMD_COUNT_          /* one past the last */
 } kv_cmd;
 
 /** An argument: bytes that stay owned by whoever holds the message. */
