@@ -5,10 +5,13 @@
 # MULTI) and hash tags as Redis answers them; the CLUSTER commands;
 # SETSLOT MIGRATING/IMPORTING with -ASK and ASKING, then NODE; a bad
 # [cluster] line stops the server naming file, line and key;
-# redis-benchmark --cluster; redis-py's RedisCluster (kv_cluster_py.py).
+# redis-benchmark --cluster; redis-py's RedisCluster (kv_cluster_py.py);
+# a slot migrated (MIGRATE) there and back under redis-py writers, with no
+# acknowledged write lost (kv_cluster_migrate.py).
 # Usage: test_kv_cluster.sh weft-kv-server kv-cluster.sh kv_cluster_py.py
+#        kv_cluster_migrate.py
 set -u
-server=$1 cluster=$2 pyscript=$3
+server=$1 cluster=$2 pyscript=$3 migscript=$4
 for p in redis-cli redis-benchmark /usr/bin/python3; do
   command -v "$p" >/dev/null || {
     echo "FAIL: $p is needed (scripts/deps.sh: redis-tools, python3-redis)"
@@ -146,6 +149,23 @@ check kv_cluster_benchmark_no_errors 0 "$(echo "$out" | grep -ciE 'error|MOVED|C
 py=$(timeout 120 /usr/bin/python3 "$pyscript" "$p2" 3 2>&1)
 check kv_cluster_redis_py "0 failed" "$(echo "$py" | tail -1 | sed 's/.*, //')"
 echo "$py" | grep FAIL
+
+# ---- DUMP / RESTORE / MIGRATE, then a slot moved under writers ----
+check kv_cluster_restore_foreign_payload "ERR DUMP payload version or checksum are wrong" \
+  "$(r "$p3" restore foo 0 notweft replace)"
+check kv_cluster_dump "$(printf 'WKV\001x')" "$(r "$p3" dump foo)"
+check kv_cluster_restore_busykey "BUSYKEY Target key name already exists." \
+  "$(r "$p3" restore foo 0 "$(printf 'WKV\001y')")"
+check kv_cluster_restore_replace "$(printf 'OK\ny')" \
+  "$(r "$p3" restore foo 0 "$(printf 'WKV\001y')" replace; r "$p3" get foo)"
+r "$p3" set foo x >/dev/null
+check kv_cluster_migrate_nokey NOKEY "$(r "$p1" migrate 127.0.0.1 "$p2" "" 0 1000 keys nokey)"
+check kv_cluster_migrate_ioerr "IOERR error or timeout connecting to the client" \
+  "$(r "$p3" migrate 127.0.0.1 1 foo 0 500)"
+check kv_cluster_migrate_kept_on_ioerr x "$(r "$p3" get foo)"
+mig=$(timeout 120 /usr/bin/python3 "$migscript" "$p1" "$p2" "$p3" 2>&1)
+check kv_cluster_migrate_under_load "0 failed" "$(echo "$mig" | tail -1 | sed 's/.*, \([0-9]* failed\).*/\1/')"
+echo "$mig" | grep FAIL
 
 # ---- a bad [cluster] line names the file, the line and the key ----
 printf '[cluster]\nenabled = yes\nmyself = a\nnode = a 127.0.0.1:1 slots=0-99999\n' >"$dir/bad.ini"

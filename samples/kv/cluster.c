@@ -102,43 +102,38 @@ int kv_cluster_command_slot(const kv_command *k, size_t argc,
   return slot;
 }
 
-/* A slot this node owns: served, unless it is being migrated away and the
- * keys are not here (Redis' rule: keys still here are served here; all of
- * them gone goes to the target with ASK; some here and some gone cannot be
- * served anywhere until the migration ends: TRYAGAIN). */
-static bool admit_owned(kv_session *s, const kv_command *k, size_t argc,
-                        const kv_arg *argv, unsigned slot,
-                        const kv_reply_ops *ops, void *w) {
+/* Whether the slot's keys of the command are served here (true), or the
+ * redirection or error that says where (written; false). `present` >= 0
+ * checks a slot being migrated away by the keys found here (Redis' rule:
+ * keys still here are served here; all of them gone goes to the target
+ * with ASK; some here and some gone cannot be served anywhere until the
+ * migration ends: TRYAGAIN); -1 does not (MULTI's queueing; EXEC checks
+ * again when it runs). Reads `migrating` before `owner`: SETSLOT NODE
+ * writes them in the other order, so a command that sees the migration's
+ * end sees the new owner too, and never serves a slot given away. */
+static bool route(kv_session *s, unsigned slot, bool asking, size_t found,
+                  size_t n, bool check, const kv_reply_ops *ops, void *w) {
   kv_cluster *c = s->shared->cluster;
   uint8_t to = atomic_load(&c->migrating[slot]);
-  if (to == KV_CLUSTER_NO_NODE || k->id == KV_CMD_EXEC)
-    return true;
-  size_t n, found = present(s->shared->store, k, argc, argv, &n);
-  if (found == n)
-    return true;
-  if (found == 0)
-    redirect(s, "ASK", slot, to, ops, w);
-  else
-    ops->error(w, "TRYAGAIN Multiple keys request during rehashing of slot");
-  return false;
-}
-
-/* A slot of another node (or of none): served only when it is being
- * imported here and the client sent ASKING; else MOVED to the owner. */
-static bool admit_other(kv_session *s, const kv_command *k, size_t argc,
-                        const kv_arg *argv, unsigned slot, bool asking,
-                        const kv_reply_ops *ops, void *w) {
-  kv_cluster *c = s->shared->cluster;
+  uint8_t owner = atomic_load(&c->owner[slot]);
+  if (owner == c->myself) {
+    if (to == KV_CLUSTER_NO_NODE || !check || found == n)
+      return true;
+    if (found == 0)
+      redirect(s, "ASK", slot, to, ops, w);
+    else
+      ops->error(w, "TRYAGAIN Multiple keys request during rehashing of slot");
+    return false;
+  }
+  /* Another node's slot: served here only while it is imported and the
+   * client sent ASKING (a multi-key command: when all its keys are here). */
   uint8_t from = atomic_load(&c->importing[slot]);
   if (from != KV_CLUSTER_NO_NODE && asking) {
-    size_t n;
-    if (k->id == KV_CMD_EXEC ||
-        present(s->shared->store, k, argc, argv, &n) == n || n <= 1)
+    if (!check || found == n || n <= 1)
       return true;
     ops->error(w, "TRYAGAIN Multiple keys request during rehashing of slot");
     return false;
   }
-  uint8_t owner = atomic_load(&c->owner[slot]);
   if (owner == KV_CLUSTER_NO_NODE)
     ops->error(w, "CLUSTERDOWN Hash slot not served");
   else
@@ -146,13 +141,27 @@ static bool admit_other(kv_session *s, const kv_command *k, size_t argc,
   return false;
 }
 
-bool kv_cluster_admit(kv_session *s, const kv_command *k, size_t argc,
-                      const kv_arg *argv, const kv_reply_ops *ops, void *w) {
+/* route() for one command's keys, counting those here when it matters. */
+static bool route_command(kv_session *s, const kv_command *k, size_t argc,
+                          const kv_arg *argv, unsigned slot, bool asking,
+                          bool check, const kv_reply_ops *ops, void *w) {
+  size_t n = 0, found = 0;
   kv_cluster *c = s->shared->cluster;
-  bool asking = s->asking;
+  if (check && (atomic_load(&c->migrating[slot]) != KV_CLUSTER_NO_NODE ||
+                atomic_load(&c->importing[slot]) != KV_CLUSTER_NO_NODE))
+    found = present(s->shared->store, k, argc, argv, &n);
+  return route(s, slot, asking, found, n, check, ops, w);
+}
+
+bool kv_cluster_admit(kv_session *s, const kv_command *k, size_t argc,
+                      const kv_arg *argv, const kv_reply_ops *ops, void *w,
+                      kv_txn *t) {
+  bool asking = s->asking || k->id == KV_CMD_RESTORE_ASKING;
   bool queueing = s->multi.active && !(k->flags & KV_CF_NOQUEUE);
-  /* ASKING lasts one command, or a whole transaction (Redis' rule). */
-  if (k->id != KV_CMD_ASKING && !queueing && k->id != KV_CMD_MULTI)
+  /* ASKING lasts one command, or a whole transaction (Redis' rule; EXEC
+   * ends it in kv_cmd_exec, after its own check). */
+  if (k->id != KV_CMD_ASKING && !queueing && k->id != KV_CMD_MULTI &&
+      k->id != KV_CMD_EXEC)
     s->asking = false;
   int slot = kv_cluster_command_slot(k, argc, argv);
   if (k->id == KV_CMD_EXEC && s->multi.active && !s->multi.dirty)
@@ -165,17 +174,49 @@ bool kv_cluster_admit(kv_session *s, const kv_command *k, size_t argc,
     ops->error(w, "CROSSSLOT Keys in request don't hash to the same slot");
     return false;
   }
-  bool ok = atomic_load(&c->owner[slot]) == c->myself
-                ? admit_owned(s, k, argc, argv, (unsigned)slot, ops, w)
-                : admit_other(s, k, argc, argv, (unsigned)slot, asking, ops, w);
+  bool ok;
+  if (queueing || k->id == KV_CMD_EXEC) {
+    /* Queueing checks without locks (a hint, as Redis' own); EXEC checks
+     * again under its transaction's locks (kv_cluster_exec_check). */
+    ok = route_command(s, k, argc, argv, (unsigned)slot, asking, queueing, ops,
+                       w);
+  } else {
+    /* The slot's state and the keys are read under the keys' stripe
+     * locks, and the command runs under them: MIGRATE moves keys under
+     * the same locks, so a command never writes a key that has just left
+     * (it would be lost when the slot's owner changes). */
+    kv_txn_init(t, s->shared->store);
+    kv_command_add_keys(t, k, argc, argv);
+    kv_txn_lock(t);
+    ok = route_command(s, k, argc, argv, (unsigned)slot, asking, true, ops, w);
+    if (!ok)
+      kv_txn_unlock(t);
+  }
   if (!ok) {
-    if (k->id == KV_CMD_EXEC) /* Redis discards it with the redirection */
+    if (k->id == KV_CMD_EXEC) { /* Redis discards it with the redirection */
       kv_multi_reset(&s->multi);
-    else
+      s->asking = false;
+    } else
       kv_multi_flag(s);
     return false;
   }
   if (queueing) /* EXEC checks the slot again when it runs */
     s->multi.cluster_slot = (unsigned)slot + 1;
   return true;
+}
+
+bool kv_cluster_exec_check(kv_session *s, const kv_multi *m, bool asking,
+                           const kv_reply_ops *ops, void *w) {
+  if (s->shared->cluster == NULL || m->cluster_slot == 0)
+    return true;
+  size_t n = 0, found = 0;
+  for (const kv_queued *q = m->head; q != NULL; q = q->next) {
+    const kv_command *k = kv_command_find(q->cmd);
+    if (k->first_key <= 0 || (k->flags & KV_CF_ALLKEYS))
+      continue;
+    size_t qn;
+    found += present(s->shared->store, k, q->argc, q->argv, &qn);
+    n += qn;
+  }
+  return route(s, m->cluster_slot - 1, asking, found, n, true, ops, w);
 }

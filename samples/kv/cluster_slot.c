@@ -72,6 +72,7 @@ bool kv_cmd_has_key(int cmd) {
   case KV_CMD_ASKING:
   case KV_CMD_READONLY:
   case KV_CMD_READWRITE:
+  case KV_CMD_MIGRATE:
     return false;
   default:
     return kv_cmd_name(cmd) != NULL;

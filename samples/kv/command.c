@@ -165,6 +165,25 @@ static const kv_command table[KV_CMD_COUNT_] = {
                           "Enables read-write queries for a connection to a "
                           "Redis Cluster replica node.",
                           kv_cmd_readwrite},
+    [KV_CMD_DUMP] = {KV_CMD_DUMP, 2, R, 1, 1, 1, "generic", "2.6.0",
+                     "Returns a serialized representation of the value "
+                     "stored at a key.",
+                     kv_cmd_dump},
+    [KV_CMD_RESTORE] = {KV_CMD_RESTORE, -4, W, 1, 1, 1, "generic", "2.6.0",
+                        "Creates a key from the serialized representation of "
+                        "a value.",
+                        kv_cmd_restore},
+    [KV_CMD_RESTORE_ASKING] = {KV_CMD_RESTORE_ASKING, -4, W, 1, 1, 1, "server",
+                               "3.0.0",
+                               "An internal command for migrating keys in "
+                               "Redis Cluster.",
+                               kv_cmd_restore},
+    /* Its keys are where KEYS says (Redis' "movablekeys"): none for the
+     * gate, which would lock the wrong words; it locks its own. */
+    [KV_CMD_MIGRATE] = {KV_CMD_MIGRATE, -6, W, 0, 0, 0, "generic", "2.6.0",
+                        "Atomically transfers a key from one Redis instance "
+                        "to another.",
+                        kv_cmd_migrate},
 };
 
 const kv_command *kv_command_find(int cmd) {
@@ -295,14 +314,17 @@ void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
     ops->error(w, KV_NOAUTH_TEXT);
     return;
   }
+  kv_txn t;
+  t.locked = false; /* not the whole struct: 512 bytes per command */
   if (s->shared->cluster != NULL && !s->in_exec &&
-      !kv_cluster_admit(s, k, argc, argv, ops, w))
+      !kv_cluster_admit(s, k, argc, argv, ops, w, &t))
     return;
-  if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE)) {
+  if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE))
     kv_multi_queue(s, cmd, argc, argv, ops, w);
-    return;
-  }
-  kv_command_run(s, k, argc, argv, ops, w);
+  else
+    kv_command_run(s, k, argc, argv, ops, w);
+  if (t.locked) /* kv_cluster_admit's */
+    kv_txn_unlock(&t);
 }
 
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
