@@ -7,11 +7,13 @@
 # [cluster] line stops the server naming file, line and key;
 # redis-benchmark --cluster; redis-py's RedisCluster (kv_cluster_py.py);
 # a slot migrated (MIGRATE) there and back under redis-py writers, with no
-# acknowledged write lost (kv_cluster_migrate.py).
+# acknowledged write lost (kv_cluster_migrate.py); weft-kvbench --cluster
+# (one connection per node, MOVED and ASK followed), also while a slot
+# moves under it.
 # Usage: test_kv_cluster.sh weft-kv-server kv-cluster.sh kv_cluster_py.py
-#        kv_cluster_migrate.py
+#        kv_cluster_migrate.py weft-kvbench
 set -u
-server=$1 cluster=$2 pyscript=$3 migscript=$4
+server=$1 cluster=$2 pyscript=$3 migscript=$4 kvbench=$5
 for p in redis-cli redis-benchmark /usr/bin/python3; do
   command -v "$p" >/dev/null || {
     echo "FAIL: $p is needed (scripts/deps.sh: redis-tools, python3-redis)"
@@ -166,6 +168,69 @@ check kv_cluster_migrate_kept_on_ioerr x "$(r "$p3" get foo)"
 mig=$(timeout 120 /usr/bin/python3 "$migscript" "$p1" "$p2" "$p3" 2>&1)
 check kv_cluster_migrate_under_load "0 failed" "$(echo "$mig" | tail -1 | sed 's/.*, \([0-9]* failed\).*/\1/')"
 echo "$mig" | grep FAIL
+
+# ---- weft-kvbench --cluster, and a slot moved under its load ----
+rp1=$((p1 + 1000)) # node 1's RPC port
+bench() { timeout 60 "$kvbench" --cluster --connect "127.0.0.1:$rp1" \
+  --records 3000 --warmup 0 --connections 2 --pipeline 8 "$@" 2>&1; }
+out=$(bench --duration 1)
+check kv_cluster_kvbench_no_errors "0 errors" \
+  "$(echo "$out" | sed -n 's/^run .*, \([0-9]* errors\)$/\1/p')"
+users() { # the user* keys node $1 holds
+  r "$1" keys 'user*' | grep -c user
+}
+check kv_cluster_kvbench_keys_everywhere 3000 \
+  "$(($(users "$p1") + $(users "$p2") + $(users "$p3")))"
+for p in "$p1" "$p2" "$p3"; do
+  n=$(users "$p")
+  check "kv_cluster_kvbench_keys_on_$p" yes "$([ "$n" -gt 500 ] && echo yes || echo "no ($n)")"
+done
+# Sixteen slots from the hottest key's (zipfian: key 0) move from their
+# node to the next while weft-kvbench reads and writes, following ASK and
+# then MOVED. Node i owns slots (i-1)*16384/3 to i*16384/3-1
+# (kv-cluster.sh).
+hot=user000000000000
+first=$(r "$p1" cluster keyslot "$hot")
+i=$((first * 3 / 16384 + 1))
+[ $((i * 16384 / 3)) -le "$first" ] && i=$((i + 1))
+last=$((first + 15))
+[ "$last" -ge $((i * 16384 / 3)) ] && last=$((i * 16384 / 3 - 1))
+src=$((base + i - 1))
+dst=$((src == p3 ? p1 : src + 1))
+src_id=$(id_of "$src") dst_id=$(id_of "$dst")
+in_slots=0
+for s in $(seq "$first" "$last"); do
+  in_slots=$((in_slots + $(r "$src" cluster countkeysinslot "$s")))
+done
+bench --no-load --duration 4 >"$dir/bench.out" 2>&1 &
+bench_pid=$!
+sleep 1
+for s in $(seq "$first" "$last"); do
+  r "$dst" cluster setslot "$s" importing "$src_id" >/dev/null
+  r "$src" cluster setslot "$s" migrating "$dst_id" >/dev/null
+  while keys=$(r "$src" cluster getkeysinslot "$s" 2) && [ -n "$keys" ]; do
+    # shellcheck disable=SC2086
+    r "$src" migrate 127.0.0.1 "$dst" "" 0 5000 REPLACE KEYS $keys >/dev/null
+  done
+  for p in "$dst" "$src" "$p1" "$p2" "$p3"; do
+    r "$p" cluster setslot "$s" node "$dst_id" >/dev/null
+  done
+done
+wait "$bench_pid"
+check kv_cluster_kvbench_migration_exit 0 "$?"
+check kv_cluster_kvbench_migration_no_errors "0 errors" \
+  "$(sed -n 's/^run .*, \([0-9]* errors\)$/\1/p' "$dir/bench.out")"
+moved=0 left=0
+for s in $(seq "$first" "$last"); do
+  moved=$((moved + $(r "$dst" cluster countkeysinslot "$s")))
+  left=$((left + $(r "$src" cluster countkeysinslot "$s")))
+done
+check kv_cluster_kvbench_migration_slots_moved "0 $in_slots" "$left $moved"
+check kv_cluster_kvbench_migration_slots_had_keys yes \
+  "$([ "$in_slots" -gt 1 ] && echo yes || echo "no ($in_slots)")"
+check kv_cluster_kvbench_migration_keys_kept 3000 \
+  "$(($(users "$p1") + $(users "$p2") + $(users "$p3")))"
+check kv_cluster_kvbench_migration_value 100 "$(rc "$p1" strlen "$hot")"
 
 # ---- a bad [cluster] line names the file, the line and the key ----
 printf '[cluster]\nenabled = yes\nmyself = a\nnode = a 127.0.0.1:1 slots=0-99999\n' >"$dir/bad.ini"

@@ -71,11 +71,13 @@ static size_t count_runs(const kv_cluster *cl, uint8_t node) {
 }
 
 /* A node as CLUSTER SLOTS lists it: ip, port, id, and a map of its other
- * endpoints (none here). */
+ * endpoints (none here). To an RPC client (weft-kv, weft-kvbench), the
+ * node's RPC address, as the redirections give it. */
 static void slots_node(const kv_call *c, const kv_cluster_node *n) {
+  bool rpc = c->sess->rpc && n->rpc_port != 0;
   c->ops->array(c->w, 4);
-  kv_reply_cstr(c, n->host);
-  c->ops->integer(c->w, n->port);
+  kv_reply_cstr(c, rpc ? n->rpc_host : n->host);
+  c->ops->integer(c->w, rpc ? n->rpc_port : n->port);
   kv_reply_cstr(c, n->id);
   c->ops->map(c->w, 0);
 }
@@ -387,8 +389,7 @@ static const char *const help[] = {
     "KEYSLOT <key>",
     "MYID",
     "NODES",
-    "SETSLOT <slot> (IMPORTING <node-id>|MIGRATING <node-id>|STABLE|NODE "
-    "<node-id>)",
+    "SETSLOT <slot> (IMPORTING|MIGRATING|NODE <node-id>|STABLE)",
     "SHARDS",
     "SLOTS",
     "HELP"};

@@ -98,6 +98,9 @@ const weft_config_key kv_config_keys[] = {
      "true or false: SET every record before the run"},
     {"kvbench", "json", "false", "true or false: one JSON object as output"},
     {"kvbench", "seed", "1", "random seed, an integer >= 0"},
+    {"kvbench", "cluster", "false",
+     "true or false: a Redis Cluster of weft-kv-server nodes: learn the "
+     "slot map from --connect and route each key to its node"},
     {NULL, NULL, NULL, NULL}};
 
 /* The index of the name `in` starts with as a whole word, or n. */
