@@ -9,11 +9,11 @@
 # a slot migrated (MIGRATE) there and back under redis-py writers, with no
 # acknowledged write lost (kv_cluster_migrate.py); weft-kvbench --cluster
 # (one connection per node, MOVED and ASK followed), also while a slot
-# moves under it.
+# moves under it; weft-kv --cluster.
 # Usage: test_kv_cluster.sh weft-kv-server kv-cluster.sh kv_cluster_py.py
-#        kv_cluster_migrate.py weft-kvbench
+#        kv_cluster_migrate.py weft-kvbench weft-kv
 set -u
-server=$1 cluster=$2 pyscript=$3 migscript=$4 kvbench=$5
+server=$1 cluster=$2 pyscript=$3 migscript=$4 kvbench=$5 cli=$6
 for p in redis-cli redis-benchmark /usr/bin/python3; do
   command -v "$p" >/dev/null || {
     echo "FAIL: $p is needed (scripts/deps.sh: redis-tools, python3-redis)"
@@ -169,8 +169,16 @@ mig=$(timeout 120 /usr/bin/python3 "$migscript" "$p1" "$p2" "$p3" 2>&1)
 check kv_cluster_migrate_under_load "0 failed" "$(echo "$mig" | tail -1 | sed 's/.*, \([0-9]* failed\).*/\1/')"
 echo "$mig" | grep FAIL
 
-# ---- weft-kvbench --cluster, and a slot moved under its load ----
+# ---- weft-kv --cluster ----
 rp1=$((p1 + 1000)) # node 1's RPC port
+wkv() { timeout 10 "$cli" --cluster --connect "127.0.0.1:$rp1" "$@" 2>&1; }
+check kv_cluster_weft_kv_moved "MOVED 12182 127.0.0.1:$((p3 + 1000))" \
+  "$(timeout 10 "$cli" --connect "127.0.0.1:$rp1" get foo 2>&1)"
+check kv_cluster_weft_kv_follows x "$(wkv get foo)"
+check kv_cluster_weft_kv_set_get "$(printf 'OK\nw')" "$(wkv set bar w; wkv get bar)"
+check kv_cluster_weft_kv_rpc_slots "$((p1 + 1000))" "$(wkv cluster slots | sed -n 4p)"
+
+# ---- weft-kvbench --cluster, and a slot moved under its load ----
 bench() { timeout 60 "$kvbench" --cluster --connect "127.0.0.1:$rp1" \
   --records 3000 --warmup 0 --connections 2 --pipeline 8 "$@" 2>&1; }
 out=$(bench --duration 1)

@@ -273,6 +273,66 @@ int kv_cluster_client_call(kv_cluster_client *cc, int cmd, size_t argc,
   return rc;
 }
 
+/* ---- the blocking call ---- */
+
+/** A blocking call: what the loop's task needs, and the wait. */
+typedef struct sync_call {
+  kv_cluster_client *cc;
+  int cmd;
+  size_t argc;
+  const kv_arg *argv; /* the caller's, valid while it waits */
+  uint64_t timeout_ns;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int err;
+  kv_reply *reply;
+} sync_call;
+
+static void sync_done(void *arg, int err, const kv_reply *reply) {
+  sync_call *s = arg;
+  pthread_mutex_lock(&s->mu);
+  if (err == 0 && (s->reply = kv_reply_dup(reply)) == NULL)
+    err = WEFT_ENOMEM;
+  s->err = err;
+  s->done = true;
+  pthread_cond_signal(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void sync_start(void *arg) {
+  sync_call *s = arg;
+  int rc = kv_cluster_client_call(s->cc, s->cmd, s->argc, s->argv,
+                                  s->timeout_ns, sync_done, s);
+  if (rc < 0)
+    sync_done(s, rc, NULL);
+}
+
+int kv_cluster_sync_call(kv_cluster_client *cc, int cmd, size_t argc,
+                         const kv_arg *argv, uint64_t timeout_ns,
+                         kv_reply **out) {
+  if (weft_loop_current() != NULL)
+    return WEFT_EINVAL;
+  sync_call s = {.cc = cc,
+                 .cmd = cmd,
+                 .argc = argc,
+                 .argv = argv,
+                 .timeout_ns = timeout_ns};
+  pthread_mutex_init(&s.mu, NULL);
+  pthread_cond_init(&s.cv, NULL);
+  int rc = weft_loop_execute(cc->loop, sync_start, &s);
+  pthread_mutex_lock(&s.mu);
+  while (rc == 0 && !s.done)
+    pthread_cond_wait(&s.cv, &s.mu);
+  pthread_mutex_unlock(&s.mu);
+  pthread_cond_destroy(&s.cv);
+  pthread_mutex_destroy(&s.mu);
+  if (rc == 0)
+    rc = s.err;
+  *out = rc == 0 ? s.reply : NULL;
+  return rc;
+}
+
 /* ---- setup and teardown ---- */
 
 weft_loop *kv_cluster_client_loop(const kv_cluster_client *cc) {

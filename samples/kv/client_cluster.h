@@ -53,6 +53,15 @@ int kv_cluster_client_call(kv_cluster_client *cc, int cmd, size_t argc,
                            const kv_arg *argv, uint64_t timeout_ns,
                            kv_reply_cb cb, void *arg);
 
+/**
+ * kv_cluster_client_call from a thread that is not a loop thread, and a
+ * wait for the outcome: 0 with a deep copy of the final reply in `*out`
+ * (kv_reply_free), or the call's error. WEFT_EINVAL on a loop thread.
+ */
+int kv_cluster_sync_call(kv_cluster_client *cc, int cmd, size_t argc,
+                         const kv_arg *argv, uint64_t timeout_ns,
+                         kv_reply **out);
+
 /** The loop every node connection of `cc` lives on. Any thread. */
 weft_loop *kv_cluster_client_loop(const kv_cluster_client *cc);
 
