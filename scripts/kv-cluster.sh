@@ -93,7 +93,9 @@ start_nodes() {
       node_lines
     } >"$dir/node$i.ini"
     : >"$dir/node$i.log"
-    "$server" -c "$dir/node$i.ini" "${extra[@]}" 2>"$dir/node$i.log" &
+    # Not our stdout: a caller reading it ($(...), a pipe) would wait
+    # for the nodes to exit.
+    "$server" -c "$dir/node$i.ini" "${extra[@]}" </dev/null >"$dir/node$i.log" 2>&1 &
     echo $! >"$dir/node$i.pid"
   done
   for i in $(seq 1 "$nodes"); do

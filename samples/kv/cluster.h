@@ -4,15 +4,18 @@
  * (cluster_slot.h). Which node serves which slots is written in every
  * node's config ([cluster] node lines, cluster_config.c): there is no
  * gossip and no failover, so every node knows the same map from the start
- * and learns changes only from CLUSTER SETSLOT, which an operator (or
- * redis-cli --cluster, or scripts/kv-cluster.sh) sends to every node.
+ * and learns changes only from CLUSTER SETSLOT, which an operator sends
+ * to every node (scripts/kv-cluster.sh starts such a cluster).
  *
  * Every command that names keys passes kv_cluster_admit (cluster.c)
  * before it runs or is queued in MULTI: keys of several slots get
  * -CROSSSLOT, a slot of another node -MOVED, a slot being migrated away
  * (CLUSTER SETSLOT MIGRATING) -ASK for keys not here, a slot being
- * imported (IMPORTING) serves clients that sent ASKING. The CLUSTER
- * command family, ASKING, READONLY and READWRITE are in cluster_cmd.c.
+ * imported (IMPORTING) serves clients that sent ASKING. A keyed command
+ * is checked and run with its keys' stripes locked, as MIGRATE moves keys
+ * under the same locks (cluster_migrate.c), so no write is lost to a
+ * migration. The CLUSTER command family, ASKING, READONLY and READWRITE
+ * are in cluster_cmd.c.
  *
  * Threads: the slot map is a set of atomics read by every loop and
  * changed by CLUSTER SETSLOT on any loop; a kv_cluster is shared by every
@@ -21,7 +24,6 @@
 #ifndef WEFT_SAMPLES_KV_CLUSTER_H
 #define WEFT_SAMPLES_KV_CLUSTER_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>

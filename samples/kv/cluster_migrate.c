@@ -342,7 +342,7 @@ void kv_cmd_migrate(const kv_call *c) {
   const char *bad = migrate_parse(c, &a);
   if (bad != NULL)
     return c->ops->error(c->w, bad);
-  migrate_key *k = calloc(a.n_keys, sizeof *k);
+  migrate_key *k = calloc(a.n_keys > 0 ? a.n_keys : 1, sizeof *k);
   if (k == NULL)
     return kv_reply_store_error(c, WEFT_ENOMEM);
   kv_txn t;
