@@ -103,14 +103,15 @@ int kv_cluster_command_slot(const kv_command *k, size_t argc,
 }
 
 /* Whether the slot's keys of the command are served here (true), or the
- * redirection or error that says where (written; false). `present` >= 0
- * checks a slot being migrated away by the keys found here (Redis' rule:
- * keys still here are served here; all of them gone goes to the target
- * with ASK; some here and some gone cannot be served anywhere until the
- * migration ends: TRYAGAIN); -1 does not (MULTI's queueing; EXEC checks
- * again when it runs). Reads `migrating` before `owner`: SETSLOT NODE
- * writes them in the other order, so a command that sees the migration's
- * end sees the new owner too, and never serves a slot given away. */
+ * redirection or error that says where (written; false). With `check`, a
+ * slot being migrated away is decided by the keys found here, `found` of
+ * the command's `n`, by Redis' rule: keys still here are served here; all
+ * of them gone goes to the target with ASK; some here and some gone cannot
+ * be served anywhere until the migration ends: TRYAGAIN. Without `check`
+ * it is served (MULTI's queueing; EXEC checks again when it runs). Reads
+ * `migrating` before `owner`: SETSLOT NODE writes them in the other order,
+ * so a command that sees the migration's end sees the new owner too, and
+ * never serves a slot given away. */
 static bool route(kv_session *s, unsigned slot, bool asking, size_t found,
                   size_t n, bool check, const kv_reply_ops *ops, void *w) {
   kv_cluster *c = s->shared->cluster;

@@ -325,11 +325,14 @@ static void setslot_node(const kv_call *c, kv_cluster *cl, unsigned slot,
              slot);
     return c->ops->error(c->w, msg);
   }
+  /* The owner first, then the marks (seq_cst): the gate reads them in
+   * the other order (cluster.c, route), so a command that sees the
+   * migration over sees the new owner too. */
+  atomic_store(&cl->owner[slot], (uint8_t)node);
   if ((unsigned)node == cl->myself)
     atomic_store(&cl->importing[slot], KV_CLUSTER_NO_NODE);
   else
     atomic_store(&cl->migrating[slot], KV_CLUSTER_NO_NODE);
-  atomic_store(&cl->owner[slot], (uint8_t)node);
   if (was != node) {
     uint64_t e = atomic_fetch_add(&cl->epoch, 1) + 1;
     atomic_store(&cl->node_epoch[node], e);
