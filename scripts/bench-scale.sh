@@ -14,8 +14,9 @@
 # CPU (taskset, its loop unpinned), so up to N-1 loops the client has a core
 # of its own, and at N loops it shares the last one with a server loop.
 # Runs are interleaved (every run measures every row, the loop counts in
-# alternating order) and the table gives medians and min..max, with the
-# load average before and after.
+# alternating order) and the table gives medians and min..max, the
+# server's median CPU over the run (% of one core, from /proc/PID/stat),
+# and the load average before and after.
 # Usage: scripts/bench-scale.sh [BUILD_DIR] [RUNS]  (build/release, 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -55,33 +56,50 @@ start_server() {
   return 1
 }
 
+# CPU ticks (user + system) the server has used so far.
+server_ticks() {
+  awk '{print $14 + $15}' "/proc/$server_pid/stat" 2>/dev/null || echo 0
+}
+
+# Runs the client command line, timed, and prints "RATE CPU": what `pick`
+# (a sed script) finds in its output and the server's CPU over the run in
+# % of one core.
+measure() {
+  local pick=$1 t0 c0 rate
+  shift
+  t0=$(date +%s%N) c0=$(server_ticks)
+  rate=$("$@" 2>&1 | sed -n "$pick") || true
+  echo "$rate $(awk -v c="$(($(server_ticks) - c0))" -v hz="$(getconf CLK_TCK)" \
+    -v ns="$(($(date +%s%N) - t0))" 'BEGIN {printf "%.0f", 100 * c / hz / (ns / 1e9)}')"
+}
+
 stop_server() {
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
   server_pid=
 }
 
-# echo TRANSPORT LOOPS: prints round trips/s, or nothing.
+# echo TRANSPORT LOOPS: prints "ROUND_TRIPS/S SERVER_CPU%", or nothing.
 run_echo() {
   local t=$1 loops=$2 rate
   start_server "$echo_bin" server -o loop.loops="$loops" \
     -o server.listen="$t://127.0.0.1:$port" || { stop_server; return 0; }
-  rate=$(taskset -c "$client_cpu" "$echo_bin" client -o loop.loops=1 \
+  rate=$(measure 's/.*rate: \([0-9]*\) round trips.*/\1/p' \
+    taskset -c "$client_cpu" "$echo_bin" client -o loop.loops=1 \
     -o loop.pin=false -o client.connect="$t://127.0.0.1:$port" \
-    -o echo.connections=32 -o echo.count=6000 -o echo.size=16 2>&1 |
-    sed -n 's/.*rate: \([0-9]*\) round trips.*/\1/p') || true
+    -o echo.connections=32 -o echo.count=6000 -o echo.size=16)
   stop_server
   echo "$rate"
 }
 
-# kv TRANSPORT LOOPS: prints GETs/s, or nothing.
+# kv TRANSPORT LOOPS: prints "GETS/S SERVER_CPU%", or nothing.
 run_kv() {
   local t=$1 loops=$2 rate
   start_server "$kv_bin" -o loop.loops="$loops" -o kv.rpc_listen= \
     -o kv.resp_listen="$t://127.0.0.1:$port" || { stop_server; return 0; }
-  rate=$(taskset -c "$client_cpu" redis-benchmark -p "$port" -t get -P 16 \
-    -c 50 -d 16 -n 300000 --csv 2>/dev/null |
-    sed -n 's/^"GET","\([0-9.]*\)".*/\1/p') || true
+  rate=$(measure 's/^"GET","\([0-9.]*\)".*/\1/p' \
+    taskset -c "$client_cpu" redis-benchmark -p "$port" -t get -P 16 \
+    -c 50 -d 16 -n 300000 --csv)
   stop_server
   echo "$rate"
 }
@@ -100,11 +118,11 @@ for run in $(seq "$runs"); do
       # A fresh port for every server: the last one's may be in TIME_WAIT.
       port=$((port + 1))
       r=$(run_echo "$t" "$loops")
-      echo "echo,$t,$loops,$run,${r:-}" >>"$out/all.csv"
+      echo "echo,$t,$loops,$run,${r// /,}" >>"$out/all.csv"
       [ "$t" = ucx ] && continue
       port=$((port + 1))
       r=$(run_kv "$t" "$loops")
-      echo "kv,$t,$loops,$run,${r:-}" >>"$out/all.csv"
+      echo "kv,$t,$loops,$run,${r// /,}" >>"$out/all.csv"
     done
   done
   echo "run $run of $runs done" >&2
@@ -123,12 +141,14 @@ print("|---|---|" + "---:|" * (len(loops) + (len(loops) > 1)))
 for k in keys:
     cells, med = [], {}
     for l in loops:
-        v = [float(r[4]) for r in rows if (r[0], r[1]) == k and int(r[2]) == l and r[4]]
-        if not v:
+        sel = [r for r in rows if (r[0], r[1]) == k and int(r[2]) == l and len(r) > 5 and r[4]]
+        if not sel:
             cells.append("failed")
             continue
+        v = [float(r[4]) for r in sel]
+        cpu = statistics.median(float(r[5]) for r in sel)
         med[l] = statistics.median(v)
-        cells.append(f"{med[l]:,.0f} ({min(v):,.0f}..{max(v):,.0f})")
+        cells.append(f"{med[l]:,.0f} ({min(v):,.0f}..{max(v):,.0f}), server {cpu:.0f}%")
     ratio = ""
     if len(loops) > 1:
         ratio = f" | {med[loops[-1]] / med[loops[0]]:.2f}x" if loops[0] in med and loops[-1] in med else " | -"
