@@ -10,14 +10,16 @@
 #         -c 50 -d 16: GETs/s (RESP over tcp and uring only: redis-benchmark
 #         speaks kernel TCP).
 #
-# Placement: weft pins server loop i to CPU i; the client runs on the last
-# CPU (taskset, its loop unpinned), so up to N-1 loops the client has a core
-# of its own, and at N loops it shares the last one with a server loop.
+# Placement: weft pins server loop i to CPU i (WEFT_BENCH_PIN=false: the
+# server's loops float); the client runs on the last CPU (taskset, its loop
+# unpinned), so up to N-1 loops the client has a core of its own, and at N
+# loops it shares the last one with a server loop.
 # Runs are interleaved (every run measures every row, the loop counts in
 # alternating order) and the table gives medians and min..max, the
 # server's median CPU over the run (% of one core, from /proc/PID/stat),
 # and the load average before and after.
-# Usage: scripts/bench-scale.sh [BUILD_DIR] [RUNS]  (build/release, 3)
+# Usage: [WEFT_BENCH_PIN=false] scripts/bench-scale.sh [BUILD_DIR] [RUNS]
+#        (default build/release, 3 runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build/release}
@@ -31,8 +33,11 @@ fi
 echo_bin=$build/samples/echo/weft-echo
 kv_bin=$build/samples/kv/weft-kv-server
 ncpu=$(nproc)
+hz=$(getconf CLK_TCK)
 client_cpu=$((ncpu - 1))
-port=$((20000 + RANDOM % 20000))
+# Below the ephemeral range (32768-60999), where clients' ports would clash.
+port=$((20000 + RANDOM % 10000))
+pin=${WEFT_BENCH_PIN:-true}
 out=$(mktemp -d)
 server_pid=
 cleanup() {
@@ -65,12 +70,12 @@ server_ticks() {
 # (a sed script) finds in its output and the server's CPU over the run in
 # % of one core.
 measure() {
-  local pick=$1 t0 c0 rate
+  local pick=$1 t0 c0 rate ticks elapsed_ns
   shift
   t0=$(date +%s%N) c0=$(server_ticks)
   rate=$("$@" 2>&1 | sed -n "$pick") || true
-  echo "$rate $(awk -v c="$(($(server_ticks) - c0))" -v hz="$(getconf CLK_TCK)" \
-    -v ns="$(($(date +%s%N) - t0))" 'BEGIN {printf "%.0f", 100 * c / hz / (ns / 1e9)}')"
+  ticks=$(($(server_ticks) - c0)) elapsed_ns=$(($(date +%s%N) - t0))
+  echo "$rate $((100 * ticks * 1000000000 / hz / elapsed_ns))"
 }
 
 stop_server() {
@@ -82,7 +87,7 @@ stop_server() {
 # echo TRANSPORT LOOPS: prints "ROUND_TRIPS/S SERVER_CPU%", or nothing.
 run_echo() {
   local t=$1 loops=$2 rate
-  start_server "$echo_bin" server -o loop.loops="$loops" \
+  start_server "$echo_bin" server -o loop.loops="$loops" -o loop.pin="$pin" \
     -o server.listen="$t://127.0.0.1:$port" || { stop_server; return 0; }
   rate=$(measure 's/.*rate: \([0-9]*\) round trips.*/\1/p' \
     taskset -c "$client_cpu" "$echo_bin" client -o loop.loops=1 \
@@ -95,7 +100,8 @@ run_echo() {
 # kv TRANSPORT LOOPS: prints "GETS/S SERVER_CPU%", or nothing.
 run_kv() {
   local t=$1 loops=$2 rate
-  start_server "$kv_bin" -o loop.loops="$loops" -o kv.rpc_listen= \
+  start_server "$kv_bin" -o loop.loops="$loops" -o loop.pin="$pin" \
+    -o kv.rpc_listen= \
     -o kv.resp_listen="$t://127.0.0.1:$port" || { stop_server; return 0; }
   rate=$(measure 's/^"GET","\([0-9.]*\)".*/\1/p' \
     taskset -c "$client_cpu" redis-benchmark -p "$port" -t get -P 16 \
@@ -127,7 +133,7 @@ for run in $(seq "$runs"); do
   done
   echo "run $run of $runs done" >&2
 done
-echo "load average: before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); $ncpu CPUs, client on CPU $client_cpu"
+echo "load average: before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); $ncpu CPUs, client on CPU $client_cpu, server loops pinned: $pin"
 python3 - "$out/all.csv" <<'PY'
 import csv, statistics, sys
 rows = [r for r in csv.reader(open(sys.argv[1]))]
