@@ -12,13 +12,15 @@
 # medians and the median of each run's on/off (measured back to back), and
 # the same for on/before; the target is a ratio >= 0.97.
 # Usage: scripts/bench-flow-control.sh [BUILD_DIR] [RUNS] [BEFORE_DIR]
-#        (default build/release, 5, none)
+#        [N16]  (default build/release, 5, none, 200000: N16 is -n at -P 16,
+#        where 200 000 requests take under a second)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 build=${1:-build/release}
 runs=${2:-5}
 before_dir=${3:-}
+n16=${4:-200000}
 need redis-benchmark redis-tools
 need python3 python3
 need cmake cmake
@@ -54,7 +56,7 @@ if [ -n "$before_dir" ]; then
   serve before "$before_dir/samples/kv/weft-kv-server"
   who_all="on off before"
 fi
-configs=("-P 1" "-P 16")
+configs=("-P 1 -n 200000" "-P 16 -n $n16")
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for run in $(seq "$runs"); do
   # rotate the order by one each run: on off before, off before on, ...
@@ -65,7 +67,7 @@ for run in $(seq "$runs"); do
     for who in "${order[@]}"; do
       step "run $run/$runs: ${configs[$ci]}, server $who"
       # shellcheck disable=SC2086
-      redis-benchmark -p "${port[$who]}" -t set,get -d 16 -r 100000 -n 200000 -c 50 \
+      redis-benchmark -p "${port[$who]}" -t set,get -d 16 -r 100000 -c 50 \
         ${configs[$ci]} --csv 2>/dev/null | tail -n +2 |
         sed "s/^/$who,$ci,$run,/" >>"$out/all.csv"
     done
