@@ -4,8 +4,10 @@
 # their rows with figures, and the first handshake's protocol; a +tls
 # setup without --tls-certs is refused; a client that does not trust the
 # server's CA fails the run with the verification's reason, not a hang or
-# a row. Certificates are made here by tests/tls/make-certs.sh in a
-# temporary directory (never committed). No speed is asserted.
+# a row; --tls-ktls hands encryption to the kernel where it can (else
+# user-space records, said so). Certificates are made here by
+# tests/tls/make-certs.sh in a temporary directory (never committed). No
+# speed is asserted.
 # Usage: test_bench_tls.sh weft-bench make-certs.sh [URING:ON|OFF]
 set -u
 bench=$1 make_certs=$2 uring=${3:-OFF}
@@ -54,6 +56,21 @@ if [ "$uring" = ON ]; then
   run_ok uring
 else
   echo "SKIP: uring+tls: weft was built without io_uring"
+fi
+
+# --tls-ktls: the kernel encrypts where it has the tls ULP (the Soft-RoCE
+# VM's Debian kernel); elsewhere user-space records, and the run goes on.
+if grep -qw tls /proc/sys/net/ipv4/tcp_available_ulp 2>/dev/null; then
+  want="kTLS TX"
+else
+  want="user-space records"
+fi
+if timeout 60 "$bench" -S tcp+tls:0 --tls-certs "$dir/certs" --tls-ktls \
+  -p stream -s 16 "${short[@]}" >/dev/null 2>"$dir/err.txt"; then
+  grep -q "^weft-bench: tcp+tls bp=0: TLS TLSv1.3, .*, $want\$" \
+    "$dir/err.txt" && ok || bad "--tls-ktls: want '$want' in: $(cat "$dir/err.txt")"
+else
+  bad "--tls-ktls: weft-bench failed: $(cat "$dir/err.txt")"
 fi
 
 # A +tls setup needs certificates: refused up front (exit 2, usage).

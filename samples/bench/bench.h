@@ -15,7 +15,9 @@
  * certificates of --tls-certs DIR (as tests/tls/make-certs.sh makes them:
  * ca.pem, server.pem, server.key; the client checks the chain and the
  * name "localhost"); a connection counts as up once its handshake
- * completed, and the first one's protocol and cipher go to stderr.
+ * completed, and the first one's protocol and cipher go to stderr (and
+ * whether the kernel encrypts: --tls-ktls asks for kTLS, weft/tls.h's
+ * ktls, which falls back to user-space records with a log line).
  *
  * Patterns (-p, comma list; default all), one file each or per family:
  *   pingpong  one message in flight; every round trip recorded: p50, p90,
@@ -159,6 +161,7 @@ typedef struct bench_opts {
   char excludes[BENCH_MAX_CONFIGS][32]; /* -x TRANSPORT:PATTERN */
   int n_excludes;
   const char *tls_certs; /* --tls-certs DIR, for the +tls setups */
+  bool tls_ktls;         /* --tls-ktls: ktls = on in both TLS contexts */
 } bench_opts;
 
 /** The options: set by bench_main.c, read everywhere after. */

@@ -122,9 +122,10 @@ static void tell_cipher(wrun *r, weft_channel *ch) {
   if (atomic_exchange(&r->s->tls_told, true) ||
       weft_tls_info_get(ch, &info) < 0)
     return;
-  fprintf(stderr, "weft-bench: %s: TLS %s, cipher %s\n", r->s->cf->label,
+  fprintf(stderr, "weft-bench: %s: TLS %s, cipher %s, %s\n", r->s->cf->label,
           info.protocol != NULL ? info.protocol : "?",
-          info.cipher != NULL ? info.cipher : "?");
+          info.cipher != NULL ? info.cipher : "?",
+          info.ktls_tx ? "kTLS TX" : "user-space records");
 }
 
 /* TLS: the handshake's outcome. A failure's reason is printed and the run

@@ -33,6 +33,9 @@ static weft_cli cli = {
         "server.pem,\n"
         "                          server.key (tests/tls/make-certs.sh DIR "
         "makes them)\n"
+        "  --tls-ktls              +tls: ktls = on (the kernel encrypts "
+        "after a TLS 1.3\n"
+        "                          handshake on tcp, where it can)\n"
         "  -p LIST                 patterns: "
         "pingpong,stream,bidir,rate,connect,idle\n"
         "  -s LIST                 sizes, e.g. 16,256,4K,64K,1M (max 16M)\n"
@@ -86,6 +89,7 @@ enum {
   OPT_PROGRESS,
   OPT_NO_PROGRESS,
   OPT_TLS_CERTS,
+  OPT_TLS_KTLS,
 };
 
 static const struct option long_opts[] = {
@@ -104,6 +108,7 @@ static const struct option long_opts[] = {
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"tls-certs", required_argument, NULL, OPT_TLS_CERTS},
+    {"tls-ktls", no_argument, NULL, OPT_TLS_KTLS},
     {"setup", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -154,6 +159,9 @@ static void parse_long(int opt, char **argv) {
     break;
   case OPT_TLS_CERTS:
     o->tls_certs = optarg;
+    break;
+  case OPT_TLS_KTLS:
+    o->tls_ktls = true;
     break;
   default:
     weft_cli_bad_option(&cli, opt, argv[optind - 1]);

@@ -71,6 +71,7 @@ static weft_tls_context *tls_context(weft_tls_mode mode) {
   weft_tls_options o;
   weft_tls_options_init(&o);
   const char *d = bench_opt.tls_certs;
+  o.ktls = bench_opt.tls_ktls;
   if (mode == WEFT_TLS_SERVER) {
     snprintf(o.cert_file, sizeof o.cert_file, "%s/server.pem", d);
     snprintf(o.key_file, sizeof o.key_file, "%s/server.key", d);
