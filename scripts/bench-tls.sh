@@ -23,11 +23,13 @@
 # Certificates are made at run time by tests/tls/make-certs.sh in a
 # temporary directory (never committed). Prints markdown tables.
 # Usage: scripts/bench-tls.sh [BUILD_DIR] [RUNS]   (build/release, 5)
+#   env BENCH_TLS_PARTS  the parts to run, e.g. "c" (default "abc")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 build=${1:-build/release}
 runs=${2:-5}
+parts=${BENCH_TLS_PARTS:-abc}
 scripts/deps.sh
 for p in openssl redis-cli redis-benchmark redis-server strace python3; do
   need "$p" "$p"
@@ -69,6 +71,7 @@ echo "commit: $commit"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) CPUs)"
 
 # ---- a. weft-bench, and the cipher's speed on one core ----
+part_a() {
 speed() { # one `openssl speed` figure: AES-256-GCM, 16 KiB blocks, MB/s
   openssl speed -seconds 1 -bytes 16384 -evp aes-256-gcm 2>/dev/null |
     awk 'tolower($1) == "aes-256-gcm" { v = $NF; sub(/k$/, "", v); print v * 1000 / 1e6 }'
@@ -115,6 +118,7 @@ print(f"openssl speed -evp aes-256-gcm, 16 KiB blocks, one core: {aes:,.0f} MB/s
       f"(median of {len(sys.argv) - 2}: {', '.join(sys.argv[2:])})"
       + (f"; tcp+tls 1 MiB stream / that: {mibs / aes:.2f}" if mibs else ""))
 PY
+}
 
 # ---- b. weft-kv-server and redis-server, plaintext and TLS ----
 WPORT=6393 WTPORT=6394 RPORT=6395 RTPORT=6396
@@ -142,6 +146,8 @@ wait_port() { # PORT: up to 5 s for a listener
   exit 1
 }
 tls_args=(--tls --cacert "$C/ca.pem")
+
+part_b() {
 kv_start
 redis_start
 wait_port $WPORT
@@ -190,6 +196,7 @@ for ci, cfg in enumerate(configs):
         print(f"| {test} | {' '.join(cfg.split()[:4])} | {w:,.0f} | {wt:,.0f} | {wt / w:.2f} "
               f"| {r:,.0f} | {rt:,.0f} | {rt / r:.2f} | {wt / rt:.2f} | {p} |")
 PY
+}
 
 # ---- c. socket writes of a fixed workload, plaintext vs TLS ----
 # strace -y names each descriptor, so the loop's eventfd writes and the
@@ -199,6 +206,7 @@ count_writes() { # LOG: "calls bytes" of successful socket writes
          n++; b += $NF } END { printf "%d %d\n", n, b }' "$1"
 }
 fixed=(-t set -d 16 -r 100000 -P 16 -c 10 -n 20000)
+part_c() {
 traced() { # LOG COMMAND...: COMMAND under strace (exec: the same pid)
   local log=$1
   shift
@@ -259,5 +267,10 @@ for who, what in (("weft", f"weft-kv-server, redis-benchmark {sys.argv[2]}"),
     print(f"| {what} | {pc:,.0f} | {tc:,.0f} | {tc / pc:.2f}{'' if fixed else ' (timed: not comparable)'} "
           f"| {pb / max(pc, 1):,.0f} | {tb / max(tc, 1):,.0f} |")
 PY
+}
+
+[[ $parts != *a* ]] || part_a
+[[ $parts != *b* ]] || part_b
+[[ $parts != *c* ]] || part_c
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
