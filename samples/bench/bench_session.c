@@ -3,9 +3,10 @@
  * listening socket and its accept thread (bench_server.c), or, in the
  * client role, only the server's address. A weft session is a server loop
  * group (one loop, pinned to CPU 1) with the bench server bound, and a
- * client loop group (one loop, CPU 0); each role starts only its side.
- * Server threads are named "wb<idx>s-..." so idle.c can find their CPU
- * time. Main thread. */
+ * client loop group (one loop, CPU 0); each role starts only its side. A
+ * +tls session also holds a server and a client TLS context, from
+ * --tls-certs. Server threads are named "wb<idx>s-..." so idle.c can find
+ * their CPU time. Main thread. */
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -64,13 +65,38 @@ static weft_loop_group *group_new(const bench_config *cf, int cpu,
   return g;
 }
 
+/* A TLS context of the +tls setups: the server's certificate, or the
+ * client's trust in the CA (and the name "localhost"). */
+static weft_tls_context *tls_context(weft_tls_mode mode) {
+  weft_tls_options o;
+  weft_tls_options_init(&o);
+  const char *d = bench_opt.tls_certs;
+  o.ktls = bench_opt.tls_ktls;
+  if (mode == WEFT_TLS_SERVER) {
+    snprintf(o.cert_file, sizeof o.cert_file, "%s/server.pem", d);
+    snprintf(o.key_file, sizeof o.key_file, "%s/server.key", d);
+  } else {
+    snprintf(o.ca_file, sizeof o.ca_file, "%s/ca.pem", d);
+    snprintf(o.server_name, sizeof o.server_name, "localhost");
+  }
+  weft_tls_context *c;
+  char err[300];
+  if (weft_tls_context_new(&c, mode, &o, err, sizeof err) < 0)
+    bench_fail("--tls-certs: %s", err);
+  return c;
+}
+
 static void weft_server_start(session *s) {
   char name[16];
   /* the loop's thread is "wb<idx>s-0", which the prefix matches */
   snprintf(name, sizeof name, "wb%ds", s->idx);
   s->sg = group_new(s->cf, 1, name);
-  weft_server_bootstrap sb = {
-      .group = s->sg, .listen = s->uri, .child_init = bench_server_weft_init};
+  if (s->cf->tls)
+    s->tls_server = tls_context(WEFT_TLS_SERVER);
+  weft_server_bootstrap sb = {.group = s->sg,
+                              .listen = s->uri,
+                              .child_init = bench_server_weft_init,
+                              .child_init_arg = s};
   weft_channel_config_init(&sb.child_options);
   if (weft_server_bind(&s->srv, &sb) < 0 ||
       weft_server_address(s->srv, s->uri, sizeof s->uri) < 0)
@@ -86,6 +112,8 @@ static void weft_session_start(session *s) {
     char name[16];
     snprintf(name, sizeof name, "wb%dc", s->idx);
     s->cg = group_new(s->cf, 0, name);
+    if (s->cf->tls)
+      s->tls_client = tls_context(WEFT_TLS_CLIENT);
   }
 }
 
@@ -102,6 +130,8 @@ static void weft_session_stop(session *s) {
   if (s->srv != NULL)
     weft_server_close(s->srv);
   group_end(s->sg);
+  weft_tls_context_release(s->tls_server);
+  weft_tls_context_release(s->tls_client);
 }
 
 void bench_session_start(bench_config *cf, int idx) {
