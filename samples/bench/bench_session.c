@@ -2,8 +2,9 @@
  * first measurement and stopped after the last. A raw session is a
  * listening socket and its accept thread (bench_server.c), or, in the
  * client role, only the server's address. A weft session is a server loop
- * group (one loop, pinned to CPU 1) with the bench server bound, and a
- * client loop group (one loop, CPU 0); each role starts only its side.
+ * group (--server-loops loops, loop i on CPU 1+i) with the bench server
+ * bound, and a client loop group (one loop, CPU 0); each role starts only
+ * its side.
  * Server threads are named "wb<idx>s-..." so idle.c can find their CPU
  * time. Main thread. */
 
@@ -49,18 +50,22 @@ static void raw_session_stop(session *s) {
 
 static void pin_task(void *arg) { bench_pin_self((int)(intptr_t)arg); }
 
-static weft_loop_group *group_new(const bench_config *cf, int cpu,
+/* A group of `n` loops, loop i pinned to CPU (cpu + i) modulo the CPUs. */
+static weft_loop_group *group_new(const bench_config *cf, int cpu, int n,
                                   const char *name) {
   weft_loop_options o;
   weft_loop_options_init(&o);
-  o.n_loops = 1;
+  o.n_loops = n;
   o.pin = false; /* two groups: each loop pinned to its own CPU below */
   o.busy_poll_us = cf->busy_poll_us;
   o.name = name;
   weft_loop_group *g;
   if (weft_loop_group_new(&g, &o) < 0 || weft_loop_group_start(g) < 0)
     bench_fail("cannot start a loop group for %s", cf->label);
-  weft_loop_execute(weft_loop_group_get(g, 0), pin_task, (void *)(intptr_t)cpu);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 0; i < n; i++)
+    weft_loop_execute(weft_loop_group_get(g, i), pin_task,
+                      (void *)(intptr_t)((cpu + i) % (cpus > 0 ? cpus : 1)));
   return g;
 }
 
@@ -68,7 +73,7 @@ static void weft_server_start(session *s) {
   char name[16];
   /* the loop's thread is "wb<idx>s-0", which the prefix matches */
   snprintf(name, sizeof name, "wb%ds", s->idx);
-  s->sg = group_new(s->cf, 1, name);
+  s->sg = group_new(s->cf, 1, bench_opt.server_loops, name);
   weft_server_bootstrap sb = {
       .group = s->sg, .listen = s->uri, .child_init = bench_server_weft_init};
   weft_channel_config_init(&sb.child_options);
@@ -85,7 +90,7 @@ static void weft_session_start(session *s) {
   if (bench_opt.role != ROLE_SERVER) {
     char name[16];
     snprintf(name, sizeof name, "wb%dc", s->idx);
-    s->cg = group_new(s->cf, 0, name);
+    s->cg = group_new(s->cf, 0, 1, name);
   }
 }
 
