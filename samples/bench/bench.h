@@ -188,6 +188,7 @@ struct session {
   weft_loop_group *sg, *cg;
   weft_server *srv;
   char uri[300];
+  pid_t server_pid; /* ucx in one-process mode: the server's own process */
 };
 
 /* ---- the phases of a timed measurement ---- */

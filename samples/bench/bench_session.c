@@ -4,14 +4,22 @@
  * client role, only the server's address. A weft session is a server loop
  * group (--server-loops loops, loop i on CPU 1+i) with the bench server
  * bound, and a client loop group (one loop, CPU 0); each role starts only
- * its side.
+ * its side. In one-process mode a ucx session's server is another process
+ * (this program with --role server, spawned and stopped here): UCX 1.13
+ * can abort a process that opens and closes connections on several
+ * workers at once (docs/transports/ucx.md, "Many workers in one
+ * process"), which clients and a server in one process do.
  * Server threads are named "wb<idx>s-..." so idle.c can find their CPU
  * time. Main thread. */
 
 #include <arpa/inet.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -82,10 +90,59 @@ static void weft_server_start(session *s) {
     bench_fail("cannot listen on %s", s->uri);
 }
 
+extern char **environ;
+
+/* Starts s's server as another process: this program with --role server
+ * and s's setup, at a port of its choosing, which it prints on its stdout
+ * ("weft-bench: <label> serving on <uri>"); its URI goes to s->uri. */
+static void weft_server_spawn(session *s) {
+  char spec[48], port[16], loops[16];
+  snprintf(spec, sizeof spec, "%s:%d", s->cf->transport, s->cf->busy_poll_us);
+  snprintf(port, sizeof port, "%d", bench_opt.port);
+  snprintf(loops, sizeof loops, "%d", bench_opt.server_loops);
+  char *argv[] = {
+      "weft-bench", "--role",        "server", "-S", spec,
+      "--host",     bench_opt.host,  "--port", port, "--server-loops",
+      loops,        "--no-progress", NULL};
+  int fds[2];
+  if (pipe(fds) < 0)
+    bench_die("pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  int rc =
+      posix_spawn(&s->server_pid, "/proc/self/exe", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0)
+    bench_fail("cannot start the %s server process", s->cf->label);
+  FILE *f = fdopen(fds[0], "r");
+  char line[400];
+  const char *at = NULL;
+  while (f != NULL && at == NULL && fgets(line, sizeof line, f) != NULL)
+    at = strstr(line, " serving on ");
+  if (f != NULL)
+    fclose(f);
+  else
+    close(fds[0]);
+  if (at == NULL)
+    bench_fail("the %s server process did not start", s->cf->label);
+  snprintf(s->uri, sizeof s->uri, "%s", at + strlen(" serving on "));
+  s->uri[strcspn(s->uri, "\n")] = '\0';
+}
+
+/* Whether s's server runs in a process of its own (ucx, both roles). */
+static bool server_apart(const session *s) {
+  return bench_opt.role == ROLE_BOTH && strcmp(s->cf->transport, "ucx") == 0;
+}
+
 static void weft_session_start(session *s) {
   snprintf(s->uri, sizeof s->uri, "%s://%s:%d", s->cf->transport,
            bench_opt.host, bench_opt.port);
-  if (bench_opt.role != ROLE_CLIENT)
+  if (server_apart(s))
+    weft_server_spawn(s);
+  else if (bench_opt.role != ROLE_CLIENT)
     weft_server_start(s);
   if (bench_opt.role != ROLE_SERVER) {
     char name[16];
@@ -107,6 +164,11 @@ static void weft_session_stop(session *s) {
   if (s->srv != NULL)
     weft_server_close(s->srv);
   group_end(s->sg);
+  if (s->server_pid > 0) {
+    kill(s->server_pid, SIGTERM);
+    int st;
+    waitpid(s->server_pid, &st, 0);
+  }
 }
 
 void bench_session_start(bench_config *cf, int idx) {
