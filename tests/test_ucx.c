@@ -697,7 +697,9 @@ static void liar_child(const char *arg) {
   ucx_hdr hello = {.to = weft__ucx_slot_ref(UMSG_HELLO, 0, 0),
                    .seq = weft__ucx_slot_ref(UCX_WIRE_VERSION, 0, 0),
                    .credit = LIAR_WINDOW};
-  uint32_t hello_data[2] = {l.announced, 0}; /* max_message, flags */
+  /* max_message, flags ("flags": one weft does not know) */
+  uint32_t hello_data[2] = {l.announced,
+                            strcmp(mode, "flags") == 0 ? 0x80u : 0};
   liar_op op = {0};
   ucp_request_param_t p = {
       .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -707,6 +709,10 @@ static void liar_child(const char *arg) {
       .flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER};
   ucs_status_ptr_t req = ucp_am_send_nbx(l.ep, UCX_AM_ID, &hello, sizeof hello,
                                          hello_data, sizeof hello_data, &p);
+  if (strcmp(mode, "flags") == 0) { /* refused: never answered */
+    liar_progress_until(&l, &l.acked, 5000);
+    _exit(l.acked ? 1 : 0);
+  }
   if (UCS_PTR_IS_ERR(req) || !liar_progress_until(&l, &l.acked, 10000))
     _exit(2);
   if (req != NULL)
@@ -1046,6 +1052,35 @@ START_TEST(ucx_peer_granting_credit_never_owed_closes_its_channel) {
 }
 END_TEST
 
+/* A HELLO that breaks a rule, to the listener on a 2-loop server's address,
+ * which holds each connection until its HELLO to keep or redirect it: the
+ * connection is refused there (logged) before it is a channel, and the
+ * client never gets HELLO_ACK or REDIRECT. */
+START_TEST(ucx_bad_hello_to_a_held_connection_is_refused) {
+  weft_loop_group *gs = group_new_n("wu-srv", 2);
+  hostile_server hs = {0};
+  char uri[320];
+  weft_server *srv = th_server_bind(gs, "ucx://127.0.0.1:0", hostile_init, &hs,
+                                    uri, sizeof uri);
+  th_log_capture_start();
+  char arg[400];
+  snprintf(arg, sizeof arg, "flags %s", uri);
+  pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
+  bool logged = WAIT_UNTIL(
+      th_log_count("peer sent HELLO with unknown flags 0x80") == 1, 10000);
+  int wstatus;
+  ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
+  th_log_capture_stop();
+  ck_assert_msg(logged, "the refusal was not logged:\n%s", th_log_text());
+  ck_assert_int_eq(th_log_count("refusing the connection"), 1);
+  ck_assert_msg(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,
+                "the liar got an answer (wait status 0x%x)", wstatus);
+  ck_assert_int_eq(atomic_load(&hs.accepted), 0); /* never a channel */
+  weft_server_close(srv);
+  group_end(gs);
+}
+END_TEST
+
 /* The other direction: a peer that announces a max_message of 1 KiB is
  * sent no larger message (weft takes the smaller of the two sides'). */
 START_TEST(ucx_sender_keeps_to_the_peers_max_message) {
@@ -1108,7 +1143,8 @@ Suite *weft_test_suite(void) {
                ucx_peer_sequence_far_ahead_closes_its_channel,
                ucx_peer_unknown_message_type_closes_its_channel,
                ucx_peer_granting_credit_never_owed_closes_its_channel,
-               ucx_sender_keeps_to_the_peers_max_message, NULL);
+               ucx_sender_keeps_to_the_peers_max_message,
+               ucx_bad_hello_to_a_held_connection_is_refused, NULL);
   suite_add_tcase(s, hostile);
   return s;
 }
