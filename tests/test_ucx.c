@@ -401,23 +401,30 @@ START_TEST(ucx_hung_peer_is_closed_by_keepalive) {
   th_sleep_ms(6 * HANG_KEEPALIVE_MS);
   ck_assert_int_eq(atomic_load(&r.inactive), 0);
 
+  th_log_capture_start();
   ck_assert_int_eq(kill(pid, SIGSTOP), 0);
   uint64_t t0 = th_now_ms();
   /* Noticed within UCX_KEEPALIVE_PROBES + 2 intervals of the last message;
    * the bound leaves room for a loaded machine. */
+  WAIT_UNTIL(th_log_count("keepalive") > 0, 10000);
+  uint64_t logged = th_now_ms() - t0;
   bool closed = WAIT_UNTIL(atomic_load(&r.inactive) == 1, 10000);
   uint64_t took = th_now_ms() - t0;
+  th_log_capture_stop();
   kill(pid, SIGKILL);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
   ck_assert_msg(closed, "the server kept the channel to a stopped peer");
   if (getenv("WEFT_TEST_VERBOSE") != NULL)
-    fprintf(stderr, "hung peer closed after %llu ms\n",
-            (unsigned long long)took);
+    fprintf(stderr,
+            "hung peer: keepalive logged after %llu ms, closed after "
+            "%llu ms\n",
+            (unsigned long long)logged, (unsigned long long)took);
   ck_assert_uint_ge(took, (UCX_KEEPALIVE_PROBES)*HANG_KEEPALIVE_MS / 2);
   ck_assert_int_eq(atomic_load(&r.exceptions), 1);
   ck_assert_msg(atomic_load(&r.last_err) == WEFT_ETIMEDOUT, "server saw %s",
                 weft_err_name(atomic_load(&r.last_err)));
+  ck_assert_int_eq(th_log_count("PINGs unanswered"), 1);
   weft_server_close(srv);
   group_end(gs);
 }
