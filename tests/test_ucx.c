@@ -390,6 +390,9 @@ START_TEST(ucx_hung_peer_is_closed_by_keepalive) {
   ck_assert_msg(weft_transport_config_set("ucx", "keepalive_ms", "200", why,
                                           sizeof why) == 0,
                 "%s", why);
+  /* Captured from before the loops start to after they stop: the log
+   * handler is set while no loop thread can read it. */
+  th_log_capture_start();
   weft_loop_group *gs = group_new("wu-srv");
   reader r = {0};
   char uri[320];
@@ -401,7 +404,6 @@ START_TEST(ucx_hung_peer_is_closed_by_keepalive) {
   th_sleep_ms(6 * HANG_KEEPALIVE_MS);
   ck_assert_int_eq(atomic_load(&r.inactive), 0);
 
-  th_log_capture_start();
   ck_assert_int_eq(kill(pid, SIGSTOP), 0);
   uint64_t t0 = th_now_ms();
   /* Noticed within UCX_KEEPALIVE_PROBES + 2 intervals of the last message;
@@ -410,7 +412,6 @@ START_TEST(ucx_hung_peer_is_closed_by_keepalive) {
   uint64_t logged = th_now_ms() - t0;
   bool closed = WAIT_UNTIL(atomic_load(&r.inactive) == 1, 10000);
   uint64_t took = th_now_ms() - t0;
-  th_log_capture_stop();
   kill(pid, SIGKILL);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
@@ -427,6 +428,7 @@ START_TEST(ucx_hung_peer_is_closed_by_keepalive) {
   ck_assert_int_eq(th_log_count("PINGs unanswered"), 1);
   weft_server_close(srv);
   group_end(gs);
+  th_log_capture_stop();
 }
 END_TEST
 
@@ -1064,12 +1066,12 @@ END_TEST
  * connection is refused there (logged) before it is a channel, and the
  * client never gets HELLO_ACK or REDIRECT. */
 START_TEST(ucx_bad_hello_to_a_held_connection_is_refused) {
+  th_log_capture_start(); /* before the loops start (the handler is global) */
   weft_loop_group *gs = group_new_n("wu-srv", 2);
   hostile_server hs = {0};
   char uri[320];
   weft_server *srv = th_server_bind(gs, "ucx://127.0.0.1:0", hostile_init, &hs,
                                     uri, sizeof uri);
-  th_log_capture_start();
   char arg[400];
   snprintf(arg, sizeof arg, "flags %s", uri);
   pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
@@ -1077,7 +1079,6 @@ START_TEST(ucx_bad_hello_to_a_held_connection_is_refused) {
       th_log_count("peer sent HELLO with unknown flags 0x80") == 1, 10000);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
-  th_log_capture_stop();
   ck_assert_msg(logged, "the refusal was not logged:\n%s", th_log_text());
   ck_assert_int_eq(th_log_count("refusing the connection"), 1);
   ck_assert_msg(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0,
@@ -1085,6 +1086,7 @@ START_TEST(ucx_bad_hello_to_a_held_connection_is_refused) {
   ck_assert_int_eq(atomic_load(&hs.accepted), 0); /* never a channel */
   weft_server_close(srv);
   group_end(gs);
+  th_log_capture_stop();
 }
 END_TEST
 
