@@ -362,17 +362,17 @@ static void ucx_close(weft_channel *ch) {
 
 /* ---- the loop's tick: keepalive, lingering eps, held connections ---- */
 
-/* Closes channel `uc`, which heard nothing from its peer for
- * UCX_KEEPALIVE_PROBES intervals after its first PING. From the tick. */
-static void keepalive_expired(ucx_channel *uc) {
-  unsigned ms = (UCX_KEEPALIVE_PROBES + 1) * uc->tl->cfg.keepalive_ms;
+/* Closes channel `uc`, which heard nothing from its peer for `probes`
+ * intervals after its first PING. From the tick. */
+static void keepalive_expired(ucx_channel *uc, unsigned probes) {
+  unsigned ms = (probes + 1) * uc->tl->cfg.keepalive_ms;
   char peer[64] = "?", reason[160];
   if (weft_channel_remote_address(uc->ch, peer, sizeof peer) < 0)
     snprintf(peer, sizeof peer, "?");
   snprintf(reason, sizeof reason,
            "ucx: no message from the peer for %u ms (keepalive: %u PINGs "
            "unanswered)",
-           ms, UCX_KEEPALIVE_PROBES);
+           ms, probes);
   weft_log(WEFT_LOG_WARN, "%s; closing the channel to %s", reason, peer);
   weft_channel *ch = uc->ch;
   weft_channel_retain(ch);
@@ -382,10 +382,12 @@ static void keepalive_expired(ucx_channel *uc) {
 
 /* One keepalive tick over the loop's channels: a channel that heard
  * something since the last tick starts over; one that did not sends PING,
- * and closes after UCX_KEEPALIVE_PROBES silent ticks more. So a peer that
- * died or hangs is noticed within UCX_KEEPALIVE_PROBES + 2 intervals of
- * its last message. The table is read afresh each step: a close runs user
- * handlers, which may open or close channels. */
+ * and closes after UCX_KEEPALIVE_PROBES silent ticks more
+ * (UCX_KEEPALIVE_BUSY_PROBES while data it sent is not credited back). So
+ * a peer that died or hangs is noticed within UCX_KEEPALIVE_PROBES + 2
+ * intervals of its last message (idle) or BUSY_PROBES + 2. The table is read
+ * afresh each step: a close runs user handlers, which may open or close
+ * channels. */
 static void keepalive(ucx_loop *tl) {
   for (uint32_t i = 0; i < tl->n_slots; i++) {
     ucx_channel *uc = tl->slots[i].uc;
@@ -397,8 +399,12 @@ static void keepalive(ucx_loop *tl) {
       uc->silent = 0;
       continue;
     }
-    if (++uc->silent > UCX_KEEPALIVE_PROBES) {
-      keepalive_expired(uc);
+    /* With our data in flight the peer's answer may wait behind its own
+     * data in UCX: a longer allowance before a busy channel is judged. */
+    unsigned probes = uc->w.send_unacked > 0 ? UCX_KEEPALIVE_BUSY_PROBES
+                                             : UCX_KEEPALIVE_PROBES;
+    if (++uc->silent > probes) {
+      keepalive_expired(uc, probes);
       continue;
     }
     int err = weft__ucx_send_ctrl(uc, UMSG_PING, 0);

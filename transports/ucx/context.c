@@ -229,7 +229,7 @@ const weft_transport_key weft__ucx_keys[] = {
     {"max_message", "65536", "bytes per message, 1024 .. 2^26"},
     {"error_mode", "peer", "peer or none"},
     {"spread", "on", "on (a server's connections go to all its loops) or off"},
-    {"keepalive_ms", "2000",
-     "ms between PINGs of a silent channel (closed after 3 more), 10 .. "
-     "3600000, or 0 (off)"},
+    {"keepalive_ms", "5000",
+     "ms between PINGs of a silent channel (closed after 3 more, 12 with "
+     "data in flight), 10 .. 3600000, or 0 (off)"},
     {NULL, NULL, NULL}};

@@ -66,7 +66,8 @@
  *              after the last byte.
  *   PING, PONG keepalive: a channel that heard nothing for keepalive_ms
  *              sends PING, which the peer answers with PONG; one that hears
- *              nothing for UCX_KEEPALIVE_PROBES more intervals closes.
+ *              nothing for UCX_KEEPALIVE_PROBES more intervals
+ *              (UCX_KEEPALIVE_BUSY_PROBES with data in flight) closes.
  *
  * Order: AMs on one ep are handled in send order, but the data of a
  * rendezvous message arrives later (ucp_am_recv_data_nbx), so every DATA and
@@ -179,10 +180,15 @@
 #define UCX_ROUTES 32u
 /* Keepalive: the default interval, its limits, and the intervals after a
  * PING without any message from the peer before the channel closes. */
-#define UCX_DEFAULT_KEEPALIVE_MS 2000u
+#define UCX_DEFAULT_KEEPALIVE_MS 5000u
 #define UCX_KEEPALIVE_MIN_MS 10u
 #define UCX_KEEPALIVE_MAX_MS 3600000u
 #define UCX_KEEPALIVE_PROBES 3u
+/* The same for a channel with data of its own in flight (sent, not yet
+ * credited back): the peer's PONG then waits behind the peer's own data in
+ * UCX, and a loaded peer (a sanitizer build with 100 busy channels on a
+ * loop) was seen silent for over 8 s while alive. */
+#define UCX_KEEPALIVE_BUSY_PROBES 12u
 /* The housekeeping tick (lingering eps, redirects) without keepalive. */
 #define UCX_TICK_MS 1000u
 #define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
