@@ -83,9 +83,9 @@ typedef struct weft__limits {
   size_t output_limit;      /* bytes; 0 = none */
   uint64_t idle_timeout_ns; /* 0 = never */
   weft_timer idle_timer;    /* ticks every idle_timeout_ns / 4 */
-  uint32_t reads;           /* channel_read events so far (wraps) */
-  uint32_t reads_seen;      /* `reads` at the last idle tick */
-  uint8_t idle_ticks;       /* ticks in a row without a read */
+  uint32_t activity;        /* reads and sends so far (wraps) */
+  uint32_t activity_seen;   /* `activity` at the last idle tick */
+  uint8_t idle_ticks;       /* ticks in a row without either */
   weft__conn_count *count;  /* the server's share, if it holds one */
   bool counted;             /* counted in count->live */
 } weft__limits;

@@ -10,7 +10,14 @@
  * (busy_poll_us from the configuration: -c FILE, WEFT_LOOP_BUSY_POLL_US,
  * -o loop.busy_poll_us=N, the default 20). Without -S: raw-busy,
  * raw-block, and the configuration's transport ([transport] name) at its
- * window and at 0.
+ * window and at 0. `+tls` after the transport (`tcp+tls:20`) puts the TLS
+ * handler (weft/tls.h) first in both ends' pipelines, with the
+ * certificates of --tls-certs DIR (as tests/tls/make-certs.sh makes them:
+ * ca.pem, server.pem, server.key; the client checks the chain and the
+ * name "localhost"); a connection counts as up once its handshake
+ * completed, and the first one's protocol and cipher go to stderr (and
+ * whether the kernel encrypts: --tls-ktls asks for kTLS, weft/tls.h's
+ * ktls, which falls back to user-space records with a log line).
  *
  * Patterns (-p, comma list; default all), one file each or per family:
  *   pingpong  one message in flight; every round trip recorded: p50, p90,
@@ -82,6 +89,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -122,6 +130,7 @@ typedef struct bench_config {
   char transport[16];
   int busy_poll_us;
   bool raw, busy; /* raw: busy = spin */
+  bool tls;       /* weft with the TLS handler first at both ends */
   session *s;
 } bench_config;
 
@@ -154,6 +163,8 @@ typedef struct bench_opts {
   bool progress, quiet;
   char excludes[BENCH_MAX_CONFIGS][32]; /* -x TRANSPORT:PATTERN */
   int n_excludes;
+  const char *tls_certs; /* --tls-certs DIR, for the +tls setups */
+  bool tls_ktls;         /* --tls-ktls: ktls = on in both TLS contexts */
 } bench_opts;
 
 /** The options: set by bench_main.c, read everywhere after. */
@@ -189,6 +200,8 @@ struct session {
   weft_server *srv;
   char uri[300];
   pid_t server_pid; /* ucx in one-process mode: the server's own process */
+  weft_tls_context *tls_server, *tls_client; /* +tls setups, else NULL */
+  atomic_bool tls_told; /* the first handshake's cipher was printed */
 };
 
 /* ---- the phases of a timed measurement ---- */
@@ -226,6 +239,7 @@ struct wrun {
   const bench_pattern *pat;
   weft_loop *loop;
   const char *uri;
+  session *s;
   wconn *c;
   int n;
   uint64_t unit; /* stream: the hello's unit */
@@ -346,7 +360,8 @@ void bench_opts_configs(const char *const *specs, int n,
                         const weft_config *cfg);
 
 /** False when a number is out of range (say usage); fails on a role
- * without one configuration or a port. */
+ * without one configuration or a port, or a +tls setup without
+ * --tls-certs. */
 bool bench_opts_check(void);
 
 /* ---- bench_session.c ---- */
@@ -363,7 +378,8 @@ void bench_session_stop(bench_config *cf);
  * connection after the hello, until the listener shuts down. */
 void *bench_server_raw_main(void *arg);
 
-/** child_init of the weft server: the bench server handler. */
+/** child_init of the weft server (arg: its session): the TLS handler in
+ * a +tls setup, then the bench server handler. */
 void bench_server_weft_init(weft_channel *ch, void *arg);
 
 /* ---- bench_raw.c ---- */

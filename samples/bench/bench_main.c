@@ -24,9 +24,18 @@ static weft_cli cli = {
              "socket floors\nand [transport] name at its window and at 0.",
     .flags =
         "  -S, --setup SPEC        raw-busy | raw-block | "
-        "TRANSPORT[:BUSY_POLL_US]\n"
+        "TRANSPORT[+tls][:BUSY_POLL_US]\n"
         "                          (repeatable; e.g. -S raw-busy -S tcp:20 "
-        "-S uring:0)\n"
+        "-S uring:0;\n"
+        "                          +tls: the TLS handler first at both "
+        "ends)\n"
+        "  --tls-certs DIR         the +tls setups' certificates: ca.pem, "
+        "server.pem,\n"
+        "                          server.key (tests/tls/make-certs.sh DIR "
+        "makes them)\n"
+        "  --tls-ktls              +tls: ktls = on (the kernel encrypts "
+        "after a TLS 1.3\n"
+        "                          handshake on tcp, where it can)\n"
         "  -p LIST                 patterns: "
         "pingpong,stream,bidir,rate,connect,idle\n"
         "  -s LIST                 sizes, e.g. 16,256,4K,64K,1M (max 16M)\n"
@@ -54,6 +63,8 @@ static weft_cli cli = {
         "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
     .examples = "weft-bench -S raw-busy -S tcp:20 -S uring:20 -p pingpong -s "
                 "16,4K\n"
+                "weft-bench -S tcp:20 -S tcp+tls:20 --tls-certs /tmp/certs -p "
+                "pingpong,stream -s 16,1M\n"
                 "weft-bench -S ucx -p pingpong,rate -s 16 --rate 1x64 -o "
                 "transport.ucx.tls=tcp",
     .sections = sections};
@@ -80,6 +91,8 @@ enum {
   OPT_MD,
   OPT_PROGRESS,
   OPT_NO_PROGRESS,
+  OPT_TLS_CERTS,
+  OPT_TLS_KTLS,
 };
 
 static const struct option long_opts[] = {
@@ -98,6 +111,8 @@ static const struct option long_opts[] = {
     {"md", required_argument, NULL, OPT_MD},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"tls-certs", required_argument, NULL, OPT_TLS_CERTS},
+    {"tls-ktls", no_argument, NULL, OPT_TLS_KTLS},
     {"setup", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -148,6 +163,12 @@ static void parse_long(int opt, char **argv) {
   case OPT_PROGRESS:
   case OPT_NO_PROGRESS:
     o->progress = opt == OPT_PROGRESS;
+    break;
+  case OPT_TLS_CERTS:
+    o->tls_certs = optarg;
+    break;
+  case OPT_TLS_KTLS:
+    o->tls_ktls = true;
     break;
   default:
     weft_cli_bad_option(&cli, opt, argv[optind - 1]);

@@ -4,11 +4,12 @@
  * client role, only the server's address. A weft session is a server loop
  * group (--server-loops loops, loop i on CPU 1+i) with the bench server
  * bound, and a client loop group (one loop, CPU 0); each role starts only
- * its side. In one-process mode a ucx session's server is another process
- * (this program with --role server, spawned and stopped here): UCX 1.13
- * can abort a process that opens and closes connections on several
- * workers at once (docs/transports/ucx.md, "Many workers in one
- * process"), which clients and a server in one process do.
+ * its side. A +tls session also holds a server and a client TLS context,
+ * from --tls-certs. In one-process mode a ucx session's server (without
+ * +tls) is another process (this program with --role server, spawned and
+ * stopped here): UCX 1.13 can abort a process that opens and closes
+ * connections on several workers at once (docs/transports/ucx.md, "Many
+ * workers in one process"), which clients and a server in one process do.
  * Server threads are named "wb<idx>s-..." so idle.c can find their CPU
  * time. Main thread. */
 
@@ -77,13 +78,38 @@ static weft_loop_group *group_new(const bench_config *cf, int cpu, int n,
   return g;
 }
 
+/* A TLS context of the +tls setups: the server's certificate, or the
+ * client's trust in the CA (and the name "localhost"). */
+static weft_tls_context *tls_context(weft_tls_mode mode) {
+  weft_tls_options o;
+  weft_tls_options_init(&o);
+  const char *d = bench_opt.tls_certs;
+  o.ktls = bench_opt.tls_ktls;
+  if (mode == WEFT_TLS_SERVER) {
+    snprintf(o.cert_file, sizeof o.cert_file, "%s/server.pem", d);
+    snprintf(o.key_file, sizeof o.key_file, "%s/server.key", d);
+  } else {
+    snprintf(o.ca_file, sizeof o.ca_file, "%s/ca.pem", d);
+    snprintf(o.server_name, sizeof o.server_name, "localhost");
+  }
+  weft_tls_context *c;
+  char err[300];
+  if (weft_tls_context_new(&c, mode, &o, err, sizeof err) < 0)
+    bench_fail("--tls-certs: %s", err);
+  return c;
+}
+
 static void weft_server_start(session *s) {
   char name[16];
   /* the loop's thread is "wb<idx>s-0", which the prefix matches */
   snprintf(name, sizeof name, "wb%ds", s->idx);
   s->sg = group_new(s->cf, 1, bench_opt.server_loops, name);
-  weft_server_bootstrap sb = {
-      .group = s->sg, .listen = s->uri, .child_init = bench_server_weft_init};
+  if (s->cf->tls)
+    s->tls_server = tls_context(WEFT_TLS_SERVER);
+  weft_server_bootstrap sb = {.group = s->sg,
+                              .listen = s->uri,
+                              .child_init = bench_server_weft_init,
+                              .child_init_arg = s};
   weft_channel_config_init(&sb.child_options);
   if (weft_server_bind(&s->srv, &sb) < 0 ||
       weft_server_address(s->srv, s->uri, sizeof s->uri) < 0)
@@ -132,9 +158,11 @@ static void weft_server_spawn(session *s) {
   s->uri[strcspn(s->uri, "\n")] = '\0';
 }
 
-/* Whether s's server runs in a process of its own (ucx, both roles). */
+/* Whether s's server runs in a process of its own (ucx without +tls, both
+ * roles; a +tls server would need the certificates passed on too). */
 static bool server_apart(const session *s) {
-  return bench_opt.role == ROLE_BOTH && strcmp(s->cf->transport, "ucx") == 0;
+  return bench_opt.role == ROLE_BOTH && !s->cf->tls &&
+         strcmp(s->cf->transport, "ucx") == 0;
 }
 
 static void weft_session_start(session *s) {
@@ -148,6 +176,8 @@ static void weft_session_start(session *s) {
     char name[16];
     snprintf(name, sizeof name, "wb%dc", s->idx);
     s->cg = group_new(s->cf, 0, 1, name);
+    if (s->cf->tls)
+      s->tls_client = tls_context(WEFT_TLS_CLIENT);
   }
 }
 
@@ -169,6 +199,8 @@ static void weft_session_stop(session *s) {
     int st;
     waitpid(s->server_pid, &st, 0);
   }
+  weft_tls_context_release(s->tls_server);
+  weft_tls_context_release(s->tls_client);
 }
 
 void bench_session_start(bench_config *cf, int idx) {

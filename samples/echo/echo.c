@@ -284,9 +284,6 @@ static int run_client(weft_loop_group *group, const weft_config *cfg,
 
 /* ---- main ---- */
 
-static volatile sig_atomic_t stop_signal;
-static void on_signal(int sig) { stop_signal = sig; }
-
 int main(int argc, char **argv) {
   weft_config cfg;
   echo_opts opts;
@@ -300,6 +297,15 @@ int main(int argc, char **argv) {
     weft_cli_usage_error(&cli, "unknown mode '%s'", mode);
     return 2;
   }
+  /* SIGINT and SIGTERM end the server: blocked before the loops start, so
+   * their threads inherit the mask, and taken by sigwait below. A handler
+   * with pause() would miss a signal delivered to a loop thread. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  if (server)
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
   weft_loop_group *group;
   int rc = weft_loop_group_new(&group, &cfg.loop);
   if (rc == 0)
@@ -322,10 +328,9 @@ int main(int argc, char **argv) {
     weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri);
   }
   if (server) {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    while (!stop_signal)
-      pause();
+    int sig;
+    while (sigwait(&stop, &sig) != 0)
+      ;
   } else {
     rc = run_client(group, &cfg, &opts, uri);
   }
