@@ -117,7 +117,14 @@ struct weft_listener {
   weft_loop *loop;
   weft_server *server;
   void *priv;
-  bool accept_local; /* adopt on `loop`, not round-robin */
+  int index;               /* among its server's listeners; 0: the server's own
+                              address, on loop 0 */
+  bool accept_local;       /* adopt on `loop`, not round-robin (a listener per
+                              loop: WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP) */
+  char address[280];       /* bound address (listen_address), set once at bind,
+                              published by the server's n_bound */
+  uint64_t refused;        /* refused since the last log line; its loop */
+  uint64_t refused_log_ns; /* when that line was written */
 };
 
 /**
