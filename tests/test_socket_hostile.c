@@ -559,12 +559,8 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
 END_TEST
 
 Suite *weft_test_suite(void) {
+  th_require_transport(); /* exits as skipped where it cannot run */
   Suite *s = suite_create("hostile");
-  char why[256] = "";
-  if (weft_transport_find(th_transport_name(), why, sizeof why) == NULL) {
-    printf("SKIP: %s\n", why);
-    return s;
-  }
   TCase *tc = tcase_create("hostile");
   tcase_set_timeout(tc, 60);
   th_add_tests(tc, hostile_stop_with_unsent_output_joins_clean,

@@ -3,7 +3,8 @@
  * buffer, zero-copy sends, and the probe's message and the tcp fallback
  * when io_uring is blocked (a seccomp filter in a child process).
  *
- * Each test skips (prints SKIP) where io_uring cannot run on the host. */
+ * Each test is recorded as skipped (th_skip) where io_uring cannot run on
+ * the host. */
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -35,11 +36,13 @@
 
 #define MIB (1024u * 1024u)
 
-static bool uring_runs_here(void) {
+/* False, with the check `check` recorded as skipped, where io_uring
+ * cannot run on this host. */
+static bool uring_runs_here(const char *check) {
   char why[256] = "";
   if (weft_transport_find("uring", why, sizeof why) != NULL)
     return true;
-  fprintf(stderr, "SKIP: io_uring cannot run here: %s\n", why);
+  th_skip(check, "io_uring cannot run here: %s", why);
   return false;
 }
 
@@ -194,7 +197,7 @@ static int raw_connect(uint16_t port) {
 START_TEST(uring_recv_holding_every_buffer_loses_no_byte) {
   setenv("WEFT_TRANSPORT_URING_BUF_COUNT", "8", 1);
   setenv("WEFT_TRANSPORT_URING_BUF_SIZE", "4096", 1);
-  if (!uring_runs_here())
+  if (!uring_runs_here(__func__))
     return;
   enum { TOTAL = 4 * MIB, CHUNK = 1000 }; /* odd size: slots fill unevenly */
   sink *s = calloc(1, sizeof *s);
@@ -258,7 +261,7 @@ static void echo_round_trip(server *sv, size_t total) {
 
 START_TEST(uring_send_zc_above_threshold_keeps_order) {
   setenv("WEFT_TRANSPORT_URING_SEND_ZC_MIN", "1024", 1);
-  if (!uring_runs_here())
+  if (!uring_runs_here(__func__))
     return;
   sink *s = calloc(1, sizeof *s);
   ck_assert_ptr_nonnull(s);
@@ -353,7 +356,7 @@ static int run_child(int (*fn)(void)) {
 START_TEST(uring_probe_blocked_by_seccomp_names_cause_and_tcp) {
   int rc = run_child(child_blocked);
   if (rc == CHILD_NO_SECCOMP) {
-    fprintf(stderr, "SKIP: cannot install a seccomp filter here\n");
+    th_skip(__func__, "cannot install a seccomp filter here");
     return;
   }
   ck_assert_int_eq(rc, CHILD_OK);
@@ -363,7 +366,7 @@ END_TEST
 START_TEST(uring_fallback_env_runs_over_tcp_when_blocked) {
   int rc = run_child(child_fallback);
   if (rc == CHILD_NO_SECCOMP) {
-    fprintf(stderr, "SKIP: cannot install a seccomp filter here\n");
+    th_skip(__func__, "cannot install a seccomp filter here");
     return;
   }
   ck_assert_int_eq(rc, CHILD_OK);

@@ -79,7 +79,7 @@ static void no_init(weft_channel *ch, void *arg) {
 START_TEST(verbs_start_without_device_names_the_cause) {
   char why[256] = "";
   if (have_verbs(why, sizeof why)) {
-    printf("SKIP: %s: an RDMA device is present\n", __func__);
+    th_skip(__func__, "an RDMA device is present");
     return;
   }
   ck_assert_msg(strstr(why, "no RDMA device found") != NULL ||
@@ -239,7 +239,7 @@ static void store_status(weft_channel *ch, int status, void *arg) {
 START_TEST(verbs_slow_receiver_loses_nothing) {
   char why[256] = "";
   if (!have_verbs(why, sizeof why)) {
-    printf("SKIP: %s: %s\n", __func__, why);
+    th_skip(__func__, "%s", why);
     return;
   }
   slow_server s;
@@ -389,7 +389,7 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     close(pfd[1]);
-    printf("SKIP: %s: %s\n", __func__, why);
+    th_skip(__func__, "%s", why);
     return;
   }
   survivor s;
@@ -721,7 +721,7 @@ static void ping_ok(hostile *h) {
 static bool hostile_start(hostile *h, const char *name) {
   char why[256] = "";
   if (!have_verbs(why, sizeof why)) {
-    printf("SKIP: %s: %s\n", name, why);
+    th_skip(name, "%s", why);
     return false;
   }
   memset(h, 0, sizeof *h);
