@@ -16,6 +16,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       libssl-dev openssl
       # the benchmarks' peers and charts (scripts/bench*.sh)
       redis-server gnuplot-nox
+      # socket writes counted by scripts/bench-tls.sh
+      strace
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers)

@@ -10,7 +10,14 @@
  * (busy_poll_us from the configuration: -c FILE, WEFT_LOOP_BUSY_POLL_US,
  * -o loop.busy_poll_us=N, the default 20). Without -S: raw-busy,
  * raw-block, and the configuration's transport ([transport] name) at its
- * window and at 0.
+ * window and at 0. `+tls` after the transport (`tcp+tls:20`) puts the TLS
+ * handler (weft/tls.h) first in both ends' pipelines, with the
+ * certificates of --tls-certs DIR (as tests/tls/make-certs.sh makes them:
+ * ca.pem, server.pem, server.key; the client checks the chain and the
+ * name "localhost"); a connection counts as up once its handshake
+ * completed, and the first one's protocol and cipher go to stderr (and
+ * whether the kernel encrypts: --tls-ktls asks for kTLS, weft/tls.h's
+ * ktls, which falls back to user-space records with a log line).
  *
  * Patterns (-p, comma list; default all), one file each or per family:
  *   pingpong  one message in flight; every round trip recorded: p50, p90,
@@ -24,7 +31,9 @@
  *   rate      echo, N connections x M messages in flight (--rate 1x64,4x16)
  *             of --rate-size bytes (16): messages per second     (echo.c)
  *   connect   connect, a 16 B hello, the server closes, the client sees
- *             EOF; one at a time: connections per second      (connect.c)
+ *             EOF; one at a time: connections per second, and the connect
+ *             latency (connect to channel_active; raw: connect() returned)
+ *             p50 ... max                                     (connect.c)
  *   idle      --idle-conns (100) connections doing nothing for
  *             --idle-seconds (3): the server's CPU time, % of one core
  *                                                                (idle.c)
@@ -80,6 +89,7 @@
 
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,6 +131,7 @@ typedef struct bench_config {
   int busy_poll_us;
   bool busy_poll_adaptive; /* [loop] busy_poll_adaptive, for weft setups */
   bool raw, busy;          /* raw: busy = spin */
+  bool tls;                /* weft with the TLS handler first at both ends */
   session *s;
 } bench_config;
 
@@ -144,6 +155,7 @@ typedef struct bench_opts {
   double seconds, warm_seconds;
   int idle_conns;
   double idle_seconds;
+  int server_loops; /* loops of the weft server's group (--server-loops) */
   enum bench_role role;
   char host[64];
   int port;
@@ -152,6 +164,8 @@ typedef struct bench_opts {
   bool progress, quiet;
   char excludes[BENCH_MAX_CONFIGS][32]; /* -x TRANSPORT:PATTERN */
   int n_excludes;
+  const char *tls_certs; /* --tls-certs DIR, for the +tls setups */
+  bool tls_ktls;         /* --tls-ktls: ktls = on in both TLS contexts */
 } bench_opts;
 
 /** The options: set by bench_main.c, read everywhere after. */
@@ -186,6 +200,9 @@ struct session {
   weft_loop_group *sg, *cg;
   weft_server *srv;
   char uri[300];
+  pid_t server_pid; /* ucx in one-process mode: the server's own process */
+  weft_tls_context *tls_server, *tls_client; /* +tls setups, else NULL */
+  atomic_bool tls_told; /* the first handshake's cipher was printed */
 };
 
 /* ---- the phases of a timed measurement ---- */
@@ -208,13 +225,14 @@ typedef struct wconn {
   wrun *run;
   weft_ctx *ctx;
   weft_channel *ch;
-  size_t got;       /* bytes of the current reply / partial message */
-  long outstanding; /* echo: messages in flight */
-  uint64_t sent;    /* stream: payload bytes written */
-  uint64_t units;   /* stream: answers received */
-  bool gone;        /* closed (counted in run->closed) */
-  bool pumping;     /* stream: in stream_pump */
-  bool queued;      /* stream: a stream_pump_task is queued */
+  uint64_t t_connect; /* when its connect was asked for (connect latency) */
+  size_t got;         /* bytes of the current reply / partial message */
+  long outstanding;   /* echo: messages in flight */
+  uint64_t sent;      /* stream: payload bytes written */
+  uint64_t units;     /* stream: answers received */
+  bool gone;          /* closed (counted in run->closed) */
+  bool pumping;       /* stream: in stream_pump */
+  bool queued;        /* stream: a stream_pump_task is queued */
 } wconn;
 
 struct wrun {
@@ -222,6 +240,7 @@ struct wrun {
   const bench_pattern *pat;
   weft_loop *loop;
   const char *uri;
+  session *s;
   wconn *c;
   int n;
   uint64_t unit; /* stream: the hello's unit */
@@ -230,7 +249,9 @@ struct wrun {
   uint64_t msgs;          /* echo: messages echoed while measuring */
   uint64_t units, units0; /* stream: answers, and at the start */
   uint64_t count;         /* connect: connections measured */
-  uint64_t *rtt;          /* pingpong: round trips (freed with the run) */
+  uint64_t *rtt;          /* pingpong: round trips; connect: connect
+                             latencies (freed with the run) */
+  size_t n_rtt, cap_rtt;  /* connect: latencies recorded, room */
   long i;                 /* pingpong: round trip number, from -warm */
   uint64_t tsend;         /* pingpong: when the message went */
   int error;
@@ -258,6 +279,8 @@ struct bench_pattern {
   void (*prepare)(wrun *r);
   /** Main thread: starts connecting (NULL: all connections at once). */
   void (*begin)(wrun *r);
+  /** Connection c is active, its hello sent (NULL: nothing). */
+  void (*active)(wrun *r, wconn *c);
   /** Every connection is active and its hello sent (NULL: the
    * connections are not counted, so nothing starts there). */
   void (*start)(wrun *r);
@@ -339,7 +362,8 @@ void bench_opts_configs(const char *const *specs, int n,
                         const weft_config *cfg);
 
 /** False when a number is out of range (say usage); fails on a role
- * without one configuration or a port. */
+ * without one configuration or a port, or a +tls setup without
+ * --tls-certs. */
 bool bench_opts_check(void);
 
 /* ---- bench_session.c ---- */
@@ -356,7 +380,8 @@ void bench_session_stop(bench_config *cf);
  * connection after the hello, until the listener shuts down. */
 void *bench_server_raw_main(void *arg);
 
-/** child_init of the weft server: the bench server handler. */
+/** child_init of the weft server (arg: its session): the TLS handler in
+ * a +tls setup, then the bench server handler. */
 void bench_server_weft_init(weft_channel *ch, void *arg);
 
 /* ---- bench_raw.c ---- */

@@ -5,7 +5,9 @@
  * happens on them: every connection active, reads, writability, closes.
  * The pattern ends the run with bench_wrun_end (or fails it); the main
  * thread waits until every connection is gone, then until the loop has
- * run every task the run queued, and takes the result. */
+ * run every task the run queued, and takes the result. In a +tls setup
+ * the TLS handler comes first and a connection is up (the hello sent,
+ * counted) once its handshake completed. */
 
 #include <errno.h>
 #include <stdio.h>
@@ -88,23 +90,64 @@ static void write_hello(wconn *c, uint32_t mode, uint64_t unit) {
 
 /* ---- the handler ---- */
 
-static void client_active(weft_ctx *ctx) {
-  wconn *c = weft_ctx_state(ctx);
+/* The connection is up (with TLS: its handshake completed): the hello,
+ * then the pattern starts once all are. */
+static void client_up(weft_ctx *ctx, wconn *c) {
   wrun *r = c->run;
-  c->ctx = ctx;
-  /* held until inactive: bench_wrun_close_all closes channels outside
-   * their own callbacks, where only a reference keeps them alive */
-  c->ch = weft_channel_retain(weft_ctx_channel(ctx));
   if (r->ph.phase == PH_DONE) { /* the run failed while this one connected */
     weft_ctx_close(ctx, WEFT_PROMISE_NONE);
     return;
   }
   write_hello(c, r->pat->server_mode, r->unit);
   weft_ctx_flush(ctx);
+  if (r->pat->active != NULL)
+    r->pat->active(r, c);
   if (r->pat->start != NULL && ++r->connected == r->n) {
     bench_phases_start(&r->ph, bench_now_ns());
     r->pat->start(r);
   }
+}
+
+static void client_active(weft_ctx *ctx) {
+  wconn *c = weft_ctx_state(ctx);
+  c->ctx = ctx;
+  /* held until inactive: bench_wrun_close_all closes channels outside
+   * their own callbacks, where only a reference keeps them alive */
+  c->ch = weft_channel_retain(weft_ctx_channel(ctx));
+  if (c->run->s->tls_client == NULL)
+    client_up(ctx, c);
+}
+
+/* Prints the first TLS session's protocol and cipher of a setup. */
+static void tell_cipher(wrun *r, weft_channel *ch) {
+  weft_tls_info info;
+  if (atomic_exchange(&r->s->tls_told, true) ||
+      weft_tls_info_get(ch, &info) < 0)
+    return;
+  fprintf(stderr, "weft-bench: %s: TLS %s, cipher %s, %s\n", r->s->cf->label,
+          info.protocol != NULL ? info.protocol : "?",
+          info.cipher != NULL ? info.cipher : "?",
+          info.ktls_tx ? "kTLS TX" : "user-space records");
+}
+
+/* TLS: the handshake's outcome. A failure's reason is printed and the run
+ * fails with it; the TLS handler closes the channel. */
+static void client_event(weft_ctx *ctx, void *event) {
+  wconn *c = weft_ctx_state(ctx);
+  if (weft_msg_is(event, &weft_tls_event_type)) {
+    const weft_tls_event *ev = event;
+    if (ev->kind == WEFT_TLS_HANDSHAKE_DONE) {
+      tell_cipher(c->run, weft_ctx_channel(ctx));
+      client_up(ctx, c);
+    } else if (ev->kind == WEFT_TLS_HANDSHAKE_FAILED &&
+               c->run->ph.phase != PH_DONE) {
+      /* the first failure of a run says why (the certificate, the CA) */
+      fprintf(stderr, "weft-bench: %s: %s\n", c->run->s->cf->label,
+              ev->reason != NULL ? ev->reason : "TLS handshake failed");
+      bench_wrun_fail(c->run, ev->status < 0 ? ev->status : WEFT_EPROTO);
+    }
+  }
+  weft_ctx_fire_user_event(ctx, event);
 }
 
 static void client_read(weft_ctx *ctx, void *msg) {
@@ -165,11 +208,18 @@ static const weft_handler client_handler = {
     .channel_inactive = client_inactive,
     .channel_read = client_read,
     .writability_changed = client_writability,
+    .user_event = client_event,
     .exception_caught = client_exception};
 
 static void client_init(weft_channel *ch, void *arg) {
-  weft_pipeline_add_last(weft_channel_pipeline(ch), "bench-client",
-                         &client_handler, arg);
+  wconn *c = arg;
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  if (c->run->s->tls_client != NULL &&
+      weft_tls_add_first(p, c->run->s->tls_client, NULL) < 0) {
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
+  weft_pipeline_add_last(p, "bench-client", &client_handler, arg);
 }
 
 static void on_connect(weft_channel *ch, int status, void *arg) {
@@ -185,6 +235,7 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
 }
 
 int bench_wconn_connect(wrun *r, wconn *c) {
+  c->t_connect = bench_now_ns();
   weft_bootstrap b = {.loop = r->loop,
                       .connect = r->uri,
                       .init = client_init,
@@ -202,6 +253,7 @@ static void run_init(wrun *r, session *s, const point *pt) {
               .pat = bench_patterns[pt->pattern],
               .loop = weft_loop_group_get(s->cg, 0),
               .uri = s->uri,
+              .s = s,
               .n = pt->conns, /* 1 for connect: one at a time */
               .ph.phase = PH_WARM};
   pthread_mutex_init(&r->mu, NULL);

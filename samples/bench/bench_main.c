@@ -24,9 +24,18 @@ static weft_cli cli = {
              "socket floors\nand [transport] name at its window and at 0.",
     .flags =
         "  -S, --setup SPEC        raw-busy | raw-block | "
-        "TRANSPORT[:BUSY_POLL_US]\n"
+        "TRANSPORT[+tls][:BUSY_POLL_US]\n"
         "                          (repeatable; e.g. -S raw-busy -S tcp:20 "
-        "-S uring:0)\n"
+        "-S uring:0;\n"
+        "                          +tls: the TLS handler first at both "
+        "ends)\n"
+        "  --tls-certs DIR         the +tls setups' certificates: ca.pem, "
+        "server.pem,\n"
+        "                          server.key (tests/tls/make-certs.sh DIR "
+        "makes them)\n"
+        "  --tls-ktls              +tls: ktls = on (the kernel encrypts "
+        "after a TLS 1.3\n"
+        "                          handshake on tcp, where it can)\n"
         "  -p LIST                 patterns: "
         "pingpong,stream,bidir,rate,connect,idle\n"
         "  -s LIST                 sizes, e.g. 16,256,4K,64K,1M (max 16M)\n"
@@ -44,6 +53,8 @@ static weft_cli cli = {
         "  --rate-size N           message size of the rate pattern (16)\n"
         "  --idle-conns N          connections of the idle pattern (100)\n"
         "  --idle-seconds S        idle time of the idle pattern (3)\n"
+        "  --server-loops N        loops of the weft server (1; loop i on CPU "
+        "1+i)\n"
         "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
         "  --server-pid PID        client role: the server process, for "
         "idle CPU\n"
@@ -52,6 +63,8 @@ static weft_cli cli = {
         "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
     .examples = "weft-bench -S raw-busy -S tcp:20 -S uring:20 -p pingpong -s "
                 "16,4K\n"
+                "weft-bench -S tcp:20 -S tcp+tls:20 --tls-certs /tmp/certs -p "
+                "pingpong,stream -s 16,1M\n"
                 "weft-bench -S ucx -p pingpong,rate -s 16 --rate 1x64 -o "
                 "transport.ucx.tls=tcp",
     .sections = sections};
@@ -68,6 +81,7 @@ enum {
   OPT_RATE_SIZE,
   OPT_IDLE_CONNS,
   OPT_IDLE_SECONDS,
+  OPT_SERVER_LOOPS,
   OPT_ROLE,
   OPT_HOST,
   OPT_PORT,
@@ -77,6 +91,8 @@ enum {
   OPT_MD,
   OPT_PROGRESS,
   OPT_NO_PROGRESS,
+  OPT_TLS_CERTS,
+  OPT_TLS_KTLS,
 };
 
 static const struct option long_opts[] = {
@@ -85,6 +101,7 @@ static const struct option long_opts[] = {
     {"rate-size", required_argument, NULL, OPT_RATE_SIZE},
     {"idle-conns", required_argument, NULL, OPT_IDLE_CONNS},
     {"idle-seconds", required_argument, NULL, OPT_IDLE_SECONDS},
+    {"server-loops", required_argument, NULL, OPT_SERVER_LOOPS},
     {"role", required_argument, NULL, OPT_ROLE},
     {"host", required_argument, NULL, OPT_HOST},
     {"port", required_argument, NULL, OPT_PORT},
@@ -94,6 +111,8 @@ static const struct option long_opts[] = {
     {"md", required_argument, NULL, OPT_MD},
     {"progress", no_argument, NULL, OPT_PROGRESS},
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+    {"tls-certs", required_argument, NULL, OPT_TLS_CERTS},
+    {"tls-ktls", no_argument, NULL, OPT_TLS_KTLS},
     {"setup", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -115,6 +134,9 @@ static void parse_long(int opt, char **argv) {
     break;
   case OPT_IDLE_SECONDS:
     o->idle_seconds = atof(optarg);
+    break;
+  case OPT_SERVER_LOOPS:
+    o->server_loops = atoi(optarg);
     break;
   case OPT_ROLE:
     if (!bench_opts_role(optarg))
@@ -141,6 +163,12 @@ static void parse_long(int opt, char **argv) {
   case OPT_PROGRESS:
   case OPT_NO_PROGRESS:
     o->progress = opt == OPT_PROGRESS;
+    break;
+  case OPT_TLS_CERTS:
+    o->tls_certs = optarg;
+    break;
+  case OPT_TLS_KTLS:
+    o->tls_ktls = true;
     break;
   default:
     weft_cli_bad_option(&cli, opt, argv[optind - 1]);

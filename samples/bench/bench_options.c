@@ -1,8 +1,9 @@
 /* bench_options.c: what weft-bench's options mean, apart from how the
  * command line spells them (bench_main.c): bench_opt and its defaults,
  * the comma lists (patterns, sizes, rate points), the configurations
- * (raw-busy, raw-block, TRANSPORT[:BUSY_POLL_US], or the weft config
- * file's), and the checks before the run. Main thread, before the run. */
+ * (raw-busy, raw-block, TRANSPORT[+tls][:BUSY_POLL_US], or the weft
+ * config file's), and the checks before the run. Main thread, before the
+ * run. */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ void bench_opts_defaults(void) {
   o->rate_size = 16;
   o->idle_conns = 100;
   o->idle_seconds = 3;
+  o->server_loops = 1;
   o->progress = isatty(STDERR_FILENO);
   snprintf(o->host, sizeof o->host, "127.0.0.1");
   for (int p = 0; p < P_N; p++)
@@ -134,15 +136,22 @@ static void add_config(const char *spec, int default_bp) {
   }
   const char *colon = strchr(spec, ':');
   size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
-  if (len == 0 || len >= sizeof cf->transport)
-    bench_fail("bad configuration %s", spec);
+  static const char tls[] = "+tls";
+  if (len > sizeof tls - 1 &&
+      memcmp(spec + len - (sizeof tls - 1), tls, sizeof tls - 1) == 0) {
+    cf->tls = true;
+    len -= sizeof tls - 1;
+  }
+  if (len == 0 || len >= sizeof cf->transport || memchr(spec, '+', len))
+    bench_fail("bad configuration %s (TRANSPORT[+tls][:BUSY_POLL_US])", spec);
   memcpy(cf->transport, spec, len);
   cf->busy_poll_us = colon ? atoi(colon + 1) : default_bp;
   if (cf->busy_poll_us < -1)
     bench_fail("bad busy-poll window in %s", spec);
   snprintf(cf->mode, sizeof cf->mode, "weft");
-  snprintf(cf->label, sizeof cf->label, "%s bp=%d", cf->transport,
-           cf->busy_poll_us);
+  char name[sizeof cf->transport + 4];
+  snprintf(name, sizeof name, "%s%s", cf->transport, cf->tls ? "+tls" : "");
+  snprintf(cf->label, sizeof cf->label, "%s bp=%d", name, cf->busy_poll_us);
 }
 
 /* No -S: the raw floors, and the config's transport at its window and 0. */
@@ -173,11 +182,17 @@ bool bench_opts_check(void) {
   if (o->reps < 1 || o->reps > BENCH_MAX_REPS || o->iters < 1 ||
       o->warmup < 0 || o->seconds <= 0 || o->warm_seconds < 0 ||
       o->idle_conns < 1 || o->idle_seconds <= 0 || o->port < 0 ||
-      o->port > 65535)
+      o->port > 65535 || o->server_loops < 1 || o->server_loops > 64)
     return false;
   if (o->role != ROLE_BOTH && o->n_configs != 1)
     bench_fail("%s", "--role server/client takes exactly one -S setup");
-  if (o->role != ROLE_BOTH && o->port == 0)
-    bench_fail("%s", "--role server/client needs --port");
+  /* a server may take any free port: it prints the one it got */
+  if (o->role == ROLE_CLIENT && o->port == 0)
+    bench_fail("%s", "--role client needs --port");
+  for (int i = 0; i < o->n_configs; i++)
+    if (o->configs[i].tls && o->tls_certs == NULL)
+      bench_fail("setup %s needs --tls-certs DIR (ca.pem, server.pem, "
+                 "server.key: tests/tls/make-certs.sh DIR makes them)",
+                 o->configs[i].label);
   return true;
 }

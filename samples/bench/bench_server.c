@@ -4,7 +4,8 @@
  * (SRV_SINK), or close at once (SRV_CLOSE). The raw server is an accept
  * thread and a thread per connection, pinned to CPU 1 (one recv, one send
  * per echo, no epoll); the weft server is a handler on the session's
- * server loop. bench_session.c starts both. */
+ * server loop, behind the TLS handler in a +tls setup. bench_session.c
+ * starts both. */
 
 #include <errno.h>
 #include <pthread.h>
@@ -192,9 +193,12 @@ static const weft_handler srv_handler = {.name = "bench-server",
                                              srv_read_complete};
 
 void bench_server_weft_init(weft_channel *ch, void *arg) {
-  (void)arg;
+  const session *ses = arg;
   srv_conn *s = calloc(1, sizeof *s);
   if (s == NULL ||
+      (ses->tls_server != NULL &&
+       weft_tls_add_first(weft_channel_pipeline(ch), ses->tls_server, NULL) <
+           0) ||
       weft_pipeline_add_last(weft_channel_pipeline(ch), "bench-server",
                              &srv_handler, s) < 0) {
     free(s);

@@ -115,7 +115,11 @@ static void stream_pump(wconn *c) {
   uint64_t budget = 0;
   while (budget < PUMP_BUDGET && stream_wants(c) &&
          weft_channel_is_writable(c->ch)) {
-    while (stream_wants(c) && weft_channel_is_writable(c->ch)) {
+    /* The budget bounds this loop too: a handler that queues writes
+     * without counting them against the watermarks (TLS while kTLS is
+     * being set up) keeps the channel writable. */
+    while (budget < PUMP_BUDGET && stream_wants(c) &&
+           weft_channel_is_writable(c->ch)) {
       bench_wconn_write_msg(c);
       c->sent += r->pt->size;
       budget += r->pt->size;

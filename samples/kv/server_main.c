@@ -10,6 +10,7 @@
  * SIGINT or SIGTERM stop it gracefully: the loops answer what they already
  * received, then close every connection.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,8 +22,8 @@
 #include "kv_config.h"
 #include "server.h"
 
-static const char *const sections[] = {"loop", "transport", "server", "kv",
-                                       NULL};
+static const char *const sections[] = {"loop", "transport", "server",
+                                       "kv",   "cluster",   NULL};
 
 static weft_cli cli = {
     .prog = "weft-kv-server",
@@ -82,8 +83,16 @@ static void print_loop_stats(weft_loop_group *group) {
   }
 }
 
-static volatile sig_atomic_t stop;
-static void on_signal(int sig) { stop = sig; }
+/* SIGINT and SIGTERM, blocked in every thread and taken by sigwait in
+ * main: a signal handler with pause() would miss the signal whenever the
+ * kernel hands it to a loop thread (strace makes that common), and the
+ * server would never stop. */
+static void block_stop_signals(sigset_t *set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, set, NULL);
+}
 
 int main(int argc, char **argv) {
   weft_config cfg;
@@ -91,6 +100,9 @@ int main(int argc, char **argv) {
   int c = configure(argc, argv, &cfg, &opts);
   if (c != 0)
     return c > 0 ? 0 : 2;
+  /* before any thread starts, so the loops inherit the mask */
+  sigset_t stop_signals;
+  block_stop_signals(&stop_signals);
   weft_loop_group *group;
   int rc = weft_loop_group_new(&group, &cfg.loop);
   if (rc == 0 && (rc = weft_loop_group_start(group)) < 0)
@@ -114,10 +126,9 @@ int main(int argc, char **argv) {
     for (int which = 0; which < KV_LISTENER_COUNT_; which++)
       if (kv_server_address(srv, which, a, sizeof a) == 0)
         fprintf(stderr, "weft-kv-server: %s on %s\n", names[which], a);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    while (!stop)
-      pause();
+    int sig;
+    while (sigwait(&stop_signals, &sig) != 0)
+      ;
     fprintf(stderr, "weft-kv-server: stopping\n");
     print_loop_stats(group);
   }
