@@ -336,6 +336,7 @@ void *weft__loop_thread(void *arg) {
     weft__selector_iteration(loop);
 
   loop_finish(loop);
+  weft__selector_finish(loop);
   atomic_store(&loop->state, WEFT__LOOP_FINISHED);
   current_loop = NULL;
   return NULL;

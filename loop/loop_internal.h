@@ -55,6 +55,9 @@ typedef struct weft__poll_window {
   uint64_t sample_ns; /* next preemption sample, at the earliest */
   uint64_t hold_ns;   /* no growth before (set by a preemption) */
   long nivcsw;        /* ru_nivcsw at the last sample */
+  int schedstat_fd;   /* /proc/thread-self/schedstat, or -1 */
+  uint64_t on_cpu_ns; /* its time on the CPU at the last sample */
+  uint64_t delay_ns;  /* its time waiting on a run queue, likewise */
   /* Tuning, set at creation (selector.c's WINDOW_SAMPLE_NS and
    * WINDOW_HOLD_NS); a test may change them before the loop starts. */
   uint64_t sample_period_ns; /* between preemption samples, at least */
@@ -204,6 +207,8 @@ void weft__selector_iteration(weft_loop *loop);
  * thread, before its first iteration.
  */
 void weft__selector_start(weft_loop *loop);
+/** Releases what weft__selector_start took; on the loop's thread. */
+void weft__selector_finish(weft_loop *loop);
 
 /**
  * Sets up the busy-poll window of a new loop: adaptive or fixed, the
