@@ -15,13 +15,22 @@ trap '"$launcher" stop "$hosts" -d "$dir" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
-base=$((20000 + RANDOM % 20000))
-{
-  echo "# three nodes on this machine"
-  for i in 0 1 2; do echo "127.0.0.1 $((base + i)) $((base + 100 + i))"; done
-} >"$hosts"
-"$launcher" start "$hosts" -s "$server" -d "$dir" >"$dir/start.out" 2>&1 ||
-  { cat "$dir/start.out"; fail "start"; exit 1; }
+# Ports below the kernel's ephemeral range (32768 up), where no client
+# socket holds one; another start on a fresh base if one is taken anyway.
+started=no
+for attempt in 1 2 3; do
+  base=$((20000 + RANDOM % 12000))
+  {
+    echo "# three nodes on this machine"
+    for i in 0 1 2; do echo "127.0.0.1 $((base + i)) $((base + 100 + i))"; done
+  } >"$hosts"
+  if "$launcher" start "$hosts" -s "$server" -d "$dir" >"$dir/start.out" 2>&1; then
+    started=yes
+    break
+  fi
+  grep -q -i "address already in use" "$dir/start.out" || break
+done
+[ $started = yes ] || { cat "$dir/start.out"; fail "start"; exit 1; }
 grep -q "node3 127.0.0.1:$((base + 2)) rpc=127.0.0.1:$((base + 102)) slots=10922-16383" "$dir/start.out" ||
   fail "start printed no node3 line: $(cat "$dir/start.out")"
 [ "$("$launcher" status "$hosts" -d "$dir" | grep -c ' up$')" = 3 ] || fail "status: not 3 up"

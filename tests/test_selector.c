@@ -768,7 +768,7 @@ struct twatch {
   _Atomic int calls;
   _Atomic uint32_t events;
   _Atomic uint64_t sleeps_at_last; /* the loop's sleeps at the last call */
-  unsigned work_ms;                /* the callback works this long */
+  _Atomic unsigned work_ms;        /* the callback works this long */
 };
 
 static void poison_watch_cb(weft_watcher *w, uint32_t events) {
