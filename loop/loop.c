@@ -330,9 +330,10 @@ void *weft__loop_thread(void *arg) {
   weft__selector_start(loop);
   atomic_store(&loop->state, WEFT__LOOP_RUNNING);
 
-  /* Relaxed: the stop request is also signalled through the eventfd, so a
-   * stale read costs at most one more iteration. */
-  while (!atomic_load_explicit(&loop->stop_requested, memory_order_relaxed))
+  /* Acquire: what the stopping thread did before weft_loop_group_stop
+   * happens before the loop's finish (close hooks, the last tasks). A stale
+   * read costs at most one more iteration: the eventfd wakes the loop. */
+  while (!atomic_load_explicit(&loop->stop_requested, memory_order_acquire))
     weft__selector_iteration(loop);
 
   loop_finish(loop);
