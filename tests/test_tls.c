@@ -1148,7 +1148,7 @@ static void hop(pair *p, bool to_server) {
  * takes over. A kTLS server has none (it sends no session tickets), but a
  * client does (its Finished): a server that never reads it must not let
  * the client's writes pile up without end. Past WEFT__TLS_KTLS_WAIT_MAX
- * (64 KiB) kTLS is given up and the writes go as user-space records, where
+ * (1 MiB) kTLS is given up and the writes go as user-space records, where
  * the channel's write limits count them. */
 START_TEST(embedded_ktls_wait_is_bounded) {
   weft_tls_context *c = ktls_ctx(WEFT_TLS_CLIENT), *s = server_ctx();
@@ -1161,7 +1161,7 @@ START_TEST(embedded_ktls_wait_is_bounded) {
   hop(&p, false); /* the server's flight; the client finishes */
   ck_assert_int_eq(atomic_load(&p.cw.hs_done), 1);
   th_log_capture_start();
-  enum { CHUNK = 4096, CHUNKS = 25 };
+  enum { CHUNK = 16384, CHUNKS = 80 }; /* 1.25 MiB */
   for (int i = 0; i < CHUNKS; i++)
     weft_channel_write_and_flush(cli_ch(&p),
                                  filled(weft_embedded_pool(p.cli), CHUNK, 'r'),
