@@ -72,6 +72,24 @@ static void config_apply(ucp_config_t *cfg, const char *name,
              ucs_status_string(st));
 }
 
+/* UCX lanes (UCX_TLS names, not weft transports) over which a server may
+ * spread its connections on UCX 1.13. */
+#define SPREAD_SAFE_LANES "self,tcp"
+
+/* Whether `t` is one of the comma-separated names of `list`. */
+static bool lane_in(const char *t, const char *list) {
+  size_t n = strlen(t);
+  for (const char *p = list;;) {
+    const char *e = strchr(p, ',');
+    size_t m = e != NULL ? (size_t)(e - p) : strlen(p);
+    if (m == n && strncmp(p, t, n) == 0)
+      return true;
+    if (e == NULL)
+      return false;
+    p = e + 1;
+  }
+}
+
 /* Whether every lane of the UCX_TLS list `tls` is tcp (or self). UCX 1.13
  * aborted a 2-loop server whose connections came over shared memory
  * (test_ucx_scale_shm in CI: "ucp_worker.inl:92 Assertion
@@ -86,7 +104,7 @@ static bool spread_safe(const char *tls) {
   char *save = NULL;
   for (char *t = strtok_r(copy, ",", &save); t != NULL;
        t = strtok_r(NULL, ",", &save))
-    if (strcmp(t, "tcp") != 0 && strcmp(t, "self") != 0)
+    if (!lane_in(t, SPREAD_SAFE_LANES))
       return false;
   return true;
 }
