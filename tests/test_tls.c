@@ -327,21 +327,29 @@ static void feed_client(pair *p, weft_buf *b) {
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(ch));
 }
 
+/* One hop: what one side sent reaches the other's pipeline (the client's
+ * to the server when `to_server`); returns the bytes moved. */
+static size_t hop(pair *p, bool to_server) {
+  size_t moved = 0;
+  weft_buf *b;
+  while ((b = weft_embedded_read_outbound(to_server ? p->cli : p->srv)) !=
+         NULL) {
+    moved += weft_buf_readable(b);
+    if (to_server)
+      weft_embedded_write_inbound(p->srv, b);
+    else
+      feed_client(p, b);
+  }
+  return moved;
+}
+
 /* Moves what each side sent to the other until both are quiet; returns
  * the bytes moved. */
 static size_t pair_pump(pair *p) {
   size_t total = 0, moved;
   do {
-    moved = 0;
-    weft_buf *b;
-    while ((b = weft_embedded_read_outbound(p->cli)) != NULL) {
-      moved += weft_buf_readable(b);
-      weft_embedded_write_inbound(p->srv, b);
-    }
-    while ((b = weft_embedded_read_outbound(p->srv)) != NULL) {
-      moved += weft_buf_readable(b);
-      feed_client(p, b);
-    }
+    moved = hop(p, true);
+    moved += hop(p, false);
     total += moved;
   } while (moved > 0);
   return total;
@@ -1130,18 +1138,6 @@ static weft_tls_context *ktls_ctx(weft_tls_mode mode) {
   weft_tls_context *c;
   ck_assert_int_eq(weft_tls_context_new(&c, mode, &o, err, sizeof err), 0);
   return c;
-}
-
-/* One hop of the handshake: what `from` sent reaches `to`'s pipeline. */
-static void hop(pair *p, bool to_server) {
-  weft_buf *b;
-  while ((b = weft_embedded_read_outbound(to_server ? p->cli : p->srv)) !=
-         NULL) {
-    if (to_server)
-      weft_embedded_write_inbound(p->srv, b);
-    else
-      feed_client(p, b);
-  }
 }
 
 /* kTLS waits for the handshake's last flight to leave before the kernel
