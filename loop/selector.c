@@ -422,11 +422,14 @@ static void window_sample(weft_loop *loop, uint64_t now) {
 
 /* Accounts an iteration at `now` that found work or not (`idle`): the
  * time of iterations without work is spin, and a run of them that ends
- * in work is one spin ended. */
+ * in work is one spin ended. An iteration counts for at most
+ * WINDOW_WAKE_NS: one that took longer (an iteration is a microsecond or
+ * two) was preempted, and the time the thread waited for its CPU took
+ * nothing from the thread that had it. */
 static void window_account(weft__poll_window *w, bool idle, uint64_t now) {
   if (idle) {
-    if (w->iter_ns != 0)
-      w->spin_ns += now - w->iter_ns;
+    uint64_t dt = w->iter_ns != 0 ? now - w->iter_ns : 0;
+    w->spin_ns += dt < WINDOW_WAKE_NS ? dt : WINDOW_WAKE_NS;
     w->spinning = true;
   } else if (w->spinning) {
     w->spins_ended++;
