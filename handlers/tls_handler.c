@@ -1,10 +1,10 @@
 /* The TLS handler (weft/tls.h): one OpenSSL engine per channel, driven
- * through memory BIOs, first in the pipeline.
+ * through BIOs over weft_bufs (tls_bio.c), first in the pipeline.
  *
- *   inbound   weft_buf (ciphertext) -> rbio -> SSL_read -> weft_buf
+ *   inbound   weft_buf (ciphertext, kept) -> rbio -> SSL_read -> weft_buf
  *             (plaintext, up to 16 KiB) -> next handler
  *   outbound  weft_buf (plaintext) -> queue -> SSL_write (full records)
- *             -> wbio -> weft_buf (ciphertext, up to 64 KiB) -> head
+ *             -> wbio: weft_bufs (ciphertext, up to 64 KiB) -> head
  *
  * Offsets: every ciphertext byte has its place in the stream OpenSSL
  * wrote into wbio (BIO_number_written counts them). A plaintext write's
@@ -205,6 +205,10 @@ static void read_records(weft__tls_handler *s) {
         break;
       }
       b->writer_index += r;
+      /* Nothing left to decrypt: the next SSL_read would only answer
+       * WANT_READ (a call and an error-queue round per receive). */
+      if (BIO_ctrl_pending(s->rbio) == 0 && !SSL_has_pending(s->ssl))
+        break;
     }
     if (weft_buf_readable(b) > 0) {
       s->fired = true;
@@ -271,13 +275,15 @@ static void tls_read(weft_ctx *ctx, void *msg) {
         "does not read",
         WEFT_TLS_MAX_BUFFERED_BYTES);
   } else {
-    size_t w = 0;
-    if (n > 0 && BIO_write_ex(s->rbio, weft_buf_rptr(b), n, &w) != 1)
+    int rc = weft__tls_bio_put(s->rbio, b); /* takes b */
+    b = NULL;
+    if (rc < 0)
       weft__tls_fail(s, WEFT_ENOMEM, "TLS: no memory for received records");
     else
       pump(s);
   }
-  weft_buf_release(b);
+  if (b != NULL)
+    weft_buf_release(b);
   s->depth--;
   weft__tls_drop(s);
 }
@@ -485,16 +491,13 @@ static int engine_new(weft__tls_handler *s, const char *server_name) {
   s->ssl = SSL_new(s->tctx->ssl_ctx);
   if (s->ssl == NULL)
     return WEFT_ENOMEM;
-  s->rbio = BIO_new(BIO_s_mem());
-  s->wbio = BIO_new(BIO_s_mem());
+  s->rbio = weft__tls_bio_new(s);
+  s->wbio = weft__tls_bio_new(s);
   if (s->rbio == NULL || s->wbio == NULL) {
     BIO_free(s->rbio);
     BIO_free(s->wbio);
     return WEFT_ENOMEM;
   }
-  /* Empty means "more later", not end of file. */
-  BIO_set_mem_eof_return(s->rbio, -1);
-  BIO_set_mem_eof_return(s->wbio, -1);
   SSL_set_bio(s->ssl, s->rbio, s->wbio);
   weft__tls_note_bind(s->ssl, &s->note);
   if (s->tctx->mode == WEFT_TLS_SERVER) {

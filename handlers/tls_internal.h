@@ -171,6 +171,18 @@ void weft__tls_report_failure(weft__tls_handler *s);
  *  after WEFT_TLS_CLOSE_NOTIFY_TIMEOUT_MS): at once if it has. */
 void weft__tls_drain_then(weft__tls_handler *s, weft__tls_after what);
 
+/* tls_bio.c: the engine's BIOs over weft_bufs (no memory BIO copies). */
+
+/** A BIO for `s`'s engine (read or write side), or NULL without memory.
+ *  BIO_ctrl_pending answers the bytes it holds; BIO_reset drops them. */
+BIO *weft__tls_bio_new(weft__tls_handler *s);
+/** Read side: appends received ciphertext; takes `b` (kept, or copied and
+ *  released when small). Returns 0 or WEFT_ENOMEM (`b` released). */
+int weft__tls_bio_put(BIO *bio, weft_buf *b);
+/** Write side: the oldest buffer of records, owned by the caller: only a
+ *  full one unless `partial`. NULL when there is none. */
+weft_buf *weft__tls_bio_take(BIO *bio, bool partial);
+
 /* kTLS (tls_ktls.c, tls_handler.c). */
 
 /** The key log callback: notes the application traffic secrets. */

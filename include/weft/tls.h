@@ -7,7 +7,8 @@
  * made once and shared by any number of channels, on any loops.
  * weft_tls_add_first() puts a TLS handler first in a channel's pipeline
  * (next to the transport), with its own OpenSSL engine driven through
- * memory BIOs, so it works over every byte-stream transport: tcp, uring,
+ * in-memory BIOs over weft_bufs, so it works over every byte-stream
+ * transport: tcp, uring,
  * and ucx (which carries a byte stream too).
  *
  *   weft_tls_options o;
