@@ -326,7 +326,7 @@ typedef struct weft_tls_info {
                            (decryption stays in OpenSSL) */
   const char *protocol; /* "TLSv1.3", "TLSv1.2" (static); NULL before the
                            handshake */
-  const char *cipher;   /* "TLS_AES_256_GCM_SHA384" (static), or NULL */
+  const char *cipher;   /* "TLS_AES_128_GCM_SHA256" (static), or NULL */
   char alpn[WEFT_TLS_NAME_MAX];         /* the protocol agreed by ALPN, or "" */
   char peer_subject[WEFT_TLS_NAME_MAX]; /* the peer certificate's subject
                                            ("CN=localhost"), or "" */
