@@ -1,10 +1,14 @@
 /* Server and client bootstrap: endpoint to transport, listener on loop 0,
  * accepted channels spread over the loops round-robin (at most
- * max_connections open at once), connects with a timeout. */
+ * max_connections open at once), or, for a transport that listens on every
+ * loop (WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP), a listener per loop whose
+ * connections stay on it; connects with a timeout. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <weft/clock.h>
 #include <weft/error.h>
@@ -14,7 +18,11 @@
 
 struct weft_server {
   weft_loop_group *group;
-  weft_listener listener;
+  weft_listener *listeners; /* [0] on loop 0 at `ep`; one per loop for a
+                               WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP transport */
+  int n_listeners;
+  atomic_int n_bound; /* listeners [0, n_bound) listen, address set */
+  uint32_t id;        /* random, not 0: weft_listener_server_id */
   weft_endpoint ep;
   int backlog;
   weft_channel_init_cb child_init;
@@ -22,8 +30,6 @@ struct weft_server {
   weft_channel_config child_options;
   int max_connections;     /* 0 = none */
   weft__conn_count *count; /* shared with the accepted channels */
-  uint64_t refused;        /* since the last log line; listener's loop */
-  uint64_t refused_log_ns; /* when that line was written */
 };
 
 /* ---- channel options ---- */
@@ -97,13 +103,86 @@ static int resolve(const char *uri, weft_endpoint *ep,
 
 /* ---- server ---- */
 
+/* Listener `l` (of its server) starts listening: on the server's endpoint
+ * for listener 0, on the same host at any free port for the others. Its
+ * bound address is recorded for weft_listener_address_of. On `l`'s loop. */
 static int listen_on_loop(void *arg) {
-  weft_server *srv = arg;
-  weft_listener *l = &srv->listener;
+  weft_listener *l = arg;
+  weft_server *srv = l->server;
   int err = 0;
   if (weft_transport_loop_state(l->transport, l->loop, &err) == NULL)
     return err;
-  return l->transport->listen(l, &srv->ep, srv->backlog);
+  weft_endpoint ep = srv->ep;
+  if (l->index > 0)
+    ep.port = 0;
+  err = l->transport->listen(l, &ep, srv->backlog);
+  if (err < 0)
+    return err;
+  if (l->transport->listen_address == NULL ||
+      l->transport->listen_address(l, l->address, sizeof l->address) < 0)
+    snprintf(l->address, sizeof l->address, "%s:%u", ep.host,
+             (unsigned)ep.port);
+  return 0;
+}
+
+static int close_on_loop(void *arg) {
+  weft_listener *l = arg;
+  if (l->transport->listen_close != NULL)
+    l->transport->listen_close(l);
+  return 0;
+}
+
+/* Closes listeners [0, n) of `srv`, the last first. Not on their loops. */
+static void listeners_close(weft_server *srv, int n) {
+  while (n-- > 0)
+    weft_loop_call(srv->listeners[n].loop, close_on_loop, &srv->listeners[n]);
+}
+
+/* Starts the server's listeners, one after the other (each on its loop):
+ * one on loop 0, or one per loop for a transport with
+ * WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP, whose connections stay on the loop
+ * that accepted them. Returns 0 or the first error (logged; the listeners
+ * started are closed again). */
+static int listeners_start(weft_server *srv, const weft_transport_ops *ops,
+                           const char *uri) {
+  bool per_loop = (ops->caps & WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP) != 0;
+  int n = per_loop ? weft_loop_group_size(srv->group) : 1;
+  srv->listeners = calloc((size_t)n, sizeof *srv->listeners);
+  if (srv->listeners == NULL)
+    return WEFT_ENOMEM;
+  srv->n_listeners = n;
+  for (int i = 0; i < n; i++) {
+    weft_listener *l = &srv->listeners[i];
+    *l = (weft_listener){.transport = ops,
+                         .loop = weft_loop_group_get(srv->group, i),
+                         .server = srv,
+                         .index = i,
+                         .accept_local = per_loop};
+    int rc = weft_loop_call(l->loop, listen_on_loop, l);
+    if (rc < 0) {
+      if (i == 0)
+        weft_log(WEFT_LOG_ERROR, "listen on %s: %s", uri, weft_strerror(rc));
+      else
+        weft_log(WEFT_LOG_ERROR, "listen on %s: the listener of loop %d: %s",
+                 uri, i, weft_strerror(rc));
+      listeners_close(srv, i);
+      free(srv->listeners);
+      srv->listeners = NULL;
+      return rc;
+    }
+    atomic_store_explicit(&srv->n_bound, i + 1, memory_order_release);
+  }
+  return 0;
+}
+
+/* A random server id, not 0 (weft_listener_server_id). */
+static uint32_t server_id_new(void) {
+  uint32_t id = 0;
+  while (id == 0) {
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id)
+      id = (uint32_t)(weft_now_ns() ^ ((uint64_t)getpid() << 16));
+  }
+  return id;
 }
 
 /* The share of a new server: its count and what refused connections get
@@ -150,19 +229,15 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
                        .child_init_arg = b->child_init_arg,
                        .child_options = b->child_options,
                        .max_connections = b->max_connections,
-                       .count = count};
+                       .count = count,
+                       .id = server_id_new()};
   /* A server's channels stop reading while their replies cannot leave,
    * unless the application said otherwise. */
   if (srv->child_options.flow_control < 0)
     srv->child_options.flow_control = 1;
-  srv->listener = (weft_listener){.transport = ops,
-                                  .loop = weft_loop_group_get(b->group, 0),
-                                  .server = srv};
-  rc = weft_loop_call(srv->listener.loop, listen_on_loop, srv);
-  if (rc < 0) {
-    weft_log(WEFT_LOG_ERROR, "listen on %s: %s", b->listen, weft_strerror(rc));
+  rc = listeners_start(srv, ops, b->listen);
+  if (rc < 0)
     goto failed_resolve;
-  }
   *out = srv;
   return 0;
 failed_resolve:
@@ -176,7 +251,7 @@ int weft_server_connections(const weft_server *srv) {
 }
 
 int weft_server_address(const weft_server *srv, char *buf, size_t len) {
-  weft_listener *l = (weft_listener *)&srv->listener;
+  weft_listener *l = &srv->listeners[0];
   char addr[280];
   if (l->transport->listen_address == NULL)
     return weft_endpoint_format(&srv->ep, buf, len);
@@ -187,18 +262,12 @@ int weft_server_address(const weft_server *srv, char *buf, size_t len) {
   return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
 }
 
-static int close_on_loop(void *arg) {
-  weft_server *srv = arg;
-  if (srv->listener.transport->listen_close != NULL)
-    srv->listener.transport->listen_close(&srv->listener);
-  return 0;
-}
-
 void weft_server_close(weft_server *srv) {
   if (srv == NULL)
     return;
-  weft_loop_call(srv->listener.loop, close_on_loop, srv);
+  listeners_close(srv, srv->n_listeners);
   weft__conn_count_release(srv->count, false);
+  free(srv->listeners);
   free(srv);
 }
 
@@ -296,34 +365,38 @@ static void reject_init(weft_channel *ch, void *arg) {
                          NULL);
 }
 
-/* One log line a second at most, however fast clients arrive. */
-static void log_refused(weft_server *srv) {
-  srv->refused++;
+/* One log line a second at most per listener, however fast clients
+ * arrive. On the listener's loop. */
+static void log_refused(weft_listener *l) {
+  weft_server *srv = l->server;
+  l->refused++;
   uint64_t now = weft_now_ns();
-  if (srv->refused_log_ns != 0 && now - srv->refused_log_ns < 1000000000u)
+  if (l->refused_log_ns != 0 && now - l->refused_log_ns < 1000000000u)
     return;
   weft_log(WEFT_LOG_WARN,
            "server %s: max_connections (%d) reached; refused %" PRIu64
            " connection(s) since the last such line",
-           srv->listener.transport->name, srv->max_connections, srv->refused);
-  srv->refused = 0;
-  srv->refused_log_ns = now;
+           l->transport->name, srv->max_connections, l->refused);
+  l->refused = 0;
+  l->refused_log_ns = now;
 }
 
-/* Counts the connection in; false when it is over the limit. */
-static bool admit(weft_server *srv) {
+/* Counts a connection listener `l` accepted in; false when it is over the
+ * server's limit. */
+static bool admit(weft_listener *l) {
+  weft_server *srv = l->server;
   int live =
       atomic_fetch_add_explicit(&srv->count->live, 1, memory_order_relaxed);
   if (srv->max_connections == 0 || live < srv->max_connections)
     return true;
   atomic_fetch_sub_explicit(&srv->count->live, 1, memory_order_relaxed);
-  log_refused(srv);
+  log_refused(l);
   return false;
 }
 
 void weft_listener_accepted(weft_listener *l, intptr_t handle) {
   weft_server *srv = l->server;
-  bool admitted = admit(srv);
+  bool admitted = admit(l);
   if (!admitted && srv->count->reject_len == 0) {
     l->transport->discard(handle);
     return;
@@ -358,10 +431,25 @@ void weft_listener_accepted(weft_listener *l, intptr_t handle) {
 
 weft_loop *weft_listener_loop(const weft_listener *l) { return l->loop; }
 void *weft_listener_priv(const weft_listener *l) { return l->priv; }
-void weft_listener_set_accept_local(weft_listener *l, bool on) {
-  l->accept_local = on;
-}
 void weft_listener_set_priv(weft_listener *l, void *priv) { l->priv = priv; }
+int weft_listener_index(const weft_listener *l) { return l->index; }
+uint32_t weft_listener_server_id(const weft_listener *l) {
+  return l->server->id;
+}
+int weft_listener_count(const weft_listener *l) {
+  return l->server->n_listeners;
+}
+
+int weft_listener_address_of(const weft_listener *l, int i, char *buf,
+                             size_t len) {
+  const weft_server *srv = l->server;
+  if (i < 0 || i >= srv->n_listeners)
+    return WEFT_EINVAL;
+  if (i >= atomic_load_explicit(&srv->n_bound, memory_order_acquire))
+    return WEFT_EAGAIN;
+  int n = snprintf(buf, len, "%s", srv->listeners[i].address);
+  return n < 0 || (size_t)n >= len ? WEFT_ENOSPC : 0;
+}
 
 /* ---- client ---- */
 

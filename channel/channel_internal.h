@@ -83,9 +83,9 @@ typedef struct weft__limits {
   size_t output_limit;      /* bytes; 0 = none */
   uint64_t idle_timeout_ns; /* 0 = never */
   weft_timer idle_timer;    /* ticks every idle_timeout_ns / 4 */
-  uint32_t reads;           /* channel_read events so far (wraps) */
-  uint32_t reads_seen;      /* `reads` at the last idle tick */
-  uint8_t idle_ticks;       /* ticks in a row without a read */
+  uint32_t activity;        /* reads and sends so far (wraps) */
+  uint32_t activity_seen;   /* `activity` at the last idle tick */
+  uint8_t idle_ticks;       /* ticks in a row without either */
   weft__conn_count *count;  /* the server's share, if it holds one */
   bool counted;             /* counted in count->live */
 } weft__limits;
@@ -117,7 +117,14 @@ struct weft_listener {
   weft_loop *loop;
   weft_server *server;
   void *priv;
-  bool accept_local; /* adopt on `loop`, not round-robin */
+  int index;               /* among its server's listeners; 0: the server's own
+                              address, on loop 0 */
+  bool accept_local;       /* adopt on `loop`, not round-robin (a listener per
+                              loop: WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP) */
+  char address[280];       /* bound address (listen_address), set once at bind,
+                              published by the server's n_bound */
+  uint64_t refused;        /* refused since the last log line; its loop */
+  uint64_t refused_log_ns; /* when that line was written */
 };
 
 /**

@@ -8,8 +8,9 @@
  *                  unsent the channel is closed: Redis'
  *                  client-output-buffer-limit, for handlers that write
  *                  without looking at writability;
- *   idle timeout   (WEFT_OPT_IDLE_TIMEOUT_MS) a channel that reads nothing
- *                  for that long is closed: Redis' `timeout`.
+ *   idle timeout   (WEFT_OPT_IDLE_TIMEOUT_MS) a channel that neither reads
+ *                  nor sends a byte for that long is closed: Redis'
+ *                  `timeout`, which also counts both (lastinteraction).
  *
  * A resume is deferred to a task on the channel's loop: it is decided
  * inside the transport's flush (bytes left the queue), and turning reading
@@ -27,8 +28,8 @@
 const int weft_event_read_resumed = 1;
 
 /* The idle timer ticks four times per timeout, so a channel is closed
- * after between 1 and 1.25 timeouts without a read, and a busy channel
- * costs one counter increment per read, no clock read. */
+ * after between 1 and 1.25 timeouts without a read or a send, and a busy
+ * channel costs one counter increment per read or send, no clock read. */
 #define IDLE_TICKS 4
 
 bool weft_channel_is_reading(const weft_channel *ch) {
@@ -126,8 +127,8 @@ bool weft__limits_refuse_write(const weft_channel *ch) {
 static void idle_tick(void *arg) {
   weft_channel *ch = arg;
   weft__limits *l = &ch->limits;
-  if (l->reads != l->reads_seen) {
-    l->reads_seen = l->reads;
+  if (l->activity != l->activity_seen) {
+    l->activity_seen = l->activity;
     l->idle_ticks = 0;
     return;
   }
@@ -135,7 +136,8 @@ static void idle_tick(void *arg) {
     return;
   weft_timer_stop(&l->idle_timer);
   char reason[96];
-  snprintf(reason, sizeof reason, "idle timeout: no read for %" PRIu64 " ms",
+  snprintf(reason, sizeof reason,
+           "idle timeout: no read or send for %" PRIu64 " ms",
            l->idle_timeout_ns / 1000000u);
   weft_channel_retain(ch); /* the exception may close and free it */
   weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ETIMEDOUT, reason);
@@ -150,7 +152,7 @@ static int idle_start(weft_channel *ch) {
   weft__limits *l = &ch->limits;
   weft_timer_stop(&l->idle_timer);
   l->idle_ticks = 0;
-  l->reads_seen = l->reads;
+  l->activity_seen = l->activity;
   if (l->idle_timeout_ns == 0 || ch->state != WEFT_CHANNEL_ACTIVE)
     return 0;
   uint64_t tick = l->idle_timeout_ns / IDLE_TICKS;

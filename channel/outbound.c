@@ -156,6 +156,8 @@ static void complete_head(weft_channel *ch, int status) {
 
 void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
   weft__outbound *o = &ch->out;
+  if (bytes > 0)
+    ch->limits.activity++; /* a peer that reads replies is not idle */
   while (o->head != o->flushed) {
     weft_buf *b = slot(o, o->head)->buf;
     size_t len = weft_buf_readable(b);

@@ -115,7 +115,7 @@ void weft_pipeline_fire_channel_inactive(weft_pipeline *p) {
   weft_ctx_fire_channel_inactive(&p->head);
 }
 void weft_pipeline_fire_channel_read(weft_pipeline *p, void *msg) {
-  p->channel->limits.reads++; /* what the idle timeout watches */
+  p->channel->limits.activity++; /* what the idle timeout watches */
   weft_ctx_fire_channel_read(&p->head, msg);
 }
 void weft_pipeline_fire_channel_read_complete(weft_pipeline *p) {

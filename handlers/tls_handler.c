@@ -348,6 +348,19 @@ static void tls_inactive(weft_ctx *ctx) {
   weft_ctx_fire_channel_inactive(ctx);
 }
 
+/* The handshake's last flight has not left while WEFT__TLS_KTLS_WAIT_MAX
+ * bytes wait: records stay in user space for this channel. */
+static void give_up_ktls(weft__tls_handler *s) {
+  weft_log(WEFT_LOG_INFO,
+           "channel %" PRIu64 ": kTLS: the handshake's last flight has not "
+           "left and %zu bytes wait; records are made in user space",
+           weft_channel_id(s->ch), s->plain_bytes);
+  weft__tls_cancel_ktls_wait(s);
+  weft__tls_hold(s);
+  weft__tls_ktls_switched(s, false);
+  weft__tls_drop(s);
+}
+
 static void tls_write(weft_ctx *ctx, void *msg, weft_promise promise) {
   weft__tls_handler *s = weft_ctx_state(ctx);
   int err = 0;
@@ -371,6 +384,10 @@ static void tls_write(weft_ctx *ctx, void *msg, weft_promise promise) {
     return;
   }
   s->plain_bytes += weft_buf_readable(w.buf);
+  if (s->ktls_pending && s->plain_bytes > WEFT__TLS_KTLS_WAIT_MAX) {
+    give_up_ktls(s);
+    return;
+  }
   /* Whole records go now, so the watermarks see them. */
   if (s->done && !s->ktls_pending && s->plain_bytes >= WEFT__TLS_RECORD_MAX) {
     weft__tls_hold(s);

@@ -61,6 +61,13 @@ void weft__tls_name(char *buf, size_t len, X509_NAME *name);
 /* ---- the per-channel engine (tls_handler.c, tls_output.c) ---- */
 
 #define WEFT__TLS_RECORD_MAX 16384u /* plaintext bytes in a TLS record */
+/* kTLS: plaintext bytes that may wait for the switch to the kernel (the
+ * handshake's last flight leaving). A peer that does not read that flight
+ * but keeps sending requests would grow the wait without end; past this
+ * the switch is given up and records are made in user space, where the
+ * channel's write limits see them. Four records, the default high write
+ * watermark. */
+#define WEFT__TLS_KTLS_WAIT_MAX (4u * WEFT__TLS_RECORD_MAX)
 #define WEFT__TLS_NO_END UINT64_MAX /* an ack whose record is not written */
 
 /* A small FIFO of fixed-size elements (`elem` bytes each). */
@@ -193,5 +200,7 @@ void weft__tls_keylog_cb(const SSL *ssl, const char *line);
 bool weft__tls_ktls_start(weft__tls_handler *s, bool drained);
 /** The switch is over (`on`: the kernel encrypts): queued writes go. */
 void weft__tls_ktls_switched(weft__tls_handler *s, bool on);
+/** kTLS: stops waiting for the last flight to leave (no switch follows). */
+void weft__tls_cancel_ktls_wait(weft__tls_handler *s);
 
 #endif

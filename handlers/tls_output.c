@@ -308,6 +308,13 @@ static void drain_timeout(void *arg) {
   weft_channel_release(ch);
 }
 
+void weft__tls_cancel_ktls_wait(weft__tls_handler *s) {
+  if (s->after != AFTER_KTLS)
+    return;
+  s->after = AFTER_NONE;
+  weft_timer_stop(&s->drain_timer);
+}
+
 /* The close(s) that waited for close_notify (or a failure) go down. */
 void weft__tls_pass_closes_down(weft__tls_handler *s) {
   if (s->after == AFTER_CLOSE)
@@ -372,8 +379,7 @@ void weft__tls_start_close(weft__tls_handler *s) {
     /* Closing before the kernel took over: no switch; writes flushed
      * meanwhile go as user-space records before close_notify. */
     s->ktls_pending = false;
-    if (s->after == AFTER_KTLS)
-      s->after = AFTER_NONE;
+    weft__tls_cancel_ktls_wait(s);
     if (s->flush_wanted) {
       s->flush_wanted = false;
       weft__tls_send_queued(s, true);

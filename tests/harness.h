@@ -67,10 +67,10 @@ const char *th_test_host(void);
 double th_test_scale(void);
 /**
  * Loops in a suite's group: 2, or 1 for UCX. UCX before 1.18 can abort when
- * one process churns connections on several workers (docs/transports/ucx.md:
- * the server keeps accepted UCX channels on the listener's loop, and in-process
- * clients on another loop would still share fd numbers with it); test_ucx
- * covers a multi-loop UCX server with clients in another process.
+ * one process opens and closes connections on several workers at once
+ * (docs/transports/ucx.md: in-process clients and servers share fd numbers
+ * across workers); test_ucx and test_ucx_scale cover a multi-loop UCX server
+ * with clients in another process.
  */
 int th_suite_loops(void);
 

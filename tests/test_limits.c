@@ -205,8 +205,29 @@ START_TEST(limits_idle_timeout_closes_only_a_channel_that_reads_nothing) {
   th_log_capture_stop();
   ck_assert(!weft_channel_is_active(weft_embedded_channel(idle)));
   ck_assert_int_eq(weft_embedded_exception(idle, 0), WEFT_ETIMEDOUT);
-  ck_assert_int_eq(th_log_count("idle timeout: no read for 40 ms"), 1);
+  ck_assert_int_eq(th_log_count("idle timeout: no read or send for 40 ms"), 1);
   ck_assert_uint_eq(weft_embedded_free(idle), 0);
+}
+END_TEST
+
+/* A channel that reads nothing but whose peer takes what it sends is not
+ * idle: sends count, as in Redis (lastinteraction). */
+START_TEST(limits_idle_timeout_spares_a_channel_that_only_sends) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_idle, NULL), 0);
+  weft_channel *ch = weft_embedded_channel(e);
+  uint64_t end = th_now_ms() + 200;
+  while (th_now_ms() < end && weft_channel_is_active(ch)) {
+    weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), 1);
+    ck_assert_ptr_nonnull(b);
+    weft_buf_write_bytes(b, "p", 1);
+    weft_channel_write_and_flush(ch, b, WEFT_PROMISE_NONE);
+    weft_embedded_run_pending(e);
+    drain(e);
+    th_sleep_ms(5);
+  }
+  ck_assert(weft_channel_is_active(ch));
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
 
@@ -216,5 +237,5 @@ Suite *weft_test_suite(void) {
                   limits_decoder_stops_at_paused_read_and_goes_on_at_resume,
                   limits_output_limit_closes_channel_with_enobufs,
                   limits_idle_timeout_closes_only_a_channel_that_reads_nothing,
-                  NULL);
+                  limits_idle_timeout_spares_a_channel_that_only_sends, NULL);
 }

@@ -1174,6 +1174,54 @@ static weft_tls_context *ktls_ctx(weft_tls_mode mode) {
   return c;
 }
 
+/* One hop of the handshake: what `from` sent reaches `to`'s pipeline. */
+static void hop(pair *p, bool to_server) {
+  weft_buf *b;
+  while ((b = weft_embedded_read_outbound(to_server ? p->cli : p->srv)) !=
+         NULL) {
+    if (to_server)
+      weft_embedded_write_inbound(p->srv, b);
+    else
+      feed_client(p, b);
+  }
+}
+
+/* kTLS waits for the handshake's last flight to leave before the kernel
+ * takes over. A kTLS server has none (it sends no session tickets), but a
+ * client does (its Finished): a server that never reads it must not let
+ * the client's writes pile up without end. Past WEFT__TLS_KTLS_WAIT_MAX
+ * (64 KiB) kTLS is given up and the writes go as user-space records, where
+ * the channel's write limits count them. */
+START_TEST(embedded_ktls_wait_is_bounded) {
+  weft_tls_context *c = ktls_ctx(WEFT_TLS_CLIENT), *s = server_ctx();
+  pair p;
+  pair_new(&p, c, s);
+  weft_tls_context_release(c);
+  weft_tls_context_release(s);
+  hop(&p, true);                           /* ClientHello */
+  weft_embedded_set_write_limit(p.cli, 0); /* nothing leaves the client */
+  hop(&p, false); /* the server's flight; the client finishes */
+  ck_assert_int_eq(atomic_load(&p.cw.hs_done), 1);
+  th_log_capture_start();
+  enum { CHUNK = 4096, CHUNKS = 25 };
+  for (int i = 0; i < CHUNKS; i++)
+    weft_channel_write_and_flush(cli_ch(&p),
+                                 filled(weft_embedded_pool(p.cli), CHUNK, 'r'),
+                                 WEFT_PROMISE_NONE);
+  th_log_capture_stop();
+  ck_assert_int_eq(th_log_count("kTLS: the handshake's last flight has not "
+                                "left"),
+                   1);
+  /* The records wait in the channel's queue, where the watermarks see
+   * them: the channel is unwritable. */
+  ck_assert(!weft_channel_is_writable(cli_ch(&p)));
+  weft_embedded_set_write_limit(p.cli, SIZE_MAX);
+  pair_pump(&p);
+  ck_assert_uint_eq(drain_inbound(p.srv, NULL, 0), (size_t)CHUNK * CHUNKS);
+  pair_free(&p);
+}
+END_TEST
+
 /* s_client against a weft server (with kTLS when `ktls`): echo, then the
  * server closes and s_client sees its close_notify. */
 static void s_client_session(bool ktls) {
@@ -1563,7 +1611,8 @@ Suite *weft_test_suite(void) {
   th_add_tests(emb, embedded_handshake_and_data, embedded_batching_and_promises,
                embedded_flow_control, embedded_close_notify, embedded_bounds,
                embedded_held_ciphertext_memory, embedded_plaintext_peer,
-               embedded_alpn_refused, embedded_starttls, options_and_config,
+               embedded_alpn_refused, embedded_starttls,
+               embedded_ktls_wait_is_bounded, options_and_config,
                context_errors, NULL);
   suite_add_tcase(s, emb);
   TCase *tc_net = tcase_create("network");

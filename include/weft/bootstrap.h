@@ -59,9 +59,9 @@ typedef struct weft_server weft_server;
 /** What a server needs. Fields not set must be zero / NULL. */
 typedef struct weft_server_bootstrap {
   weft_loop_group *group; /* started; loop 0 runs the listener, accepted
-                             channels go to the loops round-robin (UCX
-                             before 1.18 keeps them on loop 0:
-                             docs/transports/ucx.md) */
+                             channels go to the loops round-robin (ucx
+                             listens on every loop and spreads them in its
+                             handshake: docs/transports/ucx.md) */
   const char *listen;     /* endpoint URI, e.g. "tcp://0.0.0.0:7000" */
   int backlog;            /* listen backlog (0 = 511) */
   weft_channel_init_cb child_init; /* required */

@@ -23,13 +23,14 @@ typedef enum weft_channel_option {
   WEFT_OPT_WRITE_HIGH_WATERMARK = 6, /* bytes, default 64 KiB */
   WEFT_OPT_CONNECT_TIMEOUT_MS = 7,   /* ms, default 10000; 0 = none */
   WEFT_OPT_AUTO_READ = 8,            /* 0/1, default 1: read when ready */
-  WEFT_OPT_FLOW_CONTROL = 9,    /* 0/1, default 0 (1 for a server's channels):
-                                   stop reading while above the high write
-                                   watermark, resume below the low one */
-  WEFT_OPT_OUTPUT_LIMIT = 10,   /* bytes queued and unsent past which the
-                                   channel is closed; 0 = none (default) */
-  WEFT_OPT_IDLE_TIMEOUT_MS = 11 /* ms without a read after which the
-                                   channel is closed; 0 = never (default) */
+  WEFT_OPT_FLOW_CONTROL = 9,  /* 0/1, default 0 (1 for a server's channels):
+                                 stop reading while above the high write
+                                 watermark, resume below the low one */
+  WEFT_OPT_OUTPUT_LIMIT = 10, /* bytes queued and unsent past which the
+                                 channel is closed; 0 = none (default) */
+  WEFT_OPT_IDLE_TIMEOUT_MS =
+      11 /* ms without a read or a send after
+            which the channel is closed; 0 = never (default) */
 } weft_channel_option;
 
 #ifdef __cplusplus

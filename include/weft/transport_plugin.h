@@ -64,6 +64,13 @@ typedef struct weft_listener weft_listener;
 /* TCP on the wire: any TCP peer (redis-cli, curl, a kernel socket) can be
  * the other end (tcp, uring). */
 #define WEFT_TRANSPORT_CAP_TCP 0x10u
+/* A server listens on every loop of its group: listener 0 on the server's
+ * address (loop 0), listener i on loop i at the same host and a port of
+ * its own, and each keeps the connections it accepts on its own loop. For
+ * a transport whose library must accept a connection on the thread that
+ * listened (ucx: its connections are spread by a redirect in its own
+ * handshake, docs/transports/ucx.md). */
+#define WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP 0x20u
 
 /**
  * For socket-backed transport plugins (tcp, uring): resolves `ep` as
@@ -234,7 +241,9 @@ typedef struct weft_transport_ops {
 
   /**
    * Starts listening on `ep`; accepted connections are handed to
-   * weft_listener_accepted(). Runs on the listener's loop.
+   * weft_listener_accepted(). Runs on the listener's loop. With
+   * WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP it is called once per loop, listener
+   * i > 0 with the server's host and port 0 (weft_listener_index).
    */
   int (*listen)(weft_listener *l, const weft_endpoint *ep, int backlog);
   /** Stops listening and frees what listen allocated. */
@@ -378,25 +387,41 @@ void weft_channel_transport_closed(weft_channel *ch, int err,
 
 /**
  * Hands an accepted connection to the core, which picks the next loop
- * round-robin (the listener's own loop after
- * weft_listener_set_accept_local), creates the channel there, runs the
+ * round-robin (the listener's own loop for a transport with
+ * WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP), creates the channel there, runs the
  * server's initializer and the transport's adopt. Listener's loop thread.
  */
 void weft_listener_accepted(weft_listener *l, intptr_t handle);
-
-/**
- * Keeps every connection `l` accepts from now on on the listener's own loop
- * instead of spreading them over the group. For a transport whose library
- * cannot move an accepted connection to another thread safely (UCX before
- * 1.18: docs/transports/ucx.md). Call from the plugin's listen op; listener's
- * loop thread.
- */
-void weft_listener_set_accept_local(weft_listener *l, bool on);
 
 /** The loop a listener runs on, and its private pointer for the transport. */
 weft_loop *weft_listener_loop(const weft_listener *l);
 void *weft_listener_priv(const weft_listener *l);
 void weft_listener_set_priv(weft_listener *l, void *priv);
+
+/** Which of its server's listeners `l` is: 0 for the one on the server's
+ *  address (loop 0), i for loop i's (WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP).
+ *  Any thread. */
+int weft_listener_index(const weft_listener *l);
+
+/** A random number, never 0, fixed for `l`'s server: the same for all its
+ *  listeners, another for another server (even on the same address, after
+ *  a restart). Lets a transport's clients tell servers apart. Any thread. */
+uint32_t weft_listener_server_id(const weft_listener *l);
+
+/** How many listeners `l`'s server has: one per loop of its group with
+ *  WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP, else 1. Any thread. */
+int weft_listener_count(const weft_listener *l);
+
+/**
+ * Copies the bound address of listener `i` of `l`'s server (as its
+ * listen_address op wrote it at bind: "127.0.0.1:41234") into `buf` (`len`
+ * bytes). Returns 0; WEFT_EAGAIN while that listener is not bound yet (a
+ * server binds its loops one after the other, and listener 0 may accept
+ * meanwhile); WEFT_EINVAL for an index out of range; WEFT_ENOSPC. Any
+ * thread.
+ */
+int weft_listener_address_of(const weft_listener *l, int i, char *buf,
+                             size_t len);
 
 /* The outbound queue of a channel: buffers written and flushed, in order. */
 

@@ -31,7 +31,9 @@
  *   rate      echo, N connections x M messages in flight (--rate 1x64,4x16)
  *             of --rate-size bytes (16): messages per second     (echo.c)
  *   connect   connect, a 16 B hello, the server closes, the client sees
- *             EOF; one at a time: connections per second      (connect.c)
+ *             EOF; one at a time: connections per second, and the connect
+ *             latency (connect to channel_active; raw: connect() returned)
+ *             p50 ... max                                     (connect.c)
  *   idle      --idle-conns (100) connections doing nothing for
  *             --idle-seconds (3): the server's CPU time, % of one core
  *                                                                (idle.c)
@@ -152,6 +154,7 @@ typedef struct bench_opts {
   double seconds, warm_seconds;
   int idle_conns;
   double idle_seconds;
+  int server_loops; /* loops of the weft server's group (--server-loops) */
   enum bench_role role;
   char host[64];
   int port;
@@ -196,6 +199,7 @@ struct session {
   weft_loop_group *sg, *cg;
   weft_server *srv;
   char uri[300];
+  pid_t server_pid; /* ucx in one-process mode: the server's own process */
   weft_tls_context *tls_server, *tls_client; /* +tls setups, else NULL */
   atomic_bool tls_told; /* the first handshake's cipher was printed */
 };
@@ -220,13 +224,14 @@ typedef struct wconn {
   wrun *run;
   weft_ctx *ctx;
   weft_channel *ch;
-  size_t got;       /* bytes of the current reply / partial message */
-  long outstanding; /* echo: messages in flight */
-  uint64_t sent;    /* stream: payload bytes written */
-  uint64_t units;   /* stream: answers received */
-  bool gone;        /* closed (counted in run->closed) */
-  bool pumping;     /* stream: in stream_pump */
-  bool queued;      /* stream: a stream_pump_task is queued */
+  uint64_t t_connect; /* when its connect was asked for (connect latency) */
+  size_t got;         /* bytes of the current reply / partial message */
+  long outstanding;   /* echo: messages in flight */
+  uint64_t sent;      /* stream: payload bytes written */
+  uint64_t units;     /* stream: answers received */
+  bool gone;          /* closed (counted in run->closed) */
+  bool pumping;       /* stream: in stream_pump */
+  bool queued;        /* stream: a stream_pump_task is queued */
 } wconn;
 
 struct wrun {
@@ -243,7 +248,9 @@ struct wrun {
   uint64_t msgs;          /* echo: messages echoed while measuring */
   uint64_t units, units0; /* stream: answers, and at the start */
   uint64_t count;         /* connect: connections measured */
-  uint64_t *rtt;          /* pingpong: round trips (freed with the run) */
+  uint64_t *rtt;          /* pingpong: round trips; connect: connect
+                             latencies (freed with the run) */
+  size_t n_rtt, cap_rtt;  /* connect: latencies recorded, room */
   long i;                 /* pingpong: round trip number, from -warm */
   uint64_t tsend;         /* pingpong: when the message went */
   int error;
@@ -271,6 +278,8 @@ struct bench_pattern {
   void (*prepare)(wrun *r);
   /** Main thread: starts connecting (NULL: all connections at once). */
   void (*begin)(wrun *r);
+  /** Connection c is active, its hello sent (NULL: nothing). */
+  void (*active)(wrun *r, wconn *c);
   /** Every connection is active and its hello sent (NULL: the
    * connections are not counted, so nothing starts there). */
   void (*start)(wrun *r);

@@ -100,6 +100,8 @@ static void client_up(weft_ctx *ctx, wconn *c) {
   }
   write_hello(c, r->pat->server_mode, r->unit);
   weft_ctx_flush(ctx);
+  if (r->pat->active != NULL)
+    r->pat->active(r, c);
   if (r->pat->start != NULL && ++r->connected == r->n) {
     bench_phases_start(&r->ph, bench_now_ns());
     r->pat->start(r);
@@ -233,6 +235,7 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
 }
 
 int bench_wconn_connect(wrun *r, wconn *c) {
+  c->t_connect = bench_now_ns();
   weft_bootstrap b = {.loop = r->loop,
                       .connect = r->uri,
                       .init = client_init,

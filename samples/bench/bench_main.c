@@ -53,6 +53,8 @@ static weft_cli cli = {
         "  --rate-size N           message size of the rate pattern (16)\n"
         "  --idle-conns N          connections of the idle pattern (100)\n"
         "  --idle-seconds S        idle time of the idle pattern (3)\n"
+        "  --server-loops N        loops of the weft server (1; loop i on CPU "
+        "1+i)\n"
         "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
         "  --server-pid PID        client role: the server process, for "
         "idle CPU\n"
@@ -79,6 +81,7 @@ enum {
   OPT_RATE_SIZE,
   OPT_IDLE_CONNS,
   OPT_IDLE_SECONDS,
+  OPT_SERVER_LOOPS,
   OPT_ROLE,
   OPT_HOST,
   OPT_PORT,
@@ -98,6 +101,7 @@ static const struct option long_opts[] = {
     {"rate-size", required_argument, NULL, OPT_RATE_SIZE},
     {"idle-conns", required_argument, NULL, OPT_IDLE_CONNS},
     {"idle-seconds", required_argument, NULL, OPT_IDLE_SECONDS},
+    {"server-loops", required_argument, NULL, OPT_SERVER_LOOPS},
     {"role", required_argument, NULL, OPT_ROLE},
     {"host", required_argument, NULL, OPT_HOST},
     {"port", required_argument, NULL, OPT_PORT},
@@ -130,6 +134,9 @@ static void parse_long(int opt, char **argv) {
     break;
   case OPT_IDLE_SECONDS:
     o->idle_seconds = atof(optarg);
+    break;
+  case OPT_SERVER_LOOPS:
+    o->server_loops = atoi(optarg);
     break;
   case OPT_ROLE:
     if (!bench_opts_role(optarg))

@@ -24,6 +24,7 @@ void bench_opts_defaults(void) {
   o->rate_size = 16;
   o->idle_conns = 100;
   o->idle_seconds = 3;
+  o->server_loops = 1;
   o->progress = isatty(STDERR_FILENO);
   snprintf(o->host, sizeof o->host, "127.0.0.1");
   for (int p = 0; p < P_N; p++)
@@ -179,12 +180,13 @@ bool bench_opts_check(void) {
   if (o->reps < 1 || o->reps > BENCH_MAX_REPS || o->iters < 1 ||
       o->warmup < 0 || o->seconds <= 0 || o->warm_seconds < 0 ||
       o->idle_conns < 1 || o->idle_seconds <= 0 || o->port < 0 ||
-      o->port > 65535)
+      o->port > 65535 || o->server_loops < 1 || o->server_loops > 64)
     return false;
   if (o->role != ROLE_BOTH && o->n_configs != 1)
     bench_fail("%s", "--role server/client takes exactly one -S setup");
-  if (o->role != ROLE_BOTH && o->port == 0)
-    bench_fail("%s", "--role server/client needs --port");
+  /* a server may take any free port: it prints the one it got */
+  if (o->role == ROLE_CLIENT && o->port == 0)
+    bench_fail("%s", "--role client needs --port");
   for (int i = 0; i < o->n_configs; i++)
     if (o->configs[i].tls && o->tls_certs == NULL)
       bench_fail("setup %s needs --tls-certs DIR (ca.pem, server.pem, "

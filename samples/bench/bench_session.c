@@ -2,16 +2,25 @@
  * first measurement and stopped after the last. A raw session is a
  * listening socket and its accept thread (bench_server.c), or, in the
  * client role, only the server's address. A weft session is a server loop
- * group (one loop, pinned to CPU 1) with the bench server bound, and a
- * client loop group (one loop, CPU 0); each role starts only its side. A
- * +tls session also holds a server and a client TLS context, from
- * --tls-certs. Server threads are named "wb<idx>s-..." so idle.c can find
- * their CPU time. Main thread. */
+ * group (--server-loops loops, loop i on CPU 1+i) with the bench server
+ * bound, and a client loop group (one loop, CPU 0); each role starts only
+ * its side. A +tls session also holds a server and a client TLS context,
+ * from --tls-certs. In one-process mode a ucx session's server (without
+ * +tls) is another process (this program with --role server, spawned and
+ * stopped here): UCX 1.13 can abort a process that opens and closes
+ * connections on several workers at once (docs/transports/ucx.md, "Many
+ * workers in one process"), which clients and a server in one process do.
+ * Server threads are named "wb<idx>s-..." so idle.c can find their CPU
+ * time. Main thread. */
 
 #include <arpa/inet.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
@@ -50,18 +59,22 @@ static void raw_session_stop(session *s) {
 
 static void pin_task(void *arg) { bench_pin_self((int)(intptr_t)arg); }
 
-static weft_loop_group *group_new(const bench_config *cf, int cpu,
+/* A group of `n` loops, loop i pinned to CPU (cpu + i) modulo the CPUs. */
+static weft_loop_group *group_new(const bench_config *cf, int cpu, int n,
                                   const char *name) {
   weft_loop_options o;
   weft_loop_options_init(&o);
-  o.n_loops = 1;
+  o.n_loops = n;
   o.pin = false; /* two groups: each loop pinned to its own CPU below */
   o.busy_poll_us = cf->busy_poll_us;
   o.name = name;
   weft_loop_group *g;
   if (weft_loop_group_new(&g, &o) < 0 || weft_loop_group_start(g) < 0)
     bench_fail("cannot start a loop group for %s", cf->label);
-  weft_loop_execute(weft_loop_group_get(g, 0), pin_task, (void *)(intptr_t)cpu);
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int i = 0; i < n; i++)
+    weft_loop_execute(weft_loop_group_get(g, i), pin_task,
+                      (void *)(intptr_t)((cpu + i) % (cpus > 0 ? cpus : 1)));
   return g;
 }
 
@@ -90,7 +103,7 @@ static void weft_server_start(session *s) {
   char name[16];
   /* the loop's thread is "wb<idx>s-0", which the prefix matches */
   snprintf(name, sizeof name, "wb%ds", s->idx);
-  s->sg = group_new(s->cf, 1, name);
+  s->sg = group_new(s->cf, 1, bench_opt.server_loops, name);
   if (s->cf->tls)
     s->tls_server = tls_context(WEFT_TLS_SERVER);
   weft_server_bootstrap sb = {.group = s->sg,
@@ -103,15 +116,66 @@ static void weft_server_start(session *s) {
     bench_fail("cannot listen on %s", s->uri);
 }
 
+extern char **environ;
+
+/* Starts s's server as another process: this program with --role server
+ * and s's setup, at a port of its choosing, which it prints on its stdout
+ * ("weft-bench: <label> serving on <uri>"); its URI goes to s->uri. */
+static void weft_server_spawn(session *s) {
+  char spec[48], port[16], loops[16];
+  snprintf(spec, sizeof spec, "%s:%d", s->cf->transport, s->cf->busy_poll_us);
+  snprintf(port, sizeof port, "%d", bench_opt.port);
+  snprintf(loops, sizeof loops, "%d", bench_opt.server_loops);
+  char *argv[] = {
+      "weft-bench", "--role",        "server", "-S", spec,
+      "--host",     bench_opt.host,  "--port", port, "--server-loops",
+      loops,        "--no-progress", NULL};
+  int fds[2];
+  if (pipe(fds) < 0)
+    bench_die("pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  int rc =
+      posix_spawn(&s->server_pid, "/proc/self/exe", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0)
+    bench_fail("cannot start the %s server process", s->cf->label);
+  FILE *f = fdopen(fds[0], "r");
+  char line[400];
+  const char *at = NULL;
+  while (f != NULL && at == NULL && fgets(line, sizeof line, f) != NULL)
+    at = strstr(line, " serving on ");
+  if (f != NULL)
+    fclose(f);
+  else
+    close(fds[0]);
+  if (at == NULL)
+    bench_fail("the %s server process did not start", s->cf->label);
+  snprintf(s->uri, sizeof s->uri, "%s", at + strlen(" serving on "));
+  s->uri[strcspn(s->uri, "\n")] = '\0';
+}
+
+/* Whether s's server runs in a process of its own (ucx without +tls, both
+ * roles; a +tls server would need the certificates passed on too). */
+static bool server_apart(const session *s) {
+  return bench_opt.role == ROLE_BOTH && !s->cf->tls &&
+         strcmp(s->cf->transport, "ucx") == 0;
+}
+
 static void weft_session_start(session *s) {
   snprintf(s->uri, sizeof s->uri, "%s://%s:%d", s->cf->transport,
            bench_opt.host, bench_opt.port);
-  if (bench_opt.role != ROLE_CLIENT)
+  if (server_apart(s))
+    weft_server_spawn(s);
+  else if (bench_opt.role != ROLE_CLIENT)
     weft_server_start(s);
   if (bench_opt.role != ROLE_SERVER) {
     char name[16];
     snprintf(name, sizeof name, "wb%dc", s->idx);
-    s->cg = group_new(s->cf, 0, name);
+    s->cg = group_new(s->cf, 0, 1, name);
     if (s->cf->tls)
       s->tls_client = tls_context(WEFT_TLS_CLIENT);
   }
@@ -130,6 +194,11 @@ static void weft_session_stop(session *s) {
   if (s->srv != NULL)
     weft_server_close(s->srv);
   group_end(s->sg);
+  if (s->server_pid > 0) {
+    kill(s->server_pid, SIGTERM);
+    int st;
+    waitpid(s->server_pid, &st, 0);
+  }
   weft_tls_context_release(s->tls_server);
   weft_tls_context_release(s->tls_client);
 }

@@ -45,13 +45,15 @@ static uint64_t task_cpu_ns(const char *tid, const char *prefix) {
   return ns;
 }
 
-/* CPU time of the server: the other process (--server-pid), or the sum
- * over this process's threads whose name starts with `prefix`. */
-static uint64_t server_cpu_ns(const char *prefix) {
-  if (bench_opt.server_pid > 0) {
+/* CPU time of s's server: the other process (--server-pid, or the one the
+ * session spawned), or the sum over this process's threads whose name
+ * starts with s's prefix. */
+static uint64_t server_cpu_ns(const session *s) {
+  pid_t pid = s->server_pid > 0 ? s->server_pid : bench_opt.server_pid;
+  const char *prefix = s->prefix;
+  if (pid > 0) {
     clockid_t clk;
-    return clock_getcpuclockid(bench_opt.server_pid, &clk) == 0 ? clock_ns(clk)
-                                                                : 0;
+    return clock_getcpuclockid(pid, &clk) == 0 ? clock_ns(clk) : 0;
   }
   DIR *d = opendir("/proc/self/task");
   if (d == NULL)
@@ -66,13 +68,13 @@ static uint64_t server_cpu_ns(const char *prefix) {
 }
 
 static void measure_idle_cpu(session *s, result *res) {
-  uint64_t c0 = server_cpu_ns(s->prefix), w0 = bench_now_ns();
+  uint64_t c0 = server_cpu_ns(s), w0 = bench_now_ns();
   double secs = bench_opt.idle_seconds;
   struct timespec ts = {(time_t)secs,
                         (long)((secs - (double)(time_t)secs) * 1e9)};
   while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
     ;
-  uint64_t c1 = server_cpu_ns(s->prefix), w1 = bench_now_ns();
+  uint64_t c1 = server_cpu_ns(s), w1 = bench_now_ns();
   res->cpu_pct = 100.0 * (double)(c1 - c0) / (double)(w1 - w0);
 }
 

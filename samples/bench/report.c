@@ -322,10 +322,11 @@ static const pattern_view views[] = {
      {BENCH_MSGS},
      1},
     {"connect",
-     "Connection setup and teardown, connections/s",
+     "Connection setup and teardown, connections/s; connect latency "
+     "(connect to active), µs",
      BENCH_CONNS,
-     {0},
-     0},
+     {BENCH_P50, BENCH_P99, BENCH_MAX, BENCH_MEAN},
+     4},
     {"idle", "Idle connections: server CPU, % of one core", BENCH_CPU, {0}, 0},
 };
 

@@ -60,7 +60,7 @@ bench_spread bench_spread_of(const double *v, int n);
 
 /** The metrics a row can carry (one CSV triple / JSON object each). */
 typedef enum bench_metric {
-  BENCH_P50,   /* ping-pong round trip, µs */
+  BENCH_P50,   /* ping-pong round trip (connect: connect latency), µs */
   BENCH_P90,   /* µs */
   BENCH_P99,   /* µs */
   BENCH_P999,  /* µs */

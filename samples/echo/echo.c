@@ -234,8 +234,11 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* Prints the round trips' percentiles and their rate over `elapsed_ns`
+ * (from the first connect to the last echo, so connecting is included). */
 static void print_rtts(uint64_t *rtt, size_t n, const echo_opts *o,
-                       const char *transport, int busy_poll_us) {
+                       const char *transport, int busy_poll_us,
+                       uint64_t elapsed_ns) {
   qsort(rtt, n, sizeof *rtt, cmp_u64);
   double sum = 0;
   for (size_t i = 0; i < n; i++)
@@ -246,6 +249,8 @@ static void print_rtts(uint64_t *rtt, size_t n, const echo_opts *o,
   printf("  rtt us: p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  mean %.1f\n",
          rtt[n / 2] / 1e3, rtt[n * 99 / 100] / 1e3, rtt[n * 999 / 1000] / 1e3,
          rtt[n - 1] / 1e3, sum / (double)n / 1e3);
+  printf("  rate: %.0f round trips/s over %.3f s (connects included)\n",
+         (double)n / ((double)elapsed_ns / 1e9), (double)elapsed_ns / 1e9);
 }
 
 static int run_client(weft_loop_group *group, const weft_config *cfg,
@@ -256,6 +261,7 @@ static int run_client(weft_loop_group *group, const weft_config *cfg,
   run.rtt = calloc((size_t)(o->connections * o->count), sizeof *run.rtt);
   if (run.rtt == NULL)
     return WEFT_ENOMEM;
+  uint64_t t0 = weft_now_ns();
   for (long i = 0; i < o->connections; i++) {
     client_conn *c = calloc(1, sizeof *c);
     *c = (client_conn){.run = &run, .index = i};
@@ -277,15 +283,12 @@ static int run_client(weft_loop_group *group, const weft_config *cfg,
   pthread_mutex_unlock(&run.lock);
   if (run.failed == 0)
     print_rtts(run.rtt, (size_t)(o->connections * o->count), o, uri,
-               cfg->loop.busy_poll_us);
+               cfg->loop.busy_poll_us, weft_now_ns() - t0);
   free(run.rtt);
   return run.failed == 0 ? 0 : WEFT_ECONNABORTED;
 }
 
 /* ---- main ---- */
-
-static volatile sig_atomic_t stop_signal;
-static void on_signal(int sig) { stop_signal = sig; }
 
 int main(int argc, char **argv) {
   weft_config cfg;
@@ -300,6 +303,15 @@ int main(int argc, char **argv) {
     weft_cli_usage_error(&cli, "unknown mode '%s'", mode);
     return 2;
   }
+  /* SIGINT and SIGTERM end the server: blocked before the loops start, so
+   * their threads inherit the mask, and taken by sigwait below. A handler
+   * with pause() would miss a signal delivered to a loop thread. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  if (server)
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
   weft_loop_group *group;
   int rc = weft_loop_group_new(&group, &cfg.loop);
   if (rc == 0)
@@ -322,10 +334,9 @@ int main(int argc, char **argv) {
     weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri);
   }
   if (server) {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    while (!stop_signal)
-      pause();
+    int sig;
+    while (sigwait(&stop, &sig) != 0)
+      ;
   } else {
     rc = run_client(group, &cfg, &opts, uri);
   }

@@ -1,6 +1,7 @@
 /* weft-kv: the KV service's command-line client (binary RPC protocol).
  *
  *   weft-kv [-c FILE] [-o section.key=value]... [--connect URI] [--raw]
+ *           [--cluster]
  *           [--timeout MS] [--user USER] [-a PASSWORD]
  *           [--tls [--cacert FILE] [--cert FILE --key FILE] [--sni NAME]]
  *           CMD ARGS...
@@ -29,6 +30,7 @@
 
 #include "client.h"
 #include "client_auth.h"
+#include "client_cluster.h"
 #include "client_tls.h"
 #include "kv_config.h"
 
@@ -40,13 +42,14 @@ typedef struct cli_opts {
   const char *connect;
   int raw; /* -1 = by terminal */
   long timeout_ms;
+  bool cluster; /* --cluster: route by slot (client_cluster.h) */
   kv_client_auth auth;
   kv_client_tls tls;
 } cli_opts;
 
 /* [kv]: TLS (client_tls.h) and the credentials (client_auth.h); the
- * server's keys and [kvbench] are accepted and ignored, as the file may
- * be shared. */
+ * server's keys, [cluster] and [kvbench] are accepted and ignored, as the file
+ * may be shared. */
 static int other_sections(void *arg, const char *section, const char *key,
                           const char *value, char *err, size_t err_len) {
   cli_opts *o = arg;
@@ -56,7 +59,7 @@ static int other_sections(void *arg, const char *section, const char *key,
                ? rc
                : kv_client_auth_key(&o->auth, key, value, err, err_len);
   }
-  if (strcmp(section, "kvbench") == 0)
+  if (strcmp(section, "kvbench") == 0 || strcmp(section, "cluster") == 0)
     return 0;
   return WEFT_ENOENT;
 }
@@ -171,6 +174,10 @@ static weft_cli cli = {
              "terminal)\n"
              "  --timeout MS            give up after MS milliseconds "
              "(default 10000; 0 = never)\n"
+             "  --cluster               a Redis Cluster of weft-kv-server "
+             "nodes: send the command\n"
+             "                          to its key's node, following "
+             "MOVED and ASK (redis-cli -c)\n"
              "  -a, --pass PASSWORD     AUTH with it before the command "
              "(visible to ps: prefer\n"
              "                          WEFT_KV_PASSWORD or [kv] password)\n"
@@ -193,6 +200,7 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       {"raw", no_argument, NULL, 'r'},
       {"no-raw", no_argument, NULL, 'R'},
       {"timeout", required_argument, NULL, 't'},
+      {"cluster", no_argument, NULL, 'K'},
       KV_CLIENT_AUTH_LONGOPTS,
       KV_CLIENT_TLS_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
@@ -220,6 +228,9 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
     switch (opt) {
     case 'C':
       o->connect = optarg;
+      break;
+    case 'K':
+      o->cluster = true;
       break;
     case 'r':
     case 'R':
@@ -254,6 +265,13 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
 
 /* ---- main ---- */
 
+static void close_client(kv_client *c, kv_cluster_client *cc) {
+  if (cc != NULL)
+    kv_cluster_client_close(cc);
+  else
+    kv_sync_close(c);
+}
+
 static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
                int cmd, int argc, char **argv, cli_opts *o) {
   kv_client_options co;
@@ -266,8 +284,10 @@ static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
     fprintf(stderr, "%s: %s\n", prog, err);
     return 1;
   }
-  kv_client *c;
-  int rc = kv_sync_connect(&c, group, uri, &co);
+  kv_client *c = NULL;
+  kv_cluster_client *cc = NULL;
+  int rc = o->cluster ? kv_cluster_client_connect(&cc, group, uri, &co)
+                      : kv_sync_connect(&c, group, uri, &co);
   kv_client_auth_clear(&o->auth);
   kv_client_tls_release(&o->tls);
   if (rc == WEFT_EACCES) {
@@ -287,17 +307,19 @@ static int run(weft_loop_group *group, const weft_config *cfg, const char *uri,
   }
   kv_arg *args = calloc((size_t)argc + 1, sizeof *args);
   if (args == NULL) {
-    kv_sync_close(c);
+    close_client(c, cc);
     fprintf(stderr, "%s: out of memory\n", prog);
     return 1;
   }
   for (int i = 0; i < argc; i++)
     args[i] = (kv_arg){argv[i], strlen(argv[i])};
   kv_reply *r = NULL;
-  rc = kv_sync_call(c, cmd, (size_t)argc, args,
-                    (uint64_t)o->timeout_ms * 1000000u, &r);
+  uint64_t timeout = (uint64_t)o->timeout_ms * 1000000u;
+  rc = cc != NULL
+           ? kv_cluster_sync_call(cc, cmd, (size_t)argc, args, timeout, &r)
+           : kv_sync_call(c, cmd, (size_t)argc, args, timeout, &r);
   free(args);
-  kv_sync_close(c);
+  close_client(c, cc);
   if (rc < 0) {
     fprintf(stderr, "%s: %s to %s failed: %s\n", prog, kv_cmd_name(cmd), uri,
             weft_strerror(rc));

@@ -168,12 +168,13 @@ static void info_server(text *t, const kv_shared *sh) {
   uint64_t up = (weft_now_ns() - sh->start_ns) / 1000000000u;
   text_add(t,
            "# Server\r\nredis_version:%s\r\nweft_version:%s\r\n"
-           "redis_mode:standalone\r\nos:%s %s %s\r\narch_bits:%d\r\n"
+           "redis_mode:%s\r\nos:%s %s %s\r\narch_bits:%d\r\n"
            "multiplexing_api:%s\r\nprocess_id:%ld\r\nrun_id:%s\r\n"
            "tcp_port:%d\r\nweft_rpc_port:%d\r\nserver_time_usec:%" PRId64
            "\r\nuptime_in_seconds:%" PRIu64 "\r\nuptime_in_days:%" PRIu64
            "\r\nhz:%u\r\nconfigured_hz:%u\r\n",
-           KV_REDIS_VERSION, WEFT_VERSION_STRING, u.sysname, u.release,
+           KV_REDIS_VERSION, WEFT_VERSION_STRING,
+           sh->cluster != NULL ? "cluster" : "standalone", u.sysname, u.release,
            u.machine, (int)(sizeof(void *) * 8),
            sh->transport != NULL ? sh->transport : "", (long)getpid(),
            sh->run_id, sh->resp_port, sh->rpc_port, kv_unix_ms() * 1000, up,
@@ -219,6 +220,11 @@ static void info_stats(text *t, const kv_shared *sh, const kv_store_stats *st) {
            st->hits, st->misses);
 }
 
+/* INFO's cluster section (redis-py's RedisCluster checks it). */
+static void info_cluster(text *t, const kv_shared *sh) {
+  text_add(t, "# Cluster\r\ncluster_enabled:%d\r\n", sh->cluster != NULL);
+}
+
 /* INFO's keyspace section. */
 static void info_keyspace(text *t, const kv_store_stats *st) {
   text_add(t, "# Keyspace\r\n");
@@ -227,12 +233,12 @@ static void info_keyspace(text *t, const kv_store_stats *st) {
              st->keys, st->expires);
 }
 
-/* INFO [section ...]: server, clients, memory, stats, keyspace; none,
+/* INFO [section ...]: server, clients, memory, stats, cluster, keyspace; none,
  * "default", "all" or "everything" for all of them. Unknown sections are
  * left out (an empty reply if nothing is left), as Redis does. */
 void kv_cmd_info(const kv_call *c) {
-  static const char *const names[] = {"server", "clients", "memory", "stats",
-                                      "keyspace"};
+  static const char *const names[] = {"server", "clients", "memory",
+                                      "stats",  "cluster", "keyspace"};
   enum { N = sizeof names / sizeof names[0] };
   bool want[N];
   bool all = c->argc == 0;
@@ -266,6 +272,9 @@ void kv_cmd_info(const kv_call *c) {
       break;
     case 3:
       info_stats(&t, sh, &st);
+      break;
+    case 4:
+      info_cluster(&t, sh);
       break;
     default:
       info_keyspace(&t, &st);

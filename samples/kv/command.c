@@ -150,6 +150,40 @@ static const kv_command table[KV_CMD_COUNT_] = {
                        kv_cmd_config},
     [KV_CMD_QUIT] = {KV_CMD_QUIT, -1, F | NOAUTH | NOQ, 0, 0, 0, "connection",
                      "1.0.0", "Closes the connection.", kv_cmd_quit},
+    [KV_CMD_CLUSTER] = {KV_CMD_CLUSTER, -2, 0, 0, 0, 0, "cluster", "3.0.0",
+                        "A container for Redis Cluster commands.",
+                        kv_cmd_cluster},
+    [KV_CMD_ASKING] = {KV_CMD_ASKING, 1, F, 0, 0, 0, "cluster", "3.0.0",
+                       "Signals that a cluster client is following an -ASK "
+                       "redirect.",
+                       kv_cmd_asking},
+    [KV_CMD_READONLY] = {KV_CMD_READONLY, 1, F, 0, 0, 0, "cluster", "3.0.0",
+                         "Enables read-only queries for a connection to a "
+                         "Redis Cluster replica node.",
+                         kv_cmd_readonly},
+    [KV_CMD_READWRITE] = {KV_CMD_READWRITE, 1, F, 0, 0, 0, "cluster", "3.0.0",
+                          "Enables read-write queries for a connection to a "
+                          "Redis Cluster replica node.",
+                          kv_cmd_readwrite},
+    [KV_CMD_DUMP] = {KV_CMD_DUMP, 2, R, 1, 1, 1, "generic", "2.6.0",
+                     "Returns a serialized representation of the value "
+                     "stored at a key.",
+                     kv_cmd_dump},
+    [KV_CMD_RESTORE] = {KV_CMD_RESTORE, -4, W, 1, 1, 1, "generic", "2.6.0",
+                        "Creates a key from the serialized representation of "
+                        "a value.",
+                        kv_cmd_restore},
+    [KV_CMD_RESTORE_ASKING] = {KV_CMD_RESTORE_ASKING, -4, W, 1, 1, 1, "server",
+                               "3.0.0",
+                               "An internal command for migrating keys in "
+                               "Redis Cluster.",
+                               kv_cmd_restore},
+    /* Its keys are where KEYS says (Redis' "movablekeys"): none for the
+     * gate, which would lock the wrong words; it locks its own. */
+    [KV_CMD_MIGRATE] = {KV_CMD_MIGRATE, -6, W, 0, 0, 0, "generic", "2.6.0",
+                        "Atomically transfers a key from one Redis instance "
+                        "to another.",
+                        kv_cmd_migrate},
 };
 
 const kv_command *kv_command_find(int cmd) {
@@ -280,11 +314,17 @@ void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
     ops->error(w, KV_NOAUTH_TEXT);
     return;
   }
-  if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE)) {
-    kv_multi_queue(s, cmd, argc, argv, ops, w);
+  kv_txn t;
+  t.locked = false; /* not the whole struct: 512 bytes per command */
+  if (s->shared->cluster != NULL && !s->in_exec &&
+      !kv_cluster_admit(s, k, argc, argv, ops, w, &t))
     return;
-  }
-  kv_command_run(s, k, argc, argv, ops, w);
+  if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE))
+    kv_multi_queue(s, cmd, argc, argv, ops, w);
+  else
+    kv_command_run(s, k, argc, argv, ops, w);
+  if (t.locked) /* kv_cluster_admit's */
+    kv_txn_unlock(&t);
 }
 
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,

@@ -6,9 +6,10 @@
  *
  * Every command goes through one gate (kv_exec), in Redis 7's order: the
  * arity ("wrong number of arguments"), then authentication ("NOAUTH"),
- * then MULTI's queue ("QUEUED"), then the command. The table in command.c
- * holds each command's arity, flags, key positions (what EXEC locks) and
- * the one-line documentation COMMAND DOCS gives.
+ * then in cluster mode the slot's owner ("MOVED", "ASK", "CROSSSLOT":
+ * cluster.h), then MULTI's queue ("QUEUED"), then the command. The table in
+ * command.c holds each command's arity, flags, key positions (what EXEC locks)
+ * and the one-line documentation COMMAND DOCS gives.
  */
 #ifndef WEFT_SAMPLES_KV_COMMAND_H
 #define WEFT_SAMPLES_KV_COMMAND_H
@@ -64,14 +65,16 @@ typedef struct kv_shared {
   _Atomic uint64_t denied_log_ns;        /* when protected mode last logged */
   _Atomic uint64_t denied_unlogged;      /* refusals not logged since */
   /* INFO server, clients */
-  uint64_t start_ns;     /* weft_now_ns at start */
-  unsigned hz;           /* [kv] expire_hz */
-  int resp_port;         /* RESP's bound port, 0 = off */
-  int tls_port;          /* RESP over TLS: its bound port, 0 = off */
-  int rpc_port;          /* RPC's bound port, 0 = off */
-  int max_clients;       /* [server] max_connections, 0 = no limit */
-  char run_id[41];       /* random, 40 hex digits */
-  const char *transport; /* [transport] name */
+  uint64_t start_ns;          /* weft_now_ns at start */
+  unsigned hz;                /* [kv] expire_hz */
+  int resp_port;              /* RESP's bound port, 0 = off */
+  int tls_port;               /* RESP over TLS: its bound port, 0 = off */
+  int rpc_port;               /* RPC's bound port, 0 = off */
+  int max_clients;            /* [server] max_connections, 0 = no limit */
+  char run_id[41];            /* random, 40 hex digits */
+  const char *transport;      /* [transport] name */
+  struct kv_cluster *cluster; /* [cluster] enabled: the slot map
+                                 (cluster.h); NULL = standalone */
 } kv_shared;
 
 /** A connection's state (session.h). */

@@ -4,8 +4,9 @@
  * function. The commands live by topic: cmd_string.c (string values),
  * cmd_keyspace.c (keys, TTLs, SCAN, KEYS), cmd_server.c (PING, ECHO,
  * SELECT, CONFIG, INFO, COMMAND), session.c (CLIENT, QUIT), auth.c (AUTH,
- * HELLO), multi.c (MULTI, EXEC, DISCARD). Not for the protocols: they use
- * command.h.
+ * HELLO), multi.c (MULTI, EXEC, DISCARD), cluster_cmd.c (CLUSTER, ASKING,
+ * READONLY, READWRITE), cluster_migrate.c (DUMP, RESTORE, MIGRATE). Not for the
+ * protocols: they use command.h.
  */
 #ifndef WEFT_SAMPLES_KV_COMMAND_INTERNAL_H
 #define WEFT_SAMPLES_KV_COMMAND_INTERNAL_H
@@ -165,6 +166,53 @@ void kv_cmd_hello(const kv_call *c);
 void kv_cmd_multi(const kv_call *c);
 void kv_cmd_exec(const kv_call *c);
 void kv_cmd_discard(const kv_call *c);
+
+void kv_cmd_cluster(const kv_call *c);
+void kv_cmd_asking(const kv_call *c);
+void kv_cmd_readonly(const kv_call *c);
+void kv_cmd_readwrite(const kv_call *c);
+void kv_cmd_dump(const kv_call *c);
+void kv_cmd_restore(const kv_call *c);
+void kv_cmd_migrate(const kv_call *c);
+
+/* ---- cluster.c: the gate's cluster check ---- */
+
+/**
+ * The slot of the keys command `k` names in `argv` (the table's key
+ * positions): 0 to 16383, -1 when they are in different slots
+ * (CROSSSLOT), -2 when it names none. Pure; any thread.
+ */
+int kv_cluster_command_slot(const kv_command *k, size_t argc,
+                            const kv_arg *argv);
+
+/**
+ * The cluster check of kv_exec for a server in cluster mode
+ * (s->shared->cluster set), after arity and authentication and before
+ * MULTI's queue: returns true when the command may run (or be queued)
+ * here; else it has written the redirection or error (CROSSSLOT, MOVED,
+ * ASK, TRYAGAIN, CLUSTERDOWN), marked a transaction being queued (EXEC
+ * will abort it) or discarded the one EXEC was about to run, and returns
+ * false. Also ends ASKING's effect after one command.
+ *
+ * A keyed command to run now (not queued, not EXEC) is checked with the
+ * stripes of its keys locked in `t` (kv_txn), and true leaves them locked:
+ * the caller runs the command, then calls kv_txn_unlock(t). Check
+ * t->locked: commands without keys lock nothing. The session's loop
+ * thread.
+ */
+bool kv_cluster_admit(kv_session *s, const kv_command *k, size_t argc,
+                      const kv_arg *argv, const kv_reply_ops *ops, void *w,
+                      kv_txn *t);
+
+/**
+ * EXEC's cluster check, with its transaction locked: the queued keys' slot
+ * is still served here, and during a migration all the keys are here (or,
+ * importing with ASKING, all of them or one); else writes the redirection
+ * or TRYAGAIN and returns false (EXEC then discards the transaction).
+ * `asking`: the client sent ASKING before EXEC. True outside cluster mode.
+ */
+bool kv_cluster_exec_check(kv_session *s, const kv_multi *m, bool asking,
+                           const kv_reply_ops *ops, void *w);
 
 /* ---- multi.c: queueing ---- */
 

@@ -73,6 +73,15 @@ const weft_config_key kv_config_keys[] = {
      "lock stripes of the store, a power of two from 1 to 4096"},
     {"kv", "expire_hz", "10",
      "active expiry passes per second per loop, an integer from 1 to 1000"},
+    {"cluster", "enabled", "no",
+     "yes or no: serve as a node of a static Redis Cluster (the node "
+     "lines)"},
+    {"cluster", "myself", "",
+     "this server's node: the NAME of one of the node lines"},
+    {"cluster", "node", "",
+     "one line per node (the key repeats): NAME HOST:PORT "
+     "[rpc=HOST:PORT] [slots=FIRST-LAST,...] [id=40 hex digits]; HOST:PORT "
+     "is its RESP address, slots from 0 to 16383, each given once"},
     {"kvbench", "workload", "A",
      "A (50/50 read/update), B (95/5) or C (read only)"},
     {"kvbench", "records", "100000", "keys in the key space, an integer > 0"},
@@ -89,6 +98,9 @@ const weft_config_key kv_config_keys[] = {
      "true or false: SET every record before the run"},
     {"kvbench", "json", "false", "true or false: one JSON object as output"},
     {"kvbench", "seed", "1", "random seed, an integer >= 0"},
+    {"kvbench", "cluster", "false",
+     "true or false: a Redis Cluster of weft-kv-server nodes: learn the "
+     "slot map from --connect and route each key to its node"},
     {NULL, NULL, NULL, NULL}};
 
 /* The index of the name `in` starts with as a whole word, or n. */

@@ -50,6 +50,7 @@
 
 #include "client.h"
 #include "client_auth.h"
+#include "client_cluster.h"
 #include "client_tls.h"
 #include "kv_config.h"
 
@@ -75,6 +76,7 @@ typedef struct bench_opts {
   int pipeline; /* outstanding requests per connection */
   bool load;
   bool json;
+  bool cluster; /* route by slot over a cluster's nodes (client_cluster.h) */
   uint64_t seed;
 } bench_opts;
 
@@ -154,8 +156,12 @@ static int set_opt(bench_opts *o, const char *key, const char *v, char *err,
       *(!strcmp(key, "connections") ? &o->connections : &o->pipeline) = (int)n;
     else
       want = "an integer from 1 to 10000";
-  } else if (!strcmp(key, "load") || !strcmp(key, "json")) {
-    if (!parse_bool(v, !strcmp(key, "load") ? &o->load : &o->json))
+  } else if (!strcmp(key, "load") || !strcmp(key, "json") ||
+             !strcmp(key, "cluster")) {
+    bool *flag = !strcmp(key, "load")   ? &o->load
+                 : !strcmp(key, "json") ? &o->json
+                                        : &o->cluster;
+    if (!parse_bool(v, flag))
       want = "true or false";
   } else if (!strcmp(key, "seed")) {
     if (!parse_u64(v, &o->seed))
@@ -185,6 +191,8 @@ static int config_section(void *arg, const char *section, const char *key,
                ? rc
                : kv_client_auth_key(bc->auth, key, value, err, err_len);
   }
+  if (strcmp(section, "cluster") == 0)
+    return 0; /* the server's, when the file is shared */
   if (strcmp(section, "kvbench") != 0)
     return WEFT_ENOENT;
   return set_opt(bc->o, key, value, err, err_len);
@@ -331,9 +339,10 @@ typedef struct slot {
 
 struct conn {
   bench *b;
-  kv_client *client;
-  uint64_t rng; /* loop thread */
-  hist *h;      /* loop thread; read by main once all slots retired */
+  kv_client *client;          /* or, with [kvbench] cluster: */
+  kv_cluster_client *cluster; /* one connection per node */
+  uint64_t rng;               /* loop thread */
+  hist *h; /* loop thread; read by main once all slots retired */
   uint64_t reads, updates, last_done_ns; /* loop thread, as h */
   slot *slots;
 };
@@ -408,8 +417,12 @@ static void slot_issue(slot *s) {
   s->phase = phase;
   s->update = update;
   s->start_ns = now_ns();
-  int rc = kv_client_call(c->client, update ? KV_CMD_SET : KV_CMD_GET,
-                          update ? 2 : 1, argv, 0, on_reply, s);
+  int cmd = update ? KV_CMD_SET : KV_CMD_GET;
+  int rc = c->cluster != NULL
+               ? kv_cluster_client_call(c->cluster, cmd, update ? 2 : 1, argv,
+                                        0, on_reply, s)
+               : kv_client_call(c->client, cmd, update ? 2 : 1, argv, 0,
+                                on_reply, s);
   if (rc < 0) {
     atomic_fetch_add_explicit(&b->errors, 1, memory_order_relaxed);
     slot_retire(s);
@@ -445,8 +458,10 @@ static int start_phase(bench *b, int phase) {
   atomic_store(&b->phase, phase);
   atomic_store(&b->active, b->o.connections * b->o.pipeline);
   for (int i = 0; i < b->o.connections; i++) {
-    int rc = weft_loop_execute(kv_client_loop(b->conns[i].client), conn_start,
-                               &b->conns[i]);
+    conn *c = &b->conns[i];
+    weft_loop *loop = c->cluster != NULL ? kv_cluster_client_loop(c->cluster)
+                                         : kv_client_loop(c->client);
+    int rc = weft_loop_execute(loop, conn_start, c);
     if (rc < 0)
       return rc;
   }
@@ -599,7 +614,9 @@ static int connect_all(bench *b, weft_loop_group *group, const char *uri,
     }
     for (int k = 0; k < b->o.pipeline; k++)
       c->slots[k].conn = c;
-    int rc = kv_sync_connect(&c->client, group, uri, &co);
+    int rc = b->o.cluster
+                 ? kv_cluster_client_connect(&c->cluster, group, uri, &co)
+                 : kv_sync_connect(&c->client, group, uri, &co);
     if (rc < 0) {
       fprintf(stderr, "%s: cannot connect to %s: %s\n", prog, uri,
               rc == WEFT_EACCES ? "refused (AUTH failed, or protected mode)"
@@ -616,7 +633,10 @@ static int connect_all(bench *b, weft_loop_group *group, const char *uri,
 
 static void free_conns(bench *b) {
   for (int i = 0; i < b->o.connections; i++) {
-    kv_sync_close(b->conns[i].client);
+    if (b->conns[i].cluster != NULL)
+      kv_cluster_client_close(b->conns[i].cluster);
+    else if (b->conns[i].client != NULL)
+      kv_sync_close(b->conns[i].client);
     free(b->conns[i].h);
     free(b->conns[i].slots);
   }
@@ -652,6 +672,10 @@ static weft_cli cli = {
              "  --warmup S              [kvbench] warmup\n"
              "  --seed N                [kvbench] seed\n"
              "  --json                  [kvbench] json = true\n"
+             "  --cluster               [kvbench] cluster = true: learn "
+             "the slot map and send\n"
+             "                          each key to its node (Redis "
+             "Cluster; MOVED, ASK followed)\n"
              "  -a, --pass PASSWORD     AUTH with it on every connection "
              "(visible to ps: prefer\n"
              "                          WEFT_KV_PASSWORD or [kv] password; "
@@ -692,6 +716,7 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
       {"warmup", required_argument, NULL, 'W'},
       {"seed", required_argument, NULL, 's'},
       {"json", no_argument, NULL, 'j'},
+      {"cluster", no_argument, NULL, 'K'},
       KV_CLIENT_AUTH_LONGOPTS,
       KV_CLIENT_TLS_LONGOPTS,
       {"help", no_argument, NULL, 'h'},
@@ -704,7 +729,8 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
               {'n', "connections", NULL},  {'p', "pipeline", NULL},
               {'t', "duration", NULL},     {'N', "operations", NULL},
               {'W', "warmup", NULL},       {'s', "seed", NULL},
-              {'L', "load", "false"},      {'j', "json", "true"}};
+              {'L', "load", "false"},      {'j', "json", "true"},
+              {'K', "cluster", "true"}};
   cli_flags f = {0};
   weft_config_init(cfg);
   cfg->app_keys = kv_config_keys;

@@ -102,11 +102,18 @@ void kv_cmd_exec(const kv_call *c) {
   }
   kv_multi m = s->multi;
   s->multi = (kv_multi){0};
+  bool asking = s->asking;
+  s->asking = false;
   kv_txn t;
   kv_txn_init(&t, c->store);
   for (kv_queued *q = m.head; q != NULL; q = q->next)
     kv_command_add_keys(&t, kv_command_find(q->cmd), q->argc, q->argv);
   kv_txn_lock(&t);
+  if (!kv_cluster_exec_check(s, &m, asking, c->ops, c->w)) {
+    kv_txn_unlock(&t); /* the slot moved while it was queued */
+    kv_multi_reset(&m);
+    return;
+  }
   s->in_exec = true;
   c->ops->array(c->w, m.count);
   for (kv_queued *q = m.head; q != NULL; q = q->next)

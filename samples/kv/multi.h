@@ -33,8 +33,10 @@ typedef struct kv_queued {
 
 /** A connection's transaction. Zero-initialised = no MULTI. */
 typedef struct kv_multi {
-  bool active; /* between MULTI and EXEC or DISCARD */
-  bool dirty;  /* a command was refused while queueing: EXEC aborts */
+  bool active;           /* between MULTI and EXEC or DISCARD */
+  bool dirty;            /* a command was refused while queueing: EXEC aborts */
+  unsigned cluster_slot; /* cluster mode: the slot of the queued keys + 1;
+                            0 = no key queued yet (cluster.c) */
   size_t count, bytes;
   kv_queued *head, *tail;
 } kv_multi;

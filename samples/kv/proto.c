@@ -49,6 +49,14 @@ static const char *const cmd_names[KV_CMD_COUNT_] = {
     [KV_CMD_SELECT] = "SELECT",
     [KV_CMD_CONFIG] = "CONFIG",
     [KV_CMD_QUIT] = "QUIT",
+    [KV_CMD_CLUSTER] = "CLUSTER",
+    [KV_CMD_ASKING] = "ASKING",
+    [KV_CMD_READONLY] = "READONLY",
+    [KV_CMD_READWRITE] = "READWRITE",
+    [KV_CMD_DUMP] = "DUMP",
+    [KV_CMD_RESTORE] = "RESTORE",
+    [KV_CMD_RESTORE_ASKING] = "RESTORE-ASKING",
+    [KV_CMD_MIGRATE] = "MIGRATE",
 };
 
 const char *kv_cmd_name(int cmd) {

@@ -75,7 +75,16 @@ typedef enum kv_cmd {
   KV_CMD_SELECT = 39,
   KV_CMD_CONFIG = 40,
   KV_CMD_QUIT = 41, /* RESP only */
-  KV_CMD_COUNT_     /* one past the last */
+  /* Redis Cluster (cluster.h): */
+  KV_CMD_CLUSTER = 42,   /* SLOTS, SHARDS, NODES, SETSLOT, ... */
+  KV_CMD_ASKING = 43,    /* the next command may use an importing slot */
+  KV_CMD_READONLY = 44,  /* accepted (no replicas here) */
+  KV_CMD_READWRITE = 45, /* accepted */
+  KV_CMD_DUMP = 46,      /* a value in weft's payload (cluster_migrate.c) */
+  KV_CMD_RESTORE = 47,   /* a DUMP payload back into a key */
+  KV_CMD_RESTORE_ASKING = 48, /* RESTORE that MIGRATE sends (implies ASKING) */
+  KV_CMD_MIGRATE = 49,        /* moves keys to another server */
+  KV_CMD_COUNT_               /* one past the last */
 } kv_cmd;
 
 /** An argument: bytes that stay owned by whoever holds the message. */

@@ -34,6 +34,7 @@ void kv_server_options_init(kv_server_options *o) {
   strcpy(o->rpc_listen, "127.0.0.1:7001");
   strcpy(o->resp_listen, "127.0.0.1:6380");
   weft_tls_options_init(&o->tls);
+  kv_cluster_options_init(&o->cluster);
   o->tls.verify = WEFT_TLS_VERIFY_REQUIRED; /* Redis' tls-auth-clients yes */
 }
 
@@ -83,6 +84,8 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
   unsigned long n;
   if (strcmp(section, "kvbench") == 0)
     return 0; /* weft-kvbench's section, when the file is shared */
+  if (strcmp(section, "cluster") == 0)
+    return kv_cluster_config_key(&o->cluster, key, value, err, err_len);
   if (strcmp(section, "kv") != 0)
     return WEFT_ENOENT;
   if (strcmp(key, "rpc_listen") == 0 || strcmp(key, "resp_listen") == 0)
@@ -250,6 +253,15 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
   if (sh->loops == NULL)
     return WEFT_ENOMEM;
   memset(sh->loops, 0, sh->n_loops * sizeof *sh->loops);
+  if (srv->opts.cluster.enabled) {
+    rc = kv_cluster_options_check(&srv->opts.cluster, err, sizeof err);
+    if (rc < 0) {
+      weft_log(WEFT_LOG_ERROR, "kv: %s", err);
+      return rc;
+    }
+    if ((rc = kv_cluster_new(&sh->cluster, &srv->opts.cluster)) < 0)
+      return rc;
+  }
   sh->multi_max_bytes = kv_multi_limit(srv->opts.max_value_bytes);
   sh->start_ns = weft_now_ns();
   sh->hz = srv->opts.expire_hz;
@@ -332,6 +344,7 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
   if (rc < 0) {
     weft_tls_context_release(srv->tls);
     kv_store_free(srv->shared.store);
+    kv_cluster_free(srv->shared.cluster);
     free(srv->shared.loops);
     free(srv);
     return rc;
@@ -376,6 +389,7 @@ void kv_server_close(kv_server *s) {
   /* Channels still open hold their own references. */
   weft_tls_context_release(s->tls);
   kv_store_free(s->shared.store);
+  kv_cluster_free(s->shared.cluster);
   free(s->shared.loops);
   free(s);
 }

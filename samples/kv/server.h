@@ -17,6 +17,7 @@
 #include <weft/tls.h>
 
 #include "auth.h"
+#include "cluster.h"
 #include "store.h"
 
 /** Longest password a setting holds, bytes with the NUL. */
@@ -42,11 +43,13 @@ typedef struct kv_server_options {
                                                tls-port); "" = off (default) */
   char tls_rpc_listen[WEFT_CONFIG_URI_MAX]; /* weft RPC over TLS; "" = off
                                                (default) */
-  weft_tls_options tls; /* the TLS listeners' context: [kv] tls_cert_file,
-                           tls_key_file, tls_ca_cert_file, tls_ca_cert_dir,
-                           tls_auth_clients (verify: REQUIRED by default, as
-                           Redis' tls-auth-clients yes), tls_min_protocol,
-                           tls_handshake_timeout_ms, tls_ktls */
+  weft_tls_options tls;       /* the TLS listeners' context: [kv] tls_cert_file,
+                                 tls_key_file, tls_ca_cert_file, tls_ca_cert_dir,
+                                 tls_auth_clients (verify: REQUIRED by default, as
+                                 Redis' tls-auth-clients yes), tls_min_protocol,
+                                 tls_handshake_timeout_ms, tls_ktls */
+  kv_cluster_options cluster; /* the [cluster] section (cluster.h):
+                                 cluster mode, this node, the slot map */
 } kv_server_options;
 
 /** The listeners kv_server_address names. */
@@ -74,10 +77,11 @@ void kv_server_config_defaults(weft_config *cfg);
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
  * stripes, expire_hz, requirepass, user, user_password, protected_mode,
  * and the TLS keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
- * kv_server_tls_key) (kv_config.h lists them). The clients' keys of the
- * section (password, client_user, client_tls, ...) and other sections of
- * the service's file ([kvbench]) are accepted and ignored. Error texts
- * never quote a value.
+ * kv_server_tls_key) (kv_config.h lists them). Also the [cluster]
+ * section's keys (enabled, myself, node: kv_cluster_config_key). The clients'
+ * keys of the section (password, client_user, client_tls, ...) and other
+ * sections of the service's file ([kvbench]) are accepted and ignored. Error
+ * texts never quote a value.
  */
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len);
@@ -96,6 +100,10 @@ typedef struct kv_server kv_server;
  * `requirepass` is set, a client whose address is outside the loopback
  * network (127.0.0.0/8, ::1) gets Redis' DENIED error (auth.h) and the
  * close, and a WARN line names the settings to change.
+ *
+ * Cluster: with [cluster] enabled, `myself` must name one of the node
+ * lines (else WEFT_EINVAL, logged with the node names); the server then
+ * answers as that node of a Redis Cluster (cluster.h).
  *
  * TLS: with tls_listen or tls_rpc_listen, one server TLS context is made
  * from `opts->tls` (an error names the [kv] key and the file: WEFT_EINVAL)

@@ -21,8 +21,8 @@
 #include "kv_config.h"
 #include "server.h"
 
-static const char *const sections[] = {"loop", "transport", "server", "kv",
-                                       NULL};
+static const char *const sections[] = {"loop", "transport", "server",
+                                       "kv",   "cluster",   NULL};
 
 static weft_cli cli = {
     .prog = "weft-kv-server",

@@ -32,6 +32,8 @@ struct kv_session {
   bool denied;         /* refused by protected mode: runs nothing */
   bool quit;           /* QUIT: close once the reply is sent */
   bool in_exec;        /* EXEC is running the queue */
+  bool asking;         /* ASKING: the next command (or transaction) may
+                          use a slot being imported (cluster.c) */
   int last_cmd;        /* kv_cmd of the last command (CLIENT INFO) */
   uint64_t created_ns, last_ns;
   char addr[KV_ADDR_MAX], laddr[KV_ADDR_MAX];

@@ -1,5 +1,6 @@
 /* libFuzzer target for what a UCX peer controls: the 12-byte message
- * header and the data length (and the handshake's 4 bytes of data) that
+ * header and the data length (and the handshake's 8 bytes of data, a
+ * REDIRECT's listener ports) that
  * weft__ucx_hdr_check (transports/ucx/wire.c) judges against a channel's
  * wire state. No UCX is needed: the check is pure.
  *
@@ -8,10 +9,11 @@
  * byte and its operands:
  *
  *   0  a raw message: 12 header bytes, 4 length bytes, a flags byte
- *      (bit 0: rendezvous), 4 bytes of handshake data;
+ *      (bit 0: rendezvous), 8 bytes of data (the rest of the data: 0);
  *   1  a message built from the state and perturbed by the input, so the
  *      fuzzer reaches the valid paths too: type, sequence delta, length,
- *      credit, version, window, max_message;
+ *      credit, version, window, max_message, flags or server id; for a
+ *      REDIRECT its server id, index, listener count and ports;
  *   2  the pipeline reads everything queued: its credit becomes owed;
  *   3  this side grants the owed credit back (a CREDIT message);
  *   4  this side sends a DATA message of up to the length given, carrying
@@ -54,6 +56,9 @@ static uint32_t take32(script *s) {
   return v;
 }
 
+/* The most data a check reads: a REDIRECT's for UCX_MAX_LISTENERS. */
+#define DATA_MAX (UCX_REDIRECT_HEAD + 4u * UCX_MAX_LISTENERS)
+
 /* The receiver's side beyond the check: what is queued and owed. */
 typedef struct model {
   ucx_wire w;
@@ -83,12 +88,12 @@ static void check_invariants(const model *m) {
 
 /* One message from the peer, through the check. */
 static void receive(model *m, const ucx_hdr *h, size_t len, bool rndv,
-                    uint32_t hello_data) {
+                    const uint8_t data[DATA_MAX]) {
   ucx_wire before = m->w;
   char why[128];
   why[0] = '\0';
-  int rc = weft__ucx_hdr_check(&m->w, h, sizeof *h, rndv ? NULL : &hello_data,
-                               len, rndv, why, sizeof why);
+  int rc = weft__ucx_hdr_check(&m->w, h, sizeof *h, rndv ? NULL : data, len,
+                               rndv, why, sizeof why);
   if (rc == UCX_HDR_FOREIGN)
     abort(); /* weft's size */
   if (rc != 0) {
@@ -115,6 +120,15 @@ static void receive(model *m, const ucx_hdr *h, size_t len, bool rndv,
   } else if (type == UMSG_FIN) {
     if (!m->w.fin_received || before.fin_received)
       abort();
+  } else if (type == UMSG_REDIRECT) {
+    /* only to the connecting side, before HELLO_ACK, once; no credit */
+    if (!m->w.client || before.peer_known || before.redirected ||
+        !m->w.redirected || m->w.redirect_port == 0 ||
+        m->w.redirect_port > 65535 || m->w.peer_server_id == 0 ||
+        m->w.send_credit != before.send_credit ||
+        m->w.recv_credit != before.recv_credit)
+      abort();
+    return;
   }
   if (type != UMSG_HELLO && type != UMSG_HELLO_ACK &&
       (before.fin_received || !before.peer_known))
@@ -123,25 +137,44 @@ static void receive(model *m, const ucx_hdr *h, size_t len, bool rndv,
 
 /* Opcode 1: a header from the state, perturbed by the input. */
 static void receive_built(model *m, script *s) {
-  uint8_t type = take8(s) % 7; /* 0 and 6: unknown */
+  uint8_t type = take8(s) % 10; /* 0 and 9: unknown */
   int8_t dseq = (int8_t)take8(s);
   uint32_t len = take32(s) % (m->w.max_message + 2u * UCX_MSG_COST);
   uint8_t flags = take8(s);
   ucx_hdr h = {.to = weft__ucx_slot_ref(type, 1, 1)};
+  uint32_t d[DATA_MAX / 4] = {0};
+  if (type == UMSG_REDIRECT) {
+    h.seq = weft__ucx_slot_ref((flags & 2) ? take8(s) & 15 : UCX_WIRE_VERSION,
+                               0, 0);
+    h.credit = (flags & 4) ? take32(s) : 0;
+    uint32_t n = (flags & 8) ? take32(s) : 2u + take8(s) % 63u;
+    d[0] = (flags & 32) ? 0 : 1u + take8(s); /* server id */
+    d[1] = (flags & 64) ? take32(s) : 1u + take8(s) % (n > 1 ? n - 1 : 1);
+    d[2] = n;
+    for (uint32_t i = 0; i < n && i < UCX_MAX_LISTENERS; i++)
+      d[3 + i] = (flags & 128) ? take32(s) : 1024u + take8(s);
+    receive(m, &h, (flags & 16) ? len : UCX_REDIRECT_HEAD + 4u * n, flags & 1,
+            (const uint8_t *)d);
+    return;
+  }
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK) {
     h.seq = weft__ucx_slot_ref((flags & 2) ? take8(s) & 15 : UCX_WIRE_VERSION,
                                7, 3);
     h.credit = (flags & 4) ? take32(s) : UCX_WINDOW_MIN << (take8(s) % 19);
     uint32_t mm =
         (flags & 8) ? take32(s) : UCX_MAX_MESSAGE_MIN << (take8(s) % 17);
-    receive(m, &h, (flags & 16) ? len : UCX_HELLO_DATA, flags & 1, mm);
+    d[0] = mm;
+    /* HELLO: flags (UCX_HELLO_ROUTED); HELLO_ACK: the server id */
+    d[1] = (flags & 32) ? take32(s) : (type == UMSG_HELLO ? take8(s) & 1u : 7u);
+    receive(m, &h, (flags & 16) ? len : UCX_HELLO_DATA, flags & 1,
+            (const uint8_t *)d);
     return;
   }
   h.seq = m->w.recv_seq + (uint32_t)(dseq > 100 || dseq < -100 ? dseq : 0);
   h.credit = (flags & 2) ? take32(s) : (uint32_t)(m->w.send_unacked >> 1);
   if (type != UMSG_DATA && !(flags & 16))
     len = 0;
-  receive(m, &h, len, flags & 1, 0);
+  receive(m, &h, len, flags & 1, (const uint8_t *)d);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -179,7 +212,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           abort();
         break;
       }
-      receive(&m, &h, len, flags & 1, take32(&s));
+      uint32_t d[DATA_MAX / 4] = {0};
+      d[0] = take32(&s);
+      d[1] = take32(&s);
+      receive(&m, &h, len, flags & 1, (const uint8_t *)d);
       break;
     }
     case 1:

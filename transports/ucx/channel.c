@@ -1,12 +1,17 @@
 /* transports/ucx/channel.c: a UCX channel's lifecycle: its slot and ep at
- * connect or adopt; its close, which sends FIN and closes the ep at once
- * or leaves it to linger until the requests in flight on it ended; its
- * options and addresses; and the plugin's probe and ops table,
- * weft__transport_ucx. */
+ * connect (to the server's address, or to the listener a route names) or
+ * adopt, and again at a REDIRECT or a stale route; its close, which sends
+ * FIN and closes the ep at once or leaves it to linger until the requests
+ * in flight on it ended; the loop's tick (keepalive, lingering eps, held
+ * connections); its options and addresses; and the plugin's probe and ops
+ * table, weft__transport_ucx. */
 
 #include <assert.h>
+#include <netinet/in.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -29,13 +34,17 @@ uint64_t weft__ucx_now_ns(void) {
 }
 
 /* Closes a channel's ep (unless it is kept) and frees its record; requests
- * still in flight on it (a lingering ep past its deadline) forget it. */
+ * still in flight on it (a lingering ep past its deadline) forget it.
+ * Without peer error handling an ep whose peer left first is kept: UCX
+ * 1.13 refuses to close it by force, and its flush fails noisily ("error
+ * during flush: Endpoint timeout" for every lane); ucp_worker_destroy
+ * releases it. */
 static void ep_close(ucx_loop *tl, ucx_epr *r) {
   if (r->n_ops > 0)
     for (ucx_op *op = tl->ops; op != NULL; op = op->next)
       if (op->epr == r)
         op->epr = NULL;
-  if (r->keep) {
+  if (r->keep || (tl->cfg.err_mode_none && r->peer_left)) {
     free(r);
     return;
   }
@@ -64,8 +73,20 @@ static void ep_close(ucx_loop *tl, ucx_epr *r) {
   tl->closing[tl->n_closing++] = req;
 }
 
+void weft__ucx_epr_close(ucx_loop *tl, ucx_epr *r, bool in_progress) {
+  if (!in_progress && r->n_ops == 0) {
+    ep_close(tl, r);
+    return;
+  }
+  r->close_by = weft__ucx_now_ns() + UCX_CLOSE_WAIT_NS;
+  r->next = tl->lingering;
+  tl->lingering = r;
+  weft__ucx_tick_start(tl);
+}
+
 /* Closes the lingering eps whose requests ended or whose time is up (or
- * all of them: `all`). Runs from poll, not from a UCX callback. */
+ * all of them: `all`). Runs from poll or the tick, not from a UCX
+ * callback. */
 void weft__ucx_linger_check(ucx_loop *tl, bool all) {
   uint64_t now = weft__ucx_now_ns();
   ucx_epr **pp = &tl->lingering;
@@ -86,28 +107,18 @@ void weft__ucx_linger_check(ucx_loop *tl, bool all) {
 
 /* ---- channel lifecycle ---- */
 
-/* Common to connect (`client`) and adopt: a slot, the read and wire
- * state, the ep. */
-static int channel_start(weft_channel *ch, ucp_ep_params_t *params,
-                         bool client) {
-  ucx_channel *uc = weft__ucx_of(ch);
-  int err = 0;
-  ucx_loop *tl = weft__ucx_loop_state_of(weft_channel_loop(ch), &err);
-  if (tl == NULL)
-    return err;
-  int64_t auto_read = 1;
-  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
-  uc->ch = ch;
-  uc->tl = tl;
-  uc->reading = auto_read != 0;
-  weft__ucx_wire_init(&uc->w, (uint32_t)tl->cfg.window,
-                      (uint32_t)tl->cfg.max_message, client);
+/* A slot, an ep record and the ep (`params`, with the error handling
+ * added) for channel `uc`: at connect and adopt, and again for a
+ * REDIRECT. Returns 0 or an error (nothing of the three left). */
+static int ep_start(ucx_channel *uc, ucp_ep_params_t *params) {
+  ucx_loop *tl = uc->tl;
   uc->epr = calloc(1, sizeof *uc->epr);
   if (uc->epr == NULL)
     return WEFT_ENOMEM;
-  err = weft__ucx_slot_take(tl, uc);
+  int err = weft__ucx_slot_take(tl, uc);
   if (err < 0)
     goto failed_slot;
+  weft__ucx_tick_start(tl);
   params->field_mask |=
       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params->err_mode = tl->cfg.err_mode_none ? UCP_ERR_HANDLING_MODE_NONE
@@ -132,36 +143,181 @@ failed_slot:
   return err;
 }
 
-static int ucx_adopt(weft_channel *ch, intptr_t handle) {
-  assert(
-      !weft__ucx_loop_state_of(weft_channel_loop(ch), &(int){0})->in_progress);
-  ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
-                            .conn_request = (ucp_conn_request_h)handle};
-  return channel_start(ch, &params, false);
+/* The read and wire state of channel `ch` (`client`: it connects).
+ * Returns its loop's instance, or NULL with the error in `*err`. */
+static ucx_loop *channel_init(weft_channel *ch, bool client, int *err) {
+  ucx_channel *uc = weft__ucx_of(ch);
+  ucx_loop *tl = weft__ucx_loop_state_of(weft_channel_loop(ch), err);
+  if (tl == NULL)
+    return NULL;
+  int64_t auto_read = 1;
+  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
+  uc->ch = ch;
+  uc->tl = tl;
+  uc->reading = auto_read != 0;
+  weft__ucx_wire_init(&uc->w, (uint32_t)tl->cfg.window,
+                      (uint32_t)tl->cfg.max_message, client);
+  return tl;
 }
 
-/* A request nobody adopts: UCX frees it with the listener's worker, and the
- * client's connect fails then. Rejecting needs the listener's worker, which
- * belongs to another loop's thread. */
-static void ucx_discard(intptr_t handle) { (void)handle; }
-
-static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
-  struct sockaddr_storage ss;
-  socklen_t sl;
-  int err = weft_endpoint_resolve_first(ep, false, &ss, &sl);
-  if (err < 0)
+/* Adopts a connection request, or a connection the listener on the
+ * server's address held until its HELLO (listen.c): that one keeps its ep,
+ * takes a slot and answers the HELLO it had. */
+static int ucx_adopt(weft_channel *ch, intptr_t handle) {
+  ucx_handle h = *(ucx_handle *)handle;
+  free((ucx_handle *)handle);
+  int err = 0;
+  ucx_loop *tl = channel_init(ch, false, &err);
+  if (tl == NULL) {
+    if (h.pc != NULL)
+      weft__ucx_preconn_drop(h.pc);
     return err;
-  ucp_ep_params_t params = {
+  }
+  assert(!tl->in_progress);
+  ucx_channel *uc = weft__ucx_of(ch);
+  uc->server_id = h.server_id;
+  if (h.pc == NULL) {
+    ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
+                              .conn_request = h.req};
+    return ep_start(uc, &params);
+  }
+  err = weft__ucx_slot_take(tl, uc);
+  if (err < 0) {
+    weft__ucx_preconn_drop(h.pc);
+    return err;
+  }
+  weft__ucx_tick_start(tl);
+  return weft__ucx_preconn_adopt(h.pc, uc);
+}
+
+/* A connection nobody adopts (the core refused it, or could not create
+ * its channel). A request is left to UCX, which frees it with the
+ * listener's worker (the client's connect fails then); a held connection
+ * is closed (the core discards on the listener's loop, where it lives). */
+static void ucx_discard(intptr_t handle) {
+  ucx_handle *h = (ucx_handle *)handle;
+  if (h->pc != NULL)
+    weft__ucx_preconn_drop(h->pc);
+  free(h);
+}
+
+/* Client-server ep params for address `ss`. */
+static ucp_ep_params_t client_params(struct sockaddr_storage *ss) {
+  socklen_t sl = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                           : sizeof(struct sockaddr_in);
+  return (ucp_ep_params_t){
       .field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR,
       .flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
-      .sockaddr = {.addr = (struct sockaddr *)&ss, .addrlen = sl}};
-  err = channel_start(ch, &params, true);
+      .sockaddr = {.addr = (struct sockaddr *)ss, .addrlen = sl}};
+}
+
+/* Sets the port of socket address `ss`. */
+static void set_port(struct sockaddr_storage *ss, uint16_t port) {
+  if (ss->ss_family == AF_INET6)
+    ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
+  else
+    ((struct sockaddr_in *)ss)->sin_port = htons(port);
+}
+
+/* The port of socket address `ss`. */
+static uint16_t get_port(const struct sockaddr_storage *ss) {
+  return ntohs(ss->ss_family == AF_INET6
+                   ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                   : ((const struct sockaddr_in *)ss)->sin_port);
+}
+
+/* Connects to the server at `ep`, or, when a REDIRECT taught this process
+ * the server's listeners (route.c), straight to the next of them. */
+static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
+  ucx_channel *uc = weft__ucx_of(ch);
+  socklen_t sl;
+  uc->dial = calloc(1, sizeof *uc->dial);
+  if (uc->dial == NULL)
+    return WEFT_ENOMEM;
+  ucx_dial *d = uc->dial;
+  int err = weft_endpoint_resolve_first(ep, false, &d->primary, &sl);
+  if (err < 0)
+    return err; /* ucx_close frees the dial */
+  d->dest = d->primary;
+  uint16_t port;
+  if (weft__ucx_route_pick(&d->primary, &port, &d->expect_id)) {
+    set_port(&d->dest, port);
+    d->routed = true;
+  }
+  ucx_loop *tl = channel_init(ch, true, &err);
+  if (tl == NULL)
+    return err;
+  ucp_ep_params_t params = client_params(&d->dest);
+  err = ep_start(uc, &params);
   if (err < 0)
     return err;
-  ucx_channel *uc = weft__ucx_of(ch);
   uc->connecting = true;
   /* Queued by UCX until the connection is up. */
   return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
+}
+
+/* Connects again, to `port` of the same host: the old ep is closed (by
+ * force with peer error handling: nothing of ours is on it but HELLO), the
+ * slot changes (anything the old ep still brings is dropped), and the
+ * client says HELLO there. After a REDIRECT (`redirected`) the HELLO says
+ * ROUTED and a second REDIRECT is refused (weft__ucx_hdr_check). */
+int weft__ucx_reconnect(ucx_channel *uc, uint16_t port, bool redirected) {
+  ucx_loop *tl = uc->tl;
+  assert(!tl->in_progress);
+  ucx_dial *d = uc->dial;
+  if (d == NULL)
+    return WEFT_EPROTO;
+  uint32_t expect_id = redirected ? uc->w.peer_server_id : 0;
+  ucx_epr *r = uc->epr;
+  r->uc = NULL;
+  r->force = !tl->cfg.err_mode_none;
+  weft__ucx_epr_close(tl, r, false);
+  uc->epr = NULL;
+  uc->ep = NULL;
+  uc->ep_failed = false; /* the old ep's */
+  uc->err = 0;
+  uc->pend &= ~PEND_ERROR;
+  weft__ucx_slot_free(tl, uc);
+  d->dest = d->primary;
+  set_port(&d->dest, port);
+  d->routed = redirected;
+  d->expect_id = expect_id;
+  weft__ucx_wire_init(&uc->w, (uint32_t)tl->cfg.window,
+                      (uint32_t)tl->cfg.max_message, true);
+  uc->w.redirected = redirected;
+  ucp_ep_params_t params = client_params(&d->dest);
+  int err = ep_start(uc, &params);
+  if (err < 0)
+    return err;
+  return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
+}
+
+bool weft__ucx_dial_retry(ucx_channel *uc) {
+  ucx_dial *d = uc->dial;
+  if (d == NULL || !d->routed || d->retried)
+    return false;
+  weft__ucx_route_forget(&d->primary, 0);
+  d->retried = true;
+  int err = weft__ucx_reconnect(uc, get_port(&d->primary), false);
+  if (err < 0) {
+    uc->err = err;
+    return false;
+  }
+  return true;
+}
+
+bool weft__ucx_dial_check(ucx_channel *uc) {
+  ucx_dial *d = uc->dial;
+  if (d == NULL)
+    return false;
+  if (d->expect_id == 0) {
+    /* the server's own address: a route to another server there is stale */
+    weft__ucx_route_forget(&d->primary, uc->w.peer_server_id);
+    return false;
+  }
+  if (uc->w.peer_server_id == d->expect_id)
+    return false;
+  return weft__ucx_dial_retry(uc); /* another server answered */
 }
 
 /* Releases the ep; called once by the core when the channel closes. An
@@ -172,6 +328,8 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
  * release them), at the latest in loop_fini. */
 static void ucx_close(weft_channel *ch) {
   ucx_channel *uc = weft__ucx_of(ch);
+  free(uc->dial);
+  uc->dial = NULL;
   if (!uc->has_slot)
     return;
   ucx_loop *tl = uc->tl;
@@ -194,19 +352,94 @@ static void ucx_close(weft_channel *ch) {
    * 1.13 refuses (UCS_ERR_INVALID_PARAM) without peer error handling; a
    * flush-mode close instead fails noisily (UCX logs "error during flush:
    * Endpoint timeout" for every lane). With error_mode=none such an ep is
-   * therefore kept until the worker is destroyed, as before. A peer that
-   * broke the protocol is cut off by force too; without peer error
-   * handling its ep, whose peer is still there, closes in flush mode. */
+   * therefore kept until the worker is destroyed, as before; without peer
+   * error handling an ep whose peer is still there closes in flush mode. */
   bool peer_gone = uc->ep_failed || uc->w.fin_received;
   r->force = (peer_gone || violated) && !tl->cfg.err_mode_none;
   r->keep = peer_gone && tl->cfg.err_mode_none;
-  if (r->n_ops == 0) {
-    ep_close(tl, r);
-    return;
+  weft__ucx_epr_close(tl, r, false);
+}
+
+/* ---- the loop's tick: keepalive, lingering eps, held connections ---- */
+
+/* Closes channel `uc`, which heard nothing from its peer for `probes`
+ * intervals after its first PING. From the tick. */
+static void keepalive_expired(ucx_channel *uc, unsigned probes) {
+  unsigned ms = (probes + 1) * uc->tl->cfg.keepalive_ms;
+  char peer[64] = "?", reason[160];
+  if (weft_channel_remote_address(uc->ch, peer, sizeof peer) < 0)
+    snprintf(peer, sizeof peer, "?");
+  snprintf(reason, sizeof reason,
+           "ucx: no message from the peer for %u ms (keepalive: %u PINGs "
+           "unanswered)",
+           ms, probes);
+  weft_log(WEFT_LOG_WARN, "%s; closing the channel to %s", reason, peer);
+  weft_channel *ch = uc->ch;
+  weft_channel_retain(ch);
+  weft_channel_transport_closed(ch, WEFT_ETIMEDOUT, reason);
+  weft_channel_release(ch);
+}
+
+/* One keepalive tick over the loop's channels: a channel that heard
+ * something since the last tick starts over; one that did not sends PING,
+ * and closes after UCX_KEEPALIVE_PROBES silent ticks more
+ * (UCX_KEEPALIVE_BUSY_PROBES while data it sent is not credited back). So
+ * a peer that died or hangs is noticed within UCX_KEEPALIVE_PROBES + 2
+ * intervals of its last message (idle) or BUSY_PROBES + 2. The table is read
+ * afresh each step: a close runs user handlers, which may open or close
+ * channels. */
+static void keepalive(ucx_loop *tl) {
+  for (uint32_t i = 0; i < tl->n_slots; i++) {
+    ucx_channel *uc = tl->slots[i].uc;
+    if (uc == NULL || !weft__ucx_channel_active(uc) || !uc->w.peer_known ||
+        uc->w.fin_received || uc->ep_failed || uc->violation[0] != '\0')
+      continue;
+    if (uc->heard) {
+      uc->heard = false;
+      uc->silent = 0;
+      continue;
+    }
+    /* With our data in flight the peer's answer may wait behind its own
+     * data in UCX: a longer allowance before a busy channel is judged. */
+    unsigned probes = uc->w.send_unacked > 0 ? UCX_KEEPALIVE_BUSY_PROBES
+                                             : UCX_KEEPALIVE_PROBES;
+    if (++uc->silent > probes) {
+      keepalive_expired(uc, probes);
+      continue;
+    }
+    int err = weft__ucx_send_ctrl(uc, UMSG_PING, 0);
+    if (err < 0) {
+      uc->err = err;
+      weft__ucx_pend_mark(uc, PEND_ERROR);
+    }
   }
-  r->close_by = weft__ucx_now_ns() + UCX_CLOSE_WAIT_NS;
-  r->next = tl->lingering;
-  tl->lingering = r;
+}
+
+/* The loop's periodic tick: keepalive, held connections that waited too
+ * long for their HELLO, lingering eps (a loop that sleeps does not poll
+ * them). Stops itself when there is nothing to watch. */
+static void tick(void *arg) {
+  ucx_loop *tl = arg;
+  bool channels = tl->n_free < tl->n_slots;
+  if (tl->cfg.keepalive_ms > 0 && channels)
+    keepalive(tl);
+  if (tl->preconns != NULL)
+    weft__ucx_preconn_dispatch(tl, false);
+  if (tl->lingering != NULL)
+    weft__ucx_linger_check(tl, false);
+  if (!(tl->cfg.keepalive_ms > 0 && channels) && tl->preconns == NULL &&
+      tl->lingering == NULL)
+    weft_timer_stop(&tl->tick);
+}
+
+void weft__ucx_tick_start(ucx_loop *tl) {
+  if (weft_timer_active(&tl->tick))
+    return;
+  uint64_t ns =
+      (uint64_t)(tl->cfg.keepalive_ms ? tl->cfg.keepalive_ms : UCX_TICK_MS) *
+      1000000u;
+  if (weft_timer_start(&tl->tick, ns, ns, tick, tl) < 0)
+    weft_log(WEFT_LOG_WARN, "ucx: no memory for the loop's tick");
 }
 
 static int ucx_set_read(weft_channel *ch, bool on) {
@@ -266,7 +499,7 @@ static int ucx_probe(char *why, size_t why_len) {
 
 const weft_transport_ops weft__transport_ucx = {
     .name = "ucx",
-    .caps = WEFT_TRANSPORT_CAP_STREAM,
+    .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP,
     .channel_priv_size = sizeof(ucx_channel),
     .probe = ucx_probe,
     .config_keys = weft__ucx_keys,

@@ -2,8 +2,9 @@
  * the [transport.ucx] settings (config_set and its keys), the one UCP
  * context that every loop's worker shares, created with the first
  * reference and cleaned up with the last, and UCX status codes mapped to
- * weft errors. It holds the plugin's only state shared by loops (under
- * ctx_lock); the other files run on one loop's thread. */
+ * weft errors. It holds the plugin's state shared by loops (under
+ * ctx_lock), with route.c's routes (under their own lock); the other files
+ * run on one loop's thread. */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -22,7 +23,9 @@
 
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ucx_settings settings = {.window = UCX_DEFAULT_WINDOW,
-                                .max_message = UCX_DEFAULT_MAX_MESSAGE};
+                                .max_message = UCX_DEFAULT_MAX_MESSAGE,
+                                .keepalive_ms = UCX_DEFAULT_KEEPALIVE_MS,
+                                .spread = true};
 ucp_context_h weft__ucx_ctx;
 static int ctx_refs;
 
@@ -183,6 +186,27 @@ static int setting_set(const char *key, const char *value, char *why,
                      &settings.max_message);
     if (err < 0)
       snprintf(why, why_len, "bytes per message, 1024 .. 2^26");
+  } else if (strcmp(key, "spread") == 0) {
+    err =
+        strcmp(value, "on") == 0 || strcmp(value, "off") == 0 ? 0 : WEFT_EINVAL;
+    if (err == 0)
+      settings.spread = strcmp(value, "on") == 0;
+    else
+      snprintf(why, why_len,
+               "on (a server listens on every loop and spreads its "
+               "connections) or off (all on loop 0)");
+  } else if (strcmp(key, "keepalive_ms") == 0) {
+    size_t ms = 0;
+    err = strcmp(value, "0") == 0 ? 0
+                                  : parse_size(value, UCX_KEEPALIVE_MIN_MS,
+                                               UCX_KEEPALIVE_MAX_MS, &ms);
+    if (err == 0)
+      settings.keepalive_ms = (uint32_t)ms;
+    else
+      snprintf(why, why_len,
+               "milliseconds between PINGs of a silent channel, %u .. %u, or "
+               "0 (off)",
+               UCX_KEEPALIVE_MIN_MS, UCX_KEEPALIVE_MAX_MS);
   }
   return err;
 }
@@ -204,4 +228,8 @@ const weft_transport_key weft__ucx_keys[] = {
     {"window", "1048576", "bytes per channel in flight, 4096 .. 2^30"},
     {"max_message", "65536", "bytes per message, 1024 .. 2^26"},
     {"error_mode", "peer", "peer or none"},
+    {"spread", "on", "on (a server's connections go to all its loops) or off"},
+    {"keepalive_ms", "5000",
+     "ms between PINGs of a silent channel (closed after 3 more, 12 with "
+     "data in flight), 10 .. 3600000, or 0 (off)"},
     {NULL, NULL, NULL}};

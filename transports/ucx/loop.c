@@ -80,10 +80,10 @@ void weft__ucx_entry_put(rq_entry *e) {
 }
 
 /* Lists a request UCX returned; its callback unlinks it. */
-void weft__ucx_op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req) {
-  ucx_loop *tl = uc->tl;
+void weft__ucx_op_link(ucx_loop *tl, ucx_epr *r, ucx_op *op, weft_buf **bp,
+                       void *req) {
   op->tl = tl;
-  op->epr = uc->epr;
+  op->epr = r;
   op->epr->n_ops++;
   op->req = req;
   op->bp = bp;
@@ -285,6 +285,8 @@ static int ucx_loop_poll(weft_source *src, int budget) {
   if (tl->n_accepts > 0)
     n += weft__ucx_accept_pending(tl);
   n += weft__ucx_dispatch_pending(tl);
+  if (tl->preconn_hello)
+    n += weft__ucx_preconn_dispatch(tl, false);
   if (tl->lingering != NULL)
     weft__ucx_linger_check(tl, false);
   if (tl->n_closing > 0)
@@ -296,7 +298,7 @@ static int ucx_loop_poll(weft_source *src, int budget) {
  * could miss them; poll again. */
 static int ucx_loop_arm(weft_source *src) {
   ucx_loop *tl = src->data;
-  if (tl->pend_head != NULL || tl->n_accepts > 0)
+  if (tl->pend_head != NULL || tl->n_accepts > 0 || tl->preconn_hello)
     return 1;
   ucs_status_t st = ucp_worker_arm(tl->worker);
   if (st == UCS_ERR_BUSY)
@@ -341,6 +343,7 @@ int weft__ucx_loop_init(weft_loop *loop, void **loop_state) {
     return WEFT_ENOMEM;
   tl->loop = loop;
   tl->free_head = tl->free_tail = UINT32_MAX;
+  weft_timer_init(loop, &tl->tick);
   err = weft__ucx_ctx_acquire(&tl->cfg, why, sizeof why);
   if (err < 0)
     goto failed_context;
@@ -442,6 +445,8 @@ void weft__ucx_loop_fini(weft_loop *loop, void *loop_state) {
   }
   while (tl->pend_head != NULL)
     weft_channel_release(weft__ucx_pend_pop(tl)->ch);
+  weft_timer_stop(&tl->tick);
+  weft__ucx_preconn_dispatch(tl, true);
   drain(tl);
   abandon_ops(tl);
   weft_loop_remove_source(loop, &tl->source);

@@ -1,11 +1,14 @@
 /* transports/ucx/recv.c: the UCX transport's receive path: the AM handler
- * (HELLO, HELLO_ACK, DATA, CREDIT, FIN), each channel's reassembly queue in
+ * (HELLO, HELLO_ACK, REDIRECT, DATA, CREDIT, FIN, PING, PONG; the HELLO of
+ * a connection a listener holds goes to listen.c), each channel's
+ * reassembly queue in
  * sequence order (eager data kept without a copy or copied, rendezvous
  * data received into a pool buffer), the eps' error handler, and the
  * dispatch of the pending list, which runs from poll what those callbacks
  * recorded: delivery to the pipeline, connect outcomes, flushes, errors. */
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <ucp/api/ucp.h>
@@ -123,7 +126,7 @@ static ucs_status_t rq_data(ucx_channel *uc, void *data, size_t len,
       e->b->writer_index += len;
       e->ready = true;
     } else {
-      weft__ucx_op_link(uc, &e->op, &e->b, req);
+      weft__ucx_op_link(tl, uc->epr, &e->op, &e->b, req);
     }
   } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) &&
              len >= UCX_WRAP_MIN) {
@@ -214,6 +217,16 @@ ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
   }
   memcpy(&h, header, sizeof h);
   ucx_channel *uc = channel_of(tl, &h, param);
+  if (uc == NULL && weft__ucx_ref_type(h.to) == UMSG_HELLO &&
+      tl->preconns != NULL &&
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+    ucx_preconn *pc = weft__ucx_preconn_find(tl, param->reply_ep);
+    if (pc != NULL)
+      weft__ucx_preconn_hello(pc, header, header_len, data, len,
+                              (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) !=
+                                  0);
+    return refuse(param);
+  }
   if (uc == NULL || uc->violation[0] != '\0')
     return refuse(param); /* closed, or closing for a broken rule: drop */
   bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
@@ -225,6 +238,7 @@ ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
     violated(uc, err, why);
     return refuse(param);
   }
+  uc->heard = true; /* keepalive: the peer is there */
   if (uc->w.send_credit > credit)
     weft__ucx_pend_mark(uc, PEND_FLUSH);
   switch (weft__ucx_ref_type(h.to)) {
@@ -238,13 +252,28 @@ ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
   case UMSG_HELLO_ACK:
     weft__ucx_pend_mark(uc, PEND_CONNECTED | PEND_FLUSH);
     return UCS_OK;
+  case UMSG_REDIRECT:
+    /* the server's listeners, for this process's later connects */
+    if (uc->dial != NULL)
+      weft__ucx_route_learn(&uc->dial->primary, uc->w.peer_server_id,
+                            (uint32_t)(len - UCX_REDIRECT_HEAD) / 4u,
+                            (const char *)data + UCX_REDIRECT_HEAD);
+    weft__ucx_pend_mark(uc, PEND_REDIRECT); /* poll connects there */
+    return UCS_OK;
+  case UMSG_PING:
+    err = weft__ucx_send_ctrl(uc, UMSG_PONG, 0);
+    if (err < 0) {
+      uc->err = err;
+      weft__ucx_pend_mark(uc, PEND_ERROR);
+    }
+    return UCS_OK;
   case UMSG_DATA:
     return rq_data(uc, data, len, param);
   case UMSG_FIN:
     rq_fin(uc);
     return UCS_OK;
   default:
-    return UCS_OK; /* CREDIT: taken above */
+    return UCS_OK; /* CREDIT, PONG: taken above */
   }
 }
 
@@ -309,13 +338,35 @@ static void run_pending(ucx_channel *uc) {
     close_violated(uc);
     return;
   }
+  if ((what & PEND_REDIRECT) && uc->connecting) {
+    /* an error of the old ep is moot */
+    int err = weft__ucx_reconnect(uc, (uint16_t)uc->w.redirect_port, true);
+    if (err < 0) {
+      uc->connecting = false;
+      weft_channel_connected(uc->ch, err);
+    }
+    return;
+  }
   if ((what & PEND_ERROR) && uc->connecting) {
+    /* A REDIRECT or HELLO_ACK sent before the server closed may still be
+     * on the data lane when the disconnect came on the connection
+     * manager's: it wins if it arrives within a full drain. */
+    if (uc->tl->drains < uc->err_drain + 2) {
+      weft__ucx_pend_mark(uc, what & (PEND_ERROR | PEND_CONNECTED));
+      return;
+    }
+    if (weft__ucx_dial_retry(uc))
+      return; /* a stale route: the server's own address now */
     uc->connecting = false;
     weft_channel_connected(uc->ch, uc->err);
     return;
   }
   if ((what & PEND_CONNECTED) && uc->connecting) {
+    if (weft__ucx_dial_check(uc))
+      return; /* another server answered there: its own address now */
     uc->connecting = false;
+    free(uc->dial); /* no REDIRECT any more */
+    uc->dial = NULL;
     weft_channel_connected(uc->ch, 0);
   }
   if ((what & PEND_FLUSH) && weft__ucx_channel_active(uc)) {
@@ -373,13 +424,18 @@ void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   ucx_loop *tl = arg;
   ucx_channel *uc = weft__ucx_slot_find_ep(tl, ep);
   if (uc == NULL) {
-    /* Closing already; a lingering ep is closed by force then. */
+    /* Closing already (a lingering ep is closed by force then), or a
+     * held connection's. */
     for (ucx_epr *r = tl->lingering; r != NULL; r = r->next)
-      if (r->ep == ep)
+      if (r->ep == ep) {
         r->force = !tl->cfg.err_mode_none;
+        r->peer_left = true;
+      }
+    weft__ucx_preconn_error(tl, ep);
     return;
   }
   uc->ep_failed = true;
+  uc->epr->peer_left = true;
   if (uc->w.fin_received && !uc->connecting)
     return;
   int err = weft__ucx_status_to_weft(status);

@@ -2,8 +2,8 @@
  * made of a channel's flushed bytes within the credit its peer granted
  * (small ones sent immediately from the stack, a large buffer in place,
  * smaller buffers merged into a pool buffer), the control messages (HELLO,
- * HELLO_ACK, CREDIT, FIN), the ops' flush, and send completions, where a
- * failed send closes its channel. */
+ * HELLO_ACK, REDIRECT, CREDIT, FIN, PING, PONG), the ops' flush, send
+ * completions, where a failed send closes its channel. */
 
 #include <assert.h>
 #include <string.h>
@@ -44,8 +44,13 @@ static void send_failed(ucx_channel *uc, ucs_status_t status) {
  * worker is destroyed: `hold` is NULL then. */
 static void send_done(void *request, ucs_status_t status, void *user_data) {
   ucx_send *s = user_data;
-  if (status != UCS_OK && s->op.epr != NULL && s->op.epr->uc != NULL)
-    send_failed(s->op.epr->uc, status);
+  ucx_channel *uc = s->op.epr != NULL ? s->op.epr->uc : NULL;
+  if (uc != NULL) {
+    if (status != UCS_OK)
+      send_failed(uc, status);
+    if (weft__ucx_ref_type(s->hdr.to) == UMSG_PONG)
+      uc->pong_inflight = false;
+  }
   weft__ucx_op_unlink(&s->op);
   if (s->hold != NULL)
     weft_buf_release(s->hold);
@@ -53,18 +58,18 @@ static void send_done(void *request, ucs_status_t status, void *user_data) {
   ucp_request_free(request);
 }
 
-/* Sends one AM on the channel's ep: `s` (header and held data) is freed
- * when UCX is done with it. Returns 0 or an error (then `s` is freed
- * here). */
-static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
-                   uint32_t flags) {
+/* Sends one AM on the ep of record `r`: `s` (header and held data) is
+ * freed when UCX is done with it. Returns 0 (done), 1 (queued in UCX:
+ * send_done ends it) or an error (then `s` is freed here). */
+static int am_send_on(ucx_loop *tl, ucx_epr *r, ucx_send *s, const void *data,
+                      size_t len, uint32_t flags) {
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                                UCP_OP_ATTR_FIELD_USER_DATA |
                                                UCP_OP_ATTR_FIELD_FLAGS,
                                .cb.send = send_done,
                                .user_data = s,
                                .flags = flags};
-  ucs_status_ptr_t req = ucp_am_send_nbx(uc->ep, UCX_AM_ID, &s->hdr,
+  ucs_status_ptr_t req = ucp_am_send_nbx(r->ep, UCX_AM_ID, &s->hdr,
                                          sizeof s->hdr, data, len, &param);
   if (req == NULL || UCS_PTR_IS_ERR(req)) {
     if (s->hold != NULL)
@@ -72,11 +77,43 @@ static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
     weft__ucx_send_put(s);
     return req == NULL ? 0 : weft__ucx_status_to_weft(UCS_PTR_STATUS(req));
   }
-  weft__ucx_op_link(uc, &s->op, &s->hold, req);
-  return 0; /* send_done frees it */
+  weft__ucx_op_link(tl, r, &s->op, &s->hold, req);
+  return 1; /* send_done frees it */
+}
+
+/* am_send_on on channel `uc`'s ep; 0 or an error. */
+static int am_send(ucx_channel *uc, ucx_send *s, const void *data, size_t len,
+                   uint32_t flags) {
+  int rc = am_send_on(uc->tl, uc->epr, s, data, len, flags);
+  return rc > 0 ? 0 : rc;
+}
+
+int weft__ucx_send_redirect(ucx_loop *tl, ucx_epr *r, uint32_t to, uint32_t id,
+                            uint32_t index, uint32_t n, const uint32_t *ports) {
+  size_t len = UCX_REDIRECT_HEAD + 4u * (size_t)n;
+  ucx_send *s = weft__ucx_send_get(tl);
+  if (s == NULL)
+    return WEFT_ENOMEM;
+  s->hold = weft_buf_alloc(weft_loop_pool(tl->loop), len);
+  if (s->hold == NULL) {
+    weft__ucx_send_put(s);
+    return WEFT_ENOMEM;
+  }
+  uint32_t head[3] = {id, index, n};
+  weft_buf_write_bytes(s->hold, head, sizeof head);
+  weft_buf_write_bytes(s->hold, ports, 4u * (size_t)n);
+  s->hdr =
+      (ucx_hdr){.to = weft__ucx_slot_ref(UMSG_REDIRECT, weft__ucx_ref_id(to),
+                                         weft__ucx_ref_gen(to)),
+                .seq = weft__ucx_slot_ref(UCX_WIRE_VERSION, 0, 0)};
+  int rc =
+      am_send_on(tl, r, s, weft_buf_rptr(s->hold), len, UCP_AM_SEND_FLAG_EAGER);
+  return rc > 0 ? 0 : rc;
 }
 
 int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
+  if (type == UMSG_PONG && uc->pong_inflight)
+    return 0; /* one at a time: a flood of PINGs is not answered in kind */
   ucx_send *s = weft__ucx_send_get(uc->tl);
   if (s == NULL)
     return WEFT_ENOMEM;
@@ -87,9 +124,14 @@ int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK) {
     s->hdr.seq = weft__ucx_slot_ref(UCX_WIRE_VERSION, uc->id, uc->gen);
     s->hdr.credit = uc->w.window; /* counted at weft__ucx_wire_init */
-    s->hello_data = uc->w.max_message;
-    data = &s->hello_data;
-    len = sizeof s->hello_data;
+    s->ctrl_data[0] = uc->w.max_message;
+    if (type == UMSG_HELLO)
+      s->ctrl_data[1] =
+          uc->dial != NULL && uc->dial->routed ? UCX_HELLO_ROUTED : 0;
+    else
+      s->ctrl_data[1] = uc->server_id;
+    data = s->ctrl_data;
+    len = sizeof s->ctrl_data;
   } else if (type == UMSG_CREDIT) {
     s->hdr.credit = (uint32_t)uc->credit_owed;
     weft__ucx_wire_granted(&uc->w, s->hdr.credit);
@@ -97,7 +139,11 @@ int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
   } else if (type == UMSG_FIN) {
     s->hdr.seq = uc->send_seq++;
   }
-  return am_send(uc, s, data, len, flags | UCP_AM_SEND_FLAG_EAGER);
+  int rc =
+      am_send_on(uc->tl, uc->epr, s, data, len, flags | UCP_AM_SEND_FLAG_EAGER);
+  if (rc > 0 && type == UMSG_PONG)
+    uc->pong_inflight = true;
+  return rc > 0 ? 0 : rc;
 }
 
 /* The first flushed buffer with bytes left, if it starts at `base`: it can

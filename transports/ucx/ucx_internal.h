@@ -13,8 +13,11 @@
  *   send.c     the send path: DATA and control messages, flush, credit
  *   recv.c     the receive path: AM handler, reassembly queue, ep errors,
  *              the pending list's dispatch
- *   listen.c   listeners and the accept queue
- *   channel.c  channel lifecycle, closing eps, the ops table */
+ *   listen.c   listeners, the accept queue, connections held until their
+ *              HELLO and redirected (ucx_preconn)
+ *   route.c    the client's routes: the listener ports REDIRECTs taught
+ *   channel.c  channel lifecycle, redirected connects, closing eps,
+ *              keepalive, the ops table */
 
 /* The UCX transport ("ucx"): channels over UCP active messages.
  *
@@ -28,7 +31,16 @@
  *            setup take seconds). Its event fd is the loop's source fd:
  *            poll runs ucp_worker_progress until it returns 0 (or the
  *            budget is spent), arm is ucp_worker_arm (UCS_ERR_BUSY = poll
- *            again); nothing here ever blocks in UCX;
+ *            again); nothing here ever blocks in UCX. A server listens on
+ *            every loop (WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP): a connection
+ *            request is accepted on the worker whose listener took it
+ *            (UCX 1.13 aborts when a request moves to another worker), and
+ *            connections are spread by a redirect in the handshake: the
+ *            listener on the server's address holds each connection until
+ *            its HELLO, keeps one in N and sends the others' clients to
+ *            loop j's listener (REDIRECT, with every listener's port); a
+ *            client remembers the ports (route.c) and goes straight to
+ *            them afterwards, saying so in its HELLO (ROUTED);
  *   channel  one ucp_ep (sockaddr client-server flow, peer error handling),
  *            and a slot in the loop's channel table whose index and
  *            generation the peer puts in every message header.
@@ -37,15 +49,25 @@
  *
  *   HELLO      client -> server, sent with UCP_AM_SEND_FLAG_REPLY so the
  *              server finds the channel by its reply ep; carries the wire
- *              version, the client's slot and receive window, and (4 bytes
- *              of data) the largest DATA message it accepts.
- *   HELLO_ACK  server -> client: the same of the server; the client's
- *              connect completes here.
+ *              version, the client's slot and receive window, and (8 bytes
+ *              of data) the largest DATA message it accepts and its flags
+ *              (ROUTED: it came to a listener a REDIRECT named).
+ *   HELLO_ACK  server -> client: the same of the server, and (in its data)
+ *              the server's id; the client's connect completes here.
+ *   REDIRECT   server -> client, instead of HELLO_ACK: the wire version,
+ *              and in its data the server's id, the index of the listener
+ *              to use and the ports of all the server's listeners (one per
+ *              loop, on the same host); the client closes this ep and
+ *              connects there (once per connect).
  *   DATA       bytes, with a per-channel sequence number and piggy-backed
  *              credit (bytes the sender consumed since its last grant).
  *   CREDIT     credit alone, when there is no data to carry it.
  *   FIN        orderly close; sequenced like DATA, so the peer sees EOF
  *              after the last byte.
+ *   PING, PONG keepalive: a channel that heard nothing for keepalive_ms
+ *              sends PING, which the peer answers with PONG; one that hears
+ *              nothing for UCX_KEEPALIVE_PROBES more intervals
+ *              (UCX_KEEPALIVE_BUSY_PROBES with data in flight) closes.
  *
  * Order: AMs on one ep are handled in send order, but the data of a
  * rendezvous message arrives later (ucp_am_recv_data_nbx), so every DATA and
@@ -150,18 +172,39 @@
  * code before this limit and UCX_MSG_COST). */
 #define UCX_WRAP_MIN 4096u
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
+/* A connection the listener on the server's address holds (ucx_preconn)
+ * waits this long for its HELLO (a client's connect times out after 10 s
+ * by default), then its ep is closed. */
+#define UCX_HELLO_WAIT_NS (10000000000ull)
+/* Routes (servers' listener ports) a client process remembers. */
+#define UCX_ROUTES 32u
+/* Keepalive: the default interval, its limits, and the intervals after a
+ * PING without any message from the peer before the channel closes. */
+#define UCX_DEFAULT_KEEPALIVE_MS 5000u
+#define UCX_KEEPALIVE_MIN_MS 10u
+#define UCX_KEEPALIVE_MAX_MS 3600000u
+#define UCX_KEEPALIVE_PROBES 3u
+/* The same for a channel with data of its own in flight (sent, not yet
+ * credited back): the peer's PONG then waits behind the peer's own data in
+ * UCX, and a loaded peer (a sanitizer build with 100 busy channels on a
+ * loop) was seen silent for over 8 s while alive. */
+#define UCX_KEEPALIVE_BUSY_PROBES 12u
+/* The housekeeping tick (lingering eps, redirects) without keepalive. */
+#define UCX_TICK_MS 1000u
 #define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
 
 /* ---- process-wide settings ---- */
 
 typedef struct ucx_settings {
-  char tls[128];        /* UCX_TLS; empty = UCX's default */
-  char devices[128];    /* UCX_NET_DEVICES; empty = all */
-  char rndv_thresh[32]; /* UCX_RNDV_THRESH; empty = auto */
-  size_t window;        /* bytes */
-  size_t max_message;   /* bytes */
-  bool err_mode_none;   /* error_mode = none: no peer failure detection,
-                           but shared memory transports become usable */
+  char tls[128];         /* UCX_TLS; empty = UCX's default */
+  char devices[128];     /* UCX_NET_DEVICES; empty = all */
+  char rndv_thresh[32];  /* UCX_RNDV_THRESH; empty = auto */
+  size_t window;         /* bytes */
+  size_t max_message;    /* bytes */
+  bool err_mode_none;    /* error_mode = none: no peer failure detection,
+                            but shared memory transports become usable */
+  uint32_t keepalive_ms; /* PING a silent channel this often; 0 = off */
+  bool spread;           /* a server listens on every loop and redirects */
 } ucx_settings;
 
 /* ---- wire header ---- */
@@ -171,16 +214,32 @@ enum ucx_msg {
   UMSG_HELLO_ACK,
   UMSG_DATA,
   UMSG_CREDIT,
-  UMSG_FIN
+  UMSG_FIN,
+  UMSG_REDIRECT,
+  UMSG_PING,
+  UMSG_PONG
 };
 
-/* The wire version, in the type bits of HELLO's and HELLO_ACK's `seq`: 1
- * since DATA messages cost UCX_MSG_COST of credit and the handshake
- * carries max_message (0 before: that weft put nothing there). */
-#define UCX_WIRE_VERSION 1u
-/* Bytes of data a HELLO or HELLO_ACK carries: the sender's max_message
- * (uint32_t, host byte order). */
-#define UCX_HELLO_DATA 4u
+/* The wire version, in the type bits of HELLO's, HELLO_ACK's and
+ * REDIRECT's `seq`: 2 since a server spreads connections with REDIRECT
+ * and channels keep alive with PING and PONG; 1 since DATA messages cost
+ * UCX_MSG_COST of credit and the handshake carries max_message (0 before:
+ * that weft put nothing there). */
+#define UCX_WIRE_VERSION 2u
+/* Bytes of data a HELLO carries: the client's max_message and its flags
+ * (uint32_t each, host byte order). */
+#define UCX_HELLO_DATA 8u
+#define UCX_HELLO_ROUTED                                                       \
+  1u /* HELLO flag: this listener was named by a                               \
+        REDIRECT; do not redirect again */
+/* Bytes of data a HELLO_ACK carries: the server's max_message and its id
+ * (weft_listener_server_id; uint32_t each, host byte order). */
+#define UCX_HELLO_ACK_DATA 8u
+/* A REDIRECT's data: the server's id, the index of the listener to use
+ * (1 .. n-1), the number n of listeners (2 .. UCX_MAX_LISTENERS), then n
+ * ports (1 .. 65535); uint32_t each, host byte order. */
+#define UCX_REDIRECT_HEAD 12u
+#define UCX_MAX_LISTENERS 64u
 
 /* The header of every message: 12 bytes, host byte order (both ends run
  * this code on the same kind of host; UCX itself does not mix endianness
@@ -241,6 +300,7 @@ typedef struct ucx_epr {
   size_t n_ops;         /* requests on it whose callbacks did not run */
   bool force;           /* close by force (peer error handling only) */
   bool keep;            /* not closed: ucp_worker_destroy releases it */
+  bool peer_left;       /* the ep's error came: the peer disconnected */
   uint64_t close_by;    /* lingering: close even with requests, in ns */
   struct ucx_epr *next; /* on the loop's lingering list */
 } ucx_epr;
@@ -273,7 +333,8 @@ enum {
   PEND_DELIVER = 1u,   /* the queue head is ready */
   PEND_FLUSH = 2u,     /* credit arrived or the peer became known */
   PEND_CONNECTED = 4u, /* HELLO_ACK arrived */
-  PEND_ERROR = 8u      /* the ep failed: uc->err */
+  PEND_ERROR = 8u,     /* the ep failed: uc->err */
+  PEND_REDIRECT = 16u  /* REDIRECT arrived: connect to w.redirect_port */
 };
 
 /* What a channel's side of the wire protocol knows and has promised: the
@@ -287,7 +348,11 @@ typedef struct ucx_wire {
   bool client;          /* this side connected: sent HELLO, awaits HELLO_ACK */
   /* the peer, from its HELLO or HELLO_ACK */
   bool peer_known;
-  bool fin_received; /* the peer's FIN was taken: nothing may follow */
+  bool fin_received;       /* the peer's FIN was taken: nothing may follow */
+  bool redirected;         /* this connect took a REDIRECT: no second one */
+  uint32_t redirect_port;  /* the port that REDIRECT named */
+  uint32_t peer_flags;     /* from its HELLO (UCX_HELLO_ROUTED) */
+  uint32_t peer_server_id; /* from its HELLO_ACK, or the REDIRECT's */
   uint32_t peer_id, peer_gen;
   uint32_t peer_max_message; /* the largest DATA the peer takes */
   /* receiving */
@@ -311,10 +376,15 @@ struct ucx_channel {
   bool in_flush;
   bool listed; /* on the loop's pending list */
   unsigned pend;
-  int err;              /* PEND_ERROR's error */
-  uint64_t err_drain;   /* tl->drains when the ep failed */
-  uint64_t credit_owed; /* credit delivered, not granted back yet */
-  uint32_t send_seq;    /* next DATA/FIN sequence to send */
+  int err;               /* PEND_ERROR's error */
+  uint64_t err_drain;    /* tl->drains when the ep failed */
+  uint64_t credit_owed;  /* credit delivered, not granted back yet */
+  uint32_t send_seq;     /* next DATA/FIN sequence to send */
+  bool heard;            /* keepalive: a message came since the last tick */
+  bool pong_inflight;    /* a PONG is queued in UCX: no second one */
+  uint8_t silent;        /* keepalive: ticks without a message since */
+  uint32_t server_id;    /* accepting side: its server's, for HELLO_ACK */
+  struct ucx_dial *dial; /* connecting side, until connected (malloc'd) */
   ucx_wire w;
   rq_entry *rq_head, *rq_tail;
   ucx_channel *pend_next;
@@ -330,6 +400,16 @@ typedef struct ucx_slot {
 } ucx_slot;
 
 typedef struct ucx_listener ucx_listener;
+typedef struct ucx_preconn ucx_preconn;
+
+/* Where a connecting channel goes: the server's address the application
+ * named (`primary`, the route's key) and the listener it dials now. */
+typedef struct ucx_dial {
+  struct sockaddr_storage primary, dest;
+  uint32_t expect_id; /* the server id a route or REDIRECT promised; 0 */
+  bool routed;        /* dest came from a route or REDIRECT: HELLO says so */
+  bool retried;       /* a stale route was dropped for the primary once */
+} ucx_dial;
 
 struct ucx_loop {
   weft_loop *loop;
@@ -347,7 +427,12 @@ struct ucx_loop {
   ucx_listener *listeners;
   ucx_op *ops; /* requests in flight */
   size_t n_ops;
-  ucx_epr *lingering; /* closed channels' eps with requests in flight */
+  ucx_epr *lingering;    /* closed channels' eps with requests in flight, or
+                            waiting for the peer's disconnect */
+  ucx_preconn *preconns; /* held by a listener until their HELLO */
+  size_t n_preconns;
+  bool preconn_hello; /* a HELLO arrived for one of them */
+  weft_timer tick;    /* keepalive, lingering and redirect deadlines */
   size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
   uint64_t drains;    /* polls whose progress ran until nothing was left */
   bool warned_header; /* logged a message of another wire format */
@@ -368,8 +453,36 @@ struct ucx_listener {
   ucp_listener_h ul;
   weft_listener *l;
   ucx_loop *tl;
+  int next_loop; /* the server's address: the loop the next connection
+                    goes to (round-robin; 0 keeps it here) */
   ucx_listener *prev, *next;
 };
+
+/* A connection the listener on the server's address (of a server with
+ * several loops) accepted and holds until the client's HELLO: then poll
+ * checks the HELLO and either keeps the connection (the core adopts this
+ * ep as a channel on this loop, replaying the HELLO) or answers REDIRECT
+ * and closes it. */
+struct ucx_preconn {
+  ucx_loop *tl;
+  ucx_listener *uln; /* NULL once the listener closed */
+  ucx_epr *epr;      /* its ep (epr->uc is NULL) and requests */
+  uint64_t hello_by; /* closed unanswered after this, ns */
+  bool hello;        /* the HELLO below arrived */
+  ucx_hdr hdr;       /* the HELLO */
+  uint32_t data[2];
+  size_t len; /* of the HELLO's data (more than 8 B: kept as 9) */
+  bool rndv;  /* it came as a rendezvous (a broken rule) */
+  ucx_preconn *next;
+};
+
+/* What the core carries from weft_listener_accepted to adopt (or discard):
+ * a connection request, or a connection held until its HELLO. */
+typedef struct ucx_handle {
+  ucp_conn_request_h req; /* or NULL: */
+  ucx_preconn *pc;
+  uint32_t server_id;
+} ucx_handle;
 
 /* A connection request waiting for poll to hand it to the core. */
 typedef struct ucx_accept {
@@ -382,7 +495,8 @@ typedef struct ucx_accept {
 typedef struct ucx_send {
   ucx_op op;
   ucx_hdr hdr;
-  uint32_t hello_data; /* HELLO, HELLO_ACK: this side's max_message */
+  uint32_t ctrl_data[2]; /* HELLO: max_message, flags; HELLO_ACK:
+                            max_message, server id */
   weft_buf *hold;
 } ucx_send;
 
@@ -470,6 +584,16 @@ int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
                               const void *data, size_t len, bool rndv,
                               char *why, size_t why_len);
 
+/** weft__ucx_hdr_check for a REDIRECT (`h`): only to the side that
+ *  connects, before HELLO_ACK, once per connect, with UCX_WIRE_VERSION, no
+ *  credit, eager data of UCX_REDIRECT_HEAD bytes plus 4 per listener (2 ..
+ *  UCX_MAX_LISTENERS of them, a server id not 0, an index 1 .. n-1, ports
+ *  1 .. 65535); the chosen port goes to w->redirect_port, the id to
+ *  w->peer_server_id. Any thread. */
+int weft__ucx_hdr_check_redirect(ucx_wire *w, const ucx_hdr *h,
+                                 const void *data, size_t len, bool rndv,
+                                 char *why, size_t why_len);
+
 /**
  * Checks one message a peer sent on a channel whose wire state is `w`:
  * `header` (`header_len` bytes, UCX's user header), and `len` bytes of
@@ -477,12 +601,14 @@ int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
  * yet). Nothing is trusted: the type must be known and come in handshake
  * order (HELLO on the accepting side, HELLO_ACK on the connecting side,
  * once, with UCX_WIRE_VERSION, a window and max_message within the
- * settings' limits, as eager data of UCX_HELLO_DATA bytes); DATA, CREDIT
- * and FIN only after the handshake and before the peer's FIN; DATA and FIN
- * with the next sequence number; DATA of 1 .. max_message bytes within the
- * credit left (bytes + UCX_MSG_COST); CREDIT and FIN eager and empty; a
- * credit grant no larger than the credit used and not yet granted back (a
- * CREDIT message's not 0). Takes a valid message into `w` (handshake
+ * settings' limits, as eager data of UCX_HELLO_DATA (HELLO, flags known) or
+ * UCX_HELLO_ACK_DATA (HELLO_ACK, a server id not 0) bytes; REDIRECT:
+ * weft__ucx_hdr_check_redirect); DATA, CREDIT, FIN, PING and PONG only
+ * after the handshake and before the peer's FIN; DATA and FIN with the
+ * next sequence number; DATA of 1 .. max_message bytes within the credit
+ * left (bytes + UCX_MSG_COST); CREDIT, FIN, PING and PONG eager and empty;
+ * a credit grant no larger than the credit used and not yet granted back
+ * (a CREDIT message's not 0). Takes a valid message into `w` (handshake
  * fields, sequence, credit both ways) and returns 0; returns
  * UCX_HDR_FOREIGN for a header of another size (`w` untouched); else, with
  * `w` untouched and a sentence in `why` (`why_len` bytes, "peer sent ..."),
@@ -499,13 +625,15 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
     return UCX_HDR_FOREIGN;
   __builtin_memcpy(&h, header, sizeof h);
   uint32_t type = weft__ucx_ref_type(h.to);
-  if (type < UMSG_HELLO || type > UMSG_FIN)
+  if (type < UMSG_HELLO || type > UMSG_PONG)
     return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
                                  "peer sent a message of unknown type %u",
                                  type);
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK)
     return weft__ucx_hdr_check_hello(w, &h, type, data, len, rndv, why,
                                      why_len);
+  if (type == UMSG_REDIRECT)
+    return weft__ucx_hdr_check_redirect(w, &h, data, len, rndv, why, why_len);
   if (!w->peer_known)
     return weft__ucx_wire_broken(
         WEFT_EPROTO, why, why_len, "peer sent %s before %s",
@@ -528,7 +656,8 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
                                  "peer sent %s with %zu B of data",
                                  weft__ucx_msg_name(type), len);
   }
-  if (type != UMSG_CREDIT && h.seq != w->recv_seq)
+  bool sequenced = type == UMSG_DATA || type == UMSG_FIN;
+  if (sequenced && h.seq != w->recv_seq)
     return weft__ucx_wire_broken(
         WEFT_EPROTO, why, why_len,
         "peer sent %s with sequence number %u, expected %u",
@@ -552,8 +681,8 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
 
   w->send_unacked -= h.credit;
   w->send_credit += h.credit;
-  if (type == UMSG_CREDIT)
-    return 0;
+  if (!sequenced)
+    return 0; /* CREDIT, PING, PONG */
   w->recv_seq++;
   w->recv_credit -= cost;
   if (type == UMSG_FIN)
@@ -612,11 +741,12 @@ rq_entry *weft__ucx_entry_get(ucx_loop *tl);
 void weft__ucx_entry_put(rq_entry *e);
 
 /**
- * Lists request `req`, which UCX returned for `op` on channel `uc`'s ep, on
- * the loop (and counts it on the ep's ucx_epr) until its callback runs;
- * `bp` is the buffer to give back if it never ends. Also inside progress.
+ * Lists request `req`, which UCX returned for `op` on the ep of record
+ * `r`, on loop `tl` (and counts it on `r`) until its callback runs; `bp` is
+ * the buffer to give back if it never ends. Also inside progress.
  */
-void weft__ucx_op_link(ucx_channel *uc, ucx_op *op, weft_buf **bp, void *req);
+void weft__ucx_op_link(ucx_loop *tl, ucx_epr *r, ucx_op *op, weft_buf **bp,
+                       void *req);
 
 /** Takes `op` off the loop's list of requests, from its callback; nothing
  *  if it was not listed. Inside progress (or the worker's destruction). */
@@ -707,6 +837,15 @@ int weft__ucx_flush_now(ucx_channel *uc);
  *  (asserted). */
 int weft__ucx_flush(weft_channel *ch);
 
+/**
+ * Sends REDIRECT on the ep of record `r` (a held connection's, on loop
+ * `tl`) to the client's slot `to` (a slot reference): server id `id`, the
+ * listener `index` to use, and the `n` listeners' `ports`. Returns 0 (sent,
+ * or queued by UCX), WEFT_ENOMEM, or UCX's error mapped. Outside progress.
+ */
+int weft__ucx_send_redirect(ucx_loop *tl, ucx_epr *r, uint32_t to, uint32_t id,
+                            uint32_t index, uint32_t n, const uint32_t *ports);
+
 /** Grants the bytes delivered to the pipeline back to the peer (CREDIT)
  *  once a quarter window is owed; a failed send marks PEND_ERROR. Outside
  *  progress. */
@@ -750,12 +889,76 @@ int weft__ucx_dispatch_pending(ucx_loop *tl);
  */
 void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
 
-/* -- listen.c: listeners -- */
+/* -- listen.c: listeners and redirects -- */
 
 /** Hands the connection requests queued by the listeners' handler to the
- *  core (weft_listener_accepted), oldest first. Returns how many. From
- *  poll, outside progress. */
+ *  core (weft_listener_accepted), oldest first, or to a redirect (the
+ *  listener on the server's address, when another loop's turn has come).
+ *  Returns how many. From poll, outside progress. */
 int weft__ucx_accept_pending(ucx_loop *tl);
+
+/** The held connection whose ep is `ep`, NULL if none. Inside progress. */
+ucx_preconn *weft__ucx_preconn_find(ucx_loop *tl, ucp_ep_h ep);
+
+/**
+ * Records the client's HELLO on held connection `pc` (`header` of
+ * `header_len` bytes, `len` bytes of data at `data` unless `rndv`) for
+ * poll, which checks it and keeps or redirects the connection
+ * (weft__ucx_preconn_dispatch). Inside progress.
+ */
+void weft__ucx_preconn_hello(ucx_preconn *pc, const void *header,
+                             size_t header_len, const void *data, size_t len,
+                             bool rndv);
+
+/** An ep error on `ep`: if it is a held connection's, its client left and
+ *  it is closed. Inside progress. */
+void weft__ucx_preconn_error(ucx_loop *tl, ucp_ep_h ep);
+
+/**
+ * Decides the held connections whose HELLO came: a HELLO that breaks a
+ * rule is refused (logged); a ROUTED one, or one whose turn it is, is
+ * handed to the core (kept on this loop); the others are answered with
+ * REDIRECT. Those that waited UCX_HELLO_WAIT_NS (all of them if `all`) are
+ * closed. Returns how many it handled. From poll or the tick.
+ */
+int weft__ucx_preconn_dispatch(ucx_loop *tl, bool all);
+
+/**
+ * Takes over held connection `pc` as channel `uc` (adopt; `uc` has its
+ * slot and wire state): its ep and record, then its HELLO replayed through
+ * weft__ucx_hdr_check and answered with HELLO_ACK. Frees `pc`. Returns 0
+ * or an error (the channel's close then closes the ep).
+ */
+int weft__ucx_preconn_adopt(ucx_preconn *pc, ucx_channel *uc);
+
+/** Closes held connection `pc`'s ep (by force where UCX allows) and frees
+ *  it: a handle the core discards. */
+void weft__ucx_preconn_drop(ucx_preconn *pc);
+
+/* -- route.c: the client's routes -- */
+
+/**
+ * The route to the server at `primary` (its address as the application
+ * named it), if a REDIRECT taught one: the next listener's port, round
+ * robin over all of them, in `*port`, the server's id in `*server_id`.
+ * Returns false when there is none. Any thread.
+ */
+bool weft__ucx_route_pick(const struct sockaddr_storage *primary,
+                          uint16_t *port, uint32_t *server_id);
+
+/**
+ * Learns (or replaces) the route to the server at `primary`: id
+ * `server_id`, the ports of its `n` listeners (`ports`, n uint32_t as a
+ * REDIRECT carries them, checked by weft__ucx_hdr_check). The oldest route
+ * makes room past UCX_ROUTES. Any thread.
+ */
+void weft__ucx_route_learn(const struct sockaddr_storage *primary,
+                           uint32_t server_id, uint32_t n, const void *ports);
+
+/** Forgets the route to `primary` unless its server id is `keep_id` (0:
+ *  forget it whatever it is). Any thread. */
+void weft__ucx_route_forget(const struct sockaddr_storage *primary,
+                            uint32_t keep_id);
 
 /**
  * The ops' listen: a UCP listener on the first address of `ep` (UCX has
@@ -782,7 +985,45 @@ int weft__ucx_listen_address(weft_listener *l, char *buf, size_t len);
 uint64_t weft__ucx_now_ns(void);
 
 /** Closes the lingering eps whose requests ended or whose time is up (all
- *  of them if `all`). From poll or loop_fini, outside progress. */
+ *  of them if `all`). From poll, the tick or loop_fini, outside progress. */
 void weft__ucx_linger_check(ucx_loop *tl, bool all);
+
+/**
+ * Closes the ep of record `r`, whose channel let go of it (force and keep
+ * set): at once when no request is in flight on it and we are not
+ * `in_progress`, else it lingers (at most UCX_CLOSE_WAIT_NS) until
+ * weft__ucx_linger_check closes it.
+ */
+void weft__ucx_epr_close(ucx_loop *tl, ucx_epr *r, bool in_progress);
+
+/**
+ * Connects channel `uc` again, to port `port` of the same host: after a
+ * REDIRECT (`redirected`: w.redirect_port, a second REDIRECT is refused),
+ * or to the server's own port after a stale route. Its ep is closed, it
+ * takes a new slot and ep and says HELLO. Returns 0 or an error (the
+ * connect then fails). From poll.
+ */
+int weft__ucx_reconnect(ucx_channel *uc, uint16_t port, bool redirected);
+
+/**
+ * A connect that went to a listener a route named failed: the route is
+ * forgotten and the channel connects to the server's own address, once.
+ * Returns true when it did (the connect goes on), false when it does not
+ * apply or failed (uc->err then). From poll.
+ */
+bool weft__ucx_dial_retry(ucx_channel *uc);
+
+/**
+ * HELLO_ACK came: checks the server's id against the one a route or
+ * REDIRECT promised; another server there (its port reused) makes the
+ * route stale: weft__ucx_dial_retry. After a connect to the server's own
+ * address, a route to another server id there is forgotten. Returns true
+ * when the connect goes on elsewhere. From poll.
+ */
+bool weft__ucx_dial_check(ucx_channel *uc);
+
+/** Starts the loop's tick (keepalive, lingering eps, held connections'
+ *  deadlines) unless it runs. */
+void weft__ucx_tick_start(ucx_loop *tl);
 
 #endif

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# weft-kv-server's resident memory under a client that never reads, before
+# the channel defences (flow control, output limit) and now: the client
+# SETs an 8 KiB value, then sends up to 300 000 pipelined GETs of it
+# without reading a byte, keeps the connection open until SECONDS, then
+# closes; /proc/PID/status VmRSS is sampled every 0.5 s, and 5 s more after
+# the close, and the peak seen in samples every 20 ms. A server is killed
+# once it passes 4 GiB (`ulimit -v` 8 GiB as a backstop). Per transport,
+# three runs in a row:
+# the old server, the new one, and the new one with
+# -o server.flow_control=false (the 64 MiB output limit alone). Prints a
+# markdown table per transport: time, then RSS and GETs sent so far for
+# each run.
+# Usage: scripts/bench-never-read.sh [BUILD_DIR] [BEFORE_COMMIT] [SECONDS]
+#        [TRANSPORTS]
+#        (default build/release, d1b5206: ed2bcb0's parent, the last commit
+#        without channel/limits.c; 20 s; "tcp uring")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+build=${1:-build/release}
+before=$(git rev-parse --short "${2:-d1b5206}")
+seconds=${3:-20}
+transports=${4:-tcp uring}
+need python3 python3
+need cmake cmake
+release() { # SRC DIR: a Release build of the KV server in DIR
+  if [ ! -x "$2/samples/kv/weft-kv-server" ]; then
+    quiet_run "configuring $2" cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release \
+      -DWEFT_BUILD_TESTS=OFF
+    quiet_build "$2" --target weft-kv-server
+  fi
+}
+release . "$build"
+old=${TMPDIR:-/tmp}/weft-before-$before
+if [ ! -d "$old/src" ]; then
+  mkdir -p "$old/src"
+  git archive "$before" | tar -x -C "$old/src"
+fi
+release "$old/src" "$old/build"
+out=$(mktemp -d)
+trap 'kill "$pid" 2>/dev/null || true; rm -rf "$out"' EXIT
+pid=
+
+# NAME TRANSPORT BINARY [-o ...]: one run, samples into $out/NAME.csv.
+run() {
+  local name=$1 transport=$2 bin=$3 port=
+  shift 3
+  (ulimit -v $((8 << 20)) && exec "$bin" -o loop.loops=1 -o kv.rpc_listen= \
+    -o transport.name="$transport" -o kv.resp_listen=127.0.0.1:0 "$@") \
+    2>"$out/$name.log" &
+  pid=$!
+  for _ in $(seq 50); do
+    port=$(sed -n 's/.*resp on .*:\([0-9]*\)$/\1/p' "$out/$name.log")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { cat "$out/$name.log" >&2; exit 1; }
+  step "$name ($bin $*): never-reading client for $seconds s"
+  python3 - "$pid" "$port" "$seconds" "$out/$name.csv" <<'PY'
+import os, select, signal, socket, sys, time
+pid, port, seconds, csv = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+CAP, GETS = 4 << 30, 300_000
+def rss():
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return None
+value = b"v" * 8192
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$8192\r\n" + value + b"\r\n")
+assert s.recv(5) == b"+OK\r\n"
+s.setblocking(False)
+batch = b"*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n" * 1000
+rows, sent, off, killed, peak = [], 0, 0, None, 0
+start = time.monotonic()
+next_row = next_check = 0.0
+while True:
+    t = time.monotonic() - start
+    if t >= seconds + 5:
+        break
+    if t >= next_check:
+        r = rss() if killed is None else None
+        peak = max(peak, r or 0)
+        if r is not None and r > CAP:
+            os.kill(pid, signal.SIGKILL)
+            killed, r = t, None
+        if t >= next_row:
+            rows.append((next_row, r, sent // (len(batch) // 1000)))
+            next_row += 0.5
+        next_check = t + 0.02
+    left = GETS * (len(batch) // 1000) - sent
+    if t < seconds and s is not None and left == 0:
+        time.sleep(0.05)  # all sent: hold the connection, never read
+    elif t < seconds and s is not None:
+        try:
+            n = s.send(batch[off:off + left])
+            sent, off = sent + n, (off + n) % len(batch)
+        except BlockingIOError:
+            select.select([], [s], [], 0.02)
+        except OSError:  # the server closed it (or was killed)
+            s.close()
+            s = None
+    else:
+        if s is not None:
+            s.close()
+            s = None
+        time.sleep(0.05)
+with open(csv, "w") as f:
+    f.write(f"killed,{killed if killed is not None else ''},{peak}\n")
+    for t, r, gets in rows:
+        f.write(f"{t:.1f},{'' if r is None else r},{gets}\n")
+PY
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+for t in $transports; do
+  run "before-$t" "$t" "$old/build/samples/kv/weft-kv-server"
+  run "after-$t" "$t" "$build/samples/kv/weft-kv-server"
+  run "no-flow-control-$t" "$t" "$build/samples/kv/weft-kv-server" \
+    -o server.flow_control=false
+done
+echo "before: $before, after: $(git rev-parse --short HEAD); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+for t in $transports; do
+  echo
+  echo "$t:"
+  python3 - "$seconds" "$out"/{before,after,no-flow-control}-"$t".csv <<'PY'
+import sys
+seconds, runs, peaks = float(sys.argv[1]), [], []
+for path in sys.argv[2:]:
+    lines = open(path).read().split("\n")
+    killed, peak = lines[0].split(",")[1:3]
+    peaks.append(f"{int(peak) / 2**20:,.1f}")
+    if killed:
+        print(f"{path.split('/')[-1][:-4]}: killed at {float(killed):.2f} s, past 4 GiB RSS")
+    runs.append([l.split(",") for l in lines[1:] if l])
+mib = lambda r: f"{int(r) / 2**20:,.1f}" if r else "gone"
+print("| time s | before: RSS MiB | GETs sent | after: RSS MiB | GETs sent "
+      "| after, flow_control=false: RSS MiB | GETs sent |")
+print("|---:|---:|---:|---:|---:|---:|---:|")
+for rows in zip(*runs):
+    t = rows[0][0] + (" (closed)" if float(rows[0][0]) >= seconds else "")
+    print(f"| {t} | " + " | ".join(f"{mib(r[1])} | {int(r[2]):,}" for r in rows) + " |")
+print("| peak (20 ms samples) | " + " | ".join(f"{p} | " for p in peaks) + "|")
+PY
+done
