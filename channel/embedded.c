@@ -143,7 +143,8 @@ int weft_embedded_new(weft_embedded **out, weft_channel_init_cb init,
   if (e == NULL)
     return WEFT_ENOMEM;
   e->write_limit = SIZE_MAX;
-  int rc = weft__loop_new(&e->loop, NULL, 0, 0, WEFT__DEFAULT_POLL_BUDGET);
+  int rc =
+      weft__loop_new(&e->loop, NULL, 0, 0, false, WEFT__DEFAULT_POLL_BUDGET);
   if (rc < 0)
     goto failed_loop_new;
   rc = weft__loop_attach(e->loop);

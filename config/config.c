@@ -34,6 +34,9 @@ static const weft__key_def loop_keys[] = {
      "number of event loops; 0 = one per online CPU"},
     {"busy_poll_us", KIND_INT, OFF(loop.busy_poll_us), -1, INT_MAX, false,
      "microseconds; 0 = always block, -1 = never block"},
+    {"busy_poll_adaptive", KIND_BOOL, OFF(loop.busy_poll_adaptive), 0, 0, false,
+     "the window moves between 0 and busy_poll_us: it shrinks on wasted "
+     "spins and preemptions, grows when events follow a sleep"},
     {"pin", KIND_BOOL, OFF(loop.pin), 0, 0, false, NULL},
     {"poll_budget", KIND_INT, OFF(loop.poll_budget), 1, 65536, false,
      "events one source handles per poll"},

@@ -63,11 +63,13 @@ void weft__tls_name(char *buf, size_t len, X509_NAME *name);
 #define WEFT__TLS_RECORD_MAX 16384u /* plaintext bytes in a TLS record */
 /* kTLS: plaintext bytes that may wait for the switch to the kernel (the
  * handshake's last flight leaving). A peer that does not read that flight
- * but keeps sending requests would grow the wait without end; past this
+ * while our side keeps writing would grow the wait without end; past this
  * the switch is given up and records are made in user space, where the
- * channel's write limits see them. Four records, the default high write
- * watermark. */
-#define WEFT__TLS_KTLS_WAIT_MAX (4u * WEFT__TLS_RECORD_MAX)
+ * channel's write limits see them. 1 MiB: an application commonly writes
+ * its first message in the same loop turn as the handshake completes,
+ * before the flight has left (test_tls's ktls_echo writes 69 KiB; a bound
+ * of 64 KiB gave up kTLS there in the Soft-RoCE VM). */
+#define WEFT__TLS_KTLS_WAIT_MAX (1024u * 1024u)
 #define WEFT__TLS_NO_END UINT64_MAX /* an ack whose record is not written */
 
 /* A small FIFO of fixed-size elements (`elem` bytes each). */

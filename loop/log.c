@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The handler and its argument change together, from any thread (tests
+ * capture the log while loops run): a mutex keeps the pair whole. Logging
+ * is off the data path, so its cost does not matter. */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static weft_log_cb log_cb;
 static void *log_arg;
 /* -1 until the first call reads WEFT_LOG_LEVEL. */
@@ -26,8 +30,10 @@ static int level_from_env(void) {
 }
 
 void weft_log_set_handler(weft_log_cb cb, void *arg) {
+  pthread_mutex_lock(&log_lock);
   log_cb = cb;
   log_arg = arg;
+  pthread_mutex_unlock(&log_lock);
 }
 
 void weft_log_set_level(weft_log_level level) {
@@ -54,8 +60,12 @@ void weft_log(weft_log_level level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (log_cb != NULL) {
-    log_cb(level, msg, log_arg);
+  pthread_mutex_lock(&log_lock);
+  weft_log_cb cb = log_cb;
+  void *arg = log_arg;
+  pthread_mutex_unlock(&log_lock);
+  if (cb != NULL) {
+    cb(level, msg, arg);
     return;
   }
   /* One fprintf per message: stdio locks the stream, so lines from several

@@ -1,5 +1,6 @@
 /* The loop: creation, the thread body with its graceful shutdown, tasks
- * (weft_loop_execute), sources, close hooks and loop-local keys. One
+ * (weft_loop_execute), sources, fd watchers, close hooks and loop-local
+ * keys. One
  * selector iteration lives in selector.c, timers in timer.c, threads and
  * groups in loop_group.c.
  */
@@ -24,7 +25,7 @@ static _Thread_local weft_loop *current_loop;
 static _Atomic int keys_created;
 
 int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
-                   int busy_poll_us, int poll_budget) {
+                   int busy_poll_us, bool adaptive, int poll_budget) {
   int err;
   weft_loop *loop = calloc(1, sizeof *loop);
   if (loop == NULL)
@@ -63,6 +64,7 @@ int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
   atomic_init(&loop->closed, false);
   atomic_init(&loop->stop_requested, false);
   atomic_init(&loop->busy_poll_us, busy_poll_us);
+  weft__window_init(loop, adaptive, busy_poll_us);
   atomic_init(&loop->state, WEFT__LOOP_CREATED);
   atomic_init(&loop->tid, 0);
   *out = loop;
@@ -325,15 +327,17 @@ void *weft__loop_thread(void *arg) {
   current_loop = loop;
   setup_thread(loop);
   create_pool(loop);
-  loop->last_active_ns = weft_now_ns();
+  weft__selector_start(loop);
   atomic_store(&loop->state, WEFT__LOOP_RUNNING);
 
-  /* Relaxed: the stop request is also signalled through the eventfd, so a
-   * stale read costs at most one more iteration. */
-  while (!atomic_load_explicit(&loop->stop_requested, memory_order_relaxed))
+  /* Acquire: what the stopping thread did before weft_loop_group_stop
+   * happens before the loop's finish (close hooks, the last tasks). A stale
+   * read costs at most one more iteration: the eventfd wakes the loop. */
+  while (!atomic_load_explicit(&loop->stop_requested, memory_order_acquire))
     weft__selector_iteration(loop);
 
   loop_finish(loop);
+  weft__selector_finish(loop);
   atomic_store(&loop->state, WEFT__LOOP_FINISHED);
   current_loop = NULL;
   return NULL;
@@ -378,6 +382,18 @@ void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
   out->tasks_run = atomic_load_explicit(&c->tasks_run, memory_order_relaxed);
   out->timers_fired =
       atomic_load_explicit(&c->timers_fired, memory_order_relaxed);
+  out->watcher_polls =
+      atomic_load_explicit(&c->watcher_polls, memory_order_relaxed);
+  out->watcher_events =
+      atomic_load_explicit(&c->watcher_events, memory_order_relaxed);
+  out->busy_poll_window_ns =
+      atomic_load_explicit(&c->window_ns, memory_order_relaxed);
+  out->window_shrinks =
+      atomic_load_explicit(&c->window_shrinks, memory_order_relaxed);
+  out->window_grows =
+      atomic_load_explicit(&c->window_grows, memory_order_relaxed);
+  out->preemptions =
+      atomic_load_explicit(&c->preemptions, memory_order_relaxed);
 }
 
 pid_t weft__loop_tid(const weft_loop *loop) { return atomic_load(&loop->tid); }
@@ -489,5 +505,88 @@ int weft_loop_remove_source(weft_loop *loop, weft_source *src) {
   src->loop = NULL;
   src->next = NULL;
   src->prev = NULL;
+  return 0;
+}
+
+/* ---- fd watchers -------------------------------------------------------- */
+
+/* What a watcher may ask for: everything else (EPOLLET, EPOLLONESHOT,
+ * EPOLLEXCLUSIVE, ...) would break the level-triggered contract. */
+#define WATCHER_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI)
+
+void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb,
+                       void *data) {
+  w->fd = fd;
+  w->cb = cb;
+  w->data = data;
+  w->events = 0;
+  w->loop = NULL;
+}
+
+/* Moves `w`'s interest from w->events to `events` with one epoll_ctl. */
+static int watcher_ctl(weft_loop *loop, weft_watcher *w, uint32_t events) {
+  if (events == w->events)
+    return 0;
+  struct epoll_event ev = {
+      .events = events, .data.u64 = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG};
+  int op = w->events == 0 ? EPOLL_CTL_ADD
+           : events == 0  ? EPOLL_CTL_DEL
+                          : EPOLL_CTL_MOD;
+  if (epoll_ctl(loop->epfd, op, w->fd, &ev) < 0) {
+    int err = -errno;
+    /* DEL of an fd the owner closed already: the kernel dropped it with
+     * its last reference, so the fd is out of the set either way. */
+    if (op != EPOLL_CTL_DEL || (err != WEFT_EBADF && err != WEFT_ENOENT))
+      return err;
+  }
+  if (w->events == 0)
+    loop->n_watching++;
+  else if (events == 0)
+    loop->n_watching--;
+  w->events = events;
+  return 0;
+}
+
+int weft_loop_add_watcher(weft_loop *loop, weft_watcher *w, uint32_t events) {
+  assert(w->cb != NULL); /* a NULL callback would crash the loop */
+  if (w->loop != NULL)
+    return WEFT_EALREADY;
+  if ((events & ~(uint32_t)WATCHER_EVENTS) != 0)
+    return WEFT_EINVAL;
+  w->events = 0;
+  int err = watcher_ctl(loop, w, events);
+  if (err < 0)
+    return err;
+  w->loop = loop;
+  return 0;
+}
+
+int weft_loop_modify_watcher(weft_loop *loop, weft_watcher *w,
+                             uint32_t events) {
+  if (w->loop != loop)
+    return WEFT_ENOENT;
+  if ((events & ~(uint32_t)WATCHER_EVENTS) != 0)
+    return WEFT_EINVAL;
+  return watcher_ctl(loop, w, events);
+}
+
+int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w) {
+  if (w->loop != loop)
+    return WEFT_ENOENT;
+  int err = watcher_ctl(loop, w, 0);
+  if (err < 0) {
+    /* The fd stays in the set, but nothing may reach `w` any more: its
+     * owner frees it as soon as we return. Count it out anyway. */
+    weft_log(WEFT_LOG_WARN, "fd watcher %d: epoll_ctl(DEL): %s", w->fd,
+             weft_strerror(err));
+    loop->n_watching--;
+    w->events = 0;
+  }
+  /* Events of the epoll batch being dispatched must not reach it. */
+  uint64_t tagged = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG;
+  for (int i = 0; i < loop->n_ready; i++)
+    if (loop->ready[i].data.u64 == tagged)
+      loop->ready[i].data.u64 = 0;
+  w->loop = NULL;
   return 0;
 }

@@ -31,6 +31,7 @@ struct weft_loop_group {
 void weft_loop_options_init(weft_loop_options *opts) {
   opts->n_loops = 0;
   opts->busy_poll_us = WEFT_BUSY_POLL_US_DEFAULT;
+  opts->busy_poll_adaptive = true;
   opts->pin = true;
   opts->poll_budget = WEFT__DEFAULT_POLL_BUDGET;
   opts->name = "weft";
@@ -76,7 +77,8 @@ int weft_loop_group_new(weft_loop_group **out, const weft_loop_options *opts) {
   int created;
   for (created = 0; created < n; created++) {
     err = weft__loop_new(&group->loops[created], group, created,
-                         opts->busy_poll_us, opts->poll_budget);
+                         opts->busy_poll_us, opts->busy_poll_adaptive,
+                         opts->poll_budget);
     if (err != 0)
       goto failed_loop_new;
     /* Read by the loop thread when it creates its pool, after start. */

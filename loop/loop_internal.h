@@ -35,7 +35,34 @@ typedef struct weft__loop_counters {
   _Atomic uint64_t wakeups;
   _Atomic uint64_t tasks_run;
   _Atomic uint64_t timers_fired;
+  _Atomic uint64_t watcher_polls;
+  _Atomic uint64_t watcher_events;
+  _Atomic uint64_t window_ns; /* a value, not a count: the window now */
+  _Atomic uint64_t window_shrinks;
+  _Atomic uint64_t window_grows;
+  _Atomic uint64_t preemptions;
 } weft__loop_counters;
+
+/**
+ * The busy-poll window (selector.c, "The adaptive busy-poll window").
+ * Loop thread only; the window's value is published in the counters.
+ */
+typedef struct weft__poll_window {
+  bool adaptive;      /* weft_loop_options.busy_poll_adaptive */
+  int max_us;         /* busy_poll_us the window was last sized from */
+  uint64_t max_ns;    /* max_us in ns (0 when max_us <= 0) */
+  uint64_t ns;        /* the window now, 0..max_ns */
+  uint64_t sample_ns; /* next preemption sample, at the earliest */
+  uint64_t hold_ns;   /* no growth before (set by a preemption) */
+  long nivcsw;        /* ru_nivcsw at the last sample */
+  int schedstat_fd;   /* /proc/thread-self/schedstat, or -1 */
+  uint64_t on_cpu_ns; /* its time on the CPU at the last sample */
+  uint64_t delay_ns;  /* its time waiting on a run queue, likewise */
+  /* Tuning, set at creation (selector.c's WINDOW_SAMPLE_NS and
+   * WINDOW_HOLD_NS); a test may change them before the loop starts. */
+  uint64_t sample_period_ns; /* between preemption samples, at least */
+  uint64_t hold_period_ns;   /* no growth this long after a preemption */
+} weft__poll_window;
 
 /**
  * Adds `n` to a counter. Only the loop thread writes counters, so a relaxed
@@ -63,15 +90,19 @@ typedef enum weft__loop_state {
 
 struct weft_loop {
   /* Loop thread only. */
-  int epfd;             /* sources' fds and wakeup_fd */
+  int epfd;             /* sources' and watchers' fds, wakeup_fd */
   weft_source *sources; /* registration order */
   weft_source *sources_tail;
   weft_source *poll_cursor; /* next source to poll: removal moves it */
   struct epoll_event ready[WEFT__MAX_EVENTS]; /* last epoll batch */
-  int n_ready; /* entries in `ready` being dispatched */
+  int n_ready;        /* entries in `ready` being dispatched */
+  int n_watching;     /* watchers with events (their fd in the epoll set) */
+  bool skip_watchers; /* the last sleep's batch held every ready watcher:
+                         the next poll phase need not ask epoll again */
   weft__timer_heap timers;
   uint64_t last_active_ns; /* when an iteration last found work */
-  int poll_budget;         /* events per source poll */
+  weft__poll_window window;
+  int poll_budget; /* events per source poll */
   void *locals[WEFT_LOOP_MAX_KEYS];
   weft__close_hook *close_hooks; /* newest first */
   _Atomic(weft_pool *) pool;     /* exists while the thread runs; atomic
@@ -112,7 +143,7 @@ struct weft_loop {
  * Returns 0 and the loop in `*out`, or a negative weft error.
  */
 int weft__loop_new(weft_loop **out, weft_loop_group *group, int index,
-                   int busy_poll_us, int poll_budget);
+                   int busy_poll_us, bool adaptive, int poll_budget);
 
 /** Frees a loop whose thread has exited or never started. */
 void weft__loop_free(weft_loop *loop);
@@ -169,6 +200,30 @@ int weft__loop_run_tasks(weft_loop *loop, weft__task *mark, bool *pending);
  * Loop thread only.
  */
 void weft__selector_iteration(weft_loop *loop);
+
+/**
+ * Prepares the selector's per-thread state (the preemption count the
+ * adaptive window compares with) and sizes the window. On the loop's
+ * thread, before its first iteration.
+ */
+void weft__selector_start(weft_loop *loop);
+/** Releases what weft__selector_start took; on the loop's thread. */
+void weft__selector_finish(weft_loop *loop);
+
+/**
+ * Sets up the busy-poll window of a new loop: adaptive or fixed, the
+ * default tuning, sized from `busy_poll_us`. Before the loop starts.
+ */
+void weft__window_init(weft_loop *loop, bool adaptive, int busy_poll_us);
+
+/**
+ * Sizes the busy-poll window from `busy_poll_us` (the maximum) and starts it
+ * there. The loop thread, or before it starts.
+ */
+void weft__window_reset(weft_loop *loop, int busy_poll_us);
+
+/** Tags an epoll entry as a watcher's (sources and wakeup_fd: untagged). */
+#define WEFT__WATCHER_TAG ((uint64_t)1)
 
 /** The loop thread's kernel thread id (gettid), 0 until it started. */
 pid_t weft__loop_tid(const weft_loop *loop);

@@ -66,7 +66,8 @@ if [ "${1:-}" != "--quick" ]; then
       -DWEFT_SANITIZE=address,undefined
   # TSan runs 5-15x slower: the 100-client echoes move a quarter of the
   # bytes (2.5 MiB per client), so two suites sharing 2 cores finish.
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  # tests/tsan.supp: liburing's raw mmaps (see the file).
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp \
   WEFT_TEST_SCALE=0.25 CTEST_ARGS="-L threads" \
     run_suite tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
       -DWEFT_SANITIZE=thread

@@ -95,12 +95,13 @@ code_of() {
 }
 
 # Candidate programs: "file:word" per command position, and absolute paths
-# of programs anywhere outside comments (quoted lists of paths too).
+# of programs anywhere outside comments (quoted lists of paths too) that
+# start at /bin, /sbin, /usr/bin or /usr/sbin (not /usr/local/bin/...).
 candidates() {
   for f in $scripts; do
     sed 's/^[[:space:]]*#.*//; s/[[:space:]]#.*//' "$f" |
-      grep -o '/\(usr/\)\{0,1\}s\{0,1\}bin/[a-z][a-z0-9_.+-]*' |
-      sed "s|^|$f:|"
+      grep -o '\(^\|[^A-Za-z0-9_.$/}-]\)/\(usr/\)\{0,1\}s\{0,1\}bin/[a-z][a-z0-9_.+-]*' |
+      sed "s|^[^/]*||; s|^|$f:|"
     code_of "$f" | awk -v file="$f" '
       # an array assignment spanning lines: its words are data
       inarray { if ($0 ~ /\)/) inarray = 0; next }

@@ -183,7 +183,8 @@ START_TEST(config_load_refused_unknown_key) {
   weft_config_init(&c);
   ck_assert_int_eq(load_text(&c, "[loop]\n\nkye = 1\n"), WEFT_EBADCONF);
   assert_err_at(3, "[loop] unknown key 'kye'; valid keys: loops, "
-                   "busy_poll_us, pin, poll_budget, pool_retain_bytes");
+                   "busy_poll_us, busy_poll_adaptive, pin, poll_budget, "
+                   "pool_retain_bytes");
 }
 END_TEST
 

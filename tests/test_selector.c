@@ -5,9 +5,12 @@
 #include "harness.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -23,15 +26,27 @@
 
 static weft_loop_group *group;
 
-static weft_loop *start_group(int n, int busy_poll_us, int budget) {
+/* Set by a test before start_group: the loops take no preemption samples,
+ * so that a test of the other rules does not depend on the machine's load
+ * (a loaded machine preempts a spin of milliseconds nearly every time). */
+static bool no_preemption_samples;
+
+/* `adaptive`: false where a test needs the window fixed at busy_poll_us. */
+static weft_loop *start_group(int n, int busy_poll_us, int budget,
+                              bool adaptive) {
   weft_loop_options o;
   weft_loop_options_init(&o);
   o.n_loops = n;
   o.busy_poll_us = busy_poll_us;
+  o.busy_poll_adaptive = adaptive;
   if (budget > 0)
     o.poll_budget = budget;
   o.pin = n <= 2; /* pinned like production where the machine allows */
   ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
+  if (no_preemption_samples)
+    for (int i = 0; i < n; i++)
+      weft_loop_group_get(group, i)->window.sample_period_ns = UINT64_MAX / 4;
+  no_preemption_samples = false;
   ck_assert_int_eq(weft_loop_group_start(group), 0);
   return weft_loop_group_get(group, 0);
 }
@@ -230,7 +245,7 @@ static long thread_cpu_ticks(pid_t tid) {
 }
 
 START_TEST(selector_idle_group_sleeps_low_cpu) {
-  start_group(2, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  start_group(2, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
   static struct tsrc ev[2], tf[2], pp[2];
   int pfd[2][2];
   pid_t tid[2];
@@ -295,7 +310,7 @@ static int add_and_note(void *arg) {
 
 START_TEST(selector_event_inside_window_no_sleep) {
   /* A 2 s window: the event 10 ms after the last work is surely inside. */
-  weft_loop *loop = start_group(1, 2000000, 0);
+  weft_loop *loop = start_group(1, 2000000, 0, false);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   struct window w = {&t, 0};
@@ -311,7 +326,7 @@ START_TEST(selector_event_inside_window_no_sleep) {
 END_TEST
 
 START_TEST(selector_event_after_window_one_sleep) {
-  weft_loop *loop = start_group(1, 20, 0);
+  weft_loop *loop = start_group(1, 20, 0, false);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   struct window w = {&t, 0};
@@ -333,7 +348,7 @@ START_TEST(selector_event_after_window_one_sleep) {
 END_TEST
 
 START_TEST(selector_busy_poll_negative_never_sleeps) {
-  weft_loop *loop = start_group(1, -1, 0);
+  weft_loop *loop = start_group(1, -1, 0, false);
   ck_assert_int_eq(weft_loop_busy_poll_us(loop), -1);
   usleep(100 * 1000);
   weft_loop_stats st;
@@ -346,7 +361,7 @@ START_TEST(selector_busy_poll_negative_never_sleeps) {
 END_TEST
 
 START_TEST(selector_set_busy_poll_us_changes_window) {
-  weft_loop *loop = start_group(1, -1, 0);
+  weft_loop *loop = start_group(1, -1, 0, false);
   ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, -2), WEFT_EINVAL);
   usleep(20 * 1000);
   ck_assert_uint_eq(loop_sleeps(loop), 0);
@@ -360,7 +375,7 @@ END_TEST
 /* ---- Arming -------------------------------------------------------------- */
 
 START_TEST(selector_arm_refused_polls_again) {
-  weft_loop *loop = start_group(1, 0, 0);
+  weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t;
   tsrc_init(&t, loop, &refusing_ops, -1); /* polled only */
   t.refuse_arms = 3;
@@ -389,7 +404,7 @@ static int check_gone(void *arg) {
 
 START_TEST(selector_poll_error_removes_and_logs_source) {
   th_log_capture_start();
-  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
   static struct tsrc t;
   tsrc_init(&t, loop, &failing_ops, new_eventfd());
   t.poll_error = WEFT_EIO;
@@ -408,7 +423,7 @@ START_TEST(selector_poll_error_removes_and_logs_source) {
 END_TEST
 
 START_TEST(selector_remove_self_inside_poll) {
-  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0);
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   t.remove_self = 1;
@@ -432,7 +447,7 @@ static int add_pair(void *arg) {
 
 START_TEST(selector_remove_next_source_inside_poll) {
   /* Busy polling: many iterations, none of them may reach t[1]. */
-  weft_loop *loop = start_group(1, -1, 0);
+  weft_loop *loop = start_group(1, -1, 0, false);
   static struct tsrc t[2];
   tsrc_init(&t[0], loop, &eventfd_ops, new_eventfd());
   tsrc_init(&t[1], loop, &eventfd_ops, new_eventfd());
@@ -462,7 +477,7 @@ static void gate_task(void *arg) {
 }
 
 START_TEST(selector_remove_other_source_during_dispatch) {
-  weft_loop *loop = start_group(1, 0, 0);
+  weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t[2];
   tsrc_init(&t[0], loop, &wake_only_ops, new_eventfd());
   tsrc_init(&t[1], loop, &wake_only_ops, new_eventfd());
@@ -500,7 +515,7 @@ static int arm_timerfd_task(void *arg) {
 }
 
 START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
-  weft_loop *loop = start_group(1, 0, 0);
+  weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t;
   int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   ck_assert_int_ge(fd, 0);
@@ -519,7 +534,7 @@ START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
 END_TEST
 
 START_TEST(selector_pipe_source_poll_budget_respected) {
-  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 16);
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 16, true);
   static struct tsrc t;
   int p[2];
   ck_assert_int_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
@@ -538,17 +553,559 @@ START_TEST(selector_pipe_source_poll_budget_respected) {
 }
 END_TEST
 
+/* ---- The adaptive window ------------------------------------------------- */
+
+static weft_loop_stats stats_of(weft_loop *loop) {
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  return st;
+}
+
+/* Kicks `t`'s eventfd after `gap_ms` of quiet and waits until the loop
+ * handled it: the loop's idle gap before that event is about gap_ms. */
+static void kick_after(struct tsrc *t, unsigned gap_ms) {
+  int before = atomic_load(&t->handled);
+  th_sleep_ms(gap_ms);
+  kick(t->src.fd);
+  WAIT_FOR(atomic_load(&t->handled) > before);
+}
+
+static int noop_call(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+START_TEST(selector_window_fixed_values_in_stats) {
+  weft_loop *loop = start_group(1, 20, 0, false);
+  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 20000);
+  /* A change takes effect at the next idle check: wake the loop for it. */
+  static const struct {
+    int us;
+    uint64_t ns;
+  } steps[] = {{-1, UINT64_MAX}, {0, 0}, {35, 35000}};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+    ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, steps[i].us), 0);
+    run_on(loop, noop_call, NULL);
+    WAIT_FOR(stats_of(loop).busy_poll_window_ns == steps[i].ns);
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.window_shrinks, 0);
+  ck_assert_uint_eq(st.window_grows, 0);
+  ck_assert_uint_eq(st.preemptions, 0); /* not sampled when fixed */
+  finish_group();
+}
+END_TEST
+
+/* Events 60 ms apart with a 5 ms window: every spin before a sleep was
+ * wasted (the next event came after the 20 ms horizon, 4 windows), so the
+ * window halves at each wake-up until it is 0: 5 -> 2.5 -> 1.25 -> 0.625
+ * -> 0. Preemption samples are off, so that only this rule acts. */
+START_TEST(selector_window_shrinks_on_wasted_spins) {
+  no_preemption_samples = true; /* only wasted spins shrink it here */
+  weft_loop *loop = start_group(1, 5000, 0, true);
+  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 5000000u);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t); /* a wasted spin already if 20 ms late */
+  uint64_t prev = UINT64_MAX;
+  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++) {
+    kick_after(&t, 60);
+    uint64_t w = stats_of(loop).busy_poll_window_ns;
+    ck_assert_uint_le(w, 5000000u);
+    ck_assert_uint_le(w, prev); /* nothing here makes it grow */
+    prev = w;
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 0);
+  ck_assert_uint_ge(st.window_shrinks, 4);
+  ck_assert_uint_eq(st.window_grows, 0);
+  /* With the window at 0 the loop sleeps right after each event. */
+  uint64_t sleeps = st.sleeps;
+  kick_after(&t, 5);
+  WAIT_FOR(stats_of(loop).sleeps > sleeps);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* After the window shrank to 0 (events 100 ms apart, beyond the 80 ms
+ * horizon), events that come 15 ms after the last work, with the loop
+ * asleep (window below 15 ms) but within the 20 ms maximum, double it
+ * back: 0 -> 2.5 -> 5 -> 10 -> 20 ms. Preemption samples are off: on a
+ * loaded machine spins of milliseconds are preempted (a shrink, and no
+ * growth for 100 ms), which the next test covers. A load spike can still
+ * stretch a gap past 80 ms (a shrink): the test kicks until the window is
+ * back. */
+START_TEST(selector_window_grows_when_events_follow_sleep) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 20000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
+    kick_after(&t, 100);
+  weft_loop_stats st0 = stats_of(loop);
+  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
+  uint64_t end = th_now_ms() + 20000;
+  while (stats_of(loop).busy_poll_window_ns < 20000000u && th_now_ms() < end)
+    kick_after(&t, 15);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 20000000u);
+  ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
+  /* At the maximum a short gap is inside the window: no sleep for it. A
+   * load spike can delay this thread past the 20 ms window (a sleep then),
+   * so a few tries; one without a sleep shows the window spins. */
+  bool spun = false;
+  for (int i = 0; i < 5 && !spun; i++) {
+    uint64_t sleeps = stats_of(loop).sleeps;
+    kick_after(&t, 2);
+    spun = stats_of(loop).sleeps == sleeps;
+  }
+  ck_assert(spun);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* Gaps longer than the window but within the horizon (4 windows) grow it
+ * too: a gap measured across a sleep holds the wake-ups it caused, so two
+ * loops that both block (ping-pong) would otherwise never spin again.
+ * 5 ms window, shrunk to 0 by 60 ms gaps, then 12 ms gaps: back to 5 ms. */
+START_TEST(selector_window_grows_within_horizon) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 5000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
+    kick_after(&t, 60);
+  weft_loop_stats st0 = stats_of(loop);
+  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
+  uint64_t end = th_now_ms() + 20000;
+  while (stats_of(loop).busy_poll_window_ns < 5000000u && th_now_ms() < end)
+    kick_after(&t, 12);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 5000000u);
+  ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* Two threads that spin on the loop's CPU (loop 0 is pinned to CPU 0). */
+struct hogs {
+  pthread_t th[2];
+  _Atomic bool stop;
+};
+
+static void *hog_main(void *arg) {
+  struct hogs *h = arg;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(0, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+  while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
+    ;
+  return NULL;
+}
+
+static void hogs_start(struct hogs *h) {
+  atomic_store(&h->stop, false);
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(pthread_create(&h->th[i], NULL, hog_main, h), 0);
+}
+
+static void hogs_stop(struct hogs *h) {
+  atomic_store(&h->stop, true);
+  for (int i = 0; i < 2; i++)
+    pthread_join(h->th[i], NULL);
+}
+
+/* A 2 s window: the loop spins the whole time the hogs run, and is
+ * preempted by them; the samples see it and halve the window. */
+START_TEST(selector_window_shrinks_when_preempted) {
+  weft_loop *loop = start_group(1, 2000000, 0, true);
+  static struct hogs h;
+  hogs_start(&h);
+  WAIT_FOR(stats_of(loop).preemptions > 0 &&
+           stats_of(loop).busy_poll_window_ns < 2000000000u);
+  hogs_stop(&h);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_ge(st.window_shrinks, 1);
+  ck_assert_uint_eq(st.window_grows, 0);
+  finish_group();
+}
+END_TEST
+
+/* The same with adaptation off: the window stays, and nothing samples. */
+START_TEST(selector_window_fixed_ignores_preemption) {
+  weft_loop *loop = start_group(1, 2000000, 0, false);
+  static struct hogs h;
+  hogs_start(&h);
+  th_sleep_ms(300);
+  hogs_stop(&h);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 2000000000u);
+  ck_assert_uint_eq(st.window_shrinks, 0);
+  ck_assert_uint_eq(st.preemptions, 0);
+  ck_assert_uint_eq(st.sleeps, 0); /* still inside its 2 s window */
+  finish_group();
+}
+END_TEST
+
+/* ---- fd watchers --------------------------------------------------------- */
+
+struct twatch {
+  weft_watcher w;
+  weft_loop *loop;
+  bool consume;          /* read the eventfd in the callback */
+  bool remove_self;      /* the callback removes its own watcher */
+  bool quiet_on_hup;     /* the callback drops all interest on EPOLLHUP */
+  struct twatch *victim; /* the callback removes this one (once) */
+  _Atomic int calls;
+  _Atomic uint32_t events;
+  _Atomic uint64_t sleeps_at_last; /* the loop's sleeps at the last call */
+  _Atomic unsigned work_ms;        /* the callback works this long */
+};
+
+static void poison_watch_cb(weft_watcher *w, uint32_t events) {
+  (void)w;
+  (void)events;
+  atomic_fetch_add(&poisoned_calls, 1);
+}
+
+static void twatch_cb(weft_watcher *w, uint32_t events) {
+  struct twatch *t = w->data;
+  /* Consume and record before counting the call: the test kicks again as
+   * soon as it sees the count, and that kick must not be read here. */
+  if (t->consume) {
+    uint64_t v;
+    ssize_t r = read(w->fd, &v, sizeof v);
+    (void)r;
+  }
+  unsigned work_ms = atomic_load(&t->work_ms);
+  if (work_ms > 0) { /* a slow handler: spins, as real work would */
+    uint64_t until = th_now_ms() + work_ms;
+    while (th_now_ms() < until)
+      ;
+  }
+  atomic_fetch_or(&t->events, events);
+  atomic_store(&t->sleeps_at_last, loop_sleeps(t->loop));
+  atomic_fetch_add(&t->calls, 1);
+  struct twatch *v = t->victim;
+  if (v != NULL && v->w.loop != NULL) {
+    ck_assert_int_eq(weft_loop_remove_watcher(t->loop, &v->w), 0);
+    v->w.cb = poison_watch_cb; /* as if its owner freed it */
+  }
+  if (t->quiet_on_hup && (events & EPOLLHUP))
+    ck_assert_int_eq(weft_loop_modify_watcher(t->loop, w, 0), 0);
+  if (t->remove_self)
+    ck_assert_int_eq(weft_loop_remove_watcher(t->loop, w), 0);
+}
+
+static void twatch_init(struct twatch *t, weft_loop *loop, int fd) {
+  memset(t, 0, sizeof *t);
+  t->loop = loop;
+  weft_watcher_init(&t->w, fd, twatch_cb, t);
+}
+
+struct watch_add {
+  struct twatch *t;
+  uint32_t events;
+};
+static int watch_add_task(void *arg) {
+  struct watch_add *a = arg;
+  ck_assert_int_eq(weft_loop_add_watcher(a->t->loop, &a->t->w, a->events), 0);
+  return 0;
+}
+static int watch_modify_task(void *arg) {
+  struct watch_add *a = arg;
+  ck_assert_int_eq(weft_loop_modify_watcher(a->t->loop, &a->t->w, a->events),
+                   0);
+  return 0;
+}
+static int watch_remove_task(void *arg) {
+  struct twatch *t = arg;
+  if (t->w.loop != NULL)
+    ck_assert_int_eq(weft_loop_remove_watcher(t->loop, &t->w), 0);
+  return 0;
+}
+#define WATCH(t, ev) (&(struct watch_add){(t), (ev)})
+
+static int watch_errors_task(void *arg) {
+  weft_loop *loop = arg;
+  struct twatch a, b, f;
+  int efd = new_eventfd();
+  twatch_init(&a, loop, efd);
+  twatch_init(&b, loop, efd);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &a.w, EPOLLIN | EPOLLET),
+                   WEFT_EINVAL);
+  ck_assert_ptr_null(a.w.loop);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &a.w, EPOLLIN), 0);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &a.w, EPOLLIN), WEFT_EALREADY);
+  ck_assert_uint_eq(weft_watcher_events(&a.w), EPOLLIN);
+  /* The same fd twice in one epoll set: epoll's EEXIST. */
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &b.w, EPOLLIN), WEFT_EEXIST);
+  ck_assert_ptr_null(b.w.loop);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &a.w, EPOLLONESHOT),
+                   WEFT_EINVAL);
+  ck_assert_uint_eq(weft_watcher_events(&a.w), EPOLLIN);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &b.w, EPOLLIN), WEFT_ENOENT);
+  ck_assert_int_eq(weft_loop_remove_watcher(loop, &b.w), WEFT_ENOENT);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &a.w, 0), 0);
+  ck_assert_int_eq(weft_loop_modify_watcher(loop, &a.w, EPOLLIN | EPOLLOUT), 0);
+  ck_assert_int_eq(weft_loop_remove_watcher(loop, &a.w), 0);
+  ck_assert_int_eq(weft_loop_remove_watcher(loop, &a.w), WEFT_ENOENT);
+  ck_assert_int_eq(loop->n_watching, 0);
+  /* A regular file cannot be watched. */
+  char path[] = "/tmp/weft-watch-XXXXXX";
+  int file = mkstemp(path);
+  ck_assert_int_ge(file, 0);
+  unlink(path);
+  twatch_init(&f, loop, file);
+  ck_assert_int_eq(weft_loop_add_watcher(loop, &f.w, EPOLLIN), WEFT_EPERM);
+  ck_assert_ptr_null(f.w.loop);
+  close(file);
+  close(efd);
+  return 0;
+}
+
+START_TEST(selector_watcher_errors) {
+  weft_loop *loop = start_group(1, WEFT_BUSY_POLL_US_DEFAULT, 0, true);
+  run_on(loop, watch_errors_task, loop);
+  finish_group();
+}
+END_TEST
+
+/* A loop without watchers makes no epoll_wait for them; one with a watcher
+ * makes one per iteration while the watcher has events, none without. */
+START_TEST(selector_watcher_polls_only_while_watching) {
+  weft_loop *loop = start_group(1, -1, 0, false); /* spins: many polls */
+  usleep(20 * 1000);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, 0);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  run_on(loop, watch_add_task, WATCH(&t, 0));
+  usleep(20 * 1000);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, 0);
+  run_on(loop, watch_modify_task, WATCH(&t, EPOLLIN));
+  WAIT_FOR(stats_of(loop).watcher_polls > 100);
+  run_on(loop, watch_modify_task, WATCH(&t, 0));
+  uint64_t polls = stats_of(loop).watcher_polls;
+  usleep(20 * 1000);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, polls);
+  /* With no interest a ready fd is not reported. */
+  kick(t.w.fd);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t.calls), 0);
+  run_on(loop, watch_remove_task, &t);
+  ck_assert_uint_eq(stats_of(loop).watcher_polls, polls);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* Busy: the poll phase finds the event, the loop does not sleep. */
+START_TEST(selector_watcher_fires_while_spinning) {
+  weft_loop *loop = start_group(1, 2000000, 0, false);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  t.consume = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  uint64_t sleeps = loop_sleeps(loop);
+  for (int i = 1; i <= 5; i++) {
+    kick(t.w.fd);
+    WAIT_UNTIL(atomic_load(&t.calls) >= i, 10000);
+    ck_assert_int_eq(atomic_load(&t.calls), i);
+  }
+  ck_assert_uint_eq(loop_sleeps(loop), sleeps);
+  ck_assert(atomic_load(&t.events) & EPOLLIN);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.watcher_events, 5);
+  ck_assert_uint_gt(st.watcher_polls, 5);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* Asleep (window 0): the loop's own epoll_pwait2 returns the watcher's
+ * event and the callback runs from it: one epoll call per readiness, no
+ * non-blocking epoll_wait besides (before, the tcp transport's inner set
+ * cost one more wait per wake-up and one per idle poll). */
+START_TEST(selector_watcher_wakes_sleeping_loop) {
+  weft_loop *loop = start_group(1, 0, 0, false);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  t.consume = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  usleep(20 * 1000);
+  weft_loop_stats before = stats_of(loop);
+  for (int i = 1; i <= 10; i++) {
+    uint64_t sleeps = loop_sleeps(loop);
+    kick(t.w.fd);
+    WAIT_FOR(atomic_load(&t.calls) == i);
+    /* The callback ran inside the sleep that the kick ended. */
+    ck_assert_uint_eq(atomic_load(&t.sleeps_at_last), sleeps);
+    WAIT_FOR(loop_sleeps(loop) > sleeps); /* and the loop sleeps again */
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.wakeups - before.wakeups, 10);
+  ck_assert_uint_le(st.watcher_polls - before.watcher_polls, 1);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* After a wake-up the window starts when the callbacks' work ends, as
+ * after a poll that found work: a 40 ms window, a callback that works
+ * 30 ms, the next event 15 ms after the callback returned is caught
+ * spinning. Counted from the wake-up, 45 ms would be past the window (a
+ * sleep). A few tries: a load spike can delay the kick past the window. */
+START_TEST(selector_window_starts_after_wakeup_work) {
+  weft_loop *loop = start_group(1, 40000, 0, false);
+  static struct twatch t;
+  twatch_init(&t, loop, new_eventfd());
+  t.consume = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  bool spun = false;
+  for (int i = 0; i < 5 && !spun; i++) {
+    uint64_t sleeps = loop_sleeps(loop);
+    WAIT_FOR(loop_sleeps(loop) > sleeps); /* asleep: the kick wakes it */
+    int calls = atomic_load(&t.calls);
+    atomic_store(&t.work_ms, 30);
+    kick(t.w.fd);
+    WAIT_FOR(atomic_load(&t.calls) == calls + 1);
+    uint64_t woke = atomic_load(&t.sleeps_at_last); /* the sleep it ended */
+    atomic_store(&t.work_ms, 0);
+    th_sleep_ms(15);
+    kick(t.w.fd);
+    WAIT_FOR(atomic_load(&t.calls) == calls + 2);
+    spun = atomic_load(&t.sleeps_at_last) == woke;
+  }
+  ck_assert(spun);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(t.w.fd);
+}
+END_TEST
+
+/* Interest 0 takes the fd out of the set: a hang-up is not reported again
+ * on every poll. */
+START_TEST(selector_watcher_no_interest_silences_hangup) {
+  weft_loop *loop = start_group(1, -1, 0, false);
+  static struct twatch t;
+  int p[2];
+  ck_assert_int_eq(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+  twatch_init(&t, loop, p[0]);
+  t.quiet_on_hup = true;
+  run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
+  close(p[1]);
+  WAIT_FOR(atomic_load(&t.calls) == 1);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t.calls), 1);
+  ck_assert(atomic_load(&t.events) & EPOLLHUP);
+  run_on(loop, watch_remove_task, &t);
+  finish_group();
+  close(p[0]);
+}
+END_TEST
+
+/* Two watchers on one eventfd (two fds, dup): one write makes both ready
+ * in the same epoll batch; whichever runs first removes the other and
+ * itself, so exactly one callback runs. In the poll phase (spinning) and
+ * in the sleep's dispatch (window 0). */
+static void watcher_remove_during_dispatch(int busy_poll_us) {
+  weft_loop *loop = start_group(1, busy_poll_us, 0, false);
+  static struct twatch t[2];
+  int efd = new_eventfd();
+  int efd2 = dup(efd);
+  ck_assert_int_ge(efd2, 0);
+  twatch_init(&t[0], loop, efd);
+  twatch_init(&t[1], loop, efd2);
+  t[0].victim = &t[1];
+  t[1].victim = &t[0];
+  t[0].remove_self = t[1].remove_self = true;
+  run_on(loop, watch_add_task, WATCH(&t[0], EPOLLIN));
+  run_on(loop, watch_add_task, WATCH(&t[1], EPOLLIN));
+  usleep(10 * 1000);
+  kick(efd);
+  WAIT_FOR(atomic_load(&t[0].calls) + atomic_load(&t[1].calls) >= 1);
+  usleep(20 * 1000);
+  ck_assert_int_eq(atomic_load(&t[0].calls) + atomic_load(&t[1].calls), 1);
+  ck_assert_int_eq(atomic_load(&poisoned_calls), 0);
+  ck_assert_ptr_null(t[0].w.loop);
+  ck_assert_ptr_null(t[1].w.loop);
+  ck_assert_int_eq(loop->n_watching, 0);
+  finish_group();
+  close(efd);
+  close(efd2);
+}
+
+START_TEST(selector_watcher_remove_during_poll_dispatch) {
+  watcher_remove_during_dispatch(-1);
+}
+END_TEST
+
+START_TEST(selector_watcher_remove_during_sleep_dispatch) {
+  watcher_remove_during_dispatch(0);
+}
+END_TEST
+
+/* With a watcher, the non-blocking epoll_wait of the poll phase also sees a
+ * source's fd; the source's wakeup op acknowledges it although the loop
+ * never sleeps. */
+START_TEST(selector_watcher_poll_reports_source_fd) {
+  weft_loop *loop = start_group(1, -1, 0, false);
+  static struct twatch w;
+  static struct tsrc t;
+  twatch_init(&w, loop, new_eventfd()); /* never ready */
+  run_on(loop, watch_add_task, WATCH(&w, EPOLLIN));
+  tsrc_init(&t, loop, &wake_only_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  kick(t.src.fd);
+  WAIT_FOR(atomic_load(&t.wakeups) == 1);
+  usleep(10 * 1000);
+  ck_assert_int_eq(atomic_load(&t.wakeups), 1); /* acknowledged once */
+  ck_assert_uint_eq(loop_sleeps(loop), 0);
+  ck_assert_int_eq(atomic_load(&w.calls), 0);
+  run_on(loop, remove_task, &t);
+  run_on(loop, watch_remove_task, &w);
+  finish_group();
+  close(t.src.fd);
+  close(w.w.fd);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
-  return th_suite("selector", "core", 60, selector_idle_group_sleeps_low_cpu,
-                  selector_event_inside_window_no_sleep,
-                  selector_event_after_window_one_sleep,
-                  selector_busy_poll_negative_never_sleeps,
-                  selector_set_busy_poll_us_changes_window,
-                  selector_arm_refused_polls_again,
-                  selector_poll_error_removes_and_logs_source,
-                  selector_remove_self_inside_poll,
-                  selector_remove_next_source_inside_poll,
-                  selector_remove_other_source_during_dispatch,
-                  selector_timerfd_source_wakes_sleeping_loop,
-                  selector_pipe_source_poll_budget_respected, NULL);
+  return th_suite(
+      "selector", "core", 60, selector_idle_group_sleeps_low_cpu,
+      selector_event_inside_window_no_sleep,
+      selector_event_after_window_one_sleep,
+      selector_busy_poll_negative_never_sleeps,
+      selector_set_busy_poll_us_changes_window,
+      selector_arm_refused_polls_again,
+      selector_poll_error_removes_and_logs_source,
+      selector_remove_self_inside_poll, selector_remove_next_source_inside_poll,
+      selector_remove_other_source_during_dispatch,
+      selector_timerfd_source_wakes_sleeping_loop,
+      selector_pipe_source_poll_budget_respected,
+      selector_window_fixed_values_in_stats,
+      selector_window_shrinks_on_wasted_spins,
+      selector_window_grows_when_events_follow_sleep,
+      selector_window_grows_within_horizon,
+      selector_window_shrinks_when_preempted,
+      selector_window_fixed_ignores_preemption, selector_watcher_errors,
+      selector_watcher_polls_only_while_watching,
+      selector_watcher_fires_while_spinning,
+      selector_watcher_wakes_sleeping_loop,
+      selector_watcher_no_interest_silences_hangup,
+      selector_watcher_remove_during_poll_dispatch,
+      selector_watcher_remove_during_sleep_dispatch,
+      selector_watcher_poll_reports_source_fd,
+      selector_window_starts_after_wakeup_work, NULL);
 }

@@ -140,7 +140,7 @@ static void tie_cb(void *arg) { tie_order[tie_n++] = (int)(intptr_t)arg; }
 
 START_TEST(timer_fire_equal_deadlines_start_order) {
   weft_loop *l;
-  ck_assert_int_eq(weft__loop_new(&l, NULL, 0, 0, 64), 0);
+  ck_assert_int_eq(weft__loop_new(&l, NULL, 0, 0, false, 64), 0);
   ck_assert_int_eq(weft__loop_attach(l), 0);
   weft_timer t[8];
   for (int i = 0; i < 8; i++) {

@@ -327,21 +327,29 @@ static void feed_client(pair *p, weft_buf *b) {
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(ch));
 }
 
+/* One hop: what one side sent reaches the other's pipeline (the client's
+ * to the server when `to_server`); returns the bytes moved. */
+static size_t hop(pair *p, bool to_server) {
+  size_t moved = 0;
+  weft_buf *b;
+  while ((b = weft_embedded_read_outbound(to_server ? p->cli : p->srv)) !=
+         NULL) {
+    moved += weft_buf_readable(b);
+    if (to_server)
+      weft_embedded_write_inbound(p->srv, b);
+    else
+      feed_client(p, b);
+  }
+  return moved;
+}
+
 /* Moves what each side sent to the other until both are quiet; returns
  * the bytes moved. */
 static size_t pair_pump(pair *p) {
   size_t total = 0, moved;
   do {
-    moved = 0;
-    weft_buf *b;
-    while ((b = weft_embedded_read_outbound(p->cli)) != NULL) {
-      moved += weft_buf_readable(b);
-      weft_embedded_write_inbound(p->srv, b);
-    }
-    while ((b = weft_embedded_read_outbound(p->srv)) != NULL) {
-      moved += weft_buf_readable(b);
-      feed_client(p, b);
-    }
+    moved = hop(p, true);
+    moved += hop(p, false);
     total += moved;
   } while (moved > 0);
   return total;
@@ -1174,23 +1182,11 @@ static weft_tls_context *ktls_ctx(weft_tls_mode mode) {
   return c;
 }
 
-/* One hop of the handshake: what `from` sent reaches `to`'s pipeline. */
-static void hop(pair *p, bool to_server) {
-  weft_buf *b;
-  while ((b = weft_embedded_read_outbound(to_server ? p->cli : p->srv)) !=
-         NULL) {
-    if (to_server)
-      weft_embedded_write_inbound(p->srv, b);
-    else
-      feed_client(p, b);
-  }
-}
-
 /* kTLS waits for the handshake's last flight to leave before the kernel
  * takes over. A kTLS server has none (it sends no session tickets), but a
  * client does (its Finished): a server that never reads it must not let
  * the client's writes pile up without end. Past WEFT__TLS_KTLS_WAIT_MAX
- * (64 KiB) kTLS is given up and the writes go as user-space records, where
+ * (1 MiB) kTLS is given up and the writes go as user-space records, where
  * the channel's write limits count them. */
 START_TEST(embedded_ktls_wait_is_bounded) {
   weft_tls_context *c = ktls_ctx(WEFT_TLS_CLIENT), *s = server_ctx();
@@ -1203,7 +1199,7 @@ START_TEST(embedded_ktls_wait_is_bounded) {
   hop(&p, false); /* the server's flight; the client finishes */
   ck_assert_int_eq(atomic_load(&p.cw.hs_done), 1);
   th_log_capture_start();
-  enum { CHUNK = 4096, CHUNKS = 25 };
+  enum { CHUNK = 16384, CHUNKS = 80 }; /* 1.25 MiB */
   for (int i = 0; i < CHUNKS; i++)
     weft_channel_write_and_flush(cli_ch(&p),
                                  filled(weft_embedded_pool(p.cli), CHUNK, 'r'),

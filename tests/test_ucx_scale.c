@@ -382,9 +382,19 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
     ck_assert_int_eq(atomic_load(&cs[i].exceptions), 0);
   }
   ck_assert_int_eq(on0 + on1, n);
-  ck_assert_msg(on0 >= n / 4 && on1 >= n / 4,
-                "the server's loops took %d and %d of %d channels", on0, on1,
-                n);
+  /* Spreading is on where the lanes are tcp only; over shared memory UCX
+   * 1.13 can abort a server whose workers share connections
+   * (transports/ucx/context.c, spread_safe), so there every channel stays
+   * on loop 0. */
+  bool spread = tls != NULL && strcmp(tls, "tcp") == 0;
+  if (spread)
+    ck_assert_msg(on0 >= n / 4 && on1 >= n / 4,
+                  "the server's loops took %d and %d of %d channels", on0, on1,
+                  n);
+  else
+    ck_assert_msg(on1 == 0,
+                  "spreading is off over %s, yet loop 1 took %d channels",
+                  tls != NULL ? tls : "UCX's default lanes", on1);
   ck_assert_msg(srv_cpu < 10.0, "the idle server used %.1f%% CPU", srv_cpu);
 
   weft_loop *loop = weft_loop_group_get(fl.g, 0);

@@ -28,8 +28,10 @@ typedef void (*weft_log_cb)(weft_log_level level, const char *msg, void *arg);
 
 /**
  * Replaces the log handler; NULL restores the default (stderr, prefixed with
- * "weft: <level>:"). Call before starting loops: the handler pointer is read
- * without a lock.
+ * "weft: <level>:"). Any thread, any time: a message logged at that moment
+ * goes to the old handler or the new one, and the old handler may still
+ * be running one when this returns (keep its `arg` valid a while, or set
+ * handlers while no loop runs).
  */
 void weft_log_set_handler(weft_log_cb cb, void *arg);
 

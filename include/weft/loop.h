@@ -1,10 +1,35 @@
 /* weft/loop.h: event loops and loop groups.
  *
  * A weft_loop is one thread running the hybrid selector (see source.h and
- * docs/architecture.md): it polls every registered source without blocking,
- * runs due timers and queued tasks, keeps polling while anything happens, and
- * after `busy_poll_us` microseconds without an event arms every source and
- * sleeps in epoll until an fd, a task or the next timer deadline wakes it.
+ * docs/architecture.md): it polls every registered source and fd watcher
+ * without blocking, runs due timers and queued tasks, keeps polling while
+ * anything happens, and after a busy-poll window without an event arms every
+ * source and sleeps in epoll until an fd, a task or the next timer deadline
+ * wakes it.
+ *
+ * The busy-poll window adapts (busy_poll_adaptive, on by default) between 0
+ * and `busy_poll_us`, starting at busy_poll_us. The gap is the time from
+ * the loop's last work to the event that ended a sleep; the horizon is
+ * 4 x busy_poll_us (a gap measured across a sleep holds the wake-up it
+ * caused, and a blocking peer's):
+ *  - it halves when a sleep turns out to have been useless (a gap beyond
+ *    the horizon: no window would have caught the event, so the spin
+ *    before the sleep was wasted), and when the loop's thread was
+ *    contended: it waited on its CPU's run queue for more than 1/8 of the
+ *    time it wanted to run (run delay from /proc/thread-self/schedstat,
+ *    or, where that cannot be read, any involuntary context switch;
+ *    sampled at most once per millisecond, on idle iterations): another
+ *    thread wants this CPU, and spinning takes it from that thread; below
+ *    busy_poll_us / 8 (at least 1 µs) it drops to 0, which is blocking at
+ *    once;
+ *  - it doubles (from 0: to busy_poll_us / 8) after a sleep that ended
+ *    with an event within the horizon (a longer spin would have caught it
+ *    without a wake-up), but not within 100 ms of contention.
+ * So a loop alone on its CPU keeps spinning, and a loop whose CPU another
+ * thread needs (a load generator, a second loop's client) blocks as if
+ * busy_poll_us were 0. The selector makes no system call per iteration for
+ * this: one clock read, as before, and one getrusage and one pread per
+ * millisecond at most. weft_loop_stats shows the window and its changes.
  *
  * A weft_loop_group owns N loops, each on its own thread, by default one per
  * online CPU and pinned to it. Everything that belongs to a loop (sources,
@@ -39,8 +64,11 @@ typedef void (*weft_task_cb)(void *arg);
 /** Options for a loop group. Initialise with weft_loop_options_init(). */
 typedef struct weft_loop_options {
   int n_loops;      /* number of loops; 0 = one per online CPU */
-  int busy_poll_us; /* in microseconds: poll this long after the last event
-                       before sleeping; 0 = always block, -1 = never block */
+  int busy_poll_us; /* in microseconds: poll at most this long after the last
+                       event before sleeping; 0 = always block, -1 = never
+                       block (neither adapts) */
+  bool busy_poll_adaptive; /* adapt the window between 0 and busy_poll_us
+                              (default true); false: always busy_poll_us */
   bool pin;         /* pin loop i to online CPU i mod n_cpus (default true) */
   int poll_budget;  /* max events one source handles per poll (default 64) */
   const char *name; /* thread name prefix, at most 10 chars (default "weft") */
@@ -146,12 +174,17 @@ int weft_loop_index(const weft_loop *loop);
  */
 weft_pool *weft_loop_pool(weft_loop *loop);
 
-/** The loop's busy-poll window in microseconds (see weft_loop_options). */
+/**
+ * The loop's configured busy-poll window in microseconds (see
+ * weft_loop_options): the maximum the adaptive window moves under; the
+ * current window is weft_loop_stats.busy_poll_window_ns. Any thread.
+ */
 int weft_loop_busy_poll_us(const weft_loop *loop);
 
 /**
- * Changes the busy-poll window; takes effect at the next idle check. Values
- * below -1 give WEFT_EINVAL. Any thread (the field is atomic).
+ * Changes the busy-poll window (the maximum, when it adapts); takes effect
+ * at the next idle check, where the current window restarts at the new
+ * value. Values below -1 give WEFT_EINVAL. Any thread (the field is atomic).
  */
 int weft_loop_set_busy_poll_us(weft_loop *loop, int busy_poll_us);
 
@@ -187,14 +220,25 @@ void weft_loop_set_local(weft_loop *loop, int key, void *value);
  * from any thread (each counter is exact, the set is not one snapshot).
  */
 typedef struct weft_loop_stats {
-  uint64_t iterations;   /* selector iterations (one poll of every source) */
-  uint64_t polls_busy;   /* iterations in which something happened */
-  uint64_t arms;         /* attempts to arm all sources before sleeping */
-  uint64_t arms_refused; /* arms a source refused (work pending) */
-  uint64_t sleeps;       /* calls to epoll_wait that could block */
-  uint64_t wakeups;      /* sleeps that ended with an fd or eventfd event */
-  uint64_t tasks_run;    /* tasks from weft_loop_execute that ran */
-  uint64_t timers_fired; /* timer callbacks run */
+  uint64_t iterations;     /* selector iterations (one poll of every source) */
+  uint64_t polls_busy;     /* iterations in which something happened (the
+                              callbacks a sleep's wake-up runs count in
+                              wakeups and watcher_events) */
+  uint64_t arms;           /* attempts to arm all sources before sleeping */
+  uint64_t arms_refused;   /* arms a source refused (work pending) */
+  uint64_t sleeps;         /* calls to epoll_wait that could block */
+  uint64_t wakeups;        /* sleeps that ended with an fd or eventfd event */
+  uint64_t tasks_run;      /* tasks from weft_loop_execute that ran */
+  uint64_t timers_fired;   /* timer callbacks run */
+  uint64_t watcher_polls;  /* non-blocking epoll_waits for fd watchers */
+  uint64_t watcher_events; /* watcher callbacks run (both phases) */
+  /* The adaptive busy-poll window (weft_loop_options.busy_poll_adaptive). */
+  uint64_t busy_poll_window_ns; /* the window now, in nanoseconds (fixed:
+                                   busy_poll_us * 1000; -1: UINT64_MAX) */
+  uint64_t window_shrinks;      /* halvings: wasted spins and preemptions */
+  uint64_t window_grows;        /* doublings: events just after a sleep began */
+  uint64_t preemptions;         /* involuntary context switches of the loop's
+                                   thread seen by the samples (adaptive only) */
 } weft_loop_stats;
 
 /** Copies `loop`'s counters into `*out`. Any thread. */

@@ -1,16 +1,25 @@
-/* weft/source.h: event sources, what the hybrid selector polls.
+/* weft/source.h: event sources and fd watchers, what the hybrid selector
+ * polls.
  *
- * A source is anything that produces events for a loop: a transport's
- * per-loop instance (an io_uring ring, a verbs CQ, a UCX worker, an inner
- * epoll set of TCP sockets), or a test source over an eventfd. The loop knows
+ * A source is anything that produces events for a loop and is polled by
+ * its own code: a transport's per-loop instance (an io_uring ring, a verbs
+ * CQ, a UCX worker), or a test source over an eventfd. The loop knows
  * sources only through these three operations; it never knows a transport.
  *
+ * An fd watcher (weft_watcher, below) is the other kind: one fd in the
+ * loop's own epoll set with a callback, for plugins whose readiness is an
+ * fd's (the tcp transport's sockets), as libuv's uv__io. The loop polls all
+ * watchers with one epoll_wait, and only while some are registered.
+ *
  * Each selector iteration polls every source without blocking. When nothing
- * happened for busy_poll_us, the loop asks every source to arm; a source that
- * answers "pending" keeps the loop polling. When all agree, the loop sleeps in
- * epoll_wait on the sources' fds (level-triggered), its wake-up eventfd and
- * the next timer deadline (epoll_pwait2, nanosecond timeout). A source whose
- * fd was reported ready gets its `wakeup` op, then the loop polls again.
+ * happened for the busy-poll window, the loop asks every source to arm; a
+ * source that answers "pending" keeps the loop polling. When all agree, the
+ * loop sleeps in epoll_wait on the sources' fds (level-triggered), the
+ * watchers' fds, its wake-up eventfd and the next timer deadline
+ * (epoll_pwait2, nanosecond timeout). A source whose fd was reported ready
+ * gets its `wakeup` op, then the loop polls again; a watcher's callback runs
+ * at once. A loop with watchers also reports a ready source fd it finds in
+ * its non-blocking epoll_wait to the source's `wakeup` op, outside a sleep.
  */
 #ifndef WEFT_SOURCE_H
 #define WEFT_SOURCE_H
@@ -48,7 +57,9 @@ typedef struct weft_source_ops {
   /**
    * Called after epoll reported `events` (EPOLLIN, ...) on the fd, before the
    * next poll: acknowledge what must be acknowledged (read an eventfd,
-   * ibv_get_cq_event). May be NULL.
+   * ibv_get_cq_event). Mostly after a sleep; on a loop with fd watchers also
+   * when the watchers' non-blocking epoll_wait found the fd ready. May be
+   * NULL.
    */
   void (*wakeup)(weft_source *src, uint32_t events);
 } weft_source_ops;
@@ -85,6 +96,79 @@ int weft_loop_add_source(weft_loop *loop, weft_source *src);
  * Loop thread only.
  */
 int weft_loop_remove_source(weft_loop *loop, weft_source *src);
+
+/* ---- fd watchers --------------------------------------------------------- */
+
+typedef struct weft_watcher weft_watcher;
+
+/**
+ * Called on the loop's thread with the epoll events reported for the
+ * watcher's fd: some of those it asked for (EPOLLIN, EPOLLOUT, EPOLLRDHUP,
+ * EPOLLPRI) and EPOLLERR / EPOLLHUP, which epoll reports unasked. The
+ * callback may add, modify or remove any watcher or source, itself
+ * included, and free a watcher it removed. Events already reported for a
+ * watcher whose interest changed since may still arrive once: check state.
+ */
+typedef void (*weft_watcher_cb)(weft_watcher *w, uint32_t events);
+
+/**
+ * An fd in the loop's epoll set, level-triggered. The caller owns the
+ * memory and keeps it alive until weft_loop_remove_watcher(). Fields marked
+ * public may be read at any time and set before adding.
+ */
+struct weft_watcher {
+  int fd;             /* public: the fd (any kind epoll accepts) */
+  weft_watcher_cb cb; /* public: the callback */
+  void *data;         /* public: the owner's pointer */
+  /* private */
+  uint32_t events; /* interest now; 0 = registered, not in the epoll set */
+  weft_loop *loop; /* the loop it is registered on, NULL if none */
+};
+
+/** Initialises `w` with `fd`, `cb` and `data`; not registered, no events. */
+void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb, void *data);
+
+/**
+ * Registers `w` with `loop`, asking for `events` (a combination of
+ * EPOLLIN, EPOLLOUT, EPOLLRDHUP and EPOLLPRI; 0 registers it without
+ * putting the fd in the epoll set). From then on each selector iteration
+ * polls it (one non-blocking epoll_wait for all the loop's watchers, made
+ * only while at least one has events), a sleeping loop wakes for it, and
+ * `cb` runs on the loop's thread for each readiness. Returns 0,
+ * WEFT_EALREADY if `w` is registered, WEFT_EINVAL for other event bits
+ * (EPOLLET, EPOLLONESHOT: watchers are level-triggered), or the epoll_ctl
+ * error (WEFT_EPERM for a regular file, WEFT_EEXIST if the fd is in the
+ * set already). Loop thread only (or before the group starts).
+ */
+int weft_loop_add_watcher(weft_loop *loop, weft_watcher *w, uint32_t events);
+
+/**
+ * Changes what `w` waits for, with one epoll_ctl, none if `events` equals
+ * the current interest. 0 takes the fd out of the epoll set, since epoll
+ * reports EPOLLERR and EPOLLHUP even unasked (a socket nobody reads would
+ * report its hang-up on every poll); non-zero puts it back. Returns 0,
+ * WEFT_ENOENT if `w` is not registered on `loop`, WEFT_EINVAL for other
+ * event bits, or the epoll_ctl error (the interest is then unchanged).
+ * Loop thread only.
+ */
+int weft_loop_modify_watcher(weft_loop *loop, weft_watcher *w, uint32_t events);
+
+/**
+ * Unregisters `w` and takes its fd out of the epoll set: `cb` is not
+ * called again, also not for events of the batch being dispatched, and
+ * also when called from inside a callback. Call it before closing the fd.
+ * Returns 0 or WEFT_ENOENT if `w` is not registered on `loop`. Loop thread
+ * only.
+ */
+int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w);
+
+/**
+ * The events `w` waits for now (0 when none or not registered). Loop thread
+ * only (the loop changes it).
+ */
+static inline uint32_t weft_watcher_events(const weft_watcher *w) {
+  return w->events;
+}
 
 #ifdef __cplusplus
 }

@@ -199,7 +199,7 @@ typedef struct weft_tls_options {
    * session) the handler keeps user-space records and logs one WARN line
    * per process saying why. A server with ktls sends no session tickets
    * (the kernel's record count starts at 0). Writes wait for the
-   * handshake's last flight to leave before the switch; past 64 KiB of
+   * handshake's last flight to leave before the switch; past 1 MiB of
    * them (a peer that does not read), kTLS is given up for that channel
    * with an INFO line. Once the kernel encrypts, a
    * key update the peer asks for is not answered and a fatal alert is not

@@ -129,8 +129,9 @@ typedef struct bench_config {
   char mode[12]; /* weft, raw-busy, raw-block */
   char transport[16];
   int busy_poll_us;
-  bool raw, busy; /* raw: busy = spin */
-  bool tls;       /* weft with the TLS handler first at both ends */
+  bool busy_poll_adaptive; /* [loop] busy_poll_adaptive, for weft setups */
+  bool raw, busy;          /* raw: busy = spin */
+  bool tls;                /* weft with the TLS handler first at both ends */
   session *s;
 } bench_config;
 
@@ -354,7 +355,8 @@ bool bench_opts_role(const char *role);
  * The setups: `specs` (-S, n of them), busy_poll_us defaulting to the
  * loaded configuration's (config file, WEFT_* variables, -o); without
  * specs, raw-busy, raw-block and that configuration's transport at its
- * window and at 0.
+ * window and at 0. Every weft setup takes the configuration's
+ * busy_poll_adaptive.
  */
 void bench_opts_configs(const char *const *specs, int n,
                         const weft_config *cfg);

@@ -173,6 +173,8 @@ void bench_opts_configs(const char *const *specs, int n,
     add_config(specs[i], cfg->loop.busy_poll_us);
   if (n == 0)
     add_default_configs(cfg);
+  for (int i = 0; i < bench_opt.n_configs; i++)
+    bench_opt.configs[i].busy_poll_adaptive = cfg->loop.busy_poll_adaptive;
 }
 
 bool bench_opts_check(void) {

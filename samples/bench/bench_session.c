@@ -67,6 +67,7 @@ static weft_loop_group *group_new(const bench_config *cf, int cpu, int n,
   o.n_loops = n;
   o.pin = false; /* two groups: each loop pinned to its own CPU below */
   o.busy_poll_us = cf->busy_poll_us;
+  o.busy_poll_adaptive = cf->busy_poll_adaptive;
   o.name = name;
   weft_loop_group *g;
   if (weft_loop_group_new(&g, &o) < 0 || weft_loop_group_start(g) < 0)

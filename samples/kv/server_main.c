@@ -12,6 +12,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,6 +59,28 @@ static int configure(int argc, char **argv, weft_config *cfg,
     return -1;
   }
   return 0;
+}
+
+/* The selector's counters of every loop, for a benchmark's log. */
+static void print_loop_stats(weft_loop_group *group) {
+  for (int i = 0; i < weft_loop_group_size(group); i++) {
+    weft_loop_stats st;
+    weft_loop_stats_get(weft_loop_group_get(group, i), &st);
+    fprintf(stderr,
+            "weft-kv-server: loop %d: %llu iterations, %llu busy, %llu "
+            "sleeps, %llu wake-ups, %llu watcher polls; window %lld ns, "
+            "%llu shrinks, %llu grows, %llu preemptions\n",
+            i, (unsigned long long)st.iterations,
+            (unsigned long long)st.polls_busy, (unsigned long long)st.sleeps,
+            (unsigned long long)st.wakeups,
+            (unsigned long long)st.watcher_polls,
+            st.busy_poll_window_ns == UINT64_MAX
+                ? -1LL
+                : (long long)st.busy_poll_window_ns,
+            (unsigned long long)st.window_shrinks,
+            (unsigned long long)st.window_grows,
+            (unsigned long long)st.preemptions);
+  }
 }
 
 /* SIGINT and SIGTERM, blocked in every thread and taken by sigwait in
@@ -107,6 +130,7 @@ int main(int argc, char **argv) {
     while (sigwait(&stop_signals, &sig) != 0)
       ;
     fprintf(stderr, "weft-kv-server: stopping\n");
+    print_loop_stats(group);
   }
   /* Loops first: they answer what they hold and close the channels; then
    * the store can go. */

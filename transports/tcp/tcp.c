@@ -1,12 +1,13 @@
 /* The epoll TCP transport ("tcp"): the portable baseline.
  *
- * Per loop, one inner epoll set holds every socket of this transport on the
- * loop (listeners and channels). The inner epoll fd is registered with the
- * loop as a weft_source: the hybrid selector polls it without blocking
- * (epoll_wait with timeout 0) and, when it wants to sleep, waits on the
- * inner fd itself, which the outer epoll reports readable as soon as any
- * socket in the set is ready (level-triggered epoll all the way down, so
- * arming needs no work and no event can be lost).
+ * Every socket of this transport (listeners and channels) is an fd watcher
+ * of its loop (weft_watcher, weft/source.h): the socket sits in the loop's
+ * own epoll set, which the hybrid selector polls without blocking while
+ * it spins (one epoll_wait for all watchers) and sleeps on when idle, so a
+ * readiness costs one epoll call whether the loop spins or sleeps. The
+ * interest is level-triggered and follows what the socket needs: EPOLLIN
+ * while reading, EPOLLOUT only while a send is blocked, nothing (out of the
+ * set) when neither.
  *
  * Sockets are non-blocking and sends use MSG_NOSIGNAL, so a peer that went
  * away gives EPIPE instead of a SIGPIPE.
@@ -43,7 +44,6 @@
 
 /* ---- tuning ---- */
 
-#define TCP_MAX_EVENTS 256              /* epoll events per poll, at most */
 #define TCP_MAX_IOV 64                  /* iovecs per sendmsg */
 #define TCP_MAX_WRITES_PER_FLUSH 16     /* sendmsg calls before yielding */
 #define TCP_MAX_READS_PER_EVENT 16      /* reads per readiness (fairness) */
@@ -67,27 +67,17 @@ static int neg_errno(void) { return errno > 0 ? -errno : WEFT_EIO; }
 
 /* ---- the per-loop instance ---- */
 
-/* Every entry in the inner epoll set starts with this, so the dispatcher
- * knows what an event is for. */
-enum tcp_kind { TCP_KIND_CHANNEL = 1, TCP_KIND_LISTENER = 2 };
-
+/* A socket and its watcher: w.fd is the socket, -1 once closed; w.loop is
+ * set while the watcher is registered (from when the fd is ours until it
+ * is closed). */
 typedef struct tcp_io {
-  enum tcp_kind kind;
-  int fd;            /* -1 once closed */
-  uint32_t interest; /* epoll events registered now; 0 = not in the set */
+  weft_watcher w;
 } tcp_io;
 
 typedef struct tcp_listener tcp_listener;
 
 typedef struct tcp_loop {
   weft_loop *loop;
-  weft_source source;
-  int epfd;
-  /* The batch being dispatched: closing an io clears its later events in
-   * the batch, so no event reaches freed or reused state. */
-  struct epoll_event events[TCP_MAX_EVENTS];
-  int n_ready;
-  int cursor;
   tcp_listener *listeners; /* closed by loop_fini if still open */
 } tcp_loop;
 
@@ -108,7 +98,7 @@ typedef struct tcp_channel {
   tcp_io io;
   weft_channel *ch;
   tcp_loop *tl;
-  bool has_fd;           /* io.fd is ours (adopt / connect got that far) */
+  bool has_fd;           /* io.w.fd is ours (adopt / connect got that far) */
   bool connecting;       /* non-blocking connect in progress */
   bool reading;          /* auto-read: EPOLLIN wanted */
   bool want_out;         /* EPOLLOUT wanted: flushed bytes wait */
@@ -125,101 +115,45 @@ static tcp_channel *tcp_of(const weft_channel *ch) {
   return weft_channel_priv(ch);
 }
 
-static int tcp_loop_poll(weft_source *src, int budget);
-
-/* Level-triggered epoll needs no arming: the outer epoll sees the inner fd
- * readable whenever a socket in the set is ready. */
-static int tcp_loop_arm(weft_source *src) {
-  (void)src;
-  return 0;
+/* Takes `fd` into `io` and registers its watcher with no events yet (no
+ * system call). Fails only on a bug (a watcher registered twice). */
+static int io_open(tcp_loop *tl, tcp_io *io, int fd, weft_watcher_cb cb,
+                   void *owner) {
+  weft_watcher_init(&io->w, fd, cb, owner);
+  return weft_loop_add_watcher(tl->loop, &io->w, 0);
 }
 
-static const weft_source_ops tcp_source_ops = {
-    .name = "tcp", .poll = tcp_loop_poll, .arm = tcp_loop_arm};
-
-/* Registers, modifies or removes `io` so that its interest becomes `want`.
- * An empty interest takes the fd out of the set: EPOLLHUP and EPOLLERR are
- * reported even with no events requested, and a socket nobody reads would
- * otherwise report them on every poll. */
+/* Makes `io`'s interest `want`, with at most one epoll_ctl. An empty
+ * interest takes the fd out of the loop's epoll set: EPOLLHUP and EPOLLERR
+ * are reported even with no events requested, and a socket nobody reads
+ * would otherwise report them on every poll. */
 static int io_set_interest(tcp_loop *tl, tcp_io *io, uint32_t want) {
-  if (io->fd < 0 || io->interest == want)
+  if (io->w.fd < 0 || io->w.loop == NULL)
     return 0;
-  struct epoll_event ev = {.events = want, .data.ptr = io};
-  int op = io->interest == 0 ? EPOLL_CTL_ADD
-           : want == 0       ? EPOLL_CTL_DEL
-                             : EPOLL_CTL_MOD;
-  if (epoll_ctl(tl->epfd, op, io->fd, &ev) < 0)
-    return neg_errno();
-  io->interest = want;
-  return 0;
+  return weft_loop_modify_watcher(tl->loop, &io->w, want);
 }
 
-/* Drops the events for `io` still waiting in the batch being dispatched. */
-static void io_forget_events(tcp_loop *tl, const tcp_io *io) {
-  for (int i = tl->cursor + 1; i < tl->n_ready; i++)
-    if (tl->events[i].data.ptr == io)
-      tl->events[i].data.ptr = NULL;
-}
-
-/* Takes `io` out of the set and closes its fd. */
+/* Takes `io` out of the set (with its events still waiting in the batch
+ * being dispatched) and closes its fd. */
 static void io_close(tcp_loop *tl, tcp_io *io) {
-  if (io->fd < 0)
+  if (io->w.fd < 0)
     return;
-  io_set_interest(tl, io, 0);
-  io_forget_events(tl, io);
-  close(io->fd);
-  io->fd = -1;
-}
-
-static void channel_event(tcp_channel *tc, uint32_t events);
-static void listener_event(tcp_listener *tln);
-
-static int tcp_loop_poll(weft_source *src, int budget) {
-  tcp_loop *tl = src->data;
-  int max = budget < TCP_MAX_EVENTS ? budget : TCP_MAX_EVENTS;
-  int n = epoll_wait(tl->epfd, tl->events, max, 0);
-  if (n < 0)
-    return errno == EINTR ? 0 : neg_errno();
-  tl->n_ready = n;
-  for (tl->cursor = 0; tl->cursor < n; tl->cursor++) {
-    struct epoll_event *ev = &tl->events[tl->cursor];
-    tcp_io *io = ev->data.ptr;
-    if (io == NULL)
-      continue; /* closed by an earlier event of this batch */
-    if (io->kind == TCP_KIND_CHANNEL)
-      channel_event((tcp_channel *)io, ev->events);
-    else
-      listener_event((tcp_listener *)io);
-  }
-  tl->n_ready = tl->cursor = 0;
-  return n;
+  if (io->w.loop != NULL)
+    weft_loop_remove_watcher(tl->loop, &io->w);
+  close(io->w.fd);
+  io->w.fd = -1;
 }
 
 static int tcp_loop_init(weft_loop *loop, void **loop_state) {
-  int err;
   tcp_loop *tl = calloc(1, sizeof *tl);
-  if (tl == NULL)
+  if (tl == NULL) {
+    weft_log(WEFT_LOG_ERROR, "tcp: cannot start on loop %d: %s",
+             weft_loop_index(loop), weft_strerror(WEFT_ENOMEM));
     return WEFT_ENOMEM;
-  tl->loop = loop;
-  tl->epfd = epoll_create1(EPOLL_CLOEXEC);
-  if (tl->epfd < 0) {
-    err = neg_errno();
-    goto failed_epoll_create;
   }
-  weft_source_init(&tl->source, &tcp_source_ops, tl->epfd, tl);
-  err = weft_loop_add_source(loop, &tl->source);
-  if (err < 0)
-    goto failed_add_source;
+  tl->loop = loop;
   *loop_state = tl;
   return 0;
-
-failed_add_source:
-  close(tl->epfd);
-failed_epoll_create:
-  weft_log(WEFT_LOG_ERROR, "tcp: cannot start on loop %d: %s",
-           weft_loop_index(loop), weft_strerror(err));
-  free(tl);
-  return err;
 }
 
 static void listener_free(tcp_listener *tln);
@@ -233,8 +167,7 @@ static void tcp_loop_fini(weft_loop *loop, void *loop_state) {
     weft_listener_set_priv(tln->l, NULL);
     listener_free(tln);
   }
-  weft_loop_remove_source(loop, &tl->source);
-  close(tl->epfd);
+  (void)loop;
   free(tl);
 }
 
@@ -272,9 +205,11 @@ static void listener_pause(tcp_listener *tln) {
  * the guard closes each waiting connection at once (the client sees it
  * closed, not a hang) and accepting goes on: descriptors may be free for
  * the next. When even that cannot help, accepting pauses. */
-static void listener_event(tcp_listener *tln) {
-  for (int i = 0; i < TCP_MAX_ACCEPTS_PER_EVENT && tln->io.fd >= 0; i++) {
-    int fd = accept4(tln->io.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+static void listener_event(weft_watcher *w, uint32_t events) {
+  (void)events; /* an error shows in accept4 */
+  tcp_listener *tln = w->data;
+  for (int i = 0; i < TCP_MAX_ACCEPTS_PER_EVENT && tln->io.w.fd >= 0; i++) {
+    int fd = accept4(tln->io.w.fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       weft_accept_guard_accepted(&tln->guard);
       weft_listener_accepted(tln->l, fd);
@@ -292,7 +227,7 @@ static void listener_event(tcp_listener *tln) {
     case ENFILE:
     case ENOBUFS:
     case ENOMEM: {
-      int rc = weft_accept_guard_refuse(&tln->guard, tln->io.fd, neg_errno());
+      int rc = weft_accept_guard_refuse(&tln->guard, tln->io.w.fd, neg_errno());
       if (rc > 0)
         continue; /* one closed; the next, or descriptors are back */
       if (rc < 0)
@@ -323,10 +258,11 @@ static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
     err = WEFT_ENOMEM;
     goto failed_alloc;
   }
-  *tln = (tcp_listener){
-      .io = {.kind = TCP_KIND_LISTENER, .fd = fd}, .l = l, .tl = tl};
+  *tln = (tcp_listener){.l = l, .tl = tl};
   weft_timer_init(tl->loop, &tln->backoff);
-  err = io_set_interest(tl, &tln->io, EPOLLIN);
+  err = io_open(tl, &tln->io, fd, listener_event, tln);
+  if (err == 0)
+    err = io_set_interest(tl, &tln->io, EPOLLIN);
   if (err < 0)
     goto failed_register;
   weft_accept_guard_init(&tln->guard, tl->loop, "tcp");
@@ -338,6 +274,8 @@ static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   return 0;
 
 failed_register:
+  if (tln->io.w.loop != NULL)
+    weft_loop_remove_watcher(tl->loop, &tln->io.w);
   free(tln);
 failed_alloc:
   close(fd);
@@ -368,15 +306,15 @@ static void tcp_listen_close(weft_listener *l) {
 
 static int tcp_listen_address(weft_listener *l, char *buf, size_t len) {
   tcp_listener *tln = weft_listener_priv(l);
-  if (tln == NULL || tln->io.fd < 0)
+  if (tln == NULL || tln->io.w.fd < 0)
     return WEFT_ECLOSED;
-  return weft_socket_address(tln->io.fd, false, buf, len);
+  return weft_socket_address(tln->io.w.fd, false, buf, len);
 }
 
 /* ---- socket options ---- */
 
 static int channel_fd(const tcp_channel *tc) {
-  return tc->has_fd ? tc->io.fd : -1;
+  return tc->has_fd ? tc->io.w.fd : -1;
 }
 
 static int tcp_set_option(weft_channel *ch, weft_channel_option opt,
@@ -406,7 +344,8 @@ static int channel_update_interest(tcp_channel *tc) {
 }
 
 static bool channel_open(const tcp_channel *tc) {
-  return tc->io.fd >= 0 && weft_channel_state_of(tc->ch) == WEFT_CHANNEL_ACTIVE;
+  return tc->io.w.fd >= 0 &&
+         weft_channel_state_of(tc->ch) == WEFT_CHANNEL_ACTIVE;
 }
 
 /* ---- writing ---- */
@@ -417,7 +356,7 @@ static int finish_shutdown(tcp_channel *tc) {
   if (tc->output_shut)
     return 0;
   tc->output_shut = true;
-  return shutdown(tc->io.fd, SHUT_WR) < 0 ? neg_errno() : 0;
+  return shutdown(tc->io.w.fd, SHUT_WR) < 0 ? neg_errno() : 0;
 }
 
 /* One gathering sendmsg of the flushed bytes. Returns bytes sent, 0 when
@@ -430,7 +369,7 @@ static ssize_t send_some(tcp_channel *tc, size_t *asked) {
   struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
   ssize_t w;
   do
-    w = sendmsg(tc->io.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    w = sendmsg(tc->io.w.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   while (w < 0 && errno == EINTR);
   if (w < 0)
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : neg_errno();
@@ -483,7 +422,7 @@ static int tcp_flush(weft_channel *ch) {
 
 static int tcp_shutdown_output(weft_channel *ch) {
   tcp_channel *tc = tcp_of(ch);
-  if (!tc->has_fd || tc->io.fd < 0)
+  if (!tc->has_fd || tc->io.w.fd < 0)
     return WEFT_ENOTCONN;
   if (!weft_outbound_is_empty(ch)) {
     tc->shutdown_pending = true; /* after the last queued byte */
@@ -520,7 +459,7 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
     return WEFT_ENOMEM;
   ssize_t n;
   do
-    n = read(tc->io.fd, weft_buf_wptr(b), weft_buf_writable(b));
+    n = read(tc->io.w.fd, weft_buf_wptr(b), weft_buf_writable(b));
   while (n < 0 && errno == EINTR);
   if (n <= 0) {
     int err = n == 0 ? 0 : errno == EWOULDBLOCK ? WEFT_EAGAIN : neg_errno();
@@ -572,7 +511,7 @@ static void read_ready(tcp_channel *tc) {
 static void connect_done(tcp_channel *tc) {
   int soerr = 0;
   socklen_t len = sizeof soerr;
-  if (getsockopt(tc->io.fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
+  if (getsockopt(tc->io.w.fd, SOL_SOCKET, SO_ERROR, &soerr, &len) < 0)
     soerr = errno;
   if (soerr == EINPROGRESS || soerr == EALREADY)
     return; /* spurious: still connecting */
@@ -583,7 +522,8 @@ static void connect_done(tcp_channel *tc) {
 
 /* ---- events ---- */
 
-static void channel_event(tcp_channel *tc, uint32_t events) {
+static void channel_event(weft_watcher *w, uint32_t events) {
+  tcp_channel *tc = w->data;
   weft_channel *ch = tc->ch;
   weft_channel_retain(ch); /* handlers may close and release it */
   if (tc->connecting) {
@@ -618,13 +558,15 @@ static int channel_take_fd(weft_channel *ch, int fd) {
     return err;
   int64_t auto_read = 1;
   weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
-  tc->io = (tcp_io){.kind = TCP_KIND_CHANNEL, .fd = fd};
   tc->ch = ch;
   tc->tl = tl;
-  tc->has_fd = true;
   tc->reading = auto_read != 0;
   tc->recv_index = RECV_INITIAL;
-  return weft_sockopts_apply(&tc->opts, tc->io.fd);
+  err = io_open(tl, &tc->io, fd, channel_event, tc);
+  if (err < 0)
+    return err; /* not ours yet: the caller closes it */
+  tc->has_fd = true;
+  return weft_sockopts_apply(&tc->opts, tc->io.w.fd);
 }
 
 static int tcp_adopt(weft_channel *ch, intptr_t handle) {
@@ -708,9 +650,9 @@ static int tcp_set_read(weft_channel *ch, bool on) {
 static int peer_or_local(const weft_channel *ch, char *buf, size_t len,
                          bool peer) {
   const tcp_channel *tc = tcp_of(ch);
-  if (!tc->has_fd || tc->io.fd < 0)
+  if (!tc->has_fd || tc->io.w.fd < 0)
     return WEFT_ENOTCONN;
-  return weft_socket_address(tc->io.fd, peer, buf, len);
+  return weft_socket_address(tc->io.w.fd, peer, buf, len);
 }
 
 static int tcp_remote_address(const weft_channel *ch, char *buf, size_t len) {
@@ -734,7 +676,7 @@ static int tcp_local_address(const weft_channel *ch, char *buf, size_t len) {
  * with the error in *err. */
 static int ktls_fd(const weft_channel *ch, int *err) {
   const tcp_channel *tc = tcp_of(ch);
-  if (!tc->has_fd || tc->io.fd < 0 || tc->connecting) {
+  if (!tc->has_fd || tc->io.w.fd < 0 || tc->connecting) {
     *err = WEFT_ENOTCONN;
     return -1;
   }
@@ -742,12 +684,12 @@ static int ktls_fd(const weft_channel *ch, int *err) {
     *err = WEFT_EBUSY; /* those bytes must not be encrypted again */
     return -1;
   }
-  return tc->io.fd;
+  return tc->io.w.fd;
 }
 
 static int tcp_ktls_tx(weft_channel *ch, const void *crypto_info, size_t len) {
   tcp_channel *tc = tcp_of(ch);
-  int err, fd = ktls_fd(ch, &err);
+  int err = 0, fd = ktls_fd(ch, &err);
   if (fd < 0)
     return err;
   if (!tc->ulp_tls) {
@@ -762,7 +704,7 @@ static int tcp_ktls_tx(weft_channel *ch, const void *crypto_info, size_t len) {
 
 static int tcp_ktls_send_record(weft_channel *ch, uint8_t type,
                                 const void *data, size_t len) {
-  int err, fd = ktls_fd(ch, &err);
+  int err = 0, fd = ktls_fd(ch, &err);
   if (fd < 0)
     return err;
   union {

@@ -72,6 +72,43 @@ static void config_apply(ucp_config_t *cfg, const char *name,
              ucs_status_string(st));
 }
 
+/* UCX lanes (UCX_TLS names, not weft transports) over which a server may
+ * spread its connections on UCX 1.13. */
+#define SPREAD_SAFE_LANES "self,tcp"
+
+/* Whether `t` is one of the comma-separated names of `list`. */
+static bool lane_in(const char *t, const char *list) {
+  size_t n = strlen(t);
+  for (const char *p = list;;) {
+    const char *e = strchr(p, ',');
+    size_t m = e != NULL ? (size_t)(e - p) : strlen(p);
+    if (m == n && strncmp(p, t, n) == 0)
+      return true;
+    if (e == NULL)
+      return false;
+    p = e + 1;
+  }
+}
+
+/* Whether every lane of the UCX_TLS list `tls` is tcp (or self). UCX 1.13
+ * aborted a 2-loop server whose connections came over shared memory
+ * (test_ucx_scale_shm in CI: "ucp_worker.inl:92 Assertion
+ * `(*ep_p)->worker == worker' failed" inside ucp_worker_progress, in 2 of
+ * a handful of runs), so spreading stays off unless the lanes are known to
+ * be tcp only. An empty list is UCX's default, all lanes. */
+static bool spread_safe(const char *tls) {
+  if (tls == NULL || tls[0] == '\0')
+    return false;
+  char copy[sizeof settings.tls];
+  snprintf(copy, sizeof copy, "%s", tls);
+  char *save = NULL;
+  for (char *t = strtok_r(copy, ",", &save); t != NULL;
+       t = strtok_r(NULL, ",", &save))
+    if (!lane_in(t, SPREAD_SAFE_LANES))
+      return false;
+  return true;
+}
+
 static int ctx_create(char *why, size_t why_len) {
   ucp_config_t *cfg;
   ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
@@ -81,6 +118,17 @@ static int ctx_create(char *why, size_t why_len) {
     return weft__ucx_status_to_weft(st);
   }
   config_apply(cfg, "TLS", settings.tls);
+  if (!settings.spread_set) {
+    const char *tls =
+        settings.tls[0] != '\0' ? settings.tls : getenv("UCX_TLS");
+    settings.spread = spread_safe(tls);
+    if (!settings.spread)
+      weft_log(WEFT_LOG_INFO,
+               "ucx: servers keep their connections on loop 0: UCX_TLS is "
+               "\"%s\", and spreading over loops is safe on UCX 1.13 with tcp "
+               "lanes only (set [transport.ucx] spread = on to force it)",
+               tls != NULL ? tls : "");
+  }
   config_apply(cfg, "NET_DEVICES", settings.devices);
   config_apply(cfg, "RNDV_THRESH", settings.rndv_thresh);
   ucp_params_t params = {
@@ -187,14 +235,16 @@ static int setting_set(const char *key, const char *value, char *why,
     if (err < 0)
       snprintf(why, why_len, "bytes per message, 1024 .. 2^26");
   } else if (strcmp(key, "spread") == 0) {
-    err =
-        strcmp(value, "on") == 0 || strcmp(value, "off") == 0 ? 0 : WEFT_EINVAL;
-    if (err == 0)
-      settings.spread = strcmp(value, "on") == 0;
-    else
+    bool on = strcmp(value, "on") == 0, off = strcmp(value, "off") == 0;
+    err = on || off || strcmp(value, "auto") == 0 ? 0 : WEFT_EINVAL;
+    if (err == 0) {
+      settings.spread = on;
+      settings.spread_set = on || off;
+    } else
       snprintf(why, why_len,
                "on (a server listens on every loop and spreads its "
-               "connections) or off (all on loop 0)");
+               "connections), off (all on loop 0) or auto (on where "
+               "UCX_TLS lists tcp lanes only)");
   } else if (strcmp(key, "keepalive_ms") == 0) {
     size_t ms = 0;
     err = strcmp(value, "0") == 0 ? 0
@@ -228,7 +278,9 @@ const weft_transport_key weft__ucx_keys[] = {
     {"window", "1048576", "bytes per channel in flight, 4096 .. 2^30"},
     {"max_message", "65536", "bytes per message, 1024 .. 2^26"},
     {"error_mode", "peer", "peer or none"},
-    {"spread", "on", "on (a server's connections go to all its loops) or off"},
+    {"spread", "auto",
+     "auto (on where UCX_TLS lists tcp lanes only), on (a server's "
+     "connections go to all its loops) or off"},
     {"keepalive_ms", "5000",
      "ms between PINGs of a silent channel (closed after 3 more, 12 with "
      "data in flight), 10 .. 3600000, or 0 (off)"},

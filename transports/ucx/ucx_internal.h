@@ -205,6 +205,8 @@ typedef struct ucx_settings {
                             but shared memory transports become usable */
   uint32_t keepalive_ms; /* PING a silent channel this often; 0 = off */
   bool spread;           /* a server listens on every loop and redirects */
+  bool spread_set;       /* spread was configured (else: auto, see
+                            context.c's spread_safe) */
 } ucx_settings;
 
 /* ---- wire header ---- */

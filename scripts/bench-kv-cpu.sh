@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Several weft-kv-server builds or settings beside redis-server, all driven by
+# redis-benchmark with the same settings, interleaved: throughput and server
+# CPU per request (utime + stime of the server process from /proc/PID/stat
+# over each run, both tests of the run together).
+#
+# Usage: scripts/bench-kv-cpu.sh RUNS LABEL=BINARY[,OPTION...] ...
+#   e.g. scripts/bench-kv-cpu.sh 3 \
+#          main=/tmp/main/samples/kv/weft-kv-server \
+#          main-1loop=/tmp/main/samples/kv/weft-kv-server,-o,loop.loops=1 \
+#          new=build/release/samples/kv/weft-kv-server
+# Each run does, for each redis-benchmark setting (CONFIGS, default
+# "-P 1 -c 50" and "-P 16 -c 50"), each weft server then redis-server:
+#   redis-benchmark -p PORT -t set,get -d 16 -r 100000 -n N $setting --csv
+# (N=200000 unless set). Prints the load average before and after, and a
+# markdown table of medians (min..max of the runs for ops/s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+runs=${1:?usage: $0 RUNS LABEL=BINARY[,OPTION...] ...}
+shift
+n=${N:-200000}
+if [ -n "${CONFIGS:-}" ]; then
+  IFS=';' read -r -a configs <<<"$CONFIGS"
+else
+  configs=("-P 1 -c 50" "-P 16 -c 50")
+fi
+command -v redis-server >/dev/null || scripts/deps.sh
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+labels=() ports=() spids=()
+port=6400
+for spec in "$@"; do
+  label=${spec%%=*}
+  IFS=',' read -r -a cmd <<<"${spec#*=}"
+  "${cmd[@]}" -o kv.rpc_listen= -o kv.resp_listen=127.0.0.1:$port \
+    2>"$out/$label.log" &
+  pids+=($!) labels+=("$label") ports+=($port) spids+=($!)
+  port=$((port + 1))
+done
+redis-server --port $port --save "" --appendonly no --daemonize no \
+  --loglevel warning >/dev/null &
+pids+=($!) labels+=(redis) ports+=($port) spids+=($!)
+sleep 1
+
+cpu_ticks() { # utime + stime of a process, in clock ticks
+  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
+}
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+for run in $(seq "$runs"); do
+  for ci in "${!configs[@]}"; do
+    for si in "${!labels[@]}"; do
+      before=$(cpu_ticks "${spids[$si]}")
+      # shellcheck disable=SC2086
+      redis-benchmark -p "${ports[$si]}" -t set,get -d 16 -r 100000 -n "$n" \
+        ${configs[$ci]} --csv 2>/dev/null | tail -n +2 |
+        sed "s/^/${labels[$si]},$ci,$run,/" >>"$out/all.csv"
+      after=$(cpu_ticks "${spids[$si]}")
+      echo "${labels[$si]},$ci,$run,$((after - before))" >>"$out/cpu.csv"
+    done
+  done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$out" "$n" "$(getconf CLK_TCK)" "${labels[*]}" "${configs[@]}" <<'PY'
+import csv, statistics, sys
+out, n, hz, labels = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split()
+configs = sys.argv[5:]
+rows = list(csv.reader(open(out + "/all.csv")))
+cpu = list(csv.reader(open(out + "/cpu.csv")))
+print("| redis-benchmark | server | SET ops/s (min..max) | GET ops/s (min..max) "
+      "| SET / redis | GET / redis | server CPU µs per request |")
+print("|---|---|---:|---:|---:|---:|---:|")
+def med(who, ci, test):
+    v = [float(r[4].strip('"')) for r in rows
+         if r[0] == who and r[1] == str(ci) and r[3].strip('"') == test]
+    return statistics.median(v), min(v), max(v)
+for ci, cfg in enumerate(configs):
+    red = {t: med("redis", ci, t)[0] for t in ("SET", "GET")}
+    for who in labels:
+        s, g = med(who, ci, "SET"), med(who, ci, "GET")
+        ticks = [int(r[3]) for r in cpu if r[0] == who and r[1] == str(ci)]
+        us = statistics.median(t * 1e6 / hz / (2 * n) for t in ticks)
+        print(f"| {cfg} | {who} | {s[0]:,.0f} ({s[1]:,.0f}..{s[2]:,.0f}) | "
+              f"{g[0]:,.0f} ({g[1]:,.0f}..{g[2]:,.0f}) | {s[0]/red['SET']:.2f} | "
+              f"{g[0]/red['GET']:.2f} | {us:.1f} |")
+PY
+# The weft servers' selector counters (printed at stop): how the adaptive
+# busy-poll window moved during the runs.
+for si in "${!labels[@]}"; do
+  [ "${labels[$si]}" = redis ] && continue
+  kill -TERM "${spids[$si]}" 2>/dev/null || true
+  wait "${spids[$si]}" 2>/dev/null || true
+  grep -h 'loop [0-9]*:' "$out/${labels[$si]}.log" | sed "s/^/${labels[$si]}: /" || true
+done

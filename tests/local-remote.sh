@@ -1,0 +1,6 @@
+#!/bin/sh
+# A stand-in for ssh in the tests: `local-remote.sh HOST COMMAND` runs
+# COMMAND here with bash, whatever HOST is (scripts/kv-cluster-hosts.sh's
+# WEFT_REMOTE).
+shift
+exec bash -c "$1"
