@@ -210,6 +210,11 @@ int weft__tls_bio_put(BIO *bio, weft_buf *b) {
   return rc;
 }
 
+size_t weft__tls_bio_pending(BIO *bio) {
+  const bufq *q = BIO_get_data(bio);
+  return q->bytes;
+}
+
 weft_buf *weft__tls_bio_take(BIO *bio, bool partial) {
   bufq *q = BIO_get_data(bio);
   weft_buf *b = front(q);

@@ -128,7 +128,7 @@ static int push_down(weft__tls_handler *s, bool all) {
  * OpenSSL writes (an alert, a key update) would be records of the wrong
  * key: dropped. */
 int weft__tls_push_all(weft__tls_handler *s) {
-  if (BIO_ctrl_pending(s->wbio) == 0)
+  if (weft__tls_bio_pending(s->wbio) == 0)
     return 0;
   if (s->ktls_tx)
     return BIO_reset(s->wbio), 0;
@@ -146,7 +146,7 @@ static void set_ends(weft__tls_handler *s) {
 }
 
 static int ssl_write(weft__tls_handler *s, const void *p, size_t n) {
-  ERR_clear_error();
+  weft__tls_clear_errors();
   size_t w = 0;
   if (SSL_write_ex(s->ssl, p, n, &w) == 1 && w == n) {
     set_ends(s);
