@@ -33,6 +33,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <openssl/err.h>
+
 #include <weft/tls.h>
 #include <weft/weft.h>
 
@@ -464,6 +466,41 @@ START_TEST(embedded_handshake_and_data) {
     ck_assert_int_eq(weft_embedded_exception(p.srv, 0), 0);
     pair_free(&p);
   }
+}
+END_TEST
+
+START_TEST(embedded_stale_error_queue) {
+  /* An error another library (or another channel) left on this thread's
+   * OpenSSL queue must not read as this channel's failure: SSL_get_error
+   * consults the queue after each WANT_READ, so it must be empty first. */
+  pair p;
+  pair_std(&p, false);
+  ERR_raise(ERR_LIB_USER, 1); /* stale, before the handshake's steps */
+  pair_pump(&p);
+  ck_assert_int_eq(atomic_load(&p.cw.hs_done), 1);
+  ck_assert_int_eq(atomic_load(&p.sw.hs_done), 1);
+  /* A record in two parts: the first part's SSL_read answers WANT_READ. */
+  weft_channel_write_and_flush(cli_ch(&p), buf_of(cli_ch(&p), "ping", 4),
+                               WEFT_PROMISE_NONE);
+  weft_buf *rec = weft_embedded_read_outbound(p.cli);
+  ck_assert_ptr_nonnull(rec);
+  ck_assert_ptr_null(weft_embedded_read_outbound(p.cli));
+  size_t n = weft_buf_readable(rec);
+  ck_assert_uint_gt(n, 8);
+  ERR_raise(ERR_LIB_USER, 2);
+  weft_embedded_write_inbound(p.srv,
+                              buf_of(srv_ch(&p), weft_buf_rptr(rec), n / 2));
+  ck_assert(weft_channel_is_active(srv_ch(&p)));
+  weft_embedded_write_inbound(
+      p.srv, buf_of(srv_ch(&p), weft_buf_rptr(rec) + n / 2, n - n / 2));
+  weft_buf_release(rec);
+  char got[16] = "";
+  ck_assert_uint_eq(drain_inbound(p.srv, got, sizeof got), 4);
+  ck_assert(memcmp(got, "ping", 4) == 0);
+  ck_assert_int_eq(weft_embedded_exception(p.srv, 0), 0);
+  ck_assert_int_eq(weft_embedded_exception(p.cli, 0), 0);
+  ERR_clear_error();
+  pair_free(&p);
 }
 END_TEST
 
@@ -1604,12 +1641,12 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("tls");
   TCase *emb = tcase_create("embedded");
   tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
-  th_add_tests(emb, embedded_handshake_and_data, embedded_batching_and_promises,
-               embedded_flow_control, embedded_close_notify, embedded_bounds,
-               embedded_held_ciphertext_memory, embedded_plaintext_peer,
-               embedded_alpn_refused, embedded_starttls,
-               embedded_ktls_wait_is_bounded, options_and_config,
-               context_errors, NULL);
+  th_add_tests(
+      emb, embedded_handshake_and_data, embedded_stale_error_queue,
+      embedded_batching_and_promises, embedded_flow_control,
+      embedded_close_notify, embedded_bounds, embedded_held_ciphertext_memory,
+      embedded_plaintext_peer, embedded_alpn_refused, embedded_starttls,
+      embedded_ktls_wait_is_bounded, options_and_config, context_errors, NULL);
   suite_add_tcase(s, emb);
   TCase *tc_net = tcase_create("network");
   tcase_set_timeout(tc_net, 120);
