@@ -188,16 +188,21 @@ BIO *weft__tls_bio_new(weft__tls_handler *s) {
   return bio;
 }
 
-int weft__tls_bio_put(BIO *bio, weft_buf *b) {
+int weft__tls_bio_put(BIO *bio, weft_buf *b, bool read_now) {
   bufq *q = BIO_get_data(bio);
   size_t n = weft_buf_readable(b);
   int rc = 0;
   if (n == 0) {
     weft_buf_release(b);
-  } else if (n < SMALL_IN || n < b->capacity / 4) {
+  } else if ((n < SMALL_IN || n < b->capacity / 4) &&
+             !(read_now && q->bufs.len == 0)) {
     /* Kept, it would pin up to 4x its bytes: a peer trickling small
      * segments while the channel does not read would hold pool blocks
-     * far beyond WEFT_TLS_MAX_BUFFERED_BYTES. */
+     * far beyond WEFT_TLS_MAX_BUFFERED_BYTES. When the handler decrypts
+     * at once and holds nothing else (a 16 B round trip's records), it
+     * is read where it came (OpenSSL takes even a partial record into
+     * its own buffer): no allocation and copy per receive, and at most
+     * one small buffer is ever kept, since the next one is copied. */
     rc = append_copy(q, weft_buf_rptr(b), n, MERGE_CAP);
     weft_buf_release(b);
   } else if (weft__tls_fifo_push(&q->bufs, &b) < 0) {

@@ -283,7 +283,8 @@ static void tls_read(weft_ctx *ctx, void *msg) {
         "does not read",
         WEFT_TLS_MAX_BUFFERED_BYTES);
   } else {
-    int rc = weft__tls_bio_put(s->rbio, b); /* takes b */
+    bool read_now = weft_channel_is_reading(s->ch);
+    int rc = weft__tls_bio_put(s->rbio, b, read_now); /* takes b */
     b = NULL;
     if (rc < 0)
       weft__tls_fail(s, WEFT_ENOMEM, "TLS: no memory for received records");

@@ -187,8 +187,9 @@ void weft__tls_drain_then(weft__tls_handler *s, weft__tls_after what);
  *  BIO_ctrl_pending answers the bytes it holds; BIO_reset drops them. */
 BIO *weft__tls_bio_new(weft__tls_handler *s);
 /** Read side: appends received ciphertext; takes `b` (kept, or copied and
- *  released when small). Returns 0 or WEFT_ENOMEM (`b` released). */
-int weft__tls_bio_put(BIO *bio, weft_buf *b);
+ *  released when small, unless `read_now`: the caller decrypts at once and
+ *  nothing else is held). Returns 0 or WEFT_ENOMEM (`b` released). */
+int weft__tls_bio_put(BIO *bio, weft_buf *b, bool read_now);
 /** Write side: the oldest buffer of records, owned by the caller: only a
  *  full one unless `partial`. NULL when there is none. */
 weft_buf *weft__tls_bio_take(BIO *bio, bool partial);

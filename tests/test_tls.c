@@ -504,6 +504,32 @@ START_TEST(embedded_stale_error_queue) {
 }
 END_TEST
 
+START_TEST(embedded_small_record_read_in_place) {
+  /* A small record that arrives while the channel reads, with nothing
+   * else held, is decrypted from the buffer it came in: one allocation
+   * (the plaintext), not a copy into a buffer of ours first. While the
+   * channel does not read, small ones are still copied (held memory:
+   * embedded_held_ciphertext_memory). */
+  pair p;
+  pair_std(&p, true);
+  weft_channel_write_and_flush(cli_ch(&p), buf_of(cli_ch(&p), "ping", 4),
+                               WEFT_PROMISE_NONE);
+  weft_buf *rec = weft_embedded_read_outbound(p.cli);
+  ck_assert_ptr_nonnull(rec);
+  weft_buf *in = buf_of(srv_ch(&p), weft_buf_rptr(rec), weft_buf_readable(rec));
+  weft_buf_release(rec);
+  weft_pool_stats before, after;
+  weft_pool_stats_get(weft_embedded_pool(p.srv), &before);
+  weft_embedded_write_inbound(p.srv, in);
+  weft_pool_stats_get(weft_embedded_pool(p.srv), &after);
+  ck_assert_uint_eq(after.allocs - before.allocs, 1);
+  char got[16] = "";
+  ck_assert_uint_eq(drain_inbound(p.srv, got, sizeof got), 4);
+  ck_assert(memcmp(got, "ping", 4) == 0);
+  pair_free(&p);
+}
+END_TEST
+
 START_TEST(embedded_batching_and_promises) {
   pair p;
   pair_std(&p, true);
@@ -1643,10 +1669,11 @@ Suite *weft_test_suite(void) {
   tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
   th_add_tests(
       emb, embedded_handshake_and_data, embedded_stale_error_queue,
-      embedded_batching_and_promises, embedded_flow_control,
-      embedded_close_notify, embedded_bounds, embedded_held_ciphertext_memory,
-      embedded_plaintext_peer, embedded_alpn_refused, embedded_starttls,
-      embedded_ktls_wait_is_bounded, options_and_config, context_errors, NULL);
+      embedded_small_record_read_in_place, embedded_batching_and_promises,
+      embedded_flow_control, embedded_close_notify, embedded_bounds,
+      embedded_held_ciphertext_memory, embedded_plaintext_peer,
+      embedded_alpn_refused, embedded_starttls, embedded_ktls_wait_is_bounded,
+      options_and_config, context_errors, NULL);
   suite_add_tcase(s, emb);
   TCase *tc_net = tcase_create("network");
   tcase_set_timeout(tc_net, 120);
