@@ -8,8 +8,9 @@
  *   read side   a FIFO of received buffers, kept as they came; small or
  *               mostly empty ones are copied into buffers of ours, filled
  *               before the next, so what is held stays near the bytes
- *               (a flood of tiny reads does not pin a pool block each).
- *               OpenSSL reads from them.
+ *               (a flood of tiny reads does not pin a pool block each);
+ *               except one that the handler decrypts at once with
+ *               nothing else held. OpenSSL reads from them.
  *   write side  OpenSSL's records are appended into pool buffers of up to
  *               WEFT_POOL_MAX_CLASS bytes that the handler takes whole.
  *
