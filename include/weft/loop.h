@@ -79,8 +79,9 @@ typedef struct weft_loop_options {
   size_t pool_retain_bytes; /* bytes of empty slab memory each loop's buffer
                                pool keeps for reuse; the rest goes back to
                                the system (weft_pool_options.retain_bytes:
-                               default 4 MiB; 0 = keep none, SIZE_MAX =
-                               keep all) */
+                               default 4 MiB; each size class's most
+                               recently emptied slab is kept beyond it; 0 =
+                               keep none, SIZE_MAX = keep all) */
 } weft_loop_options;
 
 /**
