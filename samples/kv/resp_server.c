@@ -4,9 +4,9 @@
  * replies into 16 KiB buffers, in RESP2 or, after HELLO 3, RESP3; one
  * flush per batch of pipelined commands, large values sent from the stored
  * blob without a copy. Pipelined commands run in batches of up to 16, their
- * keys' buckets loaded together first (resp_run_batch). It answers protocol errors as Redis does and closes
- * after them, after QUIT, and at once (after Redis' DENIED error) for a
- * client that protected mode refuses. */
+ * keys' buckets loaded together first (resp_run_batch). It answers protocol
+ * errors as Redis does and closes after them, after QUIT, and at once (after
+ * Redis' DENIED error) for a client that protected mode refuses. */
 #include "server_internal.h"
 
 #include <stdio.h>
