@@ -31,7 +31,7 @@
 
 static const weft__key_def loop_keys[] = {
     {"loops", KIND_INT, OFF(loop.n_loops), 0, 1024, false,
-     "number of event loops; 0 = one per online CPU"},
+     "number of event loops; 0 = one per CPU less one, at least 1"},
     {"busy_poll_us", KIND_INT, OFF(loop.busy_poll_us), -1, INT_MAX, false,
      "microseconds; 0 = always block, -1 = never block"},
     {"busy_poll_adaptive", KIND_BOOL, OFF(loop.busy_poll_adaptive), 0, 0, false,

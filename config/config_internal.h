@@ -42,7 +42,7 @@ void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,
                              char *buf, size_t len);
 
 /** The valid values of `k`, a phrase ("an integer from 0 to 1024
- * (number of event loops; 0 = one per online CPU)"). */
+ * (number of event loops; 0 = one per CPU less one, at least 1)"). */
 void weft__config_values_text(const weft__key_def *k, char *buf, size_t len);
 
 /** The closest of several candidates to a misspelled word (suggest.c). */

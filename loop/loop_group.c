@@ -55,11 +55,7 @@ int weft_loop_group_new(weft_loop_group **out, const weft_loop_options *opts) {
   int err = check_options(opts);
   if (err != 0)
     return err;
-  int n = opts->n_loops;
-  if (n == 0) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    n = cpus > 0 ? (int)cpus : 1;
-  }
+  int n = opts->n_loops == 0 ? weft_loop_default_count() : opts->n_loops;
 
   weft_loop_group *group = calloc(1, sizeof *group);
   if (group == NULL)
@@ -94,6 +90,22 @@ failed_loop_new:
 failed_loops_array:
   free(group);
   return err;
+}
+
+/* Why one CPU is left over: measured on a 2-core machine with the client on
+ * the same host (docs/benchmarks.md, "The default loop count"), one loop
+ * beat two at every redis-benchmark setting (0.71x at -P 1 -c 50 with two
+ * loops); the second loop's wake-ups take the CPU the rest of the machine
+ * needs. Redis' redis.conf gives the same advice for its I/O threads
+ * ("leaving at least one spare core"). */
+int weft_loop_default_count(void) {
+  cpu_set_t set;
+  int cpus = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    cpus = CPU_COUNT(&set);
+  else
+    cpus = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 1 ? cpus - 1 : 1;
 }
 
 /* The CPUs this process may run on, in order. "Online CPU i" in the docs

@@ -13,7 +13,9 @@
 # "-P 1 -c 50" and "-P 16 -c 50"), each weft server then redis-server:
 #   redis-benchmark -p PORT -t set,get -d 16 -r 100000 -n N $setting --csv
 # (N=200000 unless set). Prints the load average before and after, and a
-# markdown table of medians (min..max of the runs for ops/s).
+# markdown table of medians (min..max of the runs for ops/s): throughput,
+# redis-benchmark's p50 latency, server CPU per request, each beside
+# redis-server's of the same runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:?usage: $0 RUNS LABEL=BINARY[,OPTION...] ...}
@@ -74,21 +76,30 @@ configs = sys.argv[5:]
 rows = list(csv.reader(open(out + "/all.csv")))
 cpu = list(csv.reader(open(out + "/cpu.csv")))
 print("| redis-benchmark | server | SET ops/s (min..max) | GET ops/s (min..max) "
-      "| SET / redis | GET / redis | server CPU µs per request |")
-print("|---|---|---:|---:|---:|---:|---:|")
-def med(who, ci, test):
-    v = [float(r[4].strip('"')) for r in rows
+      "| SET / redis | GET / redis | p50 ms SET, GET | p50 / redis "
+      "| server CPU µs per request | CPU / redis |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+# redis-benchmark --csv: test, rps, avg, min, p50, ... (after our 3 fields)
+def med(who, ci, test, col=4):
+    v = [float(r[col].strip('"')) for r in rows
          if r[0] == who and r[1] == str(ci) and r[3].strip('"') == test]
     return statistics.median(v), min(v), max(v)
+def cpu_us(who, ci):
+    ticks = [int(r[3]) for r in cpu if r[0] == who and r[1] == str(ci)]
+    return statistics.median(t * 1e6 / hz / (2 * n) for t in ticks)
 for ci, cfg in enumerate(configs):
     red = {t: med("redis", ci, t)[0] for t in ("SET", "GET")}
+    red50 = {t: med("redis", ci, t, 7)[0] for t in ("SET", "GET")}
+    red_us = cpu_us("redis", ci)
     for who in labels:
         s, g = med(who, ci, "SET"), med(who, ci, "GET")
-        ticks = [int(r[3]) for r in cpu if r[0] == who and r[1] == str(ci)]
-        us = statistics.median(t * 1e6 / hz / (2 * n) for t in ticks)
+        s50, g50 = med(who, ci, "SET", 7)[0], med(who, ci, "GET", 7)[0]
+        us = cpu_us(who, ci)
         print(f"| {cfg} | {who} | {s[0]:,.0f} ({s[1]:,.0f}..{s[2]:,.0f}) | "
               f"{g[0]:,.0f} ({g[1]:,.0f}..{g[2]:,.0f}) | {s[0]/red['SET']:.2f} | "
-              f"{g[0]/red['GET']:.2f} | {us:.1f} |")
+              f"{g[0]/red['GET']:.2f} | {s50:.3f}, {g50:.3f} | "
+              f"{s50/red50['SET']:.2f}, {g50/red50['GET']:.2f} | {us:.1f} | "
+              f"{us/red_us:.2f} |")
 PY
 # The weft servers' selector counters (printed at stop): how the adaptive
 # busy-poll window moved during the runs.

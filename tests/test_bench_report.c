@@ -437,6 +437,25 @@ START_TEST(bench_table_ratio_to_raw_peer) {
 }
 END_TEST
 
+/* max_us is the largest over the repetitions, not the median of each
+ * repetition's maximum (which would hide the worst one). */
+START_TEST(bench_table_max_is_max_of_repetitions) {
+  bench_row r = make_row("tcp bp=20", "weft", 20);
+  bench_row_add(&r, BENCH_P50, 5);
+  bench_row_add(&r, BENCH_MAX, 10);
+  bench_row_add(&r, BENCH_MAX, 90);
+  bench_row_add(&r, BENCH_MAX, 20);
+  bench_row_finish(&r);
+  membuf m;
+  mem_open(&m);
+  bench_table(m.f, &r, 1);
+  mem_close(&m);
+  ck_assert_ptr_nonnull(strstr(m.text, "max_us (of all reps)"));
+  ck_assert_ptr_nonnull(strstr(m.text, " - | 90.00 | - |"));
+  free(m.text);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "bench_report", "report", 0, bench_latency_exact_uniform_1_to_100000,
@@ -447,5 +466,6 @@ Suite *weft_test_suite(void) {
       bench_json_well_formed_with_odd_text,
       bench_json_checker_rejects_broken_text, bench_json_empty_report_valid,
       bench_targets_ratio_met_and_missed, bench_targets_rate_against_faster_raw,
-      bench_table_ratio_to_raw_peer, NULL);
+      bench_table_ratio_to_raw_peer, bench_table_max_is_max_of_repetitions,
+      NULL);
 }

@@ -232,8 +232,9 @@ START_TEST(config_load_refused_out_of_range) {
   weft_config c;
   weft_config_init(&c);
   ck_assert_int_eq(load_text(&c, "[loop]\nloops = 1025\n"), WEFT_EBADCONF);
-  assert_err_at(2, "[loop] loops = \"1025\": expected an integer from 0 to "
-                   "1024 (number of event loops; 0 = one per online CPU)");
+  assert_err_at(
+      2, "[loop] loops = \"1025\": expected an integer from 0 to "
+         "1024 (number of event loops; 0 = one per CPU less one, at least 1)");
   ck_assert_int_eq(load_text(&c, "[loop]\npoll_budget = 0\n"), WEFT_EBADCONF);
   ck_assert_ptr_nonnull(strstr(err, "from 1 to 65536"));
   ck_assert_int_eq(load_text(&c, "[loop]\nbusy_poll_us = -2\n"), WEFT_EBADCONF);

@@ -82,16 +82,37 @@ START_TEST(loop_group_stop_from_loop_thread) {
 }
 END_TEST
 
-START_TEST(loop_group_size_default_online_cpus) {
+/* The default: one loop per allowed CPU less one, at least one. */
+START_TEST(loop_group_size_default_leaves_a_cpu) {
+  cpu_set_t set;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  int cpus = CPU_COUNT(&set);
+  int expected = cpus > 1 ? cpus - 1 : 1;
+  ck_assert_int_eq(weft_loop_default_count(), expected);
   weft_loop_group *g = NULL;
   ck_assert_int_eq(weft_loop_group_new(&g, NULL), 0);
-  ck_assert_int_eq(weft_loop_group_size(g), (int)sysconf(_SC_NPROCESSORS_ONLN));
+  ck_assert_int_eq(weft_loop_group_size(g), weft_loop_default_count());
   ck_assert_ptr_null(weft_loop_group_get(g, -1));
   ck_assert_ptr_null(weft_loop_group_get(g, weft_loop_group_size(g)));
   ck_assert_int_eq(weft_loop_group_start(g), 0);
   weft_loop_group_stop(g);
   ck_assert_int_eq(weft_loop_group_join(g), 0);
   weft_loop_group_free(g);
+}
+END_TEST
+
+/* Allowed CPUs, not online ones: under taskset -c 0 the default is one
+ * loop (Check forks each test, so the affinity change stays here). */
+START_TEST(loop_group_size_default_follows_affinity) {
+  cpu_set_t set;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &set))
+    first++;
+  CPU_ZERO(&set);
+  CPU_SET(first, &set);
+  ck_assert_int_eq(sched_setaffinity(0, sizeof set, &set), 0);
+  ck_assert_int_eq(weft_loop_default_count(), 1);
 }
 END_TEST
 
@@ -422,7 +443,8 @@ Suite *weft_test_suite(void) {
   return th_suite(
       "loop_group", "core", 60, loop_group_lifecycle_start_stop_join_free,
       loop_group_new_bad_options_einval, loop_group_stop_from_loop_thread,
-      loop_group_size_default_online_cpus, loop_group_next_round_robin,
+      loop_group_size_default_leaves_a_cpu,
+      loop_group_size_default_follows_affinity, loop_group_next_round_robin,
       loop_group_pin_on_one_cpu_each, loop_group_pin_off_keeps_process_affinity,
       loop_group_keys_locals_per_loop, loop_group_key_create_exhausted_enospc,
       loop_group_on_close_hooks_lifo_on_loop_thread,

@@ -4,7 +4,7 @@
  * their own ([kv], [bench], [echo]) through a section callback. Example:
  *
  *   [loop]
- *   loops = 2              ; 0 = one per online CPU
+ *   loops = 2              ; 0 = one per CPU less one, at least 1
  *   busy_poll_us = 20      ; µs; 0 = always block, -1 = never block
  *   pin = true
  *   poll_budget = 64

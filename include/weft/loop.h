@@ -63,7 +63,7 @@ typedef void (*weft_task_cb)(void *arg);
 
 /** Options for a loop group. Initialise with weft_loop_options_init(). */
 typedef struct weft_loop_options {
-  int n_loops;      /* number of loops; 0 = one per online CPU */
+  int n_loops;      /* number of loops; 0 = weft_loop_default_count() */
   int busy_poll_us; /* in microseconds: poll at most this long after the last
                        event before sleeping; 0 = always block, -1 = never
                        block (neither adapts) */
@@ -75,9 +75,23 @@ typedef struct weft_loop_options {
   size_t pool_retain_bytes; /* bytes of empty slab memory each loop's buffer
                                pool keeps for reuse; the rest goes back to
                                the system (weft_pool_options.retain_bytes:
-                               default 4 MiB; 0 = keep none, SIZE_MAX =
-                               keep all) */
+                               default 4 MiB; each size class's most
+                               recently emptied slab is kept beyond it; 0 =
+                               keep none, SIZE_MAX = keep all) */
 } weft_loop_options;
+
+/**
+ * The number of loops a group gets when `n_loops` is 0: one per CPU this
+ * process may run on (sched_getaffinity, so taskset and cpusets count), less
+ * one left to everything else on the host (the kernel's network processing,
+ * clients, other services), and at least 1. On a 2-CPU machine that is one
+ * loop: measured there with the client on the same host, a second loop made
+ * the KV server 0.71x as fast at `redis-benchmark -P 1 -c 50` and slower at
+ * every other setting (docs/benchmarks.md, "The default loop count");
+ * redis.conf's advice for I/O threads is the same ("leaving at least one
+ * spare core"). Set `n_loops` (`[loop] loops`) to use every CPU. Any thread.
+ */
+int weft_loop_default_count(void);
 
 /** Fills `opts` with the defaults documented on each field. */
 void weft_loop_options_init(weft_loop_options *opts);
