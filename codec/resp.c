@@ -341,10 +341,29 @@ static int write_line(weft_buf *b, char prefix, const char *s, size_t n) {
   return 0;
 }
 
+/* "<prefix><v>\r\n". By hand, not snprintf: every bulk reply's length
+ * line goes through here, and vfprintf cost more than the rest of a GET's
+ * reply encoding (perf, redis-benchmark -P 16). Digits cannot hold CR or
+ * LF, so write_line's check is skipped. */
 static int write_number(weft_buf *b, char prefix, int64_t v) {
-  char tmp[24];
-  int n = snprintf(tmp, sizeof tmp, "%" PRId64, v);
-  return write_line(b, prefix, tmp, (size_t)n);
+  char digits[20]; /* 9223372036854775808 has 19 */
+  uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  size_t n = 0;
+  do {
+    digits[sizeof digits - 1 - n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u != 0);
+  size_t len = 1 + (v < 0) + n + 2;
+  if (weft_buf_writable(b) < len)
+    return WEFT_ENOSPC;
+  uint8_t *w = weft_buf_wptr(b);
+  *w++ = (uint8_t)prefix;
+  if (v < 0)
+    *w++ = '-';
+  memcpy(w, digits + sizeof digits - n, n);
+  memcpy(w + n, "\r\n", 2);
+  b->writer_index += len;
+  return 0;
 }
 
 static size_t decimal_digits(size_t v) {

@@ -18,6 +18,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       redis-server gnuplot-nox
       # socket writes counted by scripts/bench-tls.sh
       strace
+      # system calls and CPU time counted by scripts/bench-kv-counts.sh
+      linux-perf
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers)

@@ -900,6 +900,42 @@ START_TEST(kv_resp_protocol_error_answered_then_closed) {
 }
 END_TEST
 
+/* Pipelined commands run in batches (samples/kv/resp_server.c holds up to
+ * 16 and hints the store at their keys first): many more than a batch, in
+ * one write, are all answered in order, and a command the peer sends just
+ * before closing still takes effect. */
+START_TEST(kv_resp_pipelined_batches_answered_in_order) {
+  fixture f;
+  resp_peer p;
+  if (!resp_start(&f, &p))
+    return;
+  enum { KEYS = 40 };
+  static char wire[KEYS * 2 * 64];
+  size_t n = 0;
+  for (int i = 0; i < KEYS; i++)
+    n += (size_t)snprintf(wire + n, sizeof wire - n, "SET k%02d v%02d\r\n", i,
+                          i);
+  for (int i = KEYS; i-- > 0;)
+    n += (size_t)snprintf(wire + n, sizeof wire - n, "GET k%02d\r\n", i);
+  peer_send_str(&p, wire);
+  for (int i = 0; i < KEYS; i++)
+    peer_expect(&p, "+OK\r\n");
+  for (int i = KEYS; i-- > 0;) {
+    char want[32];
+    snprintf(want, sizeof want, "$3\r\nv%02d\r\n", i);
+    peer_expect(&p, want);
+  }
+  /* Sent and closed at once: the SETs run all the same. */
+  peer_send_str(&p, "SET last1 x\r\nSET last2 y\r\n");
+  peer_close(&p);
+  kv_store *store = kv_server_store(f.server);
+  ASSERT_EVENTUALLY(kv_exists(store, 1, &(kv_key){"last1", 5}) == 1 &&
+                        kv_exists(store, 1, &(kv_key){"last2", 5}) == 1,
+                    10000);
+  fixture_stop(&f);
+}
+END_TEST
+
 /* A value over [kv] max_value_bytes is refused as Redis refuses one over
  * proto-max-bulk-len, naming the limit, before the close; the client sends
  * it whole, as redis-cli would. */
@@ -1887,6 +1923,7 @@ Suite *weft_test_suite(void) {
       kv_call_times_out_without_answer, kv_sync_call_refused_on_loop_thread,
       kv_connect_fails_without_server, kv_resp_every_command_answered_in_order,
       kv_resp_protocol_error_answered_then_closed,
+      kv_resp_pipelined_batches_answered_in_order,
       kv_resp_oversized_value_answered_then_closed,
       kv_resp_scan_huge_pattern_bounded,
       kv_resp_listener_refused_on_message_transport,

@@ -110,6 +110,36 @@ START_TEST(resp_reply_encoders_write_resp2) {
 }
 END_TEST
 
+/* Integers and lengths at the edges of int64 and of a digit count, and a
+ * line that does not fit, which writes nothing. */
+START_TEST(resp_reply_integers_at_the_edges) {
+  weft_pool *pool;
+  ck_assert_int_eq(weft_pool_new(&pool, NULL), 0);
+  weft_buf *b = weft_buf_alloc(pool, 256);
+  ck_assert_int_eq(weft_resp_write_integer(b, 0), 0);
+  ck_assert_int_eq(weft_resp_write_integer(b, 9), 0);
+  ck_assert_int_eq(weft_resp_write_integer(b, 10), 0);
+  ck_assert_int_eq(weft_resp_write_integer(b, -1), 0);
+  ck_assert_int_eq(weft_resp_write_integer(b, INT64_MAX), 0);
+  ck_assert_int_eq(weft_resp_write_integer(b, INT64_MIN), 0);
+  ck_assert_int_eq(weft_resp_write_array(b, 1000), 0);
+  ck_assert_int_eq(weft_resp_write_map(b, 99), 0);
+  const char want[] = ":0\r\n:9\r\n:10\r\n:-1\r\n"
+                      ":9223372036854775807\r\n:-9223372036854775808\r\n"
+                      "*1000\r\n%99\r\n";
+  ck_assert_uint_eq(weft_buf_readable(b), sizeof want - 1);
+  ck_assert_mem_eq(weft_buf_rptr(b), want, sizeof want - 1);
+  b->writer_index = b->capacity - 5; /* ":100\r\n" needs 6 */
+  ck_assert_int_eq(weft_resp_write_integer(b, 100), WEFT_ENOSPC);
+  ck_assert_uint_eq(b->writer_index, b->capacity - 5);
+  ck_assert_int_eq(weft_resp_write_integer(b, -10), WEFT_ENOSPC);
+  ck_assert_int_eq(weft_resp_write_integer(b, 99), 0);
+  ck_assert_uint_eq(b->writer_index, b->capacity);
+  weft_buf_release(b);
+  ck_assert_uint_eq(weft_pool_free(pool), 0);
+}
+END_TEST
+
 /* RESP3's types, as redis-server 7 writes them to a HELLO 3 client. */
 START_TEST(resp_reply_encoders_write_resp3) {
   weft_pool *pool;
@@ -235,13 +265,14 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("resp");
   TCase *tc = tcase_create("codec");
   tcase_add_checked_fixture(tc, setup, NULL);
-  th_add_tests(tc, resp_commands_decode_at_any_split,
-               resp_command_encoder_round_trips,
-               resp_reply_encoders_write_resp2, resp_reply_encoders_write_resp3,
-               resp_refuses_malformed_and_oversized_input,
-               resp_error_text_replaces_control_bytes,
-               resp_inline_longer_than_limit_closes_channel,
-               resp_partial_command_at_close_leaks_nothing, NULL);
+  th_add_tests(
+      tc, resp_commands_decode_at_any_split, resp_command_encoder_round_trips,
+      resp_reply_encoders_write_resp2, resp_reply_integers_at_the_edges,
+      resp_reply_encoders_write_resp3,
+      resp_refuses_malformed_and_oversized_input,
+      resp_error_text_replaces_control_bytes,
+      resp_inline_longer_than_limit_closes_channel,
+      resp_partial_command_at_close_leaks_nothing, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

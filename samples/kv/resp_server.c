@@ -3,9 +3,10 @@
  * executor (command.h) for the connection's session and streams the
  * replies into 16 KiB buffers, in RESP2 or, after HELLO 3, RESP3; one
  * flush per batch of pipelined commands, large values sent from the stored
- * blob without a copy. It answers protocol errors as Redis does and closes
- * after them, after QUIT, and at once (after Redis' DENIED error) for a
- * client that protected mode refuses. */
+ * blob without a copy. Pipelined commands run in batches of up to 16, their
+ * keys' buckets loaded together first (resp_run_batch). It answers protocol
+ * errors as Redis does and closes after them, after QUIT, and at once (after
+ * Redis' DENIED error) for a client that protected mode refuses. */
 #include "server_internal.h"
 
 #include <stdio.h>
@@ -21,6 +22,11 @@
 #define RESP_LINGER_NS                                                         \
   (2 * 1000000000ull) /* a closing RESP connection waits this long for the     \
                          peer to close (resp_linger) */
+#define RESP_BATCH                                                             \
+  16 /* pipelined commands held until channel_read_complete, so that their     \
+        keys' buckets are loaded together (resp_run_batch) */
+#define RESP_HINT_KEY_MAX                                                      \
+  256 /* bytes: longer first arguments are not hinted (resp_run_batch) */
 #define UNKNOWN_TEXT_MAX                                                       \
   128 /* bytes of an unknown command's name, and of its arguments, quoted      \
          in the error (Redis' limits) */
@@ -40,6 +46,12 @@ typedef struct resp_conn {
                         commands run; the channel closes once what was written
                         is sent */
   weft_timer linger; /* ends a lingering close (resp_linger) */
+  /* Commands read and not run yet, in order: run at channel_read_complete,
+   * when RESP_BATCH are held, before a protocol error's reply and at
+   * channel_inactive (resp_run_batch). Each holds a slice of what was read,
+   * so at most RESP_BATCH commands' bytes are held. */
+  weft_resp_cmd *batch[RESP_BATCH];
+  size_t batched;
 } resp_conn;
 
 /* A reply write's result: on failure the connection is broken (see
@@ -264,18 +276,14 @@ static void resp_unknown(resp_conn *c, const weft_resp_cmd *cmd) {
   resp_error_text(c, msg, n);
 }
 
-/* Runs one command, unless the connection is closing; a reply that could
- * not be written closes it. */
-static void resp_read(weft_ctx *ctx, void *msg) {
-  resp_conn *c = weft_ctx_state(ctx);
-  if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
-    weft_ctx_fire_channel_read(ctx, msg);
-    return;
-  }
-  weft_resp_cmd *cmd = msg;
-  if (c->closing || !c->started) {
+/* Runs one command, unless the connection is closing. Returns true when
+ * the connection must close after it (QUIT, or a reply that could not be
+ * written): the caller then calls resp_close_after_sent, which may free
+ * `c`, last. */
+static bool resp_run(resp_conn *c, weft_resp_cmd *cmd) {
+  if (c->closing) {
     weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
-    return;
+    return false;
   }
   int id = kv_cmd_from_name(cmd->argv[0].ptr, cmd->argv[0].len);
   if (id != 0) {
@@ -289,8 +297,61 @@ static void resp_read(weft_ctx *ctx, void *msg) {
     resp_unknown(c, cmd);
   }
   weft_resp_cmd_release(cmd);
-  if (c->broken || c->sess.quit)
+  return c->broken || c->sess.quit;
+}
+
+/* Drops the held commands without running them. */
+static void resp_drop_batch(resp_conn *c) {
+  for (size_t i = 0; i < c->batched; i++)
+    weft_resp_cmd_release(c->batch[i]);
+  c->batched = 0;
+}
+
+/* Runs the held commands in order. First, when there are several, it hints
+ * the store at each one's first argument (the key of GET, SET and most
+ * others; a hint on a non-key costs a hash and a useless line, so only
+ * short ones): the bucket loads of the batch then overlap instead of
+ * stalling one command each. A command that ends the connection ends the
+ * batch: the rest are dropped (not run, as after QUIT) and the close comes
+ * last. Returns true then: `c` may have been freed. */
+static bool resp_run_batch(resp_conn *c) {
+  size_t n = c->batched;
+  if (n > 1 && !c->closing) {
+    kv_store *store = c->srv->shared.store;
+    for (size_t i = 0; i < n; i++) {
+      const weft_resp_cmd *cmd = c->batch[i];
+      if (cmd->argc >= 2 && cmd->argv[1].len <= RESP_HINT_KEY_MAX)
+        kv_store_prefetch(store, cmd->argv[1].ptr, cmd->argv[1].len);
+    }
+  }
+  c->batched = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!resp_run(c, c->batch[i]))
+      continue;
+    for (size_t j = i + 1; j < n; j++)
+      weft_resp_cmd_release(c->batch[j]);
     resp_close_after_sent(c);
+    return true;
+  }
+  return false;
+}
+
+/* Holds one command for resp_run_batch, which runs when RESP_BATCH are
+ * held or the read ends (channel_read_complete). */
+static void resp_read(weft_ctx *ctx, void *msg) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
+    weft_ctx_fire_channel_read(ctx, msg);
+    return;
+  }
+  weft_resp_cmd *cmd = msg;
+  if (c->closing || !c->started) {
+    weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
+    return;
+  }
+  c->batch[c->batched++] = cmd;
+  if (c->batched == RESP_BATCH)
+    resp_run_batch(c); /* last: it may free c */
 }
 
 /* A protocol error (the decoder's WEFT_EBADFRAME or WEFT_ETOOLONG) is
@@ -303,6 +364,8 @@ static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
     weft_ctx_fire_exception_caught(ctx, err, reason);
     return;
   }
+  if (resp_run_batch(c)) /* the replies before the error's, in order */
+    return;
   if (c->closing)
     return;
   weft_log(WEFT_LOG_INFO, "kv: RESP channel %llu: %s; closing",
@@ -316,6 +379,8 @@ static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
 /* One flush per batch of commands read together (pipelining). */
 static void resp_read_complete(weft_ctx *ctx) {
   resp_conn *c = weft_ctx_state(ctx);
+  if (resp_run_batch(c))
+    return; /* resp_close_after_sent flushed, and may have freed c */
   if (c->out != NULL && weft_buf_readable(c->out) > 0) {
     weft_ctx_write(ctx, c->out, WEFT_PROMISE_NONE);
     c->out = NULL;
@@ -337,8 +402,19 @@ static void resp_active(weft_ctx *ctx) {
   weft_ctx_fire_channel_active(ctx);
 }
 
+/* The connection is gone: the held commands still run, for their effect
+ * on the store (they would have, run as they were read); their replies go
+ * nowhere. */
+static void resp_inactive(weft_ctx *ctx) {
+  resp_run_batch(weft_ctx_state(ctx)); /* the channel is closed already:
+                                          resp_close_after_sent frees
+                                          nothing */
+  weft_ctx_fire_channel_inactive(ctx);
+}
+
 static void resp_removed(weft_ctx *ctx) {
   resp_conn *c = weft_ctx_state(ctx);
+  resp_drop_batch(c);
   weft_timer_stop(&c->linger);
   weft_buf_release(c->out);
   if (c->started)
@@ -348,6 +424,7 @@ static void resp_removed(weft_ctx *ctx) {
 
 static const weft_handler resp_handler = {.name = "kv-resp",
                                           .channel_active = resp_active,
+                                          .channel_inactive = resp_inactive,
                                           .channel_read = resp_read,
                                           .channel_read_complete =
                                               resp_read_complete,

@@ -141,9 +141,16 @@ void kv__garbage_free(garbage *g) {
   }
 }
 
+/* Installs `buckets` of `size` in `t` (under the stripe lock once the
+ * store is shared). Relaxed atomic stores: kv_store_prefetch reads the two
+ * fields without the lock. */
+static void table_set_buckets(kv_table *t, kv_entry **buckets, uint64_t size) {
+  __atomic_store_n(&t->buckets, buckets, __ATOMIC_RELAXED);
+  __atomic_store_n(&t->mask, size - 1, __ATOMIC_RELAXED);
+}
+
 static int table_init(kv_table *t, uint64_t size) {
-  t->buckets = calloc(size, sizeof(*t->buckets));
-  t->mask = size - 1;
+  table_set_buckets(t, calloc(size, sizeof(*t->buckets)), size);
   t->used = 0;
   return t->buckets ? 0 : WEFT_ENOMEM;
 }
@@ -157,6 +164,22 @@ kv_entry **kv__table_find(kv_table *t, uint64_t hash, const void *key,
       return link;
   }
   return NULL;
+}
+
+void kv_store_prefetch(kv_store *s, const void *key, size_t klen) {
+  if (klen > s->max_key_len)
+    return;
+  uint64_t hash = kv__key_hash(s, key, klen);
+  kv_stripe *st = kv__stripe_of(s, hash);
+  /* Without the lock, so relaxed atomic loads (table_set_buckets): during
+   * a resize the pair may not match, and the hint then loads a line to no
+   * use (a prefetch never faults). The address is an integer, so no
+   * pointer outside the array is formed. */
+  uintptr_t buckets =
+      (uintptr_t)__atomic_load_n(&st->table.buckets, __ATOMIC_RELAXED);
+  uint64_t mask = __atomic_load_n(&st->table.mask, __ATOMIC_RELAXED);
+  __builtin_prefetch(
+      (const void *)(buckets + (uintptr_t)(hash & mask) * sizeof(kv_entry *)));
 }
 
 kv_entry **kv__table_link_of(kv_table *t, const kv_entry *e) {
@@ -183,8 +206,7 @@ static void table_resize(kv_table *t, uint64_t size) {
     }
   }
   free(t->buckets);
-  t->buckets = nb;
-  t->mask = size - 1;
+  table_set_buckets(t, nb, size);
 }
 
 void kv__table_maybe_resize(kv_table *t) {
@@ -480,7 +502,8 @@ int kv_flushall(kv_store *s) {
     kv_stripe *st = &s->stripes[i];
     j->tables[i] = st->table; /* the old table, freed below */
     keys += st->table.used;
-    st->table = fresh[i];
+    table_set_buckets(&st->table, fresh[i].buckets, fresh[i].mask + 1);
+    st->table.used = fresh[i].used;
     j->expires[i] = st->expires;
     st->expires = NULL;
     st->n_expires = st->cap_expires = 0;

@@ -257,10 +257,12 @@ failed_ring:
 }
 
 static void loop_free(ur_loop *ul) {
-  while (ul->send_free != NULL) {
-    ur_send *s = ul->send_free;
-    ul->send_free = s->next_free;
-    free(s);
+  for (int cls = UR_SEND_SMALL; cls <= UR_SEND_FULL; cls++) {
+    while (ul->send_free[cls] != NULL) {
+      ur_send *s = ul->send_free[cls];
+      ul->send_free[cls] = s->next_free;
+      free(s);
+    }
   }
   free(ul->bufs);
   free(ul);

@@ -33,35 +33,46 @@ static void shutdown_now(ur_channel *uc) {
   request_misc(uc->ul, sqe);
 }
 
-/* A send context from the loop's cache (malloc when it is empty). */
-static ur_send *send_get(ur_loop *ul) {
-  ur_send *s = ul->send_free;
+/* A send context of class `cls` from the loop's cache, malloc'ed (iov and
+ * bufs after the struct) when that cache is empty. */
+static ur_send *send_get(ur_loop *ul, int cls) {
+  ur_send *s = ul->send_free[cls];
   if (s != NULL) {
-    ul->send_free = s->next_free;
-    ul->send_free_n--;
+    ul->send_free[cls] = s->next_free;
+    ul->send_free_n[cls]--;
     return s;
   }
-  return malloc(sizeof *s);
+  int cap = cls == UR_SEND_SMALL ? UR_SMALL_IOV : UR_MAX_IOV;
+  s = malloc(sizeof *s + (size_t)cap * (sizeof *s->iov + sizeof *s->bufs));
+  if (s == NULL)
+    return NULL;
+  s->cls = cls;
+  s->cap = cap;
+  s->iov = (struct iovec *)(s + 1);
+  s->bufs = (weft_buf **)(s->iov + cap);
+  return s;
 }
 
-/* Releases the buffers the kernel no longer reads and caches the context. */
+/* Releases the buffers the kernel no longer reads and caches the context,
+ * up to its class's cache size. */
 static void send_put(ur_loop *ul, ur_send *s) {
   for (int i = 0; i < s->n; i++)
     weft_buf_release(s->bufs[i]);
-  if (ul->send_free_n >= UR_SEND_CACHE) {
+  unsigned max = s->cls == UR_SEND_SMALL ? UR_SEND_CACHE_SMALL : UR_SEND_CACHE;
+  if (ul->send_free_n[s->cls] >= max) {
     free(s);
     return;
   }
-  s->next_free = ul->send_free;
-  ul->send_free = s;
-  ul->send_free_n++;
+  s->next_free = ul->send_free[s->cls];
+  ul->send_free[s->cls] = s;
+  ul->send_free_n[s->cls]++;
 }
 
-/* Collects up to UR_MAX_IOV flushed buffers into `s`, retaining each. */
+/* Collects up to s->cap flushed buffers into `s`, retaining each. */
 static size_t gather(ur_channel *uc, ur_send *s) {
   size_t count = weft_outbound_count(uc->ch), total = 0;
   int n = 0;
-  for (size_t i = 0; i < count && n < UR_MAX_IOV; i++) {
+  for (size_t i = 0; i < count && n < s->cap; i++) {
     weft_buf *b = weft_outbound_buf(uc->ch, i);
     size_t len = weft_buf_readable(b);
     if (len == 0)
@@ -106,7 +117,11 @@ static void send_start(ur_channel *uc) {
     return;
   }
   ur_loop *ul = uc->ul;
-  ur_send *s = send_get(ul);
+  /* The queue's entry count bounds the buffers gathered (empty ones are
+   * skipped): a queue this short fits a small context. */
+  ur_send *s =
+      send_get(ul, weft_outbound_count(uc->ch) <= UR_SMALL_IOV ? UR_SEND_SMALL
+                                                               : UR_SEND_FULL);
   if (s == NULL) {
     weft__uring_channel_failed(uc, "write", WEFT_ENOMEM);
     return;

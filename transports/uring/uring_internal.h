@@ -115,9 +115,15 @@
 #define UR_SQ_ENTRIES 1024
 #define UR_CQ_ENTRIES 8192 /* multishot recvs make many CQEs per SQE */
 #define UR_MAX_IOV 256     /* buffers gathered per sendmsg (IOV_MAX 1024) */
-#define UR_SEND_CACHE 16   /* idle send contexts kept per loop */
-#define UR_REAP_MAX 256    /* CQEs copied out per poll, at most */
-#define UR_BGID 0          /* the provided buffer group of every loop */
+#define UR_SMALL_IOV 4     /* buffers of a small send context */
+#define UR_SEND_CACHE 16   /* idle full (UR_MAX_IOV) send contexts per loop */
+#define UR_SEND_CACHE_SMALL                                                    \
+  256 /* idle small send contexts per loop (~220 B each): one per channel      \
+         with a send in flight, for up to 256 such channels, so a server's     \
+         replies (one or two buffers per send) reuse them instead of a         \
+         malloc and free per send */
+#define UR_REAP_MAX 256 /* CQEs copied out per poll, at most */
+#define UR_BGID 0       /* the provided buffer group of every loop */
 #define UR_BUF_COUNT_DEFAULT 256u
 #define UR_BUF_SIZE_DEFAULT 16384u
 #define UR_SEND_ZC_MIN_DEFAULT 65536u
@@ -226,8 +232,9 @@ typedef struct ur_loop {
   ur_channel *lingering; /* closed, zero-copy notifications to come */
   /* channels that got data in this reap: read_complete fires after it */
   ur_channel *rc_head, *rc_tail;
-  ur_send *send_free; /* cached send contexts */
-  unsigned send_free_n;
+  /* cached send contexts by class (UR_SEND_SMALL, UR_SEND_FULL) */
+  ur_send *send_free[2];
+  unsigned send_free_n[2];
   weft__uring_stats stats;
 } ur_loop;
 
@@ -252,16 +259,24 @@ enum ur_recv_state {
   UR_RECV_PLAIN,      /* single recv into plain_buf */
 };
 
+/* The two sizes of send context: UR_SMALL_IOV or UR_MAX_IOV entries. */
+enum { UR_SEND_SMALL = 0, UR_SEND_FULL = 1 };
+
 /* One send in flight: what the kernel reads (msg, iov) and the buffers
  * retained until its CQE (for SENDMSG_ZC, until the notification CQE).
- * Taken from a per-loop cache, so an idle channel holds none. */
+ * Taken from a per-loop cache, so an idle channel holds none. Two sizes,
+ * so that the common send of a few buffers takes ~220 bytes, not the
+ * ~6 KiB of UR_MAX_IOV entries, and the loop can cache one per channel
+ * sending. */
 typedef struct ur_send {
   ur_op op; /* UR_OP_SEND or UR_OP_SEND_ZC */
   weft_channel *ch;
-  int n; /* entries of iov and bufs */
+  int n;   /* entries of iov and bufs in use */
+  int cls; /* UR_SEND_SMALL or UR_SEND_FULL */
+  int cap; /* entries of iov and bufs: UR_SMALL_IOV or UR_MAX_IOV */
   struct msghdr msg;
-  struct iovec iov[UR_MAX_IOV];
-  weft_buf *bufs[UR_MAX_IOV];
+  struct iovec *iov; /* cap entries, in the same allocation */
+  weft_buf **bufs;   /* cap entries, in the same allocation */
   struct ur_send *next_free;
 } ur_send;
 
