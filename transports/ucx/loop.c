@@ -271,6 +271,12 @@ static unsigned progress(ucx_loop *tl) {
   return k;
 }
 
+/* Progresses until UCX has nothing left or its callbacks left work for
+ * this poll, which is then done at once (the selector polls again while
+ * there was work): over UCX's tcp lanes every ucp_worker_progress is an
+ * epoll_wait, and progressing once more before delivering put one such
+ * system call into every message's path on each side (docs/benchmarks.md,
+ * UCX, "Delivering before the next progress"). */
 static int ucx_loop_poll(weft_source *src, int budget) {
   ucx_loop *tl = src->data;
   int n = 0;
@@ -281,6 +287,8 @@ static int ucx_loop_poll(weft_source *src, int budget) {
       break;
     }
     n += (int)k;
+    if (tl->pend_head != NULL || tl->n_accepts > 0)
+      break;
   }
   if (tl->n_accepts > 0)
     n += weft__ucx_accept_pending(tl);
