@@ -1,10 +1,10 @@
 /* The TLS handler (weft/tls.h): one OpenSSL engine per channel, driven
- * through memory BIOs, first in the pipeline.
+ * through BIOs over weft_bufs (tls_bio.c), first in the pipeline.
  *
- *   inbound   weft_buf (ciphertext) -> rbio -> SSL_read -> weft_buf
+ *   inbound   weft_buf (ciphertext, kept) -> rbio -> SSL_read -> weft_buf
  *             (plaintext, up to 16 KiB) -> next handler
  *   outbound  weft_buf (plaintext) -> queue -> SSL_write (full records)
- *             -> wbio -> weft_buf (ciphertext, up to 64 KiB) -> head
+ *             -> wbio: weft_bufs (ciphertext, up to 64 KiB) -> head
  *
  * Offsets: every ciphertext byte has its place in the stream OpenSSL
  * wrote into wbio (BIO_number_written counts them). A plaintext write's
@@ -131,7 +131,7 @@ static void handshake_completed(weft__tls_handler *s) {
 /* One step of the handshake with what arrived. Returns 1 once complete,
  * 0 while it needs more from the peer, -1 after a failure (reported). */
 static int handshake_step(weft__tls_handler *s) {
-  ERR_clear_error();
+  weft__tls_clear_errors();
   int rc = SSL_do_handshake(s->ssl);
   if (rc == 1) {
     handshake_completed(s);
@@ -182,13 +182,18 @@ static void peer_closed(weft__tls_handler *s) {
     weft_ctx_close(s->ctx, none); /* no memory to wait: close now */
 }
 
+/* Nothing is left to decrypt: neither received ciphertext nor records
+ * (or read-ahead bytes) inside the engine. */
+static bool drained(weft__tls_handler *s) {
+  return weft__tls_bio_pending(s->rbio) == 0 && !SSL_has_pending(s->ssl);
+}
+
 /* Decrypts and passes plaintext on while the channel reads. */
 static void read_records(weft__tls_handler *s) {
-  while (alive(s) && !s->closing && !s->peer_closed &&
+  bool more = !drained(s);
+  while (more && alive(s) && !s->closing && !s->peer_closed &&
          weft_channel_is_reading(s->ch)) {
-    size_t avail = BIO_ctrl_pending(s->rbio) + (size_t)SSL_pending(s->ssl);
-    if (avail == 0 && !SSL_has_pending(s->ssl))
-      break;
+    size_t avail = weft__tls_bio_pending(s->rbio) + (size_t)SSL_pending(s->ssl);
     size_t cap = avail < READ_MAX ? (avail > 0 ? avail : 1) : READ_MAX;
     weft_buf *b = weft_buf_alloc(weft__tls_pool(s), cap);
     if (b == NULL) {
@@ -197,7 +202,7 @@ static void read_records(weft__tls_handler *s) {
     }
     int e = SSL_ERROR_NONE;
     while (weft_buf_writable(b) > 0) {
-      ERR_clear_error();
+      weft__tls_clear_errors();
       size_t r = 0;
       if (SSL_read_ex(s->ssl, weft_buf_wptr(b), weft_buf_writable(b), &r) !=
           1) {
@@ -205,6 +210,13 @@ static void read_records(weft__tls_handler *s) {
         break;
       }
       b->writer_index += r;
+      /* Nothing left to decrypt: the next SSL_read would only answer
+       * WANT_READ (a call and an error-queue round per receive), and the
+       * outer loop need not ask again. */
+      if (drained(s)) {
+        more = false;
+        break;
+      }
     }
     if (weft_buf_readable(b) > 0) {
       s->fired = true;
@@ -264,20 +276,23 @@ static void tls_read(weft_ctx *ctx, void *msg) {
         "TLS handshake refused: the peer sent more than %u bytes without "
         "completing it",
         WEFT_TLS_MAX_HANDSHAKE_BYTES);
-  } else if (BIO_ctrl_pending(s->rbio) + n > WEFT_TLS_MAX_BUFFERED_BYTES) {
+  } else if (weft__tls_bio_pending(s->rbio) + n > WEFT_TLS_MAX_BUFFERED_BYTES) {
     weft__tls_fail(
         s, WEFT_ENOBUFS,
         "TLS: more than %u bytes of ciphertext unread while the channel "
         "does not read",
         WEFT_TLS_MAX_BUFFERED_BYTES);
   } else {
-    size_t w = 0;
-    if (n > 0 && BIO_write_ex(s->rbio, weft_buf_rptr(b), n, &w) != 1)
+    bool read_now = weft_channel_is_reading(s->ch);
+    int rc = weft__tls_bio_put(s->rbio, b, read_now); /* takes b */
+    b = NULL;
+    if (rc < 0)
       weft__tls_fail(s, WEFT_ENOMEM, "TLS: no memory for received records");
     else
       pump(s);
   }
-  weft_buf_release(b);
+  if (b != NULL)
+    weft_buf_release(b);
   s->depth--;
   weft__tls_drop(s);
 }
@@ -502,16 +517,13 @@ static int engine_new(weft__tls_handler *s, const char *server_name) {
   s->ssl = SSL_new(s->tctx->ssl_ctx);
   if (s->ssl == NULL)
     return WEFT_ENOMEM;
-  s->rbio = BIO_new(BIO_s_mem());
-  s->wbio = BIO_new(BIO_s_mem());
+  s->rbio = weft__tls_bio_new(s);
+  s->wbio = weft__tls_bio_new(s);
   if (s->rbio == NULL || s->wbio == NULL) {
     BIO_free(s->rbio);
     BIO_free(s->wbio);
     return WEFT_ENOMEM;
   }
-  /* Empty means "more later", not end of file. */
-  BIO_set_mem_eof_return(s->rbio, -1);
-  BIO_set_mem_eof_return(s->wbio, -1);
   SSL_set_bio(s->ssl, s->rbio, s->wbio);
   weft__tls_note_bind(s->ssl, &s->note);
   if (s->tctx->mode == WEFT_TLS_SERVER) {

@@ -108,23 +108,12 @@ static void chunk_done(void *arg, int status) {
   weft__tls_drop(s);
 }
 
-/* Hands the ciphertext waiting in wbio down: full chunks only, or all of
+/* Hands the ciphertext waiting in wbio down: full buffers only, or all of
  * it with `all`. Returns 0 or WEFT_ENOMEM. */
 static int push_down(weft__tls_handler *s, bool all) {
-  size_t pending;
-  while ((pending = BIO_ctrl_pending(s->wbio)) >= CHUNK_MAX ||
-         (all && pending > 0)) {
-    size_t n = pending < CHUNK_MAX ? pending : CHUNK_MAX;
-    weft_buf *b = weft_buf_alloc(weft__tls_pool(s), n);
-    if (b == NULL)
-      return WEFT_ENOMEM;
-    size_t got = 0;
-    if (BIO_read_ex(s->wbio, weft_buf_wptr(b), n, &got) != 1 || got == 0) {
-      weft_buf_release(b);
-      return WEFT_ENOMEM;
-    }
-    b->writer_index = got;
-    s->down = BIO_number_read(s->wbio);
+  weft_buf *b;
+  while ((b = weft__tls_bio_take(s->wbio, all)) != NULL) {
+    s->down += weft_buf_readable(b);
     if (weft__tls_fifo_push(&s->chunks, &s->down) < 0) {
       weft_buf_release(b);
       return WEFT_ENOMEM;
@@ -139,7 +128,7 @@ static int push_down(weft__tls_handler *s, bool all) {
  * OpenSSL writes (an alert, a key update) would be records of the wrong
  * key: dropped. */
 int weft__tls_push_all(weft__tls_handler *s) {
-  if (BIO_ctrl_pending(s->wbio) == 0)
+  if (weft__tls_bio_pending(s->wbio) == 0)
     return 0;
   if (s->ktls_tx)
     return BIO_reset(s->wbio), 0;
@@ -157,7 +146,7 @@ static void set_ends(weft__tls_handler *s) {
 }
 
 static int ssl_write(weft__tls_handler *s, const void *p, size_t n) {
-  ERR_clear_error();
+  weft__tls_clear_errors();
   size_t w = 0;
   if (SSL_write_ex(s->ssl, p, n, &w) == 1 && w == n) {
     set_ends(s);

@@ -58,6 +58,12 @@ typedef struct weft__poll_window {
   int schedstat_fd;   /* /proc/thread-self/schedstat, or -1 */
   uint64_t on_cpu_ns; /* its time on the CPU at the last sample */
   uint64_t delay_ns;  /* its time waiting on a run queue, likewise */
+  /* The cost of spinning since the last sample: time in iterations that
+   * found no work, and how many spins ended (in work or in a sleep). */
+  uint64_t iter_ns;     /* the last iteration's clock; 0 after a sleep */
+  bool spinning;        /* the last iteration found no work */
+  uint64_t spin_ns;     /* spent in iterations without work */
+  uint64_t spins_ended; /* runs of such iterations that ended */
   /* Tuning, set at creation (selector.c's WINDOW_SAMPLE_NS and
    * WINDOW_HOLD_NS); a test may change them before the loop starts. */
   uint64_t sample_period_ns; /* between preemption samples, at least */

@@ -9,11 +9,16 @@
  * back), and only then map a new slab.
  *
  * Freeing puts the block back on its own slab's free list. The slab rejoins
- * its partial list when it was full, and when it becomes empty it goes to
- * the head of the pool's empty list; if the empty slabs then exceed the
- * retention budget, the least recently emptied ones are released (hooks'
- * unreg, munmap) until they fit. Every step is O(1) apart from the release
- * itself, which is one munmap per slab.
+ * its partial list when it was full, and when it becomes empty it becomes
+ * its class's reserve: the most recently emptied slab of each class is kept
+ * outside the retention budget (while the budget is not 0), so that a
+ * steady stream whose working set crosses a slab boundary, or touches
+ * more classes than the budget holds slabs, does not unmap and fault in a
+ * slab per message. The reserve it replaces (still empty) goes to the head
+ * of the pool's empty list and counts against the budget; if the counted
+ * slabs then exceed it, the least recently emptied ones are released
+ * (hooks' unreg, munmap) until they fit. Every step is O(1) apart from the
+ * release itself, which is one munmap per slab.
  */
 #include "loop/pool_internal.h"
 
@@ -284,14 +289,15 @@ static void partial_unlink(weft_pool *pool, weft__slab *slab) {
     slab->pnext->pprev = slab->pprev;
 }
 
-/* The empty list holds every empty slab, most recently emptied first. It
- * may also hold slabs taken back into use since they emptied ("stale"):
+/* The empty list holds every empty slab that is not a class's reserve,
+ * most recently emptied (or displaced as reserve) first. It may also hold
+ * a reserve, and slabs taken back into use since they emptied ("stale"):
  * taking them off at once would cost a buffer allocated and released in
- * turn two list updates per round, where a counter suffices. A stale slab
- * that empties again moves to the head; the release scan drops the stale
- * ones it meets at the tail. So the order among empty slabs is exactly the
- * order of their last emptying, and each list step is O(1) (a dropped
- * entry was pushed once). */
+ * turn two list updates per round, where a counter suffices. A reserve
+ * that is displaced moves to the head; the release scan drops the stale
+ * entries and reserves it meets at the tail. So the order among counted
+ * empty slabs is the order in which they last left the reserve (or were
+ * mapped), and each list step is O(1) (a dropped entry was pushed once). */
 static void empty_push(weft_pool *pool, weft__slab *slab) {
   slab->eprev = NULL;
   slab->enext = pool->empty;
@@ -347,27 +353,56 @@ static void slab_release(weft_pool *pool, weft__slab *slab) {
  * the common alloc and release paths need no callee-saved registers. */
 #define SLOW_PATH __attribute__((noinline, cold))
 
-/* A slab just became empty and is already counted as retained (by
- * put_block), but it is not at the head of the empty list (a one-block slab
- * never is: it was full, so off both lists) or the budget is exceeded: it
- * moves to the head, then the least recently emptied slabs
- * (this one last) are released while the retained bytes exceed the budget.
- * Every empty slab is on the list, so the scan finds one while
- * retained_bytes > 0. */
+/* Releases the least recently emptied counted slabs while the retained
+ * bytes exceed the budget. Every counted empty slab is on the empty list,
+ * so the scan finds one while retained_bytes > 0. */
+static void trim_to_budget(weft_pool *pool) {
+  while (pool->stats.retained_bytes > pool->retain_bytes) {
+    weft__slab *oldest = pool->empty_tail;
+    if (oldest->nused == 0 && pool->reserve[oldest->size_class] != oldest)
+      slab_release(pool, oldest);
+    else
+      empty_unlink(pool, oldest); /* stale (in use again), or a reserve */
+  }
+}
+
+/* A slab just became empty and put_block could not simply make it its
+ * class's reserve: the class has a reserve already, the slab has one block
+ * (it was full, so off the partial list), or the budget is 0 (no
+ * reserves). With a budget, the slab becomes the reserve and the one it
+ * displaces is counted: to the head of the empty list, then the budget is
+ * enforced. A displaced reserve is empty (taking a block clears it). */
 static SLOW_PATH void slab_emptied(weft_pool *pool, weft__slab *slab) {
   if (slab->nblocks == 1)
     partial_push(pool, slab); /* it was full, so off the partial list */
-  if (pool->empty != slab) {
-    if (slab->on_empty_list)
-      empty_unlink(pool, slab);
-    empty_push(pool, slab);
+  weft__slab *counted = slab;
+  if (pool->retain_bytes != 0) {
+    weft__slab **reserve = &pool->reserve[slab->size_class];
+    counted = *reserve;
+    *reserve = slab;
+    pool->stats.reserved_bytes += slab->data_bytes;
+    if (counted == NULL)
+      return;
+    pool->stats.reserved_bytes -= counted->data_bytes;
   }
-  while (pool->stats.retained_bytes > pool->retain_bytes) {
-    weft__slab *oldest = pool->empty_tail;
-    if (oldest->nused == 0)
-      slab_release(pool, oldest);
-    else
-      empty_unlink(pool, oldest); /* stale: in use again */
+  pool->stats.retained_bytes += counted->data_bytes;
+  if (pool->empty != counted) {
+    if (counted->on_empty_list)
+      empty_unlink(pool, counted);
+    empty_push(pool, counted);
+  }
+  trim_to_budget(pool);
+}
+
+/* A slab with no block in use gives one: it is no longer retained or the
+ * class's reserve. It stays on the empty list if it was there (stale). */
+static inline void slab_taken(weft_pool *pool, weft__slab *slab) {
+  weft__slab **reserve = &pool->reserve[slab->size_class];
+  if (*reserve == slab) {
+    *reserve = NULL;
+    pool->stats.reserved_bytes -= slab->data_bytes;
+  } else {
+    pool->stats.retained_bytes -= slab->data_bytes;
   }
 }
 
@@ -467,8 +502,8 @@ static __attribute__((noinline)) weft_buf *get_block_slow(weft_pool *pool,
     /* A free block and none on the free list: blocks remain uncarved. */
     buf = carve_block(pool, slab);
   }
-  if (slab->nused++ == 0) /* no longer retained; it stays on the empty */
-    pool->stats.retained_bytes -= slab->data_bytes; /* list, stale */
+  if (slab->nused++ == 0)
+    slab_taken(pool, slab);
   if (slab->nused == slab->nblocks) {
     /* Full: not a place to allocate from, and off the empty list even as
      * a stale entry, so that put_block sees it empty again as not the
@@ -492,7 +527,7 @@ weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls) {
   slab->free = buf->next;
   pool->stats.reused++;
   if (slab->nused++ == 0)
-    pool->stats.retained_bytes -= slab->data_bytes;
+    slab_taken(pool, slab);
   return init_block(buf);
 }
 
@@ -503,16 +538,20 @@ static SLOW_PATH void slab_not_full(weft_pool *pool, weft__slab *slab) {
 }
 
 /* A pooled block goes back to its own slab. Owner thread only. A buffer
- * allocated and released in turn empties its slab each time: the slab is
- * then already the head of the empty list, and only the counts change. */
+ * allocated and released in turn empties its slab each time: the slab then
+ * becomes its class's reserve again, and only the counts change. */
 static inline void put_block(weft_pool *pool, weft_buf *buf) {
   weft__slab *slab = buf->slab;
   buf->next = slab->free;
   slab->free = buf;
   if (--slab->nused == 0) {
-    pool->stats.retained_bytes += slab->data_bytes;
-    if (pool->empty != slab || pool->stats.retained_bytes > pool->retain_bytes)
+    weft__slab **reserve = &pool->reserve[slab->size_class];
+    if (*reserve == NULL && slab->nblocks > 1 && pool->retain_bytes != 0) {
+      *reserve = slab;
+      pool->stats.reserved_bytes += slab->data_bytes;
+    } else {
       slab_emptied(pool, slab);
+    }
   } else if (__builtin_expect(slab->nused + 1 == slab->nblocks, 0)) {
     slab_not_full(pool, slab);
   }

@@ -59,8 +59,10 @@ typedef struct weft__slab weft__slab;
  * (nused < nblocks) is on its class's partial list, where allocations take
  * blocks from; an empty one (nused == 0) is also on the
  * pool's empty list, most recently emptied first, and its bytes count as
- * retained. The empty list may also hold slabs taken back into use since
- * (see pool.c); they do not count. A full slab is only on the list of all
+ * retained, unless it is its class's reserve (the most recently emptied
+ * slab of the class, reserved_bytes, outside the budget). The empty list
+ * may also hold slabs taken back into use since, and reserves (see
+ * pool.c); they do not count. A full slab is only on the list of all
  * slabs (not even a stale entry of the empty list).
  */
 struct weft__slab {
@@ -102,8 +104,12 @@ struct weft_pool {
   bool leak_detect;
   weft__slab *partial[WEFT_POOL_CLASSES]; /* slabs with a free block; the
                                              head serves allocations */
-  weft__slab *empty;       /* empty slabs, most recently emptied first (and
-                              stale ones, see pool.c) */
+  weft__slab *reserve[WEFT_POOL_CLASSES]; /* each class's most recently
+                                             emptied slab while it stays
+                                             empty, kept outside the budget
+                                             (none when the budget is 0) */
+  weft__slab *empty;       /* counted empty slabs, most recently emptied
+                              first (and stale ones, see pool.c) */
   weft__slab *empty_tail;  /* the least recently emptied: released first */
   weft__slab *slabs;       /* every slab, newest first */
   weft_buf *spare_headers; /* linked through buf->next */

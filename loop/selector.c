@@ -245,7 +245,9 @@ static void dispatch(weft_loop *loop, int n) {
  *           waited on its CPU's run queue for more than 1/8 of the time it
  *           wanted to run (run delay from /proc/thread-self/schedstat):
  *           a thread that spins while another wants its CPU takes the CPU
- *           from that thread (a client of this very server, often);
+ *           from that thread (a client of this very server, often) --
+ *           unless its spins were short: at most WINDOW_WAKE_NS per spin
+ *           on average since the last sample (see below);
  *   grow    the gap was within the horizon: a longer spin would have
  *           caught the event without the wake-up, unless a preemption was
  *           seen in the last WINDOW_HOLD_NS.
@@ -269,6 +271,17 @@ static void dispatch(weft_loop *loop, int n) {
  * preemption count (ru_nivcsw) is still kept in the counters, and decides
  * where schedstat cannot be read.
  *
+ * Why short spins are kept under contention: a spin that ends in work
+ * within a few microseconds (a client on another CPU that answers at
+ * once, W messages in flight) costs the CPU's other threads less than the
+ * sleep and wake-up it saves (a context switch each way; 43% of an echo
+ * server's samples in finish_task_switch once it slept per batch), and
+ * sleeping per batch cut that echo to 0.4-0.5x of the spinning rate
+ * (docs/benchmarks.md, "Echo: one client, W messages in flight"). Spins
+ * that last their window (the client shares the loop's CPU and cannot
+ * answer until the loop yields, the 2-loop KV case) are long and still
+ * shrink the window.
+ *
  * Nothing here costs a system call per iteration: the clock is read by
  * the iteration anyway, and getrusage and one pread of schedstat run at
  * most once per WINDOW_SAMPLE_NS, on an iteration that found no work
@@ -288,6 +301,10 @@ static void dispatch(weft_loop *loop, int n) {
  * WINDOW_MIN_NS): three doublings from it reach the maximum. */
 #define WINDOW_STEPS_DIV 8u
 #define WINDOW_MIN_NS 1000u
+/* A sleep and its wake-up cost the loop's thread about this much CPU (ns;
+ * two context switches in this VM, 4-6 µs measured per sleeping batch):
+ * spins shorter than this on average free no CPU by sleeping instead. */
+#define WINDOW_WAKE_NS 5000u
 
 static void window_publish(weft_loop *loop) {
   atomic_store_explicit(&loop->stats.window_ns, loop->window.ns,
@@ -376,26 +393,58 @@ static bool window_contended(weft__poll_window *w, bool preempted) {
   return waited > (ran + waited) / 8;
 }
 
+/* Whether the spins since the last sample took more CPU than sleeping
+ * instead would have (WINDOW_WAKE_NS each); starts the next count. */
+static bool window_spins_costly(weft__poll_window *w) {
+  bool costly = w->spin_ns > w->spins_ended * WINDOW_WAKE_NS;
+  w->spin_ns = 0;
+  w->spins_ended = 0;
+  return costly;
+}
+
 /* Counts preemptions; shrinks the window if the thread was contended
- * since the last sample. */
+ * since the last sample and its spins were not short. */
 static void window_sample(weft_loop *loop, uint64_t now) {
   weft__poll_window *w = &loop->window;
   w->sample_ns = now + w->sample_period_ns;
+  bool costly = window_spins_costly(w);
   long n = thread_nivcsw();
   bool preempted = n >= 0 && n > w->nivcsw;
   if (preempted)
     weft__stat_add(&loop->stats.preemptions, (uint64_t)(n - w->nivcsw));
   if (n >= 0)
     w->nivcsw = n;
-  if (!window_contended(w, preempted))
+  if (!window_contended(w, preempted) || !costly)
     return;
   w->hold_ns = now + w->hold_period_ns;
   window_shrink(loop);
 }
 
+/* Accounts an iteration at `now` that found work or not (`idle`): the
+ * time of iterations without work is spin, and a run of them that ends
+ * in work is one spin ended. An iteration counts for at most
+ * WINDOW_WAKE_NS: one that took longer (an iteration is a microsecond or
+ * two) was preempted, and the time the thread waited for its CPU took
+ * nothing from the thread that had it. */
+static void window_account(weft__poll_window *w, bool idle, uint64_t now) {
+  if (idle) {
+    uint64_t dt = w->iter_ns != 0 ? now - w->iter_ns : 0;
+    w->spin_ns += dt < WINDOW_WAKE_NS ? dt : WINDOW_WAKE_NS;
+    w->spinning = true;
+  } else if (w->spinning) {
+    w->spins_ended++;
+    w->spinning = false;
+  }
+  w->iter_ns = now;
+}
+
 /* After a sleep that ended at `now` with `n` events. */
 static void window_after_sleep(weft_loop *loop, int n, uint64_t now) {
   weft__poll_window *w = &loop->window;
+  if (w->spinning) /* the spin before the sleep ended in the sleep */
+    w->spins_ended++;
+  w->spinning = false;
+  w->iter_ns = 0; /* the time asleep is no spin */
   if (!w->adaptive || w->max_ns == 0)
     return;
   if (now - loop->last_active_ns > WINDOW_HORIZON * w->max_ns)
@@ -488,6 +537,8 @@ void weft__selector_iteration(weft_loop *loop) {
 
   /* A half-linked push counts as work: the task is nearly there, and the
    * producer will not wake us because it saw us awake. */
+  if (loop->window.adaptive)
+    window_account(&loop->window, work == 0 && !pending, now);
   if (work > 0 || pending) {
     weft__stat_add(&loop->stats.polls_busy, 1);
     loop->last_active_ns = now;

@@ -740,6 +740,42 @@ START_TEST(selector_window_shrinks_when_preempted) {
 }
 END_TEST
 
+/* Work on every other poll: the loop's spins end in work after one empty
+ * iteration (about a microsecond, where a sleep and a wake-up cost the
+ * loop more), as a server's do when its client on another CPU answers at
+ * once. */
+static int alternating_poll(weft_source *src, int budget) {
+  (void)budget;
+  struct tsrc *t = src->data;
+  return atomic_fetch_add(&t->polls, 1) % 2;
+}
+static const weft_source_ops alternating_ops = {"alternating-src",
+                                                alternating_poll, NULL, NULL};
+
+/* The hogs contend the loop's CPU as in the test above, but its spins
+ * are short: the window stays (sleeping per event would cost more CPU
+ * than the spins take from the hogs). */
+START_TEST(selector_window_keeps_short_spins_when_preempted) {
+  weft_loop *loop = start_group(1, 2000000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &alternating_ops, -1);
+  run_on(loop, add_task, &t);
+  static struct hogs h;
+  hogs_start(&h);
+  /* (a shrink ends the wait too: at 0 the loop would sleep, and with no
+   * fd to wake it, take no more samples) */
+  WAIT_FOR(stats_of(loop).preemptions > 20 ||
+           stats_of(loop).window_shrinks > 0);
+  th_sleep_ms(100); /* more samples, each of them contended */
+  hogs_stop(&h);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.window_shrinks, 0);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 2000000000u);
+  run_on(loop, remove_task, &t);
+  finish_group();
+}
+END_TEST
+
 /* The same with adaptation off: the window stays, and nothing samples. */
 START_TEST(selector_window_fixed_ignores_preemption) {
   weft_loop *loop = start_group(1, 2000000, 0, false);
@@ -1099,6 +1135,7 @@ Suite *weft_test_suite(void) {
       selector_window_grows_when_events_follow_sleep,
       selector_window_grows_within_horizon,
       selector_window_shrinks_when_preempted,
+      selector_window_keeps_short_spins_when_preempted,
       selector_window_fixed_ignores_preemption, selector_watcher_errors,
       selector_watcher_polls_only_while_watching,
       selector_watcher_fires_while_spinning,

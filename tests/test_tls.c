@@ -33,6 +33,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <openssl/err.h>
+
 #include <weft/tls.h>
 #include <weft/weft.h>
 
@@ -467,6 +469,67 @@ START_TEST(embedded_handshake_and_data) {
 }
 END_TEST
 
+START_TEST(embedded_stale_error_queue) {
+  /* An error another library (or another channel) left on this thread's
+   * OpenSSL queue must not read as this channel's failure: SSL_get_error
+   * consults the queue after each WANT_READ, so it must be empty first. */
+  pair p;
+  pair_std(&p, false);
+  ERR_raise(ERR_LIB_USER, 1); /* stale, before the handshake's steps */
+  pair_pump(&p);
+  ck_assert_int_eq(atomic_load(&p.cw.hs_done), 1);
+  ck_assert_int_eq(atomic_load(&p.sw.hs_done), 1);
+  /* A record in two parts: the first part's SSL_read answers WANT_READ. */
+  weft_channel_write_and_flush(cli_ch(&p), buf_of(cli_ch(&p), "ping", 4),
+                               WEFT_PROMISE_NONE);
+  weft_buf *rec = weft_embedded_read_outbound(p.cli);
+  ck_assert_ptr_nonnull(rec);
+  ck_assert_ptr_null(weft_embedded_read_outbound(p.cli));
+  size_t n = weft_buf_readable(rec);
+  ck_assert_uint_gt(n, 8);
+  ERR_raise(ERR_LIB_USER, 2);
+  weft_embedded_write_inbound(p.srv,
+                              buf_of(srv_ch(&p), weft_buf_rptr(rec), n / 2));
+  ck_assert(weft_channel_is_active(srv_ch(&p)));
+  weft_embedded_write_inbound(
+      p.srv, buf_of(srv_ch(&p), weft_buf_rptr(rec) + n / 2, n - n / 2));
+  weft_buf_release(rec);
+  char got[16] = "";
+  ck_assert_uint_eq(drain_inbound(p.srv, got, sizeof got), 4);
+  ck_assert(memcmp(got, "ping", 4) == 0);
+  ck_assert_int_eq(weft_embedded_exception(p.srv, 0), 0);
+  ck_assert_int_eq(weft_embedded_exception(p.cli, 0), 0);
+  ERR_clear_error();
+  pair_free(&p);
+}
+END_TEST
+
+START_TEST(embedded_small_record_read_in_place) {
+  /* A small record that arrives while the channel reads, with nothing
+   * else held, is decrypted from the buffer it came in: one allocation
+   * (the plaintext), not a copy into a buffer of ours first. While the
+   * channel does not read, small ones are still copied (held memory:
+   * embedded_held_ciphertext_memory). */
+  pair p;
+  pair_std(&p, true);
+  weft_channel_write_and_flush(cli_ch(&p), buf_of(cli_ch(&p), "ping", 4),
+                               WEFT_PROMISE_NONE);
+  weft_buf *rec = weft_embedded_read_outbound(p.cli);
+  ck_assert_ptr_nonnull(rec);
+  weft_buf *in = buf_of(srv_ch(&p), weft_buf_rptr(rec), weft_buf_readable(rec));
+  weft_buf_release(rec);
+  weft_pool_stats before, after;
+  weft_pool_stats_get(weft_embedded_pool(p.srv), &before);
+  weft_embedded_write_inbound(p.srv, in);
+  weft_pool_stats_get(weft_embedded_pool(p.srv), &after);
+  ck_assert_uint_eq(after.allocs - before.allocs, 1);
+  char got[16] = "";
+  ck_assert_uint_eq(drain_inbound(p.srv, got, sizeof got), 4);
+  ck_assert(memcmp(got, "ping", 4) == 0);
+  pair_free(&p);
+}
+END_TEST
+
 START_TEST(embedded_batching_and_promises) {
   pair p;
   pair_std(&p, true);
@@ -635,6 +698,48 @@ static size_t long_hello(size_t i, uint8_t *out) {
   }
   return 16384 + 5;
 }
+
+/* Ciphertext held while reading is paused costs about its own bytes in
+ * pool memory, not a pool block per received segment: a peer trickling
+ * small segments (each in a large receive buffer) pins nothing more. */
+START_TEST(embedded_held_ciphertext_memory) {
+  pair p;
+  pair_std(&p, true);
+  ck_assert_int_eq(weft_channel_set_option(srv_ch(&p), WEFT_OPT_AUTO_READ, 0),
+                   0);
+  size_t total = 256 * 1024;
+  weft_channel_write_and_flush(cli_ch(&p),
+                               filled(weft_embedded_pool(p.cli), total, 'm'),
+                               WEFT_PROMISE_NONE);
+  weft_pool *pool = weft_embedded_pool(p.srv);
+  weft_pool_stats before, after;
+  weft_pool_stats_get(pool, &before);
+  size_t fed = 0, seg = 3000;
+  weft_buf *b;
+  while ((b = weft_embedded_read_outbound(p.cli)) != NULL) {
+    for (size_t off = 0; off < weft_buf_readable(b); off += seg) {
+      size_t n =
+          weft_buf_readable(b) - off < seg ? weft_buf_readable(b) - off : seg;
+      weft_buf *s = weft_buf_alloc(pool, WEFT_POOL_MAX_CLASS); /* 64 KiB */
+      memcpy(weft_buf_wptr(s), weft_buf_rptr(b) + off, n);
+      s->writer_index = n;
+      weft_embedded_write_inbound(p.srv, s);
+      fed += n;
+    }
+    weft_buf_release(b);
+  }
+  ck_assert_uint_gt(fed, total);
+  weft_pool_stats_get(pool, &after);
+  /* Held in buffers of 16 KiB, filled one after the other: ~17, not ~90
+   * blocks of 64 KiB. */
+  ck_assert_uint_le(after.live - before.live, fed / 16384 + 2);
+  ck_assert_int_eq(weft_channel_set_option(srv_ch(&p), WEFT_OPT_AUTO_READ, 1),
+                   0);
+  weft_embedded_run_pending(p.srv); /* the resume task, then the event */
+  ck_assert_uint_eq(drain_inbound(p.srv, NULL, 0), total);
+  pair_free(&p);
+}
+END_TEST
 
 START_TEST(embedded_bounds) {
   th_log_capture_start();
@@ -1562,11 +1667,13 @@ Suite *weft_test_suite(void) {
   Suite *s = suite_create("tls");
   TCase *emb = tcase_create("embedded");
   tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
-  th_add_tests(emb, embedded_handshake_and_data, embedded_batching_and_promises,
-               embedded_flow_control, embedded_close_notify, embedded_bounds,
-               embedded_plaintext_peer, embedded_alpn_refused,
-               embedded_starttls, embedded_ktls_wait_is_bounded,
-               options_and_config, context_errors, NULL);
+  th_add_tests(
+      emb, embedded_handshake_and_data, embedded_stale_error_queue,
+      embedded_small_record_read_in_place, embedded_batching_and_promises,
+      embedded_flow_control, embedded_close_notify, embedded_bounds,
+      embedded_held_ciphertext_memory, embedded_plaintext_peer,
+      embedded_alpn_refused, embedded_starttls, embedded_ktls_wait_is_bounded,
+      options_and_config, context_errors, NULL);
   suite_add_tcase(s, emb);
   TCase *tc_net = tcase_create("network");
   tcase_set_timeout(tc_net, 120);

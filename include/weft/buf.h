@@ -15,17 +15,21 @@
  * Each loop owns one pool (weft_loop_pool()); standalone pools serve tests
  * and tools.
  *
- * Giving memory back: a slab none of whose blocks is in use is "retained"
- * for reuse while the pool's retained bytes stay within its retention
- * budget (weft_pool_options.retain_bytes, default 4 MiB). When a slab
- * becomes entirely free and the retained bytes then exceed the budget, the
- * pool releases empty slabs, least recently emptied first, until they fit:
+ * Giving memory back: the most recently emptied slab of each size class is
+ * its class's "reserve", kept outside the budget (so a steady stream does
+ * not unmap and fault in a slab per message when its working set crosses a
+ * slab boundary; at most one slab per class). Any other slab none of whose
+ * blocks is in use is "retained" for reuse while the pool's retained bytes
+ * stay within its retention budget (weft_pool_options.retain_bytes, default
+ * 4 MiB). When a slab becomes entirely free and the retained bytes then
+ * exceed the budget, the pool releases empty slabs, least recently emptied
+ * first, until they fit:
  * for each, every slab hook's `unreg` runs, then the memory is unmapped
  * (never MADV_DONTNEED: a NIC may have pinned the pages). So after a burst
  * (gigabytes of queued replies) the process's memory comes back down to the
- * budget plus what is still in use. Nothing is released while any block of the
- * slab is in use, and only on the owner thread (a remote release counts once
- * the owner has drained it).
+ * budget plus the reserves plus what is still in use. Nothing is released while
+ * any block of the slab is in use, and only on the owner thread (a remote
+ * release counts once the owner has drained it).
  *
  * Ownership: a buffer starts with one reference, held by whoever allocated it.
  * weft_buf_retain() adds one, weft_buf_release() drops one; at zero the memory
@@ -130,8 +134,11 @@ typedef struct weft_pool_options {
   size_t retain_bytes; /* retention budget, in bytes: slab memory with no
                           block in use that the pool keeps for reuse; empty
                           slabs beyond it are unregistered (slab hooks) and
-                          unmapped, least recently emptied first. Default
-                          WEFT_POOL_RETAIN_BYTES_DEFAULT (4 MiB); 0 releases
+                          unmapped, least recently emptied first. Each
+                          class's reserve (its most recently emptied slab)
+                          is kept beyond it. Default
+                          WEFT_POOL_RETAIN_BYTES_DEFAULT (4 MiB); 0 keeps no
+                          reserve and releases
                           every slab as soon as it is empty (each allocation
                           after an idle moment then maps and registers a
                           slab); SIZE_MAX never releases one. */
@@ -211,7 +218,11 @@ typedef struct weft_pool_stats {
   size_t slab_bytes;     /* bytes of block memory in those slabs */
   size_t retained_bytes; /* bytes now in slabs with no block in use, kept
                             for reuse; at most weft_pool_options.retain_bytes
-                            (a block freed remotely counts once drained) */
+                            (a block freed remotely counts once drained);
+                            the reserves are not included */
+  size_t reserved_bytes; /* bytes now in the classes' reserves: each class's
+                            most recently emptied slab while it stays empty,
+                            kept beyond retain_bytes (0 when it is 0) */
   size_t slabs_released; /* slabs given back to the system (hooks' unreg,
                             then unmapped) since the pool was created; the
                             pool freeing its slabs at the end is not counted */

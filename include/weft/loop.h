@@ -19,17 +19,21 @@
  *    time it wanted to run (run delay from /proc/thread-self/schedstat,
  *    or, where that cannot be read, any involuntary context switch;
  *    sampled at most once per millisecond, on idle iterations): another
- *    thread wants this CPU, and spinning takes it from that thread; below
- *    busy_poll_us / 8 (at least 1 µs) it drops to 0, which is blocking at
- *    once;
+ *    thread wants this CPU, and spinning takes it from that thread (unless
+ *    the spins since the last sample were short, at most 5 µs each on
+ *    average: then a sleep and wake-up per event would cost that thread
+ *    more); below busy_poll_us / 8 (at least 1 µs) it drops to 0, which
+ *    is blocking at once;
  *  - it doubles (from 0: to busy_poll_us / 8) after a sleep that ended
  *    with an event within the horizon (a longer spin would have caught it
  *    without a wake-up), but not within 100 ms of contention.
- * So a loop alone on its CPU keeps spinning, and a loop whose CPU another
+ * So a loop alone on its CPU keeps spinning, a loop whose CPU another
  * thread needs (a load generator, a second loop's client) blocks as if
- * busy_poll_us were 0. The selector makes no system call per iteration for
- * this: one clock read, as before, and one getrusage and one pread per
- * millisecond at most. weft_loop_stats shows the window and its changes.
+ * busy_poll_us were 0, and one whose events follow each other within
+ * microseconds keeps spinning even then. The selector makes no system call per
+ * iteration for this: one clock read, as before, and one getrusage and one
+ * pread per millisecond at most. weft_loop_stats shows the window and its
+ * changes.
  *
  * A weft_loop_group owns N loops, each on its own thread, by default one per
  * online CPU and pinned to it. Everything that belongs to a loop (sources,
@@ -75,8 +79,9 @@ typedef struct weft_loop_options {
   size_t pool_retain_bytes; /* bytes of empty slab memory each loop's buffer
                                pool keeps for reuse; the rest goes back to
                                the system (weft_pool_options.retain_bytes:
-                               default 4 MiB; 0 = keep none, SIZE_MAX =
-                               keep all) */
+                               default 4 MiB; each size class's most
+                               recently emptied slab is kept beyond it; 0 =
+                               keep none, SIZE_MAX = keep all) */
 } weft_loop_options;
 
 /**

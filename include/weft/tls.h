@@ -7,7 +7,8 @@
  * made once and shared by any number of channels, on any loops.
  * weft_tls_add_first() puts a TLS handler first in a channel's pipeline
  * (next to the transport), with its own OpenSSL engine driven through
- * memory BIOs, so it works over every byte-stream transport: tcp, uring,
+ * in-memory BIOs over weft_bufs, so it works over every byte-stream
+ * transport: tcp, uring,
  * and ucx (which carries a byte stream too).
  *
  *   weft_tls_options o;
@@ -328,7 +329,7 @@ typedef struct weft_tls_info {
                            (decryption stays in OpenSSL) */
   const char *protocol; /* "TLSv1.3", "TLSv1.2" (static); NULL before the
                            handshake */
-  const char *cipher;   /* "TLS_AES_256_GCM_SHA384" (static), or NULL */
+  const char *cipher;   /* "TLS_AES_128_GCM_SHA256" (static), or NULL */
   char alpn[WEFT_TLS_NAME_MAX];         /* the protocol agreed by ALPN, or "" */
   char peer_subject[WEFT_TLS_NAME_MAX]; /* the peer certificate's subject
                                            ("CN=localhost"), or "" */

@@ -57,7 +57,11 @@
  * server` serves one configuration on --host:--port until SIGINT/SIGTERM;
  * `--role client` measures against it (same -S; --server-pid PID to
  * measure the idle server's CPU). --host is the address to listen on and
- * connect to (RoCE cannot use 127.0.0.1).
+ * connect to (RoCE cannot use 127.0.0.1). `--plain-echo` speaks plain
+ * echo: a client (the echoing patterns pingpong, bidir, rate and idle
+ * only) sends no hello, so any echo server (weft-echo, a raw one) can be
+ * measured with the same client; a server echoes every connection from
+ * its first byte (scripts/bench-echo.sh).
  *
  * Output: markdown tables on stdout (with the ratio of every weft row to
  * the raw rows of the same point) and the issue's targets; --csv FILE,
@@ -71,7 +75,8 @@
  *                    outputs, the pattern table, phases, errors
  *   bench_session.c  starting and stopping a configuration's server side
  *                    and client loop
- *   bench_server.c   the server: the hello, then echo, count or close
+ *   bench_server.c   the weft server: the hello, then echo, count or close
+ *   raw_server.c     the raw server, the same over epoll in one thread
  *   bench_raw.c      plain-socket helpers of the raw client and server
  *   bench_client.c   the weft client: connections, run state, handler
  *   pingpong.c, echo.c, stream.c, connect.c, idle.c: the patterns, each
@@ -166,6 +171,7 @@ typedef struct bench_opts {
   int n_excludes;
   const char *tls_certs; /* --tls-certs DIR, for the +tls setups */
   bool tls_ktls;         /* --tls-ktls: ktls = on in both TLS contexts */
+  bool plain_echo; /* --plain-echo: no hello (a client), echo all (a server) */
 } bench_opts;
 
 /** The options: set by bench_main.c, read everywhere after. */
@@ -194,7 +200,8 @@ struct session {
   char prefix[16]; /* server thread names start with this */
   /* raw */
   int lfd;
-  pthread_t accept_thread;
+  int stop_fd;             /* eventfd: written to stop the raw server */
+  pthread_t accept_thread; /* the raw server's thread */
   struct sockaddr_in addr; /* where the client connects */
   /* weft */
   weft_loop_group *sg, *cg;
@@ -374,10 +381,11 @@ void bench_session_start(bench_config *cf, int idx);
 /** Stops and frees cf's session. */
 void bench_session_stop(bench_config *cf);
 
-/* ---- bench_server.c ---- */
+/* ---- bench_server.c and raw_server.c ---- */
 
-/** The raw server's accept thread (arg: its session): a thread per
- * connection after the hello, until the listener shuts down. */
+/** The raw server's thread (arg: its session): epoll over the listener
+ * and every connection, pinned to CPU 1, until s->stop_fd is written;
+ * then closes its connections (not the listener). raw_server.c. */
 void *bench_server_raw_main(void *arg);
 
 /** child_init of the weft server (arg: its session): the TLS handler in
@@ -403,8 +411,8 @@ int bench_raw_recv_exact(int fd, void *p, size_t n, bool busy);
 /** Sets TCP_NODELAY. */
 void bench_raw_nodelay(int fd);
 
-/** Connects to s's server and sends the hello {mode, unit}; dies on
- * failure. Returns the socket. */
+/** Connects to s's server and sends the hello {mode, unit} (not with
+ * --plain-echo); dies on failure. Returns the socket. */
 int bench_raw_connect(session *s, uint32_t mode, uint64_t unit);
 
 /** Reads (into bench_rxbuf) until EOF or an error. */

@@ -98,7 +98,8 @@ static void client_up(weft_ctx *ctx, wconn *c) {
     weft_ctx_close(ctx, WEFT_PROMISE_NONE);
     return;
   }
-  write_hello(c, r->pat->server_mode, r->unit);
+  if (!bench_opt.plain_echo)
+    write_hello(c, r->pat->server_mode, r->unit);
   weft_ctx_flush(ctx);
   if (r->pat->active != NULL)
     r->pat->active(r, c);

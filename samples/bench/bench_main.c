@@ -58,6 +58,10 @@ static weft_cli cli = {
         "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
         "  --server-pid PID        client role: the server process, for "
         "idle CPU\n"
+        "  --plain-echo            no hello: a client (pingpong, bidir, "
+        "rate, idle) is\n"
+        "                          answered by any echo server; a server "
+        "echoes all\n"
         "  -x SETUP:PATTERN        skip a pattern for a transport (or raw "
         "mode)\n"
         "  --csv FILE --json FILE --md FILE   --progress --no-progress -q\n",
@@ -93,6 +97,7 @@ enum {
   OPT_NO_PROGRESS,
   OPT_TLS_CERTS,
   OPT_TLS_KTLS,
+  OPT_PLAIN_ECHO,
 };
 
 static const struct option long_opts[] = {
@@ -113,6 +118,7 @@ static const struct option long_opts[] = {
     {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
     {"tls-certs", required_argument, NULL, OPT_TLS_CERTS},
     {"tls-ktls", no_argument, NULL, OPT_TLS_KTLS},
+    {"plain-echo", no_argument, NULL, OPT_PLAIN_ECHO},
     {"setup", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -169,6 +175,9 @@ static void parse_long(int opt, char **argv) {
     break;
   case OPT_TLS_KTLS:
     o->tls_ktls = true;
+    break;
+  case OPT_PLAIN_ECHO:
+    o->plain_echo = true;
     break;
   default:
     weft_cli_bad_option(&cli, opt, argv[optind - 1]);

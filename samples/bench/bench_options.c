@@ -189,6 +189,12 @@ bool bench_opts_check(void) {
   /* a server may take any free port: it prints the one it got */
   if (o->role == ROLE_CLIENT && o->port == 0)
     bench_fail("%s", "--role client needs --port");
+  /* without the hello a server can only echo */
+  if (o->plain_echo && (o->role == ROLE_BOTH ||
+                        (o->role == ROLE_CLIENT &&
+                         (o->patterns[P_STREAM] || o->patterns[P_CONNECT]))))
+    bench_fail("%s", "--plain-echo is for --role server, or --role client "
+                     "with the echoing patterns (-p pingpong,bidir,rate,idle)");
   for (int i = 0; i < o->n_configs; i++)
     if (o->configs[i].tls && o->tls_certs == NULL)
       bench_fail("setup %s needs --tls-certs DIR (ca.pem, server.pem, "

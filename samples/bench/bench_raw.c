@@ -61,7 +61,7 @@ int bench_raw_connect(session *s, uint32_t mode, uint64_t unit) {
   if (connect(fd, (struct sockaddr *)&s->addr, sizeof s->addr) < 0)
     bench_die("connect");
   bench_raw_nodelay(fd);
-  if (bench_raw_send_all(fd, &h, sizeof h) < 0)
+  if (!bench_opt.plain_echo && bench_raw_send_all(fd, &h, sizeof h) < 0)
     bench_die("send");
   return fd;
 }

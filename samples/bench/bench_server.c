@@ -1,118 +1,15 @@
-/* bench_server.c: weft-bench's server, in both kinds. Every connection
- * starts with the client's 16 B hello, which says what to do until EOF:
- * echo every byte (SRV_ECHO), count bytes and answer one byte per unit
- * (SRV_SINK), or close at once (SRV_CLOSE). The raw server is an accept
- * thread and a thread per connection, pinned to CPU 1 (one recv, one send
- * per echo, no epoll); the weft server is a handler on the session's
- * server loop, behind the TLS handler in a +tls setup. bench_session.c
- * starts both. */
+/* bench_server.c: weft-bench's weft server. Every connection starts with
+ * the client's 16 B hello, which says what to do until EOF: echo every
+ * byte (SRV_ECHO), count bytes and answer one byte per unit (SRV_SINK), or
+ * close at once (SRV_CLOSE). The server is a handler on the session's
+ * server loop, behind the TLS handler in a +tls setup; the raw server
+ * that answers the same hello is raw_server.c. bench_session.c starts
+ * both. */
 
-#include <errno.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "bench.h"
-#include "bench_util.h"
-
-/* ---- raw ---- */
-
-typedef struct raw_conn {
-  int fd;
-  hello h;
-  bool busy;
-  char name[16];
-} raw_conn;
-
-/* Answers one byte per unit of the bytes counted so far; -1 on error. */
-static int raw_answer(raw_conn *rc, uint64_t count, uint64_t *acked) {
-  uint64_t due = count / rc->h.unit - *acked;
-  *acked += due;
-  for (size_t k; due > 0; due -= k) {
-    k = due > BENCH_TXMAX ? BENCH_TXMAX : (size_t)due;
-    if (bench_raw_send_all(rc->fd, bench_zeros, k) < 0)
-      return -1;
-  }
-  return 0;
-}
-
-/* Echoes, or counts and answers one byte per unit, until EOF. */
-static void *raw_conn_main(void *arg) {
-  raw_conn *rc = arg;
-  pthread_setname_np(pthread_self(), rc->name);
-  bench_pin_self(1);
-  uint8_t *buf = malloc(BENCH_TXMAX);
-  uint64_t count = 0, acked = 0;
-  for (;;) {
-    ssize_t r = bench_raw_recv(rc->fd, buf, BENCH_TXMAX, rc->busy);
-    if (r <= 0)
-      break;
-    if (rc->h.mode == SRV_ECHO) {
-      if (bench_raw_send_all(rc->fd, buf, (size_t)r) < 0)
-        break;
-      continue;
-    }
-    count += (uint64_t)r;
-    if (raw_answer(rc, count, &acked) < 0)
-      break;
-  }
-  free(buf);
-  close(rc->fd);
-  free(rc);
-  return NULL;
-}
-
-/* Reads the hello of a new connection; false (fd closed) when it is not
- * one or asks for a close. */
-static bool raw_take_hello(int fd, hello *h) {
-  if (bench_raw_recv_exact(fd, h, sizeof *h, false) < 0 ||
-      h->magic != BENCH_HELLO_MAGIC || h->mode == SRV_CLOSE ||
-      (h->mode == SRV_SINK && h->unit == 0)) {
-    close(fd);
-    return false;
-  }
-  return true;
-}
-
-static void raw_conn_start(session *s, int fd, const hello *h) {
-  raw_conn *rc = malloc(sizeof *rc);
-  *rc = (raw_conn){.fd = fd, .h = *h, .busy = s->cf->busy};
-  snprintf(rc->name, sizeof rc->name, "%.8sraw", s->prefix);
-  pthread_t t;
-  if (pthread_create(&t, NULL, raw_conn_main, rc) != 0) {
-    close(fd);
-    free(rc);
-    return;
-  }
-  pthread_detach(t);
-}
-
-/* Accepts, reads the hello (a CLOSE is handled here, so the connect rate
- * is not a thread-creation rate), and starts a thread per connection. */
-void *bench_server_raw_main(void *arg) {
-  session *s = arg;
-  char name[16];
-  snprintf(name, sizeof name, "%.8sacc", s->prefix);
-  pthread_setname_np(pthread_self(), name);
-  bench_pin_self(1);
-  for (;;) {
-    int fd = accept(s->lfd, NULL, NULL);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED)
-        continue;
-      return NULL; /* the listener was shut down */
-    }
-    bench_raw_nodelay(fd);
-    hello h;
-    if (raw_take_hello(fd, &h))
-      raw_conn_start(s, fd, &h);
-  }
-}
-
-/* ---- weft ---- */
 
 typedef struct srv_conn {
   uint8_t hdr[sizeof(hello)];
@@ -195,6 +92,10 @@ static const weft_handler srv_handler = {.name = "bench-server",
 void bench_server_weft_init(weft_channel *ch, void *arg) {
   const session *ses = arg;
   srv_conn *s = calloc(1, sizeof *s);
+  if (s != NULL && bench_opt.plain_echo) { /* no hello: echo from byte 0 */
+    s->hlen = sizeof s->hdr;
+    s->h.mode = SRV_ECHO;
+  }
   if (s == NULL ||
       (ses->tls_server != NULL &&
        weft_tls_add_first(weft_channel_pipeline(ch), ses->tls_server, NULL) <

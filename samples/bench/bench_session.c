@@ -1,6 +1,6 @@
 /* bench_session.c: a configuration's session, started once before the
  * first measurement and stopped after the last. A raw session is a
- * listening socket and its accept thread (bench_server.c), or, in the
+ * listening socket and the raw server's thread (raw_server.c), or, in the
  * client role, only the server's address. A weft session is a server loop
  * group (--server-loops loops, loop i on CPU 1+i) with the bench server
  * bound, and a client loop group (one loop, CPU 0); each role starts only
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,6 +46,9 @@ static void raw_session_start(session *s) {
       listen(s->lfd, 1024) < 0 ||
       getsockname(s->lfd, (struct sockaddr *)&s->addr, &sl) < 0)
     bench_die("listen");
+  s->stop_fd = eventfd(0, EFD_CLOEXEC);
+  if (s->stop_fd < 0)
+    bench_die("eventfd");
   if (pthread_create(&s->accept_thread, NULL, bench_server_raw_main, s) != 0)
     bench_die("pthread_create");
 }
@@ -52,8 +56,11 @@ static void raw_session_start(session *s) {
 static void raw_session_stop(session *s) {
   if (bench_opt.role == ROLE_CLIENT)
     return;
-  shutdown(s->lfd, SHUT_RDWR);
+  uint64_t one = 1;
+  if (write(s->stop_fd, &one, sizeof one) != sizeof one)
+    bench_die("eventfd write");
   pthread_join(s->accept_thread, NULL);
+  close(s->stop_fd);
   close(s->lfd);
 }
 
@@ -211,6 +218,7 @@ void bench_session_start(bench_config *cf, int idx) {
   s->cf = cf;
   s->idx = idx;
   s->lfd = -1;
+  s->stop_fd = -1;
   /* weft names its loop threads "<name>-<i>": "wb3s-0" */
   snprintf(s->prefix, sizeof s->prefix, "wb%ds-", idx);
   cf->s = s;
