@@ -271,16 +271,49 @@ static unsigned progress(ucx_loop *tl) {
   return k;
 }
 
+/* progress, timing it if this poll is a sample and it found nothing:
+ * empty_progress_ns is the least of every UCX_PROGRESS_SAMPLES such
+ * times (a preempted sample does not count). */
+static unsigned progress_sampled(ucx_loop *tl, bool sample) {
+  if (!sample)
+    return progress(tl);
+  uint64_t t0 = weft__ucx_now_ns();
+  unsigned k = progress(tl);
+  if (k != 0)
+    return k;
+  uint64_t d = weft__ucx_now_ns() - t0;
+  if (tl->n_samples == 0 || d < tl->sample_min_ns)
+    tl->sample_min_ns = d;
+  if (++tl->n_samples == UCX_PROGRESS_SAMPLES) {
+    tl->empty_progress_ns = tl->sample_min_ns;
+    tl->n_samples = 0;
+  }
+  return 0;
+}
+
+/* Progresses until UCX has nothing left; where an empty progress is a
+ * system call (UCX's tcp lanes: an epoll_wait per ucp_worker_progress),
+ * only until its callbacks left work, which is then done at once (the
+ * selector polls again while there was work): progressing once more
+ * before delivering put that system call into every message's path on
+ * each side (docs/benchmarks.md, UCX, "Delivering before the next
+ * progress"). Over shared memory an empty progress is cheap, and
+ * progressing to the end delivers bigger batches (the pipelined message
+ * rate fell when it did not). */
 static int ucx_loop_poll(weft_source *src, int budget) {
   ucx_loop *tl = src->data;
+  bool sample = tl->polls++ % UCX_PROGRESS_SAMPLE == 0;
+  bool deliver_first = tl->empty_progress_ns >= UCX_COSTLY_PROGRESS_NS;
   int n = 0;
   while (n < budget) {
-    unsigned k = progress(tl);
+    unsigned k = progress_sampled(tl, sample);
     if (k == 0) {
       tl->drains++;
       break;
     }
     n += (int)k;
+    if (deliver_first && (tl->pend_head != NULL || tl->n_accepts > 0))
+      break;
   }
   if (tl->n_accepts > 0)
     n += weft__ucx_accept_pending(tl);

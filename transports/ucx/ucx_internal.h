@@ -191,7 +191,12 @@
 #define UCX_KEEPALIVE_BUSY_PROBES 12u
 /* The housekeeping tick (lingering eps, redirects) without keepalive. */
 #define UCX_TICK_MS 1000u
-#define UCX_FREE_LIST_MAX 64 /* send contexts and queue entries kept */
+#define UCX_FREE_LIST_MAX 64    /* send contexts and queue entries kept */
+#define UCX_PROGRESS_SAMPLE 16u /* polls per timed empty progress */
+#define UCX_PROGRESS_SAMPLES 8u /* timed ones per empty_progress_ns */
+/* An empty progress at least this long (ns) is a system call's: poll
+ * delivers before progressing again. */
+#define UCX_COSTLY_PROGRESS_NS 250u
 
 /* ---- process-wide settings ---- */
 
@@ -437,9 +442,19 @@ struct ucx_loop {
   weft_timer tick;    /* keepalive, lingering and redirect deadlines */
   size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
   uint64_t drains;    /* polls whose progress ran until nothing was left */
-  bool warned_header; /* logged a message of another wire format */
-  bool in_progress;   /* inside ucp_worker_progress: UCX callbacks may run,
-                         the core must not (asserted where it calls in) */
+  /* What a ucp_worker_progress that found nothing costs, in ns: the
+   * least of UCX_PROGRESS_SAMPLES timed ones, one poll in
+   * UCX_PROGRESS_SAMPLE timed. Over tcp lanes it is an epoll_wait (poll
+   * then delivers before progressing again), over shared memory a few
+   * loads (poll progresses until nothing is left, which delivers bigger
+   * batches). 0 until measured. */
+  uint64_t empty_progress_ns;
+  uint64_t sample_min_ns; /* the least of this round's samples so far */
+  uint32_t n_samples;     /* samples in this round */
+  uint32_t polls;         /* polls so far, for the sampling */
+  bool warned_header;     /* logged a message of another wire format */
+  bool in_progress;       /* inside ucp_worker_progress: UCX callbacks may run,
+                             the core must not (asserted where it calls in) */
   /* Connection requests conn_handler queued for poll: entries
    * [accept_head, n_accepts); a closed listener's have uln == NULL. */
   struct ucx_accept *accepts;
