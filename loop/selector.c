@@ -394,9 +394,13 @@ static bool window_contended(weft__poll_window *w, bool preempted) {
 }
 
 /* Whether the spins since the last sample took more CPU than sleeping
- * instead would have (WINDOW_WAKE_NS each); starts the next count. */
+ * instead would have (WINDOW_WAKE_NS each); starts the next count. A spin
+ * still going at the sample counts as one: its iterations are in spin_ns
+ * already (without it, a slow build whose every iteration hits the cap,
+ * as under TSan, read one short spin per sample as costly). */
 static bool window_spins_costly(weft__poll_window *w) {
-  bool costly = w->spin_ns > w->spins_ended * WINDOW_WAKE_NS;
+  uint64_t spins = w->spins_ended + (w->spinning ? 1u : 0u);
+  bool costly = w->spin_ns > spins * WINDOW_WAKE_NS;
   w->spin_ns = 0;
   w->spins_ended = 0;
   return costly;
