@@ -16,8 +16,9 @@
  *    the horizon: no window would have caught the event, so the spin
  *    before the sleep was wasted), and when the loop's thread was
  *    contended: it waited on its CPU's run queue for more than 1/8 of the
- *    time it wanted to run (run delay from /proc/thread-self/schedstat,
- *    or, where that cannot be read, any involuntary context switch;
+ *    time it wanted to run (run delay from /proc/thread-self/schedstat)
+ *    and was preempted at least once (an involuntary context switch; the
+ *    switch alone decides where schedstat cannot be read;
  *    sampled at most once per millisecond, on idle iterations): another
  *    thread wants this CPU, and spinning takes it from that thread (unless
  *    the spins since the last sample were short, at most 5 µs each on
