@@ -46,36 +46,8 @@ if [ ! -x "$echo_bin" ] || [ ! -x "$bench_bin" ]; then
 fi
 rates=$(for w in $windows; do printf '1x%s,' "$w"; done)
 rates=${rates%,}
-# Below the ephemeral range (32768-60999), where clients' ports would clash.
-port=$((20000 + RANDOM % 10000))
-out=$(mktemp -d)
-server_pid=
-cleanup() {
-  [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
-# Starts a server in the background (server_pid) and waits until `port`
-# accepts connections; false if it does not within 5 s (its log is shown).
-start_server() {
-  "$@" >"$out/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 50); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  sed 's/^/server: /' "$out/server.log" >&2
-  return 1
-}
-
-stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=
-}
+. scripts/lib.sh
+bench_server_setup # port, out, server_pid, the EXIT trap; start_server
 
 # Starts server NAME on `port`.
 start_named() {

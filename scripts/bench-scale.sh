@@ -35,31 +35,9 @@ kv_bin=$build/samples/kv/weft-kv-server
 ncpu=$(nproc)
 hz=$(getconf CLK_TCK)
 client_cpu=$((ncpu - 1))
-# Below the ephemeral range (32768-60999), where clients' ports would clash.
-port=$((20000 + RANDOM % 10000))
 pin=${WEFT_BENCH_PIN:-true}
-out=$(mktemp -d)
-server_pid=
-cleanup() {
-  [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
-  wait 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
-
-# Starts a server in the background (server_pid) and waits until `port`
-# accepts connections; false if it does not within 5 s (its log is shown).
-start_server() {
-  "$@" >"$out/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 50); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  sed 's/^/server: /' "$out/server.log" >&2
-  return 1
-}
+. scripts/lib.sh
+bench_server_setup # port, out, server_pid, the EXIT trap; start_server
 
 # CPU ticks (user + system) the server has used so far.
 server_ticks() {
@@ -76,12 +54,6 @@ measure() {
   rate=$("$@" 2>&1 | sed -n "$pick") || true
   ticks=$(($(server_ticks) - c0)) elapsed_ns=$(($(date +%s%N) - t0))
   echo "$rate $((100 * ticks * 1000000000 / hz / elapsed_ns))"
-}
-
-stop_server() {
-  kill "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=
 }
 
 # echo TRANSPORT LOOPS: prints "ROUND_TRIPS/S SERVER_CPU%", or nothing.

@@ -53,3 +53,43 @@ quiet_build() {
   shift
   quiet_run "building $dir" cmake --build "$dir" -j"$(nproc)" "$@"
 }
+
+# ---- one benchmark server at a time (bench-echo.sh, bench-scale.sh) ----
+
+# bench_server_setup: a free-looking port below the ephemeral range
+# (32768-60999, where clients' ports would clash) in `port`, a temporary
+# folder in `out`, and an EXIT trap that stops the server and removes it.
+bench_server_setup() {
+  port=$((20000 + RANDOM % 10000))
+  out=$(mktemp -d)
+  server_pid=
+  trap bench_server_cleanup EXIT
+}
+
+bench_server_cleanup() {
+  [ -z "$server_pid" ] || kill "$server_pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$out"
+}
+
+# start_server COMMAND...: runs COMMAND in the background (server_pid) and
+# waits until `port` accepts connections; false if it does not within 5 s
+# (its log is shown).
+start_server() {
+  "$@" >"$out/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 50); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  sed 's/^/server: /' "$out/server.log" >&2
+  return 1
+}
+
+# stop_server: stops the server start_server started, and waits for it.
+stop_server() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=
+}
