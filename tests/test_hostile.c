@@ -64,8 +64,9 @@ static void srv_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
 
 static void srv_exception(weft_ctx *ctx, int err, const char *reason) {
   server_stats *st = weft_ctx_state(ctx);
-  atomic_fetch_add(&st->exceptions, 1);
+  /* The error first: a test that sees the count may read it at once. */
   atomic_store(&st->last_err, err);
+  atomic_fetch_add(&st->exceptions, 1);
   weft_ctx_fire_exception_caught(ctx, err, reason);
 }
 
