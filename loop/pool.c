@@ -353,6 +353,13 @@ static void slab_release(weft_pool *pool, weft__slab *slab) {
  * the common alloc and release paths need no callee-saved registers. */
 #define SLOW_PATH __attribute__((noinline, cold))
 
+/* Makes the empty `slab` its class's reserve (the caller has dealt with
+ * the reserve it replaces, if any). */
+static inline void reserve_set(weft_pool *pool, weft__slab *slab) {
+  pool->reserve[slab->size_class] = slab;
+  pool->stats.reserved_bytes += slab->data_bytes;
+}
+
 /* Releases the least recently emptied counted slabs while the retained
  * bytes exceed the budget. Every counted empty slab is on the empty list,
  * so the scan finds one while retained_bytes > 0. */
@@ -377,10 +384,8 @@ static SLOW_PATH void slab_emptied(weft_pool *pool, weft__slab *slab) {
     partial_push(pool, slab); /* it was full, so off the partial list */
   weft__slab *counted = slab;
   if (pool->retain_bytes != 0) {
-    weft__slab **reserve = &pool->reserve[slab->size_class];
-    counted = *reserve;
-    *reserve = slab;
-    pool->stats.reserved_bytes += slab->data_bytes;
+    counted = pool->reserve[slab->size_class];
+    reserve_set(pool, slab);
     if (counted == NULL)
       return;
     pool->stats.reserved_bytes -= counted->data_bytes;
@@ -545,13 +550,11 @@ static inline void put_block(weft_pool *pool, weft_buf *buf) {
   buf->next = slab->free;
   slab->free = buf;
   if (--slab->nused == 0) {
-    weft__slab **reserve = &pool->reserve[slab->size_class];
-    if (*reserve == NULL && slab->nblocks > 1 && pool->retain_bytes != 0) {
-      *reserve = slab;
-      pool->stats.reserved_bytes += slab->data_bytes;
-    } else {
+    if (pool->reserve[slab->size_class] == NULL && slab->nblocks > 1 &&
+        pool->retain_bytes != 0)
+      reserve_set(pool, slab);
+    else
       slab_emptied(pool, slab);
-    }
   } else if (__builtin_expect(slab->nused + 1 == slab->nblocks, 0)) {
     slab_not_full(pool, slab);
   }
