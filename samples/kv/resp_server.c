@@ -300,10 +300,15 @@ static bool resp_run(resp_conn *c, weft_resp_cmd *cmd) {
   return c->broken || c->sess.quit;
 }
 
+/* Releases n commands without running them. */
+static void resp_release_cmds(weft_resp_cmd **cmds, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    weft_resp_cmd_release(cmds[i]);
+}
+
 /* Drops the held commands without running them. */
 static void resp_drop_batch(resp_conn *c) {
-  for (size_t i = 0; i < c->batched; i++)
-    weft_resp_cmd_release(c->batch[i]);
+  resp_release_cmds(c->batch, c->batched);
   c->batched = 0;
 }
 
@@ -328,8 +333,7 @@ static bool resp_run_batch(resp_conn *c) {
   for (size_t i = 0; i < n; i++) {
     if (!resp_run(c, c->batch[i]))
       continue;
-    for (size_t j = i + 1; j < n; j++)
-      weft_resp_cmd_release(c->batch[j]);
+    resp_release_cmds(c->batch + i + 1, n - i - 1);
     resp_close_after_sent(c);
     return true;
   }
