@@ -50,8 +50,9 @@ static weft_buf *front(const bufq *q) {
 }
 
 static weft_buf *back(const bufq *q) {
-  weft_buf **p = weft__tls_fifo_at(&q->bufs, q->bufs.len - 1);
-  return q->bufs.len > 0 && p ? *p : NULL;
+  weft_buf **p =
+      q->bufs.len > 0 ? weft__tls_fifo_at(&q->bufs, q->bufs.len - 1) : NULL;
+  return p ? *p : NULL;
 }
 
 static void drop_front(bufq *q) {
