@@ -547,10 +547,10 @@ void weft__selector_iteration(weft_loop *loop) {
   work += run_tasks(loop, &pending);
   weft__stat_add(&loop->stats.iterations, 1);
 
-  /* A half-linked push counts as work: the task is nearly there, and the
-   * producer will not wake us because it saw us awake. */
   if (loop->window.adaptive)
     window_account(&loop->window, work == 0 && !pending, now);
+  /* A half-linked push counts as work: the task is nearly there, and the
+   * producer will not wake us because it saw us awake. */
   if (work > 0 || pending) {
     weft__stat_add(&loop->stats.polls_busy, 1);
     loop->last_active_ns = now;
