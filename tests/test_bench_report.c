@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sched.h>
+
+#include "samples/bench/bench_util.h"
 #include "samples/bench/report.h"
 
 /* ---- helpers: a memory FILE, a CSV splitter, a JSON checker ---- */
@@ -456,6 +459,32 @@ START_TEST(bench_table_max_is_max_of_repetitions) {
 }
 END_TEST
 
+/* ---- CPU pinning (--no-pin) ---- */
+
+/* --no-pin leaves every thread where the scheduler puts it: a pinned
+ * thread on the shared machine waited 0.3-0.9 s for its CPU while another
+ * session's task held it (docs/benchmarks.md, UCX, "The 1 MiB stall"). */
+START_TEST(bench_no_pin_leaves_affinity) {
+  cpu_set_t all, now;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2 || !CPU_ISSET(0, &all)) {
+    th_skip(__func__, "needs CPU 0 and one more in the affinity mask (%d)",
+            CPU_COUNT(&all));
+    return;
+  }
+  bench_pin_enable(false);
+  bench_pin_self(0);
+  ck_assert_int_eq(sched_getaffinity(0, sizeof now, &now), 0);
+  ck_assert(CPU_EQUAL(&now, &all));
+  bench_pin_enable(true); /* the default: pinned to the one CPU */
+  bench_pin_self(0);
+  ck_assert_int_eq(sched_getaffinity(0, sizeof now, &now), 0);
+  ck_assert_int_eq(CPU_COUNT(&now), 1);
+  ck_assert(CPU_ISSET(0, &now));
+  ck_assert_int_eq(sched_setaffinity(0, sizeof all, &all), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "bench_report", "report", 0, bench_latency_exact_uniform_1_to_100000,
@@ -467,5 +496,5 @@ Suite *weft_test_suite(void) {
       bench_json_checker_rejects_broken_text, bench_json_empty_report_valid,
       bench_targets_ratio_met_and_missed, bench_targets_rate_against_faster_raw,
       bench_table_ratio_to_raw_peer, bench_table_max_is_max_of_repetitions,
-      NULL);
+      bench_no_pin_leaves_affinity, NULL);
 }

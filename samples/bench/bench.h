@@ -161,6 +161,7 @@ typedef struct bench_opts {
   int idle_conns;
   double idle_seconds;
   int server_loops; /* loops of the weft server's group (--server-loops) */
+  bool no_pin;      /* --no-pin: no thread is pinned (bench_pin_enable) */
   enum bench_role role;
   char host[64];
   int port;

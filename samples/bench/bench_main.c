@@ -10,6 +10,7 @@
 #include <weft/cli.h>
 
 #include "bench.h"
+#include "bench_util.h"
 
 static const char *const sections[] = {"loop", "transport", NULL};
 
@@ -55,6 +56,12 @@ static weft_cli cli = {
         "  --idle-seconds S        idle time of the idle pattern (3)\n"
         "  --server-loops N        loops of the weft server (1; loop i on CPU "
         "1+i)\n"
+        "  --no-pin                pin no thread (the client's loop is on CPU "
+        "0, the\n"
+        "                          server's on CPU 1+i, the raw ones alike, "
+        "unless\n"
+        "                          this; see docs/benchmarks.md on a shared "
+        "machine)\n"
         "  --role both|server|client   --host ADDR (127.0.0.1)   --port N\n"
         "  --server-pid PID        client role: the server process, for "
         "idle CPU\n"
@@ -98,6 +105,7 @@ enum {
   OPT_TLS_CERTS,
   OPT_TLS_KTLS,
   OPT_PLAIN_ECHO,
+  OPT_NO_PIN,
 };
 
 static const struct option long_opts[] = {
@@ -119,6 +127,7 @@ static const struct option long_opts[] = {
     {"tls-certs", required_argument, NULL, OPT_TLS_CERTS},
     {"tls-ktls", no_argument, NULL, OPT_TLS_KTLS},
     {"plain-echo", no_argument, NULL, OPT_PLAIN_ECHO},
+    {"no-pin", no_argument, NULL, OPT_NO_PIN},
     {"setup", required_argument, NULL, 'S'},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0}};
@@ -178,6 +187,9 @@ static void parse_long(int opt, char **argv) {
     break;
   case OPT_PLAIN_ECHO:
     o->plain_echo = true;
+    break;
+  case OPT_NO_PIN:
+    o->no_pin = true;
     break;
   default:
     weft_cli_bad_option(&cli, opt, argv[optind - 1]);
@@ -264,5 +276,6 @@ int main(int argc, char **argv) {
   bench_opts_configs(specs, n_specs, &cfg);
   if (!bench_opts_check())
     bad_usage("a count, time or port out of range; see --help", NULL);
+  bench_pin_enable(!bench_opt.no_pin);
   return bench_run(command);
 }

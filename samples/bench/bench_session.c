@@ -137,7 +137,9 @@ static void weft_server_spawn(session *s) {
   char *argv[] = {
       "weft-bench", "--role",        "server", "-S", spec,
       "--host",     bench_opt.host,  "--port", port, "--server-loops",
-      loops,        "--no-progress", NULL};
+      loops,        "--no-progress", NULL,     NULL};
+  if (bench_opt.no_pin)
+    argv[12] = "--no-pin"; /* the server's threads as the client's */
   int fds[2];
   if (pipe(fds) < 0)
     bench_die("pipe");

@@ -11,7 +11,13 @@ uint64_t bench_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static bool pin_on = true;
+
+void bench_pin_enable(bool on) { pin_on = on; }
+
 void bench_pin_self(int cpu) {
+  if (!pin_on)
+    return;
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   cpu_set_t set;
   CPU_ZERO(&set);

@@ -4,6 +4,7 @@
 #ifndef WEFT_BENCH_UTIL_H
 #define WEFT_BENCH_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /** CLOCK_MONOTONIC in nanoseconds. */
@@ -14,6 +15,15 @@ uint64_t bench_now_ns(void);
  * count is unknown). A failure is ignored: the thread then runs unpinned.
  */
 void bench_pin_self(int cpu);
+
+/**
+ * Turns bench_pin_self on (the default) or off, for the whole process.
+ * Off: every thread stays where the scheduler puts it (--no-pin). On a
+ * shared machine a pinned thread cannot leave a CPU that another
+ * session's task holds, and waited 0.3-0.9 s there (docs/benchmarks.md,
+ * UCX, "The 1 MiB stall"). Main thread, before any thread pins itself.
+ */
+void bench_pin_enable(bool on);
 
 /** qsort comparator for uint64_t, ascending. */
 int bench_cmp_u64(const void *a, const void *b);
