@@ -156,11 +156,22 @@ int weft__limits_get(const weft_channel *ch, weft_channel_option opt,
                      int64_t *v);
 /** The writability just changed: pause or resume reading (flow control). */
 void weft__limits_writability(weft_channel *ch, bool writable);
+/** The queue just passed the output limit: the channel closes (from a
+ *  task, not inside the write). weft__limits_queued's slow part. */
+void weft__limits_output_exceeded(weft_channel *ch);
 /** Bytes were queued: past the output limit, the channel closes (from a
- *  task, not inside the write). */
-void weft__limits_queued(weft_channel *ch);
+ *  task, not inside the write). Inline, as it runs on every write: a
+ *  channel without a limit, or within it, pays a compare or two. */
+static inline void weft__limits_queued(weft_channel *ch) {
+  const weft__limits *l = &ch->limits;
+  if (l->output_limit != 0 && ch->out.pending_bytes > l->output_limit &&
+      !l->output_hit)
+    weft__limits_output_exceeded(ch);
+}
 /** True once the output limit was crossed: further writes are refused. */
-bool weft__limits_refuse_write(const weft_channel *ch);
+static inline bool weft__limits_refuse_write(const weft_channel *ch) {
+  return ch->limits.output_hit;
+}
 /** The channel became ACTIVE: starts the idle timer, if any. */
 void weft__limits_activate(weft_channel *ch);
 /** The channel is closing: stops timers, leaves the server's count. */
