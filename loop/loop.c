@@ -394,6 +394,8 @@ void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
       atomic_load_explicit(&c->window_grows, memory_order_relaxed);
   out->preemptions =
       atomic_load_explicit(&c->preemptions, memory_order_relaxed);
+  out->window_contended =
+      atomic_load_explicit(&c->window_contended, memory_order_relaxed);
 }
 
 pid_t weft__loop_tid(const weft_loop *loop) { return atomic_load(&loop->tid); }

@@ -41,6 +41,7 @@ typedef struct weft__loop_counters {
   _Atomic uint64_t window_shrinks;
   _Atomic uint64_t window_grows;
   _Atomic uint64_t preemptions;
+  _Atomic uint64_t window_contended;
 } weft__loop_counters;
 
 /**
@@ -53,21 +54,23 @@ typedef struct weft__poll_window {
   uint64_t max_ns;    /* max_us in ns (0 when max_us <= 0) */
   uint64_t ns;        /* the window now, 0..max_ns */
   uint64_t sample_ns; /* next preemption sample, at the earliest */
-  uint64_t hold_ns;   /* no growth before (set by a preemption) */
+  uint64_t hold_ns;   /* no growth before (set by a contended sample) */
   long nivcsw;        /* ru_nivcsw at the last sample */
   int schedstat_fd;   /* /proc/thread-self/schedstat, or -1 */
   uint64_t on_cpu_ns; /* its time on the CPU at the last sample */
   uint64_t delay_ns;  /* its time waiting on a run queue, likewise */
   /* The cost of spinning since the last sample: time in iterations that
    * found no work, and how many spins ended (in work or in a sleep). */
-  uint64_t iter_ns;     /* the last iteration's clock; 0 after a sleep */
-  bool spinning;        /* the last iteration found no work */
-  uint64_t spin_ns;     /* spent in iterations without work */
-  uint64_t spins_ended; /* runs of such iterations that ended */
+  uint64_t iter_ns;        /* the last iteration's clock; 0 after a sleep */
+  bool spinning;           /* the last iteration found no work */
+  uint64_t spin_ns;        /* spent in iterations without work */
+  uint64_t spins_ended;    /* runs of such iterations that ended */
+  uint64_t hold_period_ns; /* the hold's length now, min..max (backs off) */
   /* Tuning, set at creation (selector.c's WINDOW_SAMPLE_NS and
-   * WINDOW_HOLD_NS); a test may change them before the loop starts. */
+   * WINDOW_HOLD_*_NS); a test may change them before the loop starts. */
   uint64_t sample_period_ns; /* between preemption samples, at least */
-  uint64_t hold_period_ns;   /* no growth this long after a preemption */
+  uint64_t hold_min_ns;      /* the hold period's start and floor */
+  uint64_t hold_max_ns;      /* its ceiling */
 } weft__poll_window;
 
 /**
@@ -227,6 +230,16 @@ void weft__window_init(weft_loop *loop, bool adaptive, int busy_poll_us);
  * there. The loop thread, or before it starts.
  */
 void weft__window_reset(weft_loop *loop, int busy_poll_us);
+
+/**
+ * A contended sample at `now` (ns, weft_now_ns): no growth of the window
+ * before w->hold_ns, set to now + the hold period. The period doubles (up
+ * to hold_max_ns) when this sample came within one period after the last
+ * hold ended (the window grew back too soon), starts at hold_min_ns again
+ * after a longer quiet stretch, and stays while still holding. Loop
+ * thread (a test may call it on a window of its own).
+ */
+void weft__window_hold(weft__poll_window *w, uint64_t now);
 
 /** Tags an epoll entry as a watcher's (sources and wakeup_fd: untagged). */
 #define WEFT__WATCHER_TAG ((uint64_t)1)

@@ -32,6 +32,7 @@
 # load average, then one markdown table of medians over the runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 runs=${1:-3}
 [ $# -gt 0 ] && shift
 n=${N:-200000}
@@ -63,33 +64,7 @@ trap cleanup EXIT
 
 cc -O2 -shared -fPIC -o "$out/alloc_count.so" scripts/alloc_count.c -ldl
 
-labels=() ports=() spids=()
-port=6450
-for spec in "${specs[@]}"; do
-  label=${spec%%=*}
-  IFS=',' read -r -a cmd <<<"${spec#*=}"
-  cmd=("${cmd[@]//PORT/$port}")
-  case "${spec#*=}" in
-  *kv.resp_listen=*) ;;
-  *) cmd+=(-o "kv.resp_listen=127.0.0.1:$port") ;;
-  esac
-  ALLOC_COUNT_FILE="$out/$label.heap" LD_PRELOAD="$out/alloc_count.so" \
-    "${cmd[@]}" -o kv.rpc_listen= 2>"$out/$label.log" &
-  pids+=($!) labels+=("$label") ports+=("$port") spids+=($!)
-  port=$((port + 1))
-done
-ALLOC_COUNT_FILE="$out/redis.heap" LD_PRELOAD="$out/alloc_count.so" \
-  redis-server --port $port --save "" --appendonly no --daemonize no \
-  --loglevel warning >/dev/null &
-pids+=($!) labels+=(redis) ports+=("$port") spids+=($!)
-sleep 1
-for si in "${!labels[@]}"; do
-  kill -0 "${spids[$si]}" 2>/dev/null || {
-    echo "${labels[$si]} did not start:" >&2
-    cat "$out/${labels[$si]}.log" >&2 2>/dev/null || true
-    exit 1
-  }
-done
+KV_PRELOAD="$out/alloc_count.so" kv_servers_start "$out" 6450 "${specs[@]}"
 
 heap() { od -An -t u8 -w72 "$1" | tr -s ' ' ',' | sed 's/^,//'; }
 ticks() { awk '{ sub(/^.*\) /, ""); print $12 "," $13 }' "/proc/$1/stat"; }

@@ -18,6 +18,7 @@
 # redis-server's of the same runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 runs=${1:?usage: $0 RUNS LABEL=BINARY[,OPTION...] ...}
 shift
 n=${N:-200000}
@@ -35,20 +36,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-labels=() ports=() spids=()
-port=6400
-for spec in "$@"; do
-  label=${spec%%=*}
-  IFS=',' read -r -a cmd <<<"${spec#*=}"
-  "${cmd[@]}" -o kv.rpc_listen= -o kv.resp_listen=127.0.0.1:$port \
-    2>"$out/$label.log" &
-  pids+=($!) labels+=("$label") ports+=($port) spids+=($!)
-  port=$((port + 1))
-done
-redis-server --port $port --save "" --appendonly no --daemonize no \
-  --loglevel warning >/dev/null &
-pids+=($!) labels+=(redis) ports+=($port) spids+=($!)
-sleep 1
+kv_servers_start "$out" 6400 "$@"
 
 cpu_ticks() { # utime + stime of a process, in clock ticks
   awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"

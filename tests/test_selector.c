@@ -795,6 +795,80 @@ START_TEST(selector_window_keeps_short_spins_when_preempted) {
 }
 END_TEST
 
+#define MS UINT64_C(1000000)
+
+/* The hold after a contended sample backs off: 5 ms for a first burst,
+ * doubling while contention comes back within one period of the hold's
+ * end, capped at 100 ms, and the minimum again after a quiet stretch. */
+START_TEST(selector_window_hold_backs_off) {
+  weft__poll_window w = {.hold_min_ns = 5 * MS, .hold_max_ns = 100 * MS};
+  w.hold_period_ns = w.hold_min_ns;
+  uint64_t t = 1000 * MS;
+  weft__window_hold(&w, t); /* a first burst */
+  ck_assert_uint_eq(w.hold_period_ns, 5 * MS);
+  ck_assert_uint_eq(w.hold_ns, t + 5 * MS);
+  weft__window_hold(&w, t + 2 * MS); /* still holding: extended */
+  ck_assert_uint_eq(w.hold_period_ns, 5 * MS);
+  ck_assert_uint_eq(w.hold_ns, t + 7 * MS);
+  const uint64_t periods[] = {10, 20, 40, 80, 100, 100};
+  for (size_t i = 0; i < sizeof periods / sizeof periods[0]; i++) {
+    t = w.hold_ns + 3 * MS; /* back soon after the hold ended */
+    weft__window_hold(&w, t);
+    ck_assert_uint_eq(w.hold_period_ns, periods[i] * MS);
+    ck_assert_uint_eq(w.hold_ns, t + periods[i] * MS);
+  }
+  t = w.hold_ns + 100 * MS; /* a quiet stretch as long as the period */
+  weft__window_hold(&w, t);
+  ck_assert_uint_eq(w.hold_period_ns, 5 * MS);
+  ck_assert_uint_eq(w.hold_ns, t + 5 * MS);
+}
+END_TEST
+
+static int stop_samples(void *arg) {
+  weft_loop *loop = arg;
+  loop->window.sample_ns = UINT64_MAX;
+  return 0;
+}
+
+/* A short burst of contention (hogs on the loop's CPU until one contended
+ * sample) holds the window down for the hold's minimum (50 ms here), not
+ * its maximum (60 s here): then events within the horizon grow it back.
+ * The samples stop after the burst, so that the machine's own load cannot
+ * hold the window longer. */
+START_TEST(selector_window_grows_back_after_a_short_burst) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = 1;
+  o.busy_poll_us = 2000;
+  ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
+  weft_loop *loop = weft_loop_group_get(group, 0);
+  loop->window.hold_min_ns = 50 * MS;
+  loop->window.hold_max_ns = 60000 * MS;
+  loop->window.hold_period_ns = 50 * MS;
+  ck_assert_int_eq(weft_loop_group_start(group), 0);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  static struct hogs h;
+  hogs_start(&h);
+  /* events keep the loop spinning its window, where the samples run */
+  uint64_t end = th_now_ms() + 10000;
+  while (stats_of(loop).window_contended == 0 && th_now_ms() < end)
+    kick_after(&t, 1);
+  run_on(loop, stop_samples, loop);
+  hogs_stop(&h);
+  ck_assert_uint_gt(stats_of(loop).window_contended, 0);
+  ck_assert_uint_lt(stats_of(loop).busy_poll_window_ns, 2000000u);
+  end = th_now_ms() + 5000;
+  while (stats_of(loop).busy_poll_window_ns < 2000000u && th_now_ms() < end)
+    kick_after(&t, 3); /* beyond the shrunk window, within the horizon */
+  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 2000000u);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
 /* The same with adaptation off: the window stays, and nothing samples. */
 START_TEST(selector_window_fixed_ignores_preemption) {
   weft_loop *loop = start_group(1, 2000000, 0, false);
@@ -1155,7 +1229,8 @@ Suite *weft_test_suite(void) {
       selector_window_grows_within_horizon,
       selector_window_shrinks_when_preempted,
       selector_window_keeps_short_spins_when_preempted,
-      selector_window_fixed_ignores_preemption, selector_watcher_errors,
+      selector_window_fixed_ignores_preemption, selector_window_hold_backs_off,
+      selector_window_grows_back_after_a_short_burst, selector_watcher_errors,
       selector_watcher_polls_only_while_watching,
       selector_watcher_fires_while_spinning,
       selector_watcher_wakes_sleeping_loop,

@@ -27,7 +27,9 @@
  *    is blocking at once;
  *  - it doubles (from 0: to busy_poll_us / 8) after a sleep that ended
  *    with an event within the horizon (a longer spin would have caught it
- *    without a wake-up), but not within 100 ms of contention.
+ *    without a wake-up), but not while contention holds it: 5 ms after a
+ *    contended sample, doubling to 100 ms while contention recurs as soon
+ *    as the window grows back (as TCP backs off its retransmission timer).
  * So a loop alone on its CPU keeps spinning, a loop whose CPU another
  * thread needs (a load generator, a second loop's client) blocks as if
  * busy_poll_us were 0, and one whose events follow each other within
@@ -37,7 +39,8 @@
  * changes.
  *
  * A weft_loop_group owns N loops, each on its own thread, by default one per
- * online CPU and pinned to it. Everything that belongs to a loop (sources,
+ * CPU the process may run on less one (weft_loop_default_count), each
+ * pinned to its CPU. Everything that belongs to a loop (sources,
  * timers, channels, the buffer pool) is touched only on that loop's thread;
  * other threads reach a loop only through weft_loop_execute().
  *
@@ -258,6 +261,9 @@ typedef struct weft_loop_stats {
   uint64_t window_grows;        /* doublings: events just after a sleep began */
   uint64_t preemptions;         /* involuntary context switches of the loop's
                                    thread seen by the samples (adaptive only) */
+  uint64_t window_contended;    /* samples that found the thread contended
+                                   (each halves the window and holds it
+                                   there: no growth for 5 to 100 ms) */
 } weft_loop_stats;
 
 /** Copies `loop`'s counters into `*out`. Any thread. */

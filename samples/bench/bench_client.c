@@ -301,7 +301,56 @@ static void run_wait_end(wrun *r, session *s) {
   }
 }
 
+/* WEFT_BENCH_LOOP_STATS=1: one line per weft repetition on stderr, what
+ * the client loop and the server's first loop did in it (sleeps, window
+ * shrinks and grows, preemptions seen, the window at the end): what a
+ * repetition that ran at the blocking round trip was doing. */
+typedef struct loop_trace {
+  weft_loop_stats cl, sv;
+} loop_trace;
+
+static bool loop_trace_on(void) {
+  const char *v = getenv("WEFT_BENCH_LOOP_STATS");
+  return v != NULL && *v != '\0' && *v != '0';
+}
+
+static void loop_trace_take(const session *s, loop_trace *t) {
+  weft_loop_stats_get(weft_loop_group_get(s->cg, 0), &t->cl);
+  if (s->sg != NULL)
+    weft_loop_stats_get(weft_loop_group_get(s->sg, 0), &t->sv);
+}
+
+static void loop_trace_side(const char *side, const weft_loop_stats *a,
+                            const weft_loop_stats *b) {
+  fprintf(stderr,
+          " %s: sleeps %llu shrinks %llu grows %llu preempt %llu window "
+          "%llu ns;",
+          side, (unsigned long long)(b->sleeps - a->sleeps),
+          (unsigned long long)(b->window_shrinks - a->window_shrinks),
+          (unsigned long long)(b->window_grows - a->window_grows),
+          (unsigned long long)(b->preemptions - a->preemptions),
+          (unsigned long long)b->busy_poll_window_ns);
+}
+
+static void loop_trace_print(const session *s, const point *pt,
+                             const loop_trace *before, const result *res) {
+  loop_trace after;
+  loop_trace_take(s, &after);
+  fprintf(stderr, "loop-stats %s %s %zu B:", s->cf->label,
+          bench_patterns[pt->pattern]->name, pt->size);
+  loop_trace_side("client", &before->cl, &after.cl);
+  if (s->sg != NULL)
+    loop_trace_side("server", &before->sv, &after.sv);
+  if (res->has_lat)
+    fprintf(stderr, " p50 %.2f us", res->lat.p50);
+  fputc('\n', stderr);
+}
+
 void bench_weft_measure(session *s, const point *pt, result *res) {
+  loop_trace trace;
+  bool tracing = loop_trace_on();
+  if (tracing)
+    loop_trace_take(s, &trace);
   wrun r;
   run_init(&r, s, pt);
   if (r.pat->prepare != NULL)
@@ -313,4 +362,6 @@ void bench_weft_measure(session *s, const point *pt, result *res) {
   if (r.pat->finish != NULL)
     r.pat->finish(&r, res);
   run_free(&r);
+  if (tracing)
+    loop_trace_print(s, pt, &trace, res);
 }

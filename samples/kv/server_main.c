@@ -66,20 +66,20 @@ static void print_loop_stats(weft_loop_group *group) {
   for (int i = 0; i < weft_loop_group_size(group); i++) {
     weft_loop_stats st;
     weft_loop_stats_get(weft_loop_group_get(group, i), &st);
-    fprintf(stderr,
-            "weft-kv-server: loop %d: %llu iterations, %llu busy, %llu "
-            "sleeps, %llu wake-ups, %llu watcher polls; window %lld ns, "
-            "%llu shrinks, %llu grows, %llu preemptions\n",
-            i, (unsigned long long)st.iterations,
-            (unsigned long long)st.polls_busy, (unsigned long long)st.sleeps,
-            (unsigned long long)st.wakeups,
-            (unsigned long long)st.watcher_polls,
-            st.busy_poll_window_ns == UINT64_MAX
-                ? -1LL
-                : (long long)st.busy_poll_window_ns,
-            (unsigned long long)st.window_shrinks,
-            (unsigned long long)st.window_grows,
-            (unsigned long long)st.preemptions);
+    fprintf(
+        stderr,
+        "weft-kv-server: loop %d: %llu iterations, %llu busy, %llu "
+        "sleeps, %llu wake-ups, %llu watcher polls; window %lld ns, "
+        "%llu shrinks, %llu grows, %llu preemptions, %llu contended\n",
+        i, (unsigned long long)st.iterations, (unsigned long long)st.polls_busy,
+        (unsigned long long)st.sleeps, (unsigned long long)st.wakeups,
+        (unsigned long long)st.watcher_polls,
+        st.busy_poll_window_ns == UINT64_MAX
+            ? -1LL
+            : (long long)st.busy_poll_window_ns,
+        (unsigned long long)st.window_shrinks,
+        (unsigned long long)st.window_grows, (unsigned long long)st.preemptions,
+        (unsigned long long)st.window_contended);
   }
 }
 

@@ -42,12 +42,11 @@ static ur_send *send_get(ur_loop *ul, int cls) {
     ul->send_free_n[cls]--;
     return s;
   }
-  int cap = cls == UR_SEND_SMALL ? UR_SMALL_IOV : UR_MAX_IOV;
+  int cap = ur_send_cap(cls);
   s = malloc(sizeof *s + (size_t)cap * (sizeof *s->iov + sizeof *s->bufs));
   if (s == NULL)
     return NULL;
   s->cls = cls;
-  s->cap = cap;
   s->iov = (struct iovec *)(s + 1);
   s->bufs = (weft_buf **)(s->iov + cap);
   return s;
@@ -68,11 +67,13 @@ static void send_put(ur_loop *ul, ur_send *s) {
   ul->send_free_n[s->cls]++;
 }
 
-/* Collects up to s->cap flushed buffers into `s`, retaining each. */
+/* Collects up to ur_send_cap(s->cls) flushed buffers into `s`, retaining
+ * each. */
 static size_t gather(ur_channel *uc, ur_send *s) {
   size_t count = weft_outbound_count(uc->ch), total = 0;
   int n = 0;
-  for (size_t i = 0; i < count && n < s->cap; i++) {
+  int cap = ur_send_cap(s->cls);
+  for (size_t i = 0; i < count && n < cap; i++) {
     weft_buf *b = weft_outbound_buf(uc->ch, i);
     size_t len = weft_buf_readable(b);
     if (len == 0)

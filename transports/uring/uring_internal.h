@@ -262,6 +262,11 @@ enum ur_recv_state {
 /* The two sizes of send context: UR_SMALL_IOV or UR_MAX_IOV entries. */
 enum { UR_SEND_SMALL = 0, UR_SEND_FULL = 1 };
 
+/* Entries of iov and bufs in a send context of class `cls`. */
+static inline int ur_send_cap(int cls) {
+  return cls == UR_SEND_SMALL ? UR_SMALL_IOV : UR_MAX_IOV;
+}
+
 /* One send in flight: what the kernel reads (msg, iov) and the buffers
  * retained until its CQE (for SENDMSG_ZC, until the notification CQE).
  * Taken from a per-loop cache, so an idle channel holds none. Two sizes,
@@ -272,11 +277,10 @@ typedef struct ur_send {
   ur_op op; /* UR_OP_SEND or UR_OP_SEND_ZC */
   weft_channel *ch;
   int n;   /* entries of iov and bufs in use */
-  int cls; /* UR_SEND_SMALL or UR_SEND_FULL */
-  int cap; /* entries of iov and bufs: UR_SMALL_IOV or UR_MAX_IOV */
+  int cls; /* UR_SEND_SMALL or UR_SEND_FULL: ur_send_cap entries */
   struct msghdr msg;
-  struct iovec *iov; /* cap entries, in the same allocation */
-  weft_buf **bufs;   /* cap entries, in the same allocation */
+  struct iovec *iov; /* ur_send_cap(cls), in the same allocation */
+  weft_buf **bufs;   /* ur_send_cap(cls), in the same allocation */
   struct ur_send *next_free;
 } ur_send;
 
