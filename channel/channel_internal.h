@@ -5,6 +5,7 @@
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <string.h>
 
 #include <weft/bootstrap.h>
 #include <weft/channel.h>
@@ -156,11 +157,22 @@ int weft__limits_get(const weft_channel *ch, weft_channel_option opt,
                      int64_t *v);
 /** The writability just changed: pause or resume reading (flow control). */
 void weft__limits_writability(weft_channel *ch, bool writable);
+/** The queue just passed the output limit: the channel closes (from a
+ *  task, not inside the write). weft__limits_queued's slow part. */
+void weft__limits_output_exceeded(weft_channel *ch);
 /** Bytes were queued: past the output limit, the channel closes (from a
- *  task, not inside the write). */
-void weft__limits_queued(weft_channel *ch);
+ *  task, not inside the write). Inline, as it runs on every write: a
+ *  channel without a limit, or within it, pays a compare or two. */
+static inline void weft__limits_queued(weft_channel *ch) {
+  const weft__limits *l = &ch->limits;
+  if (l->output_limit != 0 && ch->out.pending_bytes > l->output_limit &&
+      !l->output_hit)
+    weft__limits_output_exceeded(ch);
+}
 /** True once the output limit was crossed: further writes are refused. */
-bool weft__limits_refuse_write(const weft_channel *ch);
+static inline bool weft__limits_refuse_write(const weft_channel *ch) {
+  return ch->limits.output_hit;
+}
 /** The channel became ACTIVE: starts the idle timer, if any. */
 void weft__limits_activate(weft_channel *ch);
 /** The channel is closing: stops timers, leaves the server's count. */
@@ -177,9 +189,55 @@ void weft__pipeline_destroy(weft_pipeline *p);
 
 /* Outbound queue (outbound.c). */
 void weft__outbound_init(weft__outbound *o);
+/** weft__outbound_add's general case: also the first small write of a
+ *  run (which starts the queue's own buffer) and every other write. */
+int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p);
+/** Pending bytes crossed a watermark: sets `writable` and fires
+ *  writability_changed (outbound.c). */
+void weft__outbound_set_writable(weft_channel *ch, bool writable);
+
+/* Writes up to this many bytes are copied into the queue's own buffer at
+ * its tail on byte streams (see coalesce() in outbound.c). */
+#define WEFT__COALESCE_MAX 512u
+
+/** Updates writability after pending bytes changed: above high ->
+ *  unwritable, below low -> writable again (hysteresis). Inline: every
+ *  write asks, and almost every answer is "no change". */
+static inline void weft__outbound_update_writability(weft_channel *ch) {
+  const weft__outbound *o = &ch->out;
+  if (o->writable ? o->pending_bytes > o->high : o->pending_bytes < o->low)
+    weft__outbound_set_writable(ch, !o->writable);
+}
+
 /** Queues `buf`; returns 0, WEFT_ENOMEM, or WEFT_ENOBUFS past the output
- *  limit (the caller fails the promise and releases `buf`). */
-int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p);
+ *  limit (the caller fails the promise and releases `buf`).
+ *
+ *  Inline here is the common case of a stream of small writes: the tail
+ *  entry is the queue's own buffer, not flushed, without a promise, with
+ *  room, on a byte stream; the bytes are copied into it and `buf` is
+ *  released (coalesce() in outbound.c says why each condition). Anything
+ *  else goes to weft__outbound_add_slow. Loop thread. */
+static inline int weft__outbound_add(weft_channel *ch, weft_buf *buf,
+                                     weft_promise p) {
+  weft__outbound *o = &ch->out;
+  size_t n = weft_buf_readable(buf);
+  if (n > WEFT__COALESCE_MAX || o->tail == o->flushed ||
+      weft__limits_refuse_write(ch) ||
+      !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
+    return weft__outbound_add_slow(ch, buf, p);
+  weft__outbound_entry *last = &o->ring[(o->tail - 1) & o->mask];
+  weft_buf *own = last->buf;
+  if (!last->own || last->promise.cb != NULL || weft_buf_writable(own) < n)
+    return weft__outbound_add_slow(ch, buf, p);
+  memcpy(weft_buf_wptr(own), weft_buf_rptr(buf), n);
+  own->writer_index += n;
+  weft_buf_release(buf);
+  last->promise = p;
+  o->pending_bytes += n;
+  weft__outbound_update_writability(ch);
+  weft__limits_queued(ch);
+  return 0;
+}
 /** Marks everything written so far as flushed. */
 void weft__outbound_mark_flushed(weft__outbound *o);
 /** Fails every entry with `err` (buffers released, promises completed). */

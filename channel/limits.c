@@ -107,19 +107,14 @@ static void output_limit_task(void *arg) {
   weft_channel_release(ch);
 }
 
-void weft__limits_queued(weft_channel *ch) {
+void weft__limits_output_exceeded(weft_channel *ch) {
   weft__limits *l = &ch->limits;
-  if (l->output_limit == 0 || ch->out.pending_bytes <= l->output_limit ||
-      l->output_hit || ch->state != WEFT_CHANNEL_ACTIVE)
+  if (ch->state != WEFT_CHANNEL_ACTIVE)
     return;
   l->output_hit = true;
   weft_channel_retain(ch);
   if (weft_loop_execute(ch->loop, output_limit_task, ch) < 0)
     weft_channel_release(ch); /* the loop is finishing: it closes it */
-}
-
-bool weft__limits_refuse_write(const weft_channel *ch) {
-  return ch->limits.output_hit;
 }
 
 /* ---- idle timeout ---- */

@@ -35,18 +35,11 @@ static int grow(weft__outbound *o) {
   return 0;
 }
 
-/* Fires writability_changed when pending bytes cross a watermark: above
- * high -> unwritable, below low -> writable again (hysteresis). */
-static void update_writability(weft_channel *ch) {
-  weft__outbound *o = &ch->out;
-  bool writable = o->writable;
-  if (o->writable && o->pending_bytes > o->high)
-    writable = false;
-  else if (!o->writable && o->pending_bytes < o->low)
-    writable = true;
-  if (writable == o->writable)
-    return;
-  o->writable = writable;
+/* Fires writability_changed: pending bytes crossed a watermark (above
+ * high -> unwritable, below low -> writable again; the inline
+ * weft__outbound_update_writability decides). */
+void weft__outbound_set_writable(weft_channel *ch, bool writable) {
+  ch->out.writable = writable;
   weft__limits_writability(ch, writable);
   weft_pipeline_fire_writability_changed(&ch->pipeline, writable);
 }
@@ -59,9 +52,31 @@ static void update_writability(weft_channel *ch) {
  * flushed yet (nothing may change under a send in flight), and only where
  * the tail entry's promise, if any, can wait for the new bytes (it has
  * none: the merged entry takes the new write's promise). */
-#define COALESCE_MAX 512u  /* bytes: writes up to this size are copied */
+#define COALESCE_MAX WEFT__COALESCE_MAX /* bytes: writes up to this size */
 #define COALESCE_BUF 16384 /* bytes: the queue's own buffer (a pool class) */
 
+/* The tail entry holds the writer's own small buffer: moves its bytes
+ * into a buffer of the queue's, which later small writes are copied into.
+ * Once per run of small writes, so out of line. */
+static __attribute__((noinline)) bool adopt_tail(weft_channel *ch,
+                                                 weft__outbound_entry *last) {
+  size_t have = weft_buf_readable(last->buf);
+  if (have > COALESCE_MAX)
+    return false;
+  weft_buf *own = weft_buf_alloc(weft_loop_pool(ch->loop), COALESCE_BUF);
+  if (own == NULL)
+    return false;
+  weft_buf_write_bytes(own, weft_buf_rptr(last->buf), have);
+  weft_buf_release(last->buf);
+  last->buf = own;
+  last->own = true;
+  return true;
+}
+
+/* The per-write path of a stream of small writes: a few compares, one
+ * copy, the writer's buffer released. weft__outbound_add (inline, in
+ * channel_internal.h) does the same when the tail is already ours; here
+ * it may also start our buffer. */
 static bool coalesce(weft_channel *ch, weft_buf *buf, weft_promise p) {
   weft__outbound *o = &ch->out;
   size_t n = weft_buf_readable(buf);
@@ -69,35 +84,26 @@ static bool coalesce(weft_channel *ch, weft_buf *buf, weft_promise p) {
       !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
     return false;
   weft__outbound_entry *last = slot(o, o->tail - 1);
-  if (last->promise.cb != NULL)
+  if (last->promise.cb != NULL || (!last->own && !adopt_tail(ch, last)))
     return false;
-  if (!last->own) { /* the writer's buffer: start one of ours with it */
-    size_t have = weft_buf_readable(last->buf);
-    if (have > COALESCE_MAX)
-      return false;
-    weft_buf *own = weft_buf_alloc(weft_loop_pool(ch->loop), COALESCE_BUF);
-    if (own == NULL)
-      return false;
-    weft_buf_write_bytes(own, weft_buf_rptr(last->buf), have);
-    weft_buf_release(last->buf);
-    last->buf = own;
-    last->own = true;
-  }
-  if (weft_buf_writable(last->buf) < n)
+  weft_buf *own = last->buf;
+  if (weft_buf_writable(own) < n)
     return false;
-  weft_buf_write_bytes(last->buf, weft_buf_rptr(buf), n);
+  /* Checked above: no need for weft_buf_write_bytes' checks (a call). */
+  memcpy(weft_buf_wptr(own), weft_buf_rptr(buf), n);
+  own->writer_index += n;
   weft_buf_release(buf);
   last->promise = p;
   o->pending_bytes += n;
   return true;
 }
 
-int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p) {
+int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   weft__outbound *o = &ch->out;
   if (weft__limits_refuse_write(ch))
     return WEFT_ENOBUFS; /* past the output limit: closing */
   if (coalesce(ch, buf, p)) {
-    update_writability(ch);
+    weft__outbound_update_writability(ch);
     weft__limits_queued(ch);
     return 0;
   }
@@ -105,7 +111,7 @@ int weft__outbound_add(weft_channel *ch, weft_buf *buf, weft_promise p) {
     return WEFT_ENOMEM;
   *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};
   o->pending_bytes += weft_buf_readable(buf);
-  update_writability(ch);
+  weft__outbound_update_writability(ch);
   weft__limits_queued(ch);
   return 0;
 }
@@ -169,7 +175,7 @@ void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
     bytes -= len;
     complete_head(ch, 0);
   }
-  update_writability(ch);
+  weft__outbound_update_writability(ch);
 }
 
 void weft__outbound_fail_all(weft_channel *ch, int err) {

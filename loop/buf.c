@@ -24,7 +24,7 @@ const weft_msg_type weft_buf_msg_type = {"weft_buf", buf_msg_release};
 
 /* Free lists, slabs and spare headers are owner-only state: a wrong-thread
  * allocation would corrupt them silently, so it fails loudly instead (one
- * pthread_self() and a compare, also in release builds). */
+ * thread-local address and a compare, also in release builds). */
 static bool on_owner(const weft_pool *pool, const char *what, const char *at) {
   if (weft__pool_on_owner(pool))
     return true;

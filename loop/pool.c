@@ -31,6 +31,8 @@
 
 #define DEFAULT_SLAB_BYTES ((size_t)1 << 20)
 
+__thread char weft__pool_thread_token;
+
 /* ------------------------------------------------------------------------ */
 /* Options and configuration                                                 */
 
@@ -88,7 +90,7 @@ int weft_pool_new(weft_pool **out, const weft_pool_options *opts) {
   weft_pool *pool = calloc(1, sizeof *pool);
   if (pool == NULL)
     return WEFT_ENOMEM;
-  pool->owner = pthread_self();
+  pool->owner = &weft__pool_thread_token;
   pool->slab_bytes = opts->slab_bytes;
   pool->retain_bytes = opts->retain_bytes;
   pool->leak_detect =
@@ -600,12 +602,7 @@ static void put_header(weft_pool *pool, weft_buf *buf) {
 /* ------------------------------------------------------------------------ */
 /* Live list (leak detection)                                                */
 
-void weft__pool_track(weft_pool *pool, weft_buf *buf, const char *at) {
-  pool->stats.live++;
-  /* Unpooled buffers are always listed so destroy can free leaked ones. */
-  bool unpooled = (buf->flags & WEFT__BUF_KIND_MASK) == WEFT__BUF_UNPOOLED;
-  if (!pool->leak_detect && !unpooled)
-    return;
+void weft__pool_link_live(weft_pool *pool, weft_buf *buf, const char *at) {
   buf->flags |= WEFT__BUF_TRACKED;
   __atomic_store_n(&buf->touched_at, at, __ATOMIC_RELAXED);
   buf->live_prev = NULL;

@@ -23,7 +23,6 @@
 #ifndef WEFT_LOOP_POOL_INTERNAL_H
 #define WEFT_LOOP_POOL_INTERNAL_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -98,7 +97,8 @@ struct weft__slab_hook {
 };
 
 struct weft_pool {
-  pthread_t owner;     /* the thread that called weft_pool_new */
+  const char *owner;   /* &weft__pool_thread_token of the thread that
+                          called weft_pool_new (see weft__pool_on_owner) */
   size_t slab_bytes;   /* bytes per slab as configured */
   size_t retain_bytes; /* retention budget (weft_pool_options) */
   bool leak_detect;
@@ -125,9 +125,17 @@ struct weft_pool {
   _Atomic(weft_buf *) returned;
 };
 
+/* One byte per thread whose address names the thread: every allocation
+ * and release asks "is this the owner?", and the address of an
+ * initial-exec thread-local is two instructions, where pthread_self() is a
+ * call through the PLT. Like a pthread_t, an address may be reused by a
+ * thread started after its first one exited. */
+extern __thread char weft__pool_thread_token
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
 /** True on the pool's owner thread. */
 static inline bool weft__pool_on_owner(const weft_pool *pool) {
-  return pthread_equal(pthread_self(), pool->owner) != 0;
+  return pool->owner == &weft__pool_thread_token;
 }
 
 /** Records `at` as the buffer's last touch when leak detection is on. */
@@ -145,9 +153,21 @@ weft_buf *weft__pool_get_block(weft_pool *pool, unsigned cls);
 /** A zeroed spare header for a slice or wrapped buffer, or NULL. Owner. */
 weft_buf *weft__pool_get_header(weft_pool *pool);
 
-/** Counts a new buffer as live and links it into the live list if tracked.
+/** Links a new buffer into the live list (weft__pool_track's slow part).
  * Owner only. */
-void weft__pool_track(weft_pool *pool, weft_buf *buf, const char *at);
+void weft__pool_link_live(weft_pool *pool, weft_buf *buf, const char *at);
+
+/** Counts a new buffer as live and links it into the live list if tracked:
+ * with leak detection on, and always when unpooled, so destroy can free
+ * leaked ones. Inline: with detection off (release builds) a pooled
+ * allocation pays one increment for it. Owner only. */
+static inline void weft__pool_track(weft_pool *pool, weft_buf *buf,
+                                    const char *at) {
+  pool->stats.live++;
+  if (pool->leak_detect ||
+      (buf->flags & WEFT__BUF_KIND_MASK) == WEFT__BUF_UNPOOLED)
+    weft__pool_link_live(pool, buf, at);
+}
 
 /**
  * Frees a buffer whose count just reached zero: directly on the owner

@@ -436,6 +436,33 @@ START_TEST(pipeline_small_writes_merge_on_a_stream_only) {
 }
 END_TEST
 
+/* Merged small writes count against the watermarks write by write: the
+ * 63rd 16 B write is the one that crosses 1000 bytes, though all of them
+ * share one buffer. */
+START_TEST(pipeline_watermarks_count_merged_small_writes) {
+  writability_events = 0;
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_writability, NULL), 0);
+  weft_embedded_set_stream(e, true);
+  weft_channel *ch = weft_embedded_channel(e);
+  weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
+  for (int i = 0; i < 62; i++)         /* 992 bytes: not above 1000 */
+    weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
+  ck_assert(weft_channel_is_writable(ch));
+  weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
+  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 1008);
+  ck_assert(!weft_channel_is_writable(ch));
+  ck_assert_int_eq(writability_events, 1);
+  weft_channel_flush(ch);
+  weft_embedded_set_write_limit(e, 600); /* 408 left: below low */
+  ck_assert(weft_channel_is_writable(ch));
+  ck_assert_int_eq(writability_events, 2);
+  weft_embedded_set_write_limit(e, SIZE_MAX);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("pipeline", "embedded", 0,
                   pipeline_event_order_matches_netty_example,
@@ -449,5 +476,6 @@ Suite *weft_test_suite(void) {
                   pipeline_exception_reaches_tail_and_closes_channel,
                   pipeline_tail_releases_unhandled_and_queue_at_close,
                   pipeline_small_writes_merge_on_a_stream_only,
+                  pipeline_watermarks_count_merged_small_writes,
                   pipeline_leak_is_reported_at_finish, NULL);
 }

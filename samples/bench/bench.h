@@ -233,6 +233,7 @@ typedef struct wconn {
   wrun *run;
   weft_ctx *ctx;
   weft_channel *ch;
+  weft_pool *pool;    /* its loop's, looked up once (at channel_active) */
   uint64_t t_connect; /* when its connect was asked for (connect latency) */
   size_t got;         /* bytes of the current reply / partial message */
   long outstanding;   /* echo: messages in flight */

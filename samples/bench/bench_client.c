@@ -63,7 +63,7 @@ static void barrier_task(void *arg) {
 }
 
 void bench_wconn_write_msg(wconn *c) {
-  weft_pool *pool = weft_loop_pool(c->run->loop);
+  weft_pool *pool = c->pool;
   for (size_t off = 0, size = c->run->pt->size; off < size;) {
     size_t k = size - off > BENCH_CHUNK ? BENCH_CHUNK : size - off;
     weft_buf *b = weft_buf_alloc(pool, k);
@@ -112,6 +112,7 @@ static void client_up(weft_ctx *ctx, wconn *c) {
 static void client_active(weft_ctx *ctx) {
   wconn *c = weft_ctx_state(ctx);
   c->ctx = ctx;
+  c->pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(ctx)));
   /* held until inactive: bench_wrun_close_all closes channels outside
    * their own callbacks, where only a reference keeps them alive */
   c->ch = weft_channel_retain(weft_ctx_channel(ctx));

@@ -12,7 +12,12 @@
  *                       a mutex-protected list to a thread that polls it;
  *   timer start+stop    on the loop thread, N start+stop pairs with random
  *                       delays among 1024 other active timers, beside
- *   timerfd arm+disarm  the kernel's timer doing the same (two syscalls).
+ *   timerfd arm+disarm  the kernel's timer doing the same (two syscalls);
+ *   write 16 B merged   what a weft writer pays per small message before
+ *                       the kernel (issue 17): weft_buf_alloc, then
+ *                       weft_channel_write into an embedded byte-stream
+ *                       channel (a pipeline pass, the copy into the
+ *                       queue's own buffer, the release), a flush per 1024.
  *
  * Every benchmark runs REPS times, interleaved (run 1 of each, then run 2 of
  * each, ...) so a noisy neighbour hurts all of them alike; the table shows
@@ -31,7 +36,9 @@
 #include <unistd.h>
 
 #include <weft/buf.h>
+#include <weft/channel.h>
 #include <weft/clock.h>
+#include <weft/embedded.h>
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/timer.h>
@@ -93,6 +100,49 @@ static double bench_malloc_free(bench_env *env, size_t size, size_t iters) {
     free(p);
   }
   return (double)(weft_now_ns() - t0) / (double)iters;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small writes merged into the outbound queue                               */
+
+/* Hands what the channel flushed back to the pool, as a socket's send
+ * completion would. */
+static void drain_outbound(weft_embedded *e) {
+  void *m;
+  while ((m = weft_embedded_read_outbound(e)) != NULL)
+    weft_msg_release(m);
+}
+
+/* One message per write, as weft-bench's stream client does; the flush
+ * every 1024 writes fills the queue's 16 KiB buffer once. */
+static double bench_small_write(bench_env *env, size_t size, size_t iters) {
+  (void)env;
+  weft_embedded *e;
+  if (weft_embedded_new(&e, NULL, NULL) < 0)
+    return -1;
+  weft_embedded_set_stream(e, true);
+  weft_channel *ch = weft_embedded_channel(e);
+  weft_pool *pool = weft_embedded_pool(e);
+  double ns = -1;
+  uint64_t t0 = weft_now_ns();
+  size_t i;
+  for (i = 0; i < iters; i++) {
+    weft_buf *b = weft_buf_alloc(pool, size);
+    if (b == NULL)
+      break;
+    b->writer_index = size;
+    weft_channel_write(ch, b, WEFT_PROMISE_NONE);
+    if (i % 1024 == 1023) {
+      weft_channel_flush(ch);
+      drain_outbound(e);
+    }
+  }
+  if (i == iters)
+    ns = (double)(weft_now_ns() - t0) / (double)iters;
+  weft_channel_flush(ch);
+  drain_outbound(e);
+  weft_embedded_free(e);
+  return ns;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -292,6 +342,7 @@ static const bench benches[] = {
     {"timer start+stop (1024 active)", bench_timer_start_stop, 0, 1000000,
      100000},
     {"timerfd arm+disarm", bench_timerfd, 0, 1000000, 100000},
+    {"write 16 B, merged (embedded)", bench_small_write, 16, 4000000, 400000},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
