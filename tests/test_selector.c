@@ -840,6 +840,7 @@ START_TEST(selector_window_grows_back_after_a_short_burst) {
   weft_loop_options_init(&o);
   o.n_loops = 1;
   o.busy_poll_us = 2000;
+  o.pin = true; /* on CPU 0, with the hogs */
   ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
   weft_loop *loop = weft_loop_group_get(group, 0);
   loop->window.hold_min_ns = 50 * MS;
