@@ -33,7 +33,7 @@ START_TEST(loop_group_lifecycle_start_stop_join_free) {
   weft_loop_options_init(&o);
   ck_assert_int_eq(o.n_loops, 0);
   ck_assert_int_eq(o.busy_poll_us, WEFT_BUSY_POLL_US_DEFAULT);
-  ck_assert(!o.pin);
+  ck_assert(o.pin);
   ck_assert_int_eq(o.poll_budget, 64);
   ck_assert_str_eq(o.name, "weft");
   ck_assert_uint_eq(o.pool_retain_bytes, WEFT_POOL_RETAIN_BYTES_DEFAULT);
