@@ -40,9 +40,10 @@
  *
  * A weft_loop_group owns N loops, each on its own thread, by default one per
  * CPU the process may run on less one (weft_loop_default_count), each
- * pinned to its CPU unless weft_loop_options.pin says otherwise. Everything that belongs to a loop
- * (sources, timers, channels, the buffer pool) is touched only on that loop's
- * thread; other threads reach a loop only through weft_loop_execute().
+ * pinned to its CPU unless weft_loop_options.pin says otherwise. Everything
+ * that belongs to a loop (sources, timers, channels, the buffer pool) is
+ * touched only on that loop's thread; other threads reach a loop only through
+ * weft_loop_execute().
  *
  * Lifecycle: weft_loop_group_new -> weft_loop_group_start ->
  * (work) -> weft_loop_group_stop -> weft_loop_group_join ->
