@@ -190,7 +190,8 @@ void weft__pipeline_destroy(weft_pipeline *p);
 /* Outbound queue (outbound.c). */
 void weft__outbound_init(weft__outbound *o);
 /** weft__outbound_add's general case: also the first small write of a
- *  run (which starts the queue's own buffer) and every other write. */
+ *  run (which starts the queue's own buffer, then appends) and every other
+ *  write. */
 int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p);
 /** Pending bytes crossed a watermark: sets `writable` and fires
  *  writability_changed (outbound.c). */
@@ -209,31 +210,42 @@ static inline void weft__outbound_update_writability(weft_channel *ch) {
     weft__outbound_set_writable(ch, !o->writable);
 }
 
-/** Queues `buf`; returns 0, WEFT_ENOMEM, or WEFT_ENOBUFS past the output
- *  limit (the caller fails the promise and releases `buf`).
- *
- *  Inline here is the common case of a stream of small writes: the tail
- *  entry is the queue's own buffer, not flushed, without a promise, with
- *  room, on a byte stream; the bytes are copied into it and `buf` is
- *  released (coalesce() in outbound.c says why each condition). Anything
- *  else goes to weft__outbound_add_slow. Loop thread. */
-static inline int weft__outbound_add(weft_channel *ch, weft_buf *buf,
-                                     weft_promise p) {
+/** Appends small `buf` to the tail entry when that is the queue's own
+ *  buffer, not flushed, without a promise, with room, on a byte stream
+ *  (the small-write merge: outbound.c, above adopt_tail, says why each
+ *  condition): copies its bytes, releases `buf`, gives the entry `p` and
+ *  counts the bytes as pending. Returns false, changing nothing, where it
+ *  does not apply. Inline: the per-write path of a stream of small
+ *  writes. Loop thread. */
+static inline bool weft__outbound_append(weft_channel *ch, weft_buf *buf,
+                                         weft_promise p) {
   weft__outbound *o = &ch->out;
   size_t n = weft_buf_readable(buf);
   if (n > WEFT__COALESCE_MAX || o->tail == o->flushed ||
-      weft__limits_refuse_write(ch) ||
       !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
-    return weft__outbound_add_slow(ch, buf, p);
+    return false;
   weft__outbound_entry *last = &o->ring[(o->tail - 1) & o->mask];
   weft_buf *own = last->buf;
   if (!last->own || last->promise.cb != NULL || weft_buf_writable(own) < n)
-    return weft__outbound_add_slow(ch, buf, p);
+    return false;
+  /* Checked above: no need for weft_buf_write_bytes' checks (a call). */
   memcpy(weft_buf_wptr(own), weft_buf_rptr(buf), n);
   own->writer_index += n;
   weft_buf_release(buf);
   last->promise = p;
   o->pending_bytes += n;
+  return true;
+}
+
+/** Queues `buf`; returns 0, WEFT_ENOMEM, or WEFT_ENOBUFS past the output
+ *  limit (the caller fails the promise and releases `buf`). Inline is the
+ *  common case, a small write appended to the queue's own tail buffer
+ *  (weft__outbound_append); anything else goes to
+ *  weft__outbound_add_slow. Loop thread. */
+static inline int weft__outbound_add(weft_channel *ch, weft_buf *buf,
+                                     weft_promise p) {
+  if (weft__limits_refuse_write(ch) || !weft__outbound_append(ch, buf, p))
+    return weft__outbound_add_slow(ch, buf, p);
   weft__outbound_update_writability(ch);
   weft__limits_queued(ch);
   return 0;

@@ -55,54 +55,35 @@ void weft__outbound_set_writable(weft_channel *ch, bool writable) {
 #define COALESCE_MAX WEFT__COALESCE_MAX /* bytes: writes up to this size */
 #define COALESCE_BUF 16384 /* bytes: the queue's own buffer (a pool class) */
 
-/* The tail entry holds the writer's own small buffer: moves its bytes
- * into a buffer of the queue's, which later small writes are copied into.
+/* Where small `buf` could be merged but the unflushed tail entry holds
+ * the writer's own small buffer: moves its bytes into a buffer of the
+ * queue's, which weft__outbound_append then copies small writes into.
  * Once per run of small writes, so out of line. */
-static __attribute__((noinline)) bool adopt_tail(weft_channel *ch,
-                                                 weft__outbound_entry *last) {
+static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
+                                                 const weft_buf *buf) {
+  weft__outbound *o = &ch->out;
+  if (weft_buf_readable(buf) > COALESCE_MAX || o->tail == o->flushed ||
+      !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
+    return;
+  weft__outbound_entry *last = slot(o, o->tail - 1);
   size_t have = weft_buf_readable(last->buf);
-  if (have > COALESCE_MAX)
-    return false;
+  if (last->own || last->promise.cb != NULL || have > COALESCE_MAX)
+    return;
   weft_buf *own = weft_buf_alloc(weft_loop_pool(ch->loop), COALESCE_BUF);
   if (own == NULL)
-    return false;
+    return; /* not merged: queued as an entry of its own */
   weft_buf_write_bytes(own, weft_buf_rptr(last->buf), have);
   weft_buf_release(last->buf);
   last->buf = own;
   last->own = true;
-  return true;
-}
-
-/* The per-write path of a stream of small writes: a few compares, one
- * copy, the writer's buffer released. weft__outbound_add (inline, in
- * channel_internal.h) does the same when the tail is already ours; here
- * it may also start our buffer. */
-static bool coalesce(weft_channel *ch, weft_buf *buf, weft_promise p) {
-  weft__outbound *o = &ch->out;
-  size_t n = weft_buf_readable(buf);
-  if (n > COALESCE_MAX || o->tail == o->flushed ||
-      !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
-    return false;
-  weft__outbound_entry *last = slot(o, o->tail - 1);
-  if (last->promise.cb != NULL || (!last->own && !adopt_tail(ch, last)))
-    return false;
-  weft_buf *own = last->buf;
-  if (weft_buf_writable(own) < n)
-    return false;
-  /* Checked above: no need for weft_buf_write_bytes' checks (a call). */
-  memcpy(weft_buf_wptr(own), weft_buf_rptr(buf), n);
-  own->writer_index += n;
-  weft_buf_release(buf);
-  last->promise = p;
-  o->pending_bytes += n;
-  return true;
 }
 
 int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   weft__outbound *o = &ch->out;
   if (weft__limits_refuse_write(ch))
     return WEFT_ENOBUFS; /* past the output limit: closing */
-  if (coalesce(ch, buf, p)) {
+  adopt_tail(ch, buf);
+  if (weft__outbound_append(ch, buf, p)) {
     weft__outbound_update_writability(ch);
     weft__limits_queued(ch);
     return 0;
