@@ -198,7 +198,7 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p);
 void weft__outbound_set_writable(weft_channel *ch, bool writable);
 
 /* Writes up to this many bytes are copied into the queue's own buffer at
- * its tail on byte streams (see coalesce() in outbound.c). */
+ * its tail on byte streams (weft__outbound_append; outbound.c says why). */
 #define WEFT__COALESCE_MAX 512u
 
 /** Updates writability after pending bytes changed: above high ->
