@@ -1,6 +1,6 @@
 /* transports/ucx/wire.c: the rules of the UCX transport's wire protocol,
  * as a receiver enforces them (weft__ucx_hdr_check, inline in
- * ucx_internal.h because it runs for every message, and its rare parts
+ * ucx_wire.h because it runs for every message, and its rare parts
  * here: the handshake and the texts of broken rules). Every value in a
  * message comes from the peer: its type, the slot it names (checked by the
  * table lookup in recv.c), the handshake's version, slot, window and
