@@ -1,6 +1,7 @@
 /* main() for every test program, plus log capture, suites and helpers. */
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <weft/endpoint.h>
+#include <weft/error.h>
 #include <weft/log.h>
 
 static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -230,4 +232,91 @@ void th_write_all(int fd, const void *data, size_t n) {
     p += w;
     n -= (size_t)w;
   }
+}
+
+/* ---- what /proc says ---- */
+
+long th_proc_kib(const char *path, const char *key) {
+  char line[256];
+  FILE *f = fopen(path, "r");
+  long v = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (strncmp(line, key, strlen(key)) == 0)
+      v = strtol(line + strlen(key), NULL, 10);
+  if (f != NULL)
+    fclose(f);
+  return v;
+}
+
+long th_status_kib(pid_t pid, const char *key) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  return th_proc_kib(path, key);
+}
+
+long th_meminfo_kib(const char *key) {
+  return th_proc_kib("/proc/meminfo", key);
+}
+
+long long th_cpu_ticks(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+  unsigned long long utime, stime;
+  if (p == NULL || sscanf(p + 2,
+                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
+                          "%llu",
+                          &utime, &stime) != 2)
+    return -1;
+  return (long long)(utime + stime);
+}
+
+long long th_run_ns(pid_t pid) {
+  char path[300];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL)
+    return -1;
+  long long sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.')
+      continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%s/schedstat", (int)pid,
+             e->d_name);
+    FILE *f = fopen(path, "r");
+    long long ns = 0;
+    if (f != NULL && fscanf(f, "%lld", &ns) == 1)
+      sum += ns;
+    if (f != NULL)
+      fclose(f);
+  }
+  closedir(d);
+  return sum;
+}
+
+double th_idle_cpu(pid_t pid, unsigned ms) {
+  long long t0 = th_cpu_ticks(pid);
+  th_sleep_ms(ms);
+  long long t1 = th_cpu_ticks(pid);
+  ck_assert(t0 >= 0 && t1 >= t0);
+  return 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) /
+         (ms / 1000.0);
+}
+
+/* ---- echo servers ---- */
+
+void th_echo_read(weft_ctx *ctx, void *msg) {
+  weft_ctx_write_and_flush(ctx, msg, WEFT_PROMISE_NONE);
+}
+
+void th_echo_exception(weft_ctx *ctx, int err, const char *reason) {
+  fprintf(stderr, "server: %s: %s\n", weft_err_name(err), reason);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
 }

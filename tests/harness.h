@@ -1,6 +1,7 @@
 /* Shared test harness: every test program defines weft_test_suite() and links
  * harness.c, whose main() runs the suite with Check and exits non-zero on any
- * failure. Helpers here capture weft's log so tests can assert on it. */
+ * failure. Helpers here capture weft's log so tests can assert on it, bind
+ * servers, read what /proc says of a process and record skips. */
 #ifndef WEFT_TESTS_HARNESS_H
 #define WEFT_TESTS_HARNESS_H
 
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
+#include <weft/pipeline.h>
 
 /** Each test program returns its suite here. */
 Suite *weft_test_suite(void);
@@ -87,6 +89,53 @@ weft_server *th_server_bind(weft_loop_group *group, const char *listen,
 
 /** Writes all `n` bytes to the blocking socket or file `fd`; asserts. */
 void th_write_all(int fd, const void *p, size_t n);
+
+/* ---- what /proc says ----
+ * Readers of a process's memory and CPU time for the scale tests, which
+ * measure a server from outside (in a child process). Each returns -1
+ * when the file cannot be read or lacks the value; none asserts (a
+ * server child may call them too). Any thread. */
+
+/**
+ * The number after `key` (e.g. "VmRSS:", "VmallocUsed:", the colon
+ * included) at the start of a line of the /proc file `path`, as the file
+ * gives it (KiB in status and meminfo); the last such line's if several.
+ */
+long th_proc_kib(const char *path, const char *key);
+
+/** th_proc_kib of /proc/<pid>/status: `key` ("VmRSS:") of process `pid`,
+ *  in KiB. */
+long th_status_kib(pid_t pid, const char *key);
+
+/** th_proc_kib of /proc/meminfo: `key` ("Slab:") of the whole host, in
+ *  KiB. */
+long th_meminfo_kib(const char *key);
+
+/** User plus system CPU time of process `pid`, all threads, in clock
+ *  ticks (sysconf(_SC_CLK_TCK) per second; /proc/<pid>/stat fields 14 and
+ *  15, so a 10 ms grain where the tick is 100 Hz). */
+long long th_cpu_ticks(pid_t pid);
+
+/** Nanoseconds all threads of process `pid` have run: the sum of the first
+ *  field of each /proc/<pid>/task/<tid>/schedstat (exact, where
+ *  th_cpu_ticks has the tick's grain). Threads that exited are not
+ *  counted. */
+long long th_run_ns(pid_t pid);
+
+/** Sleeps `ms` milliseconds and returns the CPU process `pid` used
+ *  meanwhile (th_cpu_ticks), in percent of one core. Fails the check if
+ *  /proc cannot be read. Test thread. */
+double th_idle_cpu(pid_t pid, unsigned ms);
+
+/* ---- echo servers ---- */
+
+/** A channel_read that writes the message back and flushes it (ownership
+ *  of `msg` passes to the write). */
+void th_echo_read(weft_ctx *ctx, void *msg);
+
+/** An exception_caught for a server in a child process: prints
+ *  "server: <error name>: <reason>" to stderr and closes the channel. */
+void th_echo_exception(weft_ctx *ctx, int err, const char *reason);
 
 /* ---- skips ----
  * A check that cannot run here (a missing device, kernel feature or

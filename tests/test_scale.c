@@ -27,7 +27,6 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -63,49 +62,6 @@
 #define IO_TIMEOUT_MS 20000 /* a read or write that hangs this long fails */
 #define MAX_KIB_PER_CONN 4.0
 #define MAX_IDLE_CPU 5.0
-
-/* ---- what /proc says about the server ---- */
-
-/* VmRSS of `pid` in KiB; -1. */
-static long rss_kib(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  long v = -1;
-  while (f != NULL && fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, "VmRSS:", 6) == 0)
-      v = strtol(line + 6, NULL, 10);
-  if (f != NULL)
-    fclose(f);
-  return v;
-}
-
-/* Nanoseconds all of `pid`'s threads have run (the first field of each
- * /proc/PID/task/TID/schedstat: exact, where the tick counts of
- * /proc/PID/stat have a 10 ms grain); -1. */
-static long long run_ns(pid_t pid) {
-  char path[300];
-  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-  DIR *d = opendir(path);
-  if (d == NULL)
-    return -1;
-  long long sum = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.')
-      continue;
-    snprintf(path, sizeof path, "/proc/%d/task/%s/schedstat", (int)pid,
-             e->d_name);
-    FILE *f = fopen(path, "r");
-    long long ns = 0;
-    if (f != NULL && fscanf(f, "%lld", &ns) == 1)
-      sum += ns;
-    if (f != NULL)
-      fclose(f);
-  }
-  closedir(d);
-  return sum;
-}
 
 /* ---- the server, in a child process ---- */
 
@@ -278,7 +234,7 @@ START_TEST(ten_thousand_idle_connections) {
   ck_assert_msg(read(up[0], &port, sizeof port) == sizeof port,
                 "the server did not start");
   th_sleep_ms(300);
-  long rss0 = rss_kib(pid);
+  long rss0 = th_status_kib(pid, "VmRSS:");
 
   /* Connect in batches, each connection echoing its first message before
    * the next batch: the listen backlog never overflows (a dropped SYN
@@ -303,11 +259,11 @@ START_TEST(ten_thousand_idle_connections) {
 
   /* Idle: the server holds every connection and does nothing. */
   th_sleep_ms(300); /* the last flushes and the loops go to sleep */
-  long rss_n = rss_kib(pid);
-  long long ns0 = run_ns(pid);
+  long rss_n = th_status_kib(pid, "VmRSS:");
+  long long ns0 = th_run_ns(pid);
   uint64_t i0 = th_now_ms();
   th_sleep_ms(1000);
-  long long ns1 = run_ns(pid);
+  long long ns1 = th_run_ns(pid);
   uint64_t idle_ms = th_now_ms() - i0;
   ck_assert(ns0 >= 0 && ns1 >= ns0);
   double cpu = 100.0 * (double)(ns1 - ns0) / 1e6 / (double)idle_ms;

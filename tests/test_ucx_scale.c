@@ -63,52 +63,6 @@ static weft_loop_group *loops(const char *name, int n) {
   return g;
 }
 
-/* ---- what /proc says ---- */
-
-/* The value of `key` ("VmRSS:") in /proc/<pid>/status, in KiB; -1. */
-static long status_kib(pid_t pid, const char *key) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  long v = -1;
-  while (f != NULL && fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, key, strlen(key)) == 0)
-      v = strtol(line + strlen(key), NULL, 10);
-  if (f != NULL)
-    fclose(f);
-  return v;
-}
-
-/* User plus system CPU time of `pid` in clock ticks; -1. */
-static long long cpu_ticks(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the name may hold spaces */
-  unsigned long long utime, stime;
-  if (p == NULL || sscanf(p + 2,
-                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
-                          "%llu",
-                          &utime, &stime) != 2)
-    return -1;
-  return (long long)(utime + stime);
-}
-
-/* CPU used by `pid` over `ms` of idleness, in percent of one core. */
-static double idle_cpu(pid_t pid, unsigned ms) {
-  long long t0 = cpu_ticks(pid);
-  th_sleep_ms(ms);
-  long long t1 = cpu_ticks(pid);
-  ck_assert(t0 >= 0 && t1 >= t0);
-  return 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) /
-         (ms / 1000.0);
-}
-
 /* ---- the server (child process) ----
  * Echoes every message and counts the channels each of its two loops
  * took. Writes its address to `out`; then, for each 'q' read from `in`,
@@ -124,19 +78,11 @@ static void echo_active(weft_ctx *ctx) {
                    1);
 }
 
-static void echo_read(weft_ctx *ctx, void *msg) {
-  weft_ctx_write_and_flush(ctx, msg, WEFT_PROMISE_NONE);
-}
-
-static void echo_exception(weft_ctx *ctx, int err, const char *reason) {
-  fprintf(stderr, "server: %s: %s\n", weft_err_name(err), reason);
-  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
-}
-
 static const weft_handler echo_handler = {.name = "echo",
                                           .channel_active = echo_active,
-                                          .channel_read = echo_read,
-                                          .exception_caught = echo_exception};
+                                          .channel_read = th_echo_read,
+                                          .exception_caught =
+                                              th_echo_exception};
 
 static void echo_init(weft_channel *ch, void *arg) {
   (void)arg;
@@ -321,7 +267,7 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   ck_assert_msg(got > 0, "the server did not start");
   uri[got] = '\0';
   th_sleep_ms(200);
-  long rss0 = status_kib(pid, "VmRSS:");
+  long rss0 = th_status_kib(pid, "VmRSS:");
 
   fleet fl = {.g = loops("wu-big-cli", 1)};
   ck_assert_ptr_nonnull(fl.g);
@@ -340,7 +286,7 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
        * the connections after it are the cost per connection. */
       ASSERT_EVENTUALLY(atomic_load(&fl.settled) == 1, 60000);
       th_sleep_ms(200);
-      rss1 = status_kib(pid, "VmRSS:");
+      rss1 = th_status_kib(pid, "VmRSS:");
     }
   }
   ASSERT_EVENTUALLY(atomic_load(&fl.settled) == n, 180000);
@@ -354,10 +300,10 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
 
   echo_round(&fl, cs, n, MSG);
   th_sleep_ms(1000); /* settle: the last credits and completions */
-  long rss_n = status_kib(pid, "VmRSS:");
-  long my_rss = status_kib(getpid(), "VmRSS:");
-  double srv_cpu = idle_cpu(pid, IDLE_MS);
-  double cli_cpu = idle_cpu(getpid(), IDLE_MS);
+  long rss_n = th_status_kib(pid, "VmRSS:");
+  long my_rss = th_status_kib(getpid(), "VmRSS:");
+  double srv_cpu = th_idle_cpu(pid, IDLE_MS);
+  double cli_cpu = th_idle_cpu(getpid(), IDLE_MS);
   echo_round(&fl, cs, n, 2 * MSG);
   int on0 = 0, on1 = 0;
   server_loops(to_srv[1], from_srv[0], &on0, &on1);

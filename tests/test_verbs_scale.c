@@ -46,33 +46,7 @@ static weft_loop_group *one_loop(const char *name) {
   return g;
 }
 
-/* ---- what /proc says ---- */
-
-/* The number after `key` ("VmRSS:", "VmallocUsed:") in the /proc file
- * `path` (status, meminfo: KiB); -1 if there is none. */
-static long proc_kib(const char *path, const char *key) {
-  char line[256];
-  FILE *f = fopen(path, "r");
-  long v = -1;
-  while (f != NULL && fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, key, strlen(key)) == 0)
-      v = strtol(line + strlen(key), NULL, 10);
-  if (f != NULL)
-    fclose(f);
-  return v;
-}
-
-/* The value of `key` in /proc/<pid>/status, in KiB; -1. */
-static long status_kib(pid_t pid, const char *key) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  return proc_kib(path, key);
-}
-
-/* The value of `key` in /proc/meminfo, in KiB; -1. */
-static long meminfo_kib(const char *key) {
-  return proc_kib("/proc/meminfo", key);
-}
+/* ---- what /proc says (the rest: harness.h) ---- */
 
 /* Where `pid`'s resident memory is, from /proc/<pid>/smaps, in KiB: the
  * device's queue rings mapped from /dev/infiniband (`rings`), anonymous
@@ -106,27 +80,6 @@ static rss_parts rss_breakdown(pid_t pid) {
   if (f != NULL)
     fclose(f);
   return r;
-}
-
-/* User plus system CPU time of `pid` in clock ticks (/proc/<pid>/stat
- * fields 14 and 15); -1. */
-static long long cpu_ticks(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* the name may hold spaces */
-  unsigned long long utime, stime;
-  if (p == NULL || sscanf(p + 2,
-                          "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu "
-                          "%llu",
-                          &utime, &stime) != 2)
-    return -1;
-  return (long long)(utime + stime);
 }
 
 /* ---- clients ---- */
@@ -271,18 +224,10 @@ static void client_connect(client *c, const char *uri,
 /* The server, in a child process: echoes every message; writes its address
  * to `out`, then serves until `in` reaches EOF; exits 0 if it stopped with
  * no leak. No Check asserts here (a child of a check). */
-static void echo_read(weft_ctx *ctx, void *msg) {
-  weft_ctx_write_and_flush(ctx, msg, WEFT_PROMISE_NONE);
-}
-
-static void echo_exception(weft_ctx *ctx, int err, const char *reason) {
-  fprintf(stderr, "server: %s: %s\n", weft_err_name(err), reason);
-  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
-}
-
 static const weft_handler echo_handler = {.name = "echo",
-                                          .channel_read = echo_read,
-                                          .exception_caught = echo_exception};
+                                          .channel_read = th_echo_read,
+                                          .exception_caught =
+                                              th_echo_exception};
 
 static void echo_init(weft_channel *ch, void *arg) {
   (void)arg;
@@ -333,16 +278,6 @@ static void echo_round(fleet *fl, client *cs, int n, long long want) {
   ck_assert_msg(done == n, "%d of %d clients got their echo", done, n);
 }
 
-/* CPU used by `pid` over `ms` of idleness, in percent of one core. */
-static double idle_cpu(pid_t pid, unsigned ms) {
-  long long t0 = cpu_ticks(pid);
-  th_sleep_ms(ms);
-  long long t1 = cpu_ticks(pid);
-  ck_assert(t0 >= 0 && t1 >= t0);
-  return 100.0 * (double)(t1 - t0) / (double)sysconf(_SC_CLK_TCK) /
-         (ms / 1000.0);
-}
-
 START_TEST(verbs_thousand_connections_on_one_loop) {
   double scale = th_test_scale();
   int n = (int)(1000 * scale + 0.5);
@@ -366,7 +301,7 @@ START_TEST(verbs_thousand_connections_on_one_loop) {
   ck_assert_msg(got > 0, "the server did not start");
   uri[got] = '\0';
   th_sleep_ms(200);
-  long rss0 = status_kib(pid, "VmRSS:");
+  long rss0 = th_status_kib(pid, "VmRSS:");
 
   fleet fl = {.g = one_loop("wv-big-cli")};
   ck_assert_ptr_nonnull(fl.g);
@@ -386,9 +321,9 @@ START_TEST(verbs_thousand_connections_on_one_loop) {
        * chunk; the connections after it are the cost per connection. */
       ASSERT_EVENTUALLY(atomic_load(&fl.settled) == 1, 60000);
       th_sleep_ms(200);
-      rss1 = status_kib(pid, "VmRSS:");
-      vmalloc1 = meminfo_kib("VmallocUsed:");
-      slab1 = meminfo_kib("Slab:");
+      rss1 = th_status_kib(pid, "VmRSS:");
+      vmalloc1 = th_meminfo_kib("VmallocUsed:");
+      slab1 = th_meminfo_kib("Slab:");
     }
   }
   ASSERT_EVENTUALLY(atomic_load(&fl.settled) == n, 180000);
@@ -404,13 +339,13 @@ START_TEST(verbs_thousand_connections_on_one_loop) {
 
   echo_round(&fl, cs, n, MSG);
   th_sleep_ms(1000); /* settle: the last credits and completions */
-  long rss_n = status_kib(pid, "VmRSS:");
+  long rss_n = th_status_kib(pid, "VmRSS:");
   rss_parts parts = rss_breakdown(pid);
-  long my_rss = status_kib(getpid(), "VmRSS:");
-  long vmalloc_n = meminfo_kib("VmallocUsed:");
-  long slab_n = meminfo_kib("Slab:");
-  double srv_cpu = idle_cpu(pid, 5000);
-  double cli_cpu = idle_cpu(getpid(), 5000);
+  long my_rss = th_status_kib(getpid(), "VmRSS:");
+  long vmalloc_n = th_meminfo_kib("VmallocUsed:");
+  long slab_n = th_meminfo_kib("Slab:");
+  double srv_cpu = th_idle_cpu(pid, 5000);
+  double cli_cpu = th_idle_cpu(getpid(), 5000);
   echo_round(&fl, cs, n, 2 * MSG);
 
   int more = n > 1 ? n - 1 : 1;
