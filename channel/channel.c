@@ -416,6 +416,17 @@ void weft_channel_write(weft_channel *ch, void *msg, weft_promise promise) {
   weft_channel_release(ch);
 }
 
+void weft_channel_write_bytes(weft_channel *ch, const void *data, size_t len,
+                              weft_promise promise) {
+  /* The fast path runs no handler that could drop a reference (see
+   * weft__pipeline_write_bytes_fast), so it needs no retain. */
+  if (weft__pipeline_write_bytes_fast(&ch->pipeline.tail, data, len, promise))
+    return;
+  weft_channel_retain(ch);
+  weft_ctx_write_bytes(&ch->pipeline.tail, data, len, promise);
+  weft_channel_release(ch);
+}
+
 void weft_channel_flush(weft_channel *ch) {
   weft_channel_retain(ch);
   weft_ctx_flush(&ch->pipeline.tail);

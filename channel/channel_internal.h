@@ -48,6 +48,12 @@ typedef struct weft__outbound {
   size_t pending_bytes; /* readable bytes in all entries */
   size_t low, high;     /* write watermarks in bytes */
   bool writable;
+  /* The append window: the free bytes of the queue's own buffer
+   * (append_buf) at the tail entry while small writes may be copied there
+   * (outbound.c, above adopt_tail, says when); append_at == append_end
+   * (both NULL) otherwise. One compare then decides a small write. */
+  uint8_t *append_at, *append_end;
+  weft_buf *append_buf;
 } weft__outbound;
 
 /* Hooks an embedded channel sets to see what reaches the tail; NULL on
@@ -182,6 +188,12 @@ void weft__conn_count_release(weft__conn_count *c, bool counted);
 /** Effective reading (auto-read and not paused) changed to `on`. */
 int weft__channel_apply_read(weft_channel *ch, bool on);
 
+/** weft_ctx_write_bytes' fast path: copies the bytes into the append
+ *  window when the next writer from `ctx` is the head and the channel is
+ *  open. Returns false, changing nothing, otherwise. Loop thread. */
+bool weft__pipeline_write_bytes_fast(weft_ctx *ctx, const void *data,
+                                     size_t len, weft_promise promise);
+
 /** Initialises / tears down a pipeline (tear down calls handler_removed on
  *  every handler, tail to head). */
 void weft__pipeline_init(weft_pipeline *p, weft_channel *ch);
@@ -199,7 +211,7 @@ void weft__outbound_set_writable(weft_channel *ch, bool writable);
 
 /* Writes up to this many bytes are copied into the queue's own buffer at
  * its tail on byte streams (weft__outbound_append; outbound.c says why). */
-#define WEFT__COALESCE_MAX 512u
+#define WEFT__COALESCE_MAX ((size_t)WEFT_WRITE_COALESCE_MAX)
 
 /** Updates writability after pending bytes changed: above high ->
  *  unwritable, below low -> writable again (hysteresis). Inline: every
@@ -210,30 +222,65 @@ static inline void weft__outbound_update_writability(weft_channel *ch) {
     weft__outbound_set_writable(ch, !o->writable);
 }
 
-/** Appends small `buf` to the tail entry when that is the queue's own
- *  buffer, not flushed, without a promise, with room, on a byte stream
- *  (the small-write merge: outbound.c, above adopt_tail, says why each
- *  condition): copies its bytes, releases `buf`, gives the entry `p` and
- *  counts the bytes as pending. Returns false, changing nothing, where it
- *  does not apply. Inline: the per-write path of a stream of small
- *  writes. Loop thread. */
+/** Closes the append window: the tail entry no longer takes copies (it
+ *  was flushed, has a promise, or is no longer the tail). */
+static inline void weft__outbound_close_window(weft__outbound *o) {
+  o->append_at = o->append_end = NULL;
+  o->append_buf = NULL;
+}
+
+/** Copies `n` (at most WEFT__COALESCE_MAX) bytes at `data` into the append
+ *  window, gives the tail entry `p` (which closes the window: the entry's
+ *  promise cannot wait for later bytes) and counts the bytes as pending.
+ *  Returns false, changing nothing, when the window is closed or too small.
+ *  Inline: the per-write path of a stream of small writes. Loop thread. */
+static inline bool weft__outbound_append_bytes(weft_channel *ch,
+                                               const void *data, size_t n,
+                                               weft_promise p) {
+  weft__outbound *o = &ch->out;
+  if (n > WEFT__COALESCE_MAX || (size_t)(o->append_end - o->append_at) < n)
+    return false;
+  if (n >= 8 && n <= 16) { /* two overlapping words: no call to memcpy */
+    memcpy(o->append_at, data, 8);
+    memcpy(o->append_at + n - 8, (const uint8_t *)data + n - 8, 8);
+  } else {
+    memcpy(o->append_at, data, n);
+  }
+  o->append_at += n;
+  o->append_buf->writer_index += n;
+  o->pending_bytes += n;
+  if (p.cb != NULL) {
+    o->ring[(o->tail - 1) & o->mask].promise = p;
+    weft__outbound_close_window(o);
+  }
+  return true;
+}
+
+/** weft__outbound_append_bytes for small `buf`'s bytes; on success `buf`
+ *  is released (its bytes now live in the queue's buffer). */
 static inline bool weft__outbound_append(weft_channel *ch, weft_buf *buf,
                                          weft_promise p) {
-  weft__outbound *o = &ch->out;
-  size_t n = weft_buf_readable(buf);
-  if (n > WEFT__COALESCE_MAX || o->tail == o->flushed ||
-      !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
+  if (!weft__outbound_append_bytes(ch, weft_buf_rptr(buf),
+                                   weft_buf_readable(buf), p))
     return false;
-  weft__outbound_entry *last = &o->ring[(o->tail - 1) & o->mask];
-  weft_buf *own = last->buf;
-  if (!last->own || last->promise.cb != NULL || weft_buf_writable(own) < n)
-    return false;
-  /* Checked above: no need for weft_buf_write_bytes' checks (a call). */
-  memcpy(weft_buf_wptr(own), weft_buf_rptr(buf), n);
-  own->writer_index += n;
   weft_buf_release(buf);
-  last->promise = p;
-  o->pending_bytes += n;
+  return true;
+}
+
+/** Queues a copy of `n` bytes at `data` where weft__outbound_append_bytes
+ *  applies and the output limit was not crossed, then checks the limit
+ *  and updates writability as every write does, in that order: the
+ *  writability change runs handlers, which may close the channel, so
+ *  nothing here touches it after them. Returns false, changing nothing,
+ *  otherwise: the caller then writes a buffer of its own (the general
+ *  path). Loop thread. */
+static inline bool weft__outbound_add_bytes(weft_channel *ch, const void *data,
+                                            size_t n, weft_promise p) {
+  if (weft__limits_refuse_write(ch) ||
+      !weft__outbound_append_bytes(ch, data, n, p))
+    return false;
+  weft__limits_queued(ch);
+  weft__outbound_update_writability(ch);
   return true;
 }
 
@@ -250,7 +297,7 @@ static inline int weft__outbound_add(weft_channel *ch, weft_buf *buf,
   weft__limits_queued(ch);
   return 0;
 }
-/** Marks everything written so far as flushed. */
+/** Marks everything written so far as flushed (closes the window). */
 void weft__outbound_mark_flushed(weft__outbound *o);
 /** Fails every entry with `err` (buffers released, promises completed). */
 void weft__outbound_fail_all(weft_channel *ch, int err);

@@ -51,13 +51,17 @@ void weft__outbound_set_writable(weft_channel *ch, bool writable) {
  * transport keeps each write a message of its own), only into entries not
  * flushed yet (nothing may change under a send in flight), and only where
  * the tail entry's promise, if any, can wait for the new bytes (it has
- * none: the merged entry takes the new write's promise). */
+ * none: the merged entry takes the new write's promise). While all of
+ * that holds, the buffer's free bytes are the queue's append window
+ * (weft__outbound_append_bytes): adopt_tail opens it, and a promise, a
+ * flush or another entry closes it. */
 #define COALESCE_MAX WEFT__COALESCE_MAX /* bytes: writes up to this size */
 #define COALESCE_BUF 16384 /* bytes: the queue's own buffer (a pool class) */
 
 /* Where small `buf` could be merged but the unflushed tail entry holds
  * the writer's own small buffer: moves its bytes into a buffer of the
- * queue's, which weft__outbound_append then copies small writes into.
+ * queue's, which weft__outbound_append then copies small writes into (it
+ * opens the append window).
  * Once per run of small writes, so out of line. */
 static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
                                                  const weft_buf *buf) {
@@ -76,6 +80,9 @@ static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
   weft_buf_release(last->buf);
   last->buf = own;
   last->own = true;
+  o->append_buf = own;
+  o->append_at = weft_buf_wptr(own);
+  o->append_end = o->append_at + weft_buf_writable(own);
 }
 
 int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
@@ -90,6 +97,7 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   }
   if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
     return WEFT_ENOMEM;
+  weft__outbound_close_window(o); /* the tail moves on */
   *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};
   o->pending_bytes += weft_buf_readable(buf);
   weft__outbound_update_writability(ch);
@@ -97,7 +105,10 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   return 0;
 }
 
-void weft__outbound_mark_flushed(weft__outbound *o) { o->flushed = o->tail; }
+void weft__outbound_mark_flushed(weft__outbound *o) {
+  weft__outbound_close_window(o); /* nothing may change under a send */
+  o->flushed = o->tail;
+}
 
 bool weft_outbound_is_empty(const weft_channel *ch) {
   return ch->out.head == ch->out.flushed;
@@ -161,13 +172,14 @@ void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
 
 void weft__outbound_fail_all(weft_channel *ch, int err) {
   weft__outbound *o = &ch->out;
-  o->flushed = o->tail;
+  weft__outbound_mark_flushed(o);
   while (o->head != o->tail)
     complete_head(ch, err);
   /* No writability event here: the channel is closing. */
 }
 
 void weft__outbound_destroy(weft__outbound *o) {
+  weft__outbound_close_window(o);
   free(o->ring);
   o->ring = NULL;
 }

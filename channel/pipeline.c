@@ -141,6 +141,38 @@ void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
   leave(n->pipeline);
 }
 
+static void head_write(weft_ctx *ctx, void *msg, weft_promise promise);
+
+/* The bytes go straight into the queue's tail buffer when the next writer
+ * is the head and the channel is open (head_write's checks). No
+ * enter/leave: weft__outbound_add_bytes touches nothing after the handlers
+ * a writability change runs (they enter and leave themselves), and
+ * changes nothing when it returns false. */
+bool weft__pipeline_write_bytes_fast(weft_ctx *ctx, const void *data,
+                                     size_t len, weft_promise promise) {
+  weft_ctx *n = NEXT_OUTBOUND(ctx, write);
+  weft_channel *ch = n->pipeline->channel;
+  return n->handler->write == head_write && ch->state < WEFT_CHANNEL_INACTIVE &&
+         weft__outbound_add_bytes(ch, data, len, promise);
+}
+
+/* Anything the fast path does not take goes the general way with a buffer
+ * of its own, so handlers, errors and promises behave exactly as for
+ * weft_ctx_write. */
+void weft_ctx_write_bytes(weft_ctx *ctx, const void *data, size_t len,
+                          weft_promise promise) {
+  if (weft__pipeline_write_bytes_fast(ctx, data, len, promise))
+    return;
+  weft_channel *ch = ctx->pipeline->channel;
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(ch->loop), len);
+  if (b == NULL) {
+    weft_promise_complete(promise, WEFT_ENOMEM);
+    return;
+  }
+  weft_buf_write_bytes(b, data, len);
+  weft_ctx_write(ctx, b, promise);
+}
+
 void weft_ctx_flush(weft_ctx *ctx) {
   weft_ctx *n = NEXT_OUTBOUND(ctx, flush);
   enter(n->pipeline);

@@ -436,28 +436,113 @@ START_TEST(pipeline_small_writes_merge_on_a_stream_only) {
 }
 END_TEST
 
+/* One 16 B write, as a buffer (weft_channel_write) or as bytes
+ * (weft_channel_write_bytes). */
+static void write16(weft_embedded *e, bool as_bytes) {
+  weft_channel *ch = weft_embedded_channel(e);
+  if (as_bytes)
+    weft_channel_write_bytes(ch, "0123456789abcdef", 16, WEFT_PROMISE_NONE);
+  else
+    weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
+}
+
 /* Merged small writes count against the watermarks write by write: the
  * 63rd 16 B write is the one that crosses 1000 bytes, though all of them
- * share one buffer. */
+ * share one buffer. Both ways of writing. */
 START_TEST(pipeline_watermarks_count_merged_small_writes) {
-  writability_events = 0;
+  for (int as_bytes = 0; as_bytes < 2; as_bytes++) {
+    writability_events = 0;
+    weft_embedded *e;
+    ck_assert_int_eq(weft_embedded_new(&e, init_writability, NULL), 0);
+    weft_embedded_set_stream(e, true);
+    weft_channel *ch = weft_embedded_channel(e);
+    weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
+    for (int i = 0; i < 62; i++)         /* 992 bytes: not above 1000 */
+      write16(e, as_bytes);
+    ck_assert(weft_channel_is_writable(ch));
+    write16(e, as_bytes);
+    ck_assert_uint_eq(weft_channel_pending_bytes(ch), 1008);
+    ck_assert(!weft_channel_is_writable(ch));
+    ck_assert_int_eq(writability_events, 1);
+    weft_channel_flush(ch);
+    weft_embedded_set_write_limit(e, 600); /* 408 left: below low */
+    ck_assert(weft_channel_is_writable(ch));
+    ck_assert_int_eq(writability_events, 2);
+    weft_embedded_set_write_limit(e, SIZE_MAX);
+    release_all_outbound(e);
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
+  }
+}
+END_TEST
+
+/* weft_channel_write_bytes on a stream with no outbound handler: after
+ * the first two writes (a buffer of its own, then the queue's own buffer)
+ * the rest are copied in without an allocation; the caller's memory is
+ * copied, not kept; the last write's promise reports the merged entry. */
+START_TEST(pipeline_write_bytes_copies_into_the_tail_without_allocating) {
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_writability, NULL), 0);
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
   weft_embedded_set_stream(e, true);
   weft_channel *ch = weft_embedded_channel(e);
-  weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
-  for (int i = 0; i < 62; i++)         /* 992 bytes: not above 1000 */
-    weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
-  ck_assert(weft_channel_is_writable(ch));
-  weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
-  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 1008);
-  ck_assert(!weft_channel_is_writable(ch));
-  ck_assert_int_eq(writability_events, 1);
+  promise_calls = 0;
+  char msg[17] = "0123456789abcdef";
+  weft_channel_write_bytes(ch, msg, 16, WEFT_PROMISE_NONE);
+  weft_channel_write_bytes(ch, msg, 16, WEFT_PROMISE_NONE);
+  weft_pool_stats before, after;
+  weft_pool_stats_get(weft_embedded_pool(e), &before);
+  for (int i = 2; i < 99; i++)
+    weft_channel_write_bytes(ch, msg, 16, WEFT_PROMISE_NONE);
+  memcpy(msg, "0123456789ABCDEF", 16);
+  weft_channel_write_bytes(ch, msg, 16,
+                           (weft_promise){record_promise, (void *)0});
+  memset(msg, 'x', 16); /* the queue holds a copy */
+  weft_pool_stats_get(weft_embedded_pool(e), &after);
+  ck_assert_uint_eq(after.allocs, before.allocs);
+  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 1600);
+  ck_assert_int_eq(promise_calls, 0);
   weft_channel_flush(ch);
-  weft_embedded_set_write_limit(e, 600); /* 408 left: below low */
-  ck_assert(weft_channel_is_writable(ch));
-  ck_assert_int_eq(writability_events, 2);
-  weft_embedded_set_write_limit(e, SIZE_MAX);
+  weft_buf *m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), 1600);
+  ck_assert_int_eq(memcmp(weft_buf_rptr(m), "0123456789abcdef", 16), 0);
+  ck_assert_int_eq(memcmp(weft_buf_rptr(m) + 1584, "0123456789ABCDEF", 16), 0);
+  weft_buf_release(m);
+  ck_assert_ptr_null(weft_embedded_read_outbound(e));
+  ck_assert_int_eq(promise_calls, 1);
+  ck_assert_int_eq(promise_status[0], 0);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
+/* With an outbound handler below the writer, write_bytes hands it a
+ * weft_buf holding the bytes, as weft_ctx_write would; large writes and a
+ * closed channel take the general path (a buffer; WEFT_ECLOSED). */
+START_TEST(pipeline_write_bytes_passes_outbound_handlers) {
+  setup();
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  weft_embedded_set_stream(e, true);
+  weft_channel *ch = weft_embedded_channel(e);
+  trace_buf[0] = '\0';
+  weft_channel_write_bytes(ch, "ab", 2, WEFT_PROMISE_NONE);
+  weft_channel_write_bytes(ch, "cd", 2, WEFT_PROMISE_NONE);
+  ck_assert_str_eq(trace_buf, "3:write 2:write 3:write 2:write ");
+  static char big[WEFT_WRITE_COALESCE_MAX + 1];
+  memset(big, 'b', sizeof big);
+  weft_channel_write_bytes(ch, big, sizeof big, WEFT_PROMISE_NONE);
+  weft_channel_flush(ch);
+  weft_buf *m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), 4); /* merged below the handlers */
+  ck_assert_int_eq(memcmp(weft_buf_rptr(m), "abcd", 4), 0);
+  weft_buf_release(m);
+  m = weft_embedded_read_outbound(e);
+  ck_assert_uint_eq(weft_buf_readable(m), sizeof big);
+  weft_buf_release(m);
+  promise_calls = 0;
+  weft_channel_close(ch, WEFT_PROMISE_NONE);
+  weft_channel_write_bytes(ch, "z", 1, (weft_promise){record_promise, NULL});
+  ck_assert_int_eq(promise_calls, 1);
+  ck_assert_int_eq(promise_status[0], WEFT_ECLOSED);
   release_all_outbound(e);
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
@@ -477,5 +562,7 @@ Suite *weft_test_suite(void) {
                   pipeline_tail_releases_unhandled_and_queue_at_close,
                   pipeline_small_writes_merge_on_a_stream_only,
                   pipeline_watermarks_count_merged_small_writes,
+                  pipeline_write_bytes_copies_into_the_tail_without_allocating,
+                  pipeline_write_bytes_passes_outbound_handlers,
                   pipeline_leak_is_reported_at_finish, NULL);
 }

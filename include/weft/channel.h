@@ -16,12 +16,12 @@
  * completes with 0 once sent or with the error that stopped it (WEFT_ECLOSED
  * when the channel closed first).
  *
- * On a byte stream (tcp, uring, ucx), a write of up to 512 bytes may be
- * copied into a buffer of the queue's own, with the small writes before
- * it that are not flushed yet (the written buffer is released at once), so
- * that a flush of many small messages is one buffer and one iovec. A
- * merged write's promise completes when its bytes were sent, as always.
- * Larger buffers are queued as they are and sent without a copy.
+ * On a byte stream (tcp, uring, ucx), a write of up to 512 bytes
+ * (WEFT_WRITE_COALESCE_MAX) may be copied into a buffer of the queue's own,
+ * with the small writes before it that are not flushed yet (the written buffer
+ * is released at once), so that a flush of many small messages is one buffer
+ * and one iovec. A merged write's promise completes when its bytes were sent,
+ * as always. Larger buffers are queued as they are and sent without a copy.
  *
  * Flow control (WEFT_OPT_FLOW_CONTROL, on for the channels a server
  * accepts): while the queued bytes are above the high watermark the
@@ -72,6 +72,12 @@ typedef enum weft_channel_state {
 /** Default write watermarks in bytes (Netty's). */
 #define WEFT_WRITE_LOW_WATERMARK_DEFAULT (32 * 1024)
 #define WEFT_WRITE_HIGH_WATERMARK_DEFAULT (64 * 1024)
+
+/** Bytes: on a byte stream, writes up to this size may be copied into the
+ *  outbound queue's own buffer (the file comment says when), and
+ *  weft_channel_write_bytes() of up to this size usually allocates
+ *  nothing. Larger writes are queued as buffers and sent without a copy. */
+#define WEFT_WRITE_COALESCE_MAX 512
 
 /** The channel's pipeline. */
 weft_pipeline *weft_channel_pipeline(weft_channel *ch);
@@ -125,6 +131,23 @@ int weft_channel_local_address(const weft_channel *ch, char *buf, size_t len);
  * file comment for what the promise reports.
  */
 void weft_channel_write(weft_channel *ch, void *msg, weft_promise promise);
+
+/**
+ * Writes a copy of `len` bytes at `data` from the tail of the pipeline, as
+ * if a weft_buf holding them were passed to weft_channel_write(): the same
+ * order, promise, watermarks and limits. The caller keeps `data`; it may
+ * change or free it as soon as the call returns. Where no outbound handler
+ * sits between the caller and the head and the bytes fit in the queue's
+ * own tail buffer (a small write on a byte stream after another one not yet
+ * flushed), they are copied straight into it: no buffer is allocated and
+ * no handler runs, which is what makes many small writes cheap (Redis'
+ * _addReplyToBuffer does the same for its replies). Otherwise a buffer of
+ * `len` bytes is allocated from the loop's pool, filled and written; if
+ * that allocation fails, the promise completes with WEFT_ENOMEM. Loop
+ * thread.
+ */
+void weft_channel_write_bytes(weft_channel *ch, const void *data, size_t len,
+                              weft_promise promise);
 
 /** Flushes everything written so far (from the tail of the pipeline). */
 void weft_channel_flush(weft_channel *ch);

@@ -206,6 +206,11 @@ void weft_ctx_fire_exception_caught(weft_ctx *ctx, int err, const char *reason);
  * when the channel is closed.
  */
 void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise);
+/** Writes a copy of `len` bytes at `data` from `ctx` towards the head:
+ *  weft_channel_write_bytes() (channel.h) started at this handler. The
+ *  caller keeps `data`. */
+void weft_ctx_write_bytes(weft_ctx *ctx, const void *data, size_t len,
+                          weft_promise promise);
 void weft_ctx_flush(weft_ctx *ctx);
 void weft_ctx_write_and_flush(weft_ctx *ctx, void *msg, weft_promise promise);
 void weft_ctx_close(weft_ctx *ctx, weft_promise promise);

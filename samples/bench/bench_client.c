@@ -63,8 +63,14 @@ static void barrier_task(void *arg) {
 }
 
 void bench_wconn_write_msg(wconn *c) {
+  static const uint8_t small[WEFT_WRITE_COALESCE_MAX];
   weft_pool *pool = c->pool;
-  for (size_t off = 0, size = c->run->pt->size; off < size;) {
+  size_t size = c->run->pt->size;
+  if (size <= sizeof small) { /* as an application writes small messages */
+    weft_ctx_write_bytes(c->ctx, small, size, WEFT_PROMISE_NONE);
+    return;
+  }
+  for (size_t off = 0; off < size;) {
     size_t k = size - off > BENCH_CHUNK ? BENCH_CHUNK : size - off;
     weft_buf *b = weft_buf_alloc(pool, k);
     if (b == NULL) {

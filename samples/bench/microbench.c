@@ -18,6 +18,8 @@
  *                       weft_channel_write into an embedded byte-stream
  *                       channel (a pipeline pass, the copy into the
  *                       queue's own buffer, the release), a flush per 1024.
+ *   write_bytes 16 B    the same messages with weft_channel_write_bytes:
+ *                       copied into the queue's buffer, nothing allocated.
  *
  * Every benchmark runs REPS times, interleaved (run 1 of each, then run 2 of
  * each, ...) so a noisy neighbour hurts all of them alike; the table shows
@@ -113,12 +115,14 @@ static void drain_outbound(weft_embedded *e) {
     weft_msg_release(m);
 }
 
-/* One message per write, as weft-bench's stream client does; the flush
- * every 1024 writes fills the queue's 16 KiB buffer once. */
-static double bench_small_write(bench_env *env, size_t size, size_t iters) {
-  (void)env;
+/* One message per write; the flush every 1024 writes fills the queue's
+ * 16 KiB buffer once. As a buffer: weft_buf_alloc then weft_channel_write
+ * (what weft-bench's client did before weft_channel_write_bytes); as bytes:
+ * weft_channel_write_bytes from a message in place. */
+static double small_writes(size_t size, size_t iters, bool as_bytes) {
+  static const uint8_t msg[WEFT_WRITE_COALESCE_MAX];
   weft_embedded *e;
-  if (weft_embedded_new(&e, NULL, NULL) < 0)
+  if (size > sizeof msg || weft_embedded_new(&e, NULL, NULL) < 0)
     return -1;
   weft_embedded_set_stream(e, true);
   weft_channel *ch = weft_embedded_channel(e);
@@ -127,11 +131,15 @@ static double bench_small_write(bench_env *env, size_t size, size_t iters) {
   uint64_t t0 = weft_now_ns();
   size_t i;
   for (i = 0; i < iters; i++) {
-    weft_buf *b = weft_buf_alloc(pool, size);
-    if (b == NULL)
-      break;
-    b->writer_index = size;
-    weft_channel_write(ch, b, WEFT_PROMISE_NONE);
+    if (as_bytes) {
+      weft_channel_write_bytes(ch, msg, size, WEFT_PROMISE_NONE);
+    } else {
+      weft_buf *b = weft_buf_alloc(pool, size);
+      if (b == NULL)
+        break;
+      b->writer_index = size;
+      weft_channel_write(ch, b, WEFT_PROMISE_NONE);
+    }
     if (i % 1024 == 1023) {
       weft_channel_flush(ch);
       drain_outbound(e);
@@ -143,6 +151,17 @@ static double bench_small_write(bench_env *env, size_t size, size_t iters) {
   drain_outbound(e);
   weft_embedded_free(e);
   return ns;
+}
+
+static double bench_small_write(bench_env *env, size_t size, size_t iters) {
+  (void)env;
+  return small_writes(size, iters, false);
+}
+
+static double bench_small_write_bytes(bench_env *env, size_t size,
+                                      size_t iters) {
+  (void)env;
+  return small_writes(size, iters, true);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -343,6 +362,8 @@ static const bench benches[] = {
      100000},
     {"timerfd arm+disarm", bench_timerfd, 0, 1000000, 100000},
     {"write 16 B, merged (embedded)", bench_small_write, 16, 4000000, 400000},
+    {"write_bytes 16 B (embedded)", bench_small_write_bytes, 16, 4000000,
+     400000},
 };
 #define NBENCH (sizeof benches / sizeof benches[0])
 
