@@ -329,10 +329,11 @@ static void loop_trace_take(const session *s, loop_trace *t) {
 static void loop_trace_side(const char *side, const weft_loop_stats *a,
                             const weft_loop_stats *b) {
   fprintf(stderr,
-          " %s: sleeps %llu shrinks %llu grows %llu preempt %llu window "
-          "%llu ns;",
+          " %s: sleeps %llu shrinks %llu (contended %llu) grows %llu preempt "
+          "%llu window %llu ns;",
           side, (unsigned long long)(b->sleeps - a->sleeps),
           (unsigned long long)(b->window_shrinks - a->window_shrinks),
+          (unsigned long long)(b->window_contended - a->window_contended),
           (unsigned long long)(b->window_grows - a->window_grows),
           (unsigned long long)(b->preemptions - a->preemptions),
           (unsigned long long)b->busy_poll_window_ns);
