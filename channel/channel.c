@@ -418,12 +418,14 @@ void weft_channel_write(weft_channel *ch, void *msg, weft_promise promise) {
 
 void weft_channel_write_bytes(weft_channel *ch, const void *data, size_t len,
                               weft_promise promise) {
-  /* The fast path runs no handler that could drop a reference (see
-   * weft__pipeline_write_bytes_fast), so it needs no retain. */
+  /* No retain for the fast path: the writability handlers it may run can
+   * drop the channel's last reference, but nothing touches the channel
+   * after them, here or in weft__pipeline_write_bytes_fast. Keep it so:
+   * return at once after a true return. */
   if (weft__pipeline_write_bytes_fast(&ch->pipeline.tail, data, len, promise))
     return;
   weft_channel_retain(ch);
-  weft_ctx_write_bytes(&ch->pipeline.tail, data, len, promise);
+  weft__pipeline_write_bytes_slow(&ch->pipeline.tail, data, len, promise);
   weft_channel_release(ch);
 }
 

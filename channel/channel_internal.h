@@ -2,6 +2,7 @@
 #ifndef WEFT_CHANNEL_CHANNEL_INTERNAL_H
 #define WEFT_CHANNEL_CHANNEL_INTERNAL_H
 
+#include <assert.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -50,9 +51,10 @@ typedef struct weft__outbound {
   bool writable;
   /* The append window: the free bytes of the queue's own buffer
    * (append_buf) at the tail entry while small writes may be copied there
-   * (outbound.c, above adopt_tail, says when); append_at == append_end
-   * (both NULL) otherwise. One compare then decides a small write. */
-  uint8_t *append_at, *append_end;
+   * (outbound.c, above adopt_tail, says when): append_left bytes from
+   * append_at. Closed: append_buf NULL, append_left 0. */
+  uint8_t *append_at;
+  size_t append_left;
   weft_buf *append_buf;
 } weft__outbound;
 
@@ -193,6 +195,11 @@ int weft__channel_apply_read(weft_channel *ch, bool on);
  *  open. Returns false, changing nothing, otherwise. Loop thread. */
 bool weft__pipeline_write_bytes_fast(weft_ctx *ctx, const void *data,
                                      size_t len, weft_promise promise);
+/** weft_ctx_write_bytes' general path: a buffer of `len` bytes, filled and
+ *  written from `ctx` (WEFT_ENOMEM, or WEFT_EINVAL for data NULL with len >
+ *  0, completes the promise instead). Loop thread. */
+void weft__pipeline_write_bytes_slow(weft_ctx *ctx, const void *data,
+                                     size_t len, weft_promise promise);
 
 /** Initialises / tears down a pipeline (tear down calls handler_removed on
  *  every handler, tail to head). */
@@ -225,21 +232,27 @@ static inline void weft__outbound_update_writability(weft_channel *ch) {
 /** Closes the append window: the tail entry no longer takes copies (it
  *  was flushed, has a promise, or is no longer the tail). */
 static inline void weft__outbound_close_window(weft__outbound *o) {
-  o->append_at = o->append_end = NULL;
+  o->append_at = NULL;
+  o->append_left = 0;
   o->append_buf = NULL;
 }
 
-/** Copies `n` (at most WEFT__COALESCE_MAX) bytes at `data` into the append
+/** Copies `n` (1 to WEFT__COALESCE_MAX) bytes at `data` into the append
  *  window, gives the tail entry `p` (which closes the window: the entry's
  *  promise cannot wait for later bytes) and counts the bytes as pending.
- *  Returns false, changing nothing, when the window is closed or too small.
- *  Inline: the per-write path of a stream of small writes. Loop thread. */
+ *  Returns false, changing nothing, when the window is closed or too small
+ *  or `n` is 0 (an empty write stays an entry of its own, completed with
+ *  the next consume). Inline: the per-write path of a stream of small
+ *  writes. Loop thread. */
 static inline bool weft__outbound_append_bytes(weft_channel *ch,
                                                const void *data, size_t n,
                                                weft_promise p) {
   weft__outbound *o = &ch->out;
-  if (n > WEFT__COALESCE_MAX || (size_t)(o->append_end - o->append_at) < n)
+  /* n - 1 wraps for 0, so one compare refuses both 0 and "no room". */
+  if (n > WEFT__COALESCE_MAX || n - 1 >= o->append_left)
     return false;
+  assert(o->append_buf == o->ring[(o->tail - 1) & o->mask].buf &&
+         o->flushed != o->tail && o->append_at == weft_buf_wptr(o->append_buf));
   if (n >= 8 && n <= 16) { /* two overlapping words: no call to memcpy */
     memcpy(o->append_at, data, 8);
     memcpy(o->append_at + n - 8, (const uint8_t *)data + n - 8, 8);
@@ -247,6 +260,7 @@ static inline bool weft__outbound_append_bytes(weft_channel *ch,
     memcpy(o->append_at, data, n);
   }
   o->append_at += n;
+  o->append_left -= n;
   o->append_buf->writer_index += n;
   o->pending_bytes += n;
   if (p.cb != NULL) {
@@ -269,9 +283,10 @@ static inline bool weft__outbound_append(weft_channel *ch, weft_buf *buf,
 
 /** Queues a copy of `n` bytes at `data` where weft__outbound_append_bytes
  *  applies and the output limit was not crossed, then checks the limit
- *  and updates writability as every write does, in that order: the
- *  writability change runs handlers, which may close the channel, so
- *  nothing here touches it after them. Returns false, changing nothing,
+ *  and updates writability, in that order, as every write does: the
+ *  writability change runs handlers, which may close the channel and drop
+ *  its last reference, so nothing here touches it after them, and neither
+ *  may a caller after a true return. Returns false, changing nothing,
  *  otherwise: the caller then writes a buffer of its own (the general
  *  path). Loop thread. */
 static inline bool weft__outbound_add_bytes(weft_channel *ch, const void *data,
@@ -293,8 +308,8 @@ static inline int weft__outbound_add(weft_channel *ch, weft_buf *buf,
                                      weft_promise p) {
   if (weft__limits_refuse_write(ch) || !weft__outbound_append(ch, buf, p))
     return weft__outbound_add_slow(ch, buf, p);
-  weft__outbound_update_writability(ch);
   weft__limits_queued(ch);
+  weft__outbound_update_writability(ch); /* last: it runs handlers */
   return 0;
 }
 /** Marks everything written so far as flushed (closes the window). */

@@ -120,6 +120,8 @@ static const weft_transport_ops embedded_stream_transport = {
 
 void weft_embedded_set_stream(weft_embedded *e, bool on) {
   e->ch->transport = on ? &embedded_stream_transport : &embedded_transport;
+  /* A message channel merges nothing: no more copies into the tail. */
+  weft__outbound_close_window(&e->ch->out);
 }
 
 static bool tail_keep(weft_channel *ch, void *msg) {

@@ -82,7 +82,7 @@ static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
   last->own = true;
   o->append_buf = own;
   o->append_at = weft_buf_wptr(own);
-  o->append_end = o->append_at + weft_buf_writable(own);
+  o->append_left = weft_buf_writable(own);
 }
 
 int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
@@ -91,8 +91,8 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
     return WEFT_ENOBUFS; /* past the output limit: closing */
   adopt_tail(ch, buf);
   if (weft__outbound_append(ch, buf, p)) {
-    weft__outbound_update_writability(ch);
     weft__limits_queued(ch);
+    weft__outbound_update_writability(ch); /* last: it runs handlers */
     return 0;
   }
   if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
@@ -100,8 +100,8 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   weft__outbound_close_window(o); /* the tail moves on */
   *slot(o, o->tail++) = (weft__outbound_entry){.buf = buf, .promise = p};
   o->pending_bytes += weft_buf_readable(buf);
-  weft__outbound_update_writability(ch);
   weft__limits_queued(ch);
+  weft__outbound_update_writability(ch); /* last: it runs handlers */
   return 0;
 }
 

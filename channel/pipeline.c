@@ -147,13 +147,31 @@ static void head_write(weft_ctx *ctx, void *msg, weft_promise promise);
  * is the head and the channel is open (head_write's checks). No
  * enter/leave: weft__outbound_add_bytes touches nothing after the handlers
  * a writability change runs (they enter and leave themselves), and
- * changes nothing when it returns false. */
+ * changes nothing when it returns false. After a true return the channel
+ * may be gone: callers return at once. */
 bool weft__pipeline_write_bytes_fast(weft_ctx *ctx, const void *data,
                                      size_t len, weft_promise promise) {
   weft_ctx *n = NEXT_OUTBOUND(ctx, write);
   weft_channel *ch = n->pipeline->channel;
   return n->handler->write == head_write && ch->state < WEFT_CHANNEL_INACTIVE &&
-         weft__outbound_add_bytes(ch, data, len, promise);
+         data != NULL && weft__outbound_add_bytes(ch, data, len, promise);
+}
+
+void weft__pipeline_write_bytes_slow(weft_ctx *ctx, const void *data,
+                                     size_t len, weft_promise promise) {
+  weft_channel *ch = ctx->pipeline->channel;
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(ch->loop), len);
+  if (b == NULL) {
+    weft_promise_complete(promise, WEFT_ENOMEM);
+    return;
+  }
+  int rc = weft_buf_write_bytes(b, data, len);
+  if (rc < 0) { /* data NULL with len > 0 */
+    weft_buf_release(b);
+    weft_promise_complete(promise, rc);
+    return;
+  }
+  weft_ctx_write(ctx, b, promise);
 }
 
 /* Anything the fast path does not take goes the general way with a buffer
@@ -161,16 +179,8 @@ bool weft__pipeline_write_bytes_fast(weft_ctx *ctx, const void *data,
  * weft_ctx_write. */
 void weft_ctx_write_bytes(weft_ctx *ctx, const void *data, size_t len,
                           weft_promise promise) {
-  if (weft__pipeline_write_bytes_fast(ctx, data, len, promise))
-    return;
-  weft_channel *ch = ctx->pipeline->channel;
-  weft_buf *b = weft_buf_alloc(weft_loop_pool(ch->loop), len);
-  if (b == NULL) {
-    weft_promise_complete(promise, WEFT_ENOMEM);
-    return;
-  }
-  weft_buf_write_bytes(b, data, len);
-  weft_ctx_write(ctx, b, promise);
+  if (!weft__pipeline_write_bytes_fast(ctx, data, len, promise))
+    weft__pipeline_write_bytes_slow(ctx, data, len, promise);
 }
 
 void weft_ctx_flush(weft_ctx *ctx) {

@@ -526,14 +526,16 @@ START_TEST(pipeline_write_bytes_passes_outbound_handlers) {
   trace_buf[0] = '\0';
   weft_channel_write_bytes(ch, "ab", 2, WEFT_PROMISE_NONE);
   weft_channel_write_bytes(ch, "cd", 2, WEFT_PROMISE_NONE);
-  ck_assert_str_eq(trace_buf, "3:write 2:write 3:write 2:write ");
+  weft_channel_write_bytes(ch, "ef", 2, WEFT_PROMISE_NONE); /* window open */
+  ck_assert_str_eq(trace_buf,
+                   "3:write 2:write 3:write 2:write 3:write 2:write ");
   static char big[WEFT_WRITE_COALESCE_MAX + 1];
   memset(big, 'b', sizeof big);
   weft_channel_write_bytes(ch, big, sizeof big, WEFT_PROMISE_NONE);
   weft_channel_flush(ch);
   weft_buf *m = weft_embedded_read_outbound(e);
-  ck_assert_uint_eq(weft_buf_readable(m), 4); /* merged below the handlers */
-  ck_assert_int_eq(memcmp(weft_buf_rptr(m), "abcd", 4), 0);
+  ck_assert_uint_eq(weft_buf_readable(m), 6); /* merged below the handlers */
+  ck_assert_int_eq(memcmp(weft_buf_rptr(m), "abcdef", 6), 0);
   weft_buf_release(m);
   m = weft_embedded_read_outbound(e);
   ck_assert_uint_eq(weft_buf_readable(m), sizeof big);
@@ -543,6 +545,91 @@ START_TEST(pipeline_write_bytes_passes_outbound_handlers) {
   weft_channel_write_bytes(ch, "z", 1, (weft_promise){record_promise, NULL});
   ck_assert_int_eq(promise_calls, 1);
   ck_assert_int_eq(promise_status[0], WEFT_ECLOSED);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
+/* Every size around the copy's cases (0, 1-7, the two words of 8-16,
+ * memcpy above, the 512 B limit and past it), a flush in the middle whose
+ * buffer the "socket" still holds, and a callback promise: the bytes come
+ * out whole and in order, the flushed buffer does not change under later
+ * writes, and the promise completes once its bytes were taken. */
+START_TEST(pipeline_write_bytes_keeps_every_byte_in_order) {
+  static uint8_t src[600], want[8192], got[8192];
+  for (size_t i = 0; i < sizeof src; i++)
+    src[i] = (uint8_t)(i * 7 + 1);
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded_set_stream(e, true);
+  weft_channel *ch = weft_embedded_channel(e);
+  promise_calls = 0;
+  size_t want_len = 0, got_len = 0, held_len = 0;
+  weft_buf *held[8], *m;
+  int nheld = 0;
+  static const size_t sizes[] = {3,  0,  1,   2,   5,   7,  8,  9, 12, 15, 16,
+                                 17, 40, 511, 512, 513, 16, 16, 9, 0,  4};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    const uint8_t *d = src + k; /* a different pattern per write */
+    weft_promise p =
+        k == 17 ? (weft_promise){record_promise, (void *)1} : WEFT_PROMISE_NONE;
+    weft_channel_write_bytes(ch, d, sizes[k], p);
+    memcpy(want + want_len, d, sizes[k]);
+    want_len += sizes[k];
+    if (k == 8) { /* flush mid-run and keep what the "socket" took */
+      weft_channel_flush(ch);
+      while (nheld < 8 && (m = weft_embedded_read_outbound(e)) != NULL) {
+        held_len += weft_buf_readable(m);
+        held[nheld++] = m;
+      }
+      ck_assert_uint_eq(held_len, want_len);
+    }
+  }
+  weft_channel_flush(ch);
+  /* What was sent before the flush did not change under later writes. */
+  for (int i = 0; i < nheld; i++) {
+    memcpy(got + got_len, weft_buf_rptr(held[i]), weft_buf_readable(held[i]));
+    got_len += weft_buf_readable(held[i]);
+    weft_buf_release(held[i]);
+  }
+  ck_assert_uint_eq(got_len, held_len);
+  while ((m = weft_embedded_read_outbound(e)) != NULL) {
+    memcpy(got + got_len, weft_buf_rptr(m), weft_buf_readable(m));
+    got_len += weft_buf_readable(m);
+    weft_buf_release(m);
+  }
+  ck_assert_uint_eq(got_len, want_len);
+  ck_assert_int_eq(memcmp(got, want, want_len), 0);
+  ck_assert_int_eq(promise_calls, 1);
+  ck_assert_int_eq(promise_status[1], 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
+/* Past the output limit write_bytes is refused like any write: the
+ * promise fails and the channel closes with WEFT_ENOBUFS. */
+START_TEST(pipeline_write_bytes_obeys_the_output_limit) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded_set_stream(e, true);
+  weft_channel *ch = weft_embedded_channel(e);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_OUTPUT_LIMIT, 1000), 0);
+  weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
+  promise_calls = 0;
+  th_log_capture_start();
+  for (int i = 0; i < 62; i++) /* 992 bytes: within the limit */
+    weft_channel_write_bytes(ch, "0123456789abcdef", 16, WEFT_PROMISE_NONE);
+  ck_assert(weft_channel_is_active(ch));
+  weft_channel_write_bytes(ch, "0123456789abcdef", 16, WEFT_PROMISE_NONE);
+  weft_channel_write_bytes(ch, "0123456789abcdef", 16,
+                           (weft_promise){record_promise, (void *)2});
+  weft_embedded_run_pending(e); /* the close runs as a task */
+  th_log_capture_stop();
+  ck_assert_int_eq(promise_calls, 1);
+  ck_assert_int_eq(promise_status[2], WEFT_ENOBUFS);
+  ck_assert(!weft_channel_is_active(ch));
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ENOBUFS);
+  weft_embedded_set_write_limit(e, SIZE_MAX);
   release_all_outbound(e);
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
@@ -564,5 +651,7 @@ Suite *weft_test_suite(void) {
                   pipeline_watermarks_count_merged_small_writes,
                   pipeline_write_bytes_copies_into_the_tail_without_allocating,
                   pipeline_write_bytes_passes_outbound_handlers,
+                  pipeline_write_bytes_keeps_every_byte_in_order,
+                  pipeline_write_bytes_obeys_the_output_limit,
                   pipeline_leak_is_reported_at_finish, NULL);
 }

@@ -135,16 +135,23 @@ void weft_channel_write(weft_channel *ch, void *msg, weft_promise promise);
 /**
  * Writes a copy of `len` bytes at `data` from the tail of the pipeline, as
  * if a weft_buf holding them were passed to weft_channel_write(): the same
- * order, promise, watermarks and limits. The caller keeps `data`; it may
- * change or free it as soon as the call returns. Where no outbound handler
- * sits between the caller and the head and the bytes fit in the queue's
- * own tail buffer (a small write on a byte stream after another one not yet
- * flushed), they are copied straight into it: no buffer is allocated and
+ * order, promise, watermarks and limits. The caller keeps `data` (not NULL
+ * unless `len` is 0); it may change or free it as soon as the call
+ * returns. Errors reach the promise only (WEFT_ECLOSED, WEFT_ENOBUFS past
+ * the output limit, WEFT_ENOMEM, WEFT_EINVAL for NULL data), and it may
+ * complete before the call returns.
+ *
+ * The cheap case: no outbound handler sits between the caller and the
+ * head, the channel is a byte stream, `len` is 1 to
+ * WEFT_WRITE_COALESCE_MAX, and the queue's own tail buffer is open for
+ * copies (from the second small write of a run not yet flushed, until a
+ * flush, a larger write, or a write with a callback promise). Then the
+ * bytes are copied straight into that buffer: no buffer is allocated and
  * no handler runs, which is what makes many small writes cheap (Redis'
- * _addReplyToBuffer does the same for its replies). Otherwise a buffer of
- * `len` bytes is allocated from the loop's pool, filled and written; if
- * that allocation fails, the promise completes with WEFT_ENOMEM. Loop
- * thread.
+ * _addReplyToBuffer does the same for its replies). Pass
+ * WEFT_PROMISE_NONE to stay in it: a callback promise ends the run.
+ * Otherwise a buffer of `len` bytes is allocated from the loop's pool,
+ * filled and written. Loop thread.
  */
 void weft_channel_write_bytes(weft_channel *ch, const void *data, size_t len,
                               weft_promise promise);

@@ -207,8 +207,9 @@ void weft_ctx_fire_exception_caught(weft_ctx *ctx, int err, const char *reason);
  */
 void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise);
 /** Writes a copy of `len` bytes at `data` from `ctx` towards the head:
- *  weft_channel_write_bytes() (channel.h) started at this handler. The
- *  caller keeps `data`. */
+ *  weft_channel_write_bytes() (channel.h: when it is cheap, and the
+ *  errors its promise reports) started below this handler. The caller
+ *  keeps `data`. Loop thread. */
 void weft_ctx_write_bytes(weft_ctx *ctx, const void *data, size_t len,
                           weft_promise promise);
 void weft_ctx_flush(weft_ctx *ctx);
