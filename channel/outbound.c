@@ -60,8 +60,8 @@ void weft__outbound_set_writable(weft_channel *ch, bool writable) {
 
 /* Where small `buf` could be merged but the unflushed tail entry holds
  * the writer's own small buffer: moves its bytes into a buffer of the
- * queue's, which weft__outbound_append then copies small writes into (it
- * opens the append window).
+ * queue's, which weft__outbound_add_bytes then copies small writes into
+ * (it opens the append window).
  * Once per run of small writes, so out of line. */
 static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
                                                  const weft_buf *buf) {
@@ -90,9 +90,9 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   if (weft__limits_refuse_write(ch))
     return WEFT_ENOBUFS; /* past the output limit: closing */
   adopt_tail(ch, buf);
-  if (weft__outbound_append(ch, buf, p)) {
-    weft__limits_queued(ch);
-    weft__outbound_update_writability(ch); /* last: it runs handlers */
+  if (weft__outbound_add_bytes(ch, weft_buf_rptr(buf), weft_buf_readable(buf),
+                               p)) {
+    weft_buf_release(buf); /* its bytes live in the queue's buffer now */
     return 0;
   }
   if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
