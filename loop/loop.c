@@ -386,6 +386,9 @@ void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
       atomic_load_explicit(&c->watcher_polls, memory_order_relaxed);
   out->watcher_events =
       atomic_load_explicit(&c->watcher_events, memory_order_relaxed);
+  out->busy_reads = atomic_load_explicit(&c->busy_reads, memory_order_relaxed);
+  out->busy_read_hits =
+      atomic_load_explicit(&c->busy_read_hits, memory_order_relaxed);
   out->busy_poll_window_ns =
       atomic_load_explicit(&c->window_ns, memory_order_relaxed);
   out->window_shrinks =
@@ -521,6 +524,7 @@ void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb,
   w->fd = fd;
   w->cb = cb;
   w->data = data;
+  w->busy_read = NULL;
   w->events = 0;
   w->loop = NULL;
 }
@@ -546,6 +550,8 @@ static int watcher_ctl(weft_loop *loop, weft_watcher *w, uint32_t events) {
   else if (events == 0)
     loop->n_watching--;
   w->events = events;
+  if (events == 0 && loop->busy_read == w)
+    loop->busy_read = NULL; /* out of the set: nothing to spin on */
   return 0;
 }
 
@@ -584,6 +590,8 @@ int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w) {
     loop->n_watching--;
     w->events = 0;
   }
+  if (loop->busy_read == w)
+    loop->busy_read = NULL;
   /* Events of the epoll batch being dispatched must not reach it. */
   uint64_t tagged = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG;
   for (int i = 0; i < loop->n_ready; i++)

@@ -37,6 +37,8 @@ typedef struct weft__loop_counters {
   _Atomic uint64_t timers_fired;
   _Atomic uint64_t watcher_polls;
   _Atomic uint64_t watcher_events;
+  _Atomic uint64_t busy_reads;
+  _Atomic uint64_t busy_read_hits;
   _Atomic uint64_t window_ns; /* a value, not a count: the window now */
   _Atomic uint64_t window_shrinks;
   _Atomic uint64_t window_grows;
@@ -104,10 +106,13 @@ struct weft_loop {
   weft_source *sources_tail;
   weft_source *poll_cursor; /* next source to poll: removal moves it */
   struct epoll_event ready[WEFT__MAX_EVENTS]; /* last epoll batch */
-  int n_ready;        /* entries in `ready` being dispatched */
-  int n_watching;     /* watchers with events (their fd in the epoll set) */
-  bool skip_watchers; /* the last sleep's batch held every ready watcher:
-                         the next poll phase need not ask epoll again */
+  int n_ready;    /* entries in `ready` being dispatched */
+  int n_watching; /* watchers with events (their fd in the epoll set) */
+  weft_watcher *busy_read;  /* the watcher busy-read while spinning, or NULL
+                               (selector.c, "The busy read") */
+  unsigned busy_read_spins; /* spins since the last epoll_wait among them */
+  bool skip_watchers;       /* the last sleep's batch held every ready watcher:
+                               the next poll phase need not ask epoll again */
   weft__timer_heap timers;
   uint64_t last_active_ns; /* when an iteration last found work */
   weft__poll_window window;

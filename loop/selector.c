@@ -2,7 +2,8 @@
  * hybrid selector"), split into its phases:
  *
  *   poll_watchers one non-blocking epoll_wait on the loop's set, only while
- *                 fd watchers are registered; dispatch what it found
+ *                 fd watchers are registered; dispatch what it found (or,
+ *                 spinning on one busy socket, its busy read: below)
  *   poll_sources  poll every source without blocking (budget per source)
  *   drain_pool    take back buffers released on other threads
  *   run_timers    fire due timers
@@ -43,6 +44,69 @@ static void source_failed(weft_loop *loop, weft_source *src, const char *op,
 
 static void dispatch(weft_loop *loop, int n);
 
+/* ---- The busy read --------------------------------------------------------
+ *
+ * A spinning loop finds a socket's data in two system calls: the
+ * epoll_wait that reports it ready, then the read. A raw client spinning
+ * in recv() needs one, and over loopback in this VM the other costs
+ * 0.4-0.6 µs per message at each end of a round trip (weft-bench
+ * ping-pong: 1.16x raw-busy's p50 with it, docs/benchmarks.md). So when
+ * the last epoll batch held one watcher alone, reported EPOLLIN alone,
+ * and that watcher can read without readiness (busy_read), the following
+ * spins call busy_read instead of epoll_wait, as Linux's busy read spins
+ * in recv() (net.core.busy_read), while the loop watches at most
+ * WEFT_BUSY_READ_MAX_WATCHERS fds (one connection and a listener: with
+ * more, the spins kept from epoll delay the others). Every
+ * WEFT_BUSY_READ_EPOLL_EVERY-th spin
+ * is still an epoll_wait, so other watchers wait a few spins at most; a
+ * batch of two or more watchers ends it (epoll finds many ready fds more
+ * cheaply than reads of each would); a change of interest away from
+ * reading, or removal, ends it too (loop.c). The loop still sleeps after
+ * the window as before: a busy read that finds nothing is no work.
+ */
+
+/* Picks the watcher to busy-read from an epoll batch, before any of its
+ * callbacks runs (a callback may remove it, which clears the pick). */
+static void busy_read_pick(weft_loop *loop, int n) {
+  weft_watcher *only = NULL;
+  int watched = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t u = loop->ready[i].data.u64;
+    if ((u & WEFT__WATCHER_TAG) == 0)
+      continue;
+    if (++watched > 1) {
+      loop->busy_read = NULL;
+      return;
+    }
+    weft_watcher *w = (weft_watcher *)(uintptr_t)(u & ~WEFT__WATCHER_TAG);
+    if (loop->ready[i].events == EPOLLIN && w->busy_read != NULL)
+      only = w;
+  }
+  if (only != NULL)
+    loop->busy_read = only;
+}
+
+/* Whether this spin busy-reads instead of asking epoll. */
+static bool busy_read_due(weft_loop *loop) {
+  const weft_watcher *w = loop->busy_read;
+  if (w == NULL || loop->n_watching > WEFT_BUSY_READ_MAX_WATCHERS)
+    return false;
+  if (++loop->busy_read_spins >= WEFT_BUSY_READ_EPOLL_EVERY) {
+    loop->busy_read_spins = 0;
+    return false;
+  }
+  return (w->events & EPOLLIN) && (w->events & ~(EPOLLIN | EPOLLRDHUP)) == 0;
+}
+
+static int busy_read(weft_loop *loop) {
+  weft__stat_add(&loop->stats.busy_reads, 1);
+  int n = loop->busy_read->busy_read(loop->busy_read); /* may free it */
+  if (n <= 0)
+    return 0;
+  weft__stat_add(&loop->stats.busy_read_hits, 1);
+  return n;
+}
+
 /* Phase 1a: the fd watchers, all in the loop's own epoll set. Only while
  * some are registered with events, so a loop without any (uring, ucx or
  * verbs only) makes no system call here. Up to poll_budget events. */
@@ -55,6 +119,8 @@ static int poll_watchers(weft_loop *loop) {
   loop->skip_watchers = false;
   if (loop->n_watching == 0 || skip)
     return 0;
+  if (busy_read_due(loop))
+    return busy_read(loop);
   int max = loop->poll_budget < WEFT__MAX_EVENTS ? loop->poll_budget
                                                  : WEFT__MAX_EVENTS;
   weft__stat_add(&loop->stats.watcher_polls, 1);
@@ -206,6 +272,7 @@ static void ack_wakeup_fd(weft_loop *loop) {
  * loop->ready. */
 static void dispatch(weft_loop *loop, int n) {
   int watched = 0;
+  busy_read_pick(loop, n);
   loop->n_ready = n;
   for (int i = 0; i < n; i++) {
     uint64_t u = loop->ready[i].data.u64;

@@ -259,6 +259,9 @@ typedef struct weft_loop_stats {
   uint64_t timers_fired;   /* timer callbacks run */
   uint64_t watcher_polls;  /* non-blocking epoll_waits for fd watchers */
   uint64_t watcher_events; /* watcher callbacks run (both phases) */
+  uint64_t busy_reads;     /* watcher busy_read calls made in place of a
+                              non-blocking epoll_wait (weft_watcher) */
+  uint64_t busy_read_hits; /* those that found something */
   /* The adaptive busy-poll window (weft_loop_options.busy_poll_adaptive). */
   uint64_t busy_poll_window_ns; /* the window now, in nanoseconds (fixed:
                                    busy_poll_us * 1000; -1: UINT64_MAX) */

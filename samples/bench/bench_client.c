@@ -330,13 +330,17 @@ static void loop_trace_side(const char *side, const weft_loop_stats *a,
                             const weft_loop_stats *b) {
   fprintf(stderr,
           " %s: sleeps %llu shrinks %llu (contended %llu) grows %llu preempt "
-          "%llu window %llu ns;",
+          "%llu window %llu ns busy reads %llu (%llu found) watcher polls "
+          "%llu;",
           side, (unsigned long long)(b->sleeps - a->sleeps),
           (unsigned long long)(b->window_shrinks - a->window_shrinks),
           (unsigned long long)(b->window_contended - a->window_contended),
           (unsigned long long)(b->window_grows - a->window_grows),
           (unsigned long long)(b->preemptions - a->preemptions),
-          (unsigned long long)b->busy_poll_window_ns);
+          (unsigned long long)b->busy_poll_window_ns,
+          (unsigned long long)(b->busy_reads - a->busy_reads),
+          (unsigned long long)(b->busy_read_hits - a->busy_read_hits),
+          (unsigned long long)(b->watcher_polls - a->watcher_polls));
 }
 
 static void loop_trace_print(const session *s, const point *pt,

@@ -69,11 +69,13 @@ static void print_loop_stats(weft_loop_group *group) {
     fprintf(
         stderr,
         "weft-kv-server: loop %d: %llu iterations, %llu busy, %llu "
-        "sleeps, %llu wake-ups, %llu watcher polls; window %lld ns, "
+        "sleeps, %llu wake-ups, %llu watcher polls, %llu busy reads (%llu "
+        "found); window %lld ns, "
         "%llu shrinks, %llu grows, %llu preemptions, %llu contended\n",
         i, (unsigned long long)st.iterations, (unsigned long long)st.polls_busy,
         (unsigned long long)st.sleeps, (unsigned long long)st.wakeups,
-        (unsigned long long)st.watcher_polls,
+        (unsigned long long)st.watcher_polls, (unsigned long long)st.busy_reads,
+        (unsigned long long)st.busy_read_hits,
         st.busy_poll_window_ns == UINT64_MAX
             ? -1LL
             : (long long)st.busy_poll_window_ns,

@@ -118,8 +118,9 @@ static tcp_channel *tcp_of(const weft_channel *ch) {
 /* Takes `fd` into `io` and registers its watcher with no events yet (no
  * system call). Fails only on a bug (a watcher registered twice). */
 static int io_open(tcp_loop *tl, tcp_io *io, int fd, weft_watcher_cb cb,
-                   void *owner) {
+                   weft_watcher_busy_read_fn busy_read, void *owner) {
   weft_watcher_init(&io->w, fd, cb, owner);
+  io->w.busy_read = busy_read;
   return weft_loop_add_watcher(tl->loop, &io->w, 0);
 }
 
@@ -260,7 +261,7 @@ static int tcp_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   }
   *tln = (tcp_listener){.l = l, .tl = tl};
   weft_timer_init(tl->loop, &tln->backoff);
-  err = io_open(tl, &tln->io, fd, listener_event, tln);
+  err = io_open(tl, &tln->io, fd, listener_event, NULL, tln);
   if (err == 0)
     err = io_set_interest(tl, &tln->io, EPOLLIN);
   if (err < 0)
@@ -475,8 +476,9 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
 /* Reads what is ready, bounded per event so one busy channel cannot starve
  * the others of the loop, then fires one channel_read_complete. A handler
  * may close the channel or stop reading inside channel_read: the state is
- * checked after every read. The caller holds a channel reference. */
-static void read_ready(tcp_channel *tc) {
+ * checked after every read. The caller holds a channel reference. Returns
+ * false when the first read found nothing (EAGAIN). */
+static bool read_ready(tcp_channel *tc) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
   size_t total = 0;
   ssize_t last = 0;
@@ -496,7 +498,7 @@ static void read_ready(tcp_channel *tc) {
   if (fired && channel_open(tc))
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
   if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN)
-    return;
+    return fired;
   if (last == 0) {
     weft_channel_transport_closed(tc->ch, 0, "peer closed");
   } else {
@@ -504,6 +506,7 @@ static void read_ready(tcp_channel *tc) {
     snprintf(reason, sizeof reason, "read: %s", weft_strerror((int)last));
     weft_channel_transport_closed(tc->ch, (int)last, reason);
   }
+  return true;
 }
 
 /* ---- connecting ---- */
@@ -547,6 +550,20 @@ out:
   weft_channel_release(ch);
 }
 
+/* The watcher's busy_read (weft/source.h): channel_event's read, asked
+ * for while the loop spins on this socket alone, whether or not epoll
+ * would report it ready; most calls meet EAGAIN. */
+static int channel_busy_read(weft_watcher *w) {
+  tcp_channel *tc = w->data;
+  if (tc->connecting || !channel_open(tc) || !tc->reading)
+    return 0;
+  weft_channel *ch = tc->ch;
+  weft_channel_retain(ch); /* handlers may close and release it */
+  bool found = read_ready(tc);
+  weft_channel_release(ch);
+  return found ? 1 : 0;
+}
+
 /* ---- channel lifecycle ---- */
 
 /* Common to adopt and connect: the channel owns `fd` from here on. */
@@ -562,7 +579,7 @@ static int channel_take_fd(weft_channel *ch, int fd) {
   tc->tl = tl;
   tc->reading = auto_read != 0;
   tc->recv_index = RECV_INITIAL;
-  err = io_open(tl, &tc->io, fd, channel_event, tc);
+  err = io_open(tl, &tc->io, fd, channel_event, channel_busy_read, tc);
   if (err < 0)
     return err; /* not ours yet: the caller closes it */
   tc->has_fd = true;

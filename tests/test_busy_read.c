@@ -1,0 +1,332 @@
+/* The busy read (loop/selector.c, "The busy read"; weft_watcher.busy_read):
+ * a spinning loop reads its one active socket directly instead of asking
+ * epoll first, still asks epoll every WEFT_BUSY_READ_EPOLL_EVERY-th spin,
+ * pauses while the loop watches more than two fds, and stops at a batch
+ * of two watchers, a change of interest or a removal.
+ * Watchers here sit on socketpairs; the last test checks that the tcp
+ * transport's channels take part. Loops that never sleep (busy_poll_us
+ * -1) keep the counts free of the window's decisions. */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <weft/bootstrap.h>
+#include <weft/error.h>
+#include <weft/loop.h>
+#include <weft/pipeline.h>
+#include <weft/source.h>
+
+static weft_loop_group *group;
+
+static weft_loop *start_spinning_loop(void) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = 1;
+  o.busy_poll_us = -1;
+  o.busy_poll_adaptive = false;
+  ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
+  ck_assert_int_eq(weft_loop_group_start(group), 0);
+  return weft_loop_group_get(group, 0);
+}
+
+static void finish_group(void) {
+  weft_loop_group_stop(group);
+  ck_assert_int_eq(weft_loop_group_join(group), 0);
+  weft_loop_group_free(group);
+}
+
+static weft_loop_stats stats_of(weft_loop *loop) {
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  return st;
+}
+
+#define run_on(loop, fn, arg) ck_assert_int_eq(weft_loop_call(loop, fn, arg), 0)
+
+/* ---- a watcher on one end of a socketpair ---- */
+
+typedef struct bwatch {
+  weft_watcher w;
+  weft_loop *loop;
+  int peer;               /* the other end: the test writes here */
+  bool blind;             /* busy_read returns 0 without reading */
+  _Atomic bool remove_in_busy; /* busy_read removes its own watcher */
+  _Atomic bool removed;        /* ... and has */
+  _Atomic int cb_calls;   /* callbacks that read something */
+  _Atomic int busy_calls; /* busy_read calls */
+  _Atomic int busy_hits;  /* busy_read calls that read something */
+  _Atomic long bytes;     /* read by either */
+} bwatch;
+
+/* Reads what is there; true if anything was. */
+static bool drain(bwatch *b) {
+  char buf[256];
+  bool got = false;
+  ssize_t n;
+  while ((n = read(b->w.fd, buf, sizeof buf)) > 0) {
+    atomic_fetch_add(&b->bytes, n);
+    got = true;
+  }
+  return got;
+}
+
+static void bwatch_cb(weft_watcher *w, uint32_t events) {
+  bwatch *b = w->data;
+  if ((events & EPOLLIN) && drain(b))
+    atomic_fetch_add(&b->cb_calls, 1);
+}
+
+static int bwatch_busy_read(weft_watcher *w) {
+  bwatch *b = w->data;
+  atomic_fetch_add(&b->busy_calls, 1);
+  if (atomic_load(&b->remove_in_busy)) {
+    ck_assert_int_eq(weft_loop_remove_watcher(b->loop, w), 0);
+    atomic_store(&b->removed, true);
+    return 1;
+  }
+  if (b->blind || !drain(b))
+    return 0;
+  atomic_fetch_add(&b->busy_hits, 1);
+  return 1;
+}
+
+static void bwatch_init(bwatch *b, weft_loop *loop, bool busy) {
+  memset(b, 0, sizeof *b);
+  int sv[2];
+  ck_assert_int_eq(
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv),
+      0);
+  b->loop = loop;
+  b->peer = sv[1];
+  weft_watcher_init(&b->w, sv[0], bwatch_cb, b);
+  if (busy)
+    b->w.busy_read = bwatch_busy_read;
+}
+
+static void bwatch_close(bwatch *b) {
+  close(b->w.fd);
+  close(b->peer);
+}
+
+static void send_byte(bwatch *b) {
+  ck_assert_int_eq(write(b->peer, "x", 1), 1);
+}
+
+static int add_task(void *arg) {
+  bwatch *b = arg;
+  return weft_loop_add_watcher(b->loop, &b->w, EPOLLIN);
+}
+static int remove_task(void *arg) {
+  bwatch *b = arg;
+  return b->w.loop != NULL ? weft_loop_remove_watcher(b->loop, &b->w) : 0;
+}
+static int want_out_task(void *arg) {
+  bwatch *b = arg;
+  return weft_loop_modify_watcher(b->loop, &b->w, EPOLLIN | EPOLLOUT);
+}
+static int want_in_task(void *arg) {
+  bwatch *b = arg;
+  return weft_loop_modify_watcher(b->loop, &b->w, EPOLLIN);
+}
+
+/* Makes `b` the loop's busy-read watcher: its first message comes through
+ * epoll alone, and the spins after it busy-read. */
+static void make_busy(bwatch *b) {
+  run_on(b->loop, add_task, b);
+  send_byte(b);
+  WAIT_FOR(atomic_load(&b->cb_calls) == 1);
+  WAIT_FOR(atomic_load(&b->busy_calls) > 0);
+}
+
+/* Whether busy reads go on over `ms`. */
+static bool busy_reads_go_on(weft_loop *loop, unsigned ms) {
+  uint64_t before = stats_of(loop).busy_reads;
+  th_sleep_ms(ms);
+  return stats_of(loop).busy_reads > before;
+}
+
+/* ---- tests ---- */
+
+/* After one message through epoll, the following ones are found by the
+ * busy read: at most one spin in WEFT_BUSY_READ_EPOLL_EVERY asks epoll, so
+ * nearly all of 40 messages arrive that way; without the busy read none
+ * would. The loop's counters say the same. */
+START_TEST(busy_read_finds_a_lone_socket_s_data) {
+  weft_loop *loop = start_spinning_loop();
+  static bwatch b;
+  bwatch_init(&b, loop, true);
+  make_busy(&b);
+  for (int i = 0; i < 40; i++) {
+    long want = atomic_load(&b.bytes) + 1;
+    send_byte(&b);
+    WAIT_FOR(atomic_load(&b.bytes) == want);
+  }
+  ck_assert_int_ge(atomic_load(&b.busy_hits), 20);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_ge(st.busy_read_hits, (uint64_t)atomic_load(&b.busy_hits));
+  ck_assert_uint_ge(st.busy_reads, st.busy_read_hits);
+  run_on(loop, remove_task, &b);
+  finish_group();
+  bwatch_close(&b);
+}
+END_TEST
+
+/* While one socket is busy-read, another watcher's event still arrives
+ * (the epoll_wait of every WEFT_BUSY_READ_EPOLL_EVERY-th spin), and an
+ * event of a watcher without busy_read, alone in its batch, does not end
+ * the busy read. */
+START_TEST(busy_read_still_asks_epoll_for_the_others) {
+  weft_loop *loop = start_spinning_loop();
+  static bwatch a, other;
+  bwatch_init(&a, loop, true);
+  bwatch_init(&other, loop, false);
+  make_busy(&a);
+  run_on(loop, add_task, &other);
+  for (int i = 1; i <= 5; i++) {
+    send_byte(&other);
+    WAIT_FOR(atomic_load(&other.cb_calls) == i);
+  }
+  ck_assert(busy_reads_go_on(loop, 20));
+  run_on(loop, remove_task, &other);
+  run_on(loop, remove_task, &a);
+  finish_group();
+  bwatch_close(&a);
+  bwatch_close(&other);
+}
+END_TEST
+
+/* A loop watching more than WEFT_BUSY_READ_MAX_WATCHERS fds asks epoll
+ * every spin: the busy read pauses while a third watcher is there and
+ * resumes when it leaves. */
+START_TEST(busy_read_pauses_beyond_two_watchers) {
+  weft_loop *loop = start_spinning_loop();
+  static bwatch a, second, third;
+  bwatch_init(&a, loop, true);
+  bwatch_init(&second, loop, false);
+  bwatch_init(&third, loop, false);
+  make_busy(&a);
+  run_on(loop, add_task, &second);
+  ck_assert(busy_reads_go_on(loop, 10));
+  run_on(loop, add_task, &third);
+  ck_assert(!busy_reads_go_on(loop, 20));
+  run_on(loop, remove_task, &third);
+  ck_assert(busy_reads_go_on(loop, 10));
+  run_on(loop, remove_task, &second);
+  run_on(loop, remove_task, &a);
+  finish_group();
+  bwatch_close(&a);
+  bwatch_close(&second);
+  bwatch_close(&third);
+}
+END_TEST
+
+/* Both ends written by a task on the loop, so that the next epoll_wait
+ * finds both (`a` reads blind: its busy reads leave the byte to epoll). */
+static int kick_both_task(void *arg) {
+  bwatch **pair = arg;
+  send_byte(pair[0]);
+  send_byte(pair[1]);
+  return 0;
+}
+
+/* A batch of two watchers ends the busy read: with several sockets ready,
+ * epoll finds them more cheaply than a read of each. */
+START_TEST(busy_read_ends_at_a_batch_of_two) {
+  weft_loop *loop = start_spinning_loop();
+  static bwatch a, other;
+  bwatch_init(&a, loop, true);
+  bwatch_init(&other, loop, false);
+  a.blind = true;
+  make_busy(&a);
+  run_on(loop, add_task, &other);
+  ck_assert(busy_reads_go_on(loop, 10));
+  run_on(loop, kick_both_task, ((bwatch *[]){&a, &other}));
+  WAIT_FOR(atomic_load(&a.cb_calls) == 2 && atomic_load(&other.cb_calls) == 1);
+  ck_assert(!busy_reads_go_on(loop, 20));
+  run_on(loop, remove_task, &other);
+  run_on(loop, remove_task, &a);
+  finish_group();
+  bwatch_close(&a);
+  bwatch_close(&other);
+}
+END_TEST
+
+/* An interest beyond reading (EPOLLOUT: only epoll reports writability)
+ * pauses the busy read, reading alone again resumes it, and a watcher that
+ * removes itself inside its busy read is not called again (ASan would see
+ * the loop touch it). */
+START_TEST(busy_read_follows_interest_and_removal) {
+  weft_loop *loop = start_spinning_loop();
+  static bwatch b;
+  bwatch_init(&b, loop, true);
+  make_busy(&b);
+  run_on(loop, want_out_task, &b);
+  ck_assert(!busy_reads_go_on(loop, 20));
+  run_on(loop, want_in_task, &b);
+  ck_assert(busy_reads_go_on(loop, 20));
+  atomic_store(&b.remove_in_busy, true);
+  WAIT_FOR(atomic_load(&b.removed));
+  ck_assert(!busy_reads_go_on(loop, 20));
+  finish_group();
+  bwatch_close(&b);
+}
+END_TEST
+
+/* ---- the tcp transport ---- */
+
+static const weft_handler echo_handler = {.name = "echo",
+                                          .channel_read = th_echo_read};
+
+static void echo_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
+                         NULL);
+}
+
+/* A tcp echo server on a spinning loop, driven in ping-pong by a plain
+ * socket: its channel's reads come from busy reads, and every byte comes
+ * back in order. */
+START_TEST(busy_read_serves_tcp_channels) {
+  weft_loop *loop = start_spinning_loop();
+  char uri[128];
+  weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init,
+                                    NULL, uri, sizeof uri);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sin = {
+      .sin_family = AF_INET,
+      .sin_port = htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
+      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  uint64_t hits = stats_of(loop).busy_read_hits;
+  for (uint32_t i = 0; i < 200; i++) {
+    uint32_t back = ~i;
+    th_write_all(fd, &i, sizeof i);
+    ck_assert_int_eq(recv(fd, &back, sizeof back, MSG_WAITALL),
+                     (ssize_t)sizeof back);
+    ck_assert_uint_eq(back, i);
+  }
+  ck_assert_uint_ge(stats_of(loop).busy_read_hits - hits, 100);
+  close(fd);
+  weft_server_close(srv);
+  finish_group();
+}
+END_TEST
+
+Suite *weft_test_suite(void) {
+  return th_suite("busy_read", "core", 60, busy_read_finds_a_lone_socket_s_data,
+                  busy_read_still_asks_epoll_for_the_others,
+                  busy_read_pauses_beyond_two_watchers,
+                  busy_read_ends_at_a_batch_of_two,
+                  busy_read_follows_interest_and_removal,
+                  busy_read_serves_tcp_channels, NULL);
+}
