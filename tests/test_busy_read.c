@@ -57,14 +57,14 @@ static weft_loop_stats stats_of(weft_loop *loop) {
 typedef struct bwatch {
   weft_watcher w;
   weft_loop *loop;
-  int peer;               /* the other end: the test writes here */
-  bool blind;             /* busy_read returns 0 without reading */
+  int peer;                    /* the other end: the test writes here */
+  bool blind;                  /* busy_read returns 0 without reading */
   _Atomic bool remove_in_busy; /* busy_read removes its own watcher */
   _Atomic bool removed;        /* ... and has */
-  _Atomic int cb_calls;   /* callbacks that read something */
-  _Atomic int busy_calls; /* busy_read calls */
-  _Atomic int busy_hits;  /* busy_read calls that read something */
-  _Atomic long bytes;     /* read by either */
+  _Atomic int cb_calls;        /* callbacks that read something */
+  _Atomic int busy_calls;      /* busy_read calls */
+  _Atomic int busy_hits;       /* busy_read calls that read something */
+  _Atomic long bytes;          /* read by either */
 } bwatch;
 
 /* Reads what is there; true if anything was. */
@@ -298,14 +298,14 @@ static void echo_init(weft_channel *ch, void *arg) {
 START_TEST(busy_read_serves_tcp_channels) {
   weft_loop *loop = start_spinning_loop();
   char uri[128];
-  weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init,
-                                    NULL, uri, sizeof uri);
+  weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
+                                    uri, sizeof uri);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {
-      .sin_family = AF_INET,
-      .sin_port = htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
-      .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port =
+                                htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
   uint64_t hits = stats_of(loop).busy_read_hits;
   for (uint32_t i = 0; i < 200; i++) {
