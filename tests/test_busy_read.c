@@ -9,6 +9,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
+#include <weft/buf.h>
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/pipeline.h>
@@ -27,15 +29,22 @@
 
 static weft_loop_group *group;
 
-static weft_loop *start_spinning_loop(void) {
+static weft_loop *start_spinning_loop_retaining(size_t retain_bytes) {
   weft_loop_options o;
   weft_loop_options_init(&o);
   o.n_loops = 1;
+  o.pool_retain_bytes = retain_bytes;
   o.busy_poll_us = -1;
   o.busy_poll_adaptive = false;
   ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
   ck_assert_int_eq(weft_loop_group_start(group), 0);
   return weft_loop_group_get(group, 0);
+}
+
+static weft_loop *start_spinning_loop(void) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  return start_spinning_loop_retaining(o.pool_retain_bytes);
 }
 
 static void finish_group(void) {
@@ -322,11 +331,72 @@ START_TEST(busy_read_serves_tcp_channels) {
 }
 END_TEST
 
+/* A slab hook on the loop's pool that fails every new slab while `fail`:
+ * the pool's allocations that need a slab then fail (ENOMEM). */
+static _Atomic bool slabs_fail;
+
+static int failing_reg(void *arg, void *base, size_t len, uint64_t *key) {
+  (void)arg;
+  (void)base;
+  (void)len;
+  *key = 0;
+  return atomic_load(&slabs_fail) ? WEFT_ENOMEM : 0;
+}
+
+static int add_failing_hook_task(void *arg) {
+  weft_loop *loop = arg;
+  int id =
+      weft_pool_add_slab_hook(weft_loop_pool(loop), failing_reg, NULL, NULL);
+  return id < 0 ? id : 0;
+}
+
+static void ping(int fd, uint32_t i) {
+  uint32_t back = ~i;
+  th_write_all(fd, &i, sizeof i);
+  ck_assert_int_eq(recv(fd, &back, sizeof back, MSG_WAITALL),
+                   (ssize_t)sizeof back);
+  ck_assert_uint_eq(back, i);
+}
+
+/* A busy read that cannot get a buffer has read nothing: an idle channel
+ * must not be closed for it (a read that epoll announced, with bytes
+ * waiting, meets the same shortage and closes the channel as before).
+ * The pool keeps no empty slab (retain 0), so once the echo's buffers are
+ * back every busy read needs a new slab, which the hook refuses. */
+START_TEST(busy_read_without_a_buffer_keeps_an_idle_channel) {
+  weft_loop *loop = start_spinning_loop_retaining(0);
+  char uri[128];
+  weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
+                                    uri, sizeof uri);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port =
+                                htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  for (uint32_t i = 0; i < 20; i++)
+    ping(fd, i);
+  ck_assert_uint_gt(stats_of(loop).busy_read_hits, 0);
+  run_on(loop, add_failing_hook_task, loop);
+  atomic_store(&slabs_fail, true);
+  ck_assert(busy_reads_go_on(loop, 50));
+  char c;
+  ck_assert_int_eq(recv(fd, &c, 1, MSG_DONTWAIT), -1); /* 0: closed */
+  ck_assert_int_eq(errno, EAGAIN);
+  atomic_store(&slabs_fail, false);
+  ping(fd, 1000);
+  close(fd);
+  weft_server_close(srv);
+  finish_group();
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
-  return th_suite("busy_read", "core", 60, busy_read_finds_a_lone_socket_s_data,
-                  busy_read_still_asks_epoll_for_the_others,
-                  busy_read_pauses_beyond_two_watchers,
-                  busy_read_ends_at_a_batch_of_two,
-                  busy_read_follows_interest_and_removal,
-                  busy_read_serves_tcp_channels, NULL);
+  return th_suite(
+      "busy_read", "core", 60, busy_read_finds_a_lone_socket_s_data,
+      busy_read_still_asks_epoll_for_the_others,
+      busy_read_pauses_beyond_two_watchers, busy_read_ends_at_a_batch_of_two,
+      busy_read_follows_interest_and_removal, busy_read_serves_tcp_channels,
+      busy_read_without_a_buffer_keeps_an_idle_channel, NULL);
 }

@@ -477,8 +477,11 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
  * the others of the loop, then fires one channel_read_complete. A handler
  * may close the channel or stop reading inside channel_read: the state is
  * checked after every read. The caller holds a channel reference. Returns
- * false when the first read found nothing (EAGAIN). */
-static bool read_ready(tcp_channel *tc) {
+ * false when the first read found nothing (EAGAIN). `busy`: a busy read,
+ * not announced by epoll, so a buffer it cannot get does not close the
+ * channel: it may well have nothing to read (the read epoll announces next
+ * meets the shortage with bytes waiting, and closes it then). */
+static bool read_ready(tcp_channel *tc, bool busy) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
   size_t total = 0;
   ssize_t last = 0;
@@ -499,6 +502,8 @@ static bool read_ready(tcp_channel *tc) {
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
   if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN)
     return fired;
+  if (busy && !fired && last == WEFT_ENOMEM)
+    return false;
   if (last == 0) {
     weft_channel_transport_closed(tc->ch, 0, "peer closed");
   } else {
@@ -545,7 +550,7 @@ static void channel_event(weft_watcher *w, uint32_t events) {
    * error or EOF they stand for. */
   if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) &&
       channel_open(tc) && tc->reading)
-    read_ready(tc);
+    read_ready(tc, false);
 out:
   weft_channel_release(ch);
 }
@@ -559,7 +564,7 @@ static int channel_busy_read(weft_watcher *w) {
     return 0;
   weft_channel *ch = tc->ch;
   weft_channel_retain(ch); /* handlers may close and release it */
-  bool found = read_ready(tc);
+  bool found = read_ready(tc, true);
   weft_channel_release(ch);
   return found ? 1 : 0;
 }
