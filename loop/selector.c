@@ -60,9 +60,11 @@ static void dispatch(weft_loop *loop, int n);
  * WEFT_BUSY_READ_EPOLL_EVERY-th spin
  * is still an epoll_wait, so other watchers wait a few spins at most; a
  * batch of two or more watchers ends it (epoll finds many ready fds more
- * cheaply than reads of each would); a change of interest away from
- * reading, or removal, ends it too (loop.c). The loop still sleeps after
- * the window as before: a busy read that finds nothing is no work.
+ * cheaply than reads of each would); an empty interest, or removal, ends
+ * it too (loop.c), and an interest beyond reading pauses it. A busy read
+ * that found a lot (WEFT_BUSY_READ_MORE) makes the next spin an epoll_wait
+ * (busy_read, below). The loop still sleeps after the window as before: a
+ * busy read that finds nothing is no work.
  */
 
 /* Picks the watcher to busy-read from an epoll batch, before any of its
@@ -98,12 +100,19 @@ static bool busy_read_due(weft_loop *loop) {
   return (w->events & EPOLLIN) && (w->events & ~(EPOLLIN | EPOLLRDHUP)) == 0;
 }
 
+/* A read that stopped at its bound (WEFT_BUSY_READ_MORE) makes the next
+ * spin an epoll_wait: a socket that never runs dry would otherwise keep
+ * the other watchers behind WEFT_BUSY_READ_EPOLL_EVERY bounded reads
+ * (each up to the transport's bound of bytes and handler work) where
+ * epoll every spin keeps them behind one. */
 static int busy_read(weft_loop *loop) {
   weft__stat_add(&loop->stats.busy_reads, 1);
   int n = loop->busy_read->busy_read(loop->busy_read); /* may free it */
   if (n <= 0)
     return 0;
   weft__stat_add(&loop->stats.busy_read_hits, 1);
+  if (n == WEFT_BUSY_READ_MORE)
+    loop->busy_read_spins = WEFT_BUSY_READ_EPOLL_EVERY - 1;
   return n;
 }
 

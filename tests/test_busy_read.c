@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,10 +19,12 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
 #include <weft/buf.h>
+#include <weft/clock.h>
 #include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/pipeline.h>
@@ -68,6 +71,8 @@ typedef struct bwatch {
   weft_loop *loop;
   int peer;                    /* the other end: the test writes here */
   bool blind;                  /* busy_read returns 0 without reading */
+  _Atomic bool flood;          /* reads nothing, calls itself full */
+  _Atomic long flood_calls;    /* busy_read and callback calls while so */
   _Atomic bool remove_in_busy; /* busy_read removes its own watcher */
   _Atomic bool removed;        /* ... and has */
   _Atomic int cb_calls;        /* callbacks that read something */
@@ -90,6 +95,10 @@ static bool drain(bwatch *b) {
 
 static void bwatch_cb(weft_watcher *w, uint32_t events) {
   bwatch *b = w->data;
+  if (atomic_load(&b->flood)) {
+    atomic_fetch_add(&b->flood_calls, 1);
+    return;
+  }
   if ((events & EPOLLIN) && drain(b))
     atomic_fetch_add(&b->cb_calls, 1);
 }
@@ -97,6 +106,10 @@ static void bwatch_cb(weft_watcher *w, uint32_t events) {
 static int bwatch_busy_read(weft_watcher *w) {
   bwatch *b = w->data;
   atomic_fetch_add(&b->busy_calls, 1);
+  if (atomic_load(&b->flood)) {
+    atomic_fetch_add(&b->flood_calls, 1);
+    return WEFT_BUSY_READ_MORE;
+  }
   if (atomic_load(&b->remove_in_busy)) {
     ck_assert_int_eq(weft_loop_remove_watcher(b->loop, w), 0);
     atomic_store(&b->removed, true);
@@ -290,6 +303,73 @@ START_TEST(busy_read_follows_interest_and_removal) {
 }
 END_TEST
 
+/* The other watcher of the flood test: records how many calls the flooded
+ * one got between the byte written to it (by flood_kick_task, on the loop)
+ * and its callback. */
+typedef struct flood_pair {
+  bwatch *flooded, *other;
+  long at_kick;
+  _Atomic long worst;
+  _Atomic int served;
+} flood_pair;
+
+static flood_pair *the_pair;
+
+static void flood_other_cb(weft_watcher *w, uint32_t events) {
+  (void)w;
+  flood_pair *p = the_pair;
+  if (!(events & EPOLLIN) || !drain(p->other))
+    return;
+  long waited = atomic_load(&p->flooded->flood_calls) - p->at_kick;
+  if (waited > atomic_load(&p->worst))
+    atomic_store(&p->worst, waited);
+  atomic_fetch_add(&p->served, 1);
+}
+
+static int flood_kick_task(void *arg) {
+  flood_pair *p = arg;
+  p->at_kick = atomic_load(&p->flooded->flood_calls);
+  send_byte(p->other);
+  return 0;
+}
+
+/* A socket that always has more (its busy read stops at its bound every
+ * time: WEFT_BUSY_READ_MORE) keeps the other watcher waiting no longer
+ * than epoll would: the spin after such a read asks epoll, so each of the
+ * other's events waits behind at most two of the flood's reads, not the
+ * WEFT_BUSY_READ_EPOLL_EVERY that a cycle of busy reads would make it (a
+ * peer that floods its connection, each read a full bound of bytes and
+ * handler work, would otherwise multiply the other connection's or the
+ * listener's wait by up to 8). */
+START_TEST(busy_read_of_a_flood_asks_epoll_next) {
+  weft_loop *loop = start_spinning_loop();
+  static bwatch a, other;
+  static flood_pair pair;
+  bwatch_init(&a, loop, true);
+  bwatch_init(&other, loop, false);
+  other.w.cb = flood_other_cb;
+  pair = (flood_pair){.flooded = &a, .other = &other};
+  the_pair = &pair;
+  make_busy(&a);
+  atomic_store(&a.flood, true);
+  send_byte(&a); /* stays unread: epoll reports `a` every time */
+  run_on(loop, add_task, &other);
+  ck_assert(busy_reads_go_on(loop, 10));
+  for (int i = 1; i <= 16; i++) {
+    run_on(loop, flood_kick_task, &pair);
+    WAIT_FOR(atomic_load(&pair.served) == i);
+    th_sleep_ms(1); /* another phase of the spins */
+  }
+  ck_assert_int_le(atomic_load(&pair.worst), 2);
+  ck_assert(busy_reads_go_on(loop, 10)); /* still busy-reading */
+  run_on(loop, remove_task, &other);
+  run_on(loop, remove_task, &a);
+  finish_group();
+  bwatch_close(&a);
+  bwatch_close(&other);
+}
+END_TEST
+
 /* ---- the tcp transport ---- */
 
 static const weft_handler echo_handler = {.name = "echo",
@@ -301,6 +381,18 @@ static void echo_init(weft_channel *ch, void *arg) {
                          NULL);
 }
 
+/* A blocking socket connected to the server at `uri` (tcp://127.0.0.1:N). */
+static int tcp_client(const char *uri) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_int_ge(fd, 0);
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port =
+                                htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  return fd;
+}
+
 /* A tcp echo server on a spinning loop, driven in ping-pong by a plain
  * socket: its channel's reads come from busy reads, and every byte comes
  * back in order. */
@@ -309,13 +401,7 @@ START_TEST(busy_read_serves_tcp_channels) {
   char uri[128];
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
                                     uri, sizeof uri);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port =
-                                htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  int fd = tcp_client(uri);
   uint64_t hits = stats_of(loop).busy_read_hits;
   for (uint32_t i = 0; i < 200; i++) {
     uint32_t back = ~i;
@@ -368,13 +454,7 @@ START_TEST(busy_read_without_a_buffer_keeps_an_idle_channel) {
   char uri[128];
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
                                     uri, sizeof uri);
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port =
-                                htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  int fd = tcp_client(uri);
   for (uint32_t i = 0; i < 20; i++)
     ping(fd, i);
   ck_assert_uint_gt(stats_of(loop).busy_read_hits, 0);
@@ -392,11 +472,79 @@ START_TEST(busy_read_without_a_buffer_keeps_an_idle_channel) {
 }
 END_TEST
 
+/* A server handler that takes its time over each read (100 µs), so that a
+ * client writing as fast as it can keeps the socket from running dry. */
+static void slow_discard_read(weft_ctx *ctx, void *msg) {
+  (void)ctx;
+  uint64_t until = weft_now_ns() + 100000;
+  while (weft_now_ns() < until)
+    ;
+  weft_msg_release(msg);
+}
+
+static const weft_handler slow_discard_handler = {
+    .name = "slow-discard", .channel_read = slow_discard_read};
+
+static void slow_discard_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "slow-discard",
+                         &slow_discard_handler, NULL);
+}
+
+typedef struct flooder {
+  pthread_t th;
+  int fd;
+  _Atomic bool stop;
+} flooder;
+
+static void *flood_main(void *arg) {
+  flooder *f = arg;
+  static char chunk[65536];
+  while (!atomic_load(&f->stop))
+    if (send(f->fd, chunk, sizeof chunk, MSG_NOSIGNAL) < 0 && errno != EAGAIN &&
+        errno != EINTR)
+      break;
+  return NULL;
+}
+
+/* A tcp channel whose socket never runs dry: its busy reads stop at the
+ * bound of a read event with more waiting (WEFT_BUSY_READ_MORE), so the
+ * loop asks epoll after each of them (about one epoll_wait per busy read
+ * that found bytes), not once per WEFT_BUSY_READ_EPOLL_EVERY spins. */
+START_TEST(busy_read_of_a_flooded_tcp_channel_asks_epoll_next) {
+  weft_loop *loop = start_spinning_loop();
+  char uri[128];
+  weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0",
+                                    slow_discard_init, NULL, uri, sizeof uri);
+  static flooder f;
+  f.fd = tcp_client(uri);
+  struct timeval tv = {.tv_usec = 10000}; /* so that `stop` is seen */
+  ck_assert_int_eq(setsockopt(f.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv),
+                   0);
+  ck_assert_int_eq(pthread_create(&f.th, NULL, flood_main, &f), 0);
+  th_sleep_ms(50);
+  weft_loop_stats a = stats_of(loop);
+  th_sleep_ms(200);
+  weft_loop_stats b = stats_of(loop);
+  atomic_store(&f.stop, true);
+  pthread_join(f.th, NULL);
+  uint64_t hits = b.busy_read_hits - a.busy_read_hits;
+  uint64_t polls = b.watcher_polls - a.watcher_polls;
+  ck_assert_uint_ge(hits, 20);
+  ck_assert_uint_ge(polls * 2, hits);
+  close(f.fd);
+  weft_server_close(srv);
+  finish_group();
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "busy_read", "core", 60, busy_read_finds_a_lone_socket_s_data,
       busy_read_still_asks_epoll_for_the_others,
       busy_read_pauses_beyond_two_watchers, busy_read_ends_at_a_batch_of_two,
-      busy_read_follows_interest_and_removal, busy_read_serves_tcp_channels,
-      busy_read_without_a_buffer_keeps_an_idle_channel, NULL);
+      busy_read_follows_interest_and_removal,
+      busy_read_of_a_flood_asks_epoll_next, busy_read_serves_tcp_channels,
+      busy_read_without_a_buffer_keeps_an_idle_channel,
+      busy_read_of_a_flooded_tcp_channel_asks_epoll_next, NULL);
 }

@@ -117,8 +117,9 @@ typedef void (*weft_watcher_cb)(weft_watcher *w, uint32_t events);
  * directly, as Linux's busy read (net.core.busy_read) spins in recv(). It
  * must tolerate finding nothing (a read that meets EAGAIN), and returns
  * how much it found: > 0 when it read data or met the end of the stream
- * or an error, 0 when nothing was there. Loop thread; it may remove or
- * free its own watcher, as the callback may.
+ * or an error (WEFT_BUSY_READ_MORE when that was a lot), 0 when nothing
+ * was there. Loop thread; it may remove or free its own watcher, as the
+ * callback may.
  *
  * When the loop calls it: while it busy-polls and has at most
  * WEFT_BUSY_READ_MAX_WATCHERS watchers with interest, on the watcher that
@@ -131,6 +132,17 @@ typedef void (*weft_watcher_cb)(weft_watcher *w, uint32_t events);
  * several keeps asking epoll.
  */
 typedef int (*weft_watcher_busy_read_fn)(weft_watcher *w);
+
+/**
+ * What a busy_read returns when it found a lot: a read filled its buffer
+ * (a flood, a bulk transfer), so the socket's next bytes are likely there
+ * already. The loop then asks epoll on the next spin: a socket that never
+ * runs dry keeps the other watchers waiting behind one or two of its reads
+ * (each up to the transport's bound of bytes and handler work), as without
+ * busy reads, not WEFT_BUSY_READ_EPOLL_EVERY of them; beside a buffer's
+ * worth of bytes the epoll_wait costs little. Any other hit returns 1.
+ */
+#define WEFT_BUSY_READ_MORE 2
 
 /**
  * While a loop busy-reads one watcher, every this-many spins it makes the

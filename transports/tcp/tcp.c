@@ -477,15 +477,17 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
  * the others of the loop, then fires one channel_read_complete. A handler
  * may close the channel or stop reading inside channel_read: the state is
  * checked after every read. The caller holds a channel reference. Returns
- * false when the first read found nothing (EAGAIN). `busy`: a busy read,
- * not announced by epoll, so a buffer it cannot get does not close the
- * channel: it may well have nothing to read (the read epoll announces next
+ * 0 when the first read found nothing (EAGAIN), WEFT_BUSY_READ_MORE when
+ * a read filled its buffer and the channel still reads (a flood or a bulk
+ * transfer: the next bytes are likely there already), 1 otherwise. `busy`: a
+ * busy read, not announced by epoll, so a buffer it cannot get does not close
+ * the channel: it may well have nothing to read (the read epoll announces next
  * meets the shortage with bytes waiting, and closes it then). */
-static bool read_ready(tcp_channel *tc, bool busy) {
+static int read_ready(tcp_channel *tc, bool busy) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
   size_t total = 0;
   ssize_t last = 0;
-  bool fired = false;
+  bool fired = false, filled = false;
   for (int i = 0; i < TCP_MAX_READS_PER_EVENT; i++) {
     size_t capacity = 0;
     last = pool != NULL ? read_once(tc, pool, &capacity) : WEFT_ENOMEM;
@@ -494,16 +496,19 @@ static bool read_ready(tcp_channel *tc, bool busy) {
     fired = true;
     total += (size_t)last;
     recv_record(tc, (size_t)last, capacity);
+    filled = filled || (size_t)last >= capacity;
     if (!channel_open(tc) || !tc->reading || (size_t)last < capacity ||
         total >= TCP_MAX_READ_BYTES)
       break;
   }
   if (fired && channel_open(tc))
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
+  if (fired && filled && channel_open(tc) && tc->reading)
+    return WEFT_BUSY_READ_MORE;
   if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN)
-    return fired;
+    return fired ? 1 : 0;
   if (busy && !fired && last == WEFT_ENOMEM)
-    return false;
+    return 0;
   if (last == 0) {
     weft_channel_transport_closed(tc->ch, 0, "peer closed");
   } else {
@@ -511,7 +516,7 @@ static bool read_ready(tcp_channel *tc, bool busy) {
     snprintf(reason, sizeof reason, "read: %s", weft_strerror((int)last));
     weft_channel_transport_closed(tc->ch, (int)last, reason);
   }
-  return true;
+  return 1;
 }
 
 /* ---- connecting ---- */
@@ -557,16 +562,17 @@ out:
 
 /* The watcher's busy_read (weft/source.h): channel_event's read, asked
  * for while the loop spins on this socket alone, whether or not epoll
- * would report it ready; most calls meet EAGAIN. */
+ * would report it ready; most calls meet EAGAIN. WEFT_BUSY_READ_MORE when
+ * a read filled its buffer. */
 static int channel_busy_read(weft_watcher *w) {
   tcp_channel *tc = w->data;
   if (tc->connecting || !channel_open(tc) || !tc->reading)
     return 0;
   weft_channel *ch = tc->ch;
   weft_channel_retain(ch); /* handlers may close and release it */
-  bool found = read_ready(tc, true);
+  int found = read_ready(tc, true);
   weft_channel_release(ch);
-  return found ? 1 : 0;
+  return found;
 }
 
 /* ---- channel lifecycle ---- */
