@@ -100,11 +100,11 @@ static bool busy_read_due(weft_loop *loop) {
   return (w->events & EPOLLIN) && (w->events & ~(EPOLLIN | EPOLLRDHUP)) == 0;
 }
 
-/* A busy read that found a lot (WEFT_BUSY_READ_MORE: a read filled its
- * buffer) makes the next spin an epoll_wait: a socket that never runs dry
- * would otherwise keep the other watchers behind WEFT_BUSY_READ_EPOLL_EVERY
- * of its reads (each up to the transport's bound of bytes and handler
- * work) where epoll every spin keeps them behind one. */
+/* A busy read that found a lot (WEFT_BUSY_READ_MORE: a bulk read) makes
+ * the next spin an epoll_wait: a socket that never runs dry would
+ * otherwise keep the other watchers behind WEFT_BUSY_READ_EPOLL_EVERY of
+ * its reads (each up to the transport's bound of bytes and handler work)
+ * where epoll every spin keeps them behind one. */
 static int busy_read(weft_loop *loop) {
   weft__stat_add(&loop->stats.busy_reads, 1);
   int n = loop->busy_read->busy_read(loop->busy_read); /* may free it */

@@ -507,10 +507,10 @@ static void *flood_main(void *arg) {
   return NULL;
 }
 
-/* A tcp channel whose socket never runs dry: its busy reads stop at the
- * bound of a read event with more waiting (WEFT_BUSY_READ_MORE), so the
- * loop asks epoll after each of them (about one epoll_wait per busy read
- * that found bytes), not once per WEFT_BUSY_READ_EPOLL_EVERY spins. */
+/* A tcp channel whose socket never runs dry: its busy reads find 64 KiB
+ * and more at a time (WEFT_BUSY_READ_MORE), so the loop asks epoll after
+ * each of them (about one epoll_wait per busy read that found bytes), not
+ * once per WEFT_BUSY_READ_EPOLL_EVERY spins. */
 START_TEST(busy_read_of_a_flooded_tcp_channel_asks_epoll_next) {
   weft_loop *loop = start_spinning_loop();
   char uri[128];

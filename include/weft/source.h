@@ -134,13 +134,14 @@ typedef void (*weft_watcher_cb)(weft_watcher *w, uint32_t events);
 typedef int (*weft_watcher_busy_read_fn)(weft_watcher *w);
 
 /**
- * What a busy_read returns when it found a lot: a read filled its buffer
- * (a flood, a bulk transfer), so the socket's next bytes are likely there
- * already. The loop then asks epoll on the next spin: a socket that never
- * runs dry keeps the other watchers waiting behind one or two of its reads
- * (each up to the transport's bound of bytes and handler work), as without
- * busy reads, not WEFT_BUSY_READ_EPOLL_EVERY of them; beside a buffer's
- * worth of bytes the epoll_wait costs little. Any other hit returns 1.
+ * What a busy_read returns when it found a lot (the tcp transport: 64 KiB
+ * or more; a flood, a bulk transfer), so the socket's next bytes are
+ * likely there already. The loop then asks epoll on the next spin: a
+ * socket that never runs dry keeps the other watchers waiting behind one
+ * or two of its reads (each up to the transport's bound of bytes and
+ * handler work), as without busy reads, not WEFT_BUSY_READ_EPOLL_EVERY of
+ * them; beside that many bytes the epoll_wait costs little. Any other hit
+ * returns 1.
  */
 #define WEFT_BUSY_READ_MORE 2
 

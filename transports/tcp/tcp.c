@@ -49,6 +49,10 @@
 #define TCP_MAX_READS_PER_EVENT 16      /* reads per readiness (fairness) */
 #define TCP_MAX_READ_BYTES (256 * 1024) /* bytes per readiness (fairness) */
 #define TCP_MAX_ACCEPTS_PER_EVENT 64    /* accepts per readiness */
+/* Bytes from which a busy read reports a lot (WEFT_BUSY_READ_MORE): the
+ * largest receive size, a bulk flow's read. Small batches (64 messages of
+ * 16 B in flight) stay below it and keep being busy-read. */
+#define TCP_BUSY_READ_MORE_BYTES 65536
 
 /* Adaptive receive sizes (Netty's AdaptiveRecvByteBufAllocator): the next
  * read's buffer size is a guess from this table, raised two steps when a
@@ -478,16 +482,16 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
  * may close the channel or stop reading inside channel_read: the state is
  * checked after every read. The caller holds a channel reference. Returns
  * 0 when the first read found nothing (EAGAIN), WEFT_BUSY_READ_MORE when
- * a read filled its buffer and the channel still reads (a flood or a bulk
- * transfer: the next bytes are likely there already), 1 otherwise. `busy`: a
- * busy read, not announced by epoll, so a buffer it cannot get does not close
- * the channel: it may well have nothing to read (the read epoll announces next
+ * it read TCP_BUSY_READ_MORE_BYTES or more and the channel still reads (a
+ * flood or a bulk transfer), 1 otherwise. `busy`: a busy read, not
+ * announced by epoll, so a buffer it cannot get does not close the
+ * channel: it may well have nothing to read (the read epoll announces next
  * meets the shortage with bytes waiting, and closes it then). */
 static int read_ready(tcp_channel *tc, bool busy) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
   size_t total = 0;
   ssize_t last = 0;
-  bool fired = false, filled = false;
+  bool fired = false;
   for (int i = 0; i < TCP_MAX_READS_PER_EVENT; i++) {
     size_t capacity = 0;
     last = pool != NULL ? read_once(tc, pool, &capacity) : WEFT_ENOMEM;
@@ -496,17 +500,17 @@ static int read_ready(tcp_channel *tc, bool busy) {
     fired = true;
     total += (size_t)last;
     recv_record(tc, (size_t)last, capacity);
-    filled = filled || (size_t)last >= capacity;
     if (!channel_open(tc) || !tc->reading || (size_t)last < capacity ||
         total >= TCP_MAX_READ_BYTES)
       break;
   }
   if (fired && channel_open(tc))
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
-  if (fired && filled && channel_open(tc) && tc->reading)
-    return WEFT_BUSY_READ_MORE;
-  if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN)
+  if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN) {
+    if (total >= TCP_BUSY_READ_MORE_BYTES && channel_open(tc) && tc->reading)
+      return WEFT_BUSY_READ_MORE;
     return fired ? 1 : 0;
+  }
   if (busy && !fired && last == WEFT_ENOMEM)
     return 0;
   if (last == 0) {
@@ -562,8 +566,8 @@ out:
 
 /* The watcher's busy_read (weft/source.h): channel_event's read, asked
  * for while the loop spins on this socket alone, whether or not epoll
- * would report it ready; most calls meet EAGAIN. WEFT_BUSY_READ_MORE when
- * a read filled its buffer. */
+ * would report it ready; most calls meet EAGAIN. WEFT_BUSY_READ_MORE after
+ * a bulk read (read_ready). */
 static int channel_busy_read(weft_watcher *w) {
   tcp_channel *tc = w->data;
   if (tc->connecting || !channel_open(tc) || !tc->reading)
