@@ -160,6 +160,18 @@ static int want_in_task(void *arg) {
   return weft_loop_modify_watcher(b->loop, &b->w, EPOLLIN);
 }
 
+/* Ends a test: removes each watcher of the NULL-terminated list that is
+ * still registered, stops the loop, closes the socketpairs. */
+static void finish_watchers(weft_loop *loop, bwatch **ws) {
+  for (bwatch **w = ws; *w != NULL; w++)
+    run_on(loop, remove_task, *w);
+  finish_group();
+  for (bwatch **w = ws; *w != NULL; w++)
+    bwatch_close(*w);
+}
+#define FINISH(loop, ...)                                                      \
+  finish_watchers((loop), (bwatch *[]){__VA_ARGS__, NULL})
+
 /* Makes `b` the loop's busy-read watcher: its first message comes through
  * epoll alone, and the spins after it busy-read. */
 static void make_busy(bwatch *b) {
@@ -196,9 +208,7 @@ START_TEST(busy_read_finds_a_lone_socket_s_data) {
   weft_loop_stats st = stats_of(loop);
   ck_assert_uint_ge(st.busy_read_hits, (uint64_t)atomic_load(&b.busy_hits));
   ck_assert_uint_ge(st.busy_reads, st.busy_read_hits);
-  run_on(loop, remove_task, &b);
-  finish_group();
-  bwatch_close(&b);
+  FINISH(loop, &b);
 }
 END_TEST
 
@@ -218,11 +228,7 @@ START_TEST(busy_read_still_asks_epoll_for_the_others) {
     WAIT_FOR(atomic_load(&other.cb_calls) == i);
   }
   ck_assert(busy_reads_go_on(loop, 20));
-  run_on(loop, remove_task, &other);
-  run_on(loop, remove_task, &a);
-  finish_group();
-  bwatch_close(&a);
-  bwatch_close(&other);
+  FINISH(loop, &other, &a);
 }
 END_TEST
 
@@ -242,12 +248,7 @@ START_TEST(busy_read_pauses_beyond_two_watchers) {
   ck_assert(!busy_reads_go_on(loop, 20));
   run_on(loop, remove_task, &third);
   ck_assert(busy_reads_go_on(loop, 10));
-  run_on(loop, remove_task, &second);
-  run_on(loop, remove_task, &a);
-  finish_group();
-  bwatch_close(&a);
-  bwatch_close(&second);
-  bwatch_close(&third);
+  FINISH(loop, &second, &a, &third);
 }
 END_TEST
 
@@ -274,11 +275,7 @@ START_TEST(busy_read_ends_at_a_batch_of_two) {
   run_on(loop, kick_both_task, ((bwatch *[]){&a, &other}));
   WAIT_FOR(atomic_load(&a.cb_calls) == 2 && atomic_load(&other.cb_calls) == 1);
   ck_assert(!busy_reads_go_on(loop, 20));
-  run_on(loop, remove_task, &other);
-  run_on(loop, remove_task, &a);
-  finish_group();
-  bwatch_close(&a);
-  bwatch_close(&other);
+  FINISH(loop, &other, &a);
 }
 END_TEST
 
@@ -298,8 +295,7 @@ START_TEST(busy_read_follows_interest_and_removal) {
   atomic_store(&b.remove_in_busy, true);
   WAIT_FOR(atomic_load(&b.removed));
   ck_assert(!busy_reads_go_on(loop, 20));
-  finish_group();
-  bwatch_close(&b);
+  FINISH(loop, &b);
 }
 END_TEST
 
@@ -362,11 +358,7 @@ START_TEST(busy_read_of_a_flood_asks_epoll_next) {
   }
   ck_assert_int_le(atomic_load(&pair.worst), 2);
   ck_assert(busy_reads_go_on(loop, 10)); /* still busy-reading */
-  run_on(loop, remove_task, &other);
-  run_on(loop, remove_task, &a);
-  finish_group();
-  bwatch_close(&a);
-  bwatch_close(&other);
+  FINISH(loop, &other, &a);
 }
 END_TEST
 
