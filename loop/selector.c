@@ -57,8 +57,8 @@ static void dispatch(weft_loop *loop, int n);
  * in recv() (net.core.busy_read), while the loop watches at most
  * WEFT_BUSY_READ_MAX_WATCHERS fds (one connection and a listener: with
  * more, the spins kept from epoll delay the others). Every
- * WEFT_BUSY_READ_EPOLL_EVERY-th spin
- * is still an epoll_wait, so other watchers wait a few spins at most; a
+ * WEFT_BUSY_READ_EPOLL_EVERY-th spin is still an epoll_wait, so other
+ * watchers wait a few spins at most; a
  * batch of two or more watchers ends it (epoll finds many ready fds more
  * cheaply than reads of each would); an empty interest, or removal, ends
  * it too (loop.c), and an interest beyond reading pauses it. A busy read
