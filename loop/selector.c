@@ -68,9 +68,16 @@ static void dispatch(weft_loop *loop, int n);
  */
 
 /* Picks the watcher to busy-read from an epoll batch, before any of its
- * callbacks runs (a callback may remove it, which clears the pick). */
+ * callbacks runs (a callback may remove it, which clears the pick): the
+ * watcher of a batch that held it alone, if it was reported EPOLLIN alone
+ * and can busy-read, else none. A batch with no watcher (the wake-up fd, a
+ * source's fd), or with the picked one alone (reported EPOLLOUT, say: its
+ * interest pauses the busy read, busy_read_due), keeps the pick. So the pick
+ * follows the socket last found alone: the other watcher of the loop, once it
+ * is the active one, is not left to every WEFT_BUSY_READ_EPOLL_EVERY-th spin.
+ */
 static void busy_read_pick(weft_loop *loop, int n) {
-  weft_watcher *only = NULL;
+  weft_watcher *alone = NULL, *only = NULL;
   int watched = 0;
   for (int i = 0; i < n; i++) {
     uint64_t u = loop->ready[i].data.u64;
@@ -80,11 +87,11 @@ static void busy_read_pick(weft_loop *loop, int n) {
       loop->busy_read = NULL;
       return;
     }
-    weft_watcher *w = (weft_watcher *)(uintptr_t)(u & ~WEFT__WATCHER_TAG);
-    if (loop->ready[i].events == EPOLLIN && w->busy_read != NULL)
-      only = w;
+    alone = (weft_watcher *)(uintptr_t)(u & ~WEFT__WATCHER_TAG);
+    if (loop->ready[i].events == EPOLLIN && alone->busy_read != NULL)
+      only = alone;
   }
-  if (only != NULL)
+  if (alone != NULL && alone != loop->busy_read)
     loop->busy_read = only;
 }
 
