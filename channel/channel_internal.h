@@ -219,11 +219,6 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p);
  *  writability_changed (outbound.c). */
 void weft__outbound_set_writable(weft_channel *ch, bool writable);
 
-/* Writes up to this many bytes are copied into the queue's own buffer at
- * its tail on byte streams (weft__outbound_append_bytes; outbound.c says why).
- */
-#define WEFT__COALESCE_MAX ((size_t)WEFT_WRITE_COALESCE_MAX)
-
 /** Updates writability after pending bytes changed: above high ->
  *  unwritable, below low -> writable again (hysteresis). Inline: every
  *  write asks, and almost every answer is "no change". */
@@ -241,7 +236,7 @@ static inline void weft__outbound_close_window(weft__outbound *o) {
   o->append_buf = NULL;
 }
 
-/** Copies `n` (1 to WEFT__COALESCE_MAX) bytes at `data` into the append
+/** Copies `n` (1 to WEFT_WRITE_COALESCE_MAX) bytes at `data` into the append
  *  window, gives the tail entry `p` (which closes the window: the entry's
  *  promise cannot wait for later bytes) and counts the bytes as pending.
  *  Returns false, changing nothing, when the window is closed or too small
@@ -253,7 +248,7 @@ static inline bool weft__outbound_append_bytes(weft_channel *ch,
                                                weft_promise p) {
   weft__outbound *o = &ch->out;
   /* n - 1 wraps for 0, so one compare refuses both 0 and "no room". */
-  if (n > WEFT__COALESCE_MAX || n - 1 >= o->append_left)
+  if (n > WEFT_WRITE_COALESCE_MAX || n - 1 >= o->append_left)
     return false;
   assert(o->append_buf == o->ring[(o->tail - 1) & o->mask].buf &&
          o->flushed != o->tail && o->append_at == weft_buf_wptr(o->append_buf));

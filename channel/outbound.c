@@ -54,8 +54,8 @@ void weft__outbound_set_writable(weft_channel *ch, bool writable) {
  * none: the merged entry takes the new write's promise). While all of
  * that holds, the buffer's free bytes are the queue's append window
  * (weft__outbound_append_bytes): adopt_tail opens it, and a promise, a
- * flush or another entry closes it. */
-#define COALESCE_MAX WEFT__COALESCE_MAX /* bytes: writes up to this size */
+ * flush or another entry closes it. Writes of up to
+ * WEFT_WRITE_COALESCE_MAX bytes (weft/channel.h) are copied. */
 #define COALESCE_BUF 16384 /* bytes: the queue's own buffer (a pool class) */
 
 /* Where small `buf` could be merged but the unflushed tail entry holds
@@ -66,12 +66,13 @@ void weft__outbound_set_writable(weft_channel *ch, bool writable) {
 static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
                                                  const weft_buf *buf) {
   weft__outbound *o = &ch->out;
-  if (weft_buf_readable(buf) > COALESCE_MAX || o->tail == o->flushed ||
+  if (weft_buf_readable(buf) > WEFT_WRITE_COALESCE_MAX ||
+      o->tail == o->flushed ||
       !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
     return;
   weft__outbound_entry *last = slot(o, o->tail - 1);
   size_t have = weft_buf_readable(last->buf);
-  if (last->own || last->promise.cb != NULL || have > COALESCE_MAX)
+  if (last->own || last->promise.cb != NULL || have > WEFT_WRITE_COALESCE_MAX)
     return;
   weft_buf *own = weft_buf_alloc(weft_loop_pool(ch->loop), COALESCE_BUF);
   if (own == NULL)
