@@ -995,6 +995,59 @@ START_TEST(kv_stats_count_keys_memory_hits_misses) {
 }
 END_TEST
 
+static void *set_all_keys(void *arg) {
+  kv_store *s = arg;
+  for (int i = 0; i < 40; i++)
+    put_key(s, "k%d", i);
+  return NULL;
+}
+
+/* A hint over a batch (present, absent, empty, too long, more than
+ * KV_PREFETCH_MAX keys) changes nothing a client can see and leaves every
+ * stripe unlocked: another thread then writes each key within seconds. */
+START_TEST(kv_prefetch_changes_nothing_and_unlocks) {
+  for (int single = 0; single < 2; single++) {
+    kv_store_options o;
+    kv_store_options_init(&o);
+    o.n_stripes = 8;
+    o.single_thread = single;
+    kv_store *s = NULL;
+    ck_assert_int_eq(kv_store_new(&s, &o), 0);
+    for (int i = 0; i < 40; i += 2)
+      put_key(s, "k%d", i);
+    static char long_key[KV_MAX_KEY_LEN_DEFAULT + 1];
+    memset(long_key, 'x', sizeof long_key);
+    char names[KV_PREFETCH_MAX + 4][8];
+    kv_key keys[KV_PREFETCH_MAX + 4];
+    for (int i = 0; i < KV_PREFETCH_MAX + 4; i++)
+      keys[i] = (kv_key){names[i],
+                         (size_t)snprintf(names[i], sizeof names[i], "k%d", i)};
+    keys[3] = (kv_key){long_key, sizeof long_key};
+    keys[5] = (kv_key){"", 0};
+    kv_store_stats before, after;
+    kv_store_stats_get(s, &before);
+    kv_store_prefetch(s, KV_PREFETCH_MAX + 4, keys);
+    kv_store_prefetch(s, 0, NULL);
+    kv_store_stats_get(s, &after);
+    ck_assert_mem_eq(&before, &after, sizeof before);
+    ck_assert_uint_eq(kv_dbsize(s), 20);
+    assert_str(s, "k2", "v");
+    assert_str(s, "k1", NULL);
+    if (!single) { /* a lock left held would stop the writer */
+      pthread_t t;
+      ck_assert_int_eq(pthread_create(&t, NULL, set_all_keys, s), 0);
+      struct timespec deadline;
+      clock_gettime(CLOCK_REALTIME, &deadline);
+      deadline.tv_sec += 10;
+      ck_assert_msg(pthread_timedjoin_np(t, NULL, &deadline) == 0,
+                    "a stripe stayed locked after kv_store_prefetch");
+      ck_assert_uint_eq(kv_dbsize(s), 40);
+    }
+    kv_store_free(s);
+  }
+}
+END_TEST
+
 START_TEST(kv_single_thread_store_works) {
   kv_store_options o;
   kv_store_options_init(&o);
@@ -1072,7 +1125,10 @@ static void *worker_run(void *arg) {
       w->gets += 2;
       break;
     }
-    default:
+    default: /* a server's hint first (resp_run_batch), racing the others */
+      kv_store_prefetch(
+          w->s, 3,
+          (kv_key[]){{k, (size_t)kl}, {"shared:a", 8}, {"shared:counter", 14}});
       kv_get(w->s, k, (size_t)kl, &b);
       kv_blob_release(b);
       w->gets++;
@@ -1457,7 +1513,8 @@ Suite *weft_test_suite(void) {
       kv_flushall_many_keys_frees_in_background,
       kv_incr_rejects_non_integers_and_overflow,
       kv_oversize_refused_before_allocating, kv_multi_key_duplicates_and_nx_xx,
-      kv_stats_count_keys_memory_hits_misses, kv_single_thread_store_works,
+      kv_stats_count_keys_memory_hits_misses,
+      kv_prefetch_changes_nothing_and_unlocks, kv_single_thread_store_works,
       kv_concurrent_threads_stay_consistent, kv_set_get_getdel_and_expired_set,
       kv_expire_persist_getex_rules, kv_append_and_incrbyfloat_as_redis,
       kv_rename_moves_value_and_ttl, kv_keys_matches_and_is_bounded,

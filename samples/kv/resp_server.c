@@ -24,7 +24,7 @@
                          peer to close (resp_linger) */
 #define RESP_BATCH                                                             \
   16 /* pipelined commands held until channel_read_complete, so that their     \
-        keys' buckets are loaded together (resp_run_batch) */
+        keys' lookups are loaded together (resp_run_batch) */
 #define RESP_HINT_KEY_MAX                                                      \
   256 /* bytes: longer first arguments are not hinted (resp_run_batch) */
 #define UNKNOWN_TEXT_MAX                                                       \
@@ -315,19 +315,22 @@ static void resp_drop_batch(resp_conn *c) {
 /* Runs the held commands in order. First, when there are several, it hints
  * the store at each one's first argument (the key of GET, SET and most
  * others; a hint on a non-key costs a hash and a useless line, so only
- * short ones): the bucket loads of the batch then overlap instead of
- * stalling one command each. A command that ends the connection ends the
- * batch: the rest are dropped (not run, as after QUIT) and the close comes
- * last. Returns true then: `c` may have been freed. */
+ * short ones): the loads of their buckets, entries and values then
+ * overlap instead of stalling one command each (kv_store_prefetch). A command
+ * that ends the connection ends the batch: the rest are dropped (not run, as
+ * after QUIT) and the close comes last. Returns true then: `c` may have been
+ * freed. */
 static bool resp_run_batch(resp_conn *c) {
   size_t n = c->batched;
   if (n > 1 && !c->closing) {
-    kv_store *store = c->srv->shared.store;
+    kv_key keys[RESP_BATCH];
+    size_t k = 0;
     for (size_t i = 0; i < n; i++) {
       const weft_resp_cmd *cmd = c->batch[i];
       if (cmd->argc >= 2 && cmd->argv[1].len <= RESP_HINT_KEY_MAX)
-        kv_store_prefetch(store, cmd->argv[1].ptr, cmd->argv[1].len);
+        keys[k++] = (kv_key){cmd->argv[1].ptr, cmd->argv[1].len};
     }
+    kv_store_prefetch(c->srv->shared.store, k, keys);
   }
   c->batched = 0;
   for (size_t i = 0; i < n; i++) {

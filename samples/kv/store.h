@@ -144,15 +144,26 @@ void kv_blob_release(kv_blob *blob);
  */
 int kv_get(kv_store *store, const void *key, size_t klen, kv_blob **out);
 
+/** Keys kv_store_prefetch hints at once; more are ignored. */
+#define KV_PREFETCH_MAX 16
+
 /**
- * A hint that `key` is about to be looked up: starts loading its bucket
- * into the cache and returns, so that a server hinting a pipelined batch's
- * keys before running the batch waits for those cache misses together, not
- * one after another (the bucket load was the largest single cost of a GET
- * or SET, perf on redis-benchmark -P 16). Changes nothing, takes no lock,
- * never fails; a key longer than max_key_len is ignored. Any thread.
+ * A hint that `keys` are about to be looked up: loads what a lookup of each
+ * will read into the cache, in three rounds over the batch, so that a
+ * server hinting a pipelined batch before running it waits for the cache
+ * misses of the batch together, not one after another. Round one starts
+ * loading each key's bucket (no lock); round two, under the key's stripe
+ * lock held for a few loads, starts loading the entry the bucket points
+ * to; round three finds the key's entry (now in the cache) and starts
+ * loading its value. Each round runs over the whole batch before the next,
+ * which is what gives the loads of one round time to arrive (the bucket,
+ * the entry and the value were three dependent misses per GET or SET: perf
+ * on redis-benchmark -P 16). Changes nothing and never fails; keys longer
+ * than max_key_len, and any beyond the first KV_PREFETCH_MAX, are not
+ * hinted. Takes each hinted key's stripe lock twice, briefly, so a caller
+ * must not hold a stripe lock of this store (a transaction). Any thread.
  */
-void kv_store_prefetch(kv_store *store, const void *key, size_t klen);
+void kv_store_prefetch(kv_store *store, size_t n, const kv_key *keys);
 
 /** SET condition and TTL flags (kv_set_options.flags). */
 enum kv_set_flags {

@@ -166,20 +166,57 @@ kv_entry **kv__table_find(kv_table *t, uint64_t hash, const void *key,
   return NULL;
 }
 
-void kv_store_prefetch(kv_store *s, const void *key, size_t klen) {
-  if (klen > s->max_key_len)
-    return;
-  uint64_t hash = kv__key_hash(s, key, klen);
+/* Round one of kv_store_prefetch: starts loading the bucket of `hash`.
+ * Without the lock, so relaxed atomic loads (table_set_buckets): during a
+ * resize the pair may not match, and the hint then loads a line to no use
+ * (a prefetch never faults). The address is an integer, so no pointer
+ * outside the array is formed. */
+static void prefetch_bucket(kv_store *s, uint64_t hash) {
   kv_stripe *st = kv__stripe_of(s, hash);
-  /* Without the lock, so relaxed atomic loads (table_set_buckets): during
-   * a resize the pair may not match, and the hint then loads a line to no
-   * use (a prefetch never faults). The address is an integer, so no
-   * pointer outside the array is formed. */
   uintptr_t buckets =
       (uintptr_t)__atomic_load_n(&st->table.buckets, __ATOMIC_RELAXED);
   uint64_t mask = __atomic_load_n(&st->table.mask, __ATOMIC_RELAXED);
   __builtin_prefetch(
       (const void *)(buckets + (uintptr_t)(hash & mask) * sizeof(kv_entry *)));
+}
+
+/* Round two: under the lock (the bucket's pointer may change), starts
+ * loading the first entry of the chain. */
+static void prefetch_entry(kv_store *s, uint64_t hash) {
+  kv_stripe *st = kv__stripe_of(s, hash);
+  kv__stripe_lock(s, st);
+  kv_entry *e = st->table.buckets[hash & st->table.mask];
+  if (e != NULL)
+    __builtin_prefetch(e);
+  kv__stripe_unlock(s, st);
+}
+
+/* Round three: under the lock, finds the key's entry and starts loading
+ * its value (what GET retains and SET replaces). */
+static void prefetch_value(kv_store *s, uint64_t hash, const kv_key *key) {
+  kv_stripe *st = kv__stripe_of(s, hash);
+  kv__stripe_lock(s, st);
+  kv_entry **link = kv__table_find(&st->table, hash, key->ptr, key->len);
+  if (link != NULL)
+    __builtin_prefetch((*link)->val);
+  kv__stripe_unlock(s, st);
+}
+
+void kv_store_prefetch(kv_store *s, size_t n, const kv_key *keys) {
+  kv_key key[KV_PREFETCH_MAX];
+  uint64_t hash[KV_PREFETCH_MAX];
+  size_t m = 0;
+  for (size_t i = 0; i < n && m < KV_PREFETCH_MAX; i++) {
+    if (keys[i].len > s->max_key_len)
+      continue;
+    key[m] = keys[i];
+    hash[m] = kv__key_hash(s, keys[i].ptr, keys[i].len);
+    prefetch_bucket(s, hash[m++]);
+  }
+  for (size_t i = 0; i < m; i++)
+    prefetch_entry(s, hash[i]);
+  for (size_t i = 0; i < m; i++)
+    prefetch_value(s, hash[i], &key[i]);
 }
 
 kv_entry **kv__table_link_of(kv_table *t, const kv_entry *e) {
