@@ -11,7 +11,6 @@
 #include <strings.h>
 #include <time.h>
 
-#include <weft/clock.h>
 #include <weft/error.h>
 
 #define W KV_CF_WRITE
@@ -278,7 +277,7 @@ void kv_command_run(kv_session *s, const kv_command *cmd, size_t argc,
                .ops = ops,
                .w = w};
   s->last_cmd = cmd->id;
-  s->last_ns = weft_now_ns();
+  s->last_ns = kv_session_now_ns();
   if (s->loop_index < s->shared->n_loops) {
     _Atomic uint64_t *n = &s->shared->loops[s->loop_index].commands;
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,

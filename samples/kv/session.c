@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <weft/clock.h>
 #include <weft/log.h>
@@ -38,6 +39,12 @@ bool kv_addr_is_loopback(const char *addr) {
   if (IN6_IS_ADDR_LOOPBACK(&v6))
     return true;
   return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+}
+
+uint64_t kv_session_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Logs a refusal, at most once per DENIED_LOG_INTERVAL_NS per server (any
@@ -76,7 +83,7 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
   s->resp = 2;
   s->rpc = rpc;
   s->authenticated = !shared->auth.default_pass; /* Redis' nopass default */
-  s->created_ns = s->last_ns = weft_now_ns();
+  s->created_ns = s->last_ns = kv_session_now_ns();
   if (weft_channel_remote_address(ch, s->addr, sizeof s->addr) < 0)
     snprintf(s->addr, sizeof s->addr, "?");
   if (weft_channel_local_address(ch, s->laddr, sizeof s->laddr) < 0)
@@ -128,7 +135,7 @@ static void client_setname(const kv_call *c) {
  * the fields about Redis' own buffers are 0, fd is -1. */
 static void client_info(const kv_call *c) {
   const kv_session *s = c->sess;
-  uint64_t now = weft_now_ns();
+  uint64_t now = kv_session_now_ns();
   char line[KV_CLIENT_NAME_MAX + 2 * KV_ADDR_MAX + 512];
   int n = snprintf(
       line, sizeof line,
