@@ -86,7 +86,7 @@ for ci, cfg in enumerate(configs):
         print(f"| {cfg} | {who} | {s[0]:,.0f} ({s[1]:,.0f}..{s[2]:,.0f}) | "
               f"{g[0]:,.0f} ({g[1]:,.0f}..{g[2]:,.0f}) | {s[0]/red['SET']:.2f} | "
               f"{g[0]/red['GET']:.2f} | {s50:.3f}, {g50:.3f} | "
-              f"{s50/red50['SET']:.2f}, {g50/red50['GET']:.2f} | {us:.1f} | "
+              f"{s50/red50['SET']:.2f}, {g50/red50['GET']:.2f} | {us:.2f} | "
               f"{us/red_us:.2f} |")
 PY
 # The weft servers' selector counters (printed at stop): how the adaptive
