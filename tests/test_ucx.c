@@ -1127,6 +1127,22 @@ START_TEST(ucx_sender_keeps_to_the_peers_max_message) {
 }
 END_TEST
 
+/* The rendezvous threshold weft gives UCX: eager ("inf") over tcp lanes
+ * only, UCX's own (left alone) over anything else, and a set value
+ * always. */
+START_TEST(ucx_rndv_thresh_is_eager_over_tcp_lanes_only) {
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", "tcp"), "inf");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", "self,tcp"), "inf");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", "shm,tcp"), "");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", "tcp,rc"), "");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", "tcpx"), "");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", ""), "");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", NULL), "");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("auto", "tcp"), "auto");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("8192", "shm,tcp"), "8192");
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   const char *child = getenv("WEFT_UCX_TEST_CHILD");
   if (child != NULL) {
@@ -1155,7 +1171,8 @@ Suite *weft_test_suite(void) {
   th_add_tests(tc, ucx_slow_receiver_bounds_sender_and_loses_nothing,
                ucx_vanished_peer_fires_exception_and_inactive,
                ucx_hung_peer_is_closed_by_keepalive,
-               ucx_multi_loop_server_survives_connection_churn, NULL);
+               ucx_multi_loop_server_survives_connection_churn,
+               ucx_rndv_thresh_is_eager_over_tcp_lanes_only, NULL);
   suite_add_tcase(s, tc);
   TCase *hostile = tcase_create("hostile");
   tcase_set_timeout(hostile, 120);

@@ -72,9 +72,10 @@ static void config_apply(ucp_config_t *cfg, const char *name,
              ucs_status_string(st));
 }
 
-/* UCX lanes (UCX_TLS names, not weft transports) over which a server may
- * spread its connections on UCX 1.13. */
-#define SPREAD_SAFE_LANES "self,tcp"
+/* UCX lanes (UCX_TLS names, not weft transports) that are tcp: a server
+ * may spread its connections over them on UCX 1.13, and they default to
+ * eager sends (lanes_tcp_only). */
+#define TCP_LANES "self,tcp"
 
 /* Whether `t` is one of the comma-separated names of `list`. */
 static bool lane_in(const char *t, const char *list) {
@@ -90,13 +91,20 @@ static bool lane_in(const char *t, const char *list) {
   }
 }
 
-/* Whether every lane of the UCX_TLS list `tls` is tcp (or self). UCX 1.13
- * aborted a 2-loop server whose connections came over shared memory
- * (test_ucx_scale_shm in CI: "ucp_worker.inl:92 Assertion
- * `(*ep_p)->worker == worker' failed" inside ucp_worker_progress, in 2 of
- * a handful of runs), so spreading stays off unless the lanes are known to
- * be tcp only. An empty list is UCX's default, all lanes. */
-static bool spread_safe(const char *tls) {
+/* Whether every lane of the UCX_TLS list `tls` is tcp (or self). An empty
+ * list is UCX's default, all lanes. Two defaults follow from it:
+ * - spread: UCX 1.13 aborted a 2-loop server whose connections came over
+ *   shared memory (test_ucx_scale_shm in CI: "ucp_worker.inl:92 Assertion
+ *   `(*ep_p)->worker == worker' failed" inside ucp_worker_progress, in 2 of
+ *   a handful of runs), so spreading stays off unless the lanes are known
+ *   to be tcp only;
+ * - rndv_thresh: over tcp lanes a rendezvous only adds round trips (its
+ *   data goes over the same socket as an eager message's would), and a
+ *   1 MiB stream of 64 KiB messages ran 1.75x faster eager
+ *   (docs/benchmarks.md, "Rendezvous threshold over tcp lanes"), so those
+ *   lanes default to eager (inf); others keep UCX's auto, whose zero-copy
+ *   rendezvous is what RDMA and cma lanes are for. */
+static bool lanes_tcp_only(const char *tls) {
   if (tls == NULL || tls[0] == '\0')
     return false;
   char copy[sizeof settings.tls];
@@ -104,9 +112,15 @@ static bool spread_safe(const char *tls) {
   char *save = NULL;
   for (char *t = strtok_r(copy, ",", &save); t != NULL;
        t = strtok_r(NULL, ",", &save))
-    if (!lane_in(t, SPREAD_SAFE_LANES))
+    if (!lane_in(t, TCP_LANES))
       return false;
   return true;
+}
+
+const char *weft__ucx_rndv_thresh(const char *setting, const char *tls) {
+  if (setting[0] != '\0')
+    return setting;
+  return lanes_tcp_only(tls) ? "inf" : "";
 }
 
 static int ctx_create(char *why, size_t why_len) {
@@ -118,10 +132,12 @@ static int ctx_create(char *why, size_t why_len) {
     return weft__ucx_status_to_weft(st);
   }
   config_apply(cfg, "TLS", settings.tls);
+  /* the list UCX will use: UCX_TLS wins over the file (config_apply) */
+  const char *tls =
+      getenv("UCX_TLS") != NULL ? getenv("UCX_TLS") : settings.tls;
+  bool tcp_only = lanes_tcp_only(tls);
   if (!settings.spread_set) {
-    const char *tls =
-        settings.tls[0] != '\0' ? settings.tls : getenv("UCX_TLS");
-    settings.spread = spread_safe(tls);
+    settings.spread = tcp_only;
     if (!settings.spread)
       weft_log(WEFT_LOG_INFO,
                "ucx: servers keep their connections on loop 0: UCX_TLS is "
@@ -130,7 +146,8 @@ static int ctx_create(char *why, size_t why_len) {
                tls != NULL ? tls : "");
   }
   config_apply(cfg, "NET_DEVICES", settings.devices);
-  config_apply(cfg, "RNDV_THRESH", settings.rndv_thresh);
+  config_apply(cfg, "RNDV_THRESH",
+               weft__ucx_rndv_thresh(settings.rndv_thresh, tls));
   ucp_params_t params = {
       .field_mask =
           UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
@@ -223,7 +240,7 @@ static int setting_set(const char *key, const char *value, char *why,
     err =
         copy_setting(settings.rndv_thresh, sizeof settings.rndv_thresh, value);
     if (err < 0)
-      snprintf(why, why_len, "bytes, or auto (UCX_RNDV_THRESH)");
+      snprintf(why, why_len, "bytes, inf or auto (UCX_RNDV_THRESH)");
   } else if (strcmp(key, "window") == 0) {
     /* credit travels in 32 bits (ucx_hdr) */
     err = parse_size(value, UCX_WINDOW_MIN, UCX_WINDOW_MAX, &settings.window);
@@ -274,7 +291,9 @@ int weft__ucx_config_set(const char *key, const char *value, char *why,
 const weft_transport_key weft__ucx_keys[] = {
     {"tls", "", "a UCX_TLS list (e.g. tcp, or posix,sysv,cma,tcp)"},
     {"devices", "", "a UCX_NET_DEVICES list (e.g. lo, or mlx5_0:1)"},
-    {"rndv_thresh", "", "bytes, or auto (UCX_RNDV_THRESH)"},
+    {"rndv_thresh", "",
+     "bytes, inf (always eager) or auto (UCX_RNDV_THRESH); unset: inf where "
+     "UCX_TLS lists tcp lanes only, else auto"},
     {"window", "1048576", "bytes per channel in flight, 4096 .. 2^30"},
     {"max_message", "65536", "bytes per message, 1024 .. 2^26"},
     {"error_mode", "peer", "peer or none"},

@@ -27,7 +27,8 @@
 typedef struct ucx_settings {
   char tls[128];         /* UCX_TLS; empty = UCX's default */
   char devices[128];     /* UCX_NET_DEVICES; empty = all */
-  char rndv_thresh[32];  /* UCX_RNDV_THRESH; empty = auto */
+  char rndv_thresh[32];  /* UCX_RNDV_THRESH; empty = inf over tcp lanes
+                            only, else auto (context.c, lanes_tcp_only) */
   size_t window;         /* bytes */
   size_t max_message;    /* bytes */
   bool err_mode_none;    /* error_mode = none: no peer failure detection,
@@ -35,7 +36,7 @@ typedef struct ucx_settings {
   uint32_t keepalive_ms; /* PING a silent channel this often; 0 = off */
   bool spread;           /* a server listens on every loop and redirects */
   bool spread_set;       /* spread was configured (else: auto, see
-                            context.c's spread_safe) */
+                            context.c's lanes_tcp_only) */
 } ucx_settings;
 
 /* -- context.c: process-wide settings and the context -- */
@@ -74,5 +75,12 @@ void weft__ucx_ctx_release(void);
  */
 int weft__ucx_config_set(const char *key, const char *value, char *why,
                          size_t why_len);
+
+/* The UCX_RNDV_THRESH weft applies for the `rndv_thresh` setting (empty:
+ * unset) and the UCX_TLS list in use (NULL or empty: UCX's default):
+ * the setting when set, else "inf" (always eager) where every lane is tcp
+ * or self, else "" (UCX's auto, left alone). context.c's lanes_tcp_only
+ * says why. A UCX_RNDV_THRESH variable still wins (config_apply). */
+const char *weft__ucx_rndv_thresh(const char *setting, const char *tls);
 
 #endif
