@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <weft/bootstrap.h>
 #include <weft/buf.h>
@@ -1471,6 +1472,29 @@ START_TEST(kv_multi_exec_discard_and_bound) {
   expect(c, "SET a 3", "+QUEUED");
   expect(c, "DISCARD", "+OK");
   expect(c, "GET a", "$x");
+  /* MIGRATE queued runs under EXEC's transaction: locking its own inside
+   * it aborted (an assert), or without asserts left EXEC's later commands
+   * relocking the stripes EXEC held (the loop deadlocked). The target is a
+   * port bound and not listening: refused at once, the key stays. */
+  int closed = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t salen = sizeof sa;
+  ck_assert_int_eq(bind(closed, (struct sockaddr *)&sa, sizeof sa), 0);
+  ck_assert_int_eq(getsockname(closed, (struct sockaddr *)&sa, &salen), 0);
+  char migrate[64];
+  snprintf(migrate, sizeof migrate, "MIGRATE 127.0.0.1 %u a 0 1000",
+           (unsigned)ntohs(sa.sin_port));
+  expect(c, "MULTI", "+OK");
+  expect(c, "SET b 1", "+QUEUED");
+  expect(c, migrate, "+QUEUED");
+  expect(c, "SET b 2", "+QUEUED");
+  expect(c, "EXEC",
+         "*[+OK,-IOERR error or timeout connecting to the "
+         "client,+OK]");
+  close(closed);
+  expect(c, "GET a", "$x");
+  expect(c, "GET b", "$2");
   /* The bound: KV_MULTI_MAX_COMMANDS queue, the next is refused and the
    * transaction is discarded at EXEC. */
   expect(c, "MULTI", "+OK");

@@ -11,12 +11,13 @@
  * target (a blocking socket with the command's timeout), sends AUTH and one
  * RESTORE-ASKING per key, reads the replies, and deletes the keys the
  * target took (unless COPY), all with the stripes of those keys locked
- * (kv_txn). Commands of those stripes on other loops wait meanwhile, and
- * the cluster gate (cluster.c) reads keys under the same locks, so no write
- * lands on a key that has just left. A target that does not answer in time
- * leaves every key here (IOERR); one that answered for some keys has them,
- * and they are deleted here. Two servers that MIGRATE to each other at the
- * same moment can wait on each other's locks until the timeout.
+ * (kv_txn; inside EXEC, whose transaction holds every stripe then). Commands of
+ * those stripes on other loops wait meanwhile, and the cluster gate (cluster.c)
+ * reads keys under the same locks, so no write lands on a key that has just
+ * left. A target that does not answer in time leaves every key here (IOERR);
+ * one that answered for some keys has them, and they are deleted here. Two
+ * servers that MIGRATE to each other at the same moment can wait on each
+ * other's locks until the timeout.
  */
 #include "command_internal.h"
 
@@ -345,11 +346,15 @@ void kv_cmd_migrate(const kv_call *c) {
   migrate_key *k = calloc(a.n_keys > 0 ? a.n_keys : 1, sizeof *k);
   if (k == NULL)
     return kv_reply_store_error(c, WEFT_ENOMEM);
+  /* In EXEC, its transaction holds every stripe already
+   * (kv_command_add_keys): a second one cannot nest in it (kv_txn_lock). */
+  bool own = !c->sess->in_exec;
   kv_txn t;
   kv_txn_init(&t, c->store);
   for (size_t i = 0; i < a.n_keys; i++)
     kv_txn_add_key(&t, a.keys[i].ptr, a.keys[i].len);
-  kv_txn_lock(&t);
+  if (own)
+    kv_txn_lock(&t);
   size_t n = 0;
   for (size_t i = 0; i < a.n_keys; i++) {
     const kv_arg *key = &a.keys[i];
@@ -370,7 +375,8 @@ void kv_cmd_migrate(const kv_call *c) {
       kv_del(c->store, 1, k[i].key);
     kv_blob_release(k[i].value);
   }
-  kv_txn_unlock(&t);
+  if (own)
+    kv_txn_unlock(&t);
   free(k);
   if (failed != NULL)
     c->ops->error(c->w, failed);

@@ -328,7 +328,9 @@ void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
 
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
                          const kv_arg *argv) {
-  if (cmd->flags & KV_CF_ALLKEYS) {
+  /* MIGRATE's keys are not at fixed positions (KEYS ...): a transaction
+   * queuing it holds every stripe, and kv_cmd_migrate runs under that. */
+  if ((cmd->flags & KV_CF_ALLKEYS) || cmd->id == KV_CMD_MIGRATE) {
     kv_txn_add_all(t);
     return;
   }

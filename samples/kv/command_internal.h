@@ -78,7 +78,8 @@ void kv_command_run(kv_session *s, const kv_command *cmd, size_t argc,
 
 /**
  * Adds to `t` the stripes `cmd` with these arguments touches: its keys by
- * the table's positions, or every stripe for KV_CF_ALLKEYS.
+ * the table's positions, or every stripe for KV_CF_ALLKEYS and MIGRATE
+ * (whose keys have no fixed positions).
  */
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
                          const kv_arg *argv);
