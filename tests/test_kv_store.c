@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -995,17 +996,73 @@ START_TEST(kv_stats_count_keys_memory_hits_misses) {
 }
 END_TEST
 
-static void *set_all_keys(void *arg) {
-  kv_store *s = arg;
-  for (int i = 0; i < 40; i++)
-    put_key(s, "k%d", i);
+static void *lock_every_stripe(void *arg) {
+  kv_txn txn;
+  kv_txn_init(&txn, arg);
+  kv_txn_add_all(&txn);
+  kv_txn_lock(&txn);
+  kv_txn_unlock(&txn);
   return NULL;
 }
 
-/* A hint over a batch (present, absent, empty, too long, more than
- * KV_PREFETCH_MAX keys) changes nothing a client can see and leaves every
- * stripe unlocked: another thread then writes each key within seconds. */
-START_TEST(kv_prefetch_changes_nothing_and_unlocks) {
+/* Joins `t` within 10 s, or fails the test with `what`. */
+static void join_within_10s(pthread_t t, const char *what) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += 10;
+  ck_assert_msg(pthread_timedjoin_np(t, NULL, &deadline) == 0, "%s", what);
+}
+
+/* Fails the test unless another thread can lock every stripe. */
+static void assert_unlocked(kv_store *s) {
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, lock_every_stripe, s), 0);
+  join_within_10s(t, "a stripe stayed locked after kv_store_prefetch");
+}
+
+typedef struct holder {
+  kv_store *s;
+  _Atomic int state; /* 0 starting, 1 holding every stripe, 2 let go */
+} holder;
+
+static void *hold_every_stripe(void *arg) {
+  holder *h = arg;
+  kv_txn txn;
+  kv_txn_init(&txn, h->s);
+  kv_txn_add_all(&txn);
+  kv_txn_lock(&txn);
+  atomic_store(&h->state, 1);
+  while (atomic_load(&h->state) != 2)
+    sched_yield();
+  kv_txn_unlock(&txn);
+  return NULL;
+}
+
+static kv_key hint_keys[2] = {{"k2", 2}, {"k4", 2}};
+
+static void *hint_two_keys(void *arg) {
+  kv_store_prefetch(arg, 2, hint_keys);
+  return NULL;
+}
+
+/* With every stripe held by another thread, a hint returns anyway. */
+static void assert_hint_does_not_wait(kv_store *s) {
+  holder h = {.s = s};
+  pthread_t holding, hinting;
+  ck_assert_int_eq(pthread_create(&holding, NULL, hold_every_stripe, &h), 0);
+  while (atomic_load(&h.state) != 1)
+    sched_yield();
+  ck_assert_int_eq(pthread_create(&hinting, NULL, hint_two_keys, s), 0);
+  join_within_10s(hinting, "kv_store_prefetch waited for a held stripe");
+  atomic_store(&h.state, 2);
+  pthread_join(holding, NULL);
+}
+
+/* A hint over a batch (present, absent, expired, empty, too long, more
+ * than KV_PREFETCH_MAX keys) changes nothing a client can see and leaves
+ * every stripe unlocked; with every stripe held by another thread it
+ * returns anyway (it never waits for a lock). */
+START_TEST(kv_prefetch_changes_nothing_and_never_waits) {
   for (int single = 0; single < 2; single++) {
     kv_store_options o;
     kv_store_options_init(&o);
@@ -1013,8 +1070,12 @@ START_TEST(kv_prefetch_changes_nothing_and_unlocks) {
     o.single_thread = single;
     kv_store *s = NULL;
     ck_assert_int_eq(kv_store_new(&s, &o), 0);
+    kv_store_set_clock(s, fake_clock, NULL);
     for (int i = 0; i < 40; i += 2)
       put_key(s, "k%d", i);
+    kv_set_options px = {0, 100};
+    ck_assert_int_eq(kv_set(s, "k1", 2, "old", 3, &px), 1);
+    advance_ms(100); /* k1 has expired; only a lookup deletes it */
     static char long_key[KV_MAX_KEY_LEN_DEFAULT + 1];
     memset(long_key, 'x', sizeof long_key);
     char names[KV_PREFETCH_MAX + 4][8];
@@ -1029,20 +1090,16 @@ START_TEST(kv_prefetch_changes_nothing_and_unlocks) {
     kv_store_prefetch(s, KV_PREFETCH_MAX + 4, keys);
     kv_store_prefetch(s, 0, NULL);
     kv_store_stats_get(s, &after);
+    if (!single) /* first: a lock left held would stop this thread next */
+      assert_unlocked(s);
     ck_assert_mem_eq(&before, &after, sizeof before);
-    ck_assert_uint_eq(kv_dbsize(s), 20);
+    if (!single)
+      assert_hint_does_not_wait(s);
+    assert_str(s, "k1", NULL); /* the lookup deletes and counts it */
+    kv_store_stats_get(s, &after);
+    ck_assert_uint_eq(after.expired_keys, 1);
     assert_str(s, "k2", "v");
-    assert_str(s, "k1", NULL);
-    if (!single) { /* a lock left held would stop the writer */
-      pthread_t t;
-      ck_assert_int_eq(pthread_create(&t, NULL, set_all_keys, s), 0);
-      struct timespec deadline;
-      clock_gettime(CLOCK_REALTIME, &deadline);
-      deadline.tv_sec += 10;
-      ck_assert_msg(pthread_timedjoin_np(t, NULL, &deadline) == 0,
-                    "a stripe stayed locked after kv_store_prefetch");
-      ck_assert_uint_eq(kv_dbsize(s), 40);
-    }
+    ck_assert_uint_eq(kv_dbsize(s), 20);
     kv_store_free(s);
   }
 }
@@ -1514,7 +1571,7 @@ Suite *weft_test_suite(void) {
       kv_incr_rejects_non_integers_and_overflow,
       kv_oversize_refused_before_allocating, kv_multi_key_duplicates_and_nx_xx,
       kv_stats_count_keys_memory_hits_misses,
-      kv_prefetch_changes_nothing_and_unlocks, kv_single_thread_store_works,
+      kv_prefetch_changes_nothing_and_never_waits, kv_single_thread_store_works,
       kv_concurrent_threads_stay_consistent, kv_set_get_getdel_and_expired_set,
       kv_expire_persist_getex_rules, kv_append_and_incrbyfloat_as_redis,
       kv_rename_moves_value_and_ttl, kv_keys_matches_and_is_bounded,

@@ -4,7 +4,7 @@
  * replies into 16 KiB buffers, in RESP2 or, after HELLO 3, RESP3; one
  * flush per batch of pipelined commands, large values sent from the stored
  * blob without a copy. Pipelined commands run in batches of up to 16, their
- * keys' buckets loaded together first (resp_run_batch). It answers protocol
+ * keys' lookups loaded together first (resp_run_batch). It answers protocol
  * errors as Redis does and closes after them, after QUIT, and at once (after
  * Redis' DENIED error) for a client that protected mode refuses. */
 #include "server_internal.h"
@@ -27,6 +27,8 @@
         keys' lookups are loaded together (resp_run_batch) */
 #define RESP_HINT_KEY_MAX                                                      \
   256 /* bytes: longer first arguments are not hinted (resp_run_batch) */
+_Static_assert(RESP_BATCH <= KV_PREFETCH_MAX,
+               "a batch's keys are hinted in one kv_store_prefetch");
 #define UNKNOWN_TEXT_MAX                                                       \
   128 /* bytes of an unknown command's name, and of its arguments, quoted      \
          in the error (Redis' limits) */

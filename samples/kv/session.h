@@ -53,7 +53,7 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
                      bool rpc);
 
 /**
- * The clock of a session's age and idle time (CLIENT INFO, CLIENT LIST), in
+ * The clock of a session's age and idle time (CLIENT INFO), in
  * ns: CLOCK_MONOTONIC_COARSE, whose resolution (a scheduler tick, 1-10 ms)
  * is far below the seconds those fields show, and which the vDSO returns
  * without reading the TSC: it is read once per command (kv_command_run),

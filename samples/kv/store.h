@@ -158,10 +158,12 @@ int kv_get(kv_store *store, const void *key, size_t klen, kv_blob **out);
  * loading its value. Each round runs over the whole batch before the next,
  * which is what gives the loads of one round time to arrive (the bucket,
  * the entry and the value were three dependent misses per GET or SET: perf
- * on redis-benchmark -P 16). Changes nothing and never fails; keys longer
- * than max_key_len, and any beyond the first KV_PREFETCH_MAX, are not
- * hinted. Takes each hinted key's stripe lock twice, briefly, so a caller
- * must not hold a stripe lock of this store (a transaction). Any thread.
+ * on redis-benchmark -P 16). Changes nothing (an expired key is left for
+ * the lookup to delete and count) and never fails. Keys longer than
+ * max_key_len are skipped, and only the first KV_PREFETCH_MAX of the
+ * others are hinted. Never waits: a stripe whose lock is taken (by another
+ * thread, or by a transaction of this one) gets round one only. Any
+ * thread.
  */
 void kv_store_prefetch(kv_store *store, size_t n, const kv_key *keys);
 

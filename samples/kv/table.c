@@ -180,26 +180,42 @@ static void prefetch_bucket(kv_store *s, uint64_t hash) {
       (const void *)(buckets + (uintptr_t)(hash & mask) * sizeof(kv_entry *)));
 }
 
+/* Rounds two and three take the stripe's lock only if it is free: a hint
+ * never waits, not behind another loop's command, a MIGRATE holding the
+ * stripe over the network, or this thread's own transaction (a held lock
+ * is busy to trylock, so its stripes are skipped). */
+static bool hint_lock(kv_store *s, kv_stripe *st) {
+  return s->single_thread || pthread_mutex_trylock(&st->lock) == 0;
+}
+
+static void hint_unlock(kv_store *s, kv_stripe *st) {
+  if (!s->single_thread)
+    pthread_mutex_unlock(&st->lock);
+}
+
 /* Round two: under the lock (the bucket's pointer may change), starts
  * loading the first entry of the chain. */
 static void prefetch_entry(kv_store *s, uint64_t hash) {
   kv_stripe *st = kv__stripe_of(s, hash);
-  kv__stripe_lock(s, st);
+  if (!hint_lock(s, st))
+    return;
   kv_entry *e = st->table.buckets[hash & st->table.mask];
   if (e != NULL)
     __builtin_prefetch(e);
-  kv__stripe_unlock(s, st);
+  hint_unlock(s, st);
 }
 
 /* Round three: under the lock, finds the key's entry and starts loading
- * its value (what GET retains and SET replaces). */
+ * its value (what GET retains and SET replaces). An expired entry is
+ * hinted like any other: unlinking it is the lookup's job. */
 static void prefetch_value(kv_store *s, uint64_t hash, const kv_key *key) {
   kv_stripe *st = kv__stripe_of(s, hash);
-  kv__stripe_lock(s, st);
+  if (!hint_lock(s, st))
+    return;
   kv_entry **link = kv__table_find(&st->table, hash, key->ptr, key->len);
   if (link != NULL)
     __builtin_prefetch((*link)->val);
-  kv__stripe_unlock(s, st);
+  hint_unlock(s, st);
 }
 
 void kv_store_prefetch(kv_store *s, size_t n, const kv_key *keys) {
