@@ -30,12 +30,19 @@ static uint64_t fake_clock(void *arg) {
 
 static void advance_ms(uint64_t ms) { atomic_fetch_add(&fake_now, ms * MS); }
 
-static kv_store *new_store(unsigned stripes, bool fake_time) {
+/* A store of `stripes` stripes, shared by threads or (`single`) not. */
+static kv_store *new_store_single(unsigned stripes, bool single) {
   kv_store_options o;
   kv_store_options_init(&o);
   o.n_stripes = stripes;
+  o.single_thread = single;
   kv_store *s = NULL;
   ck_assert_int_eq(kv_store_new(&s, &o), 0);
+  return s;
+}
+
+static kv_store *new_store(unsigned stripes, bool fake_time) {
+  kv_store *s = new_store_single(stripes, false);
   if (fake_time)
     kv_store_set_clock(s, fake_clock, NULL);
   return s;
@@ -824,12 +831,7 @@ END_TEST
  * with a single-thread store. */
 START_TEST(kv_flushall_many_keys_frees_in_background) {
   for (int single = 0; single < 2; single++) {
-    kv_store_options o;
-    kv_store_options_init(&o);
-    o.n_stripes = 4;
-    o.single_thread = single;
-    kv_store *s = NULL;
-    ck_assert_int_eq(kv_store_new(&s, &o), 0);
+    kv_store *s = new_store_single(4, single);
     for (int round = 0; round < 2; round++) {
       for (int i = 0; i < 20000; i++)
         put_key(s, "many:%d", i);
@@ -1064,12 +1066,7 @@ static void assert_hint_does_not_wait(kv_store *s) {
  * returns anyway (it never waits for a lock). */
 START_TEST(kv_prefetch_changes_nothing_and_never_waits) {
   for (int single = 0; single < 2; single++) {
-    kv_store_options o;
-    kv_store_options_init(&o);
-    o.n_stripes = 8;
-    o.single_thread = single;
-    kv_store *s = NULL;
-    ck_assert_int_eq(kv_store_new(&s, &o), 0);
+    kv_store *s = new_store_single(8, single);
     kv_store_set_clock(s, fake_clock, NULL);
     for (int i = 0; i < 40; i += 2)
       put_key(s, "k%d", i);
