@@ -133,8 +133,9 @@ static int ctx_create(char *why, size_t why_len) {
   }
   config_apply(cfg, "TLS", settings.tls);
   /* the list UCX will use: UCX_TLS wins over the file (config_apply) */
-  const char *tls =
-      getenv("UCX_TLS") != NULL ? getenv("UCX_TLS") : settings.tls;
+  const char *tls = getenv("UCX_TLS");
+  if (tls == NULL)
+    tls = settings.tls;
   bool tcp_only = lanes_tcp_only(tls);
   if (!settings.spread_set) {
     settings.spread = tcp_only;
