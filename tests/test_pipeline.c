@@ -391,13 +391,19 @@ START_TEST(pipeline_leak_is_reported_at_finish) {
 }
 END_TEST
 
+/* An embedded byte-stream channel (writes may merge) with `init`'s
+ * handlers; *e is freed by the test. */
+static weft_channel *new_stream(weft_embedded **e, weft_channel_init_cb init) {
+  ck_assert_int_eq(weft_embedded_new(e, init, NULL), 0);
+  weft_embedded_set_stream(*e, true);
+  return weft_embedded_channel(*e);
+}
+
 /* On a byte stream, small writes not yet flushed share one buffer; a
  * large one goes as it is; a message channel keeps every write. */
 START_TEST(pipeline_small_writes_merge_on_a_stream_only) {
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
-  weft_embedded_set_stream(e, true);
-  weft_channel *ch = weft_embedded_channel(e);
+  weft_channel *ch = new_stream(&e, NULL);
   promise_calls = 0;
   for (int i = 0; i < 99; i++)
     weft_channel_write(ch, bytes(e, "0123456789abcdef"), WEFT_PROMISE_NONE);
@@ -453,9 +459,7 @@ START_TEST(pipeline_watermarks_count_merged_small_writes) {
   for (int as_bytes = 0; as_bytes < 2; as_bytes++) {
     writability_events = 0;
     weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_writability, NULL), 0);
-    weft_embedded_set_stream(e, true);
-    weft_channel *ch = weft_embedded_channel(e);
+    weft_channel *ch = new_stream(&e, init_writability);
     weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
     for (int i = 0; i < 62; i++)         /* 992 bytes: not above 1000 */
       write16(e, as_bytes);
@@ -481,9 +485,7 @@ END_TEST
  * copied, not kept; the last write's promise reports the merged entry. */
 START_TEST(pipeline_write_bytes_copies_into_the_tail_without_allocating) {
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
-  weft_embedded_set_stream(e, true);
-  weft_channel *ch = weft_embedded_channel(e);
+  weft_channel *ch = new_stream(&e, NULL);
   promise_calls = 0;
   char msg[17] = "0123456789abcdef";
   weft_channel_write_bytes(ch, msg, 16, WEFT_PROMISE_NONE);
@@ -520,9 +522,7 @@ END_TEST
 START_TEST(pipeline_write_bytes_passes_outbound_handlers) {
   setup();
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
-  weft_embedded_set_stream(e, true);
-  weft_channel *ch = weft_embedded_channel(e);
+  weft_channel *ch = new_stream(&e, init_three);
   trace_buf[0] = '\0';
   weft_channel_write_bytes(ch, "ab", 2, WEFT_PROMISE_NONE);
   weft_channel_write_bytes(ch, "cd", 2, WEFT_PROMISE_NONE);
@@ -560,9 +560,7 @@ START_TEST(pipeline_write_bytes_keeps_every_byte_in_order) {
   for (size_t i = 0; i < sizeof src; i++)
     src[i] = (uint8_t)(i * 7 + 1);
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
-  weft_embedded_set_stream(e, true);
-  weft_channel *ch = weft_embedded_channel(e);
+  weft_channel *ch = new_stream(&e, NULL);
   promise_calls = 0;
   size_t want_len = 0, got_len = 0, held_len = 0;
   weft_buf *held[8], *m;
@@ -610,9 +608,7 @@ END_TEST
  * promise fails and the channel closes with WEFT_ENOBUFS. */
 START_TEST(pipeline_write_bytes_obeys_the_output_limit) {
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
-  weft_embedded_set_stream(e, true);
-  weft_channel *ch = weft_embedded_channel(e);
+  weft_channel *ch = new_stream(&e, NULL);
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_OUTPUT_LIMIT, 1000), 0);
   weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
   promise_calls = 0;
