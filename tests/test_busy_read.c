@@ -352,7 +352,13 @@ START_TEST(busy_read_of_a_flood_asks_epoll_next) {
   the_pair = &pair;
   make_busy(&a);
   atomic_store(&a.flood, true);
-  send_byte(&a); /* stays unread: epoll reports `a` every time */
+  /* A busy read already past its flood check when the flag is set would
+   * still drain: the byte is sent only once a call has seen the flag, so
+   * that it stays unread and epoll reports `a` every time (drained, `a`
+   * would never be alone in a batch again, and the kicks below would end
+   * the busy read for good). */
+  WAIT_FOR(atomic_load(&a.flood_calls) > 0);
+  send_byte(&a);
   run_on(loop, add_task, &other);
   ck_assert(busy_reads_go_on(loop, 10));
   for (int i = 1; i <= 16; i++) {
