@@ -181,11 +181,18 @@ static void make_busy(bwatch *b) {
   WAIT_FOR(atomic_load(&b->busy_calls) > 0);
 }
 
-/* Whether busy reads go on over `ms`. */
-static bool busy_reads_go_on(weft_loop *loop, unsigned ms) {
-  uint64_t before = stats_of(loop).busy_reads;
-  th_sleep_ms(ms);
-  return stats_of(loop).busy_reads > before;
+/* Whether the loop busy-reads in its next BUSY_READ_TEST_SPINS spins. The
+ * window is counted in the loop's own iterations, not in milliseconds: on a
+ * loaded machine (ctest -j, TSan) a loop thread can stay off the CPU for
+ * longer than a wall-clock window, which then held no spin at all and read
+ * as "no busy reads" (a CI failure). Busy-reading, 7 spins in 8 are busy
+ * reads; an unmet window (10 s without that many spins) fails the test. */
+#define BUSY_READ_TEST_SPINS 10000
+static bool busy_reads_go_on(weft_loop *loop) {
+  weft_loop_stats before = stats_of(loop);
+  WAIT_FOR(stats_of(loop).iterations - before.iterations >=
+           BUSY_READ_TEST_SPINS);
+  return stats_of(loop).busy_reads > before.busy_reads;
 }
 
 /* ---- tests ---- */
@@ -228,10 +235,10 @@ START_TEST(busy_read_still_asks_epoll_for_the_others) {
     send_byte(&other);
     WAIT_FOR(atomic_load(&other.cb_calls) == i);
   }
-  ck_assert(!busy_reads_go_on(loop, 20));
+  ck_assert(!busy_reads_go_on(loop));
   send_byte(&a);
   WAIT_FOR(atomic_load(&a.cb_calls) == 2);
-  ck_assert(busy_reads_go_on(loop, 20));
+  ck_assert(busy_reads_go_on(loop));
   FINISH(loop, &other, &a);
 }
 END_TEST
@@ -247,11 +254,11 @@ START_TEST(busy_read_pauses_beyond_two_watchers) {
   bwatch_init(&third, loop, false);
   make_busy(&a);
   run_on(loop, add_task, &second);
-  ck_assert(busy_reads_go_on(loop, 10));
+  ck_assert(busy_reads_go_on(loop));
   run_on(loop, add_task, &third);
-  ck_assert(!busy_reads_go_on(loop, 20));
+  ck_assert(!busy_reads_go_on(loop));
   run_on(loop, remove_task, &third);
-  ck_assert(busy_reads_go_on(loop, 10));
+  ck_assert(busy_reads_go_on(loop));
   FINISH(loop, &second, &a, &third);
 }
 END_TEST
@@ -275,10 +282,10 @@ START_TEST(busy_read_ends_at_a_batch_of_two) {
   a.blind = true;
   make_busy(&a);
   run_on(loop, add_task, &other);
-  ck_assert(busy_reads_go_on(loop, 10));
+  ck_assert(busy_reads_go_on(loop));
   run_on(loop, kick_both_task, ((bwatch *[]){&a, &other}));
   WAIT_FOR(atomic_load(&a.cb_calls) == 2 && atomic_load(&other.cb_calls) == 1);
-  ck_assert(!busy_reads_go_on(loop, 20));
+  ck_assert(!busy_reads_go_on(loop));
   FINISH(loop, &other, &a);
 }
 END_TEST
@@ -293,12 +300,12 @@ START_TEST(busy_read_follows_interest_and_removal) {
   bwatch_init(&b, loop, true);
   make_busy(&b);
   run_on(loop, want_out_task, &b);
-  ck_assert(!busy_reads_go_on(loop, 20));
+  ck_assert(!busy_reads_go_on(loop));
   run_on(loop, want_in_task, &b);
-  ck_assert(busy_reads_go_on(loop, 20));
+  ck_assert(busy_reads_go_on(loop));
   atomic_store(&b.remove_in_busy, true);
   WAIT_FOR(atomic_load(&b.removed));
-  ck_assert(!busy_reads_go_on(loop, 20));
+  ck_assert(!busy_reads_go_on(loop));
   FINISH(loop, &b);
 }
 END_TEST
@@ -360,14 +367,14 @@ START_TEST(busy_read_of_a_flood_asks_epoll_next) {
   WAIT_FOR(atomic_load(&a.flood_calls) > 0);
   send_byte(&a);
   run_on(loop, add_task, &other);
-  ck_assert(busy_reads_go_on(loop, 10));
+  ck_assert(busy_reads_go_on(loop));
   for (int i = 1; i <= 16; i++) {
     run_on(loop, flood_kick_task, &pair);
     WAIT_FOR(atomic_load(&pair.served) == i);
     th_sleep_ms(1); /* another phase of the spins */
   }
   ck_assert_int_le(atomic_load(&pair.worst), 2);
-  ck_assert(busy_reads_go_on(loop, 10)); /* still busy-reading */
+  ck_assert(busy_reads_go_on(loop)); /* still busy-reading */
   FINISH(loop, &other, &a);
 }
 END_TEST
@@ -462,7 +469,7 @@ START_TEST(busy_read_without_a_buffer_keeps_an_idle_channel) {
   ck_assert_uint_gt(stats_of(loop).busy_read_hits, 0);
   run_on(loop, add_failing_hook_task, loop);
   atomic_store(&slabs_fail, true);
-  ck_assert(busy_reads_go_on(loop, 50));
+  ck_assert(busy_reads_go_on(loop));
   char c;
   ck_assert_int_eq(recv(fd, &c, 1, MSG_DONTWAIT), -1); /* 0: closed */
   ck_assert_int_eq(errno, EAGAIN);
