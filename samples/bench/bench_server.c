@@ -6,6 +6,7 @@
  * that answers the same hello is raw_server.c. bench_session.c starts
  * both. */
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,13 +19,22 @@ typedef struct srv_conn {
   uint64_t count, acked;
 } srv_conn;
 
+/* Writes `n` zero bytes (the sink's acknowledgements). A buffer the pool
+ * cannot give closes the channel with a reason on stderr: an ack left out
+ * would leave the client waiting for it until its run times out. */
 static void send_zeros(weft_ctx *ctx, uint64_t n) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(ctx)));
   while (n > 0) {
     size_t k = n > BENCH_CHUNK ? BENCH_CHUNK : (size_t)n;
     weft_buf *b = weft_buf_alloc(pool, k);
-    if (b == NULL)
+    if (b == NULL) {
+      fprintf(stderr,
+              "weft-bench server: no buffer for %zu bytes of "
+              "acknowledgement: closing the channel\n",
+              k);
+      weft_ctx_close(ctx, WEFT_PROMISE_NONE);
       return;
+    }
     memset(weft_buf_wptr(b), 0, k);
     b->writer_index += k;
     weft_ctx_write(ctx, b, WEFT_PROMISE_NONE);
