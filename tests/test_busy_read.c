@@ -185,8 +185,9 @@ static void make_busy(bwatch *b) {
  * window is counted in the loop's own iterations, not in milliseconds: on a
  * loaded machine (ctest -j, TSan) a loop thread can stay off the CPU for
  * longer than a wall-clock window, which then held no spin at all and read
- * as "no busy reads" (a CI failure). Busy-reading, 7 spins in 8 are busy
- * reads; an unmet window (10 s without that many spins) fails the test. */
+ * as "no busy reads" (a CI failure). A busy-reading loop busy-reads in 7
+ * spins of 8 (1 of 2 while flooded); a window the loop does not complete in
+ * 10 s fails the test. */
 #define BUSY_READ_TEST_SPINS 10000
 static bool busy_reads_go_on(weft_loop *loop) {
   weft_loop_stats before = stats_of(loop);
