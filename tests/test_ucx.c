@@ -1140,6 +1140,15 @@ START_TEST(ucx_rndv_thresh_is_eager_over_tcp_lanes_only) {
   ck_assert_str_eq(weft__ucx_rndv_thresh("", NULL), "");
   ck_assert_str_eq(weft__ucx_rndv_thresh("auto", "tcp"), "auto");
   ck_assert_str_eq(weft__ucx_rndv_thresh("8192", "shm,tcp"), "8192");
+  /* A UCX_TLS variable longer than the tls setting (128 bytes) is read
+   * whole: its non-tcp lane past byte 127 still counts. */
+  char tls[256] = "";
+  for (int i = 0; i < 31; i++)
+    strcat(tls, "tcp,");
+  strcat(tls, "tcp,rc");
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", tls), "");
+  tls[strlen(tls) - 3] = '\0'; /* tcp lanes only */
+  ck_assert_str_eq(weft__ucx_rndv_thresh("", tls), "inf");
 }
 END_TEST
 

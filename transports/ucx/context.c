@@ -77,9 +77,9 @@ static void config_apply(ucp_config_t *cfg, const char *name,
  * eager sends (lanes_tcp_only). */
 #define TCP_LANES "self,tcp"
 
-/* Whether `t` is one of the comma-separated names of `list`. */
-static bool lane_in(const char *t, const char *list) {
-  size_t n = strlen(t);
+/* Whether the `n` bytes at `t` are one of the comma-separated names of
+ * `list`. */
+static bool lane_in(const char *t, size_t n, const char *list) {
   for (const char *p = list;;) {
     const char *e = strchr(p, ',');
     size_t m = e != NULL ? (size_t)(e - p) : strlen(p);
@@ -107,14 +107,16 @@ static bool lane_in(const char *t, const char *list) {
 static bool lanes_tcp_only(const char *tls) {
   if (tls == NULL || tls[0] == '\0')
     return false;
-  char copy[sizeof settings.tls];
-  snprintf(copy, sizeof copy, "%s", tls);
-  char *save = NULL;
-  for (char *t = strtok_r(copy, ",", &save); t != NULL;
-       t = strtok_r(NULL, ",", &save))
-    if (!lane_in(t, TCP_LANES))
+  /* Walked in place: UCX_TLS from the environment has no length bound, and
+   * a copy cut short would drop the lanes past its end. */
+  for (const char *t = tls;; t++) {
+    size_t n = strcspn(t, ",");
+    if (n > 0 && !lane_in(t, n, TCP_LANES)) /* empty names: as strtok */
       return false;
-  return true;
+    t += n;
+    if (*t == '\0')
+      return true;
+  }
 }
 
 const char *weft__ucx_rndv_thresh(const char *setting, const char *tls) {
