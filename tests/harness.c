@@ -1,6 +1,7 @@
 /* main() for every test program, plus log capture, suites and helpers. */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -232,6 +234,18 @@ void th_write_all(int fd, const void *data, size_t n) {
     p += w;
     n -= (size_t)w;
   }
+}
+
+int th_bind_loopback(uint16_t *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof sin;
+  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+  *port = ntohs(sin.sin_port);
+  return fd;
 }
 
 /* ---- what /proc says ---- */

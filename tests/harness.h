@@ -90,6 +90,14 @@ weft_server *th_server_bind(weft_loop_group *group, const char *listen,
 /** Writes all `n` bytes to the blocking socket or file `fd`; asserts. */
 void th_write_all(int fd, const void *p, size_t n);
 
+/**
+ * A blocking TCP socket bound to 127.0.0.1 on an ephemeral port, not
+ * listening: a connect to it is refused until the caller listens on it.
+ * Writes the port to `*port`. Fails the test on error; the caller closes
+ * the socket.
+ */
+int th_bind_loopback(uint16_t *port);
+
 /* ---- what /proc says ----
  * Readers of a process's memory and CPU time for the scale tests, which
  * measure a server from outside (in a child process). Each returns -1

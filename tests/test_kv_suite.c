@@ -1476,15 +1476,11 @@ START_TEST(kv_multi_exec_discard_and_bound) {
    * it aborted (an assert), or without asserts left EXEC's later commands
    * relocking the stripes EXEC held (the loop deadlocked). The target is a
    * port bound and not listening: refused at once, the key stays. */
-  int closed = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sa = {.sin_family = AF_INET,
-                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t salen = sizeof sa;
-  ck_assert_int_eq(bind(closed, (struct sockaddr *)&sa, sizeof sa), 0);
-  ck_assert_int_eq(getsockname(closed, (struct sockaddr *)&sa, &salen), 0);
+  uint16_t port;
+  int closed = th_bind_loopback(&port);
   char migrate[64];
   snprintf(migrate, sizeof migrate, "MIGRATE 127.0.0.1 %u a 0 1000",
-           (unsigned)ntohs(sa.sin_port));
+           (unsigned)port);
   expect(c, "MULTI", "+OK");
   expect(c, "SET b 1", "+QUEUED");
   expect(c, migrate, "+QUEUED");

@@ -82,15 +82,8 @@ static int raw_connect(uint16_t port, unsigned timeout_ms) {
 
 /* A listening socket on 127.0.0.1 and an ephemeral port. */
 static int raw_listen(int backlog, uint16_t *port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+  int fd = th_bind_loopback(port);
   ck_assert_int_eq(listen(fd, backlog), 0);
-  socklen_t len = sizeof sin;
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
-  *port = ntohs(sin.sin_port);
   return fd;
 }
 

@@ -1352,14 +1352,9 @@ START_TEST(ktls_echo) {
 END_TEST
 
 static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-  ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-  close(fd);
-  return ntohs(a.sin_port);
+  uint16_t port;
+  close(th_bind_loopback(&port));
+  return port;
 }
 
 /* openssl s_server on a free port with `extra` arguments; waits until it
