@@ -206,6 +206,7 @@ void weft__uring_abort_lingering(ur_loop *ul) {
  * zero-copy sends in the kernel, the socket lingers instead. */
 static void ur_close(weft_channel *ch) {
   ur_channel *uc = ur_of(ch);
+  weft__uring_recv_drop_held(uc);
   if (!uc->has_fd || uc->fd < 0)
     return;
   if (uc->zc_pending > 0)
@@ -223,12 +224,13 @@ static int ur_set_read(weft_channel *ch, bool on) {
     return 0; /* applied at adopt / connect from the channel's option */
   uc->reading = on;
   if (on) {
-    weft__uring_recv_arm(
-        uc); /* no-op while a recv (or its cancel) is in the kernel */
+    /* what arrived meanwhile first; the arm is a no-op while a recv (or
+     * its cancel) is in the kernel */
+    weft__uring_recv_resume(uc);
     return 0;
   }
   if (uc->recv_state == UR_RECV_ARMED) {
-    /* Completions already on their way are still delivered. */
+    /* Completions already on their way are held (recv.c). */
     struct io_uring_sqe *sqe = weft__uring_get_sqe(uc->ul);
     if (sqe == NULL)
       return WEFT_EIO;

@@ -83,6 +83,16 @@ void weft__uring_slot_returned(void *base, size_t capacity, void *arg) {
       ul, (unsigned)(((uint8_t *)base - ul->bufs) / ul->buf_size));
 }
 
+/* The slots' memory and the held lists' arrays (buffers_init). */
+static void buffers_free(ur_loop *ul) {
+  free(ul->held_buf);
+  free(ul->held_next);
+  free(ul->bufs);
+  ul->held_buf = NULL;
+  ul->held_next = NULL;
+  ul->bufs = NULL;
+}
+
 static int buffers_init(ur_loop *ul) {
   ul->buf_count = weft__uring_settings.buf_count;
   ul->buf_size = weft__uring_settings.buf_size;
@@ -92,11 +102,13 @@ static int buffers_init(ur_loop *ul) {
                      (size_t)ul->buf_count * ul->buf_size) != 0)
     return WEFT_ENOMEM;
   ul->bufs = mem;
-  int rc =
-      weft__uring_buf_ring_setup(&ul->ring, ul->buf_count, UR_BGID, &ul->br);
+  ul->held_buf = calloc(ul->buf_count, sizeof *ul->held_buf);
+  ul->held_next = calloc(ul->buf_count, sizeof *ul->held_next);
+  int rc = WEFT_ENOMEM;
+  if (ul->held_buf != NULL && ul->held_next != NULL)
+    rc = weft__uring_buf_ring_setup(&ul->ring, ul->buf_count, UR_BGID, &ul->br);
   if (rc < 0) {
-    free(ul->bufs);
-    ul->bufs = NULL;
+    buffers_free(ul);
     return rc;
   }
   for (unsigned i = 0; i < ul->buf_count; i++)
@@ -242,7 +254,7 @@ int weft__uring_loop_init(weft_loop *loop, void **loop_state) {
 failed_add_source:
   io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
   free(ul->br);
-  free(ul->bufs);
+  buffers_free(ul);
 failed_buffers:
 failed_register_eventfd:
   close(ul->efd);
@@ -264,7 +276,7 @@ static void loop_free(ur_loop *ul) {
       free(s);
     }
   }
-  free(ul->bufs);
+  buffers_free(ul);
   free(ul);
 }
 

@@ -2,8 +2,10 @@
  * buffers from the loop's provided buffer ring and each completion goes up
  * the pipeline as a weft_buf wrapping the slot; while pipelines hold every
  * slot, single recvs into pool memory take over. One read_complete per
- * channel and reap. Loop thread.
+ * channel and reap. What arrives after the channel stopped reading is held
+ * until it reads again (below). Loop thread.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,8 +27,8 @@ static bool ring_has_slots(const ur_loop *ul) {
 
 void weft__uring_recv_arm(ur_channel *uc) {
   if (!uc->reading || uc->fd < 0 || uc->recv_state != UR_RECV_IDLE ||
-      uc->ul->stopping)
-    return;
+      uc->ul->stopping || uc->held_n > 0 || uc->held_plain != NULL)
+    return; /* held bytes go first (weft__uring_recv_resume) */
   ur_loop *ul = uc->ul;
   struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
   if (sqe == NULL) {
@@ -55,6 +57,98 @@ void weft__uring_recv_arm(ur_channel *uc) {
     ul->stats.plain_recvs++;
   }
   request_started(uc);
+}
+
+/* ---- Reads that arrive while reading is off ----
+ *
+ * A multishot recv goes on until its cancel reaches the kernel, and a
+ * plain recv in flight completes: what they bring after the channel
+ * stopped reading (flow control, auto-read off) is held here, not fired,
+ * and delivered when reading resumes, before the next recv is armed.
+ * Firing it made the decoder copy it into its cumulation and give the
+ * slot back, and every resume's multishot then drained the socket into
+ * user memory again: a client that sends requests and never reads the
+ * replies grew the server by about 10 MiB per connection, where tcp,
+ * which leaves unread bytes in the kernel, held about 0.2 (issue 14's
+ * bound; test_kv_hostile's many-connections case). A held slot stays out
+ * of the ring, so what a loop's channels hold together is bounded by the
+ * ring (buf_count * buf_size), plus one plain buffer per channel; with
+ * the ring held, other channels read through plain recvs meanwhile. Held
+ * slots and a held plain buffer never mix: a plain recv is armed only
+ * while reading, and only once nothing is held. */
+
+/* Whether a completion is held rather than fired: the channel does not
+ * read, or older bytes are still held (the multishot whose cancel is on
+ * its way may complete again after reading resumed, before the delivery
+ * task has run: its bytes queue behind the held ones). */
+static bool must_hold(const ur_channel *uc) {
+  return !uc->reading || uc->held_n > 0 || uc->held_plain != NULL;
+}
+
+static void hold(ur_channel *uc, weft_buf *b, unsigned bid) {
+  ur_loop *ul = uc->ul;
+  assert(uc->held_plain == NULL); /* see above: they never mix */
+  ul->held_buf[bid] = b;
+  if (uc->held_n++ == 0)
+    uc->held_head = (uint16_t)bid;
+  else
+    ul->held_next[uc->held_tail] = (uint16_t)bid;
+  uc->held_tail = (uint16_t)bid;
+}
+
+/* The oldest held buffer, or NULL. */
+static weft_buf *take_held(ur_channel *uc) {
+  if (uc->held_plain != NULL) {
+    weft_buf *b = uc->held_plain;
+    uc->held_plain = NULL;
+    return b;
+  }
+  if (uc->held_n == 0)
+    return NULL;
+  ur_loop *ul = uc->ul;
+  weft_buf *b = ul->held_buf[uc->held_head];
+  ul->held_buf[uc->held_head] = NULL;
+  uc->held_head = ul->held_next[uc->held_head];
+  uc->held_n--;
+  return b;
+}
+
+void weft__uring_recv_drop_held(ur_channel *uc) {
+  weft_buf *b;
+  while ((b = take_held(uc)) != NULL)
+    weft_buf_release(b); /* a slot goes back to the ring */
+}
+
+/* The task weft__uring_recv_resume queues: delivers the held buffers while
+ * the channel reads, then arms the next recv once nothing is held. */
+static void deliver_held_task(void *arg) {
+  ur_channel *uc = arg;
+  uc->deliver_queued = false;
+  bool fired = false;
+  weft_buf *b;
+  while (uc->reading && channel_open(uc) && (b = take_held(uc)) != NULL) {
+    weft_pipeline_fire_channel_read(weft_channel_pipeline(uc->ch), b);
+    fired = true;
+  }
+  if (fired && channel_open(uc))
+    weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(uc->ch));
+  weft__uring_recv_arm(uc); /* not while anything is still held */
+  weft_channel_release(uc->ch);
+}
+
+void weft__uring_recv_resume(ur_channel *uc) {
+  if (uc->held_n == 0 && uc->held_plain == NULL) {
+    weft__uring_recv_arm(uc);
+    return;
+  }
+  if (uc->deliver_queued)
+    return;
+  weft_channel_retain(uc->ch);
+  uc->deliver_queued = true;
+  if (weft_loop_execute(uc->ul->loop, deliver_held_task, uc) < 0) {
+    uc->deliver_queued = false; /* the loop is finishing: it closes it */
+    weft_channel_release(uc->ch);
+  }
 }
 
 static void fire_read(ur_channel *uc, weft_buf *b) {
@@ -119,7 +213,10 @@ void weft__uring_recv_done(ur_channel *uc, int32_t res, uint32_t flags) {
     if (b != NULL) {
       ul->bufs_out++;
       ul->stats.recv_bufs++;
-      fire_read(uc, b);
+      if (must_hold(uc))
+        hold(uc, b, bid);
+      else
+        fire_read(uc, b);
     } else {
       if (res > 0 && channel_open(uc))
         weft__uring_channel_failed(uc, "read", WEFT_ENOMEM);
@@ -139,7 +236,12 @@ void weft__uring_plain_recv_done(ur_channel *uc, int32_t res) {
   uc->plain_buf = NULL;
   if (res > 0 && channel_open(uc)) {
     b->writer_index += (size_t)res;
-    fire_read(uc, b);
+    if (must_hold(uc)) {
+      assert(uc->held_n == 0 && uc->held_plain == NULL); /* armed: none */
+      uc->held_plain = b;
+    } else {
+      fire_read(uc, b);
+    }
   } else {
     weft_buf_release(b);
   }

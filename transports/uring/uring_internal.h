@@ -225,7 +225,12 @@ typedef struct ur_loop {
   uint8_t *bufs; /* buf_count * buf_size bytes */
   unsigned buf_count, buf_size, buf_mask;
   unsigned bufs_out; /* slots held by pipelines (wrapped weft_bufs) */
-  bool orphaned;     /* the ring is gone: the last slot back frees this */
+  /* Slots received while their channel did not read, by slot id: the
+   * wrapped buffer and the next held slot of the same channel (recv.c,
+   * "Reads that arrive while reading is off"). buf_count entries each. */
+  weft_buf **held_buf;
+  uint16_t *held_next;
+  bool orphaned; /* the ring is gone: the last slot back frees this */
   unsigned send_zc_min;
   uint64_t inflight; /* requests whose CQE is still to come */
   ur_listener *listeners;
@@ -306,6 +311,12 @@ struct ur_channel {
   weft_sockopts opts; /* set before the socket existed, applied after */
   ur_op op_recv, op_plain, op_connect;
   weft_buf *plain_buf;
+  /* What arrived while the channel did not read, delivered when it reads
+   * again (recv.c): a FIFO of ring slots, or one plain recv's buffer. */
+  unsigned held_n;               /* slots held */
+  uint16_t held_head, held_tail; /* slot ids, while held_n > 0 */
+  weft_buf *held_plain;
+  bool deliver_queued;          /* weft__uring_recv_resume's task is queued */
   struct sockaddr_storage peer; /* connect's address */
   socklen_t peer_len;
   ur_channel *rc_next;
@@ -434,8 +445,9 @@ int weft__uring_listen_address(weft_listener *l, char *buf, size_t len);
 /* ---- receiving (recv.c) ---- */
 
 /**
- * Starts `uc`'s recv when it reads and none is in the kernel: multishot on
- * the buffer ring, or one recv into pool memory while the ring is empty.
+ * Starts `uc`'s recv when it reads, none is in the kernel and nothing is
+ * held unread: multishot on the buffer ring, or one recv into pool memory
+ * while the ring is empty.
  * Loop thread; a failure (no SQE, no memory) closes the channel.
  */
 void weft__uring_recv_arm(ur_channel *uc);
@@ -454,6 +466,20 @@ void weft__uring_recv_done(ur_channel *uc, int32_t res, uint32_t flags);
 
 /** The CQE of `uc`'s single recv into pool memory, as weft__uring_recv_done. */
 void weft__uring_plain_recv_done(ur_channel *uc, int32_t res);
+
+/**
+ * Reading turned on: arms the next recv, or, when something arrived while
+ * reading was off, queues a task that delivers it first (each buffer to
+ * channel_read, then one channel_read_complete), stopping if reading turns
+ * off again, and arms once nothing is held. A task, so that what a decoder
+ * kept from before goes first: the core fires weft_event_read_resumed
+ * right after set_read(true), and a decoder that pauses again on its own
+ * cumulation then gets nothing more, as over tcp (decoder.h). Loop thread.
+ */
+void weft__uring_recv_resume(ur_channel *uc);
+
+/** Releases what `uc` holds unread (the channel is closing). Loop thread. */
+void weft__uring_recv_drop_held(ur_channel *uc);
 
 /* ---- sending (send.c) ---- */
 
