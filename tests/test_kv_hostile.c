@@ -161,6 +161,17 @@ static void warm_up(int port) {
   close(fd);
 }
 
+/* 1000 pipelined GETs of the value, one send of a flood; `*len` bytes. */
+static const char *get_batch(size_t *len) {
+  static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
+  static char batch[sizeof get * 1000];
+  if (batch[0] == '\0')
+    for (int i = 0; i < 1000; i++)
+      memcpy(batch + i * (sizeof get - 1), get, sizeof get - 1);
+  *len = 1000 * (sizeof get - 1);
+  return batch;
+}
+
 /* Sends GETS pipelined GETs of the value and never reads; returns the
  * highest RSS seen meanwhile (sampled every 10 ms while sending and for a
  * second after). The socket is left open for the caller to close. */
@@ -168,16 +179,14 @@ static long flood(const server *s, int *fd_out) {
   int fd = connect_to(s->port);
   struct timeval tv = {.tv_sec = 1};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
-  static char batch[sizeof get * 1000];
-  for (int i = 0; i < 1000; i++)
-    memcpy(batch + i * (sizeof get - 1), get, sizeof get - 1);
+  size_t len;
+  const char *batch = get_batch(&len);
   long peak = 0;
   uint64_t last = 0;
   for (int sent = 0; sent < GETS; sent += 1000) {
     /* A send that blocks a second: the server stopped reading (flow
      * control), which is the point. */
-    if (send(fd, batch, 1000 * (sizeof get - 1), 0) < 0)
+    if (send(fd, batch, len, 0) < 0)
       break;
     if (th_now_ms() - last >= 10) {
       long r = rss_of(s->pid);
@@ -249,12 +258,10 @@ END_TEST
 static void flood_until_blocked(int fd) {
   struct timeval tv = {.tv_usec = 300000};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
-  static char batch[sizeof get * 1000];
-  for (int i = 0; i < 1000; i++)
-    memcpy(batch + i * (sizeof get - 1), get, sizeof get - 1);
+  size_t len;
+  const char *batch = get_batch(&len);
   for (int sent = 0; sent < GETS; sent += 1000)
-    if (send(fd, batch, 1000 * (sizeof get - 1), 0) < 0)
+    if (send(fd, batch, len, 0) < 0)
       break;
 }
 
