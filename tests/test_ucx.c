@@ -528,6 +528,16 @@ static void churn_child(const char *uri) {
 }
 
 START_TEST(ucx_multi_loop_server_survives_connection_churn) {
+  /* Its subject is the spread, not the rendezvous path that test_ucx_rndv
+   * is for; and every run of it risks UCX 1.13's async abort (docs/
+   * transports/ucx.md, "Many workers in one process", cause 2), which hit
+   * test_ucx_rndv once in CI under TSan. test_ucx runs it. */
+  if (getenv("WEFT_TRANSPORT_UCX_RNDV_THRESH") != NULL) {
+    th_skip(__func__, "run by test_ucx; a second run under another "
+                      "rendezvous threshold only adds exposure to UCX "
+                      "1.13's async abort");
+    return;
+  }
   weft_loop_group *gs = group_new_n("wu-srv", 2);
   churn_server cs = {.listener_loop = weft_loop_group_get(gs, 0)};
   char uri[320];
