@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs every ```sh block of README.md and samples/*/README.md as written,
 # so that a README line that fails when copied is a red test.
 #
