@@ -35,6 +35,8 @@ static void print_weft_section(FILE *out, const weft_config *cfg,
                                const weft__section_def *s) {
   fprintf(out, "\n[%s]\n", s->name);
   for (size_t j = 0; j < s->n_keys; j++) {
+    if (weft__config_unread(cfg, s->name, s->keys[j].name) != NULL)
+      continue;
     char value[WEFT_CONFIG_URI_MAX], values[512];
     weft__config_value_text(cfg, &s->keys[j], value, sizeof value);
     weft__config_values_text(&s->keys[j], values, sizeof values);
@@ -101,6 +103,9 @@ int weft_cli_option(weft_cli *cli, int opt, const char *arg) {
 int weft_cli_configure(weft_cli *cli, weft_config *cfg) {
   char err[1024] = "";
   int rc = 0;
+  cfg->read_sections = cli->sections;
+  cfg->unread_keys = cli->unread;
+  weft__config_env_check(cfg);
   if (cli->file != NULL)
     rc = weft_config_load(cfg, cli->file, cli->app, cli->app_arg, err,
                           sizeof err);
@@ -134,7 +139,10 @@ int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out) {
           "file.\nEach key can also be set as WEFT_<SECTION>_<KEY> in the "
           "environment\n(WEFT_LOOP_LOOPS=1, WEFT_TRANSPORT_UCX_TLS=tcp).\n",
           cli->prog);
-  int rc = weft_config_print(cfg, cli->sections, out);
+  weft_config shown = *cfg; /* what the program reads, less unread keys */
+  shown.read_sections = cli->sections;
+  shown.unread_keys = cli->unread;
+  int rc = weft_config_print(&shown, cli->sections, out);
   fprintf(out, "\nExamples:\n");
   const char *line = cli->examples;
   while (line != NULL && *line != '\0') {
