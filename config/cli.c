@@ -55,13 +55,16 @@ static void print_plugin_section(FILE *out, const weft_transport_ops *ops) {
     print_key(out, k->name, k->def, k->values);
 }
 
-static void print_app_keys(FILE *out, const weft_config_key *keys,
+static void print_app_keys(FILE *out, const weft_config *cfg,
                            const char *const *sections) {
-  for (const weft_config_key *k = keys; k != NULL && k->section != NULL; k++) {
-    if (!wanted(sections, k->section))
+  const char *shown = NULL; /* the section whose header is out */
+  for (const weft_config_key *k = cfg->app_keys; k != NULL && k->section; k++) {
+    if (!wanted(sections, k->section) ||
+        weft__config_unread(cfg, k->section, k->name) != NULL)
       continue;
-    if (k == keys || strcmp(k[-1].section, k->section) != 0)
+    if (shown == NULL || strcmp(shown, k->section) != 0)
       fprintf(out, "\n[%s]\n", k->section);
+    shown = k->section;
     print_key(out, k->name, k->def, k->values);
   }
 }
@@ -78,7 +81,7 @@ int weft_config_print(const weft_config *cfg, const char *const *sections,
     for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++)
       print_plugin_section(out, ops);
   }
-  print_app_keys(out, cfg->app_keys, sections);
+  print_app_keys(out, cfg, sections);
   return ferror(out) ? WEFT_EIO : 0;
 }
 

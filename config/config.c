@@ -557,7 +557,7 @@ static bool section_read(const weft_config *cfg, const char *section) {
 }
 
 /* A key the program would ignore: an error for -o (typed for this very
- * program), a warning from a file or the environment (shared by several
+ * program), an info line from a file or the environment (shared by several
  * programs). Returns 0 to go on and set it, 1 when it was ignored with a
  * warning, or WEFT_EBADCONF. */
 static int check_read(const weft_config *cfg, const char *where,
@@ -592,7 +592,9 @@ static int check_read(const weft_config *cfg, const char *where,
     msg_append(err, len, &off, "%s: %s", where, why);
     return WEFT_EBADCONF;
   }
-  weft_log(WEFT_LOG_WARN, "%s: [%s] %s ignored: %s", where ? where : "config",
+  /* Info, not warn: one file (and one environment) may serve several
+   * programs, each reading its own keys of it. */
+  weft_log(WEFT_LOG_INFO, "%s: [%s] %s ignored: %s", where ? where : "config",
            section, key, why);
   return 1;
 }

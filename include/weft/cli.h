@@ -99,13 +99,13 @@ int weft_cli_option(weft_cli *cli, int opt, const char *arg);
  * from -c, the WEFT_* environment (weft_config_apply_env, for weft's keys,
  * the transports' and cfg->app_keys), then each -o in command-line order,
  * then checks the relations between keys. A key of a section the program
- * does not read, or one of its `unread` keys, is an error with -o and a
- * warning (weft_log) from the file or the environment; so is, as a
- * warning, a WEFT_* variable that names no setting (a misspelling, with
- * the closest name), except WEFT_LOG_LEVEL, WEFT_LEAK_DETECT,
- * WEFT_BENCH_LOOP_STATS and WEFT_TEST_*. Stops at the first error, which
- * it prints as "<prog>: <message>" to stderr. Returns 0, or the error
- * (WEFT_EBADCONF, or the file's open error).
+ * does not read, or one of its `unread` keys, is an error with -o and is
+ * ignored with an info line (weft_log) from the file or the environment,
+ * which a server and its clients may share; a WEFT_* variable that names
+ * no setting (a misspelling) is warned of with the closest name, except
+ * WEFT_LOG_LEVEL, WEFT_LEAK_DETECT, WEFT_BENCH_LOOP_STATS and WEFT_TEST_*.
+ * Stops at the first error, which it prints as "<prog>: <message>" to stderr.
+ * Returns 0, or the error (WEFT_EBADCONF, or the file's open error).
  */
 int weft_cli_configure(weft_cli *cli, weft_config *cfg);
 

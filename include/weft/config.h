@@ -99,8 +99,10 @@ typedef struct weft_config {
    * ("server.listen=[kv] rpc_listen and [kv] resp_listen") for keys of a
    * read section that the program does not use. Such a key given with -o
    * is an error (WEFT_EBADCONF, naming what is read instead); from a file
-   * or the environment, which several programs may share, it is a warning
-   * (weft_log) and is ignored. --help leaves unread keys out. */
+   * or the environment, which several programs may share (a server's and
+   * its clients' keys in one file), it is ignored with an info line
+   * (weft_log; WEFT_LOG_LEVEL=info shows it). --help leaves unread keys
+   * out. */
   const char *const *read_sections;
   const char *const *unread_keys;
 } weft_config;

@@ -24,11 +24,6 @@
 
 static const char *const sections[] = {"loop", "transport", "server",
                                        "kv",   "cluster",   NULL};
-/* [server] listen is the one-listener programs' key: this one has four. */
-static const char *const unread[] = {
-    "server.listen=[kv] rpc_listen, resp_listen, tls_listen and "
-    "tls_rpc_listen",
-    NULL};
 
 static weft_cli cli = {
     .prog = "weft-kv-server",
@@ -45,7 +40,7 @@ static weft_cli cli = {
                 "kv.tls_cert_file=server.pem -o kv.tls_key_file=server.key "
                 "-o kv.tls_auth_clients=no",
     .sections = sections,
-    .unread = unread,
+    .unread = kv_server_unread,
     .app = kv_server_config_section};
 
 /* Options, then file, environment and -o. Returns 0 to run, 1 when --help
