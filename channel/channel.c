@@ -1,6 +1,7 @@
 /* Channels: creation on a loop, states, close, options, references, and the
  * per-loop book of transports and open channels. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,8 +265,8 @@ void weft_channel_transport_closed(weft_channel *ch, int err,
 
 static void connect_timeout(void *arg) {
   weft_channel *ch = arg;
-  weft_log(WEFT_LOG_INFO, "channel %llu: connect timed out after %lld ms",
-           (unsigned long long)ch->id, (long long)ch->connect_timeout_ms);
+  weft_channel_log(ch, WEFT_LOG_INFO, "connect timed out after %lld ms",
+                   (long long)ch->connect_timeout_ms);
   weft_channel_connected(ch, WEFT_ETIMEDOUT);
 }
 
@@ -398,6 +399,22 @@ int weft_channel_remote_address(const weft_channel *ch, char *buf, size_t len) {
   if (ch->transport->remote_address == NULL)
     return WEFT_ENOTSUP;
   return ch->transport->remote_address(ch, buf, len);
+}
+
+void weft_channel_log(const weft_channel *ch, weft_log_level level,
+                      const char *fmt, ...) {
+  if ((int)level > (int)weft_log_get_level())
+    return;
+  char msg[900], peer[80];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (weft_channel_remote_address(ch, peer, sizeof peer) == 0)
+    weft_log(level, "channel %llu (peer %s): %s", (unsigned long long)ch->id,
+             peer, msg);
+  else
+    weft_log(level, "channel %llu: %s", (unsigned long long)ch->id, msg);
 }
 
 int weft_channel_local_address(const weft_channel *ch, char *buf, size_t len) {

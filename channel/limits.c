@@ -99,8 +99,7 @@ static void output_limit_task(void *arg) {
              ch->limits.output_limit, ch->out.pending_bytes);
     weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ENOBUFS, reason);
     if (ch->state == WEFT_CHANNEL_ACTIVE) { /* a handler kept it open */
-      weft_log(WEFT_LOG_WARN, "channel %" PRIu64 ": %s; closing", ch->id,
-               reason);
+      weft_channel_log(ch, WEFT_LOG_WARN, "%s; closing", reason);
       weft__channel_close(ch, WEFT_PROMISE_NONE);
     }
   }
@@ -137,7 +136,7 @@ static void idle_tick(void *arg) {
   weft_channel_retain(ch); /* the exception may close and free it */
   weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ETIMEDOUT, reason);
   if (ch->state == WEFT_CHANNEL_ACTIVE) {
-    weft_log(WEFT_LOG_INFO, "channel %" PRIu64 ": %s; closing", ch->id, reason);
+    weft_channel_log(ch, WEFT_LOG_INFO, "%s; closing", reason);
     weft__channel_close(ch, WEFT_PROMISE_NONE);
   }
   weft_channel_release(ch);

@@ -216,10 +216,10 @@ static void head_write(weft_ctx *ctx, void *msg, weft_promise promise) {
   if (err == 0)
     return;
   if (err == WEFT_EINVAL)
-    weft_log(WEFT_LOG_WARN,
-             "channel %llu: a %s reached the head; only weft_buf can be "
-             "written (is an encoder missing?)",
-             (unsigned long long)ch->id, weft_msg_type_name(msg));
+    weft_channel_log(ch, WEFT_LOG_WARN,
+                     "a %s reached the head; only weft_buf can be "
+                     "written (is an encoder missing?)",
+                     weft_msg_type_name(msg));
   weft_msg_release(msg);
   weft_promise_complete(promise, err);
 }
@@ -255,11 +255,9 @@ static void tail_exception(weft_ctx *ctx, int err, const char *reason) {
   weft_channel *ch = ctx->pipeline->channel;
   if (ch->tail_hooks != NULL)
     ch->tail_hooks->exception(ch, err);
-  weft_log(WEFT_LOG_WARN,
-           "channel %llu: unhandled exception %s (%s): %s; closing the "
-           "channel",
-           (unsigned long long)ch->id, weft_err_name(err), weft_strerror(err),
-           reason != NULL ? reason : "");
+  weft_channel_log(
+      ch, WEFT_LOG_WARN, "unhandled exception %s (%s): %s; closing the channel",
+      weft_err_name(err), weft_strerror(err), reason != NULL ? reason : "");
   weft__channel_close(ch, WEFT_PROMISE_NONE);
 }
 

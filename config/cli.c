@@ -35,6 +35,8 @@ static void print_weft_section(FILE *out, const weft_config *cfg,
                                const weft__section_def *s) {
   fprintf(out, "\n[%s]\n", s->name);
   for (size_t j = 0; j < s->n_keys; j++) {
+    if (weft__config_unread(cfg, s->name, s->keys[j].name) != NULL)
+      continue;
     char value[WEFT_CONFIG_URI_MAX], values[512];
     weft__config_value_text(cfg, &s->keys[j], value, sizeof value);
     weft__config_values_text(&s->keys[j], values, sizeof values);
@@ -53,13 +55,16 @@ static void print_plugin_section(FILE *out, const weft_transport_ops *ops) {
     print_key(out, k->name, k->def, k->values);
 }
 
-static void print_app_keys(FILE *out, const weft_config_key *keys,
+static void print_app_keys(FILE *out, const weft_config *cfg,
                            const char *const *sections) {
-  for (const weft_config_key *k = keys; k != NULL && k->section != NULL; k++) {
-    if (!wanted(sections, k->section))
+  const char *shown = NULL; /* the section whose header is out */
+  for (const weft_config_key *k = cfg->app_keys; k != NULL && k->section; k++) {
+    if (!wanted(sections, k->section) ||
+        weft__config_unread(cfg, k->section, k->name) != NULL)
       continue;
-    if (k == keys || strcmp(k[-1].section, k->section) != 0)
+    if (shown == NULL || strcmp(shown, k->section) != 0)
       fprintf(out, "\n[%s]\n", k->section);
+    shown = k->section;
     print_key(out, k->name, k->def, k->values);
   }
 }
@@ -76,7 +81,7 @@ int weft_config_print(const weft_config *cfg, const char *const *sections,
     for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++)
       print_plugin_section(out, ops);
   }
-  print_app_keys(out, cfg->app_keys, sections);
+  print_app_keys(out, cfg, sections);
   return ferror(out) ? WEFT_EIO : 0;
 }
 
@@ -101,6 +106,9 @@ int weft_cli_option(weft_cli *cli, int opt, const char *arg) {
 int weft_cli_configure(weft_cli *cli, weft_config *cfg) {
   char err[1024] = "";
   int rc = 0;
+  cfg->read_sections = cli->sections;
+  cfg->unread_keys = cli->unread;
+  weft__config_env_check(cfg);
   if (cli->file != NULL)
     rc = weft_config_load(cfg, cli->file, cli->app, cli->app_arg, err,
                           sizeof err);
@@ -134,7 +142,10 @@ int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out) {
           "file.\nEach key can also be set as WEFT_<SECTION>_<KEY> in the "
           "environment\n(WEFT_LOOP_LOOPS=1, WEFT_TRANSPORT_UCX_TLS=tcp).\n",
           cli->prog);
-  int rc = weft_config_print(cfg, cli->sections, out);
+  weft_config shown = *cfg; /* what the program reads, less unread keys */
+  shown.read_sections = cli->sections;
+  shown.unread_keys = cli->unread;
+  int rc = weft_config_print(&shown, cli->sections, out);
   fprintf(out, "\nExamples:\n");
   const char *line = cli->examples;
   while (line != NULL && *line != '\0') {

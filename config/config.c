@@ -21,6 +21,7 @@
 
 #include <weft/config.h>
 #include <weft/error.h>
+#include <weft/log.h>
 #include <weft/transport_plugin.h>
 
 #include "config/config_internal.h"
@@ -530,6 +531,74 @@ void weft_config_init(weft_config *cfg) {
   snprintf(cfg->connect, sizeof cfg->connect, "127.0.0.1:7000");
 }
 
+const char *weft__config_unread(const weft_config *cfg, const char *section,
+                                const char *key) {
+  size_t sl = strlen(section), kl = strlen(key);
+  for (size_t i = 0; cfg->unread_keys != NULL && cfg->unread_keys[i]; i++) {
+    const char *u = cfg->unread_keys[i];
+    if (strncmp(u, section, sl) == 0 && u[sl] == '.' &&
+        strncmp(u + sl + 1, key, kl) == 0 && u[sl + 1 + kl] == '=')
+      return u + sl + 1 + kl + 1;
+  }
+  return NULL;
+}
+
+/* 1 when the program reads `section` (or said nothing of what it reads). */
+static bool section_read(const weft_config *cfg, const char *section) {
+  if (cfg->read_sections == NULL)
+    return true;
+  const char *dot = strchr(section, '.'); /* transport.ucx -> transport */
+  size_t len = dot != NULL ? (size_t)(dot - section) : strlen(section);
+  for (size_t i = 0; cfg->read_sections[i] != NULL; i++)
+    if (strlen(cfg->read_sections[i]) == len &&
+        strncmp(cfg->read_sections[i], section, len) == 0)
+      return true;
+  return false;
+}
+
+/* A key the program would ignore: an error for -o (typed for this very
+ * program), an info line from a file or the environment (shared by several
+ * programs). Returns 0 to go on and set it, 1 when it was ignored with a
+ * warning, or WEFT_EBADCONF. */
+static int check_read(const weft_config *cfg, const char *where,
+                      const char *section, const char *key, char *err,
+                      size_t len) {
+  /* A section nobody knows is reported as unknown, by the caller. */
+  bool known = find_section(section) != NULL ||
+               (strncmp(section, "transport.", 10) == 0 &&
+                weft__transport_registered(section + 10)) ||
+               app_has(cfg->app_keys, section, NULL);
+  if (!known)
+    return 0;
+  const char *instead = weft__config_unread(cfg, section, key);
+  bool read = section_read(cfg, section);
+  if (read && instead == NULL)
+    return 0;
+  char why[512];
+  size_t off = 0;
+  if (!read) {
+    msg_append(why, sizeof why, &off,
+               "this program does not read [%s]; it reads", section);
+    for (size_t i = 0; cfg->read_sections[i] != NULL; i++)
+      msg_append(why, sizeof why, &off, "%s [%s]", i > 0 ? "," : "",
+                 cfg->read_sections[i]);
+  } else {
+    msg_append(why, sizeof why, &off,
+               "this program does not read [%s] %s; it reads %s instead",
+               section, key, instead);
+  }
+  if (where != NULL && strncmp(where, "-o ", 3) == 0) {
+    off = 0;
+    msg_append(err, len, &off, "%s: %s", where, why);
+    return WEFT_EBADCONF;
+  }
+  /* Info, not warn: one file (and one environment) may serve several
+   * programs, each reading its own keys of it. */
+  weft_log(WEFT_LOG_INFO, "%s: [%s] %s ignored: %s", where ? where : "config",
+           section, key, why);
+  return 1;
+}
+
 int weft_config_set(weft_config *cfg, const char *where, const char *section,
                     const char *key, const char *value,
                     weft_config_section_cb app, void *app_arg, char *err,
@@ -538,6 +607,9 @@ int weft_config_set(weft_config *cfg, const char *where, const char *section,
     err_len = 0;
   if (section == NULL || key == NULL || value == NULL)
     return WEFT_EBADCONF;
+  int read = check_read(cfg, where, section, key, err, err_len);
+  if (read != 0)
+    return read < 0 ? read : 0;
   /* [transport.<name>] belongs to that plugin, through the registry; a
    * section of a transport that is not registered may be the
    * application's. */
@@ -803,6 +875,91 @@ int weft_config_apply_env(weft_config *cfg, const char *const *app_keys,
   if (rc == 0)
     *cfg = tmp;
   return rc;
+}
+
+/* ---- WEFT_* variables that name no setting ---- */
+
+/* Variables weft reads outside the configuration (log.c, pool.c, the bench
+ * program), and the tests' prefix. */
+static bool env_other(const char *name) {
+  static const char *const other[] = {"WEFT_LOG_LEVEL", "WEFT_LEAK_DETECT",
+                                      "WEFT_BENCH_LOOP_STATS", NULL};
+  for (size_t i = 0; other[i] != NULL; i++)
+    if (strcmp(name, other[i]) == 0)
+      return true;
+  return strncmp(name, "WEFT_TEST_", 10) == 0;
+}
+
+/* The closest candidate so far, kept in a buffer of its own (the
+ * candidates' names are made one at a time). */
+typedef struct env_match {
+  const char *name; /* the variable's name */
+  bool found;
+  weft__suggest sg;
+  char best[128];
+} env_match;
+
+static void env_try(env_match *m, const char *section, const char *key) {
+  char var[128];
+  if (m->found || !env_name(var, sizeof var, section, key))
+    return;
+  if (strcmp(var, m->name) == 0) {
+    m->found = true;
+    return;
+  }
+  const char *before = weft__suggest_best(&m->sg);
+  weft__suggest_try(&m->sg, var);
+  if (weft__suggest_best(&m->sg) != before) {
+    snprintf(m->best, sizeof m->best, "%s", var);
+    m->sg.best = m->best;
+  }
+}
+
+static void env_check_one(const weft_config *cfg, const char *name) {
+  env_match m = {.name = name};
+  weft__suggest_init(&m.sg, name);
+  for (size_t i = 0; i < N_SECTIONS; i++)
+    for (size_t j = 0; j < sections[i].n_keys; j++)
+      env_try(&m, sections[i].name, sections[i].keys[j].name);
+  for (const weft_config_key *k = cfg->app_keys; k != NULL && k->section; k++)
+    env_try(&m, k->section, k->name);
+  const weft_transport_ops *ops;
+  for (size_t i = 0; (ops = weft_transport_at(i)) != NULL; i++) {
+    char section[48];
+    snprintf(section, sizeof section, "transport.%s", ops->name);
+    env_try(&m, section, "fallback");
+    for (const weft_transport_key *k = ops->config_keys; k && k->name; k++)
+      env_try(&m, section, k->name);
+  }
+  if (m.found)
+    return;
+  if (weft__suggest_best(&m.sg) != NULL)
+    weft_log(WEFT_LOG_WARN,
+             "environment: %s names no weft setting (did you mean %s?); "
+             "ignored",
+             name, weft__suggest_best(&m.sg));
+  else
+    weft_log(WEFT_LOG_WARN,
+             "environment: %s names no weft setting; ignored (--help lists "
+             "every key, WEFT_<SECTION>_<KEY>)",
+             name);
+}
+
+extern char **environ;
+
+void weft__config_env_check(const weft_config *cfg) {
+  (void)weft_log_get_level(); /* reads WEFT_LOG_LEVEL now: a bad one is said */
+  for (char **e = environ; *e != NULL; e++) {
+    const char *eq = strchr(*e, '=');
+    char name[128];
+    if (strncmp(*e, "WEFT_", 5) != 0 || eq == NULL ||
+        (size_t)(eq - *e) >= sizeof name)
+      continue;
+    memcpy(name, *e, (size_t)(eq - *e));
+    name[eq - *e] = '\0';
+    if (!env_other(name))
+      env_check_one(cfg, name);
+  }
 }
 
 void weft_config_server_bootstrap(const weft_config *cfg,

@@ -45,6 +45,16 @@ void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,
  * (number of event loops; 0 = one per CPU less one, at least 1)"). */
 void weft__config_values_text(const weft__key_def *k, char *buf, size_t len);
 
+/** What the program reads instead of section.key when cfg->unread_keys
+ * lists it (the text after '='), else NULL. */
+const char *weft__config_unread(const weft_config *cfg, const char *section,
+                                const char *key);
+
+/** Warns (weft_log) of each WEFT_* environment variable that names no
+ * setting of weft's, of a registered transport's or of cfg->app_keys, with
+ * the closest name; variables weft reads elsewhere are not warned of. */
+void weft__config_env_check(const weft_config *cfg);
+
 /** The closest of several candidates to a misspelled word (suggest.c). */
 typedef struct weft__suggest {
   const char *word; /* as typed */

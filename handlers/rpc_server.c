@@ -47,8 +47,8 @@ static void server_read(weft_ctx *ctx, void *msg) {
                           .type = req->type};
   const weft_rpc_method *m = find_method(weft_ctx_state(ctx), req->method);
   if (m == NULL) {
-    weft_log(WEFT_LOG_DEBUG, "channel %llu: rpc method %u not found",
-             (unsigned long long)weft_channel_id(ch), req->method);
+    weft_channel_log(ch, WEFT_LOG_DEBUG, "rpc method %u not found",
+                     req->method);
     weft_rpc_msg_release(req);
     weft_rpc_reply_error(call, WEFT_ENOSYS, NULL);
     return;

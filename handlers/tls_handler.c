@@ -347,8 +347,7 @@ static void tls_inactive(weft_ctx *ctx) {
     snprintf(s->reason, sizeof s->reason,
              "TLS handshake failed: the connection closed before it "
              "completed");
-    weft_log(WEFT_LOG_INFO, "channel %" PRIu64 ": %s", weft_channel_id(s->ch),
-             s->reason);
+    weft_channel_log(s->ch, WEFT_LOG_INFO, "%s", s->reason);
     weft__tls_fire_event(s, WEFT_TLS_HANDSHAKE_FAILED, s->fail_err, s->reason);
   }
   weft__tls_fail_plain(s, WEFT_ECLOSED);
@@ -360,10 +359,10 @@ static void tls_inactive(weft_ctx *ctx) {
 /* The handshake's last flight has not left while WEFT__TLS_KTLS_WAIT_MAX
  * bytes wait: records stay in user space for this channel. */
 static void give_up_ktls(weft__tls_handler *s) {
-  weft_log(WEFT_LOG_INFO,
-           "channel %" PRIu64 ": kTLS: the handshake's last flight has not "
-           "left and %zu bytes wait; records are made in user space",
-           weft_channel_id(s->ch), s->plain_bytes);
+  weft_channel_log(s->ch, WEFT_LOG_INFO,
+                   "kTLS: the handshake's last flight has not left and %zu "
+                   "bytes wait; records are made in user space",
+                   s->plain_bytes);
   weft__tls_cancel_ktls_wait(s);
   weft__tls_hold(s);
   weft__tls_ktls_switched(s, false);
@@ -384,10 +383,10 @@ static void tls_write(weft_ctx *ctx, void *msg, weft_promise promise) {
     err = WEFT_ENOMEM;
   if (err < 0) {
     if (err == WEFT_EINVAL)
-      weft_log(WEFT_LOG_WARN,
-               "channel %" PRIu64 ": a %s reached the TLS handler; only "
-               "weft_buf can be written (is an encoder missing?)",
-               weft_channel_id(s->ch), weft_msg_type_name(msg));
+      weft_channel_log(s->ch, WEFT_LOG_WARN,
+                       "a %s reached the TLS handler; only weft_buf can be "
+                       "written (is an encoder missing?)",
+                       weft_msg_type_name(msg));
     weft_msg_release(msg);
     weft_promise_complete(promise, err);
     return;

@@ -148,10 +148,10 @@ static size_t build_crypto_info(weft__tls_handler *s, crypto_info *ci,
 static void fallback_note(weft__tls_handler *s, const char *why) {
   static atomic_bool logged;
   if (!atomic_exchange(&logged, true))
-    weft_log(WEFT_LOG_WARN,
-             "channel %llu: TLS: ktls = on, but %s; using user-space records "
-             "(logged once per process)",
-             (unsigned long long)weft_channel_id(s->ch), why);
+    weft_channel_log(s->ch, WEFT_LOG_WARN,
+                     "TLS: ktls = on, but %s; using user-space records "
+                     "(logged once per process)",
+                     why);
 }
 
 bool weft__tls_ktls_start(weft__tls_handler *s, bool drained) {

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* The handler and its argument change together, from any thread (tests
  * capture the log while loops run): a mutex keeps the pair whole. Logging
@@ -19,13 +21,19 @@ static _Atomic int log_level = -1;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
 
+/* WEFT_LOG_LEVEL, or warn; a value that is no level is said once, on
+ * stderr (the log is not ready yet), rather than taken silently. */
 static int level_from_env(void) {
   const char *s = getenv("WEFT_LOG_LEVEL");
-  if (s != NULL) {
-    for (int i = 0; i <= WEFT_LOG_DEBUG; i++)
-      if (strcmp(s, level_names[i]) == 0)
-        return i;
-  }
+  if (s == NULL)
+    return WEFT_LOG_WARN;
+  for (int i = 0; i <= WEFT_LOG_DEBUG; i++)
+    if (strcmp(s, level_names[i]) == 0)
+      return i;
+  fprintf(stderr,
+          "weft: WEFT_LOG_LEVEL=\"%s\" is not a level (error, warn, info, "
+          "debug); logging at warn\n",
+          s);
   return WEFT_LOG_WARN;
 }
 
@@ -68,7 +76,15 @@ void weft_log(weft_log_level level, const char *fmt, ...) {
     cb(level, msg, arg);
     return;
   }
-  /* One fprintf per message: stdio locks the stream, so lines from several
-   * threads do not interleave. */
-  fprintf(stderr, "weft: %s: %s\n", level_names[level], msg);
+  /* As Redis' log: "pid date time.ms level: message". One fprintf per
+   * message: stdio locks the stream, so lines from several threads do not
+   * interleave. */
+  struct timespec ts;
+  struct tm tm;
+  char when[40];
+  clock_gettime(CLOCK_REALTIME, &ts);
+  localtime_r(&ts.tv_sec, &tm);
+  strftime(when, sizeof when, "%d %b %Y %H:%M:%S", &tm);
+  fprintf(stderr, "%d %s.%03ld weft: %s: %s\n", (int)getpid(), when,
+          ts.tv_nsec / 1000000, level_names[level], msg);
 }

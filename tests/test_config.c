@@ -648,6 +648,80 @@ START_TEST(config_endpoint_adds_scheme) {
 }
 END_TEST
 
+/* ---- settings the program would ignore (weft_config.read_sections,
+ * unread_keys; weft_cli sets them) ---- */
+
+static const char *const server_sections[] = {"loop", "transport", "server",
+                                              NULL};
+static const char *const server_unread[] = {
+    "server.listen=[app] listen_a and listen_b", NULL};
+
+static void reads_server_only(weft_config *c) {
+  weft_config_init(c);
+  c->read_sections = server_sections;
+  c->unread_keys = server_unread;
+}
+
+START_TEST(config_option_refused_for_section_not_read) {
+  weft_config c;
+  reads_server_only(&c);
+  ck_assert_int_eq(weft_config_set_option(&c, "client.connect=10.0.0.1:1", NULL,
+                                          NULL, err, sizeof err),
+                   WEFT_EBADCONF);
+  ck_assert_str_eq(err, "-o client.connect=10.0.0.1:1: this program does not "
+                        "read [client]; it reads [loop], [transport], "
+                        "[server]");
+  ck_assert_int_eq(weft_config_set_option(&c, "server.listen=10.0.0.1:1", NULL,
+                                          NULL, err, sizeof err),
+                   WEFT_EBADCONF);
+  ck_assert_str_eq(err, "-o server.listen=10.0.0.1:1: this program does not "
+                        "read [server] listen; it reads [app] listen_a and "
+                        "listen_b instead");
+  ck_assert_str_eq(c.listen, "0.0.0.0:7000"); /* unchanged */
+  /* A section nobody knows is still reported as unknown. */
+  ck_assert_int_eq(
+      weft_config_set_option(&c, "nosuch.key=1", NULL, NULL, err, sizeof err),
+      WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, "unknown section [nosuch]"));
+}
+END_TEST
+
+START_TEST(config_file_key_not_read_is_ignored_with_a_line) {
+  weft_config c;
+  reads_server_only(&c);
+  weft_log_set_level(WEFT_LOG_INFO);
+  th_log_capture_start();
+  ck_assert_int_eq(load_text(&c, "[client]\nconnect = 10.0.0.1:1\n[server]\n"
+                                 "listen = 10.0.0.1:2\nbacklog = 7\n"),
+                   0);
+  th_log_capture_stop();
+  weft_log_set_level(WEFT_LOG_WARN);
+  ck_assert_int_eq(th_log_count("[client] connect ignored: this program does "
+                                "not read [client]"),
+                   1);
+  ck_assert_int_eq(th_log_count("[server] listen ignored: this program does "
+                                "not read [server] listen"),
+                   1);
+  ck_assert_str_eq(c.connect, "127.0.0.1:7000"); /* ignored */
+  ck_assert_str_eq(c.listen, "0.0.0.0:7000");
+  ck_assert_int_eq(c.backlog, 7); /* read */
+}
+END_TEST
+
+START_TEST(config_print_leaves_out_unread_keys) {
+  weft_config c;
+  reads_server_only(&c);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_int_eq(weft_config_print(&c, server_sections, f), 0);
+  fclose(f);
+  ck_assert_ptr_null(strstr(text, "\nlisten ="));
+  ck_assert_ptr_nonnull(strstr(text, "\nbacklog = 511"));
+  free(text);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("config");
   TCase *tc = tcase_create("core");
@@ -671,7 +745,10 @@ Suite *weft_test_suite(void) {
       config_load_refused_app_section_without_app, config_env_overrides_file,
       config_env_refused_bad_value_names_variable,
       config_env_refused_low_above_high, config_env_app_keys,
-      config_set_prefixes_where, config_endpoint_adds_scheme, NULL);
+      config_set_prefixes_where, config_endpoint_adds_scheme,
+      config_option_refused_for_section_not_read,
+      config_file_key_not_read_is_ignored_with_a_line,
+      config_print_leaves_out_unread_keys, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

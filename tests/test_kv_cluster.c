@@ -9,6 +9,7 @@
 
 #include "samples/kv/cluster.h"
 #include "samples/kv/cluster_slot.h"
+#include "samples/kv/kv_config.h"
 
 static unsigned slot_of(const char *key) {
   return kv_cluster_keyslot(key, strlen(key));
@@ -122,9 +123,55 @@ START_TEST(kv_cluster_config_errors_name_the_valid_form) {
 }
 END_TEST
 
+/* How many entries of `list` ("section.key=...") name section.key. */
+static int listed(const char *const *list, const char *section,
+                  const char *key) {
+  char prefix[128];
+  snprintf(prefix, sizeof prefix, "%s.%s=", section, key);
+  int n = 0;
+  for (size_t i = 0; list[i] != NULL; i++)
+    n += strncmp(list[i], prefix, strlen(prefix)) == 0;
+  return n;
+}
+
+/* Every [kv] key is read by the server, its clients or both: a new key
+ * must be sorted into kv_server_unread or kv_client_unread, or --help and
+ * -o would offer a client the server's key (or the reverse). */
+START_TEST(kv_config_every_kv_key_has_its_readers) {
+  static const char *const both[] = {"tls_ca_cert_file", "tls_ca_cert_dir",
+                                     NULL};
+  for (const weft_config_key *k = kv_config_keys; k->section != NULL; k++) {
+    if (strcmp(k->section, "kv") != 0)
+      continue;
+    int shared = 0;
+    for (size_t i = 0; both[i] != NULL; i++)
+      shared += strcmp(both[i], k->name) == 0;
+    int n = listed(kv_client_unread, "kv", k->name) +
+            listed(kv_server_unread, "kv", k->name);
+    ck_assert_msg(n + shared == 1,
+                  "[kv] %s: in %d unread lists (shared: %d); put it in "
+                  "kv_server_unread or kv_client_unread (kv_config.c)",
+                  k->name, n, shared);
+  }
+  /* and every entry of the lists names a key that exists */
+  const char *const *lists[] = {kv_client_unread, kv_server_unread};
+  for (size_t l = 0; l < 2; l++)
+    for (size_t i = 0; lists[l][i] != NULL; i++) {
+      if (strncmp(lists[l][i], "kv.", 3) != 0)
+        continue;
+      bool found = false;
+      for (const weft_config_key *k = kv_config_keys; k->section != NULL; k++)
+        found |= strcmp(k->section, "kv") == 0 &&
+                 listed(&lists[l][i], "kv", k->name) == 1;
+      ck_assert_msg(found, "%s names no [kv] key", lists[l][i]);
+    }
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "kv_cluster", "core", 30, kv_cluster_crc16_matches_spec_vector,
       kv_cluster_keyslot_matches_redis, kv_cluster_config_reads_nodes_and_slots,
-      kv_cluster_config_errors_name_the_valid_form, NULL);
+      kv_cluster_config_errors_name_the_valid_form,
+      kv_config_every_kv_key_has_its_readers, NULL);
 }

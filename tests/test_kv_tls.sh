@@ -211,8 +211,8 @@ checkout kv_tls_min_protocol_tls13 PONG "$(rtls ping)"
 out=$(timeout 10 "$server" -o kv.tls_listen=127.0.0.1:0 \
   -o "kv.tls_cert_file=$dir/missing.pem" -o kv.tls_auth_clients=no 2>&1)
 rc=$?
-checkout kv_tls_missing_cert_file "1:weft: error: kv: TLS: [kv] tls_cert_file $dir/missing.pem: No such file or directory" \
-  "$rc:$(head -1 <<<"$out")"
+checkout kv_tls_missing_cert_file "2:weft: error: kv: TLS: [kv] tls_cert_file $dir/missing.pem: No such file or directory" \
+  "$rc:$(head -1 <<<"$out" | sed -E 's/^[0-9]+ [0-9]{2} [A-Z][a-z]{2} [0-9]{4} [0-9:.]+ //')"
 out=$(timeout 10 "$server" -o kv.tls_listen=127.0.0.1:0 "${tls_keys[@]}" 2>&1)
 checkout kv_tls_auth_clients_needs_ca yes \
   "$(grep -q '\[kv\] tls_auth_clients = yes needs \[kv\] tls_ca_cert_file' <<<"$out" && echo yes || echo no)"

@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include <weft/channel_option.h>
+#include <weft/log.h>
 #include <weft/loop.h>
 #include <weft/msg.h>
 #include <weft/pipeline.h>
@@ -124,6 +125,17 @@ const char *weft_channel_transport_name(const weft_channel *ch);
  */
 int weft_channel_remote_address(const weft_channel *ch, char *buf, size_t len);
 int weft_channel_local_address(const weft_channel *ch, char *buf, size_t len);
+
+/**
+ * Logs a message about `ch` (weft_log), prefixed with the channel's id and,
+ * where the transport knows it, the peer's address:
+ * "channel 7 (peer 127.0.0.1:53312): <message>", so an operator can tell
+ * which client a line is about. Nothing is formatted when `level` is not
+ * enabled. The loop thread of `ch` (it asks the transport for the address).
+ */
+void weft_channel_log(const weft_channel *ch, weft_log_level level,
+                      const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /**
  * Starts a write at the tail of the pipeline: `msg` (one reference) passes

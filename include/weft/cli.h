@@ -69,7 +69,13 @@ typedef struct weft_cli {
   const char *const *sections; /* the sections the program reads, weft's
                                   ("loop", "transport", "server",
                                   "client") and its own ("kv"), for
-                                  --help; NULL-terminated; NULL = all */
+                                  --help and to refuse (-o) or warn of
+                                  (file, environment) a key of another
+                                  section; NULL-terminated; NULL = all */
+  const char *const *unread;   /* keys of those sections the program does
+                                  not use, "section.key=what it reads
+                                  instead", NULL-terminated, or NULL
+                                  (weft_config.unread_keys) */
   weft_config_section_cb app;  /* the application's sections, or NULL */
   void *app_arg;
   /* private: what weft_cli_option collected */
@@ -92,9 +98,14 @@ int weft_cli_option(weft_cli *cli, int opt, const char *arg);
  * Applies the configuration in order of precedence, lowest first: the file
  * from -c, the WEFT_* environment (weft_config_apply_env, for weft's keys,
  * the transports' and cfg->app_keys), then each -o in command-line order,
- * then checks the relations between keys. Stops at the first error, which
- * it prints as "<prog>: <message>" to stderr. Returns 0, or the error
- * (WEFT_EBADCONF, or the file's open error).
+ * then checks the relations between keys. A key of a section the program
+ * does not read, or one of its `unread` keys, is an error with -o and is
+ * ignored with an info line (weft_log) from the file or the environment,
+ * which a server and its clients may share; a WEFT_* variable that names
+ * no setting (a misspelling) is warned of with the closest name, except
+ * WEFT_LOG_LEVEL, WEFT_LEAK_DETECT, WEFT_BENCH_LOOP_STATS and WEFT_TEST_*.
+ * Stops at the first error, which it prints as "<prog>: <message>" to stderr.
+ * Returns 0, or the error (WEFT_EBADCONF, or the file's open error).
  */
 int weft_cli_configure(weft_cli *cli, weft_config *cfg);
 

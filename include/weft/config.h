@@ -92,6 +92,19 @@ typedef struct weft_config {
    * the table does not list is refused with the valid ones named, before
    * the application's callback is asked, and apply_env reads every key. */
   const weft_config_key *app_keys;
+  /* What the program reads, so that a setting it would ignore is not taken
+   * silently (weft_cli sets both from its own fields; NULL = no check).
+   * `read_sections`: NULL-terminated names, weft's and the application's.
+   * `unread_keys`: NULL-terminated "section.key=what is read instead"
+   * ("server.listen=[kv] rpc_listen and [kv] resp_listen") for keys of a
+   * read section that the program does not use. Such a key given with -o
+   * is an error (WEFT_EBADCONF, naming what is read instead); from a file
+   * or the environment, which several programs may share (a server's and
+   * its clients' keys in one file), it is ignored with an info line
+   * (weft_log; WEFT_LOG_LEVEL=info shows it). --help leaves unread keys
+   * out. */
+  const char *const *read_sections;
+  const char *const *unread_keys;
 } weft_config;
 
 /**

@@ -27,18 +27,21 @@ typedef enum weft_log_level {
 typedef void (*weft_log_cb)(weft_log_level level, const char *msg, void *arg);
 
 /**
- * Replaces the log handler; NULL restores the default (stderr, prefixed with
- * "weft: <level>:"). Any thread, any time: a message logged at that moment
- * goes to the old handler or the new one, and the old handler may still
- * be running one when this returns (keep its `arg` valid a while, or set
- * handlers while no loop runs).
+ * Replaces the log handler; NULL restores the default: one line on stderr
+ * per message, as Redis' log writes them, "<pid> <date> <time.ms> weft:
+ * <level>: <message>" ("4242 27 Nov 2026 17:23:18.123 weft: warn: channel
+ * 7 (peer 127.0.0.1:53312): ..."), in local time. Any thread, any time: a
+ * message logged at that moment goes to the old handler or the new one, and the
+ * old handler may still be running one when this returns (keep its `arg` valid
+ * a while, or set handlers while no loop runs).
  */
 void weft_log_set_handler(weft_log_cb cb, void *arg);
 
 /**
  * Sets the most verbose level that is delivered (default WEFT_LOG_WARN, or
  * the WEFT_LOG_LEVEL environment variable: error, warn, info, debug, read at
- * the first log call). Any thread.
+ * the first log call; another value is reported on stderr and warn is
+ * used). Any thread.
  */
 void weft_log_set_level(weft_log_level level);
 

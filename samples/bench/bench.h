@@ -345,6 +345,14 @@ void bench_opts_defaults(void);
 /** A size: N, NK or NM (1 to 16M); fails on anything else. */
 size_t bench_parse_size(const char *s);
 
+/** A whole number of `what` (an option's name, for the message) from min to
+ * max; anything else (trailing text, out of range) fails with exit 2. */
+long bench_parse_long(const char *what, const char *s, long min, long max);
+
+/** Seconds, a decimal number from min to max, else fails with exit 2. */
+double bench_parse_seconds(const char *what, const char *s, double min,
+                           double max);
+
 /** -p: the patterns of a comma list (replacing the set). */
 void bench_opts_patterns(const char *list);
 

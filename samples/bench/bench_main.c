@@ -4,6 +4,7 @@
  * of the options lives here; what the program does is in bench.h. */
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -134,7 +135,7 @@ static void parse_long(int opt, char **argv) {
   bench_opts *o = &bench_opt;
   switch (opt) {
   case OPT_WARM_SECONDS:
-    o->warm_seconds = atof(optarg);
+    o->warm_seconds = bench_parse_seconds("--warm-seconds", optarg, 0, 3600);
     break;
   case OPT_RATE:
     bench_opts_rates(optarg);
@@ -143,13 +144,13 @@ static void parse_long(int opt, char **argv) {
     o->rate_size = bench_parse_size(optarg);
     break;
   case OPT_IDLE_CONNS:
-    o->idle_conns = atoi(optarg);
+    o->idle_conns = (int)bench_parse_long("--idle-conns", optarg, 1, 1000000);
     break;
   case OPT_IDLE_SECONDS:
-    o->idle_seconds = atof(optarg);
+    o->idle_seconds = bench_parse_seconds("--idle-seconds", optarg, 0, 3600);
     break;
   case OPT_SERVER_LOOPS:
-    o->server_loops = atoi(optarg);
+    o->server_loops = (int)bench_parse_long("--server-loops", optarg, 1, 1024);
     break;
   case OPT_ROLE:
     if (!bench_opts_role(optarg))
@@ -159,10 +160,10 @@ static void parse_long(int opt, char **argv) {
     snprintf(o->host, sizeof o->host, "%s", optarg);
     break;
   case OPT_PORT:
-    o->port = atoi(optarg);
+    o->port = (int)bench_parse_long("--port", optarg, 0, 65535);
     break;
   case OPT_SERVER_PID:
-    o->server_pid = (pid_t)atoi(optarg);
+    o->server_pid = (pid_t)bench_parse_long("--server-pid", optarg, 1, INT_MAX);
     break;
   case OPT_CSV:
     o->csv = optarg;
@@ -222,16 +223,16 @@ static int parse_args(int argc, char **argv, const weft_config *cfg,
       bench_opts_sizes(optarg);
       break;
     case 'r':
-      bench_opt.reps = atoi(optarg);
+      bench_opt.reps = (int)bench_parse_long("-r", optarg, 1, 1000);
       break;
     case 'n':
-      bench_opt.iters = atol(optarg);
+      bench_opt.iters = bench_parse_long("-n", optarg, 1, LONG_MAX);
       break;
     case 'w':
-      bench_opt.warmup = atol(optarg);
+      bench_opt.warmup = bench_parse_long("-w", optarg, 0, LONG_MAX);
       break;
     case 't':
-      bench_opt.seconds = atof(optarg);
+      bench_opt.seconds = bench_parse_seconds("-t", optarg, 0.001, 86400);
       break;
     case 'q':
       bench_opt.quiet = true;

@@ -5,6 +5,7 @@
  * config file's), and the checks before the run. Main thread, before the
  * run. */
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,34 @@ size_t bench_parse_size(const char *s) {
   if (end == s || *end != '\0' || v < 1 || v > 16 * 1048576.0)
     bench_fail("bad size %s", s);
   return (size_t)v;
+}
+
+long bench_parse_long(const char *what, const char *s, long min, long max) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end != '\0' || errno != 0 || v < min || v > max) {
+    fprintf(stderr,
+            "weft-bench: %s: \"%s\" is not a whole number from %ld "
+            "to %ld\n",
+            what, s, min, max);
+    exit(2);
+  }
+  return v;
+}
+
+double bench_parse_seconds(const char *what, const char *s, double min,
+                           double max) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || !(v >= min && v <= max)) {
+    fprintf(stderr,
+            "weft-bench: %s: \"%s\" is not a number of seconds "
+            "from %g to %g\n",
+            what, s, min, max);
+    exit(2);
+  }
+  return v;
 }
 
 static void split(const char *list, void (*each)(const char *item)) {
@@ -145,9 +174,10 @@ static void add_config(const char *spec, int default_bp) {
   if (len == 0 || len >= sizeof cf->transport || memchr(spec, '+', len))
     bench_fail("bad configuration %s (TRANSPORT[+tls][:BUSY_POLL_US])", spec);
   memcpy(cf->transport, spec, len);
-  cf->busy_poll_us = colon ? atoi(colon + 1) : default_bp;
-  if (cf->busy_poll_us < -1)
-    bench_fail("bad busy-poll window in %s", spec);
+  /* -1 spins for ever; the bound is weft's [loop] busy_poll_us range. */
+  cf->busy_poll_us = colon ? (int)bench_parse_long("-S busy-poll window (µs)",
+                                                   colon + 1, -1, 1000000)
+                           : default_bp;
   snprintf(cf->mode, sizeof cf->mode, "weft");
   char name[sizeof cf->transport + 4];
   snprintf(name, sizeof name, "%s%s", cf->transport, cf->tls ? "+tls" : "");

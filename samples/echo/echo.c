@@ -135,9 +135,10 @@ typedef struct client_run {
   echo_opts opts;
   pthread_mutex_t lock;
   pthread_cond_t done_cond;
-  long done;     /* channels finished */
-  long failed;   /* channels that failed */
-  uint64_t *rtt; /* all round trips, ns: connections * count */
+  long done;       /* channels finished */
+  long failed;     /* channels that failed */
+  uint64_t *rtt;   /* all round trips, ns: connections * count */
+  const char *uri; /* the server's address, for messages */
 } client_run;
 
 typedef struct client_conn {
@@ -222,7 +223,8 @@ static void client_connected(weft_channel *ch, int status, void *arg) {
   client_conn *c = arg;
   if (status == 0)
     return;
-  fprintf(stderr, "weft-echo: connect: %s\n", weft_strerror(status));
+  fprintf(stderr, "weft-echo: connect to %s: %s\n", c->run->uri,
+          weft_strerror(status));
   conn_finish(c, false);
   c->run = NULL;
   if (ch == NULL) /* no channel, so no handler_removed will free c */
@@ -256,6 +258,7 @@ static void print_rtts(uint64_t *rtt, size_t n, const echo_opts *o,
 static int run_client(weft_loop_group *group, const weft_config *cfg,
                       const echo_opts *o, const char *uri) {
   client_run run = {.opts = *o,
+                    .uri = uri,
                     .lock = PTHREAD_MUTEX_INITIALIZER,
                     .done_cond = PTHREAD_COND_INITIALIZER};
   run.rtt = calloc((size_t)(o->connections * o->count), sizeof *run.rtt);
@@ -321,13 +324,19 @@ int main(int argc, char **argv) {
     return 1;
   }
   weft_server *srv = NULL;
+  bool config_error = false;
   char uri[WEFT_CONFIG_URI_MAX + 16];
   if (server || demo) {
     if (demo) /* any free port, on loopback */
       weft_config_set(&cfg, "demo", "server", "listen", "127.0.0.1:0", NULL,
                       NULL, uri, sizeof uri);
-    if ((rc = start_server(group, &cfg, &srv)) < 0)
+    if ((rc = start_server(group, &cfg, &srv)) < 0) {
+      /* the setting to change: a configuration error, status 2 */
+      fprintf(stderr, "weft-echo: [server] listen = %s: %s\n", cfg.listen,
+              weft_strerror(rc));
+      config_error = true;
       goto out;
+    }
     weft_server_address(srv, uri, sizeof uri);
     fprintf(stderr, "weft-echo: listening on %s\n", uri);
   } else {
@@ -346,5 +355,5 @@ out:
   weft_loop_group_stop(group);
   int join = weft_loop_group_join(group);
   weft_loop_group_free(group);
-  return rc < 0 || join < 0 ? 1 : 0;
+  return config_error ? 2 : rc < 0 || join < 0 ? 1 : 0;
 }

@@ -150,7 +150,8 @@ static void print_value(const kv_reply *r, bool raw, int indent) {
 
 /* ---- configuration ---- */
 
-static const char *const sections[] = {"loop", "transport", "client", NULL};
+static const char *const sections[] = {"loop", "transport", "client", "kv",
+                                       NULL};
 
 static weft_cli cli = {
     .prog = "weft-kv",
@@ -190,6 +191,7 @@ static weft_cli cli = {
                 "weft-kv --tls --cacert ca.pem --connect 127.0.0.1:7002 get "
                 "greeting",
     .sections = sections,
+    .unread = kv_client_unread,
     .app = other_sections};
 
 /* Returns the index of the command in argv, 0 when --help was answered,

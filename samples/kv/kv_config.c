@@ -103,6 +103,40 @@ const weft_config_key kv_config_keys[] = {
      "slot map from --connect and route each key to its node"},
     {NULL, NULL, NULL, NULL}};
 
+#define SERVER_KEY(k) "kv." k "=nothing: [kv] " k " is weft-kv-server's"
+const char *const kv_client_unread[] = {
+    SERVER_KEY("rpc_listen"),
+    SERVER_KEY("resp_listen"),
+    "kv.requirepass=[kv] password (requirepass is the server's)",
+    SERVER_KEY("user"),
+    "kv.user_password=[kv] password (user_password is the server's)",
+    SERVER_KEY("protected_mode"),
+    SERVER_KEY("tls_listen"),
+    SERVER_KEY("tls_rpc_listen"),
+    "kv.tls_cert_file=[kv] tls_client_cert_file (tls_cert_file is the "
+    "server's)",
+    "kv.tls_key_file=[kv] tls_client_key_file (tls_key_file is the server's)",
+    SERVER_KEY("tls_auth_clients"),
+    SERVER_KEY("tls_min_protocol"),
+    SERVER_KEY("tls_handshake_timeout_ms"),
+    SERVER_KEY("tls_ktls"),
+    SERVER_KEY("max_value_bytes"),
+    SERVER_KEY("stripes"),
+    SERVER_KEY("expire_hz"),
+    NULL};
+
+#define CLIENT_KEY(k) "kv." k "=nothing: [kv] " k " is the clients'"
+const char *const kv_server_unread[] = {
+    "server.listen=[kv] rpc_listen, resp_listen, tls_listen and "
+    "tls_rpc_listen",
+    "kv.password=[kv] requirepass (password is the clients')",
+    CLIENT_KEY("client_user"),
+    CLIENT_KEY("client_tls"),
+    CLIENT_KEY("tls_client_cert_file"),
+    CLIENT_KEY("tls_client_key_file"),
+    CLIENT_KEY("client_sni"),
+    NULL};
+
 /* The index of the name `in` starts with as a whole word, or n. */
 static size_t name_at(const char *in, const kv_config_name *names, size_t n) {
   for (size_t i = 0; i < n; i++) {

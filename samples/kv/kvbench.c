@@ -645,8 +645,8 @@ static void free_conns(bench *b) {
 
 /* ---- command line ---- */
 
-static const char *const sections[] = {"loop", "transport", "client", "kvbench",
-                                       NULL};
+static const char *const sections[] = {"loop", "transport", "client",
+                                       "kv",   "kvbench",   NULL};
 
 static weft_cli cli = {
     .prog = "weft-kvbench",
@@ -690,6 +690,7 @@ static weft_cli cli = {
                 "weft-kvbench --connect uring://127.0.0.1:7001 -o "
                 "kvbench.pipeline=64 --json",
     .sections = sections,
+    .unread = kv_client_unread,
     .app = config_section};
 
 typedef struct cli_flags {

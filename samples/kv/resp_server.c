@@ -62,9 +62,8 @@ static void resp_check(resp_conn *c, int rc) {
   if (rc >= 0 || c->broken)
     return;
   c->broken = true;
-  weft_log(WEFT_LOG_WARN, "kv: RESP channel %llu: cannot write a reply: %s",
-           (unsigned long long)weft_channel_id(weft_ctx_channel(c->ctx)),
-           weft_strerror(rc));
+  weft_channel_log(weft_ctx_channel(c->ctx), WEFT_LOG_WARN,
+                   "kv: RESP: cannot write a reply: %s", weft_strerror(rc));
 }
 
 /* Makes room for `n` bytes: the current buffer goes down the pipeline when
@@ -377,8 +376,8 @@ static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
     return;
   if (c->closing)
     return;
-  weft_log(WEFT_LOG_INFO, "kv: RESP channel %llu: %s; closing",
-           (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)), reason);
+  weft_channel_log(weft_ctx_channel(ctx), WEFT_LOG_INFO,
+                   "kv: RESP: %s; closing", reason);
   char msg[256];
   int n = snprintf(msg, sizeof msg, "ERR %s", reason);
   resp_error_text(c, msg, n < (int)sizeof msg ? (size_t)n : sizeof msg - 1);

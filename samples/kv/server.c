@@ -318,6 +318,9 @@ static int bind_all(kv_server *srv, const weft_config *cfg) {
     rc = bind_one(srv, cfg, l[i].uri, l[i].init,
                   l[i].resp ? "-ERR max number of clients reached\r\n" : NULL,
                   l[i].tls, l[i].out);
+    if (rc < 0) /* the setting to change, beside the library's own line */
+      weft_log(WEFT_LOG_ERROR, "kv: [kv] %s = %s: %s", l[i].key, l[i].uri,
+               weft_strerror(rc));
   }
   if (rc < 0)
     for (int i = 0; i < KV_LISTENER_COUNT_; i++) {

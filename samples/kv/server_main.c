@@ -40,6 +40,7 @@ static weft_cli cli = {
                 "kv.tls_cert_file=server.pem -o kv.tls_key_file=server.key "
                 "-o kv.tls_auth_clients=no",
     .sections = sections,
+    .unread = kv_server_unread,
     .app = kv_server_config_section};
 
 /* Options, then file, environment and -o. Returns 0 to run, 1 when --help
@@ -61,8 +62,11 @@ static int configure(int argc, char **argv, weft_config *cfg,
   return 0;
 }
 
-/* The selector's counters of every loop, for a benchmark's log. */
+/* The selector's counters of every loop, for a benchmark's log: at
+ * WEFT_LOG_LEVEL=debug only, since an operator's stop needs no such line. */
 static void print_loop_stats(weft_loop_group *group) {
+  if (weft_log_get_level() < WEFT_LOG_DEBUG)
+    return;
   for (int i = 0; i < weft_loop_group_size(group); i++) {
     weft_loop_stats st;
     weft_loop_stats_get(weft_loop_group_get(group, i), &st);
@@ -141,5 +145,7 @@ int main(int argc, char **argv) {
   if (rc == 0)
     kv_server_close(srv);
   weft_loop_group_free(group);
-  return rc < 0 || join < 0 ? 1 : 0;
+  /* A listener or TLS setting the server could not use is a configuration
+   * error: status 2, as for a bad key. */
+  return rc < 0 ? 2 : join < 0 ? 1 : 0;
 }

@@ -107,8 +107,8 @@ static bool add_tls(weft_channel *ch, kv_server *srv) {
   int rc = weft_tls_add_first(weft_channel_pipeline(ch), srv->tls, NULL);
   if (rc == 0)
     return true;
-  weft_log(WEFT_LOG_WARN, "kv: channel %llu: cannot add the TLS handler: %s",
-           (unsigned long long)weft_channel_id(ch), weft_strerror(rc));
+  weft_channel_log(ch, WEFT_LOG_WARN, "kv: cannot add the TLS handler: %s",
+                   weft_strerror(rc));
   weft_channel_close(ch, WEFT_PROMISE_NONE);
   return false;
 }

@@ -7,11 +7,36 @@ here=$(cd "$(dirname "$0")" && pwd)
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
-export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$prefix/lib/$(gcc -print-multiarch)/pkgconfig"
-export LD_LIBRARY_PATH="$prefix/lib:$prefix/lib/$(gcc -print-multiarch)"
-cc -o "$prefix/pc_consumer" "$here/consumer.c" $(pkg-config --cflags --libs weft)
+# The paths the README gives: an install with --prefix puts the library
+# and weft.pc under lib/ (GNUInstallDirs uses lib/<multiarch> only for /usr).
+pcdir="$prefix/lib/pkgconfig"
+[ -f "$pcdir/weft.pc" ] || { echo "no weft.pc in $pcdir"; exit 1; }
+export PKG_CONFIG_PATH="$pcdir"
+export LD_LIBRARY_PATH="$prefix/lib"
+
+# A user of the shared library needs none of weft's private packages:
+# pkg-config sees weft.pc alone, CMake finds neither OpenSSL nor pkg-config.
+flags=$(PKG_CONFIG_LIBDIR="$pcdir" PKG_CONFIG_PATH= pkg-config --cflags --libs weft)
+case "$flags" in
+*-I/usr*) echo "weft.pc leaks a dependency's include path: $flags"; exit 1 ;;
+esac
+cc -o "$prefix/pc_consumer" "$here/consumer.c" $flags
 "$prefix/pc_consumer"
-cmake -S "$here" -B "$prefix/cm" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here" \
+  -B "$prefix/cm_shared" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON >/dev/null
+cmake --build "$prefix/cm_shared" >/dev/null
+"$prefix/cm_shared/consumer"
+
+# The static library, with its dependencies: pkg-config --static, and
+# CMake's weft::weft_static (find_package(weft COMPONENTS static)).
+libs=$(pkg-config --static --libs weft | sed 's/-lweft\b//')
+cc -o "$prefix/pc_consumer_static" "$here/consumer.c" \
+  $(pkg-config --cflags weft) "$prefix/lib/libweft.a" $libs
+"$prefix/pc_consumer_static"
+cmake -S "$here" -B "$prefix/cm" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DWEFT_CONSUMER_STATIC=ON >/dev/null
 cmake --build "$prefix/cm" >/dev/null
 "$prefix/cm/consumer"
 "$prefix/cm/consumer_static"
