@@ -312,30 +312,45 @@ static int node_arg(const kv_call *c, kv_cluster *cl, const kv_arg *a) {
 
 /* SETSLOT slot NODE id: the slot's owner changes, here (every node must be
  * told: there is no gossip). The migration marks end where Redis ends them:
- * importing when this node takes the slot, migrating when it gives it. */
+ * importing when this node takes the slot, migrating when it gives it.
+ * Giving a slot away needs it empty; the check and the change are one step
+ * under every stripe lock: the gate routes a keyed command under its keys'
+ * stripe locks (cluster.c), so a write is either seen by the check (and
+ * the slot kept) or routed after the change (MOVED), never acknowledged
+ * here and then stranded behind MOVED. */
 static void setslot_node(const kv_call *c, kv_cluster *cl, unsigned slot,
                          int node) {
+  kv_txn t;
+  bool locked = kv_txn_lock_all(&t, c->store);
   uint8_t was = owner_of(cl, slot);
-  if (was == cl->myself && (unsigned)node != cl->myself &&
-      keys_in_slot(c->store, slot, 0, NULL) != 0) {
+  int64_t keys = 0;
+  if (was == cl->myself && (unsigned)node != cl->myself)
+    keys = keys_in_slot(c->store, slot, 0, NULL);
+  if (keys == 0) {
+    /* The owner first, then the marks (seq_cst): the gate reads them in
+     * the other order (cluster.c, route), so a command that sees the
+     * migration over sees the new owner too. */
+    atomic_store(&cl->owner[slot], (uint8_t)node);
+    if ((unsigned)node == cl->myself)
+      atomic_store(&cl->importing[slot], KV_CLUSTER_NO_NODE);
+    else
+      atomic_store(&cl->migrating[slot], KV_CLUSTER_NO_NODE);
+    if (was != node) {
+      uint64_t e = atomic_fetch_add(&cl->epoch, 1) + 1;
+      atomic_store(&cl->node_epoch[node], e);
+    }
+  }
+  if (locked)
+    kv_txn_unlock(&t);
+  if (keys < 0)
+    return kv_reply_store_error(c, (int)keys);
+  if (keys > 0) {
     char msg[128];
     snprintf(msg, sizeof msg,
              "ERR Can't assign hashslot %u to a different node while I "
              "still hold keys for this hash slot.",
              slot);
     return c->ops->error(c->w, msg);
-  }
-  /* The owner first, then the marks (seq_cst): the gate reads them in
-   * the other order (cluster.c, route), so a command that sees the
-   * migration over sees the new owner too. */
-  atomic_store(&cl->owner[slot], (uint8_t)node);
-  if ((unsigned)node == cl->myself)
-    atomic_store(&cl->importing[slot], KV_CLUSTER_NO_NODE);
-  else
-    atomic_store(&cl->migrating[slot], KV_CLUSTER_NO_NODE);
-  if (was != node) {
-    uint64_t e = atomic_fetch_add(&cl->epoch, 1) + 1;
-    atomic_store(&cl->node_epoch[node], e);
   }
   c->ops->simple(c->w, "OK");
 }

@@ -534,6 +534,18 @@ void kv_txn_lock(kv_txn *t);
 void kv_txn_unlock(kv_txn *t);
 
 /**
+ * Holds every stripe of `store` for this thread, for a check and a change
+ * that must be one step against every command (CLUSTER SETSLOT NODE: no
+ * key of the slot left, then the new owner). When this thread runs a
+ * transaction on `store` already (EXEC), that one must hold every stripe
+ * (the command that calls this is queued as a whole-store one): returns
+ * false and locks nothing. Otherwise initialises `t` with every stripe,
+ * locks it (kv_txn_lock) and returns true: the caller unlocks it with
+ * kv_txn_unlock. Blocks every other command of the store meanwhile.
+ */
+bool kv_txn_lock_all(kv_txn *t, kv_store *store);
+
+/**
  * The Redis error text (without the "ERR " prefix) for an error a command
  * returned: WEFT_EINVAL -> "value is not an integer or out of range" (the
  * only EINVAL a well-formed command gets; the server rejects bad SET flags
