@@ -523,8 +523,10 @@ void kv_txn_init(kv_txn *t, kv_store *store);
  *  command refuses it before locking anything). */
 void kv_txn_add_key(kv_txn *t, const void *key, size_t klen);
 
-/** Adds every stripe: for commands without a key list (FLUSHALL, KEYS,
- *  SCAN, DBSIZE). */
+/** Adds every stripe: for commands that walk the whole store (FLUSHALL,
+ *  KEYS, SCAN, DBSIZE, the server's CLUSTER COUNTKEYSINSLOT,
+ *  GETKEYSINSLOT and SETSLOT NODE); a walk holding only some stripes
+ *  would lock the others while holding those, out of index order. */
 void kv_txn_add_all(kv_txn *t);
 
 /** Locks the collected stripes in index order, for this thread. */
