@@ -202,6 +202,25 @@ static void fill(peer *p, int n) {
   }
 }
 
+/* Starts node `n` with `keys` padding keys, `p` connected to it. */
+static void start_filled(node *n, peer *p, int keys) {
+  node_start(n);
+  peer_connect(p, n);
+  fill(p, keys);
+}
+
+static void stop_filled(node *n, peer *p) {
+  close(p->fd);
+  node_stop(n);
+}
+
+/* A client thread's end: its connection closed, one client less running. */
+static void *client_done(peer *p, progress *pg) {
+  close(p->fd);
+  atomic_fetch_sub(&pg->running, 1);
+  return NULL;
+}
+
 /* ---- 1: a transaction whose commands walk the whole store ---- */
 
 /* What each transaction runs after its SET: every command that walks all
@@ -220,7 +239,7 @@ static const char *const walks[] = {
 
 typedef struct txn_client {
   progress *pg;
-  int port, id, rounds;
+  int id, rounds;
   node *n;
 } txn_client;
 
@@ -245,9 +264,7 @@ static void *txn_loop(void *arg) {
       break; /* an EXEC refused: the assertion below reports it */
   }
 out:
-  close(p.fd);
-  atomic_fetch_sub(&tc->pg->running, 1);
-  return NULL;
+  return client_done(&p, tc->pg);
 }
 
 /* Two clients on two loops, each running MULTI; SET {t}...; <a command
@@ -257,26 +274,22 @@ out:
  * abort on store_internal.h's assertion instead). */
 START_TEST(kv_cluster_exec_with_store_walk_never_deadlocks) {
   node n;
-  node_start(&n);
   peer p;
-  peer_connect(&p, &n);
-  fill(&p, 3000);
+  start_filled(&n, &p, 3000);
   progress pg = {0};
   int rounds = (int)(400 * th_test_scale()) + 20;
   txn_client tc[2];
   pthread_t th[2];
   atomic_store(&pg.running, 2);
   for (int i = 0; i < 2; i++) {
-    tc[i] = (txn_client){
-        .pg = &pg, .port = n.port, .id = i, .rounds = rounds, .n = &n};
+    tc[i] = (txn_client){.pg = &pg, .id = i, .rounds = rounds, .n = &n};
     ck_assert_int_eq(pthread_create(&th[i], NULL, txn_loop, &tc[i]), 0);
   }
   watch(&pg, "MULTI/EXEC with store walks");
   for (int i = 0; i < 2; i++)
     pthread_join(th[i], NULL);
   ck_assert_uint_eq(atomic_load(&pg.replies), 2ull * 4 * (uint64_t)rounds);
-  close(p.fd);
-  node_stop(&n);
+  stop_filled(&n, &p);
 }
 END_TEST
 
@@ -304,9 +317,7 @@ static void *writer_loop(void *arg) {
       break;
     atomic_fetch_add(&w->pg->replies, 1);
   }
-  close(p.fd);
-  atomic_fetch_sub(&w->pg->running, 1);
-  return NULL;
+  return client_done(&p, w->pg);
 }
 
 /* SETSLOT <slot> NODE b while a client on the other loop writes keys of
@@ -319,13 +330,11 @@ static void *writer_loop(void *arg) {
  * lock. */
 START_TEST(kv_cluster_setslot_node_never_strands_a_write) {
   node n;
-  node_start(&n);
   peer p;
-  peer_connect(&p, &n);
+  start_filled(&n, &p, 20000);
   char r[128];
   peer_call(&p, "CLUSTER KEYSLOT s\r\n", r, sizeof r);
   ck_assert_str_eq(r, ":3828");
-  fill(&p, 20000);
   progress pg = {0};
   writer w = {.pg = &pg, .n = &n};
   atomic_store(&pg.running, 1);
@@ -363,8 +372,7 @@ START_TEST(kv_cluster_setslot_node_never_strands_a_write) {
   watch(&pg, "the writer's end");
   pthread_join(th, NULL);
   ck_assert_int_gt(refused + given, 0);
-  close(p.fd);
-  node_stop(&n);
+  stop_filled(&n, &p);
 }
 END_TEST
 
