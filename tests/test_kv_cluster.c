@@ -200,6 +200,14 @@ START_TEST(kv_cluster_state_file_round_trip_and_epochs) {
   ck_assert_int_eq(kv_cluster_state_load(c, err, sizeof err), 0);
   ck_assert_uint_eq(atomic_load(&c->owner[99]), KV_CLUSTER_NO_NODE);
   ck_assert_uint_eq(atomic_load(&c->owner[5]), 1);
+  ck_assert_uint_eq(atomic_load(&c->migrating[7]), 1);
+  kv_cluster_free(c);
+
+  /* a's line edited to give slot 7 to nobody: its MIGRATING mark goes
+   * (a node migrates only a slot it owns). */
+  c = two_nodes("a", path, "0-6,8-99");
+  ck_assert_int_eq(kv_cluster_state_load(c, err, sizeof err), 0);
+  ck_assert_uint_eq(atomic_load(&c->migrating[7]), KV_CLUSTER_NO_NODE);
   kv_cluster_free(c);
 
   /* Node b reading a's file: refused, naming the file and line. */

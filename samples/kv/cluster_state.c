@@ -222,7 +222,9 @@ static int read_file(reader *r, FILE *f) {
 
 /* Takes what the file says into `c`: its epochs, the claims of nodes
  * whose epoch is above the [cluster] lines' current epoch, this node's
- * marks. */
+ * marks where they still make sense (MIGRATING on a slot it owns,
+ * IMPORTING on one it does not: an edited line can have moved the slot,
+ * and a stale mark would show as an open slot in CLUSTER NODES). */
 static void merge(kv_cluster *c, const loaded *l) {
   uint64_t lines_epoch = atomic_load(&c->epoch), current = l->current;
   for (size_t i = 0; i < c->n_nodes; i++) {
@@ -237,8 +239,9 @@ static void merge(kv_cluster *c, const loaded *l) {
     uint8_t f = l->owner[s];
     if (f != KV_CLUSTER_NO_NODE && l->epoch[f] > lines_epoch)
       atomic_store(&c->owner[s], f);
-    atomic_store(&c->migrating[s], l->migrating[s]);
-    atomic_store(&c->importing[s], l->importing[s]);
+    bool mine = atomic_load(&c->owner[s]) == c->myself;
+    atomic_store(&c->migrating[s], mine ? l->migrating[s] : KV_CLUSTER_NO_NODE);
+    atomic_store(&c->importing[s], mine ? KV_CLUSTER_NO_NODE : l->importing[s]);
   }
 }
 
