@@ -17,7 +17,9 @@
 # remote machines (default /usr/local/bin/weft-kv-server, where
 # `cmake --install` puts it); DIR the directory there for each node's
 # config, log and pid (default /tmp/weft-kv-cluster). Node I's files are
-# nodeI.ini, nodeI.log and nodeI.pid, so several nodes may share a host.
+# nodeI.ini, nodeI.log and nodeI.pid, so several nodes may share a host;
+# a node keeps its slot map in nodeI.nodes.conf ([cluster] config_file),
+# which start removes: a new cluster begins from its node lines.
 #
 # A node on a non-loopback address without a password refuses other hosts
 # (protected mode), so start needs WEFT_KV_REQUIREPASS in the environment
@@ -111,7 +113,7 @@ start_nodes() {
       printf 'resp_listen = %s:%s\nrpc_listen = %s:%s\n' "$h" "$resp" "$h" "$rpc"
       printf '[cluster]\nenabled = yes\nmyself = node%s\n' "$i"
       node_lines
-    } | on "$h" "mkdir -p $(printf %q "$dir") && cat > $(printf %q "$dir/node$i.ini")"
+    } | on "$h" "mkdir -p $(printf %q "$dir") && rm -f $(printf %q "$dir/node$i.nodes.conf") && cat > $(printf %q "$dir/node$i.ini")"
     # The password travels in the environment of the remote shell's stdin
     # script, not in its arguments.
     printf 'export WEFT_KV_REQUIREPASS=%q\ncd %q\nnohup %q -c node%s.ini%s </dev/null >node%s.log 2>&1 &\necho $! >node%s.pid\n' \

@@ -3,7 +3,11 @@
  * own answers, and the [cluster] config lines with their error texts. */
 #include "harness.h"
 
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <weft/error.h>
 
@@ -168,10 +172,105 @@ START_TEST(kv_config_every_kv_key_has_its_readers) {
 }
 END_TEST
 
+START_TEST(kv_cluster_config_file_default_beside_ini) {
+  kv_cluster_options o;
+  kv_cluster_options_init(&o);
+  ck_assert_int_eq(kv_cluster_default_config_file(&o, "/etc/weft/node1.ini"),
+                   0);
+  ck_assert_str_eq(o.config_file, "/etc/weft/node1.nodes.conf");
+  kv_cluster_options_init(&o);
+  ck_assert_int_eq(kv_cluster_default_config_file(&o, "dir.d/kv"), 0);
+  ck_assert_str_eq(o.config_file, "dir.d/kv.nodes.conf");
+  kv_cluster_options_init(&o);
+  ck_assert_int_eq(kv_cluster_default_config_file(&o, NULL), 0);
+  ck_assert_str_eq(o.config_file, "");
+  char err[64];
+  ck_assert_int_eq(
+      kv_cluster_config_key(&o, "config_file", "/x/a.conf", err, sizeof err),
+      0);
+  ck_assert_int_eq(kv_cluster_default_config_file(&o, "b.ini"), 0);
+  ck_assert_str_eq(o.config_file, "/x/a.conf"); /* set: kept */
+}
+END_TEST
+
+/* Nodes a (slots 0-99) and b (100-199), this node `me`, state in `path`. */
+static kv_cluster *two_nodes(const char *me, const char *path,
+                             const char *a_slots) {
+  kv_cluster_options o;
+  kv_cluster_options_init(&o);
+  char err[512], line[128];
+  ck_assert_int_eq(key(&o, "enabled", "yes", err, sizeof err), 0);
+  ck_assert_int_eq(key(&o, "myself", me, err, sizeof err), 0);
+  snprintf(line, sizeof line, "a 127.0.0.1:7001 slots=%s", a_slots);
+  ck_assert_int_eq(key(&o, "node", line, err, sizeof err), 0);
+  ck_assert_int_eq(
+      key(&o, "node", "b 127.0.0.1:7002 slots=100-199", err, sizeof err), 0);
+  ck_assert_int_eq(key(&o, "config_file", path, err, sizeof err), 0);
+  kv_cluster *c;
+  ck_assert_int_eq(kv_cluster_new(&c, &o), 0);
+  return c;
+}
+
+/* What a SETSLOT NODE changed comes back from the state file; a claim no
+ * SETSLOT made (an epoch of the lines) yields to an edited line. */
+START_TEST(kv_cluster_state_file_round_trip_and_epochs) {
+  char path[] = "/tmp/weft-kv-state-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  close(fd);
+  char err[KV_CLUSTER_PATH_MAX + 256];
+  kv_cluster *c = two_nodes("a", path, "0-99");
+  /* SETSLOT 5 NODE b, as cluster_cmd.c does it. */
+  atomic_store(&c->owner[5], 1);
+  atomic_store(&c->node_epoch[1], atomic_fetch_add(&c->epoch, 1) + 1);
+  atomic_store(&c->migrating[7], 1);
+  ck_assert_int_eq(kv_cluster_state_save(c, err, sizeof err), 0);
+  kv_cluster_free(c);
+
+  /* The restart: slot 5 is b's (epoch 3 > the lines' 2), 7 still
+   * migrating, the epochs as saved. */
+  c = two_nodes("a", path, "0-99");
+  ck_assert_int_eq(kv_cluster_state_load(c, err, sizeof err), 0);
+  ck_assert_uint_eq(atomic_load(&c->owner[5]), 1);
+  ck_assert_uint_eq(atomic_load(&c->owner[6]), 0);
+  ck_assert_uint_eq(atomic_load(&c->migrating[7]), 1);
+  ck_assert_uint_eq(atomic_load(&c->epoch), 3);
+  ck_assert_uint_eq(atomic_load(&c->node_epoch[1]), 3);
+  ck_assert_uint_eq(atomic_load(&c->node_epoch[0]), 1);
+  kv_cluster_free(c);
+
+  /* a's line edited to end at 98: the file's claim of 99 for a has a's
+   * epoch 1, one of the lines' own, so the edited line wins and 99 has no
+   * owner; slot 5 stays b's (a SETSLOT's claim). */
+  c = two_nodes("a", path, "0-98");
+  ck_assert_int_eq(kv_cluster_state_load(c, err, sizeof err), 0);
+  ck_assert_uint_eq(atomic_load(&c->owner[99]), KV_CLUSTER_NO_NODE);
+  ck_assert_uint_eq(atomic_load(&c->owner[5]), 1);
+  ck_assert_uint_eq(atomic_load(&c->migrating[7]), 1);
+  kv_cluster_free(c);
+
+  /* a's line edited to give slot 7 to nobody: its MIGRATING mark goes
+   * (a node migrates only a slot it owns). */
+  c = two_nodes("a", path, "0-6,8-99");
+  ck_assert_int_eq(kv_cluster_state_load(c, err, sizeof err), 0);
+  ck_assert_uint_eq(atomic_load(&c->migrating[7]), KV_CLUSTER_NO_NODE);
+  kv_cluster_free(c);
+
+  /* Node b reading a's file: refused, naming the file and line. */
+  c = two_nodes("b", path, "0-99");
+  ck_assert_int_eq(kv_cluster_state_load(c, err, sizeof err), WEFT_EBADCONF);
+  ck_assert_ptr_nonnull(strstr(err, ":2: not node b's state file"));
+  kv_cluster_free(c);
+  unlink(path);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite(
       "kv_cluster", "core", 30, kv_cluster_crc16_matches_spec_vector,
       kv_cluster_keyslot_matches_redis, kv_cluster_config_reads_nodes_and_slots,
       kv_cluster_config_errors_name_the_valid_form,
-      kv_config_every_kv_key_has_its_readers, NULL);
+      kv_config_every_kv_key_has_its_readers,
+      kv_cluster_config_file_default_beside_ini,
+      kv_cluster_state_file_round_trip_and_epochs, NULL);
 }

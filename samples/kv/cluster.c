@@ -29,6 +29,9 @@ int kv_cluster_new(kv_cluster **out, const kv_cluster_options *o) {
     atomic_init(&c->importing[s], KV_CLUSTER_NO_NODE);
   }
   atomic_init(&c->epoch, o->n_nodes);
+  memcpy(c->config_file, o->config_file, sizeof c->config_file);
+  pthread_mutex_init(&c->save_lock, NULL);
+  atomic_init(&c->save_failed, false);
   *out = c;
   return 0;
 }
@@ -36,7 +39,44 @@ int kv_cluster_new(kv_cluster **out, const kv_cluster_options *o) {
 void kv_cluster_free(kv_cluster *c) {
   if (c == NULL)
     return;
+  pthread_mutex_destroy(&c->save_lock);
   free(c);
+}
+
+static uint8_t owner_of(const kv_cluster *c, size_t slot) {
+  return atomic_load_explicit(&c->owner[slot], memory_order_relaxed);
+}
+
+size_t kv_cluster_run_end(const kv_cluster *c, size_t first) {
+  uint8_t o = owner_of(c, first);
+  size_t last = first;
+  while (last + 1 < KV_CLUSTER_SLOTS && owner_of(c, last + 1) == o)
+    last++;
+  return last;
+}
+
+void kv_cluster_node_line(FILE *f, const kv_cluster *c, size_t i, int64_t now) {
+  const kv_cluster_node *n = &c->nodes[i];
+  bool me = i == c->myself;
+  fprintf(f, "%s %s:%d@%d %s - 0 %lld %llu connected", n->id, n->host, n->port,
+          n->rpc_port, me ? "myself,master" : "master",
+          me ? 0ll : (long long)now,
+          (unsigned long long)atomic_load(&c->node_epoch[i]));
+  for (size_t s = 0; s < KV_CLUSTER_SLOTS;) {
+    size_t last = kv_cluster_run_end(c, s);
+    if (owner_of(c, s) == i)
+      fprintf(f, s == last ? " %zu" : " %zu-%zu", s, last);
+    s = last + 1;
+  }
+  for (size_t s = 0; me && s < KV_CLUSTER_SLOTS; s++) {
+    uint8_t to = atomic_load(&c->migrating[s]);
+    uint8_t from = atomic_load(&c->importing[s]);
+    if (to != KV_CLUSTER_NO_NODE)
+      fprintf(f, " [%zu->-%s]", s, c->nodes[to].id);
+    if (from != KV_CLUSTER_NO_NODE)
+      fprintf(f, " [%zu-<-%s]", s, c->nodes[from].id);
+  }
+  fputc('\n', f);
 }
 
 size_t kv_cluster_slots_assigned(const kv_cluster *c) {

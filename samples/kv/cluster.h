@@ -5,7 +5,10 @@
  * node's config ([cluster] node lines, cluster_config.c): there is no
  * gossip and no failover, so every node knows the same map from the start
  * and learns changes only from CLUSTER SETSLOT, which an operator sends
- * to every node (scripts/kv-cluster.sh starts such a cluster).
+ * to every node (scripts/kv-cluster.sh starts such a cluster), and from
+ * its state file at a restart (cluster_state.c, Redis' nodes.conf: the
+ * map, epochs and migrations it knew, merged over the lines by config
+ * epoch).
  *
  * Every command that names keys passes kv_cluster_admit (cluster.c)
  * before it runs or is queued in MULTI: keys of several slots get
@@ -24,10 +27,12 @@
 #ifndef WEFT_SAMPLES_KV_CLUSTER_H
 #define WEFT_SAMPLES_KV_CLUSTER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <weft/config.h>
 
@@ -43,6 +48,9 @@
 #define KV_CLUSTER_HOST_MAX 256
 /** No node (a slot nobody serves, no migration). */
 #define KV_CLUSTER_NO_NODE 0xFF
+/** Longest path of the state file ([cluster] config_file), bytes with the
+ *  NUL. */
+#define KV_CLUSTER_PATH_MAX 1024
 
 /** One node of the cluster, from a [cluster] node line. */
 typedef struct kv_cluster_node {
@@ -63,8 +71,11 @@ typedef struct kv_cluster_options {
   char myself[KV_CLUSTER_NAME_MAX + 1]; /* [cluster] myself: a node name */
   size_t n_nodes;                       /* [cluster] node lines so far */
   kv_cluster_node nodes[KV_CLUSTER_NODES_MAX];
-  uint8_t owner[KV_CLUSTER_SLOTS]; /* node index per slot, or
-                                      KV_CLUSTER_NO_NODE */
+  uint8_t owner[KV_CLUSTER_SLOTS];       /* node index per slot, or
+                                            KV_CLUSTER_NO_NODE */
+  char config_file[KV_CLUSTER_PATH_MAX]; /* [cluster] config_file: the
+                                            state file (cluster_state.c);
+                                            "" = not kept */
 } kv_cluster_options;
 
 /** Fills `o` with the defaults: disabled, no nodes, no slot assigned. */
@@ -72,8 +83,10 @@ void kv_cluster_options_init(kv_cluster_options *o);
 
 /**
  * One key of the [cluster] section (kv_server_config_section hands them
- * on): `enabled` (yes/no), `myself` (a node name), `node` (one node per
- * line; the key repeats):
+ * on): `enabled` (yes/no), `myself` (a node name), `config_file` (the
+ * state file's path, at most KV_CLUSTER_PATH_MAX - 1 bytes; see
+ * kv_cluster_default_config_file), `node` (one node per line; the key
+ * repeats):
  *
  *     node = NAME HOST:PORT [rpc=HOST:PORT] [slots=A-B,C,...] [id=HEX40]
  *
@@ -88,6 +101,16 @@ void kv_cluster_options_init(kv_cluster_options *o);
  */
 int kv_cluster_config_key(kv_cluster_options *o, const char *key,
                           const char *value, char *err, size_t err_len);
+
+/**
+ * The default of [cluster] config_file, for a server configured from the
+ * INI file `ini` (NULL or "" when there is none): beside it, its name
+ * without the extension plus ".nodes.conf" (node1.ini: node1.nodes.conf),
+ * as Redis keeps nodes.conf beside its config. Leaves a config_file that
+ * was set alone. Returns 0, or WEFT_EINVAL when the path would exceed
+ * KV_CLUSTER_PATH_MAX.
+ */
+int kv_cluster_default_config_file(kv_cluster_options *o, const char *ini);
 
 /**
  * Checks what single lines cannot: with `enabled`, `myself` names a node.
@@ -109,6 +132,12 @@ typedef struct kv_cluster {
   _Atomic uint8_t importing[KV_CLUSTER_SLOTS]; /* from node, or NO_NODE */
   _Atomic uint64_t epoch;                      /* cluster_current_epoch */
   _Atomic uint64_t node_epoch[KV_CLUSTER_NODES_MAX]; /* config epochs */
+  /* The state file (cluster_state.c): its path ("" = none), a lock that
+   * orders its writers, and whether the last write failed (the live map
+   * then differs from what a restart would load: cluster_state:fail). */
+  char config_file[KV_CLUSTER_PATH_MAX];
+  pthread_mutex_t save_lock;
+  _Atomic bool save_failed;
 } kv_cluster;
 
 /**
@@ -125,5 +154,44 @@ size_t kv_cluster_slots_assigned(const kv_cluster *c);
 
 /** The node named by `id` (its 40-digit id, or its name), or -1. */
 int kv_cluster_find_node(const kv_cluster *c, const void *id, size_t len);
+
+/** The last slot of the run of slots from `first` that have its owner. */
+size_t kv_cluster_run_end(const kv_cluster *c, size_t first);
+
+/**
+ * Writes node `i`'s line of CLUSTER NODES to `f`: id, ip:port@cport,
+ * flags, master, ping sent, pong received (`now`, Unix ms; 0 in the state
+ * file), config epoch, link state, slots; for this node also its
+ * migrations, "[slot->-id]" and "[slot-<-id]". The state file holds the
+ * same lines. Any thread.
+ */
+void kv_cluster_node_line(FILE *f, const kv_cluster *c, size_t i, int64_t now);
+
+/**
+ * The state file (cluster_state.c), Redis' nodes.conf for this cluster:
+ * what the node knows of the slot map, the config epochs and its own
+ * migrations. kv_cluster_state_load merges it into `c` (just made by
+ * kv_cluster_new from the [cluster] lines): a slot claimed in the file by
+ * a node whose config epoch is above the [cluster] lines' current epoch
+ * (the node count: a claim a CLUSTER SETSLOT NODE made since) overrides
+ * the lines' owner; the file's epochs and this node's MIGRATING and
+ * IMPORTING marks are taken. A missing file is no error (a first start).
+ * Returns 0, or WEFT_EBADCONF with "FILE:LINE: what is wrong; what is
+ * valid" in `err`, or the open/read error (negative errno as weft code)
+ * with the file named. Before the server's loops use `c`.
+ */
+int kv_cluster_state_load(kv_cluster *c, char *err, size_t err_len);
+
+/**
+ * Writes the node's state to its file as Redis saves nodes.conf: to FILE
+ * plus ".tmp", fsync, rename over FILE, fsync of the directory, so a
+ * crash leaves the old file or the new one. Writers are serialised (the
+ * save lock), and each writes the state as it is when it holds the lock,
+ * so the last write has every change. Returns 0 (also without a file), or
+ * a negative weft error with the path and the failing step in `err`; sets
+ * or clears save_failed. Any thread: a loop thread blocks for the write
+ * and the fsyncs (CLUSTER SETSLOT is an operator's command, as in Redis).
+ */
+int kv_cluster_state_save(kv_cluster *c, char *err, size_t err_len);
 
 #endif

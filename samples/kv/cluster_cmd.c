@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <weft/error.h>
+#include <weft/log.h>
 
 #include "cluster.h"
 
@@ -51,19 +52,10 @@ static uint8_t owner_of(const kv_cluster *cl, size_t slot) {
   return atomic_load_explicit(&cl->owner[slot], memory_order_relaxed);
 }
 
-/* The end of the run of slots from `first` that have its owner. */
-static size_t run_end(const kv_cluster *cl, size_t first) {
-  uint8_t o = owner_of(cl, first);
-  size_t last = first;
-  while (last + 1 < KV_CLUSTER_SLOTS && owner_of(cl, last + 1) == o)
-    last++;
-  return last;
-}
-
 /* Runs of slots with an owner, and when `node` is not NO_NODE only its. */
 static size_t count_runs(const kv_cluster *cl, uint8_t node) {
   size_t n = 0;
-  for (size_t s = 0; s < KV_CLUSTER_SLOTS; s = run_end(cl, s) + 1) {
+  for (size_t s = 0; s < KV_CLUSTER_SLOTS; s = kv_cluster_run_end(cl, s) + 1) {
     uint8_t o = owner_of(cl, s);
     n += o != KV_CLUSTER_NO_NODE && (node == KV_CLUSTER_NO_NODE || o == node);
   }
@@ -87,7 +79,7 @@ static void slots_node(const kv_call *c, const kv_cluster_node *n) {
 static void cluster_slots(const kv_call *c, kv_cluster *cl) {
   c->ops->array(c->w, count_runs(cl, KV_CLUSTER_NO_NODE));
   for (size_t s = 0; s < KV_CLUSTER_SLOTS;) {
-    size_t last = run_end(cl, s);
+    size_t last = kv_cluster_run_end(cl, s);
     uint8_t o = owner_of(cl, s);
     if (o != KV_CLUSTER_NO_NODE) {
       c->ops->array(c->w, 3);
@@ -115,7 +107,7 @@ static void cluster_shards(const kv_call *c, kv_cluster *cl) {
     kv_reply_cstr(c, "slots");
     c->ops->array(c->w, 2 * count_runs(cl, (uint8_t)i));
     for (size_t s = 0; s < KV_CLUSTER_SLOTS;) {
-      size_t last = run_end(cl, s);
+      size_t last = kv_cluster_run_end(cl, s);
       if (owner_of(cl, s) == i) {
         c->ops->integer(c->w, (int64_t)s);
         c->ops->integer(c->w, (int64_t)last);
@@ -137,33 +129,6 @@ static void cluster_shards(const kv_call *c, kv_cluster *cl) {
   }
 }
 
-/* One node's line of CLUSTER NODES: id, ip:port@cport, flags, master, ping
- * sent, pong received, config epoch, link state, slots; for this node
- * also its migrations, "[slot->-id]" and "[slot-<-id]". */
-static void nodes_line(FILE *f, const kv_cluster *cl, size_t i, int64_t now) {
-  const kv_cluster_node *n = &cl->nodes[i];
-  bool me = i == cl->myself;
-  fprintf(f, "%s %s:%d@%d %s - 0 %lld %llu connected", n->id, n->host, n->port,
-          n->rpc_port, me ? "myself,master" : "master",
-          me ? 0ll : (long long)now,
-          (unsigned long long)atomic_load(&cl->node_epoch[i]));
-  for (size_t s = 0; s < KV_CLUSTER_SLOTS;) {
-    size_t last = run_end(cl, s);
-    if (owner_of(cl, s) == i)
-      fprintf(f, s == last ? " %zu" : " %zu-%zu", s, last);
-    s = last + 1;
-  }
-  for (size_t s = 0; me && s < KV_CLUSTER_SLOTS; s++) {
-    uint8_t to = atomic_load(&cl->migrating[s]);
-    uint8_t from = atomic_load(&cl->importing[s]);
-    if (to != KV_CLUSTER_NO_NODE)
-      fprintf(f, " [%zu->-%s]", s, cl->nodes[to].id);
-    if (from != KV_CLUSTER_NO_NODE)
-      fprintf(f, " [%zu-<-%s]", s, cl->nodes[from].id);
-  }
-  fputc('\n', f);
-}
-
 /* Closes `f` (an open_memstream of `*buf`, `*len`: both are set only by
  * the close) and sends what it holds as a verbatim string, as Redis sends
  * CLUSTER NODES and CLUSTER INFO. */
@@ -182,12 +147,14 @@ static void cluster_nodes(const kv_call *c, kv_cluster *cl) {
   if (f == NULL)
     return kv_reply_store_error(c, WEFT_ENOMEM);
   for (size_t i = 0; i < cl->n_nodes; i++)
-    nodes_line(f, cl, i, kv_unix_ms());
+    kv_cluster_node_line(f, cl, i, kv_unix_ms());
   reply_stream(c, f, &buf, &len);
 }
 
 /* CLUSTER INFO: the state is "ok" when every slot has an owner (Redis'
- * cluster-require-full-coverage yes); no gossip, so no messages. */
+ * cluster-require-full-coverage yes) and the state file holds the map
+ * served (else a restart would bring back another: the node knows its
+ * map is not what it would serve); no gossip, so no messages. */
 static void cluster_info(const kv_call *c, kv_cluster *cl) {
   size_t assigned = kv_cluster_slots_assigned(cl), size = 0;
   for (size_t i = 0; i < cl->n_nodes; i++)
@@ -205,8 +172,11 @@ static void cluster_info(const kv_call *c, kv_cluster *cl) {
           "cluster_my_epoch:%llu\r\ncluster_stats_messages_sent:0\r\n"
           "cluster_stats_messages_received:0\r\n"
           "total_cluster_links_buffer_limit_exceeded:0\r\n",
-          assigned == KV_CLUSTER_SLOTS ? "ok" : "fail", assigned, assigned,
-          cl->n_nodes, size, (unsigned long long)atomic_load(&cl->epoch),
+          assigned == KV_CLUSTER_SLOTS && !atomic_load(&cl->save_failed)
+              ? "ok"
+              : "fail",
+          assigned, assigned, cl->n_nodes, size,
+          (unsigned long long)atomic_load(&cl->epoch),
           (unsigned long long)atomic_load(&cl->node_epoch[cl->myself]));
   reply_stream(c, f, &buf, &len);
 }
@@ -310,14 +280,55 @@ static int node_arg(const kv_call *c, kv_cluster *cl, const kv_arg *a) {
   return n;
 }
 
+/* After a SETSLOT changed the map: writes the state file (a restart loads
+ * it) and answers OK, or an error saying the change holds here but was
+ * not saved (CLUSTER INFO says cluster_state:fail until a save works). */
+static void reply_saved(const kv_call *c, kv_cluster *cl) {
+  char err[KV_CLUSTER_PATH_MAX + 128];
+  if (kv_cluster_state_save(cl, err, sizeof err) == 0)
+    return c->ops->simple(c->w, "OK");
+  weft_log(WEFT_LOG_ERROR, "kv: cluster state not saved: %s", err);
+  kv_reply_errorf(c,
+                  "ERR the slot map changed here but was not saved, a "
+                  "restart would undo it: %s",
+                  err);
+}
+
 /* SETSLOT slot NODE id: the slot's owner changes, here (every node must be
  * told: there is no gossip). The migration marks end where Redis ends them:
- * importing when this node takes the slot, migrating when it gives it. */
+ * importing when this node takes the slot, migrating when it gives it.
+ * Giving a slot away needs it empty; the check and the change are one step
+ * under every stripe lock: the gate routes a keyed command under its keys'
+ * stripe locks (cluster.c), so a write is either seen by the check (and
+ * the slot kept) or routed after the change (MOVED), never acknowledged
+ * here and then stranded behind MOVED. */
 static void setslot_node(const kv_call *c, kv_cluster *cl, unsigned slot,
                          int node) {
+  kv_txn t;
+  bool locked = kv_txn_lock_all(&t, c->store);
   uint8_t was = owner_of(cl, slot);
-  if (was == cl->myself && (unsigned)node != cl->myself &&
-      keys_in_slot(c->store, slot, 0, NULL) != 0) {
+  int64_t keys = 0;
+  if (was == cl->myself && (unsigned)node != cl->myself)
+    keys = keys_in_slot(c->store, slot, 0, NULL);
+  if (keys == 0) {
+    /* The owner first, then the marks (seq_cst): the gate reads them in
+     * the other order (cluster.c, route), so a command that sees the
+     * migration over sees the new owner too. */
+    atomic_store(&cl->owner[slot], (uint8_t)node);
+    if ((unsigned)node == cl->myself)
+      atomic_store(&cl->importing[slot], KV_CLUSTER_NO_NODE);
+    else
+      atomic_store(&cl->migrating[slot], KV_CLUSTER_NO_NODE);
+    if (was != node) {
+      uint64_t e = atomic_fetch_add(&cl->epoch, 1) + 1;
+      atomic_store(&cl->node_epoch[node], e);
+    }
+  }
+  if (locked)
+    kv_txn_unlock(&t);
+  if (keys < 0)
+    return kv_reply_store_error(c, (int)keys);
+  if (keys > 0) {
     char msg[128];
     snprintf(msg, sizeof msg,
              "ERR Can't assign hashslot %u to a different node while I "
@@ -325,19 +336,7 @@ static void setslot_node(const kv_call *c, kv_cluster *cl, unsigned slot,
              slot);
     return c->ops->error(c->w, msg);
   }
-  /* The owner first, then the marks (seq_cst): the gate reads them in
-   * the other order (cluster.c, route), so a command that sees the
-   * migration over sees the new owner too. */
-  atomic_store(&cl->owner[slot], (uint8_t)node);
-  if ((unsigned)node == cl->myself)
-    atomic_store(&cl->importing[slot], KV_CLUSTER_NO_NODE);
-  else
-    atomic_store(&cl->migrating[slot], KV_CLUSTER_NO_NODE);
-  if (was != node) {
-    uint64_t e = atomic_fetch_add(&cl->epoch, 1) + 1;
-    atomic_store(&cl->node_epoch[node], e);
-  }
-  c->ops->simple(c->w, "OK");
+  reply_saved(c, cl);
 }
 
 /* CLUSTER SETSLOT slot IMPORTING id | MIGRATING id | STABLE | NODE id. */
@@ -353,7 +352,7 @@ static void cluster_setslot(const kv_call *c, kv_cluster *cl) {
       return kv_reply_syntax(c);
     atomic_store(&cl->migrating[slot], KV_CLUSTER_NO_NODE);
     atomic_store(&cl->importing[slot], KV_CLUSTER_NO_NODE);
-    return c->ops->simple(c->w, "OK");
+    return reply_saved(c, cl);
   }
   bool mig = kv_arg_is(how, "MIGRATING"), imp = kv_arg_is(how, "IMPORTING");
   if ((!mig && !imp && !kv_arg_is(how, "NODE")) || c->argc != 4)
@@ -379,7 +378,7 @@ static void cluster_setslot(const kv_call *c, kv_cluster *cl) {
     return setslot_node(c, cl, (unsigned)slot, node);
   atomic_store(mig ? &cl->migrating[slot] : &cl->importing[slot],
                (uint8_t)node);
-  c->ops->simple(c->w, "OK");
+  reply_saved(c, cl);
 }
 
 /* ---- CLUSTER ---- */

@@ -1,7 +1,8 @@
 /* The [cluster] section of weft-kv-server's config (cluster.h): the
- * switch, which node this server is, and one line per node with its
- * addresses and slots. Each line is checked as it is read, so an error
- * names the file and line (the config code's prefix) and says what is
+ * switch, which node this server is, one line per node with its
+ * addresses and slots, and where the node keeps its slot map
+ * (config_file, cluster_state.c). Each line is checked as it is read, so an
+ * error names the file and line (the config code's prefix) and says what is
  * valid. */
 #include "cluster.h"
 
@@ -22,6 +23,22 @@
 void kv_cluster_options_init(kv_cluster_options *o) {
   memset(o, 0, sizeof *o);
   memset(o->owner, KV_CLUSTER_NO_NODE, sizeof o->owner);
+}
+
+int kv_cluster_default_config_file(kv_cluster_options *o, const char *ini) {
+  if (o->config_file[0] != '\0' || ini == NULL || ini[0] == '\0')
+    return 0;
+  const char *base = strrchr(ini, '/');
+  base = base != NULL ? base + 1 : ini;
+  const char *dot = strrchr(base, '.');
+  size_t stem = dot != NULL && dot != base ? (size_t)(dot - ini) : strlen(ini);
+  int n = snprintf(o->config_file, sizeof o->config_file, "%.*s.nodes.conf",
+                   (int)stem, ini);
+  if (n < 0 || (size_t)n >= sizeof o->config_file) {
+    o->config_file[0] = '\0';
+    return WEFT_EINVAL;
+  }
+  return 0;
 }
 
 /* The default id of node `name`: SHA-256("weft-kv-cluster " name) in hex,
@@ -259,6 +276,15 @@ int kv_cluster_config_key(kv_cluster_options *o, const char *key,
   }
   if (strcmp(key, "node") == 0)
     return parse_node(o, value, err, err_len);
+  if (strcmp(key, "config_file") == 0) {
+    if (strlen(value) >= sizeof o->config_file) {
+      snprintf(err, err_len, "expected a path of at most %zu bytes",
+               sizeof o->config_file - 1);
+      return WEFT_EINVAL;
+    }
+    strcpy(o->config_file, value);
+    return 0;
+  }
   return WEFT_ENOENT;
 }
 

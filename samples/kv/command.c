@@ -149,7 +149,7 @@ static const kv_command table[KV_CMD_COUNT_] = {
                        kv_cmd_config},
     [KV_CMD_QUIT] = {KV_CMD_QUIT, -1, F | NOAUTH | NOQ, 0, 0, 0, "connection",
                      "1.0.0", "Closes the connection.", kv_cmd_quit},
-    [KV_CMD_CLUSTER] = {KV_CMD_CLUSTER, -2, 0, 0, 0, 0, "cluster", "3.0.0",
+    [KV_CMD_CLUSTER] = {KV_CMD_CLUSTER, -2, ALL, 0, 0, 0, "cluster", "3.0.0",
                         "A container for Redis Cluster commands.",
                         kv_cmd_cluster},
     [KV_CMD_ASKING] = {KV_CMD_ASKING, 1, F, 0, 0, 0, "cluster", "3.0.0",

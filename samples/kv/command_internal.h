@@ -25,8 +25,14 @@ enum kv_command_flags {
                                QUIT) */
   KV_CF_NOQUEUE = 1u << 3,  /* runs at once in MULTI (MULTI, EXEC,
                                DISCARD, QUIT) */
-  KV_CF_ALLKEYS = 1u << 4,  /* touches the whole store: EXEC locks every
-                               stripe (KEYS, SCAN, DBSIZE, FLUSHALL) */
+  KV_CF_ALLKEYS = 1u << 4,  /* may walk the whole store: EXEC locks every
+                               stripe up front, in index order (KEYS, SCAN,
+                               DBSIZE, FLUSHALL, and CLUSTER for its
+                               COUNTKEYSINSLOT, GETKEYSINSLOT and SETSLOT
+                               NODE); a walk inside a transaction holding
+                               only some stripes would lock the others in
+                               order while holding its own: an ABBA with
+                               another loop's transaction */
   KV_CF_FAST = 1u << 5,     /* O(1) or O(log n) ("fast") */
 };
 

@@ -82,6 +82,10 @@ const weft_config_key kv_config_keys[] = {
      "one line per node (the key repeats): NAME HOST:PORT "
      "[rpc=HOST:PORT] [slots=FIRST-LAST,...] [id=40 hex digits]; HOST:PORT "
      "is its RESP address, slots from 0 to 16383, each given once"},
+    {"cluster", "config_file", "",
+     "the node's state file (Redis' nodes.conf: slot map and epochs, "
+     "written at every CLUSTER SETSLOT, loaded at start); empty = beside "
+     "the -c file, its name without the extension plus .nodes.conf"},
     {"kvbench", "workload", "A",
      "A (50/50 read/update), B (95/5) or C (read only)"},
     {"kvbench", "records", "100000", "keys in the key space, an integer > 0"},

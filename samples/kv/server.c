@@ -232,6 +232,26 @@ static void protected_notice(const kv_server *srv, const weft_server *ws,
              key, a);
 }
 
+/* The cluster's state file at start: loaded over the [cluster] lines,
+ * then written back at once, as Redis writes nodes.conf when it starts, so
+ * a path the server cannot write stops it now rather than at the first
+ * CLUSTER SETSLOT. */
+static int cluster_state_start(kv_cluster *c) {
+  char err[KV_CLUSTER_PATH_MAX + 512];
+  if (c->config_file[0] == '\0') {
+    weft_log(WEFT_LOG_WARN,
+             "kv: [cluster] config_file is not set (no -c file to derive it "
+             "from): CLUSTER SETSLOT changes are lost at a restart");
+    return 0;
+  }
+  int rc = kv_cluster_state_load(c, err, sizeof err);
+  if (rc == 0)
+    rc = kv_cluster_state_save(c, err, sizeof err);
+  if (rc < 0)
+    weft_log(WEFT_LOG_ERROR, "kv: [cluster] config_file: %s", err);
+  return rc;
+}
+
 /* Fills srv->shared: the store is made, the passwords hashed. Logs and
  * returns an error for bad [kv] settings. */
 static int shared_init(kv_server *srv, const weft_config *cfg) {
@@ -260,6 +280,8 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
       return rc;
     }
     if ((rc = kv_cluster_new(&sh->cluster, &srv->opts.cluster)) < 0)
+      return rc;
+    if ((rc = cluster_state_start(sh->cluster)) < 0)
       return rc;
   }
   sh->multi_max_bytes = kv_multi_limit(srv->opts.max_value_bytes);

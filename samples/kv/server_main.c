@@ -59,6 +59,15 @@ static int configure(int argc, char **argv, weft_config *cfg,
     weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[first]);
     return -1;
   }
+  /* [cluster] config_file defaults to a file beside the -c file. */
+  if (o->cluster.enabled &&
+      kv_cluster_default_config_file(&o->cluster, cli.file) < 0) {
+    fprintf(stderr,
+            "weft-kv-server: [cluster] config_file: the default beside %s "
+            "would be longer than %d bytes; set config_file\n",
+            cli.file, KV_CLUSTER_PATH_MAX - 1);
+    return -1;
+  }
   return 0;
 }
 

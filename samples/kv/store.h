@@ -523,8 +523,10 @@ void kv_txn_init(kv_txn *t, kv_store *store);
  *  command refuses it before locking anything). */
 void kv_txn_add_key(kv_txn *t, const void *key, size_t klen);
 
-/** Adds every stripe: for commands without a key list (FLUSHALL, KEYS,
- *  SCAN, DBSIZE). */
+/** Adds every stripe: for commands that walk the whole store (FLUSHALL,
+ *  KEYS, SCAN, DBSIZE, the server's CLUSTER COUNTKEYSINSLOT,
+ *  GETKEYSINSLOT and SETSLOT NODE); a walk holding only some stripes
+ *  would lock the others while holding those, out of index order. */
 void kv_txn_add_all(kv_txn *t);
 
 /** Locks the collected stripes in index order, for this thread. */
@@ -532,6 +534,18 @@ void kv_txn_lock(kv_txn *t);
 
 /** Unlocks them. */
 void kv_txn_unlock(kv_txn *t);
+
+/**
+ * Holds every stripe of `store` for this thread, for a check and a change
+ * that must be one step against every command (CLUSTER SETSLOT NODE: no
+ * key of the slot left, then the new owner). When this thread runs a
+ * transaction on `store` already (EXEC), that one must hold every stripe
+ * (the command that calls this is queued as a whole-store one): returns
+ * false and locks nothing. Otherwise initialises `t` with every stripe,
+ * locks it (kv_txn_lock) and returns true: the caller unlocks it with
+ * kv_txn_unlock. Blocks every other command of the store meanwhile.
+ */
+bool kv_txn_lock_all(kv_txn *t, kv_store *store);
 
 /**
  * The Redis error text (without the "ERR " prefix) for an error a command

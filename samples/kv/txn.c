@@ -42,6 +42,19 @@ void kv_txn_lock(kv_txn *t) {
   kv__txn_active = t;
 }
 
+bool kv_txn_lock_all(kv_txn *t, kv_store *store) {
+  const kv_txn *held = kv__txn_active;
+  if (held != NULL && held->store == store) {
+    /* EXEC of a KV_CF_ALLKEYS command: its transaction holds every stripe
+     * (kv__txn_holds asserts it on each one the caller then touches). */
+    return false;
+  }
+  kv_txn_init(t, store);
+  kv_txn_add_all(t);
+  kv_txn_lock(t);
+  return true;
+}
+
 void kv_txn_unlock(kv_txn *t) {
   assert(kv__txn_active == t && t->locked);
   kv__txn_active = NULL; /* inactive first: the unlocks below are real */
