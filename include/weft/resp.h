@@ -66,11 +66,25 @@ bool weft_resp_arg_equals(const weft_resp_cmd *cmd, size_t i, const char *s);
 
 /** Options of the RESP command decoder. */
 typedef struct weft_resp_options {
-  size_t max_args;    /* elements of one array command; default 1024 */
-  size_t max_bulk;    /* bytes of one bulk string; default 512 KiB */
-  size_t max_command; /* bytes of one whole command as sent; default 1 MiB */
-  size_t max_inline;  /* bytes of one inline command line; default 64 KiB */
+  size_t max_args;      /* elements of one array command; default 1024 */
+  size_t max_bulk;      /* bytes of one bulk string; default 512 KiB */
+  size_t max_command;   /* bytes of one whole command as sent; default 1 MiB */
+  size_t max_inline;    /* bytes of one inline command line; default 64 KiB */
+  bool unauthenticated; /* these are the limits of a client that has not
+                           authenticated yet: max_args and max_bulk are
+                           refused with Redis' texts for those ("Protocol
+                           error: unauthenticated multibulk length",
+                           "... bulk length"); default false */
 } weft_resp_options;
+
+/**
+ * Changes the limits of the RESP decoder named `name` in `p` from its next
+ * command on (a server lifts the unauthenticated limits once AUTH
+ * succeeds). Returns 0, or WEFT_ENOENT when `name` is not a RESP decoder.
+ * Loop thread.
+ */
+int weft_resp_decoder_set_options(weft_pipeline *p, const char *name,
+                                  const weft_resp_options *opts);
 
 /** Fills `o` with the defaults documented on each field. */
 void weft_resp_options_init(weft_resp_options *o);
