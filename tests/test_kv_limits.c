@@ -374,7 +374,7 @@ START_TEST(kv_limits_incomplete_command_times_out) {
   kv_process s = kv_process_start("kv.command_timeout_ms=400");
   int fd = kv_process_connect(s.port);
   int ok = kv_process_connect(s.port);
-  static const char part[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$100\r\nabc";
+  static const char part[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\nabc";
   th_write_all(fd, part, sizeof part - 1);
   bool closed = false;
   for (int i = 0; i < 100 && !closed; i++) { /* a byte each 100 ms */
