@@ -80,12 +80,10 @@ static void send_some(int fd, const void *p, size_t len) {
   }
 }
 
-/* INFO's integer field `name`, asked on a new connection (AUTH first when
- * `auth`). */
-static long info_field(int port, bool auth, const char *name) {
+/* INFO's integer field `name`, asked on a new connection. */
+static long info_field(int port, const char *name) {
   int fd = kv_process_connect(port);
-  const char *cmd = auth ? "AUTH s3cret\r\nINFO memory\r\n" : "INFO memory\r\n";
-  th_write_all(fd, cmd, strlen(cmd));
+  th_write_all(fd, "INFO memory\r\n", 13);
   static char buf[8192];
   long v = -1;
   for (uint64_t end = th_now_ms() + 10000; v < 0 && th_now_ms() < end;) {
@@ -123,6 +121,15 @@ static void hold_partials(int port, int *fds, int n, const char *head,
     send_some(fds[i], filler, body);
   }
   free(filler);
+}
+
+/* hold_partials of a SET k announcing a 1 MiB value, `body` bytes of it
+ * sent. */
+static void hold_partial_sets(int port, int *fds, int n, size_t body) {
+  char head[64];
+  int hl =
+      snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n", BIG);
+  hold_partials(port, fds, n, head, (size_t)hl, body);
 }
 
 static void close_all(int *fds, int n) {
@@ -294,14 +301,11 @@ START_TEST(kv_limits_partial_commands_bounded_server_wide) {
   enum { CLIENTS = 80 };
   kv_process s = kv_process_start("kv.query_buffers_max=50331648");
   long base = kv_process_rss(s.pid);
-  char head[64];
-  int hl =
-      snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n", BIG);
   int fds[CLIENTS];
-  hold_partials(s.port, fds, CLIENTS, head, (size_t)hl, BIG - 100);
+  hold_partial_sets(s.port, fds, CLIENTS, BIG - 100);
   long peak = rss_peak(s.pid, 500);
-  long held = info_field(s.port, false, "weft_query_buffers");
-  long closes = info_field(s.port, false, "weft_query_buffer_closes");
+  long held = info_field(s.port, "weft_query_buffers");
+  long closes = info_field(s.port, "weft_query_buffer_closes");
   fprintf(stderr,
           "%d partial 1 MiB SETs, bound 48 MiB: +%ld KiB, held %ld, "
           "%ld closed\n",
@@ -323,18 +327,14 @@ START_TEST(kv_limits_partial_command_memory_given_back) {
   enum { CLIENTS = 60 };
   kv_process s = kv_process_start("kv.query_buffers_max=0");
   long base = kv_process_rss(s.pid);
-  char head[64];
-  int hl =
-      snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n", BIG);
   int fds[CLIENTS];
   for (int wave = 0; wave < 2; wave++) {
-    hold_partials(s.port, fds, CLIENTS, head, (size_t)hl, BIG - 100);
-    long held = info_field(s.port, false, "weft_query_buffers");
+    hold_partial_sets(s.port, fds, CLIENTS, BIG - 100);
+    long held = info_field(s.port, "weft_query_buffers");
     ck_assert_int_ge(held, CLIENTS * (long)BIG / 2);
     close_all(fds, CLIENTS);
     for (uint64_t end = th_now_ms() + 10000;
-         info_field(s.port, false, "weft_query_buffers") != 0 &&
-         th_now_ms() < end;)
+         info_field(s.port, "weft_query_buffers") != 0 && th_now_ms() < end;)
       th_sleep_ms(50);
   }
   long after = kv_process_rss(s.pid);
@@ -353,11 +353,8 @@ END_TEST
  * passes it. */
 START_TEST(kv_limits_client_query_buffer_limit) {
   kv_process s = kv_process_start("kv.client_query_buffer_limit=200000");
-  char head[64];
-  int hl =
-      snprintf(head, sizeof head, "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%d\r\n", BIG);
   int fd;
-  hold_partials(s.port, &fd, 1, head, (size_t)hl, 300000);
+  hold_partial_sets(s.port, &fd, 1, 300000);
   ck_assert(closed_within(fd, 10000));
   ck_assert_int_eq(kv_process_log_count(&s, "over [kv] "
                                             "client_query_buffer_limit "

@@ -163,9 +163,29 @@ START_TEST(resp_reply_encoders_write_resp3) {
 }
 END_TEST
 
+/* `wire`, fed byte by byte, must close the channel with `err` and the
+ * reason text (the tail logs it), without allocating above a limit. */
+static void check_refused(const char *wire, int err, const char *reason) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_pool_stats before, after;
+  weft_pool_stats_get(weft_embedded_pool(e), &before);
+  th_log_capture_start();
+  feed(e, wire, strlen(wire), FEED_BYTES, 0);
+  th_log_capture_stop();
+  weft_pool_stats_get(weft_embedded_pool(e), &after);
+  ck_assert_msg(weft_embedded_exception(e, 0) == err, "%s: got %d", wire,
+                weft_embedded_exception(e, 0));
+  ck_assert_msg(th_log_count(reason) == 1, "want \"%s\" in the log:\n%s",
+                reason, th_log_text());
+  ck_assert_uint_eq(after.unpooled, before.unpooled);
+  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
+  ck_assert_ptr_null(weft_embedded_read_inbound(e));
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+
 /* Each input must close the channel with its error and Redis' reason
- * text (the tail logs it), fed byte by byte, without allocating above a
- * limit. */
+ * text, fed byte by byte, without allocating above a limit. */
 START_TEST(resp_refuses_malformed_and_oversized_input) {
   static const struct {
     const char *wire;
@@ -193,25 +213,8 @@ START_TEST(resp_refuses_malformed_and_oversized_input) {
        "Protocol error: invalid bulk length (999999999 bytes, maximum "
        "524288)"},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
-    weft_pool_stats before, after;
-    weft_pool_stats_get(weft_embedded_pool(e), &before);
-    th_log_capture_start();
-    feed(e, cases[c].wire, strlen(cases[c].wire), FEED_BYTES, 0);
-    th_log_capture_stop();
-    weft_pool_stats_get(weft_embedded_pool(e), &after);
-    ck_assert_msg(weft_embedded_exception(e, 0) == cases[c].err,
-                  "case %zu: got %d", c, weft_embedded_exception(e, 0));
-    ck_assert_msg(th_log_count(cases[c].reason) == 1,
-                  "case %zu: want \"%s\" in the log:\n%s", c, cases[c].reason,
-                  th_log_text());
-    ck_assert_uint_eq(after.unpooled, before.unpooled);
-    ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
-  }
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    check_refused(cases[c].wire, cases[c].err, cases[c].reason);
 }
 END_TEST
 
@@ -331,20 +334,8 @@ START_TEST(resp_unauthenticated_limits_and_lifting_them) {
       {"*2\r\n$3\r\nGET\r\n$1048576\r\n",
        "Protocol error: unauthenticated bulk length"},
   };
-  for (size_t c = 0; c < 2; c++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
-    weft_pool_stats before, after;
-    weft_pool_stats_get(weft_embedded_pool(e), &before);
-    th_log_capture_start();
-    feed(e, cases[c].wire, strlen(cases[c].wire), FEED_BYTES, 0);
-    th_log_capture_stop();
-    weft_pool_stats_get(weft_embedded_pool(e), &after);
-    ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
-    ck_assert_int_eq(th_log_count(cases[c].reason), 1);
-    ck_assert_uint_eq(after.unpooled, before.unpooled);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
-  }
+  for (size_t c = 0; c < 2; c++)
+    check_refused(cases[c].wire, WEFT_ETOOLONG, cases[c].reason);
   weft_embedded *e;
   ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
   weft_resp_options lifted;
