@@ -110,7 +110,9 @@ typedef struct hs_watch {
 
 static void hs_event(weft_ctx *ctx, void *event) {
   hs_watch *w = weft_ctx_state(ctx);
-  if (weft_msg_is(event, &weft_tls_event_type) &&
+  /* Not every event is a weft_msg: weft_event_read_resumed is an int. */
+  if (event != &weft_event_read_resumed &&
+      weft_msg_is(event, &weft_tls_event_type) &&
       ((const weft_tls_event *)event)->kind == WEFT_TLS_HANDSHAKE_FAILED)
     w->failed = true;
   weft_ctx_fire_user_event(ctx, event);
