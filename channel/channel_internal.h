@@ -93,6 +93,8 @@ typedef struct weft__limits {
   bool resume_queued;       /* a resume task is on the loop */
   bool output_hit;          /* the output limit fired once */
   size_t output_limit;      /* bytes; 0 = none */
+  size_t output_hit_bytes;  /* queued and unsent when it fired: the log's
+                               figure (by the close some may have left) */
   uint64_t idle_timeout_ns; /* 0 = never */
   weft_timer idle_timer;    /* ticks every idle_timeout_ns / 4 */
   uint32_t activity;        /* reads and sends so far (wraps) */

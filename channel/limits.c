@@ -96,7 +96,7 @@ static void output_limit_task(void *arg) {
     snprintf(reason, sizeof reason,
              "output limit of %zu bytes exceeded: %zu bytes queued and "
              "unsent",
-             ch->limits.output_limit, ch->out.pending_bytes);
+             ch->limits.output_limit, ch->limits.output_hit_bytes);
     weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ENOBUFS, reason);
     if (ch->state == WEFT_CHANNEL_ACTIVE) { /* a handler kept it open */
       weft_channel_log(ch, WEFT_LOG_WARN, "%s; closing", reason);
@@ -111,6 +111,7 @@ void weft__limits_output_exceeded(weft_channel *ch) {
   if (ch->state != WEFT_CHANNEL_ACTIVE)
     return;
   l->output_hit = true;
+  l->output_hit_bytes = ch->out.pending_bytes;
   weft_channel_retain(ch);
   if (weft_loop_execute(ch->loop, output_limit_task, ch) < 0)
     weft_channel_release(ch); /* the loop is finishing: it closes it */

@@ -1,7 +1,10 @@
 /* The cumulating decoder base (see decoder.h). */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <weft/clock.h>
 
 #include <weft/channel.h>
 #include <weft/error.h>
@@ -43,6 +46,83 @@ static void trim_cumulation(weft_decoder *d) {
   if (!d->failed && !d->removed && d->cum != NULL &&
       weft_buf_readable(d->cum) == 0)
     drop_cumulation(d);
+}
+
+/* ---- what the cumulation holds: the watcher and the frame timeout ---- */
+
+static void frame_timer_fire(void *arg);
+
+/* Arms the frame timeout for `delay_ns` (its timer is set up on first
+ * use, on the channel's loop). */
+static void frame_timer_arm(weft_decoder *d, uint64_t delay_ns) {
+  if (d->frame_timer.loop == NULL)
+    weft_timer_init(weft_channel_loop(weft_ctx_channel(d->ctx)),
+                    &d->frame_timer);
+  weft_timer_start(&d->frame_timer, delay_ns, 0, frame_timer_fire, d);
+}
+
+static void frame_timer_stop(weft_decoder *d) {
+  if (d->frame_timer.loop != NULL)
+    weft_timer_stop(&d->frame_timer);
+}
+
+/* Tells the watcher that the cumulation went from d->held to `held`
+ * bytes; its refusal is returned (ignored when `held` is 0). */
+static int tell_watcher(weft_decoder *d, size_t held) {
+  size_t was = d->held;
+  d->held = held;
+  if (d->watch == NULL || was == held)
+    return 0;
+  int rc = d->watch(d, was, held, d->watch_arg);
+  return held > 0 ? rc : 0;
+}
+
+/* After the cumulation may have changed: the watcher hears of it, and a
+ * frame left incomplete starts the frame timeout (once: a frame that
+ * trickles in does not restart it). Returns the watcher's refusal. */
+static int note_held(weft_decoder *d) {
+  size_t held = d->cum != NULL && !d->failed ? d->cum->capacity : 0;
+  bool partial = d->cum != NULL && !d->failed && weft_buf_readable(d->cum) > 0;
+  if (!partial)
+    d->held_since_ns = 0;
+  else if (d->held_since_ns == 0) {
+    d->held_since_ns = weft_now_ns();
+    if (d->frame_timeout_ns > 0 && d->ctx != NULL &&
+        (d->frame_timer.loop == NULL || !weft_timer_active(&d->frame_timer)))
+      frame_timer_arm(d, d->frame_timeout_ns);
+  }
+  return tell_watcher(d, held);
+}
+
+/* A failure from outside decode (the watcher, the timeout, no memory):
+ * input is dropped from here, the watcher hears the cumulation is gone,
+ * and exception_caught fires. */
+static void fail_outside(weft_ctx *ctx, weft_decoder *d, int err,
+                         const char *reason) {
+  d->failed = true;
+  drop_cumulation(d);
+  frame_timer_stop(d);
+  note_held(d);
+  weft_ctx_fire_exception_caught(ctx, err, reason);
+}
+
+static void frame_timer_fire(void *arg) {
+  weft_decoder *d = arg;
+  if (d->failed || d->removed || d->held_since_ns == 0)
+    return;
+  uint64_t age = weft_now_ns() - d->held_since_ns;
+  if (age < d->frame_timeout_ns) { /* a newer frame: its own deadline */
+    frame_timer_arm(d, d->frame_timeout_ns - age);
+    return;
+  }
+  weft_decoder_enter(d);
+  weft_decoder_fail(d, WEFT_ETIMEDOUT,
+                    "incomplete frame of %zu bytes held for %" PRIu64
+                    " ms (timeout %" PRIu64 " ms)",
+                    weft_buf_readable(d->cum), age / 1000000u,
+                    d->frame_timeout_ns / 1000000u);
+  fail_outside(d->ctx, d, WEFT_ETIMEDOUT, d->reason);
+  weft_decoder_leave(d);
 }
 
 /* Makes room for `n` more bytes in the cumulation and appends them. The
@@ -122,9 +202,17 @@ static int decode_all(weft_ctx *ctx, weft_decoder *d, weft_buf *in) {
 }
 
 static void fail_nomem(weft_ctx *ctx, weft_decoder *d) {
-  d->failed = true;
-  drop_cumulation(d);
-  weft_ctx_fire_exception_caught(ctx, WEFT_ENOMEM, "decoder cumulation");
+  fail_outside(ctx, d, WEFT_ENOMEM, "decoder cumulation");
+}
+
+/* The end of an event that read: the watcher hears of the cumulation, and
+ * its refusal fails the decoder. */
+static void settle(weft_ctx *ctx, weft_decoder *d) {
+  if (d->removed)
+    drop_cumulation(d);
+  int rc = note_held(d);
+  if (rc < 0 && !d->removed)
+    fail_outside(ctx, d, rc, d->reason ? d->reason : "decoder cumulation");
 }
 
 void weft_decoder_channel_read(weft_ctx *ctx, void *msg) {
@@ -140,6 +228,7 @@ void weft_decoder_channel_read(weft_ctx *ctx, void *msg) {
   }
   weft_pool *pool = weft_loop_pool(weft_channel_loop(weft_ctx_channel(ctx)));
   weft_decoder_enter(d);
+  d->ctx = ctx;
   if (d->cum != NULL) {
     int rc = cumulate(d, pool, weft_buf_rptr(rx), weft_buf_readable(rx));
     weft_buf_release(rx);
@@ -155,8 +244,7 @@ void weft_decoder_channel_read(weft_ctx *ctx, void *msg) {
       fail_nomem(ctx, d);
     weft_buf_release(rx);
   }
-  if (d->removed)
-    drop_cumulation(d);
+  settle(ctx, d);
   weft_decoder_leave(d);
 }
 
@@ -167,8 +255,10 @@ void weft_decoder_user_event(weft_ctx *ctx, void *event) {
   if (event == &weft_event_read_resumed && d->depth == 0 && d->cum != NULL &&
       !d->failed) {
     weft_decoder_enter(d);
+    d->ctx = ctx;
     int fired = decode_all(ctx, d, d->cum);
     trim_cumulation(d);
+    settle(ctx, d);
     bool removed = d->removed;
     if (!weft_decoder_leave(d))
       return; /* freed: the channel is gone */
@@ -180,12 +270,27 @@ void weft_decoder_user_event(weft_ctx *ctx, void *event) {
 
 void weft_decoder_handler_removed(weft_ctx *ctx) {
   weft_decoder *d = weft_ctx_state(ctx);
+  frame_timer_stop(d);
   if (d->depth > 0) {
     d->removed = true; /* the running event frees it on its way out */
     return;
   }
   drop_cumulation(d);
+  tell_watcher(d, 0);
   d->free_state(d);
+}
+
+weft_decoder *weft_decoder_of(weft_pipeline *p, const char *name) {
+  weft_ctx *ctx = weft_pipeline_context(p, name);
+  if (ctx == NULL ||
+      weft_ctx_handler(ctx)->channel_read != weft_decoder_channel_read)
+    return NULL;
+  return weft_ctx_state(ctx);
+}
+
+void weft_decoder_watch(weft_decoder *d, weft_decoder_watch_cb cb, void *arg) {
+  d->watch = cb;
+  d->watch_arg = arg;
 }
 
 int weft_decoder_add_last(weft_pipeline *p, const char *name,

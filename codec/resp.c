@@ -137,20 +137,106 @@ static int emit(resp_decoder *s, weft_buf *in, size_t len, size_t argc,
   return 1;
 }
 
-static bool is_space(uint8_t c) { return c == ' ' || c == '\t'; }
+/* Redis' inline separators (sdssplitargs uses isspace). */
+static bool is_space(uint8_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' ||
+         c == '\f';
+}
 
-/* Splits an inline line into at most max_args arguments in s->args. */
-static int split_inline(resp_decoder *s, const uint8_t *p, size_t len,
-                        size_t *argc) {
+/* What ends an unquoted argument in sdssplitargs (\v and \f do not, though
+ * they separate arguments; a NUL does, where Redis ends the whole line). */
+static bool ends_arg(uint8_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\0';
+}
+
+static int hex_value(uint8_t c) {
+  if (c >= '0' && c <= '9')
+    return c - '0';
+  c |= 0x20;
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* One escape in double quotes at p[*i] == '\\': writes the byte it
+ * stands for and steps past it. "\xHH" with two hex digits is that byte;
+ * \n \r \t \b \a stand for their controls; any other "\c" is c. */
+static uint8_t unescape(const uint8_t *p, size_t len, size_t *i) {
+  if (*i + 3 < len && p[*i + 1] == 'x' && hex_value(p[*i + 2]) >= 0 &&
+      hex_value(p[*i + 3]) >= 0) {
+    uint8_t v = (uint8_t)(hex_value(p[*i + 2]) * 16 + hex_value(p[*i + 3]));
+    *i += 4;
+    return v;
+  }
+  if (*i + 1 >= len) { /* a lone backslash at the end: itself */
+    *i += 1;
+    return '\\';
+  }
+  uint8_t c = p[*i + 1];
+  *i += 2;
+  switch (c) {
+  case 'n':
+    return '\n';
+  case 'r':
+    return '\r';
+  case 't':
+    return '\t';
+  case 'b':
+    return '\b';
+  case 'a':
+    return '\a';
+  default:
+    return c;
+  }
+}
+
+/* Reads one argument at p[*i] (not a space) as Redis' sdssplitargs does,
+ * writing its bytes over the line from p[*w] on (never ahead of the
+ * reading, which is at least as far): outside quotes up to a space;
+ * "double quotes" with escapes (unescape); 'single quotes' where only \'
+ * is an escape. Quotes may start mid-argument (a"b c" is `ab c`), and a
+ * closing quote must be followed by a space or the line's end. Returns 0,
+ * or -1 for unbalanced quotes. */
+static int read_arg(uint8_t *p, size_t len, size_t *i, size_t *w) {
+  uint8_t quote = 0; /* '"' or '\'' while inside quotes */
+  while (*i < len) {
+    uint8_t c = p[*i];
+    if (quote == 0 && ends_arg(c))
+      return 0;
+    if (quote == 0 && (c == '"' || c == '\'')) {
+      quote = c;
+      (*i)++;
+    } else if (quote != 0 && c == quote) {
+      (*i)++;
+      if (*i < len && !is_space(p[*i]))
+        return -1; /* "foo"bar */
+      return 0;
+    } else if (quote == '"' && c == '\\') {
+      p[(*w)++] = unescape(p, len, i);
+    } else if (quote == '\'' && c == '\\' && *i + 1 < len &&
+               p[*i + 1] == '\'') {
+      p[(*w)++] = '\'';
+      *i += 2;
+    } else {
+      p[(*w)++] = c;
+      (*i)++;
+    }
+  }
+  return quote == 0 ? 0 : -1; /* the line ended inside quotes */
+}
+
+/* Splits an inline line into at most max_args arguments in s->args, with
+ * Redis' quoting (read_arg): the arguments are unescaped in place, so
+ * argv still points into the line. */
+static int split_inline(resp_decoder *s, uint8_t *p, size_t len, size_t *argc) {
   size_t n = 0;
   for (size_t i = 0; i < len;) {
-    while (i < len && is_space(p[i]))
+    while (i < len && (is_space(p[i]) || p[i] == '\0'))
       i++;
     if (i == len)
       break;
-    size_t start = i;
-    while (i < len && !is_space(p[i]))
-      i++;
+    size_t start = i, w = i;
+    if (read_arg(p, len, &i, &w) < 0)
+      return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
+                               "Protocol error: unbalanced quotes in request");
     if (n == s->o.max_args)
       return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
                                "Protocol error: too many arguments in inline "
@@ -164,14 +250,14 @@ static int split_inline(resp_decoder *s, const uint8_t *p, size_t len,
       s->args = a;
       s->args_cap = cap;
     }
-    s->args[n++] = (arg_pos){start, i - start};
+    s->args[n++] = (arg_pos){start, w - start};
   }
   *argc = n;
   return 1;
 }
 
 static int decode_inline(resp_decoder *s, weft_buf *in, void **out) {
-  const uint8_t *p = weft_buf_rptr(in);
+  uint8_t *p = weft_buf_rptr(in);
   size_t readable = weft_buf_readable(in);
   const uint8_t *nl = memchr(p + s->scanned, '\n', readable - s->scanned);
   if (nl == NULL) {
@@ -212,6 +298,10 @@ static int start_array(resp_decoder *s, weft_buf *in) {
     in->reader_index += next;
     return 1;
   }
+  if ((uint64_t)n > s->o.max_args && s->o.unauthenticated)
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "Protocol error: unauthenticated multibulk "
+                             "length");
   if ((uint64_t)n > s->o.max_args)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
                              "Protocol error: invalid multibulk length "
@@ -244,6 +334,9 @@ static int bulk_header(resp_decoder *s, weft_buf *in) {
   if (len < 0)
     return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
                              "Protocol error: invalid bulk length");
+  if ((uint64_t)len > s->o.max_bulk && s->o.unauthenticated)
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "Protocol error: unauthenticated bulk length");
   if ((uint64_t)len > s->o.max_bulk)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
                              "Protocol error: invalid bulk length "
@@ -324,6 +417,16 @@ int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
   else
     weft_resp_options_init(&s->o);
   return weft_decoder_add_last(p, name, &resp_handler, &s->base);
+}
+
+int weft_resp_decoder_set_options(weft_pipeline *p, const char *name,
+                                  const weft_resp_options *opts) {
+  weft_ctx *ctx = weft_pipeline_context(p, name);
+  if (ctx == NULL || weft_ctx_handler(ctx) != &resp_handler)
+    return WEFT_ENOENT;
+  resp_decoder *s = weft_ctx_state(ctx);
+  s->o = *opts;
+  return 0;
 }
 
 /* ---- reply encoders ---- */

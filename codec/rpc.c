@@ -211,3 +211,12 @@ int weft_rpc_codec_add_last(weft_pipeline *p, const char *name,
     weft_rpc_codec_options_init(&s->o);
   return weft_decoder_add_last(p, name, &codec_handler, &s->base);
 }
+
+int weft_rpc_codec_set_options(weft_pipeline *p, const char *name,
+                               const weft_rpc_codec_options *opts) {
+  weft_ctx *ctx = weft_pipeline_context(p, name);
+  if (ctx == NULL || weft_ctx_handler(ctx) != &codec_handler)
+    return WEFT_ENOENT;
+  ((rpc_codec *)weft_ctx_state(ctx))->o = *opts;
+  return 0;
+}

@@ -1,6 +1,9 @@
 /* The diagnostic log: a level, a replaceable handler, stderr by default. */
 #include <weft/log.h>
 
+#include <weft/clock.h>
+
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -87,4 +90,28 @@ void weft_log(weft_log_level level, const char *fmt, ...) {
   strftime(when, sizeof when, "%d %b %Y %H:%M:%S", &tm);
   fprintf(stderr, "%d %s.%03ld weft: %s: %s\n", (int)getpid(), when,
           ts.tv_nsec / 1000000, level_names[level], msg);
+}
+
+bool weft_log_limited(weft_log_limit *lim, weft_log_level level,
+                      const char *fmt, ...) {
+  if ((int)level > (int)weft_log_get_level())
+    return false;
+  uint64_t now = weft_now_ns(), last = atomic_load(&lim->last_ns);
+  uint64_t held = atomic_fetch_add(&lim->suppressed, 1) + 1;
+  if (last != 0 && now - last < lim->interval_ns)
+    return false;
+  /* One thread wins the interval; the others' lines stay counted. */
+  if (!atomic_compare_exchange_strong(&lim->last_ns, &last, now))
+    return false;
+  atomic_fetch_sub(&lim->suppressed, held);
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (held > 1 && n >= 0 && (size_t)n < sizeof msg)
+    snprintf(msg + n, sizeof msg - (size_t)n,
+             " (and %" PRIu64 " more since the last such line)", held - 1);
+  weft_log(level, "%s", msg);
+  return true;
 }

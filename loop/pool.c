@@ -138,7 +138,7 @@ static void report_and_free_leaks(weft_pool *pool) {
                at != NULL ? at : "(unknown)");
     }
     if ((buf->flags & WEFT__BUF_KIND_MASK) == WEFT__BUF_UNPOOLED)
-      free(buf);
+      weft__unpooled_free(buf);
     buf = next;
   }
   pool->live = NULL;
@@ -637,7 +637,7 @@ static void free_local(weft_pool *pool, weft_buf *buf) {
     put_block(pool, buf);
     break;
   case WEFT__BUF_UNPOOLED:
-    free(buf);
+    weft__unpooled_free(buf);
     break;
   case WEFT__BUF_WRAPPED:
     if (buf->free_cb != NULL)

@@ -38,6 +38,11 @@
 #define WEFT__BUF_KIND_MASK 3u
 /* The buffer is linked into pool->live (leak detection on, or unpooled). */
 #define WEFT__BUF_TRACKED 4u
+/* Unpooled and mapped on its own (mmap), not malloc'd: see buf.c. */
+#define WEFT__BUF_MAPPED 8u
+
+/** Frees an unpooled buffer's memory, header included (buf.c). */
+void weft__unpooled_free(weft_buf *buf);
 
 /* Block size of size class `c`: 64 << 2c (64, 256, 1 Ki, ... 64 Ki). */
 #define WEFT__CLASS_BYTES(c) ((size_t)WEFT_POOL_MIN_CLASS << (2 * (c)))

@@ -68,7 +68,83 @@ START_TEST(decoder_user_codec_frames_any_split) {
 }
 END_TEST
 
+/* What the watcher heard: the last figure, and a refusal above `limit`. */
+static struct { size_t held, calls, limit; } seen;
+
+static int watch_cb(weft_decoder *d, size_t was, size_t held, void *arg) {
+  ck_assert_ptr_eq(arg, &seen);
+  ck_assert_uint_eq(was, seen.held);
+  seen.held = held;
+  seen.calls++;
+  if (seen.limit != 0 && held > seen.limit)
+    return weft_decoder_fail(d, WEFT_ENOBUFS, "held %zu", held);
+  return 0;
+}
+
+static void init_watched(weft_channel *ch, void *arg) {
+  init_u8(ch, arg);
+  weft_decoder *d = weft_decoder_of(weft_channel_pipeline(ch), "u8");
+  ck_assert_ptr_nonnull(d);
+  ck_assert_ptr_null(weft_decoder_of(weft_channel_pipeline(ch), "nope"));
+  weft_decoder_watch(d, watch_cb, &seen);
+  d->frame_timeout_ns = 30 * 1000000u;
+}
+
+/* The watcher hears the cumulation grow (to the announced frame) and go
+ * back to 0 when the frame completes; a refusal fails the decoder with
+ * its reason and the watcher hears 0. */
+START_TEST(decoder_watch_reports_and_refuses) {
+  memset(&seen, 0, sizeof seen);
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_watched, NULL), 0);
+  weft_embedded_write_inbound_bytes(e,
+                                    "\xc8"
+                                    "ab",
+                                    3); /* 200 announced */
+  ck_assert_uint_ge(seen.held, 201);
+  static uint8_t rest[198];
+  weft_embedded_write_inbound_bytes(e, rest, sizeof rest);
+  ck_assert_uint_eq(seen.held, 0);
+  weft_msg_release(weft_embedded_read_inbound(e));
+  seen.limit = 100;
+  th_log_capture_start();
+  weft_embedded_write_inbound_bytes(e,
+                                    "\xc8"
+                                    "ab",
+                                    3);
+  th_log_capture_stop();
+  ck_assert_uint_eq(seen.held, 0);
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ENOBUFS);
+  ck_assert_int_eq(th_log_count("held "), 1);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
+/* A frame still incomplete after frame_timeout_ns fails the decoder with
+ * WEFT_ETIMEDOUT, however it trickles. */
+START_TEST(decoder_frame_timeout_despite_trickle) {
+  memset(&seen, 0, sizeof seen);
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_watched, NULL), 0);
+  th_log_capture_start();
+  weft_embedded_write_inbound_bytes(e, "\xc8", 1);
+  uint64_t start = th_now_ms();
+  while (weft_embedded_exception(e, 0) == 0 && th_now_ms() - start < 10000) {
+    weft_embedded_write_inbound_bytes(e, "x", 1); /* a byte each 5 ms */
+    th_sleep_ms(5);
+    weft_embedded_run_pending(e);
+  }
+  th_log_capture_stop();
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETIMEDOUT);
+  ck_assert_uint_ge(th_now_ms() - start, 25);
+  ck_assert_int_eq(th_log_count("(timeout 30 ms)"), 1);
+  ck_assert_uint_eq(seen.held, 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("decoder", "core", 0, decoder_user_codec_frames_any_split,
-                  NULL);
+                  decoder_watch_reports_and_refuses,
+                  decoder_frame_timeout_despite_trickle, NULL);
 }

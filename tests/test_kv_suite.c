@@ -44,7 +44,6 @@
 #include "client.h"
 #include "server.h"
 #include "session.h"
-#include "sha256.h"
 
 #define SEC 1000000000ull
 #define CALL_TIMEOUT (20 * SEC) /* a hung server fails the test, not CI */

@@ -91,6 +91,16 @@ checkout kv_tls_tls_client_on_plaintext_port_fails no \
   "$(grep -q PONG <<<"$out" && echo yes || echo no)"
 grep -q "TLS handshake failed: wrong version number (is the peer speaking plain text?)" "$dir/main.log"
 checkout kv_tls_plaintext_peer_logged 0 "$?"
+# 20 more failed handshakes: at most one WARN line a second (with the
+# count of the others), not one each (1000 stalled handshakes made 1001).
+start=$SECONDS
+for _ in $(seq 20); do
+  timeout 10 redis-cli -p "$tport" ping >/dev/null 2>&1
+done
+lines=$(grep -c "TLS handshake failed" "$dir/main.log")
+allowed=$((SECONDS - start + 2))
+checkout kv_tls_handshake_failures_rate_limited yes \
+  "$([ "$lines" -le "$allowed" ] && echo yes || echo "no: $lines lines in $((SECONDS - start)) s")"
 checkout kv_tls_served_after_refusals PONG "$(rtls ping)"
 out=$(timeout 60 redis-benchmark --tls --cacert "$C/ca.pem" -p "$tport" \
   -a s3cret -t get,set -n 5000 -c 8 -q 2>&1)

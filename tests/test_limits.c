@@ -165,6 +165,27 @@ START_TEST(limits_output_limit_closes_channel_with_enobufs) {
 }
 END_TEST
 
+/* The log line gives what was queued when the limit was crossed, not the
+ * smaller figure left once a flush took some before the close: it printed
+ * 700 bytes "over" a limit of 1000. */
+START_TEST(limits_output_limit_line_gives_the_crossing_figure) {
+  memset(&ans, 0, sizeof ans);
+  ans.reply = 1200; /* one reply crosses the limit of 1000 */
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_limited, NULL), 0);
+  weft_embedded_set_write_limit(e, 500); /* the flush after it sends 500 */
+  th_log_capture_start();
+  weft_embedded_write_inbound_bytes(e, "a", 1);
+  weft_embedded_run_pending(e);
+  th_log_capture_stop();
+  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  ck_assert_msg(th_log_count("output limit of 1000 bytes exceeded: 1200 "
+                             "bytes queued and unsent") == 1,
+                "log:\n%s", th_log_text());
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 static void init_idle(weft_channel *ch, void *arg) {
   (void)arg;
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_IDLE_TIMEOUT_MS, 40),
@@ -236,6 +257,7 @@ Suite *weft_test_suite(void) {
                   limits_flow_control_pauses_above_high_resumes_below_low,
                   limits_decoder_stops_at_paused_read_and_goes_on_at_resume,
                   limits_output_limit_closes_channel_with_enobufs,
+                  limits_output_limit_line_gives_the_crossing_figure,
                   limits_idle_timeout_closes_only_a_channel_that_reads_nothing,
                   limits_idle_timeout_spares_a_channel_that_only_sends, NULL);
 }

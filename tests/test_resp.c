@@ -163,9 +163,29 @@ START_TEST(resp_reply_encoders_write_resp3) {
 }
 END_TEST
 
+/* `wire`, fed byte by byte, must close the channel with `err` and the
+ * reason text (the tail logs it), without allocating above a limit. */
+static void check_refused(const char *wire, int err, const char *reason) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_pool_stats before, after;
+  weft_pool_stats_get(weft_embedded_pool(e), &before);
+  th_log_capture_start();
+  feed(e, wire, strlen(wire), FEED_BYTES, 0);
+  th_log_capture_stop();
+  weft_pool_stats_get(weft_embedded_pool(e), &after);
+  ck_assert_msg(weft_embedded_exception(e, 0) == err, "%s: got %d", wire,
+                weft_embedded_exception(e, 0));
+  ck_assert_msg(th_log_count(reason) == 1, "want \"%s\" in the log:\n%s",
+                reason, th_log_text());
+  ck_assert_uint_eq(after.unpooled, before.unpooled);
+  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
+  ck_assert_ptr_null(weft_embedded_read_inbound(e));
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+
 /* Each input must close the channel with its error and Redis' reason
- * text (the tail logs it), fed byte by byte, without allocating above a
- * limit. */
+ * text, fed byte by byte, without allocating above a limit. */
 START_TEST(resp_refuses_malformed_and_oversized_input) {
   static const struct {
     const char *wire;
@@ -193,25 +213,8 @@ START_TEST(resp_refuses_malformed_and_oversized_input) {
        "Protocol error: invalid bulk length (999999999 bytes, maximum "
        "524288)"},
   };
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
-    weft_pool_stats before, after;
-    weft_pool_stats_get(weft_embedded_pool(e), &before);
-    th_log_capture_start();
-    feed(e, cases[c].wire, strlen(cases[c].wire), FEED_BYTES, 0);
-    th_log_capture_stop();
-    weft_pool_stats_get(weft_embedded_pool(e), &after);
-    ck_assert_msg(weft_embedded_exception(e, 0) == cases[c].err,
-                  "case %zu: got %d", c, weft_embedded_exception(e, 0));
-    ck_assert_msg(th_log_count(cases[c].reason) == 1,
-                  "case %zu: want \"%s\" in the log:\n%s", c, cases[c].reason,
-                  th_log_text());
-    ck_assert_uint_eq(after.unpooled, before.unpooled);
-    ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
-  }
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+    check_refused(cases[c].wire, cases[c].err, cases[c].reason);
 }
 END_TEST
 
@@ -252,6 +255,105 @@ START_TEST(resp_inline_longer_than_limit_closes_channel) {
 }
 END_TEST
 
+/* Inline commands split as Redis' sdssplitargs: double quotes with
+ * escapes, single quotes with \' only, quotes starting mid-argument. */
+START_TEST(resp_inline_quotes_split_as_redis) {
+  static const struct {
+    const char *line;
+    size_t argc;
+    const char *argv[4];
+    size_t lens[4];
+  } cases[] = {
+      {"set \"a b\" c\r\n", 3, {"set", "a b", "c"}, {3, 3, 1}},
+      {"set 'a b' ''\n", 3, {"set", "a b", ""}, {3, 3, 0}},
+      {"x \"\\n\\r\\t\\b\\a\\\\\\\"\\q\"\n",
+       2,
+       {"x", "\n\r\t\b\a\\\"q"},
+       {1, 8}},
+      {"x \"\\x41\\x7a\\x00\\xg1\"\n", 2, {"x", "Az\0xg1"}, {1, 6}},
+      {"x 'it\\'s' 'a\\b'\n", 3, {"x", "it's", "a\\b"}, {1, 4, 3}},
+      {"x a\"b c\"\n", 2, {"x", "ab c"}, {1, 4}},
+      {"\t x\vy \f z \n", 2, {"x\vy", "z"}, {3, 1}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (int mode = 0; mode < FEED_MODES; mode++) {
+      weft_embedded *e;
+      ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+      feed(e, cases[c].line, strlen(cases[c].line), mode, 3u + (unsigned)mode);
+      weft_resp_cmd *cmd = weft_embedded_read_inbound(e);
+      ck_assert_msg(cmd != NULL, "case %zu: no command", c);
+      size_t want = cases[c].argc; /* "x\vy": \v does not end one */
+      ck_assert_uint_eq(cmd->argc, want);
+      for (size_t i = 0; i < want; i++) {
+        ck_assert_msg(cmd->argv[i].len == cases[c].lens[i],
+                      "case %zu arg %zu: %zu bytes", c, i, cmd->argv[i].len);
+        ck_assert_mem_eq(cmd->argv[i].ptr, cases[c].argv[i], cases[c].lens[i]);
+      }
+      weft_msg_release(cmd);
+      ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
+      ck_assert_uint_eq(weft_embedded_free(e), 0);
+    }
+  }
+}
+END_TEST
+
+/* Unbalanced quotes, and a closing quote not followed by a space, are
+ * Redis' protocol error. */
+START_TEST(resp_inline_unbalanced_quotes_refused) {
+  static const char *const lines[] = {"set \"a b c\n",  "set 'a\n",
+                                      "set \"a\"b c\n", "set 'a'b\n",
+                                      "set \"a\\\n",    "set 'a\\'\n"};
+  for (size_t c = 0; c < sizeof lines / sizeof lines[0]; c++) {
+    weft_embedded *e;
+    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+    th_log_capture_start();
+    feed(e, lines[c], strlen(lines[c]), FEED_BYTES, 0);
+    th_log_capture_stop();
+    ck_assert_msg(weft_embedded_exception(e, 0) == WEFT_EBADFRAME,
+                  "case %zu: got %d", c, weft_embedded_exception(e, 0));
+    ck_assert_int_eq(
+        th_log_count("Protocol error: unbalanced quotes in request"), 1);
+    ck_assert_ptr_null(weft_embedded_read_inbound(e));
+    ck_assert_uint_eq(weft_embedded_free(e), 0);
+  }
+}
+END_TEST
+
+/* Redis' limits before AUTH (CVE-2021-32675): 10 arguments of 16 KiB,
+ * refused with its texts before anything is allocated for the claimed
+ * size; set_options lifts them for the next command. */
+START_TEST(resp_unauthenticated_limits_and_lifting_them) {
+  opts.unauthenticated = true;
+  opts.max_args = 10;
+  opts.max_bulk = 16384;
+  static const struct {
+    const char *wire;
+    const char *reason;
+  } cases[] = {
+      {"*11\r\n", "Protocol error: unauthenticated multibulk length"},
+      {"*2\r\n$3\r\nGET\r\n$1048576\r\n",
+       "Protocol error: unauthenticated bulk length"},
+  };
+  for (size_t c = 0; c < 2; c++)
+    check_refused(cases[c].wire, WEFT_ETOOLONG, cases[c].reason);
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_resp_options lifted;
+  weft_resp_options_init(&lifted);
+  ck_assert_int_eq(
+      weft_resp_decoder_set_options(
+          weft_channel_pipeline(weft_embedded_channel(e)), "resp", &lifted),
+      0);
+  ck_assert_int_eq(
+      weft_resp_decoder_set_options(
+          weft_channel_pipeline(weft_embedded_channel(e)), "nope", &lifted),
+      WEFT_ENOENT);
+  feed(e, "*11\r\n", 5, FEED_WHOLE, 0);
+  ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 START_TEST(resp_partial_command_at_close_leaks_nothing) {
   weft_embedded *e;
   ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
@@ -272,7 +374,9 @@ Suite *weft_test_suite(void) {
       resp_refuses_malformed_and_oversized_input,
       resp_error_text_replaces_control_bytes,
       resp_inline_longer_than_limit_closes_channel,
-      resp_partial_command_at_close_leaks_nothing, NULL);
+      resp_partial_command_at_close_leaks_nothing,
+      resp_inline_quotes_split_as_redis, resp_inline_unbalanced_quotes_refused,
+      resp_unauthenticated_limits_and_lifting_them, NULL);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -77,6 +77,7 @@
 
 #include <weft/buf.h>
 #include <weft/pipeline.h>
+#include <weft/timer.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +96,20 @@ typedef struct weft_decoder weft_decoder;
  */
 typedef int (*weft_decode_cb)(weft_decoder *d, weft_buf *in, void **out);
 
+/**
+ * Told that the cumulation of `d` now holds `held` bytes of memory (its
+ * capacity: what an incomplete frame costs, including room reserved for
+ * a length the peer announced), was `was`. Runs on the channel's loop
+ * after each change, and with `held` 0 when the handler goes. Returning
+ * a negative weft error (with a reason set by weft_decoder_fail) fails
+ * the decoder as a decode error does: the cumulation is dropped, further
+ * input too, and exception_caught fires with that error; the return is
+ * ignored when `held` is 0. For servers that bound what peers may make
+ * them buffer: Redis' client-query-buffer-limit, a process-wide total.
+ */
+typedef int (*weft_decoder_watch_cb)(weft_decoder *d, size_t was, size_t held,
+                                     void *arg);
+
 /** The base of a decoder's state: its first member. */
 struct weft_decoder {
   /* set by weft_decoder_init */
@@ -106,8 +121,22 @@ struct weft_decoder {
   const char *reason; /* the error's text; weft_decoder_fail sets it */
   bool resync;        /* after an error: the bad bytes were skipped and
                          decoding may go on */
+  /* public: a handler may set these (weft_decoder_watch) */
+  weft_decoder_watch_cb watch; /* told of each change of `held` */
+  void *watch_arg;
+  size_t held; /* read-only: bytes of memory the cumulation holds now (its
+                  capacity; 0 when there is none) */
+  uint64_t frame_timeout_ns; /* public: an incomplete frame held this long
+                                (from the read that left bytes over) fails
+                                the decoder with WEFT_ETIMEDOUT, checked
+                                by a timer armed only while bytes are
+                                held; 0 = never (default) */
   /* private */
-  weft_buf *cum; /* cumulation: bytes of an incomplete frame */
+  uint64_t held_since_ns; /* when the cumulation last became non-empty */
+  weft_timer frame_timer; /* frame_timeout_ns's; its loop is NULL until
+                             first armed */
+  weft_ctx *ctx;          /* the handler's context, for the timer */
+  weft_buf *cum;          /* cumulation: bytes of an incomplete frame */
   char reason_buf[160];
   bool failed;  /* a fatal error was reported: drop input */
   bool removed; /* handler_removed ran inside an event */
@@ -156,6 +185,18 @@ bool weft_decoder_leave(weft_decoder *d);
  */
 int weft_decoder_fail(weft_decoder *d, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/**
+ * The decoder named `name` in `p` (any decoder built on this base), or
+ * NULL when there is no such handler or it is not one. Loop thread.
+ */
+weft_decoder *weft_decoder_of(weft_pipeline *p, const char *name);
+
+/**
+ * Sets the watcher of `d`'s cumulation (see weft_decoder_watch_cb), or
+ * none with NULL. It is told of the next change. Loop thread.
+ */
+void weft_decoder_watch(weft_decoder *d, weft_decoder_watch_cb cb, void *arg);
 
 /**
  * Adds the decoder state `d` with handler `h` at the tail end of `p` under

@@ -7,6 +7,10 @@
 #ifndef WEFT_LOG_H
 #define WEFT_LOG_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -54,6 +58,33 @@ weft_log_level weft_log_get_level(void);
  */
 void weft_log(weft_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/**
+ * A rate limit for one kind of log line that a peer can cause at will (a
+ * failed handshake, a refused connection), so a flood of them writes a
+ * line per interval, not a line each. Zero-initialise, then set
+ * `interval_ns`, or use WEFT_LOG_LIMIT_INIT; share one between threads
+ * freely (the counters are atomic).
+ */
+typedef struct weft_log_limit {
+  uint64_t interval_ns;        /* public: at most one line per this */
+  _Atomic uint64_t last_ns;    /* private: when the last line went out */
+  _Atomic uint64_t suppressed; /* private: lines held back since */
+} weft_log_limit;
+
+/** A weft_log_limit of one line per `ns` nanoseconds. */
+#define WEFT_LOG_LIMIT_INIT(ns)                                                \
+  { .interval_ns = (ns) }
+
+/**
+ * Logs as weft_log does, unless a line went out through `lim` less than
+ * its interval ago: then the line is only counted. A line that goes out
+ * after some were held back ends with " (and N more since the last such
+ * line)". Returns true when it logged. Any thread.
+ */
+bool weft_log_limited(weft_log_limit *lim, weft_log_level level,
+                      const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #ifdef __cplusplus
 }

@@ -8,8 +8,12 @@
  * strings) to a weft_buf that the server writes. Clients send a command as an
  * array of bulk strings
  * ("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") or as an inline command ("GET k\r\n",
- * arguments split at spaces and tabs, no quoting); both decode to the same
- * weft_resp_cmd.
+ * split as Redis' sdssplitargs splits it: at white space, with "double
+ * quotes" taking the escapes \n \r \t \b \a \\ \" and \xHH, and 'single
+ * quotes' taking \'; unbalanced quotes, or a closing quote not followed by
+ * a space, are "Protocol error: unbalanced quotes in request"); both
+ * decode to the same weft_resp_cmd. An inline command's arguments are
+ * unescaped in place, in its received bytes.
  *
  * A command never copies its arguments: `argv` points into `data`, a slice
  * of the received buffer (or of the decoder's cumulation buffer when the
@@ -66,11 +70,25 @@ bool weft_resp_arg_equals(const weft_resp_cmd *cmd, size_t i, const char *s);
 
 /** Options of the RESP command decoder. */
 typedef struct weft_resp_options {
-  size_t max_args;    /* elements of one array command; default 1024 */
-  size_t max_bulk;    /* bytes of one bulk string; default 512 KiB */
-  size_t max_command; /* bytes of one whole command as sent; default 1 MiB */
-  size_t max_inline;  /* bytes of one inline command line; default 64 KiB */
+  size_t max_args;      /* elements of one array command; default 1024 */
+  size_t max_bulk;      /* bytes of one bulk string; default 512 KiB */
+  size_t max_command;   /* bytes of one whole command as sent; default 1 MiB */
+  size_t max_inline;    /* bytes of one inline command line; default 64 KiB */
+  bool unauthenticated; /* these are the limits of a client that has not
+                           authenticated yet: max_args and max_bulk are
+                           refused with Redis' texts for those ("Protocol
+                           error: unauthenticated multibulk length",
+                           "... bulk length"); default false */
 } weft_resp_options;
+
+/**
+ * Changes the limits of the RESP decoder named `name` in `p` from its next
+ * command on (a server lifts the unauthenticated limits once AUTH
+ * succeeds). Returns 0, or WEFT_ENOENT when `name` is not a RESP decoder.
+ * Loop thread.
+ */
+int weft_resp_decoder_set_options(weft_pipeline *p, const char *name,
+                                  const weft_resp_options *opts);
 
 /** Fills `o` with the defaults documented on each field. */
 void weft_resp_options_init(weft_resp_options *o);
@@ -89,12 +107,14 @@ void weft_resp_options_init(weft_resp_options *o);
  * "Protocol error: too big mbulk count string", "Protocol error: too big
  * bulk count string", "Protocol error: invalid bulk length", "Protocol
  * error: too big inline request"; a limit of these options appends itself
- * ("Protocol error: invalid bulk length (2000000 bytes, maximum 524288)").
- * Three have no Redis counterpart: "Protocol error: too big request
- * (maximum N bytes)" (max_command), "Protocol error: too many arguments in
- * inline request (maximum N)" (max_args) and "Protocol error: bulk string
- * not followed by CRLF" (Redis skips the two bytes unread). Returns 0,
- * WEFT_EEXIST or WEFT_ENOMEM. Loop thread.
+ * ("Protocol error: invalid bulk length (2000000 bytes, maximum 524288)"),
+ * except with `unauthenticated` set, where max_args and max_bulk give
+ * Redis' "Protocol error: unauthenticated multibulk length" and "Protocol
+ * error: unauthenticated bulk length". Three have no Redis counterpart:
+ * "Protocol error: too big request (maximum N bytes)" (max_command), "Protocol
+ * error: too many arguments in inline request (maximum N)" (max_args) and
+ * "Protocol error: bulk string not followed by CRLF" (Redis skips the two bytes
+ * unread). Returns 0, WEFT_EEXIST or WEFT_ENOMEM. Loop thread.
  */
 int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_resp_options *opts);

@@ -115,6 +115,15 @@ void weft_rpc_codec_options_init(weft_rpc_codec_options *o);
 int weft_rpc_codec_add_last(weft_pipeline *p, const char *name,
                             const weft_rpc_codec_options *opts);
 
+/**
+ * Changes the options of the RPC codec named `name` in `p` from its next
+ * message on (a server lifts the limits of a connection that has not
+ * authenticated once it has). Returns 0, or WEFT_ENOENT when `name` is not
+ * an RPC codec. Loop thread.
+ */
+int weft_rpc_codec_set_options(weft_pipeline *p, const char *name,
+                               const weft_rpc_codec_options *opts);
+
 #ifdef __cplusplus
 }
 #endif

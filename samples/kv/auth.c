@@ -1,12 +1,16 @@
 /* The KV server's passwords (auth.h) and the commands that check them:
  * AUTH [user] password, and HELLO [2|3 [AUTH user password] [SETNAME
- * name]], in Redis 7's words. Passwords are hashed with SHA-256 and the
- * digests compared in constant time. */
+ * name]], in Redis 7's words. Passwords are hashed with SHA-256 (OpenSSL's
+ * EVP) and the digests compared in constant time (CRYPTO_memcmp). */
 #include "command_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
 
 #include <weft/error.h>
 
@@ -29,31 +33,41 @@ int kv_auth_init(kv_auth *a, const char *requirepass, const char *user,
              KV_USER_MAX);
     return WEFT_EINVAL;
   }
+  bool hashed = true;
   if (requirepass != NULL && requirepass[0] != '\0') {
     a->default_pass = true;
-    kv_sha256(requirepass, strlen(requirepass), a->default_digest);
+    hashed = kv_sha256(requirepass, strlen(requirepass), a->default_digest);
   }
   if (has_user) {
     a->user_set = true;
     snprintf(a->user, sizeof a->user, "%s", user);
-    kv_sha256(user_password, strlen(user_password), a->user_digest);
+    hashed &= kv_sha256(user_password, strlen(user_password), a->user_digest);
+  }
+  if (!hashed) {
+    snprintf(err, err_len,
+             "cannot hash the passwords: OpenSSL has no SHA-256 here");
+    return WEFT_ENOTSUP;
   }
   return 0;
 }
 
+bool kv_sha256(const void *data, size_t len, uint8_t out[KV_SHA256_BYTES]) {
+  unsigned int n = 0;
+  if (EVP_Digest(data, len, out, &n, EVP_sha256(), NULL) == 1 &&
+      n == KV_SHA256_BYTES)
+    return true;
+  RAND_bytes(out, KV_SHA256_BYTES); /* a digest that matches nothing */
+  return false;
+}
+
 bool kv_digest_equal(const uint8_t *a, const uint8_t *b) {
-  /* Every byte is read whatever the others hold; volatile keeps the
-   * compiler from ending the loop at the first difference. */
-  volatile uint8_t diff = 0;
-  for (size_t i = 0; i < KV_SHA256_BYTES; i++)
-    diff |= a[i] ^ b[i];
-  return diff == 0;
+  return CRYPTO_memcmp(a, b, KV_SHA256_BYTES) == 0;
 }
 
 kv_auth_result kv_auth_check(const kv_auth *a, const void *user, size_t ulen,
                              const void *pass, size_t plen) {
   uint8_t digest[KV_SHA256_BYTES];
-  kv_sha256(pass, plen, digest);
+  kv_sha256(pass, plen, digest); /* on failure it matches nothing */
   bool is_default =
       user == NULL || (ulen == 7 && memcmp(user, "default", 7) == 0);
   if (is_default) {
@@ -77,13 +91,24 @@ static bool authenticate(kv_session *s, const kv_arg *user,
                                    user ? user->len : 0, pass->ptr, pass->len);
   if (r == KV_AUTH_WRONGPASS)
     return false;
+  bool was = s->authenticated;
   s->authenticated = true;
   s->acl_user = r == KV_AUTH_OK_USER;
+  if (!was)
+    kv_session_authenticated(s);
   return true;
 }
 
+/* Wipes a password where the command read it: its bytes lie in the
+ * received buffer (RESP's argv, RPC's payload, a MULTI queue's copy),
+ * which goes back to the pool, and would stay readable there until
+ * reused. */
+static void wipe_arg(const kv_arg *a) {
+  OPENSSL_cleanse((void *)a->ptr, a->len);
+}
+
 /* AUTH password | AUTH username password. */
-void kv_cmd_auth(const kv_call *c) {
+static void auth_run(const kv_call *c) {
   if (c->argc > 2)
     return kv_reply_syntax(c);
   if (c->argc == 1 && !c->sess->shared->auth.default_pass)
@@ -93,6 +118,12 @@ void kv_cmd_auth(const kv_call *c) {
   if (!ok)
     return c->ops->error(c->w, KV_WRONGPASS_TEXT);
   c->ops->simple(c->w, "OK");
+}
+
+void kv_cmd_auth(const kv_call *c) {
+  auth_run(c);
+  for (size_t i = 0; i < c->argc; i++) /* the password is the last; */
+    wipe_arg(&c->argv[i]);             /* with a syntax error, any */
 }
 
 /* Replies "ERR Syntax error in HELLO option '<opt>'". */
@@ -107,7 +138,7 @@ static void hello_syntax(const kv_call *c, const kv_arg *opt) {
 /* HELLO [protover [AUTH username password] [SETNAME clientname]]: Redis
  * 7's checks in its order, then the map of server facts, in the protocol
  * version just chosen. */
-void kv_cmd_hello(const kv_call *c) {
+static void hello_run(const kv_call *c) {
   int64_t ver = 0;
   size_t j = 0;
   if (c->argc >= 1) {
@@ -154,4 +185,13 @@ void kv_cmd_hello(const kv_call *c) {
   kv_reply_cstr(c, "master");
   kv_reply_cstr(c, "modules");
   c->ops->array(c->w, 0);
+}
+
+/* HELLO, then the password of every AUTH option is wiped (wipe_arg),
+ * whatever the reply was. */
+void kv_cmd_hello(const kv_call *c) {
+  hello_run(c);
+  for (size_t j = 0; j + 2 < c->argc; j++)
+    if (kv_arg_is(&c->argv[j], "AUTH"))
+      wipe_arg(&c->argv[j + 2]);
 }

@@ -1,9 +1,10 @@
 /* samples/kv/auth.h: passwords of the KV server, as Redis 7 has them: one
  * for the default user ([kv] requirepass) and one ACL user with its own
- * ([kv] user, [kv] user_password). Only SHA-256 digests are kept, and a
- * password is checked by comparing its digest with the stored one in
- * constant time, so neither the password's length nor the position of
- * its first wrong byte shows in the time a check takes.
+ * ([kv] user, [kv] user_password). Only SHA-256 digests are kept (OpenSSL's
+ * EVP digest), and a password is checked by comparing its digest with the
+ * stored one in constant time (CRYPTO_memcmp), so neither the password's
+ * length nor the position of its first wrong byte shows in the time a
+ * check takes.
  *
  * Without requirepass the default user needs no password: every connection
  * is authenticated from the start (Redis' "nopass"), and then protected
@@ -16,7 +17,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sha256.h"
+/** Bytes of a SHA-256 digest. */
+#define KV_SHA256_BYTES 32
+
+/**
+ * Writes the SHA-256 digest of `len` bytes at `data` into `out` (OpenSSL's
+ * EVP_Digest). False if OpenSSL could not (no memory, or a provider
+ * without SHA-256): `out` is then filled with random bytes, so it matches
+ * no stored digest. Any thread.
+ */
+bool kv_sha256(const void *data, size_t len, uint8_t out[KV_SHA256_BYTES]);
 
 /** Longest ACL user name, bytes. */
 #define KV_USER_MAX 64

@@ -1,6 +1,7 @@
 /* Credentials of the KV client programs (client_auth.h): a flag, the [kv]
  * keys, REDISCLI_AUTH, in that order; never echoed. */
 #include "client_auth.h"
+#include "kv_config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +49,7 @@ int kv_client_auth_option(kv_client_auth *a, const weft_cli *cli, int opt,
   }
   *(user ? &a->flag_user : &a->flag_password) = true;
   if (!user)
-    memset(arg, 'x', strlen(arg)); /* out of /proc/PID/cmdline */
+    kv_secret_scrub(arg); /* out of /proc/PID/cmdline */
   return 1;
 }
 

@@ -14,7 +14,7 @@
 
 #include <weft/error.h>
 
-#include "sha256.h"
+#include "auth.h"
 
 #define NODE_FORM                                                              \
   "expected NAME HOST:PORT [rpc=HOST:PORT] [slots=FIRST-LAST,...] "            \

@@ -59,6 +59,9 @@ void kv_cmd_dump(const kv_call *c) {
   kv_blob_release(v);
 }
 
+/* Redis' reply to RESTORE onto an existing key without REPLACE. */
+#define KV_BUSYKEY_TEXT "BUSYKEY Target key name already exists."
+
 /* RESTORE key ttl payload [REPLACE] [ABSTTL], and RESTORE-ASKING (the
  * same; the gate lets it into a slot being imported). ttl in ms, 0 = no
  * TTL; ABSTTL: a Unix time in ms. */
@@ -72,6 +75,14 @@ void kv_cmd_restore(const kv_call *c) {
     else
       return kv_reply_syntax(c);
   }
+  /* Redis' order: an existing key is refused before the TTL and the
+   * payload are looked at (a payload from elsewhere would otherwise get
+   * the checksum error). The store's NX below still decides a race. */
+  int exists = replace ? 0 : kv_exists(c->store, 1, &c->argv[0]);
+  if (exists < 0)
+    return kv_reply_store_error(c, exists);
+  if (exists > 0)
+    return c->ops->error(c->w, KV_BUSYKEY_TEXT);
   int64_t ttl;
   if (!kv_parse_i64(&c->argv[1], &ttl))
     return kv_reply_not_integer(c);
@@ -98,7 +109,7 @@ void kv_cmd_restore(const kv_call *c) {
   if (rc < 0)
     return kv_reply_store_error(c, rc);
   if (rc == 0)
-    return c->ops->error(c->w, "BUSYKEY Target key name already exists.");
+    return c->ops->error(c->w, KV_BUSYKEY_TEXT);
   c->ops->simple(c->w, "OK");
 }
 

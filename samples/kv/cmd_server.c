@@ -2,6 +2,7 @@
  * GET, INFO with its sections, and COMMAND (COUNT, DOCS, INFO) from the
  * command table, answered as Redis 7 answers them. */
 #include "command_internal.h"
+#include "conn_limits.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -189,8 +190,11 @@ static void info_clients(text *t, const kv_shared *sh) {
            (uint64_t)atomic_load(&sh->connected_clients), sh->max_clients);
 }
 
-/* INFO's memory section. */
-static void info_memory(text *t, const kv_store_stats *st) {
+/* INFO's memory section: Redis' fields, and weft's bound on partial
+ * commands (conn_limits.h): what they hold now, the bound, and the
+ * connections closed by it or the per-connection limit. */
+static void info_memory(text *t, const kv_shared *sh,
+                        const kv_store_stats *st) {
   uint64_t heap = heap_bytes(), rss = rss_bytes();
   char h[32], r[32];
   human(h, sizeof h, heap);
@@ -201,6 +205,14 @@ static void info_memory(text *t, const kv_store_stats *st) {
            "used_memory_dataset:%" PRIu64 "\r\nmaxmemory:0\r\n"
            "maxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
            heap, h, rss, r, st->mem_bytes);
+  if (sh->limits != NULL)
+    text_add(t,
+             "weft_query_buffers:%zu\r\nweft_query_buffers_max:%zu\r\n"
+             "weft_client_query_buffer_limit:%zu\r\n"
+             "weft_query_buffer_closes:%" PRIu64 "\r\n",
+             atomic_load(&sh->limits->query_bytes), sh->limits->query_max,
+             sh->limits->client_query_max,
+             (uint64_t)atomic_load(&sh->limits->query_closed));
 }
 
 /* INFO's stats section: the server's and the store's counters. */
@@ -268,7 +280,7 @@ void kv_cmd_info(const kv_call *c) {
       info_clients(&t, sh);
       break;
     case 2:
-      info_memory(&t, &st);
+      info_memory(&t, sh, &st);
       break;
     case 3:
       info_stats(&t, sh, &st);

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <weft/log.h>
+
 #include "auth.h"
 #include "proto.h"
 #include "store.h"
@@ -46,6 +48,10 @@ typedef struct kv_loop_counters {
   _Alignas(64) _Atomic uint64_t commands; /* commands run */
 } kv_loop_counters;
 
+/** A refused connection is logged at most once per this many ns, with the
+ *  number refused since (a scan of the port would flood the log). */
+#define KV_DENIED_LOG_INTERVAL_NS (10 * 1000000000ull)
+
 /**
  * What every connection of a server shares: the store, the passwords, the
  * counters and the facts INFO reports. The server fills it before the
@@ -62,8 +68,7 @@ typedef struct kv_shared {
   _Atomic uint64_t total_connections;    /* sessions ever opened */
   _Atomic uint64_t rejected_connections; /* refused by protected mode */
   size_t multi_max_bytes;                /* kv_multi_limit */
-  _Atomic uint64_t denied_log_ns;        /* when protected mode last logged */
-  _Atomic uint64_t denied_unlogged;      /* refusals not logged since */
+  weft_log_limit denied_log;             /* protected mode's log lines */
   /* INFO server, clients */
   uint64_t start_ns;          /* weft_now_ns at start */
   unsigned hz;                /* [kv] expire_hz */
@@ -75,6 +80,8 @@ typedef struct kv_shared {
   const char *transport;      /* [transport] name */
   struct kv_cluster *cluster; /* [cluster] enabled: the slot map
                                  (cluster.h); NULL = standalone */
+  /* What a connection may hold (conn_limits.h); NULL without a server. */
+  struct kv_conn_limits *limits;
 } kv_shared;
 
 /** A connection's state (session.h). */

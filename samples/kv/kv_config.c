@@ -16,11 +16,15 @@ const weft_config_key kv_config_keys[] = {
      "host:port or scheme://host:port; empty = off"},
     {"kv", "requirepass", "",
      "the default user's password (Redis' requirepass), at most 1023 "
-     "bytes; empty = none: every client is authenticated"},
+     "bytes; empty = none: every client is authenticated. Give it in "
+     "WEFT_KV_REQUIREPASS or a -c file, not -o (ps shows the command "
+     "line)"},
     {"kv", "user", "",
      "an ACL user's name (AUTH user password), at most 64 bytes, not "
      "\"default\"; with user_password"},
-    {"kv", "user_password", "", "the ACL user's password, at most 1023 bytes"},
+    {"kv", "user_password", "",
+     "the ACL user's password, at most 1023 bytes; as requirepass, "
+     "WEFT_KV_USER_PASSWORD or a -c file"},
     {"kv", "protected_mode", "yes",
      "yes or no: without requirepass, refuse clients from outside the "
      "loopback network"},
@@ -73,6 +77,19 @@ const weft_config_key kv_config_keys[] = {
      "lock stripes of the store, a power of two from 1 to 4096"},
     {"kv", "expire_hz", "10",
      "active expiry passes per second per loop, an integer from 1 to 1000"},
+    {"kv", "auth_timeout_ms", "10000",
+     "with a password set, a connection that has not authenticated this "
+     "long after it connected is closed; 0 = never"},
+    {"kv", "command_timeout_ms", "30000",
+     "a command still incomplete this long after its first bytes arrived "
+     "closes its connection; 0 = never"},
+    {"kv", "client_query_buffer_limit", "0",
+     "bytes one connection's partial input may hold (Redis' "
+     "client-query-buffer-limit); 0 = twice the largest command, "
+     "2 x (max_value_bytes + 131072)"},
+    {"kv", "query_buffers_max", "268435456",
+     "bytes the partial input of all connections may hold together; past "
+     "it the connection whose input grew is closed; 0 = no bound"},
     {"cluster", "enabled", "no",
      "yes or no: serve as a node of a static Redis Cluster (the node "
      "lines)"},
@@ -127,6 +144,10 @@ const char *const kv_client_unread[] = {
     SERVER_KEY("max_value_bytes"),
     SERVER_KEY("stripes"),
     SERVER_KEY("expire_hz"),
+    SERVER_KEY("auth_timeout_ms"),
+    SERVER_KEY("command_timeout_ms"),
+    SERVER_KEY("client_query_buffer_limit"),
+    SERVER_KEY("query_buffers_max"),
     NULL};
 
 #define CLIENT_KEY(k) "kv." k "=nothing: [kv] " k " is the clients'"
@@ -167,4 +188,16 @@ void kv_config_rename(const char *in, const kv_config_name *names, size_t n,
     in += strlen(names[i].from);
   }
   out[o] = '\0';
+}
+
+void kv_secret_scrub(char *arg) { memset(arg, 'x', strlen(arg)); }
+
+void kv_config_scrub_argv(int argc, char **argv, const char *const *keys) {
+  for (int i = 1; i < argc; i++)
+    for (const char *const *k = keys; *k != NULL; k++) {
+      char *at = strstr(argv[i], *k);
+      size_t n = strlen(*k);
+      if (at != NULL && at[n] == '=')
+        kv_secret_scrub(at + n + 1);
+    }
 }

@@ -40,4 +40,20 @@ typedef struct kv_config_name {
 void kv_config_rename(const char *in, const kv_config_name *names, size_t n,
                       char *out, size_t len);
 
+/**
+ * Overwrites the text of a secret that came on the command line (a
+ * password flag's argument) in place, so `ps` and /proc/PID/cmdline no
+ * longer show it. The length stays (the kernel's copy of the command line
+ * is this memory). Take a copy first.
+ */
+void kv_secret_scrub(char *arg);
+
+/**
+ * Scrubs (kv_secret_scrub) the value of every "-o section.key=value" in
+ * `argv` whose section.key is one of the NULL-terminated `keys` (e.g.
+ * "kv.requirepass"), in whatever argument it stands ("-o" "k=v", "-ok=v").
+ * Call once the configuration has been read.
+ */
+void kv_config_scrub_argv(int argc, char **argv, const char *const *keys);
+
 #endif

@@ -358,7 +358,9 @@ static void resp_read(weft_ctx *ctx, void *msg) {
     return;
   }
   c->batch[c->batched++] = cmd;
-  if (c->batched == RESP_BATCH)
+  /* Before AUTH each command runs as it is read, as Redis does: an AUTH
+   * must lift the decoder's limits before the next command is parsed. */
+  if (c->batched == RESP_BATCH || !c->sess.authenticated)
     resp_run_batch(c); /* last: it may free c */
 }
 
@@ -447,7 +449,11 @@ void kv_resp_channel_init(weft_channel *ch, void *arg) {
     c->srv = srv;
     weft_timer_init(weft_channel_loop(ch), &c->linger);
   }
-  if (c == NULL || weft_resp_decoder_add_last(p, "resp", &srv->resp_opts) < 0 ||
+  const weft_resp_options *o = srv->shared.auth.default_pass
+                                   ? &srv->limits.resp_unauth
+                                   : &srv->limits.resp;
+  if (c == NULL || weft_resp_decoder_add_last(p, "resp", o) < 0 ||
+      kv_conn_limits_watch(&srv->limits, ch, "resp") < 0 ||
       weft_pipeline_add_last(p, "kv", &resp_handler, c) < 0) {
     free(c);
     weft_channel_close(ch, WEFT_PROMISE_NONE);

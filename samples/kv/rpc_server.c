@@ -91,6 +91,21 @@ static const kv_reply_ops rpc_ops = {rpc_simple, rpc_error,   rpc_integer,
                                      rpc_bulk,   rpc_null,    rpc_array,
                                      rpc_map,    rpc_verbatim};
 
+/* Arguments a method may have: before AUTH, Redis' limit less the
+ * command's name (the method). */
+static size_t rpc_max_args(const kv_session *s) {
+  return s->authenticated ? KV_MAX_ARGS : KV_UNAUTH_MAX_ARGS - 1;
+}
+
+/* Before AUTH each argument is at most Redis' 16 KiB too (the codec's
+ * payload bound keeps the memory down; this keeps Redis' rule). */
+static bool rpc_args_fit_unauth(const kv_arg *argv, size_t argc) {
+  for (size_t i = 0; i < argc; i++)
+    if (argv[i].len > KV_UNAUTH_MAX_BULK)
+      return false;
+  return true;
+}
+
 /* Every command's method: the arguments (checked against KV_MAX_ARGS and
  * the payload's bytes), the executor, one reply. */
 static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
@@ -100,8 +115,10 @@ static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
   weft_channel *ch = weft_rpc_call_channel(call);
   kv_session *s = weft_channel_user_data(ch);
   int rc = s != NULL
-               ? kv_proto_read_args(req->payload, KV_MAX_ARGS, argv, &argc)
+               ? kv_proto_read_args(req->payload, rpc_max_args(s), argv, &argc)
                : WEFT_ESTATE;
+  if (rc == 0 && !s->authenticated && !rpc_args_fit_unauth(argv, argc))
+    rc = WEFT_ETOOLONG;
   if (rc < 0) {
     weft_rpc_msg_release(req);
     weft_rpc_reply_error(call, rc, NULL);
@@ -169,7 +186,11 @@ void kv_rpc_channel_init(weft_channel *ch, void *arg) {
   rpc_conn *c = calloc(1, sizeof *c);
   if (c != NULL)
     c->srv = srv;
-  if (c == NULL || weft_rpc_codec_add_last(p, "rpc", &srv->rpc_opts) < 0 ||
+  const weft_rpc_codec_options *o = srv->shared.auth.default_pass
+                                        ? &srv->limits.rpc_unauth
+                                        : &srv->limits.rpc;
+  if (c == NULL || weft_rpc_codec_add_last(p, "rpc", o) < 0 ||
+      kv_conn_limits_watch(&srv->limits, ch, "rpc") < 0 ||
       weft_flush_consolidation_add_last(p, "flush", NULL) < 0 ||
       weft_pipeline_add_last(p, "session", &session_handler, c) < 0) {
     free(c);

@@ -30,7 +30,10 @@ void kv_server_options_init(kv_server_options *o) {
   *o = (kv_server_options){.max_value_bytes = 1 << 20,
                            .stripes = 64,
                            .expire_hz = 10,
-                           .protected_mode = true};
+                           .protected_mode = true,
+                           .auth_timeout_ms = 10000,
+                           .command_timeout_ms = 30000,
+                           .query_buffers_max = (size_t)256 << 20};
   strcpy(o->rpc_listen, "127.0.0.1:7001");
   strcpy(o->resp_listen, "127.0.0.1:6380");
   weft_tls_options_init(&o->tls);
@@ -48,6 +51,37 @@ static int parse_ulong(const char *v, unsigned long max, unsigned long *out,
   }
   *out = n;
   return 0;
+}
+
+/* An integer from 0 to `max` (0 turns the limit off). */
+static int parse_limit(const char *v, unsigned long max, unsigned long *out,
+                       char *err, size_t err_len) {
+  char *end;
+  unsigned long n = strtoul(v, &end, 10);
+  if (*v == '\0' || *v == '-' || *end != '\0' || n > max) {
+    snprintf(err, err_len, "expected an integer from 0 (none) to %lu", max);
+    return WEFT_EINVAL;
+  }
+  *out = n;
+  return 0;
+}
+
+/* The limits' keys (conn_limits.h); WEFT_ENOENT for other keys. */
+static int limit_key(kv_server_options *o, const char *key, const char *value,
+                     char *err, size_t err_len) {
+  static const struct {
+    const char *key;
+    unsigned long max;
+  } keys[] = {{"auth_timeout_ms", 86400000ul},
+              {"command_timeout_ms", 86400000ul},
+              {"client_query_buffer_limit", 1ul << 40},
+              {"query_buffers_max", 1ul << 40}};
+  unsigned long *dst[] = {&o->auth_timeout_ms, &o->command_timeout_ms,
+                          &o->client_query_buffer_limit, &o->query_buffers_max};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (strcmp(key, keys[i].key) == 0)
+      return parse_limit(value, keys[i].max, dst[i], err, err_len);
+  return WEFT_ENOENT;
 }
 
 /* Copies `value` into `dst` (`cap` bytes with the NUL), or says how long
@@ -109,6 +143,9 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
   int tls_rc = kv_server_tls_key(o, key, value, err, err_len);
   if (tls_rc != WEFT_ENOENT)
     return tls_rc;
+  int limit_rc = limit_key(o, key, value, err, err_len);
+  if (limit_rc != WEFT_ENOENT)
+    return limit_rc;
   if (strcmp(key, "max_value_bytes") == 0) {
     int rc = parse_ulong(value, 512ul << 20, &n, err, err_len);
     o->max_value_bytes = rc == 0 ? n : o->max_value_bytes;
@@ -187,14 +224,12 @@ static int resp_transport_check(const weft_config *cfg, const char *uri,
   return WEFT_ENOTSUP;
 }
 
-static void setup_codecs(kv_server *srv) {
-  weft_resp_options_init(&srv->resp_opts);
-  srv->resp_opts.max_args = KV_MAX_ARGS; /* resp_read's argv has room */
-  /* A SET of the largest value must fit, with room for the key. */
-  srv->resp_opts.max_bulk = srv->opts.max_value_bytes;
-  srv->resp_opts.max_command = srv->opts.max_value_bytes + 128 * 1024;
-  weft_rpc_codec_options_init(&srv->rpc_opts);
-  srv->rpc_opts.max_payload = srv->opts.max_value_bytes + 128 * 1024;
+static void setup_codecs(kv_server *srv, const weft_config *cfg) {
+  const kv_server_options *o = &srv->opts;
+  kv_conn_limits_init(&srv->limits, o->max_value_bytes, o->auth_timeout_ms,
+                      o->command_timeout_ms, o->client_query_buffer_limit,
+                      o->query_buffers_max, cfg->output_limit);
+  srv->shared.limits = &srv->limits;
   kv_rpc_methods_init(srv);
 }
 
@@ -267,6 +302,8 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
     return rc;
   }
   sh->protected_mode = srv->opts.protected_mode;
+  sh->denied_log.interval_ns = KV_DENIED_LOG_INTERVAL_NS;
+  srv->tls_fail_log.interval_ns = 1000000000u;
   sh->n_loops = (unsigned)weft_loop_group_size(srv->group);
   sh->loops = aligned_alloc(_Alignof(kv_loop_counters),
                             sh->n_loops * sizeof *sh->loops);
@@ -363,7 +400,7 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
   if (rc == 0)
     rc = kv_tls_context_init(srv);
   if (rc == 0) {
-    setup_codecs(srv);
+    setup_codecs(srv, cfg);
     rc = bind_all(srv, cfg);
   }
   if (rc < 0) {

@@ -50,6 +50,20 @@ typedef struct kv_server_options {
                                  tls_handshake_timeout_ms, tls_ktls */
   kv_cluster_options cluster; /* the [cluster] section (cluster.h):
                                  cluster mode, this node, the slot map */
+  unsigned long auth_timeout_ms;           /* a connection that starts
+                                              unauthenticated is closed if it has
+                                              not authenticated by then; 0 = never
+                                              (default 10000) */
+  unsigned long command_timeout_ms;        /* a command not complete this long
+                                              after its first bytes closes its
+                                              connection; 0 = never (default
+                                              30000) */
+  unsigned long client_query_buffer_limit; /* bytes a connection's partial input
+                                       may hold; 0 (default) = twice the
+                                       largest command (conn_limits.h) */
+  unsigned long query_buffers_max;         /* bytes all partial input may hold
+                                               together; 0 = no bound (default
+                                               256 MiB) */
 } kv_server_options;
 
 /** The listeners kv_server_address names. */
@@ -76,6 +90,8 @@ void kv_server_config_defaults(weft_config *cfg);
  * weft_config_apply_env (see weft_config_section_cb); `arg` is a
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
  * stripes, expire_hz, requirepass, user, user_password, protected_mode,
+ * auth_timeout_ms, command_timeout_ms, client_query_buffer_limit,
+ * query_buffers_max,
  * and the TLS keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
  * kv_server_tls_key) (kv_config.h lists them). Also the [cluster]
  * section's keys (enabled, myself, node: kv_cluster_config_key). The clients'

@@ -8,6 +8,7 @@
 #include <weft/weft.h>
 
 #include "command.h"
+#include "conn_limits.h"
 #include "server.h"
 
 /** Arguments of one command: the decoders' limit and the argv arrays'. */
@@ -22,10 +23,10 @@ struct kv_server {
   weft_tls_context *tls;           /* theirs (server_tls.c), or NULL */
   weft_rpc_method methods[KV_CMD_COUNT_ - 1];
   size_t n_methods;
-  weft_resp_options resp_opts;
-  weft_rpc_codec_options rpc_opts;
+  kv_conn_limits limits;   /* the decoders' options, what connections hold */
   weft_timer expire_timer; /* on loop 0 */
   char transport[16];      /* [transport] name, for INFO */
+  weft_log_limit tls_fail_log; /* failed TLS handshakes' lines: 1 a second */
 };
 
 /** The child_init of the RESP listener (resp_server.c). */

@@ -32,7 +32,11 @@ static weft_cli cli = {
              "Redis protocol\n([kv] resp_listen: redis-cli and "
              "redis-benchmark work against it), and both\nover TLS ([kv] "
              "tls_listen, tls_rpc_listen, with tls_cert_file and "
-             "tls_key_file),\nuntil SIGINT or SIGTERM.",
+             "tls_key_file),\nuntil SIGINT or SIGTERM. Passwords ([kv] "
+             "requirepass, user_password): give them\nin the environment "
+             "(WEFT_KV_REQUIREPASS, WEFT_KV_USER_PASSWORD) or a -c file; "
+             "with -o\nthey are overwritten in the command line once read, "
+             "but ps may see them before.",
     .examples = "weft-kv-server -o kv.resp_listen=127.0.0.1:6380\n"
                 "weft-kv-server -c kv.ini -o loop.loops=1 -o "
                 "transport.name=uring\n"
@@ -53,6 +57,10 @@ static int configure(int argc, char **argv, weft_config *cfg,
   kv_server_options_init(o);
   cli.app_arg = o;
   int first = weft_cli_parse(&cli, cfg, argc, argv);
+  /* Read: the passwords of -o go out of the command line (ps). */
+  static const char *const secrets[] = {"kv.requirepass", "kv.user_password",
+                                        NULL};
+  kv_config_scrub_argv(argc, argv, secrets);
   if (first <= 0)
     return first == 0 ? 1 : -1;
   if (first < argc) {

@@ -8,6 +8,7 @@
 #include "kv_config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -101,10 +102,59 @@ int kv_tls_context_init(kv_server *srv) {
 
 /* ---- pipelines ---- */
 
-/* Puts the TLS handler first; false (the channel closed) when it could
- * not. */
+/* The state of the handler after TLS that takes failed handshakes. */
+typedef struct hs_watch {
+  kv_server *srv;
+  bool failed; /* the handshake failed: the next exception is its */
+} hs_watch;
+
+static void hs_event(weft_ctx *ctx, void *event) {
+  hs_watch *w = weft_ctx_state(ctx);
+  /* Not every event is a weft_msg: weft_event_read_resumed is an int. */
+  if (event != &weft_event_read_resumed &&
+      weft_msg_is(event, &weft_tls_event_type) &&
+      ((const weft_tls_event *)event)->kind == WEFT_TLS_HANDSHAKE_FAILED)
+    w->failed = true;
+  weft_ctx_fire_user_event(ctx, event);
+}
+
+/* A failed handshake's exception: logged here at most once a second per
+ * server with the count of the others (a client can fail handshakes as
+ * fast as it connects: 1000 stalled ones made 1000 WARN lines), and the
+ * channel closed, instead of the tail's line each. */
+static void hs_exception(weft_ctx *ctx, int err, const char *reason) {
+  hs_watch *w = weft_ctx_state(ctx);
+  if (!w->failed) {
+    weft_ctx_fire_exception_caught(ctx, err, reason);
+    return;
+  }
+  weft_log_limited(&w->srv->tls_fail_log, WEFT_LOG_WARN,
+                   "kv: channel %llu: %s; closing the channel",
+                   (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)),
+                   reason != NULL ? reason : weft_strerror(err));
+  weft_channel_close(weft_ctx_channel(ctx), WEFT_PROMISE_NONE);
+}
+
+static void hs_removed(weft_ctx *ctx) { free(weft_ctx_state(ctx)); }
+
+static const weft_handler hs_handler = {.name = "kv-tls-failures",
+                                        .user_event = hs_event,
+                                        .exception_caught = hs_exception,
+                                        .handler_removed = hs_removed};
+
+/* Puts the TLS handler first, and the one that logs failed handshakes
+ * after it; false (the channel closed) when it could not. */
 static bool add_tls(weft_channel *ch, kv_server *srv) {
-  int rc = weft_tls_add_first(weft_channel_pipeline(ch), srv->tls, NULL);
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  int rc = weft_tls_add_first(p, srv->tls, NULL);
+  hs_watch *w = rc == 0 ? calloc(1, sizeof *w) : NULL;
+  if (rc == 0 && w == NULL)
+    rc = WEFT_ENOMEM;
+  if (w != NULL) {
+    w->srv = srv;
+    if ((rc = weft_pipeline_add_last(p, "tls-failures", &hs_handler, w)) < 0)
+      free(w);
+  }
   if (rc == 0)
     return true;
   weft_channel_log(ch, WEFT_LOG_WARN, "kv: cannot add the TLS handler: %s",

@@ -2,6 +2,7 @@
  * protected-mode check) and end, and the commands about the connection
  * itself: CLIENT (ID, GETNAME, SETNAME, INFO, ...) and QUIT. */
 #include "command_internal.h"
+#include "conn_limits.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -13,10 +14,6 @@
 #include <weft/clock.h>
 #include <weft/log.h>
 #include <weft/loop.h>
-
-/* A refused connection is logged at most once per this many ns, with the
- * number refused since (a scan of the port would flood the log). */
-#define DENIED_LOG_INTERVAL_NS (10 * 1000000000ull)
 
 bool kv_addr_is_loopback(const char *addr) {
   char host[KV_ADDR_MAX];
@@ -47,30 +44,50 @@ uint64_t kv_session_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Logs a refusal, at most once per DENIED_LOG_INTERVAL_NS per server (any
- * thread). */
+/* Logs a refusal, at most once per KV_DENIED_LOG_INTERVAL_NS per server
+ * (any thread). */
 static void log_denied(const kv_session *s) {
-  kv_shared *sh = s->shared;
-  uint64_t now = weft_now_ns(), last = atomic_load(&sh->denied_log_ns);
-  uint64_t n = atomic_fetch_add(&sh->denied_unlogged, 1) + 1;
-  if (last != 0 && now - last < DENIED_LOG_INTERVAL_NS)
+  weft_log_limited(&s->shared->denied_log, WEFT_LOG_WARN,
+                   "kv: protected mode refused a %s connection from %s: no "
+                   "password is set for the default user and the client is "
+                   "not on the loopback interface; set [kv] requirepass "
+                   "(clients then AUTH), or [kv] protected_mode = no to "
+                   "accept clients from other hosts without one",
+                   s->rpc ? "weft RPC" : "RESP", s->addr);
+}
+
+/* The authentication deadline passed: the connection goes, with a line
+ * (at most one a second: a flood of idle connections would flood the
+ * log). */
+static void auth_timeout(void *arg) {
+  kv_session *s = arg;
+  if (s->authenticated)
     return;
-  if (!atomic_compare_exchange_strong(&sh->denied_log_ns, &last, now))
+  kv_conn_limits *l = s->shared->limits;
+  atomic_fetch_add(&l->auth_timeouts, 1);
+  weft_log_limited(&l->auth_timeout_log, WEFT_LOG_WARN,
+                   "kv: %s connection from %s did not authenticate within "
+                   "%" PRIu64 " ms ([kv] auth_timeout_ms); closing it",
+                   s->rpc ? "weft RPC" : "RESP", s->addr,
+                   l->auth_timeout_ns / 1000000u);
+  weft_channel_close(s->channel, WEFT_PROMISE_NONE);
+}
+
+/* A connection that starts unauthenticated: the small output limit and
+ * the deadline (its decoder was added with the small limits). */
+static void start_unauthenticated(kv_session *s) {
+  kv_conn_limits *l = s->shared->limits;
+  if (l == NULL || s->authenticated || s->denied)
     return;
-  atomic_fetch_sub(&sh->denied_unlogged, n);
-  char more[64] = "";
-  if (n > 1)
-    snprintf(more, sizeof more,
-             " (and %" PRIu64 " more since the last such "
-             "line)",
-             n - 1);
-  weft_log(WEFT_LOG_WARN,
-           "kv: protected mode refused a %s connection from %s%s: no password "
-           "is set for the default user and the client is not on the "
-           "loopback interface; set [kv] requirepass (clients then AUTH), or "
-           "[kv] protected_mode = no to accept clients from other hosts "
-           "without one",
-           s->rpc ? "weft RPC" : "RESP", s->addr, more);
+  kv_conn_limits_unauthenticated(l, s->channel);
+  if (l->auth_timeout_ns > 0)
+    weft_timer_start(&s->auth_timer, l->auth_timeout_ns, 0, auth_timeout, s);
+}
+
+void kv_session_authenticated(kv_session *s) {
+  weft_timer_stop(&s->auth_timer);
+  if (s->shared->limits != NULL)
+    kv_conn_limits_authenticated(s->shared->limits, s->channel, s->rpc);
 }
 
 void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
@@ -83,6 +100,8 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
   s->resp = 2;
   s->rpc = rpc;
   s->authenticated = !shared->auth.default_pass; /* Redis' nopass default */
+  s->channel = ch;
+  weft_timer_init(weft_channel_loop(ch), &s->auth_timer);
   s->created_ns = s->last_ns = kv_session_now_ns();
   if (weft_channel_remote_address(ch, s->addr, sizeof s->addr) < 0)
     snprintf(s->addr, sizeof s->addr, "?");
@@ -98,9 +117,11 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
     atomic_fetch_add(&shared->rejected_connections, 1);
     log_denied(s);
   }
+  start_unauthenticated(s);
 }
 
 void kv_session_fini(kv_session *s) {
+  weft_timer_stop(&s->auth_timer);
   kv_multi_reset(&s->multi);
   atomic_fetch_sub(&s->shared->connected_clients, 1);
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <weft/channel.h>
+#include <weft/timer.h>
 
 #include "command.h"
 #include "multi.h"
@@ -40,6 +41,8 @@ struct kv_session {
   char addr[KV_ADDR_MAX], laddr[KV_ADDR_MAX];
   char name[KV_CLIENT_NAME_MAX + 1];
   kv_multi multi;
+  weft_channel *channel; /* the connection's (borrowed: it outlives us) */
+  weft_timer auth_timer; /* [kv] auth_timeout_ms while unauthenticated */
 };
 
 /**
@@ -47,7 +50,9 @@ struct kv_session {
  * addresses, authenticated when the default user needs no password, and
  * denied when protected mode refuses the peer (server.h: no password and
  * an address outside the loopback network), which is then counted and
- * logged. Counts a connection.
+ * logged. Counts a connection. One that starts unauthenticated gets the
+ * small output limit and the deadline of [kv] auth_timeout_ms
+ * (conn_limits.h): past it the channel is closed, with a log line.
  */
 void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
                      bool rpc);
@@ -61,6 +66,13 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
  * -P 16. Any thread.
  */
 uint64_t kv_session_now_ns(void);
+
+/**
+ * The session just authenticated (AUTH, HELLO AUTH): the limits for
+ * connections that have not (conn_limits.h) are lifted and the
+ * authentication deadline stopped. In session.c.
+ */
+void kv_session_authenticated(kv_session *s);
 
 /** Ends a session: frees its MULTI queue, counts the connection closed. */
 void kv_session_fini(kv_session *s);
