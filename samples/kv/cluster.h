@@ -24,6 +24,7 @@
 #ifndef WEFT_SAMPLES_KV_CLUSTER_H
 #define WEFT_SAMPLES_KV_CLUSTER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -109,6 +110,11 @@ typedef struct kv_cluster {
   _Atomic uint8_t importing[KV_CLUSTER_SLOTS]; /* from node, or NO_NODE */
   _Atomic uint64_t epoch;                      /* cluster_current_epoch */
   _Atomic uint64_t node_epoch[KV_CLUSTER_NODES_MAX]; /* config epochs */
+  /* MIGRATEs in flight, whose keys a write gets TRYAGAIN for while their
+   * slot is migrating (cluster_migrate.c); the lock is taken inside
+   * stripe locks, never around them */
+  pthread_mutex_t migrate_lock;
+  struct kv_migrate *migrating_ops;
 } kv_cluster;
 
 /**

@@ -67,6 +67,12 @@ const weft_config_key kv_config_keys[] = {
     {"kv", "client_sni", "",
      "the server name weft-kv and weft-kvbench send and check in the "
      "server's certificate; empty = the host they connect to; also --sni"},
+    {"kv", "migrate_any_host", "no",
+     "yes or no: MIGRATE may reach any numeric address, not only the "
+     "[cluster] node lines"},
+    {"kv", "migrate_timeout_max_ms", "10000",
+     "ms: MIGRATE's timeout (how long a silent target is waited for) is "
+     "clamped to this, an integer from 1 to 3600000"},
     {"kv", "max_value_bytes", "1048576",
      "largest value in bytes, an integer from 1 to 536870912"},
     {"kv", "stripes", "64",

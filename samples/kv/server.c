@@ -30,7 +30,8 @@ void kv_server_options_init(kv_server_options *o) {
   *o = (kv_server_options){.max_value_bytes = 1 << 20,
                            .stripes = 64,
                            .expire_hz = 10,
-                           .protected_mode = true};
+                           .protected_mode = true,
+                           .migrate_timeout_max_ms = KV_MIGRATE_TIMEOUT_MAX_MS};
   strcpy(o->rpc_listen, "127.0.0.1:7001");
   strcpy(o->resp_listen, "127.0.0.1:6380");
   weft_tls_options_init(&o->tls);
@@ -101,6 +102,14 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
                      err_len);
   if (strcmp(key, "protected_mode") == 0)
     return parse_flag(value, &o->protected_mode, err, err_len);
+  if (strcmp(key, "migrate_any_host") == 0)
+    return parse_flag(value, &o->migrate_any_host, err, err_len);
+  if (strcmp(key, "migrate_timeout_max_ms") == 0) {
+    int rc = parse_ulong(value, 3600000, &n, err, err_len);
+    o->migrate_timeout_max_ms =
+        rc == 0 ? (unsigned)n : o->migrate_timeout_max_ms;
+    return rc;
+  }
   if (strcmp(key, "password") == 0 || strcmp(key, "client_user") == 0 ||
       strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0 ||
       strcmp(key, "tls_client_cert_file") == 0 ||
@@ -247,6 +256,8 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
     return rc;
   }
   sh->protected_mode = srv->opts.protected_mode;
+  sh->migrate_any_host = srv->opts.migrate_any_host;
+  sh->migrate_timeout_max_ms = srv->opts.migrate_timeout_max_ms;
   sh->n_loops = (unsigned)weft_loop_group_size(srv->group);
   sh->loops = aligned_alloc(_Alignof(kv_loop_counters),
                             sh->n_loops * sizeof *sh->loops);
@@ -343,6 +354,7 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
   }
   if (rc < 0) {
     weft_tls_context_release(srv->tls);
+    weft_tls_context_release(srv->shared.migrate_tls);
     kv_store_free(srv->shared.store);
     kv_cluster_free(srv->shared.cluster);
     free(srv->shared.loops);
@@ -388,6 +400,7 @@ void kv_server_close(kv_server *s) {
   weft_server_close(s->tls_rpc);
   /* Channels still open hold their own references. */
   weft_tls_context_release(s->tls);
+  weft_tls_context_release(s->shared.migrate_tls);
   kv_store_free(s->shared.store);
   kv_cluster_free(s->shared.cluster);
   free(s->shared.loops);

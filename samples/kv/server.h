@@ -50,7 +50,16 @@ typedef struct kv_server_options {
                                  tls_handshake_timeout_ms, tls_ktls */
   kv_cluster_options cluster; /* the [cluster] section (cluster.h):
                                  cluster mode, this node, the slot map */
+  bool migrate_any_host;      /* MIGRATE may reach any numeric address, not
+                                 only the [cluster] node lines (default
+                                 false) */
+  unsigned migrate_timeout_max_ms; /* MIGRATE's timeout is clamped to this,
+                                      ms (default KV_MIGRATE_TIMEOUT_MAX_MS) */
 } kv_server_options;
+
+/** [kv] migrate_timeout_max_ms's default, ms: a target silent this long
+ *  is taken for dead (MIGRATE's client waits no longer). */
+#define KV_MIGRATE_TIMEOUT_MAX_MS 10000
 
 /** The listeners kv_server_address names. */
 enum kv_listener {
@@ -76,12 +85,12 @@ void kv_server_config_defaults(weft_config *cfg);
  * weft_config_apply_env (see weft_config_section_cb); `arg` is a
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
  * stripes, expire_hz, requirepass, user, user_password, protected_mode,
- * and the TLS keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
- * kv_server_tls_key) (kv_config.h lists them). Also the [cluster]
- * section's keys (enabled, myself, node: kv_cluster_config_key). The clients'
- * keys of the section (password, client_user, client_tls, ...) and other
- * sections of the service's file ([kvbench]) are accepted and ignored. Error
- * texts never quote a value.
+ * migrate_any_host, migrate_timeout_max_ms, and the TLS keys (tls_listen,
+ * tls_rpc_listen, tls_cert_file, ...; see kv_server_tls_key) (kv_config.h lists
+ * them). Also the [cluster] section's keys (enabled, myself, node:
+ * kv_cluster_config_key). The clients' keys of the section (password,
+ * client_user, client_tls, ...) and other sections of the service's file
+ * ([kvbench]) are accepted and ignored. Error texts never quote a value.
  */
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len);

@@ -14,6 +14,8 @@
 #include <weft/log.h>
 #include <weft/loop.h>
 
+#include "migrate.h"
+
 /* A refused connection is logged at most once per this many ns, with the
  * number refused since (a scan of the port would flood the log). */
 #define DENIED_LOG_INTERVAL_NS (10 * 1000000000ull)
@@ -101,6 +103,7 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
 }
 
 void kv_session_fini(kv_session *s) {
+  kv_migrate_detach(s); /* a MIGRATE in flight ends without a reply */
   kv_multi_reset(&s->multi);
   atomic_fetch_sub(&s->shared->connected_clients, 1);
 }
