@@ -34,7 +34,8 @@
 
 typedef struct node {
   kv_server *srv;
-  int port; /* RESP's (or RESP over TLS's) */
+  int port;      /* RESP's (or RESP over TLS's) */
+  int resp_port; /* plaintext RESP's */
 } node;
 
 static weft_loop_group *group_start(void) {
@@ -65,6 +66,9 @@ static void node_start(node *n, weft_loop_group *g, const kv_server_options *o,
   char uri[WEFT_CONFIG_URI_MAX + 32];
   ck_assert_int_eq(kv_server_address(n->srv, listener, uri, sizeof uri), 0);
   n->port = atoi(strrchr(uri, ':') + 1);
+  ck_assert_int_eq(kv_server_address(n->srv, KV_LISTENER_RESP, uri, sizeof uri),
+                   0);
+  n->resp_port = atoi(strrchr(uri, ':') + 1);
 }
 
 /* The loops first (the servers' channels close with them), then the
@@ -446,6 +450,99 @@ START_TEST(kv_migrate_to_weft_node) {
 }
 END_TEST
 
+/* ---- TLS ---- */
+
+#ifndef WEFT_TLS_MAKE_CERTS
+#error "WEFT_TLS_MAKE_CERTS: the path of tests/tls/make-certs.sh"
+#endif
+
+/* Certificates of tests/tls/make-certs.sh in a new directory `dir`. */
+static void make_certs(char *dir) {
+  char cmd[512];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(cmd, sizeof cmd, "%s %s", WEFT_TLS_MAKE_CERTS, dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static void remove_certs(const char *dir) {
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Options of a server serving RESP over TLS too (plaintext RESP stays, for
+ * the test's own sockets), with the test CA, presenting client.pem when it
+ * connects, and `pass` as requirepass ("" = none). */
+static void tls_options(kv_server_options *o, const char *dir,
+                        const char *pass) {
+  options(o);
+  strcpy(o->tls_listen, "127.0.0.1:0");
+  snprintf(o->tls.cert_file, sizeof o->tls.cert_file, "%s/server.pem", dir);
+  snprintf(o->tls.key_file, sizeof o->tls.key_file, "%s/server.key", dir);
+  snprintf(o->tls.ca_file, sizeof o->tls.ca_file, "%s/ca.pem", dir);
+  snprintf(o->tls_client_cert_file, sizeof o->tls_client_cert_file,
+           "%s/client.pem", dir);
+  snprintf(o->tls_client_key_file, sizeof o->tls_client_key_file,
+           "%s/client.key", dir);
+  snprintf(o->requirepass, sizeof o->requirepass, "%s", pass);
+  o->migrate_any_host = true;
+}
+
+/* A server that serves TLS MIGRATEs over TLS: to another such node's TLS
+ * port with AUTH (the target asks for a client certificate and checks
+ * it), and to a plaintext listener what goes out is a TLS handshake, the
+ * password nowhere in it. Before the fix AUTH went out in clear. */
+START_TEST(kv_migrate_over_tls_never_sends_password_in_clear) {
+  char dir[] = "/tmp/weft-kvmig-XXXXXX";
+  make_certs(dir);
+  weft_loop_group *g = group_start();
+  node n[2];
+  kv_server_options o;
+  tls_options(&o, dir, "s3cret");
+  node_start(&n[1], g, &o, KV_LISTENER_TLS); /* the target */
+  tls_options(&o, dir, "");
+  node_start(&n[0], g, &o, KV_LISTENER_RESP);
+  peer a;
+  peer_open(&a, n[0].port);
+  peer_send(&a, "SET k v");
+  peer_expect(&a, "+OK");
+  peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 8000 AUTH s3cret", n[1].port);
+  peer_expect(&a, "+OK");
+  peer_send(&a, "EXISTS k");
+  peer_expect(&a, ":0");
+  peer b;
+  peer_open(&b, n[1].resp_port);
+  peer_send(&b, "AUTH s3cret");
+  peer_expect(&b, "+OK");
+  peer_send(&b, "GET k");
+  peer_expect(&b, "$1");
+  peer_expect(&b, "v");
+  peer_close(&b);
+  /* To a plaintext listener: the bytes are a TLS record. */
+  int tport, lfd = target_listen(&tport);
+  peer_send(&a, "SET k2 v");
+  peer_expect(&a, "+OK");
+  peer_send(&a, "MIGRATE 127.0.0.1 %d k2 0 8000 AUTH s3cret", tport);
+  int t = target_accept(lfd);
+  unsigned char hello[4096];
+  struct pollfd pfd = {.fd = t, .events = POLLIN};
+  ck_assert_int_eq(poll(&pfd, 1, LONG_WAIT_MS), 1);
+  ssize_t got = recv(t, hello, sizeof hello, 0);
+  ck_assert_int_gt(got, 5);
+  ck_assert_uint_eq(hello[0], 0x16); /* TLS handshake record */
+  ck_assert_ptr_null(memmem(hello, (size_t)got, "s3cret", 6));
+  ck_assert_ptr_null(memmem(hello, (size_t)got, "AUTH", 4));
+  close(t);
+  peer_expect_prefix(&a, "-IOERR");
+  peer_send(&a, "EXISTS k2");
+  peer_expect(&a, ":1");
+  peer_close(&a);
+  close(lfd);
+  stop_all(g, n, 2);
+  remove_certs(dir);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   if (!weft_transport_speaks_tcp(th_transport_name()))
     th_skip_program("RESP over plain sockets needs a TCP transport, not %s",
@@ -455,5 +552,5 @@ Suite *weft_test_suite(void) {
       kv_migrate_timeout_clamped_to_cap, kv_migrate_refusals_are_clear_errors,
       kv_migrate_non_resp_reply_keeps_key,
       kv_migrate_key_changed_meanwhile_not_deleted, kv_migrate_to_weft_node,
-      NULL);
+      kv_migrate_over_tls_never_sends_password_in_clear, NULL);
 }

@@ -61,7 +61,8 @@ const weft_config_key kv_config_keys[] = {
      "also --tls"},
     {"kv", "tls_client_cert_file", "",
      "PEM: the certificate weft-kv and weft-kvbench present "
-     "(tls-client-cert-file); also --cert"},
+     "(tls-client-cert-file); also --cert; the server's MIGRATE over TLS "
+     "presents it too (empty: tls_cert_file)"},
     {"kv", "tls_client_key_file", "",
      "PEM: its private key (tls-client-key-file); also --key"},
     {"kv", "client_sni", "",

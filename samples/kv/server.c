@@ -111,10 +111,13 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
     return rc;
   }
   if (strcmp(key, "password") == 0 || strcmp(key, "client_user") == 0 ||
-      strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0 ||
-      strcmp(key, "tls_client_cert_file") == 0 ||
-      strcmp(key, "tls_client_key_file") == 0)
+      strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0)
     return 0; /* the clients' keys (weft-kv, weft-kvbench) */
+  if (strcmp(key, "tls_client_cert_file") == 0 ||
+      strcmp(key, "tls_client_key_file") == 0) /* the clients', and MIGRATE's */
+    return copy_text(key[11] == 'c' ? o->tls_client_cert_file
+                                    : o->tls_client_key_file,
+                     WEFT_TLS_PATH_MAX, value, err, err_len);
   int tls_rc = kv_server_tls_key(o, key, value, err, err_len);
   if (tls_rc != WEFT_ENOENT)
     return tls_rc;

@@ -50,9 +50,14 @@ typedef struct kv_server_options {
                                  tls_handshake_timeout_ms, tls_ktls */
   kv_cluster_options cluster; /* the [cluster] section (cluster.h):
                                  cluster mode, this node, the slot map */
-  bool migrate_any_host;      /* MIGRATE may reach any numeric address, not
-                                 only the [cluster] node lines (default
-                                 false) */
+  char tls_client_cert_file[WEFT_TLS_PATH_MAX]; /* MIGRATE's client
+                                    certificate over TLS (Redis'
+                                    tls-client-cert-file); "" = tls_cert_file */
+  char tls_client_key_file[WEFT_TLS_PATH_MAX];  /* its key; "" = in the
+                                                   certificate's file */
+  bool migrate_any_host;           /* MIGRATE may reach any numeric address, not
+                                      only the [cluster] node lines (default
+                                      false) */
   unsigned migrate_timeout_max_ms; /* MIGRATE's timeout is clamped to this,
                                       ms (default KV_MIGRATE_TIMEOUT_MAX_MS) */
 } kv_server_options;

@@ -72,15 +72,22 @@ int kv_server_tls_key(kv_server_options *o, const char *key, const char *value,
 /* MIGRATE's client context, for a server that serves RESP over TLS: the
  * cluster's nodes then speak TLS to each other as Redis' tls-cluster. The
  * target's certificate is checked against the server's CAs (tls_ca_cert_*,
- * else the system's) and the address MIGRATE connects to; the server's
- * own certificate is the client certificate (targets ask for one with
- * tls_auth_clients = yes, the default). */
+ * else the system's) and the address MIGRATE connects to; the client
+ * certificate (targets ask for one with tls_auth_clients = yes, the
+ * default) is tls_client_cert_file, else the server's own, as Redis'
+ * tls-client-cert-file. */
 static int migrate_tls_init(kv_server *srv, char *err, size_t err_len) {
   const weft_tls_options *s = &srv->opts.tls;
   weft_tls_options o;
   weft_tls_options_init(&o);
-  memcpy(o.cert_file, s->cert_file, sizeof o.cert_file);
-  memcpy(o.key_file, s->key_file, sizeof o.key_file);
+  const kv_server_options *so = &srv->opts;
+  if (so->tls_client_cert_file[0] != '\0') { /* Redis' tls-client-cert-file */
+    memcpy(o.cert_file, so->tls_client_cert_file, sizeof o.cert_file);
+    memcpy(o.key_file, so->tls_client_key_file, sizeof o.key_file);
+  } else {
+    memcpy(o.cert_file, s->cert_file, sizeof o.cert_file);
+    memcpy(o.key_file, s->key_file, sizeof o.key_file);
+  }
   memcpy(o.ca_file, s->ca_file, sizeof o.ca_file);
   memcpy(o.ca_dir, s->ca_dir, sizeof o.ca_dir);
   o.min_protocol = s->min_protocol;
