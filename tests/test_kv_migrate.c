@@ -206,6 +206,22 @@ static void source_start(node *n, weft_loop_group *g, unsigned cap_ms) {
   node_start(n, g, &o, KV_LISTENER_RESP);
 }
 
+/* Options of node a of a cluster config that also lists node b at
+ * 127.0.0.1:`b_port` (a serves every slot; its own port is not used). */
+static void cluster_options(kv_server_options *o, int b_port) {
+  options(o);
+  char line[128], err[256];
+  snprintf(line, sizeof line, "b 127.0.0.1:%d", b_port);
+  const char *kv[][2] = {{"enabled", "yes"},
+                         {"myself", "a"},
+                         {"node", "a 127.0.0.1:1 slots=0-16383"},
+                         {"node", line}};
+  for (size_t i = 0; i < 4; i++)
+    ck_assert_msg(kv_server_config_section(o, "cluster", kv[i][0], kv[i][1],
+                                           err, sizeof err) == 0,
+                  "%s", err);
+}
+
 /* ---- the tests ---- */
 
 /* A target that accepts and never answers: while the MIGRATE waits (its
@@ -395,24 +411,7 @@ START_TEST(kv_migrate_to_weft_node) {
   kv_server_options o;
   options(&o);
   node_start(&n[1], g, &o, KV_LISTENER_RESP); /* the target */
-  /* The source: node a of a cluster config that lists the target as node
-   * b (a serves every slot; its own port is not used here). */
-  options(&o);
-  char line[128], err[256];
-  snprintf(line, sizeof line, "b 127.0.0.1:%d", n[1].port);
-  ck_assert_int_eq(kv_server_config_section(&o, "cluster", "enabled", "yes",
-                                            err, sizeof err),
-                   0);
-  ck_assert_int_eq(
-      kv_server_config_section(&o, "cluster", "myself", "a", err, sizeof err),
-      0);
-  ck_assert_int_eq(kv_server_config_section(&o, "cluster", "node",
-                                            "a 127.0.0.1:1 slots=0-16383", err,
-                                            sizeof err),
-                   0);
-  ck_assert_int_eq(
-      kv_server_config_section(&o, "cluster", "node", line, err, sizeof err),
-      0);
+  cluster_options(&o, n[1].port);
   node_start(&n[0], g, &o, KV_LISTENER_RESP);
   peer a, b;
   peer_open(&a, n[0].port);
@@ -432,6 +431,7 @@ START_TEST(kv_migrate_to_weft_node) {
   peer_expect(&b, "$1");
   peer_expect(&b, "v");
   peer_send(&b, "PTTL k");
+  char line[64];
   peer_line(&b, line, sizeof line);
   ck_assert_msg(line[0] == ':' && atol(line + 1) > 500000, "PTTL %s", line);
   peer_send(&a, "MIGRATE 127.0.0.1 %d c 0 8000 COPY", n[1].port);
@@ -447,6 +447,46 @@ START_TEST(kv_migrate_to_weft_node) {
   peer_expect(&b, "w");
   peer_close(&a), peer_close(&b);
   stop_all(g, n, 2);
+}
+END_TEST
+
+/* In cluster mode, while the key's slot is marked MIGRATING, a write to a
+ * key in flight gets TRYAGAIN (it would be undone when the target's copy
+ * becomes the key), a read is served, and once the target took the key
+ * the write is sent on with ASK. */
+START_TEST(kv_migrate_write_in_flight_gets_tryagain) {
+  weft_loop_group *g = group_start();
+  int tport, lfd = target_listen(&tport);
+  node src;
+  kv_server_options o;
+  cluster_options(&o, tport);
+  node_start(&src, g, &o, KV_LISTENER_RESP);
+  peer a, b;
+  peer_open(&a, src.port);
+  peer_open(&b, src.port);
+  peer_send(&a, "SET k v");
+  peer_expect(&a, "+OK");
+  peer_send(&a, "CLUSTER KEYSLOT k");
+  char slot[32];
+  peer_line(&a, slot, sizeof slot);
+  peer_send(&a, "CLUSTER SETSLOT %s MIGRATING b", slot + 1);
+  peer_expect(&a, "+OK");
+  peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 8000", tport);
+  int t = target_accept(lfd);
+  target_wait_for(t, "RESTORE-ASKING");
+  peer_send(&b, "DEL k");
+  peer_expect_prefix(&b, "-TRYAGAIN");
+  peer_send(&b, "GET k");
+  peer_expect(&b, "$1");
+  peer_expect(&b, "v");
+  th_write_all(t, "+OK\r\n", 5);
+  peer_expect(&a, "+OK");
+  peer_send(&b, "DEL k");
+  peer_expect_prefix(&b, "-ASK ");
+  close(t);
+  peer_close(&a), peer_close(&b);
+  close(lfd);
+  stop_all(g, &src, 1);
 }
 END_TEST
 
@@ -552,5 +592,6 @@ Suite *weft_test_suite(void) {
       kv_migrate_timeout_clamped_to_cap, kv_migrate_refusals_are_clear_errors,
       kv_migrate_non_resp_reply_keeps_key,
       kv_migrate_key_changed_meanwhile_not_deleted, kv_migrate_to_weft_node,
+      kv_migrate_write_in_flight_gets_tryagain,
       kv_migrate_over_tls_never_sends_password_in_clear, NULL);
 }
