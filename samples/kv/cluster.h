@@ -12,10 +12,10 @@
  * -CROSSSLOT, a slot of another node -MOVED, a slot being migrated away
  * (CLUSTER SETSLOT MIGRATING) -ASK for keys not here, a slot being
  * imported (IMPORTING) serves clients that sent ASKING. A keyed command
- * is checked and run with its keys' stripes locked, as MIGRATE moves keys
- * under the same locks (cluster_migrate.c), so no write is lost to a
- * migration. The CLUSTER command family, ASKING, READONLY and READWRITE
- * are in cluster_cmd.c.
+ * is checked and run with its keys' stripes locked, as MIGRATE takes and
+ * deletes keys under the same locks (cluster_migrate.c; a write to a key
+ * it has in flight gets TRYAGAIN), so no write is lost to a migration. The
+ * CLUSTER command family, ASKING, READONLY and READWRITE are in cluster_cmd.c.
  *
  * Threads: the slot map is a set of atomics read by every loop and
  * changed by CLUSTER SETSLOT on any loop; a kv_cluster is shared by every

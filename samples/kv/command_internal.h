@@ -80,8 +80,7 @@ void kv_command_run(kv_session *s, const kv_command *cmd, size_t argc,
 
 /**
  * Adds to `t` the stripes `cmd` with these arguments touches: its keys by
- * the table's positions, or every stripe for KV_CF_ALLKEYS and MIGRATE
- * (whose keys have no fixed positions).
+ * the table's positions, or every stripe for KV_CF_ALLKEYS.
  */
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
                          const kv_arg *argv);
