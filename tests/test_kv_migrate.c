@@ -427,6 +427,22 @@ START_TEST(kv_migrate_to_weft_node) {
   th_write_all(a.fd, both, (size_t)len);
   peer_expect(&a, "+OK");
   peer_expect(&a, ":0");
+  /* More than a batch (16) pipelined behind it: held, then run in order
+   * once it answered (the decoder's rest after the channel reads again). */
+  char many[2048];
+  len = snprintf(many, sizeof many, "MIGRATE 127.0.0.1 %d c 0 8000 COPY\r\n",
+                 n[1].port);
+  for (int i = 0; i < 40; i++)
+    len += snprintf(many + len, sizeof many - (size_t)len, "INCR n\r\n");
+  th_write_all(a.fd, many, (size_t)len);
+  peer_expect(&a, "+OK");
+  for (int i = 1; i <= 40; i++) {
+    char want[8];
+    snprintf(want, sizeof want, ":%d", i);
+    peer_expect(&a, want);
+  }
+  peer_send(&b, "DEL c");
+  peer_expect(&b, ":1");
   peer_send(&b, "GET k");
   peer_expect(&b, "$1");
   peer_expect(&b, "v");

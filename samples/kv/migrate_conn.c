@@ -288,6 +288,10 @@ static const weft_handler migrate_handler = {.name = "kv-migrate",
 static void mig_init(weft_channel *ch, void *arg) {
   kv_migrate *m = arg;
   weft_pipeline *p = weft_channel_pipeline(ch);
+  if (m->done) { /* timed out before the channel was made */
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+    return;
+  }
   int rc = m->tls != NULL ? weft_tls_add_first(p, m->tls, m->host) : 0;
   if (rc == 0)
     rc = weft_pipeline_add_last(p, "migrate", &migrate_handler, m);
