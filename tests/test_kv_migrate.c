@@ -196,16 +196,6 @@ static void target_wait_for(int fd, const char *needle) {
   ck_abort_msg("the target never received '%s'", needle);
 }
 
-/* A source that may MIGRATE anywhere, with the timeout cap `cap_ms`. */
-static void source_start(node *n, weft_loop_group *g, unsigned cap_ms) {
-  kv_server_options o;
-  options(&o);
-  o.migrate_any_host = true;
-  if (cap_ms > 0)
-    o.migrate_timeout_max_ms = cap_ms;
-  node_start(n, g, &o, KV_LISTENER_RESP);
-}
-
 /* Options of node a of a cluster config that also lists node b at
  * 127.0.0.1:`b_port` (a serves every slot; its own port is not used). */
 static void cluster_options(kv_server_options *o, int b_port) {
@@ -222,6 +212,42 @@ static void cluster_options(kv_server_options *o, int b_port) {
                   "%s", err);
 }
 
+/* A source with a fake target: the group, the source (MIGRATE may reach
+ * any host, or, with `cluster`, node b of its cluster config, which is the
+ * target), a socket listening for the target, and the MIGRATE's client
+ * `a` with k = v set. */
+typedef struct fixture {
+  weft_loop_group *g;
+  node src;
+  int lfd, tport;
+  peer a;
+} fixture;
+
+/* `cap_ms` 0 keeps the default cap. */
+static void fixture_start(fixture *f, unsigned cap_ms, bool cluster) {
+  f->g = group_start();
+  f->lfd = target_listen(&f->tport);
+  kv_server_options o;
+  if (cluster) {
+    cluster_options(&o, f->tport);
+  } else {
+    options(&o);
+    o.migrate_any_host = true;
+  }
+  if (cap_ms > 0)
+    o.migrate_timeout_max_ms = cap_ms;
+  node_start(&f->src, f->g, &o, KV_LISTENER_RESP);
+  peer_open(&f->a, f->src.port);
+  peer_send(&f->a, "SET k v");
+  peer_expect(&f->a, "+OK");
+}
+
+static void fixture_stop(fixture *f) {
+  peer_close(&f->a);
+  close(f->lfd);
+  stop_all(f->g, &f->src, 1);
+}
+
 /* ---- the tests ---- */
 
 /* A target that accepts and never answers: while the MIGRATE waits (its
@@ -231,36 +257,30 @@ static void cluster_options(kv_server_options *o, int b_port) {
  * fix the MIGRATE's loop blocked in poll() with the key's stripe locked:
  * the PING on it came after the MIGRATE's reply. */
 START_TEST(kv_migrate_silent_target_blocks_no_loop) {
-  weft_loop_group *g = group_start();
-  node src;
-  source_start(&src, g, 0);
-  int tport, lfd = target_listen(&tport);
-  peer a, b, c, d;
-  peer_open(&a, src.port);
-  peer_open(&b, src.port);
-  peer_open(&c, src.port);
-  peer_send(&a, "SET k v");
-  peer_expect(&a, "+OK");
-  peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 8000", tport);
-  int t = target_accept(lfd); /* the MIGRATE is waiting now */
+  fixture f;
+  fixture_start(&f, 0, false);
+  peer b, c, d;
+  peer_open(&b, f.src.port);
+  peer_open(&c, f.src.port);
+  peer_send(&f.a, "MIGRATE 127.0.0.1 %d k 0 8000", f.tport);
+  int t = target_accept(f.lfd); /* the MIGRATE is waiting now */
   target_wait_for(t, "RESTORE-ASKING");
   peer_send(&b, "PING");
   peer_send(&c, "GET k"); /* the key's stripe is not held either */
   peer_expect(&b, "+PONG");
   peer_expect(&c, "$1");
   peer_expect(&c, "v");
-  peer_open(&d, src.port);
+  peer_open(&d, f.src.port);
   peer_send(&d, "PING");
   peer_expect(&d, "+PONG");
-  ck_assert_msg(!peer_has_reply(&a), "MIGRATE answered before the PINGs");
+  ck_assert_msg(!peer_has_reply(&f.a), "MIGRATE answered before the PINGs");
   close(t); /* the target goes without answering */
-  peer_expect_prefix(&a, "-IOERR");
-  peer_send(&a, "GET k");
-  peer_expect(&a, "$1");
-  peer_expect(&a, "v");
-  peer_close(&a), peer_close(&b), peer_close(&c), peer_close(&d);
-  close(lfd);
-  stop_all(g, &src, 1);
+  peer_expect_prefix(&f.a, "-IOERR");
+  peer_send(&f.a, "GET k");
+  peer_expect(&f.a, "$1");
+  peer_expect(&f.a, "v");
+  peer_close(&b), peer_close(&c), peer_close(&d);
+  fixture_stop(&f);
 }
 END_TEST
 
@@ -268,23 +288,15 @@ END_TEST
  * of 200 ms, a timeout of 10 minutes to a silent target fails in well
  * under a minute (before the fix it waited the 10 minutes). */
 START_TEST(kv_migrate_timeout_clamped_to_cap) {
-  weft_loop_group *g = group_start();
-  node src;
-  source_start(&src, g, 200);
-  int tport, lfd = target_listen(&tport);
-  peer a;
-  peer_open(&a, src.port);
-  peer_send(&a, "SET k v");
-  peer_expect(&a, "+OK");
+  fixture f;
+  fixture_start(&f, 200, false);
   uint64_t t0 = th_now_ms();
-  peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 600000", tport);
-  peer_expect_prefix(&a, "-IOERR");
+  peer_send(&f.a, "MIGRATE 127.0.0.1 %d k 0 600000", f.tport);
+  peer_expect_prefix(&f.a, "-IOERR");
   ck_assert_uint_lt(th_now_ms() - t0, LONG_WAIT_MS);
-  peer_send(&a, "EXISTS k");
-  peer_expect(&a, ":1");
-  peer_close(&a);
-  close(lfd);
-  stop_all(g, &src, 1);
+  peer_send(&f.a, "EXISTS k");
+  peer_expect(&f.a, ":1");
+  fixture_stop(&f);
 }
 END_TEST
 
@@ -299,7 +311,8 @@ START_TEST(kv_migrate_refusals_are_clear_errors) {
   kv_server_options o;
   options(&o);
   node_start(&n[0], g, &o, KV_LISTENER_RESP);
-  source_start(&n[1], g, 0);
+  o.migrate_any_host = true;
+  node_start(&n[1], g, &o, KV_LISTENER_RESP);
   int tport, lfd = target_listen(&tport);
   peer a, b;
   peer_open(&a, n[0].port);
@@ -334,29 +347,21 @@ END_TEST
  * the MIGRATE and the key stays. Before the fix any line not starting with
  * '-' counted as the key taken, and it was deleted. */
 START_TEST(kv_migrate_non_resp_reply_keeps_key) {
-  weft_loop_group *g = group_start();
-  node src;
-  source_start(&src, g, 0);
-  int tport, lfd = target_listen(&tport);
-  peer a;
-  peer_open(&a, src.port);
-  peer_send(&a, "SET k v");
-  peer_expect(&a, "+OK");
-  peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 8000", tport);
-  int t = target_accept(lfd);
+  fixture f;
+  fixture_start(&f, 0, false);
+  peer_send(&f.a, "MIGRATE 127.0.0.1 %d k 0 8000", f.tport);
+  int t = target_accept(f.lfd);
   target_wait_for(t, "RESTORE-ASKING");
   static const char http[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: "
                              "0\r\nConnection: close\r\n\r\n";
   th_write_all(t, http, sizeof http - 1);
-  peer_expect_prefix(&a, "-IOERR target instance sent a reply that is not "
-                         "RESP");
-  peer_send(&a, "GET k");
-  peer_expect(&a, "$1");
-  peer_expect(&a, "v");
+  peer_expect_prefix(&f.a, "-IOERR target instance sent a reply that is not "
+                           "RESP");
+  peer_send(&f.a, "GET k");
+  peer_expect(&f.a, "$1");
+  peer_expect(&f.a, "v");
   close(t);
-  peer_close(&a);
-  close(lfd);
-  stop_all(g, &src, 1);
+  fixture_stop(&f);
 }
 END_TEST
 
@@ -366,38 +371,34 @@ END_TEST
  * stripe was locked across the round trip), so it never answered while
  * the target held its reply. */
 START_TEST(kv_migrate_key_changed_meanwhile_not_deleted) {
-  weft_loop_group *g = group_start();
-  node src;
-  source_start(&src, g, 0);
-  int tport, lfd = target_listen(&tport);
-  peer a, b;
-  peer_open(&a, src.port);
-  peer_open(&b, src.port);
-  peer_send(&a, "MSET k v other w");
-  peer_expect(&a, "+OK");
+  fixture f;
+  fixture_start(&f, 0, false);
+  peer b;
+  peer_open(&b, f.src.port);
+  peer_send(&f.a, "MSET k v other w");
+  peer_expect(&f.a, "+OK");
   char cmd[160], port[8];
-  int pl = snprintf(port, sizeof port, "%d", tport);
+  int pl = snprintf(port, sizeof port, "%d", f.tport);
   int len = snprintf(cmd, sizeof cmd,
                      "*9\r\n$7\r\nMIGRATE\r\n$9\r\n127.0.0.1\r\n$%d\r\n%s\r\n"
                      "$0\r\n\r\n$1\r\n0\r\n$4\r\n8000\r\n$4\r\nKEYS\r\n"
                      "$1\r\nk\r\n$5\r\nother\r\n",
                      pl, port);
-  th_write_all(a.fd, cmd, (size_t)len);
-  int t = target_accept(lfd);
+  th_write_all(f.a.fd, cmd, (size_t)len);
+  int t = target_accept(f.lfd);
   target_wait_for(t, "other");
   peer_send(&b, "SET k changed");
   peer_expect(&b, "+OK");
   th_write_all(t, "+OK\r\n+OK\r\n", 10);
-  peer_expect(&a, "+OK");
-  peer_send(&a, "GET k");
-  peer_expect(&a, "$7");
-  peer_expect(&a, "changed");
-  peer_send(&a, "EXISTS other");
-  peer_expect(&a, ":0");
+  peer_expect(&f.a, "+OK");
+  peer_send(&f.a, "GET k");
+  peer_expect(&f.a, "$7");
+  peer_expect(&f.a, "changed");
+  peer_send(&f.a, "EXISTS other");
+  peer_expect(&f.a, ":0");
   close(t);
-  peer_close(&a), peer_close(&b);
-  close(lfd);
-  stop_all(g, &src, 1);
+  peer_close(&b);
+  fixture_stop(&f);
 }
 END_TEST
 
@@ -471,24 +472,17 @@ END_TEST
  * becomes the key), a read is served, and once the target took the key
  * the write is sent on with ASK. */
 START_TEST(kv_migrate_write_in_flight_gets_tryagain) {
-  weft_loop_group *g = group_start();
-  int tport, lfd = target_listen(&tport);
-  node src;
-  kv_server_options o;
-  cluster_options(&o, tport);
-  node_start(&src, g, &o, KV_LISTENER_RESP);
-  peer a, b;
-  peer_open(&a, src.port);
-  peer_open(&b, src.port);
-  peer_send(&a, "SET k v");
-  peer_expect(&a, "+OK");
-  peer_send(&a, "CLUSTER KEYSLOT k");
+  fixture f;
+  fixture_start(&f, 0, true);
+  peer b;
+  peer_open(&b, f.src.port);
+  peer_send(&f.a, "CLUSTER KEYSLOT k");
   char slot[32];
-  peer_line(&a, slot, sizeof slot);
-  peer_send(&a, "CLUSTER SETSLOT %s MIGRATING b", slot + 1);
-  peer_expect(&a, "+OK");
-  peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 8000", tport);
-  int t = target_accept(lfd);
+  peer_line(&f.a, slot, sizeof slot);
+  peer_send(&f.a, "CLUSTER SETSLOT %s MIGRATING b", slot + 1);
+  peer_expect(&f.a, "+OK");
+  peer_send(&f.a, "MIGRATE 127.0.0.1 %d k 0 8000", f.tport);
+  int t = target_accept(f.lfd);
   target_wait_for(t, "RESTORE-ASKING");
   peer_send(&b, "DEL k");
   peer_expect_prefix(&b, "-TRYAGAIN");
@@ -496,13 +490,12 @@ START_TEST(kv_migrate_write_in_flight_gets_tryagain) {
   peer_expect(&b, "$1");
   peer_expect(&b, "v");
   th_write_all(t, "+OK\r\n", 5);
-  peer_expect(&a, "+OK");
+  peer_expect(&f.a, "+OK");
   peer_send(&b, "DEL k");
   peer_expect_prefix(&b, "-ASK ");
   close(t);
-  peer_close(&a), peer_close(&b);
-  close(lfd);
-  stop_all(g, &src, 1);
+  peer_close(&b);
+  fixture_stop(&f);
 }
 END_TEST
 
