@@ -434,9 +434,8 @@ static void resp_resume(kv_session *s) {
   resp_conn *c = (resp_conn *)((char *)s - offsetof(resp_conn, sess));
   weft_channel *ch = weft_ctx_channel(c->ctx);
   weft_channel_retain(ch); /* resp_read_complete may close it and free c */
-  bool alive = weft_channel_is_active(ch);
   resp_read_complete(c->ctx);
-  if (alive && weft_channel_is_active(ch) && !c->closing && !c->sess.blocked)
+  if (weft_channel_is_active(ch) && !c->closing && !c->sess.blocked)
     weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 1);
   weft_channel_release(ch);
 }

@@ -34,19 +34,21 @@ struct kv_session {
   bool in_exec;        /* EXEC is running the queue */
   bool asking;         /* ASKING: the next command (or transaction) may
                           use a slot being imported (cluster.c) */
-  bool blocked;        /* a MIGRATE waits on its target: the protocol runs
-                          none of the connection's next commands, and
-                          reads no more, until resume (migrate.h) */
-  struct kv_migrate *migrate;    /* that MIGRATE, or NULL */
-  void (*resume)(kv_session *s); /* set by the protocol: blocked ended, its
-                                    reply is written; run what waits and
-                                    flush. Loop thread. */
-  int last_cmd;                  /* kv_cmd of the last command (CLIENT INFO) */
-  uint64_t created_ns, last_ns;  /* kv_session_now_ns(): CLIENT INFO's age,
-                                    idle */
+  int last_cmd;        /* kv_cmd of the last command (CLIENT INFO) */
+  uint64_t created_ns, last_ns; /* kv_session_now_ns(): CLIENT INFO's age,
+                                   idle */
   char addr[KV_ADDR_MAX], laddr[KV_ADDR_MAX];
   char name[KV_CLIENT_NAME_MAX + 1];
   kv_multi multi;
+
+  /* MIGRATE (migrate.h) */
+  bool blocked; /* it waits on its target: the protocol runs none of the
+                   connection's next commands, and reads no more, until
+                   resume */
+  struct kv_migrate *migrate;    /* that MIGRATE, or NULL */
+  void (*resume)(kv_session *s); /* set by the protocol: blocked ended and
+                                    the reply is written; run what waits
+                                    and flush. Loop thread. */
 };
 
 /**
