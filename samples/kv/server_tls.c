@@ -93,8 +93,20 @@ static int migrate_tls_init(kv_server *srv, char *err, size_t err_len) {
   o.min_protocol = s->min_protocol;
   o.handshake_timeout_ms = s->handshake_timeout_ms;
   o.verify = WEFT_TLS_VERIFY_REQUIRED;
-  return weft_tls_context_new(&srv->shared.migrate_tls, WEFT_TLS_CLIENT, &o,
-                              err, err_len);
+  char why[400];
+  int rc = weft_tls_context_new(&srv->shared.migrate_tls, WEFT_TLS_CLIENT, &o,
+                                why, sizeof why);
+  if (rc < 0 && so->tls_client_cert_file[0] != '\0') {
+    /* its own keys, not the listeners' (tls_names) */
+    static const kv_config_name mine[] = {{"cert_file", "tls_client_cert_file"},
+                                          {"key_file", "tls_client_key_file"}};
+    char renamed[400];
+    kv_config_rename(why, mine, 2, renamed, sizeof renamed);
+    snprintf(err, err_len, "%s (MIGRATE's client certificate)", renamed);
+  } else if (rc < 0) {
+    snprintf(err, err_len, "%s (MIGRATE's client context)", why);
+  }
+  return rc;
 }
 
 int kv_tls_context_init(kv_server *srv) {
