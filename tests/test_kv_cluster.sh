@@ -162,9 +162,11 @@ check kv_cluster_restore_replace "$(printf 'OK\ny')" \
   "$(r "$p3" restore foo 0 "$(printf 'WKV\001y')" replace; r "$p3" get foo)"
 r "$p3" set foo x >/dev/null
 check kv_cluster_migrate_nokey NOKEY "$(r "$p1" migrate 127.0.0.1 "$p2" "" 0 1000 keys nokey)"
-check kv_cluster_migrate_ioerr "IOERR error or timeout connecting to the client" \
+# A target outside the [cluster] node lines is refused (no connect).
+check kv_cluster_migrate_refused_outside_config \
+  "ERR MIGRATE target 127.0.0.1:1 is not a node of this server's [cluster] config; set [kv] migrate_any_host = yes to allow any host" \
   "$(r "$p3" migrate 127.0.0.1 1 foo 0 500)"
-check kv_cluster_migrate_kept_on_ioerr x "$(r "$p3" get foo)"
+check kv_cluster_migrate_kept_on_refusal x "$(r "$p3" get foo)"
 mig=$(timeout 120 /usr/bin/python3 "$migscript" "$p1" "$p2" "$p3" 2>&1)
 check kv_cluster_migrate_under_load "0 failed" "$(echo "$mig" | tail -1 | sed 's/.*, \([0-9]* failed\).*/\1/')"
 echo "$mig" | grep FAIL

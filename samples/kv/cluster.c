@@ -32,6 +32,7 @@ int kv_cluster_new(kv_cluster **out, const kv_cluster_options *o) {
   memcpy(c->config_file, o->config_file, sizeof c->config_file);
   pthread_mutex_init(&c->save_lock, NULL);
   atomic_init(&c->save_failed, false);
+  pthread_mutex_init(&c->migrate_lock, NULL);
   *out = c;
   return 0;
 }
@@ -40,6 +41,7 @@ void kv_cluster_free(kv_cluster *c) {
   if (c == NULL)
     return;
   pthread_mutex_destroy(&c->save_lock);
+  pthread_mutex_destroy(&c->migrate_lock);
   free(c);
 }
 
@@ -188,6 +190,11 @@ static bool route_command(kv_session *s, const kv_command *k, size_t argc,
                           bool check, const kv_reply_ops *ops, void *w) {
   size_t n = 0, found = 0;
   kv_cluster *c = s->shared->cluster;
+  if (check && atomic_load(&c->migrating[slot]) != KV_CLUSTER_NO_NODE &&
+      kv_migrate_keys_busy(c, k, argc, argv)) {
+    ops->error(w, KV_MIGRATE_TRYAGAIN);
+    return false;
+  }
   if (check && (atomic_load(&c->migrating[slot]) != KV_CLUSTER_NO_NODE ||
                 atomic_load(&c->importing[slot]) != KV_CLUSTER_NO_NODE))
     found = present(s->shared->store, k, argc, argv, &n);
@@ -251,10 +258,17 @@ bool kv_cluster_exec_check(kv_session *s, const kv_multi *m, bool asking,
   if (s->shared->cluster == NULL || m->cluster_slot == 0)
     return true;
   size_t n = 0, found = 0;
+  kv_cluster *c = s->shared->cluster;
+  bool migrating =
+      atomic_load(&c->migrating[m->cluster_slot - 1]) != KV_CLUSTER_NO_NODE;
   for (const kv_queued *q = m->head; q != NULL; q = q->next) {
     const kv_command *k = kv_command_find(q->cmd);
     if (k->first_key <= 0 || (k->flags & KV_CF_ALLKEYS))
       continue;
+    if (migrating && kv_migrate_keys_busy(c, k, q->argc, q->argv)) {
+      ops->error(w, KV_MIGRATE_TRYAGAIN);
+      return false;
+    }
     size_t qn;
     found += present(s->shared->store, k, q->argc, q->argv, &qn);
     n += qn;

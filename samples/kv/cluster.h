@@ -15,10 +15,10 @@
  * -CROSSSLOT, a slot of another node -MOVED, a slot being migrated away
  * (CLUSTER SETSLOT MIGRATING) -ASK for keys not here, a slot being
  * imported (IMPORTING) serves clients that sent ASKING. A keyed command
- * is checked and run with its keys' stripes locked, as MIGRATE moves keys
- * under the same locks (cluster_migrate.c), so no write is lost to a
- * migration. The CLUSTER command family, ASKING, READONLY and READWRITE
- * are in cluster_cmd.c.
+ * is checked and run with its keys' stripes locked, as MIGRATE takes and
+ * deletes keys under the same locks (cluster_migrate.c; a write to a key
+ * it has in flight gets TRYAGAIN), so no write is lost to a migration. The
+ * CLUSTER command family, ASKING, READONLY and READWRITE are in cluster_cmd.c.
  *
  * Threads: the slot map is a set of atomics read by every loop and
  * changed by CLUSTER SETSLOT on any loop; a kv_cluster is shared by every
@@ -138,6 +138,11 @@ typedef struct kv_cluster {
   char config_file[KV_CLUSTER_PATH_MAX];
   pthread_mutex_t save_lock;
   _Atomic bool save_failed;
+  /* MIGRATEs in flight, whose keys a write gets TRYAGAIN for while their
+   * slot is migrating (cluster_migrate.c); the lock is taken inside
+   * stripe locks, never around them */
+  pthread_mutex_t migrate_lock;
+  struct kv_migrate *migrating_ops;
 } kv_cluster;
 
 /**

@@ -7,35 +7,47 @@
  * so a redis-server's DUMP is never stored as garbage, and weft and
  * redis-server cannot MIGRATE to each other.
  *
- * MIGRATE is synchronous, as Redis': the loop that runs it connects to the
- * target (a blocking socket with the command's timeout), sends AUTH and one
- * RESTORE-ASKING per key, reads the replies, and deletes the keys the
- * target took (unless COPY), all with the stripes of those keys locked
- * (kv_txn; inside EXEC, whose transaction holds every stripe then). Commands of
- * those stripes on other loops wait meanwhile, and the cluster gate (cluster.c)
- * reads keys under the same locks, so no write lands on a key that has just
- * left. A target that does not answer in time leaves every key here (IOERR);
- * one that answered for some keys has them, and they are deleted here. Two
- * servers that MIGRATE to each other at the same moment can wait on each
- * other's locks until the timeout.
+ * MIGRATE (with migrate.h and migrate_conn.c) never holds a lock or a
+ * loop thread across the network: under the keys' stripe locks it takes a
+ * reference to each value (blobs are immutable) and its TTL, and lets the
+ * locks go; the loop then connects to the target, sends AUTH and one
+ * RESTORE-ASKING per key and reads the replies without blocking, while the
+ * client's connection runs nothing more (its next commands wait, in
+ * order, and it reads no more); at the end, under the locks again, it
+ * deletes (unless COPY) each key the target answered +OK for whose value
+ * is still the blob sent, and answers the client. A key written meanwhile
+ * stays here (the target has the older value: the next MIGRATE with
+ * REPLACE moves it again, as a resharding loop does), and the cluster gate
+ * (cluster.c) still sees every key here until it is deleted. In cluster
+ * mode, while the slot is marked migrating, a write to a key in flight
+ * gets TRYAGAIN instead (a DEL here would otherwise be undone by the
+ * target's copy): see "keys in flight" below.
+ *
+ * What it may reach (README "MIGRATE"): numeric addresses only (no DNS on
+ * a loop thread); by default only the node lines of the [cluster] config
+ * ([kv] migrate_any_host = yes opens it); TLS when this server serves TLS
+ * ([kv] tls_listen), with its CAs and certificate; AUTH never in clear
+ * (refused over plaintext to a non-loopback target); the timeout clamped
+ * to [kv] migrate_timeout_max_ms. Refused inside MULTI (the gate,
+ * KV_CF_NOMULTI: EXEC would hold every stripe for the round trip) and on
+ * the RPC port (which answers every call at once). A reply other than
+ * "+OK" or "-..." (an HTTP server's "HTTP/1.1 400") fails it, keeping
+ * every key not yet answered.
  */
 #include "command_internal.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
+#include <arpa/inet.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
-#include <unistd.h>
 
 #include <weft/error.h>
 
 #include "cluster.h"
+#include "migrate.h"
 
 static const char payload_magic[4] = {'W', 'K', 'V', 1};
 
@@ -118,7 +130,7 @@ void kv_cmd_restore(const kv_call *c) {
 /** MIGRATE's parsed arguments. */
 typedef struct migrate_args {
   char host[KV_CLUSTER_HOST_MAX];
-  char port[8];
+  int port;
   int64_t timeout_ms;
   bool copy, replace;
   const kv_arg *user, *password; /* AUTH / AUTH2, or NULL */
@@ -130,15 +142,15 @@ typedef struct migrate_args {
  * the error reply's text. */
 static const char *migrate_parse(const kv_call *c, migrate_args *a) {
   const kv_arg *v = c->argv;
-  int64_t db;
+  int64_t db, port;
   *a = (migrate_args){.keys = &v[2], .n_keys = 1};
-  if (v[0].len == 0 || v[0].len >= sizeof a->host || v[1].len == 0 ||
-      v[1].len >= sizeof a->port)
+  if (v[0].len == 0 || v[0].len >= sizeof a->host)
     return "ERR syntax error";
   memcpy(a->host, v[0].ptr, v[0].len);
-  memcpy(a->port, v[1].ptr, v[1].len);
-  if (!kv_parse_i64(&v[3], &db) || !kv_parse_i64(&v[4], &a->timeout_ms))
+  if (!kv_parse_i64(&v[1], &port) || port < 1 || port > 65535 ||
+      !kv_parse_i64(&v[3], &db) || !kv_parse_i64(&v[4], &a->timeout_ms))
     return "ERR value is not an integer or out of range";
+  a->port = (int)port;
   if (db != 0)
     return "ERR DB index is out of range"; /* one database here */
   if (a->timeout_ms <= 0)
@@ -167,230 +179,289 @@ static const char *migrate_parse(const kv_call *c, migrate_args *a) {
   return NULL;
 }
 
-/* A connected blocking socket to host:port whose connect, reads and
- * writes each time out after `ms`, or -1. */
-static int dial(const char *host, const char *port, int64_t ms) {
-  struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res;
-  if (getaddrinfo(host, port, &hints, &res) != 0)
-    return -1;
-  int fd =
-      socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  bool ok = fd >= 0 && (connect(fd, res->ai_addr, res->ai_addrlen) == 0 ||
-                        errno == EINPROGRESS);
-  freeaddrinfo(res);
-  struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-  int err = 0, rc;
-  socklen_t len = sizeof err;
-  if (ok) {
-    do
-      rc = poll(&pfd, 1, ms > INT32_MAX ? INT32_MAX : (int)ms);
-    while (rc < 0 && errno == EINTR);
-    ok = rc == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 &&
-         err == 0;
-  }
-  struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
-  ok = ok && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
-       setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
-       fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0;
-  if (!ok && fd >= 0) {
-    close(fd);
-    fd = -1;
-  }
-  return fd;
+/** A numeric address (inet_pton's form), to compare two spellings. */
+typedef struct ip_addr {
+  int family; /* AF_INET, AF_INET6, or 0: not numeric */
+  unsigned char bytes[16];
+} ip_addr;
+
+static ip_addr ip_parse(const char *host) {
+  ip_addr a = {0};
+  if (inet_pton(AF_INET, host, a.bytes) == 1)
+    a.family = AF_INET;
+  else if (inet_pton(AF_INET6, host, a.bytes) == 1)
+    a.family = AF_INET6;
+  return a;
 }
 
-/* Writes every byte of `iov` (`n` entries, changed); false on an error or
- * the timeout. */
-static bool send_all(int fd, struct iovec *iov, int n) {
-  while (n > 0) {
-    struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-    ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR)
+/* True when host:port is a node line of the cluster config: the same text
+ * (case aside), or the same numeric address. */
+static bool is_cluster_node(const kv_cluster *cl, const char *host, int port) {
+  ip_addr want = ip_parse(host);
+  for (size_t i = 0; cl != NULL && i < cl->n_nodes; i++) {
+    const kv_cluster_node *n = &cl->nodes[i];
+    if (n->port != port)
       continue;
-    if (w <= 0)
-      return false;
-    while (n > 0 && (size_t)w >= iov->iov_len) {
-      w -= (ssize_t)iov->iov_len;
-      iov++, n--;
-    }
-    if (n > 0) {
-      iov->iov_base = (char *)iov->iov_base + w;
-      iov->iov_len -= (size_t)w;
-    }
-  }
-  return true;
-}
-
-/** One word of a command to send: the bytes of `a` then of `b`. */
-typedef struct word {
-  const void *a;
-  size_t alen;
-  const void *b;
-  size_t blen;
-} word;
-
-#define WORDS_MAX 5 /* the longest command MIGRATE sends */
-
-/* Sends one command of `argc` (<= WORDS_MAX) words. */
-static bool send_command(int fd, size_t argc, const word *argv) {
-  char head[WORDS_MAX + 1][24];
-  struct iovec iov[1 + 4 * WORDS_MAX];
-  int n = 0;
-  iov[n].iov_base = head[0];
-  iov[n++].iov_len = (size_t)snprintf(head[0], 24, "*%zu\r\n", argc);
-  for (size_t i = 0; i < argc; i++) {
-    const word *w = &argv[i];
-    iov[n].iov_base = head[i + 1];
-    iov[n++].iov_len =
-        (size_t)snprintf(head[i + 1], 24, "$%zu\r\n", w->alen + w->blen);
-    iov[n++] = (struct iovec){(void *)w->a, w->alen};
-    if (w->blen > 0)
-      iov[n++] = (struct iovec){(void *)w->b, w->blen};
-    iov[n++] = (struct iovec){"\r\n", 2};
-  }
-  return send_all(fd, iov, n);
-}
-
-/** The target's reply lines (every reply MIGRATE waits for is one line). */
-typedef struct reply_reader {
-  int fd;
-  char buf[4096];
-  size_t len, off;
-} reply_reader;
-
-/* The next reply line into `line` (without CRLF, cut to `cap`), or false
- * on an error, the timeout, or a line longer than the buffer. */
-static bool read_line(reply_reader *r, char *line, size_t cap) {
-  for (;;) {
-    char *end = memchr(r->buf + r->off, '\n', r->len - r->off);
-    if (end != NULL) {
-      size_t l = (size_t)(end - (r->buf + r->off));
-      if (l > 0 && end[-1] == '\r')
-        l--;
-      snprintf(line, cap, "%.*s", (int)l, r->buf + r->off);
-      r->off = (size_t)(end - r->buf) + 1;
+    ip_addr have = ip_parse(n->host);
+    if (strcasecmp(n->host, host) == 0 ||
+        (want.family != 0 && have.family == want.family &&
+         memcmp(have.bytes, want.bytes, sizeof want.bytes) == 0))
       return true;
-    }
-    if (r->off > 0) { /* compact, so a line always has the whole buffer */
-      memmove(r->buf, r->buf + r->off, r->len - r->off);
-      r->len -= r->off;
-      r->off = 0;
-    }
-    if (r->len == sizeof r->buf)
-      return false;
-    ssize_t n = recv(r->fd, r->buf + r->len, sizeof r->buf - r->len, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    r->len += (size_t)n;
   }
+  return false;
 }
 
-/** One key MIGRATE sends. */
-typedef struct migrate_key {
-  const kv_arg *key;
-  kv_blob *value;
-  int64_t ttl_ms; /* 0 = none */
-  bool moved;     /* the target took it */
-} migrate_key;
+/* What MIGRATE may reach (README "MIGRATE"): NULL, or the refusal's text
+ * in `err` (`cap` bytes). */
+static const char *migrate_policy(const kv_call *c, const migrate_args *a,
+                                  char *err, size_t cap) {
+  const kv_shared *sh = c->sess->shared;
+  if (c->sess->rpc)
+    return "ERR MIGRATE is served on the RESP port only (it waits on the "
+           "target; the RPC port answers every call at once)";
+  if (c->sess->in_exec) /* the gate refuses it in MULTI already */
+    return "ERR MIGRATE is not allowed inside MULTI";
+  ip_addr ip = ip_parse(a->host);
+  if (ip.family == 0) {
+    snprintf(err, cap,
+             "ERR MIGRATE needs a numeric IP address, not '%.64s' (no DNS "
+             "lookup on an event loop)",
+             a->host);
+    return err;
+  }
+  if (!sh->migrate_any_host &&
+      !is_cluster_node(sh->cluster, a->host, a->port)) {
+    snprintf(err, cap,
+             "ERR MIGRATE target %.64s:%d is not a node of this server's "
+             "[cluster] config; set [kv] migrate_any_host = yes to allow any "
+             "host",
+             a->host, a->port);
+    return err;
+  }
+  char hp[KV_ADDR_MAX];
+  snprintf(hp, sizeof hp, ip.family == AF_INET6 ? "[%s]:%d" : "%s:%d", a->host,
+           a->port);
+  if (a->password != NULL && sh->migrate_tls == NULL &&
+      !kv_addr_is_loopback(hp))
+    return "ERR MIGRATE sends AUTH only over TLS (this server's [kv] "
+           "tls_listen) or to a loopback address, never in clear";
+  return NULL;
+}
 
-/* Sends AUTH and the keys, and reads the replies: a key the target took
- * is marked `moved`. Returns NULL, or the error reply's text (in `err`,
- * `cap` bytes) for the first failure. */
-static const char *transfer(const migrate_args *a, migrate_key *k, size_t n,
-                            char *err, size_t cap) {
-  int fd = dial(a->host, a->port, a->timeout_ms);
-  if (fd < 0)
-    return "IOERR error or timeout connecting to the client";
+/* A malloc'd NUL-terminated copy of an argument, or NULL. */
+static char *arg_dup(const kv_arg *a) {
+  char *p = malloc(a->len + 1);
+  if (p != NULL) {
+    memcpy(p, a->ptr, a->len);
+    p[a->len] = '\0';
+  }
+  return p;
+}
+
+/* ---- keys in flight (cluster mode) ----
+ * A write to a key between its snapshot and its delete would be lost when
+ * the slot's owner changes (the target has the older value; a DEL here
+ * would bring the key back there). Redis blocks such writes by running
+ * MIGRATE with the server blocked; here they get TRYAGAIN while the slot
+ * is migrating, and redis-cli, redis-py and weft's own cluster client
+ * retry. The list is changed and read with the keys' stripes locked, so a
+ * write is either before the snapshot (its value is sent) or sees it. */
+
+/* Puts m on its cluster's list (the keys' stripes locked). */
+static void register_op(kv_migrate *m, kv_cluster *cl) {
+  pthread_mutex_lock(&cl->migrate_lock);
+  m->cluster = cl;
+  m->next_op = cl->migrating_ops;
+  if (m->next_op != NULL)
+    m->next_op->prev_op = m;
+  cl->migrating_ops = m;
+  pthread_mutex_unlock(&cl->migrate_lock);
+}
+
+/* Takes m off it (the keys' stripes locked). */
+static void unregister_op(kv_migrate *m) {
+  kv_cluster *cl = m->cluster;
+  if (cl == NULL)
+    return;
+  pthread_mutex_lock(&cl->migrate_lock);
+  if (m->prev_op != NULL)
+    m->prev_op->next_op = m->next_op;
+  else
+    cl->migrating_ops = m->next_op;
+  if (m->next_op != NULL)
+    m->next_op->prev_op = m->prev_op;
+  pthread_mutex_unlock(&cl->migrate_lock);
+  m->cluster = NULL;
+}
+
+/* True when a MIGRATE in flight on `cl` holds `key` (its lock held). */
+static bool key_in_flight(const kv_cluster *cl, const kv_arg *key) {
+  for (const kv_migrate *m = cl->migrating_ops; m != NULL; m = m->next_op)
+    for (size_t i = 0; i < m->n; i++)
+      if (m->keys[i].klen == key->len &&
+          memcmp(m->keys[i].key, key->ptr, key->len) == 0)
+        return true;
+  return false;
+}
+
+bool kv_migrate_keys_busy(kv_cluster *cl, const kv_command *k, size_t argc,
+                          const kv_arg *argv) {
+  if (!(k->flags & KV_CF_WRITE) || k->first_key <= 0 || argc == 0)
+    return false;
+  size_t first = (size_t)k->first_key - 1;
+  size_t last = k->last_key < 0 ? argc - 1 : (size_t)k->last_key - 1;
+  bool busy = false;
+  pthread_mutex_lock(&cl->migrate_lock);
+  for (size_t i = first; i <= last && i < argc && !busy;
+       i += (size_t)k->key_step)
+    busy = cl->migrating_ops != NULL && key_in_flight(cl, &argv[i]);
+  pthread_mutex_unlock(&cl->migrate_lock);
+  return busy;
+}
+
+void kv_migrate_free(kv_migrate *m) {
+  if (m->cluster != NULL) { /* ended before its delete phase */
+    kv_txn t;
+    kv_txn_init(&t, m->store);
+    for (size_t i = 0; i < m->n; i++)
+      kv_txn_add_key(&t, m->keys[i].key, m->keys[i].klen);
+    kv_txn_lock(&t);
+    unregister_op(m);
+    kv_txn_unlock(&t);
+  }
+  for (size_t i = 0; i < m->n; i++) {
+    free(m->keys[i].key);
+    kv_blob_release(m->keys[i].value);
+  }
+  if (m->password != NULL) {
+    explicit_bzero(m->password, strlen(m->password));
+    free(m->password);
+  }
+  free(m->user);
+  free(m);
+}
+
+/* ---- the operation ---- */
+
+/* The operation with the existing keys' values, taken under their stripes'
+ * locks and released before any network wait (registered as in flight in
+ * cluster mode). NULL without memory. */
+static kv_migrate *snapshot(const kv_call *c, const migrate_args *a) {
+  kv_migrate *m = calloc(1, sizeof *m + a->n_keys * sizeof m->keys[0]);
+  if (m == NULL)
+    return NULL;
+  m->store = c->store;
+  kv_txn t;
+  kv_txn_init(&t, c->store);
+  for (size_t i = 0; i < a->n_keys; i++)
+    kv_txn_add_key(&t, a->keys[i].ptr, a->keys[i].len);
+  kv_txn_lock(&t);
   bool ok = true;
-  if (a->password != NULL) {
-    word w[3] = {{"AUTH", 4, NULL, 0}};
-    size_t words = 1;
-    if (a->user != NULL)
-      w[words++] = (word){a->user->ptr, a->user->len, NULL, 0};
-    w[words++] = (word){a->password->ptr, a->password->len, NULL, 0};
-    ok = send_command(fd, words, w);
+  for (size_t i = 0; i < a->n_keys && ok; i++) {
+    const kv_arg *key = &a->keys[i];
+    kv_migrate_key *k = &m->keys[m->n];
+    int64_t ttl = -1;
+    if (kv_get(c->store, key->ptr, key->len, &k->value) != 1)
+      continue;
+    kv_pttl(c->store, key->ptr, key->len, &ttl);
+    k->ttl_ms = ttl > 0 ? ttl : 0;
+    k->klen = key->len;
+    ok = (k->key = arg_dup(key)) != NULL;
+    m->n++; /* freed with m either way */
   }
-  /* Pipelined: the replies are a few bytes each, so the socket buffers
-   * hold them while the commands are still being sent. */
-  for (size_t i = 0; i < n && ok; i++) {
-    char ttl[24];
-    word w[5] = {
-        {"RESTORE-ASKING", 14, NULL, 0},
-        {k[i].key->ptr, k[i].key->len, NULL, 0},
-        {ttl, (size_t)snprintf(ttl, sizeof ttl, "%lld", (long long)k[i].ttl_ms),
-         NULL, 0},
-        {payload_magic, sizeof payload_magic, k[i].value->data,
-         k[i].value->len},
-        {"REPLACE", 7, NULL, 0}};
-    ok = send_command(fd, a->replace ? 5 : 4, w);
+  if (ok && m->n > 0 && c->sess->shared->cluster != NULL)
+    register_op(m, c->sess->shared->cluster);
+  kv_txn_unlock(&t);
+  m->password = a->password != NULL ? arg_dup(a->password) : NULL;
+  m->user = a->user != NULL ? arg_dup(a->user) : NULL;
+  if (!ok || (a->password != NULL && m->password == NULL) ||
+      (a->user != NULL && m->user == NULL)) {
+    kv_migrate_free(m);
+    return NULL;
   }
-  reply_reader r = {.fd = fd};
-  char line[256];
-  const char *failed = ok ? NULL
-                          : "IOERR error or timeout writing to target "
-                            "instance";
-  /* AUTH's reply, then one per key. */
-  for (size_t i = a->password != NULL ? 0 : 1; i <= n && failed == NULL; i++) {
-    if (!read_line(&r, line, sizeof line)) {
-      failed = "IOERR error or timeout reading to target instance";
-    } else if (line[0] == '-') {
-      snprintf(err, cap, "ERR Target instance replied with error: %s",
-               line + 1);
-      failed = err;
-    } else if (i > 0) {
-      k[i - 1].moved = true;
-    }
+  return m;
+}
+
+/* Deletes (unless COPY) the keys the target took whose value is still the
+ * blob sent: one written meanwhile (SET, APPEND, INCR, DEL then SET: every
+ * write stores a new blob; in cluster mode only while the slot is not
+ * marked migrating) stays, and the next MIGRATE moves it again. Then the
+ * keys are no longer in flight. */
+static void settle(kv_migrate *m) {
+  kv_txn t;
+  kv_txn_init(&t, m->store);
+  for (size_t i = 0; i < m->n; i++)
+    kv_txn_add_key(&t, m->keys[i].key, m->keys[i].klen);
+  kv_txn_lock(&t);
+  for (size_t i = 0; i < m->n && !m->copy; i++) {
+    kv_migrate_key *k = &m->keys[i];
+    kv_blob *now = NULL;
+    if (!k->moved || kv_get(m->store, k->key, k->klen, &now) != 1)
+      continue;
+    if (now == k->value)
+      kv_del(m->store, 1, &(kv_key){k->key, k->klen});
+    kv_blob_release(now);
   }
-  close(fd);
-  return failed;
+  unregister_op(m); /* writes to these keys go on (or ASK, once gone) */
+  kv_txn_unlock(&t);
+}
+
+void kv_migrate_done(kv_migrate *m, const char *failed) {
+  settle(m);
+  kv_session *s = m->sess;
+  if (s == NULL)
+    return; /* the client went: nobody to answer */
+  s->migrate = NULL;
+  s->blocked = false;
+  if (failed != NULL)
+    m->ops->error(m->w, failed);
+  else
+    m->ops->simple(m->w, "OK");
+  if (!m->starting && s->resume != NULL)
+    s->resume(s); /* its next commands, and the flush */
+}
+
+void kv_migrate_detach(kv_session *s) {
+  if (s->migrate != NULL)
+    s->migrate->sess = NULL;
+  s->migrate = NULL;
+  s->blocked = false;
 }
 
 /* MIGRATE host port key|"" db timeout [COPY] [REPLACE] [AUTH password]
  * [AUTH2 username password] [KEYS key ...]: see the top of the file. */
 void kv_cmd_migrate(const kv_call *c) {
   migrate_args a;
+  char err[256];
   const char *bad = migrate_parse(c, &a);
+  if (bad == NULL)
+    bad = migrate_policy(c, &a, err, sizeof err);
   if (bad != NULL)
     return c->ops->error(c->w, bad);
-  migrate_key *k = calloc(a.n_keys > 0 ? a.n_keys : 1, sizeof *k);
-  if (k == NULL)
+  kv_migrate *m = snapshot(c, &a);
+  if (m == NULL)
     return kv_reply_store_error(c, WEFT_ENOMEM);
-  /* In EXEC, its transaction holds every stripe already
-   * (kv_command_add_keys): a second one cannot nest in it (kv_txn_lock). */
-  bool own = !c->sess->in_exec;
-  kv_txn t;
-  kv_txn_init(&t, c->store);
-  for (size_t i = 0; i < a.n_keys; i++)
-    kv_txn_add_key(&t, a.keys[i].ptr, a.keys[i].len);
-  if (own)
-    kv_txn_lock(&t);
-  size_t n = 0;
-  for (size_t i = 0; i < a.n_keys; i++) {
-    const kv_arg *key = &a.keys[i];
-    int64_t ttl = -1;
-    if (kv_get(c->store, key->ptr, key->len, &k[n].value) == 1 &&
-        kv_pttl(c->store, key->ptr, key->len, &ttl) >= 0) {
-      k[n].key = key;
-      k[n++].ttl_ms = ttl > 0 ? ttl : 0;
-    } else {
-      kv_blob_release(k[n].value);
-      k[n].value = NULL;
-    }
+  if (m->n == 0) {
+    kv_migrate_free(m);
+    return c->ops->simple(c->w, "NOKEY");
   }
-  char err[320];
-  const char *failed = n > 0 ? transfer(&a, k, n, err, sizeof err) : NULL;
-  for (size_t i = 0; i < n; i++) {
-    if (k[i].moved && !a.copy)
-      kv_del(c->store, 1, k[i].key);
-    kv_blob_release(k[i].value);
-  }
-  if (own)
-    kv_txn_unlock(&t);
-  free(k);
-  if (failed != NULL)
-    c->ops->error(c->w, failed);
-  else
-    c->ops->simple(c->w, n > 0 ? "OK" : "NOKEY");
+  const kv_shared *sh = c->sess->shared;
+  m->sess = c->sess;
+  m->ops = c->ops;
+  m->w = c->w;
+  m->store = c->store;
+  m->copy = a.copy;
+  m->replace = a.replace;
+  m->tls = sh->migrate_tls;
+  m->timeout_ms = a.timeout_ms < sh->migrate_timeout_max_ms
+                      ? a.timeout_ms
+                      : sh->migrate_timeout_max_ms;
+  snprintf(m->host, sizeof m->host, "%s", a.host);
+  snprintf(m->uri, sizeof m->uri,
+           strchr(a.host, ':') != NULL ? "tcp://[%s]:%d" : "tcp://%s:%d",
+           a.host, a.port);
+  /* The session runs nothing more until kv_migrate_done answers. */
+  c->sess->blocked = true;
+  c->sess->migrate = m;
+  kv_migrate_connect(m);
 }

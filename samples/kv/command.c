@@ -179,7 +179,8 @@ static const kv_command table[KV_CMD_COUNT_] = {
                                kv_cmd_restore},
     /* Its keys are where KEYS says (Redis' "movablekeys"): none for the
      * gate, which would lock the wrong words; it locks its own. */
-    [KV_CMD_MIGRATE] = {KV_CMD_MIGRATE, -6, W, 0, 0, 0, "generic", "2.6.0",
+    [KV_CMD_MIGRATE] = {KV_CMD_MIGRATE, -6, W | KV_CF_NOMULTI, 0, 0, 0,
+                        "generic", "2.6.0",
                         "Atomically transfers a key from one Redis instance "
                         "to another.",
                         kv_cmd_migrate},
@@ -318,7 +319,11 @@ void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
   if (s->shared->cluster != NULL && !s->in_exec &&
       !kv_cluster_admit(s, k, argc, argv, ops, w, &t))
     return;
-  if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE))
+  if (s->multi.active && !s->in_exec && (k->flags & KV_CF_NOMULTI)) {
+    kv_multi_flag(s);
+    ops->error(w, "ERR MIGRATE is not allowed inside MULTI (it waits on the "
+                  "network; the transaction is discarded at EXEC)");
+  } else if (s->multi.active && !s->in_exec && !(k->flags & KV_CF_NOQUEUE))
     kv_multi_queue(s, cmd, argc, argv, ops, w);
   else
     kv_command_run(s, k, argc, argv, ops, w);
@@ -328,9 +333,7 @@ void kv_exec(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
 
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
                          const kv_arg *argv) {
-  /* MIGRATE's keys are not at fixed positions (KEYS ...): a transaction
-   * queuing it holds every stripe, and kv_cmd_migrate runs under that. */
-  if ((cmd->flags & KV_CF_ALLKEYS) || cmd->id == KV_CMD_MIGRATE) {
+  if (cmd->flags & KV_CF_ALLKEYS) {
     kv_txn_add_all(t);
     return;
   }

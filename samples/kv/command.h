@@ -82,6 +82,12 @@ typedef struct kv_shared {
                                  (cluster.h); NULL = standalone */
   /* What a connection may hold (conn_limits.h); NULL without a server. */
   struct kv_conn_limits *limits;
+  /* MIGRATE (cluster_migrate.c): [kv] migrate_any_host,
+   * migrate_timeout_max_ms (ms), and the client TLS context it speaks
+   * when this server serves TLS (NULL = plaintext) */
+  bool migrate_any_host;
+  int64_t migrate_timeout_max_ms;
+  struct weft_tls_context *migrate_tls;
 } kv_shared;
 
 /** A connection's state (session.h). */

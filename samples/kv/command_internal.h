@@ -34,6 +34,8 @@ enum kv_command_flags {
                                order while holding its own: an ABBA with
                                another loop's transaction */
   KV_CF_FAST = 1u << 5,     /* O(1) or O(log n) ("fast") */
+  KV_CF_NOMULTI = 1u << 6,  /* refused inside MULTI (MIGRATE: it waits on
+                               the network, EXEC holds its stripes) */
 };
 
 typedef struct kv_call kv_call;
@@ -84,8 +86,7 @@ void kv_command_run(kv_session *s, const kv_command *cmd, size_t argc,
 
 /**
  * Adds to `t` the stripes `cmd` with these arguments touches: its keys by
- * the table's positions, or every stripe for KV_CF_ALLKEYS and MIGRATE
- * (whose keys have no fixed positions).
+ * the table's positions, or every stripe for KV_CF_ALLKEYS.
  */
 void kv_command_add_keys(kv_txn *t, const kv_command *cmd, size_t argc,
                          const kv_arg *argv);
@@ -220,6 +221,23 @@ bool kv_cluster_admit(kv_session *s, const kv_command *k, size_t argc,
  */
 bool kv_cluster_exec_check(kv_session *s, const kv_multi *m, bool asking,
                            const kv_reply_ops *ops, void *w);
+
+/* ---- cluster_migrate.c: keys in flight ---- */
+
+/** The error a write gets for a key a MIGRATE is moving (Redis Cluster's
+ *  TRYAGAIN: cluster clients retry it). */
+#define KV_MIGRATE_TRYAGAIN                                                    \
+  "TRYAGAIN a key of the request is being migrated; retry"
+
+/**
+ * True when `k` writes (KV_CF_WRITE) a key that a MIGRATE of this server
+ * has sent and not yet settled (its value would be lost, or a deleted
+ * key come back, when the target's copy becomes the key). For the gate,
+ * with the keys' stripes locked, when their slot is migrating. Any loop
+ * thread.
+ */
+bool kv_migrate_keys_busy(struct kv_cluster *c, const kv_command *k,
+                          size_t argc, const kv_arg *argv);
 
 /* ---- multi.c: queueing ---- */
 

@@ -65,12 +65,19 @@ const weft_config_key kv_config_keys[] = {
      "also --tls"},
     {"kv", "tls_client_cert_file", "",
      "PEM: the certificate weft-kv and weft-kvbench present "
-     "(tls-client-cert-file); also --cert"},
+     "(tls-client-cert-file); also --cert; the server's MIGRATE over TLS "
+     "presents it too (empty: tls_cert_file)"},
     {"kv", "tls_client_key_file", "",
      "PEM: its private key (tls-client-key-file); also --key"},
     {"kv", "client_sni", "",
      "the server name weft-kv and weft-kvbench send and check in the "
      "server's certificate; empty = the host they connect to; also --sni"},
+    {"kv", "migrate_any_host", "no",
+     "yes or no: MIGRATE may reach any numeric address, not only the "
+     "[cluster] node lines"},
+    {"kv", "migrate_timeout_max_ms", "10000",
+     "ms: MIGRATE's timeout (how long a silent target is waited for) is "
+     "clamped to this, an integer from 1 to 3600000"},
     {"kv", "max_value_bytes", "1048576",
      "largest value in bytes, an integer from 1 to 536870912"},
     {"kv", "stripes", "64",
@@ -148,6 +155,8 @@ const char *const kv_client_unread[] = {
     SERVER_KEY("command_timeout_ms"),
     SERVER_KEY("client_query_buffer_limit"),
     SERVER_KEY("query_buffers_max"),
+    SERVER_KEY("migrate_any_host"),
+    SERVER_KEY("migrate_timeout_max_ms"),
     NULL};
 
 #define CLIENT_KEY(k) "kv." k "=nothing: [kv] " k " is the clients'"
@@ -157,8 +166,6 @@ const char *const kv_server_unread[] = {
     "kv.password=[kv] requirepass (password is the clients')",
     CLIENT_KEY("client_user"),
     CLIENT_KEY("client_tls"),
-    CLIENT_KEY("tls_client_cert_file"),
-    CLIENT_KEY("tls_client_key_file"),
     CLIENT_KEY("client_sni"),
     NULL};
 

@@ -18,8 +18,9 @@ extern const weft_config_key kv_config_keys[];
  * programs, which share [kv]: the server's [kv] keys that its clients
  * (weft-kv, weft-kvbench) do not read, and the clients' that the server
  * does not read, with [server] listen (the server has four listeners). A
- * [kv] key is in one of them or read by both (tls_ca_cert_file,
- * tls_ca_cert_dir): test_kv_cluster checks it, so a new key is sorted.
+ * [kv] key is in one of them or read by both (the CA files, and the client
+ * certificate that MIGRATE presents): test_kv_cluster checks it, so a new
+ * key is sorted.
  */
 extern const char *const kv_client_unread[];
 extern const char *const kv_server_unread[];

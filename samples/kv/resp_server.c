@@ -9,6 +9,7 @@
  * Redis' DENIED error) for a client that protected mode refuses. */
 #include "server_internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,16 @@ static void resp_drop_batch(resp_conn *c) {
   c->batched = 0;
 }
 
+/* A command left the session blocked (a MIGRATE waits on its target,
+ * migrate.h): the commands after it, `rest` of them from `from`, stay held
+ * in order, and the channel reads no more (the decoder stops between
+ * messages, the socket buffers the rest) until resp_resume. */
+static void resp_hold(resp_conn *c, weft_resp_cmd **from, size_t rest) {
+  memmove(c->batch, from, rest * sizeof *from);
+  c->batched = rest;
+  weft_channel_set_option(weft_ctx_channel(c->ctx), WEFT_OPT_AUTO_READ, 0);
+}
+
 /* Runs the held commands in order. First, when there are several, it hints
  * the store at each one's first argument (the key of GET, SET and most
  * others; a hint on a non-key costs a hash and a useless line, so only
@@ -323,6 +334,8 @@ static void resp_drop_batch(resp_conn *c) {
  * freed. */
 static bool resp_run_batch(resp_conn *c) {
   size_t n = c->batched;
+  if (c->sess.blocked)
+    return false; /* they run at resp_resume */
   if (n > 1 && !c->closing) {
     kv_key keys[RESP_BATCH];
     size_t k = 0;
@@ -335,12 +348,18 @@ static bool resp_run_batch(resp_conn *c) {
   }
   c->batched = 0;
   for (size_t i = 0; i < n; i++) {
+    if (c->sess.blocked) {
+      resp_hold(c, c->batch + i, n - i);
+      return false;
+    }
     if (!resp_run(c, c->batch[i]))
       continue;
     resp_release_cmds(c->batch + i + 1, n - i - 1);
     resp_close_after_sent(c);
     return true;
   }
+  if (c->sess.blocked)
+    resp_hold(c, c->batch, 0);
   return false;
 }
 
@@ -355,6 +374,17 @@ static void resp_read(weft_ctx *ctx, void *msg) {
   weft_resp_cmd *cmd = msg;
   if (c->closing || !c->started) {
     weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
+    return;
+  }
+  if (c->batched == RESP_BATCH) { /* blocked, and a decoder went on
+                                     reading: never more than the batch */
+    weft_resp_cmd_release(cmd);
+    weft_log(WEFT_LOG_WARN,
+             "kv: RESP channel %llu: a command came while "
+             "%d wait behind a MIGRATE; closing",
+             (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)),
+             RESP_BATCH);
+    resp_close_after_sent(c);
     return;
   }
   c->batch[c->batched++] = cmd;
@@ -398,12 +428,26 @@ static void resp_read_complete(weft_ctx *ctx) {
   weft_ctx_flush(ctx);
 }
 
+/* The session's MIGRATE ended and its reply is written (session.h,
+ * resume): the held commands run, everything is flushed, and the channel
+ * reads again unless one of them blocked it anew. */
+static void resp_resume(kv_session *s) {
+  resp_conn *c = (resp_conn *)((char *)s - offsetof(resp_conn, sess));
+  weft_channel *ch = weft_ctx_channel(c->ctx);
+  weft_channel_retain(ch); /* resp_read_complete may close it and free c */
+  resp_read_complete(c->ctx);
+  if (weft_channel_is_active(ch) && !c->closing && !c->sess.blocked)
+    weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 1);
+  weft_channel_release(ch);
+}
+
 /* The connection is up: its session starts. A client that protected
  * mode refuses gets Redis' DENIED error and the close, as Redis does on
  * accept; what it sends is not run. */
 static void resp_active(weft_ctx *ctx) {
   resp_conn *c = weft_ctx_state(ctx);
   kv_session_init(&c->sess, &c->srv->shared, weft_ctx_channel(ctx), false);
+  c->sess.resume = resp_resume;
   c->started = true;
   if (c->sess.denied) {
     resp_error(c, KV_DENIED_TEXT);

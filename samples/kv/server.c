@@ -33,7 +33,8 @@ void kv_server_options_init(kv_server_options *o) {
                            .protected_mode = true,
                            .auth_timeout_ms = 10000,
                            .command_timeout_ms = 30000,
-                           .query_buffers_max = (size_t)256 << 20};
+                           .query_buffers_max = (size_t)256 << 20,
+                           .migrate_timeout_max_ms = KV_MIGRATE_TIMEOUT_MAX_MS};
   strcpy(o->rpc_listen, "127.0.0.1:7001");
   strcpy(o->resp_listen, "127.0.0.1:6380");
   weft_tls_options_init(&o->tls);
@@ -135,11 +136,22 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
                      err_len);
   if (strcmp(key, "protected_mode") == 0)
     return parse_flag(value, &o->protected_mode, err, err_len);
+  if (strcmp(key, "migrate_any_host") == 0)
+    return parse_flag(value, &o->migrate_any_host, err, err_len);
+  if (strcmp(key, "migrate_timeout_max_ms") == 0) {
+    int rc = parse_ulong(value, 3600000, &n, err, err_len);
+    o->migrate_timeout_max_ms =
+        rc == 0 ? (unsigned)n : o->migrate_timeout_max_ms;
+    return rc;
+  }
   if (strcmp(key, "password") == 0 || strcmp(key, "client_user") == 0 ||
-      strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0 ||
-      strcmp(key, "tls_client_cert_file") == 0 ||
-      strcmp(key, "tls_client_key_file") == 0)
+      strcmp(key, "client_tls") == 0 || strcmp(key, "client_sni") == 0)
     return 0; /* the clients' keys (weft-kv, weft-kvbench) */
+  if (strcmp(key, "tls_client_cert_file") == 0 ||
+      strcmp(key, "tls_client_key_file") == 0) /* the clients', and MIGRATE's */
+    return copy_text(key[11] == 'c' ? o->tls_client_cert_file
+                                    : o->tls_client_key_file,
+                     WEFT_TLS_PATH_MAX, value, err, err_len);
   int tls_rc = kv_server_tls_key(o, key, value, err, err_len);
   if (tls_rc != WEFT_ENOENT)
     return tls_rc;
@@ -304,6 +316,8 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
   sh->protected_mode = srv->opts.protected_mode;
   sh->denied_log.interval_ns = KV_DENIED_LOG_INTERVAL_NS;
   srv->tls_fail_log.interval_ns = 1000000000u;
+  sh->migrate_any_host = srv->opts.migrate_any_host;
+  sh->migrate_timeout_max_ms = srv->opts.migrate_timeout_max_ms;
   sh->n_loops = (unsigned)weft_loop_group_size(srv->group);
   sh->loops = aligned_alloc(_Alignof(kv_loop_counters),
                             sh->n_loops * sizeof *sh->loops);
@@ -405,6 +419,7 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
   }
   if (rc < 0) {
     weft_tls_context_release(srv->tls);
+    weft_tls_context_release(srv->shared.migrate_tls);
     kv_store_free(srv->shared.store);
     kv_cluster_free(srv->shared.cluster);
     free(srv->shared.loops);
@@ -450,6 +465,7 @@ void kv_server_close(kv_server *s) {
   weft_server_close(s->tls_rpc);
   /* Channels still open hold their own references. */
   weft_tls_context_release(s->tls);
+  weft_tls_context_release(s->shared.migrate_tls);
   kv_store_free(s->shared.store);
   kv_cluster_free(s->shared.cluster);
   free(s->shared.loops);

@@ -64,7 +64,21 @@ typedef struct kv_server_options {
   unsigned long query_buffers_max;         /* bytes all partial input may hold
                                                together; 0 = no bound (default
                                                256 MiB) */
+  char tls_client_cert_file[WEFT_TLS_PATH_MAX]; /* MIGRATE's client
+                                    certificate over TLS (Redis'
+                                    tls-client-cert-file); "" = tls_cert_file */
+  char tls_client_key_file[WEFT_TLS_PATH_MAX];  /* its key; "" = in the
+                                                   certificate's file */
+  bool migrate_any_host;           /* MIGRATE may reach any numeric address, not
+                                      only the [cluster] node lines (default
+                                      false) */
+  unsigned migrate_timeout_max_ms; /* MIGRATE's timeout is clamped to this,
+                                      ms (default KV_MIGRATE_TIMEOUT_MAX_MS) */
 } kv_server_options;
+
+/** [kv] migrate_timeout_max_ms's default, ms: a target silent this long
+ *  is taken for dead (MIGRATE's client waits no longer). */
+#define KV_MIGRATE_TIMEOUT_MAX_MS 10000
 
 /** The listeners kv_server_address names. */
 enum kv_listener {
@@ -91,8 +105,8 @@ void kv_server_config_defaults(weft_config *cfg);
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
  * stripes, expire_hz, requirepass, user, user_password, protected_mode,
  * auth_timeout_ms, command_timeout_ms, client_query_buffer_limit,
- * query_buffers_max,
- * and the TLS keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
+ * query_buffers_max, migrate_any_host, migrate_timeout_max_ms, and the TLS
+ * keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
  * kv_server_tls_key) (kv_config.h lists them). Also the [cluster]
  * section's keys (enabled, myself, node: kv_cluster_config_key). The clients'
  * keys of the section (password, client_user, client_tls, ...) and other

@@ -70,6 +70,46 @@ int kv_server_tls_key(kv_server_options *o, const char *key, const char *value,
 
 /* ---- the context ---- */
 
+/* MIGRATE's client context, for a server that serves RESP over TLS: the
+ * cluster's nodes then speak TLS to each other as Redis' tls-cluster. The
+ * target's certificate is checked against the server's CAs (tls_ca_cert_*,
+ * else the system's) and the address MIGRATE connects to; the client
+ * certificate (targets ask for one with tls_auth_clients = yes, the
+ * default) is tls_client_cert_file, else the server's own, as Redis'
+ * tls-client-cert-file. */
+static int migrate_tls_init(kv_server *srv, char *err, size_t err_len) {
+  const weft_tls_options *s = &srv->opts.tls;
+  weft_tls_options o;
+  weft_tls_options_init(&o);
+  const kv_server_options *so = &srv->opts;
+  if (so->tls_client_cert_file[0] != '\0') { /* Redis' tls-client-cert-file */
+    memcpy(o.cert_file, so->tls_client_cert_file, sizeof o.cert_file);
+    memcpy(o.key_file, so->tls_client_key_file, sizeof o.key_file);
+  } else {
+    memcpy(o.cert_file, s->cert_file, sizeof o.cert_file);
+    memcpy(o.key_file, s->key_file, sizeof o.key_file);
+  }
+  memcpy(o.ca_file, s->ca_file, sizeof o.ca_file);
+  memcpy(o.ca_dir, s->ca_dir, sizeof o.ca_dir);
+  o.min_protocol = s->min_protocol;
+  o.handshake_timeout_ms = s->handshake_timeout_ms;
+  o.verify = WEFT_TLS_VERIFY_REQUIRED;
+  char why[400];
+  int rc = weft_tls_context_new(&srv->shared.migrate_tls, WEFT_TLS_CLIENT, &o,
+                                why, sizeof why);
+  if (rc < 0 && so->tls_client_cert_file[0] != '\0') {
+    /* its own keys, not the listeners' (tls_names) */
+    static const kv_config_name mine[] = {{"cert_file", "tls_client_cert_file"},
+                                          {"key_file", "tls_client_key_file"}};
+    char renamed[400];
+    kv_config_rename(why, mine, 2, renamed, sizeof renamed);
+    snprintf(err, err_len, "%s (MIGRATE's client certificate)", renamed);
+  } else if (rc < 0) {
+    snprintf(err, err_len, "%s (MIGRATE's client context)", why);
+  }
+  return rc;
+}
+
 int kv_tls_context_init(kv_server *srv) {
   const kv_server_options *o = &srv->opts;
   if (o->tls_listen[0] == '\0' && o->tls_rpc_listen[0] == '\0')
@@ -93,6 +133,8 @@ int kv_tls_context_init(kv_server *srv) {
   char err[512], kv_err[600];
   int rc = weft_tls_context_new(&srv->tls, WEFT_TLS_SERVER, &o->tls, err,
                                 sizeof err);
+  if (rc == 0 && o->tls_listen[0] != '\0')
+    rc = migrate_tls_init(srv, err, sizeof err);
   if (rc < 0) {
     kv_config_rename(err, tls_names, N_TLS_NAMES, kv_err, sizeof kv_err);
     weft_log(WEFT_LOG_ERROR, "kv: TLS: [kv] %s", kv_err);

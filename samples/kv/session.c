@@ -15,6 +15,8 @@
 #include <weft/log.h>
 #include <weft/loop.h>
 
+#include "migrate.h"
+
 bool kv_addr_is_loopback(const char *addr) {
   char host[KV_ADDR_MAX];
   const char *colon = strrchr(addr, ':');
@@ -122,6 +124,7 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
 
 void kv_session_fini(kv_session *s) {
   weft_timer_stop(&s->auth_timer);
+  kv_migrate_detach(s); /* a MIGRATE in flight ends without a reply */
   kv_multi_reset(&s->multi);
   atomic_fetch_sub(&s->shared->connected_clients, 1);
 }

@@ -43,6 +43,15 @@ struct kv_session {
   kv_multi multi;
   weft_channel *channel; /* the connection's (borrowed: it outlives us) */
   weft_timer auth_timer; /* [kv] auth_timeout_ms while unauthenticated */
+
+  /* MIGRATE (migrate.h) */
+  bool blocked; /* it waits on its target: the protocol runs none of the
+                   connection's next commands, and reads no more, until
+                   resume */
+  struct kv_migrate *migrate;    /* that MIGRATE, or NULL */
+  void (*resume)(kv_session *s); /* set by the protocol: blocked ended and
+                                    the reply is written; run what waits
+                                    and flush. Loop thread. */
 };
 
 /**

@@ -181,9 +181,9 @@ static void prefetch_bucket(kv_store *s, uint64_t hash) {
 }
 
 /* Rounds two and three take the stripe's lock only if it is free: a hint
- * never waits, not behind another loop's command, a MIGRATE holding the
- * stripe over the network, or this thread's own transaction (a held lock
- * is busy to trylock, so its stripes are skipped). */
+ * never waits, not behind another loop's command or transaction, or this
+ * thread's own transaction (a held lock is busy to trylock, so its stripes
+ * are skipped). */
 static bool hint_lock(kv_store *s, kv_stripe *st) {
   return s->single_thread || pthread_mutex_trylock(&st->lock) == 0;
 }
