@@ -83,7 +83,7 @@ typedef struct weft_cli {
                                   "client") and its own ("kv"), for
                                   --help; NULL-terminated; NULL = all */
   weft_config_section_cb app;  /* the application's sections, or NULL */
-  void *app_arg;
+  void *app_arg;               /* app's argument */
   /* private: what weft_cli_option collected */
   const char *file;
   const char *overrides[WEFT_CLI_MAX_OVERRIDES];

@@ -82,6 +82,7 @@
 extern "C" {
 #endif
 
+/** The state a decoder handler keeps per channel (defined below). */
 typedef struct weft_decoder weft_decoder;
 
 /**
@@ -147,6 +148,8 @@ void weft_decoder_user_event(weft_ctx *ctx, void *event);
  * returns false when the state was freed: touch nothing afterwards.
  */
 static inline void weft_decoder_enter(weft_decoder *d) { d->depth++; }
+/** The end of an event weft_decoder_enter started: false when the state was
+ *  freed meanwhile (touch nothing). */
 bool weft_decoder_leave(weft_decoder *d);
 
 /**

@@ -30,6 +30,7 @@
 extern "C" {
 #endif
 
+/** A channel without a network, for tests of handlers (opaque). */
 typedef struct weft_embedded weft_embedded;
 
 /**

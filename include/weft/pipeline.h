@@ -95,8 +95,11 @@
 extern "C" {
 #endif
 
+/** A connection (channel.h; opaque). */
 typedef struct weft_channel weft_channel;
+/** A channel's chain of handlers (opaque). */
 typedef struct weft_pipeline weft_pipeline;
+/** A handler's place in a pipeline, passed to each of its ops (opaque). */
 typedef struct weft_ctx weft_ctx;
 
 /**

@@ -35,8 +35,8 @@ extern "C" {
 
 /** One argument: `len` bytes at `ptr` (binary-safe, not NUL-terminated). */
 typedef struct weft_resp_arg {
-  const uint8_t *ptr;
-  size_t len;
+  const uint8_t *ptr; /* the bytes */
+  size_t len;         /* in bytes */
 } weft_resp_arg;
 
 /** A decoded client command. Fields are read-only. */

@@ -32,6 +32,7 @@
 extern "C" {
 #endif
 
+/** An event source a loop polls (defined below). */
 typedef struct weft_source weft_source;
 
 /** What a source does for the selector. `name` first, then the ops. */

@@ -23,6 +23,7 @@ extern "C" {
 
 /** A timer. All fields are private; initialise with weft_timer_init(). */
 typedef struct weft_timer {
+  /* private */
   weft_loop *loop;
   uint64_t deadline_ns; /* CLOCK_MONOTONIC */
   uint64_t period_ns;   /* 0 = one-shot */
