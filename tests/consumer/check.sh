@@ -9,13 +9,15 @@ prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
 
-# The API reference and the man pages came with it: `man` finds each
+# The license, the API reference and the man pages came with it: `man` finds each
 # installed program's page on the prefix's MANPATH, made by help2man from
 # the program's own --help and --version.
 version=$(sed -n 's/^#define WEFT_VERSION_STRING "\(.*\)"$/\1/p' \
   "$prefix/include/weft/version.h")
 grep -q weft_version "$prefix/share/doc/weft/html/version_8h.html" ||
   { echo "no API reference in $prefix/share/doc/weft/html"; exit 1; }
+cmp -s "$here/../../LICENSE" "$prefix/share/doc/weft/LICENSE" ||
+  { echo "no LICENSE in $prefix/share/doc/weft"; exit 1; }
 for prog in weft-echo weft-kv-server weft-kv weft-kvbench; do
   page=$(MANPATH="$prefix/share/man" MANWIDTH=80 man -P cat "$prog" 2>&1) ||
     { echo "man $prog: $page"; exit 1; }
