@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Every tracked source file names its license on its first line, or on its
+# second after a #! line: "/* SPDX-License-Identifier: Apache-2.0 */" in C
+# (.c, .h, .h.in, the linker script .map), "# SPDX-License-Identifier:
+# Apache-2.0" in scripts (.sh, .py, any file starting with #!), CMake
+# (CMakeLists.txt, .cmake, .cmake.in), .supp, .pc.in, Doxyfile.in, .tcl
+# and .lua. Other files (docs, data, the fuzz corpora) are not checked.
+#
+# Usage: tests/check_spdx.sh [--fix] [SOURCE_DIR]   (default: the repository)
+# Exit 0 when every file has the line; 1 with one line per file without it.
+# --fix adds the line where it is missing (what first added them all).
+set -uo pipefail
+fix=0
+[ "${1:-}" = --fix ] && { fix=1; shift; }
+ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$ROOT" || exit 2
+git rev-parse --git-dir >/dev/null 2>&1 || {
+  echo "SKIPPED check_spdx: $ROOT is not a git checkout (the files checked are git's)"
+  exit 77
+}
+ID="SPDX-License-Identifier: Apache-2.0"
+
+# The comment a file's license line is written in: c, hash, or nothing
+# when the file is not a source file.
+style_of() {
+  case $1 in
+    *.c | *.h | *.h.in | *.map) echo c ;;
+    *.sh | *.py | *.cmake | CMakeLists.txt | */CMakeLists.txt | *.cmake.in | \
+      *.pc.in | *.supp | Doxyfile.in | */Doxyfile.in | *.tcl | *.lua) echo hash ;;
+    *) [ "$(head -c 2 "$1" | tr -d '\000')" = "#!" ] && echo hash ;;
+  esac
+}
+
+fail=0
+while IFS= read -r -d '' f; do
+  [ -f "$f" ] || continue # deleted in the work tree
+  style=$(style_of "$f")
+  [ -n "$style" ] || continue
+  if [ "$style" = c ]; then want="/* $ID */"; else want="# $ID"; fi
+  first=$(head -n 1 "$f")
+  at=1
+  [ "${first:0:2}" = "#!" ] && at=2
+  [ "$(sed -n "${at}p" "$f")" = "$want" ] && continue
+  if [ $fix -eq 1 ]; then
+    tmp=$(mktemp)
+    { [ $at -eq 2 ] && head -n 1 "$f"; echo "$want"; tail -n "+$at" "$f"; } >"$tmp"
+    cat "$tmp" >"$f" # keeps the file's mode
+    rm -f "$tmp"
+    echo "added: $f"
+  else
+    echo "$f:$at: not '$want' (the license line: line 1, or 2 after #!)"
+    fail=1
+  fi
+done < <(git ls-files -z)
+exit $fail
