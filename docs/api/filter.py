@@ -18,31 +18,78 @@ Doxygen markup.
   several declarations with no blank line between them
   (weft_ctx_fire_*, a macro and the function it calls) documents each of them: they become
   a Doxygen member group (DISTRIBUTE_GROUP_DOC).
-- Text Doxygen would take for markup is escaped: a backslash ("\\r\\n")
-  and a placeholder in angle brackets ("<prog>", "<weft/cli.h>"); the
-  headers use no Doxygen commands.
+- Text Doxygen would take for markup is escaped: a backslash ("\\r\\n"),
+  a placeholder in angle brackets ("<prog>", "<weft/cli.h>") and "--"
+  (an en dash to Doxygen); the headers use no Doxygen commands.
+- A block set off by a blank line and indented (a usage table, an example,
+  the pipeline's diagram) is indented to four spaces, Markdown's code
+  block, so Doxygen prints it as it is instead of filling a paragraph.
 - The SPDX line is left alone.
 
-Only comment openers change, never a line break, so Doxygen's warnings name
+Only comments change, never a line break, so Doxygen's warnings name
 the header's own line numbers. Usage: filter.py HEADER (writes to stdout).
 """
 import re
 import sys
 
 PLACEHOLDER = re.compile(r'<(/?[A-Za-z][^<>\s]*)>')
+QUOTED = re.compile(r'("[^"\n]*")')
+# A comment line " * " indented by a space or more, and a blank one.
+INDENTED = re.compile(r'^(\s*\* )( +)\S')
+BLANK = re.compile(r'^\s*\*?\s*$')
 # A declaration of several names: "type a, b;" (no parentheses: not a
 # function pointer or a call).
 MULTI = re.compile(r'^[^(){}]*\w\s*,\s*\w[^(){}]*;\s*$')
 
 
-def escape(body):
-    """The comment's text with what Doxygen reads as markup escaped, but in
-    `code spans`, which Doxygen prints as they are."""
-    parts = body.split('`')
+def escape_text(text):
+    """Plain prose: a backslash, a placeholder in angle brackets and "--"
+    (Doxygen's en dash) kept as written."""
+    text = text.replace('\\', '\\\\').replace('--', '\\--')
+    return PLACEHOLDER.sub(lambda m: '\\<' + m.group(1) + '\\>', text)
+
+
+def escape_prose(text):
+    """Prose with what Doxygen reads as markup escaped, but in `code spans`
+    and "quoted text", which Doxygen prints as they are."""
+    parts = text.split('`')
     for k in range(0, len(parts), 2):
-        p = parts[k].replace('\\', '\\\\')
-        parts[k] = PLACEHOLDER.sub(lambda m: '\\<' + m.group(1) + '\\>', p)
+        pieces = QUOTED.split(parts[k])
+        for q in range(0, len(pieces), 2):
+            pieces[q] = escape_text(pieces[q])
+        parts[k] = ''.join(pieces)
     return '`'.join(parts)
+
+
+def escape(body):
+    """The comment's text for Doxygen: the prose escaped (escape_prose);
+    lines set off by a blank line and indented by a space or more (a
+    usage table, an example) indented to at least four, Markdown's code
+    block, which Doxygen prints as it is instead of filling a paragraph."""
+    lines = body.split('\n')
+    out, prose = [], []
+    k = 0
+    while k < len(lines):
+        run = []
+        while (k + len(run) < len(lines) and
+               INDENTED.match(lines[k + len(run)])):
+            run.append(lines[k + len(run)])
+        if run and k > 0 and BLANK.match(lines[k - 1]):
+            if prose:
+                out.append(escape_prose('\n'.join(prose)))
+            prose = []
+            least = min(len(INDENTED.match(l).group(2)) for l in run)
+            pad = ' ' * max(0, 4 - least)
+            for l in run:
+                lead = INDENTED.match(l).group(1)
+                out.append(lead + pad + l[len(lead):])
+            k += len(run)
+        else:
+            prose.append(lines[k])
+            k += 1
+    if prose:
+        out.append(escape_prose('\n'.join(prose)))
+    return '\n'.join(out)
 
 
 def group_end(text, j):
