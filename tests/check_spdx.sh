@@ -19,6 +19,7 @@ git rev-parse --git-dir >/dev/null 2>&1 || {
   exit 77
 }
 ID="SPDX-License-Identifier: Apache-2.0"
+SHEBANG='#!'
 
 # The comment a file's license line is written in: c, hash, or nothing
 # when the file is not a source file.
@@ -27,29 +28,34 @@ style_of() {
     *.c | *.h | *.h.in | *.map) echo c ;;
     *.sh | *.py | *.cmake | CMakeLists.txt | */CMakeLists.txt | *.cmake.in | \
       *.pc.in | *.supp | Doxyfile.in | */Doxyfile.in | *.tcl | *.lua) echo hash ;;
-    *) [ "$(head -c 2 "$1" | tr -d '\000')" = "#!" ] && echo hash ;;
+    *) [ "$(head -c 2 "$1" | tr -d '\000')" = "$SHEBANG" ] && echo hash ;;
   esac
 }
 
-fail=0
-while IFS= read -r -d '' f; do
-  [ -f "$f" ] || continue # deleted in the work tree
-  style=$(style_of "$f")
-  [ -n "$style" ] || continue
-  if [ "$style" = c ]; then want="/* $ID */"; else want="# $ID"; fi
-  first=$(head -n 1 "$f")
-  at=1
-  [ "${first:0:2}" = "#!" ] && at=2
-  [ "$(sed -n "${at}p" "$f")" = "$want" ] && continue
-  if [ $fix -eq 1 ]; then
-    tmp=$(mktemp)
-    { [ $at -eq 2 ] && head -n 1 "$f"; echo "$want"; tail -n "+$at" "$f"; } >"$tmp"
-    cat "$tmp" >"$f" # keeps the file's mode
-    rm -f "$tmp"
-    echo "added: $f"
-  else
-    echo "$f:$at: not '$want' (the license line: line 1, or 2 after #!)"
-    fail=1
-  fi
-done < <(git ls-files -z)
-exit $fail
+# In a function, and called on the script's last line with the exit: bash
+# reads a line whole before running it, and --fix may edit this very file.
+check_all() {
+  local fail=0 f style want first line tmp
+  while IFS= read -r -d '' f; do
+    [ -f "$f" ] || continue # deleted in the work tree
+    style=$(style_of "$f")
+    [ -n "$style" ] || continue
+    if [ "$style" = c ]; then want="/* $ID */"; else want="# $ID"; fi
+    first=$(head -n 1 "$f")
+    line=1
+    [ "${first:0:2}" = "$SHEBANG" ] && line=2
+    [ "$(head -n "$line" "$f" | tail -n 1)" = "$want" ] && continue
+    if [ $fix -eq 1 ]; then
+      tmp=$(mktemp)
+      { [ $line -eq 2 ] && head -n 1 "$f"; echo "$want"; tail -n "+$line" "$f"; } >"$tmp"
+      cat "$tmp" >"$f" # keeps the file's mode
+      rm -f "$tmp"
+      echo "added: $f"
+    else
+      echo "$f:$line: not '$want' (the license line: line 1, or 2 after $SHEBANG)"
+      fail=1
+    fi
+  done < <(git ls-files -z)
+  return $fail
+}
+check_all; exit $?
