@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The API reference (Doxygen, from include/weft/) and the programs' man
 # pages (help2man, from their --help and --version), built with the rest
 # and installed under share/doc/weft/html and share/man/man1.

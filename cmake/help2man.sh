@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes a program's man page with help2man from its --help and --version,
 # then keeps what --help prints line by line (the INI listing of the keys,
 # the examples) line by line in the page too (no-fill mode), where help2man

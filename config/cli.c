@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The command-line front door (weft/cli.h) and the configuration printer
  * (weft_config_print) that --help shows. */
 #include <getopt.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The library's version (weft/version.h): the macros as they were when the
  * library was built, for programs that may run with a newer one. */
 #include <weft/version.h>

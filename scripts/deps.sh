@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages weft needs to build, test and benchmark, if
 # any is missing: every program a script or test calls comes from one of
 # them (tests/check_deps.sh checks that). Safe to run again: it asks apt

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The API reference's check: Doxygen reads include/weft/ with the build's
 # Doxyfile (docs/api/Doxyfile.in) and WARN_AS_ERROR, so an undocumented
 # public declaration, struct field or macro, or a comment Doxygen cannot

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Every tracked source file names its license on its first line, or on its
 # second after a #! line: "/* SPDX-License-Identifier: Apache-2.0 */" in C
 # (.c, .h, .h.in, the linker script .map), "# SPDX-License-Identifier:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV service integration suite: the server (samples/kv/server.h) and
  * the client (samples/kv/client.h) over real connections, run once per
  * transport (WEFT_TEST_TRANSPORT, default "tcp"; tests/CMakeLists.txt

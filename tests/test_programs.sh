@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Every weft program answers --help the same way (exit 0: usage, every key
 # it reads with its default, examples), answers --version and -V with
 # "<prog> (weft) VERSION" (exit 0), and reports a bad -o key in the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The version: the generated macros, the library's run-time answer and
  * what every program's --version prints (weft_cli_version) agree. */
 #include "harness.h"

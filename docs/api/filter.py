@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Doxygen's INPUT_FILTER for include/weft/*.h: reads the headers' comments
 as they are written (plain C comments, one paragraph per declaration, a
 trailing comment per struct field) as documentation, so the headers need no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/bootstrap.h: starting servers and clients (Netty's ServerBootstrap
  * and Bootstrap).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/buf.h: reference-counted buffers and per-loop pools.
  *
  * A weft_buf is a view over bytes with a read index and a write index

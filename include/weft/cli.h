@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/cli.h: one command-line front door for every weft program.
  *
  * Every program takes the same four options, parsed the same way, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/decoder.h: the cumulating decoder base for framing codecs (Netty's
  * ByteToMessageDecoder).
  *

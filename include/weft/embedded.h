@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/embedded.h: a channel with no network, driven by a test.
  *
  * An embedded channel runs a real pipeline on the calling thread with no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/idle.h: the idle-state handler (Netty's IdleStateHandler).
  *
  * Fires a user_event when a channel has not read, not written, or neither,

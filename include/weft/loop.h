@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/loop.h: event loops and loop groups.
  *
  * A weft_loop is one thread running the hybrid selector (see source.h and

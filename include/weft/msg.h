@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/msg.h: messages that travel through a pipeline, and promises.
  *
  * A pipeline carries messages as `void *`. Every message object begins with a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/pipeline.h: handlers, handler contexts and the channel pipeline.
  *
  * Every channel has a pipeline: a list of handlers that see its inbound

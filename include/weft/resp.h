@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/resp.h: the Redis serialization protocol (RESP version 2, and the
  * RESP3 reply types a server sends a client that asked for them).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/rpc_server.h: the RPC server handler, a method table over the RPC
  * codec (rpc.h).
  *

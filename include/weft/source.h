@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/source.h: event sources and fd watchers, what the hybrid selector
  * polls.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/stats.h: the stats handler: bytes and messages in and out.
  *
  * Counts what passes it: inbound channel_read messages and, for weft_bufs,

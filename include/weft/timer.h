@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/timer.h: one-shot and periodic timers on a loop.
  *
  * Timers live in one binary min-heap per loop ordered by deadline (ties in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/tls.h: TLS as a pipeline handler, with OpenSSL 3 (Netty's
  * SslHandler in C).
  *

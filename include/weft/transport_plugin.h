@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/transport_plugin.h: the transport plugin interface.
  *
  * A transport moves a channel's bytes: "tcp" (epoll), "uring" (io_uring),

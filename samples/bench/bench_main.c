@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_main.c: weft-bench's front door. The command line (getopt_long,
  * with -c, -o, --help and --version through weft_cli) into bench_opt through
  * the setters of bench_options.c, then bench_run (bench_run.c). Only the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-echo: the smallest complete weft server and client.
  *
  *   weft-echo server [-c FILE] [-o section.key=value ...]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kv: the KV service's command-line client (binary RPC protocol).
  *
  *   weft-kv [-c FILE] [-o section.key=value]... [--connect URI] [--raw]

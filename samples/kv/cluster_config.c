@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The [cluster] section of weft-kv-server's config (cluster.h): the
  * switch, which node this server is, and one line per node with its
  * addresses and slots. Each line is checked as it is read, so an error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The server commands (command_internal.h): PING, ECHO, SELECT, CONFIG
  * GET, INFO with its sections, and COMMAND (COUNT, DOCS, INFO) from the
  * command table, answered as Redis 7 answers them. */

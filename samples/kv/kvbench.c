@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kvbench: YCSB-style load for the KV service over its binary RPC
  * protocol (client.h).
  *

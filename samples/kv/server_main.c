@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kv-server: the KV service as a program.
  *
  *   weft-kv-server [-c FILE] [-o section.key=value ...]

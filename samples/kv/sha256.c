@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/sha256.c: SHA-256 as FIPS 180-4 defines it (sha256.h): the
  * message padded to 64-byte blocks, each block mixed into eight 32-bit
  * words by 64 rounds. Checked against the standard's test vectors in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/sha256.h: SHA-256 (FIPS 180-4), for the KV server's password
  * checks (auth.h): passwords are kept and compared as digests, so a
  * comparison takes the same time whatever their lengths. A small portable

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the build in $1 into a temporary prefix, checks the API
 # reference and the man pages it put there, then builds and runs
 # consumer.c against it with pkg-config and with CMake's find_package.
