@@ -22,30 +22,34 @@ git rev-parse --git-dir >/dev/null 2>&1 || {
 ID="SPDX-License-Identifier: Apache-2.0"
 SHEBANG='#!'
 
-# The comment a file's license line is written in: c, hash, or nothing
-# when the file is not a source file.
-style_of() {
+# The comment a file's license line is written in, from its name and its
+# first line: c, hash, or nothing when the file is not a source file.
+style_of() { # NAME FIRST-LINE
   case $1 in
     *.c | *.h | *.h.in | *.map) echo c ;;
     *.sh | *.py | *.cmake | CMakeLists.txt | */CMakeLists.txt | *.cmake.in | \
       *.pc.in | *.supp | Doxyfile.in | */Doxyfile.in | *.tcl | *.lua) echo hash ;;
-    *) [ "$(head -c 2 "$1" | tr -d '\000')" = "$SHEBANG" ] && echo hash ;;
+    *) [ "${2:0:2}" = "$SHEBANG" ] && echo hash ;;
   esac
 }
 
 # In a function, and called on the script's last line with the exit: bash
 # reads a line whole before running it, and --fix may edit this very file.
+# The first two lines are read with `read`, so a check starts no process
+# per file.
 check_all() {
-  local fail=0 f style want first line tmp
+  local fail=0 f style want first second line tmp
   while IFS= read -r -d '' f; do
     [ -f "$f" ] || continue # deleted in the work tree
-    style=$(style_of "$f")
+    first="" second=""
+    { IFS= read -r first; IFS= read -r second; } <"$f" 2>/dev/null
+    style=$(style_of "$f" "$first")
     [ -n "$style" ] || continue
     if [ "$style" = c ]; then want="/* $ID */"; else want="# $ID"; fi
-    first=$(head -n 1 "$f")
     line=1
     [ "${first:0:2}" = "$SHEBANG" ] && line=2
-    [ "$(head -n "$line" "$f" | tail -n 1)" = "$want" ] && continue
+    if [ $line -eq 1 ]; then [ "$first" = "$want" ] && continue
+    else [ "$second" = "$want" ] && continue; fi
     if [ $fix -eq 1 ]; then
       tmp=$(mktemp)
       { [ $line -eq 2 ] && head -n 1 "$f"; echo "$want"; tail -n "+$line" "$f"; } >"$tmp"
