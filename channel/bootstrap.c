@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Server and client bootstrap: endpoint to transport, listener on loop 0,
  * accepted channels spread over the loops round-robin (at most
  * max_connections open at once), or, for a transport that listens on every

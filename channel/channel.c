@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Channels: creation on a loop, states, close, options, references, and the
  * per-loop book of transports and open channels. */
 #include <pthread.h>

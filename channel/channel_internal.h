@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internal layout of channels, pipelines and listeners (channel/). */
 #ifndef WEFT_CHANNEL_CHANNEL_INTERNAL_H
 #define WEFT_CHANNEL_CHANNEL_INTERNAL_H

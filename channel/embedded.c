@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The embedded channel: a real pipeline and outbound queue driven by the
  * calling thread, with a transport that hands flushed buffers to the test
  * instead of a socket (Netty's EmbeddedChannel). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A channel's defences against slow, greedy and silent peers:
  *
  *   flow control   (WEFT_OPT_FLOW_CONTROL) reading pauses while the queued

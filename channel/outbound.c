@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The outbound queue of a channel (Netty's ChannelOutboundBuffer): written
  * buffers with their promises, the flushed mark, pending bytes and the
  * write watermarks. Transports read it through weft_outbound_*. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The channel pipeline: a doubly linked list of handler contexts between a
  * head (the transport side) and a tail (the application's end), with event
  * dispatch in both directions. See include/weft/pipeline.h for the rules. */

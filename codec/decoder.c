@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The cumulating decoder base (see decoder.h). */
 #include <inttypes.h>
 #include <stdarg.h>

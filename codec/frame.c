@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Length-field frame decoder and prepender (Netty's
  * LengthFieldBasedFrameDecoder and LengthFieldPrepender). */
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Line-based frame decoder (Netty's LineBasedFrameDecoder). */
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* RESP2: the command decoder (client -> server) and reply encoders. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The RPC message codec (layout in docs/protocol.md). */
 #include <stdlib.h>
 #include <string.h>

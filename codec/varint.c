@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Unsigned LEB128 varints. */
 #include <weft/error.h>
 #include <weft/varint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The command-line front door (weft/cli.h) and the configuration printer
  * (weft_config_print) that --help shows. */
 #include <getopt.h>
@@ -10,6 +11,7 @@
 #include <weft/config.h>
 #include <weft/error.h>
 #include <weft/transport_plugin.h>
+#include <weft/version.h>
 
 #include "config/config_internal.h"
 
@@ -134,7 +136,9 @@ int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out) {
           "WEFT_* variables\n"
           "                          (the key follows the last dot: -o "
           "transport.ucx.tls=tcp)\n"
-          "  -h, --help              this text\n");
+          "  -h, --help              this text\n"
+          "  -V, --version           the version of weft this program "
+          "runs with\n");
   if (cli->flags != NULL)
     fprintf(out, "%s", cli->flags);
   fprintf(out,
@@ -157,6 +161,14 @@ int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out) {
   return rc == 0 && !ferror(out) ? 0 : WEFT_EIO;
 }
 
+int weft_cli_version(const weft_cli *cli, FILE *out) {
+  fprintf(out,
+          "%s (weft) %s\nCopyright The weft authors.\nLicensed under the "
+          "Apache License, Version 2.0.\n",
+          cli->prog, weft_version());
+  return ferror(out) ? WEFT_EIO : 0;
+}
+
 void weft_cli_usage_error(const weft_cli *cli, const char *fmt, ...) {
   va_list ap;
   fprintf(stderr, "%s: ", cli->prog);
@@ -175,14 +187,15 @@ void weft_cli_bad_option(const weft_cli *cli, int opt, const char *text) {
 }
 
 int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv) {
-  static const struct option longs[] = {{"help", no_argument, NULL, 'h'},
-                                        {NULL, 0, NULL, 0}};
+  static const struct option longs[] = {WEFT_CLI_LONG_OPTS, {NULL, 0, NULL, 0}};
   opterr = 0; /* refused options are reported here, in weft's form */
   int opt;
   while ((opt = getopt_long(argc, argv, ":" WEFT_CLI_OPTS, longs, NULL)) !=
          -1) {
     if (opt == 'h')
       return weft_cli_help(cli, cfg, stdout) == 0 ? 0 : -1;
+    if (opt == 'V')
+      return weft_cli_version(cli, stdout) == 0 ? 0 : -1;
     int rc = weft_cli_option(cli, opt, optarg);
     if (rc == 0)
       weft_cli_bad_option(cli, opt, argv[optind - 1]);

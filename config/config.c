@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Configuration: an INI file (libinih), WEFT_* environment variables and
  * single keys set by the application, all through one table of keys.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* config/config_internal.h: the table of weft's own keys, shared by the
  * loader (config.c) and the help printer (cli.c). */
 #ifndef WEFT_CONFIG_CONFIG_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* "Did you mean ...?" for a misspelled section or key: the candidate with
  * the fewest edits (Levenshtein distance: insertions, deletions and
  * substitutions of one character), if that is small for the word's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Flush consolidation (Netty's FlushConsolidationHandler). */
 #include <stdlib.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The idle-state handler: reader / writer / all idle -> user_event. */
 #include <stdlib.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The logging handler (Netty's LoggingHandler). */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The RPC client handler: request ids, a pending table, timeouts. */
 #include <stdlib.h>
 

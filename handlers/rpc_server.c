@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The RPC server handler: method table, calls answered now or later. */
 #include <stdlib.h>
 

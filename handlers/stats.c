@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The stats handler: bytes and messages in and out. */
 #include <weft/buf.h>
 #include <weft/error.h>

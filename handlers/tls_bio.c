@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TLS engine's BIOs over weft_bufs (see tls_handler.c for the whole).
  *
  * OpenSSL's memory BIO costs two copies and two memsets per record here:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* TLS contexts (weft/tls.h): options and their config keys, the shared
  * SSL_CTX with weft's policy, OpenSSL's callbacks, and the texts that say
  * why a handshake failed. The per-channel engine is tls_handler.c. */

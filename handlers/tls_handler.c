@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TLS handler (weft/tls.h): one OpenSSL engine per channel, driven
  * through BIOs over weft_bufs (tls_bio.c), first in the pipeline.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TLS handler's private parts shared by its files: the context
  * (tls_context.c), the per-channel engine (tls_handler.c), and what
  * OpenSSL's callbacks note about one connection. */

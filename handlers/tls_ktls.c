@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* kTLS for the TLS handler: once a TLS 1.3 handshake completed and its
  * last flight left, the kernel takes over record encryption (TLS_TX) on
  * transports that can (tcp's ktls_tx op). Decryption stays in OpenSSL.

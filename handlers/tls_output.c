@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TLS handler's output side (see tls_handler.c for the whole): the
  * plaintext queue, encryption into full records, ciphertext handed down in
  * chunks with their promises, the acks that complete a write's promise, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft_buf: allocation, reference counting, slices, wrapping and the
  * bounds-checked byte copies. Where the memory comes from and goes back to
  * is pool.c's business (see pool_internal.h). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The monotonic clock. */
 #include <weft/clock.h>
 

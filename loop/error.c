@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Error names and messages, generated from the X-macro tables in error.h. */
 #include <weft/error.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The diagnostic log: a level, a replaceable handler, stderr by default. */
 #include <weft/log.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The loop: creation, the thread body with its graceful shutdown, tasks
  * (weft_loop_execute), sources, fd watchers, close hooks and loop-local
  * keys. One

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft_loop_call: run a function on a loop and wait for its result, for
  * the threads that set loops up and tear them down. */
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Loop groups: N loops, each on its own (optionally pinned) thread. */
 #include <errno.h>
 #include <pthread.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* struct weft_loop and the pieces of the loop that its files share:
  * loop.c (life cycle, tasks, sources, hooks, keys), selector.c (one
  * selector iteration), timer.c (the heap) and loop_group.c (threads).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Per-loop buffer pools: size-class slabs with per-slab free lists, the
  * remote return stack, slab hooks for memory registration, giving empty slabs
  * back beyond the retention budget, and the leak report.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internals shared by pool.c (slabs, free lists, return stack, leak list)
  * and buf.c (reference counting, slices, wrapping, accessors).
  *

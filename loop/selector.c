@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The hybrid selector: one iteration of a loop (docs/architecture.md, "The
  * hybrid selector"), split into its phases:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The loop's MPSC task queue (Vyukov's intrusive list); see task_queue.h.
  *
  * Memory ordering, in one place:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The loop's task queue: an intrusive multi-producer single-consumer list
  * (Dmitry Vyukov's algorithm) with malloc'd nodes.
  *

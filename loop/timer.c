@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Timers: one binary min-heap per loop, ordered by (deadline, start order).
  *
  * Timers are caller-owned and carry their heap slot, so start, stop and

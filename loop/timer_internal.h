@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The per-loop timer heap behind weft/timer.h.
  *
  * A binary min-heap of weft_timer pointers ordered by (deadline_ns, seq);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* scripts/alloc_count.c: an LD_PRELOAD shim that counts a process's heap
  * calls, for scripts/bench-kv-counts.sh. It sits in front of whatever
  * allocator the process links (glibc's malloc for weft, jemalloc for

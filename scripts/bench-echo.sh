@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Echo with one client and W messages in flight (issue 17's echo table).
 #
 # One client, weft-bench's raw `rate` pattern with --plain-echo (no hello,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What flow control costs a well-behaved client: redis-benchmark against
 # two weft-kv-servers from the same build, one with the defaults ([server]
 # flow_control on) and one with -o server.flow_control=false, and, given a

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Throughput of weft-kv-server clusters of 1, 2 and 3 nodes beside a 3-node
 # redis-server cluster, all on this machine, measured in the same run and
 # interleaved (weft-1, weft-2, weft-3, redis-3, weft-1, ...): redis-benchmark

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The work weft-kv-server and redis-server do per request, counted rather
 # than timed (counts hardly move with the machine's load, so this is valid
 # on a shared machine): system calls by name, heap calls (malloc, calloc,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Several weft-kv-server builds or settings beside redis-server, all driven by
 # redis-benchmark with the same settings, interleaved: throughput and server
 # CPU per request (utime + stime of the server process from /proc/PID/stat

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weft-kv-server beside redis-server, both driven by redis-benchmark with the
 # same settings in the same run: -t get,set, 16 B values, at -P 1 -c 1,
 # -P 1 -c 50 and -P 16 -c 50; 3 runs of each, interleaved (weft, redis,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weft-kv-server's resident memory under a client that never reads, before
 # the channel defences (flow control, output limit) and now: the client
 # SETs an 8 KiB value, then sends up to 300 000 pipelined GETs of it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Charts from weft-bench's CSV (gnuplot, Debian's gnuplot-nox): one line per
 # configuration (transport and busy-poll window, raw floors dashed).
 #   scripts/bench-plot.sh CSV OUT_DIR

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Multi-loop scaling: the rate of weft-echo's server and of weft-kv-server
 # over 1, 2, ... N loops (N = nproc), for each socket transport (tcp,
 # uring; ucx with UCX_TLS=tcp if it was built), as a markdown table.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # What TLS costs, each figure beside its plaintext twin measured in the same
 # run, interleaved (A B A B ...), medians of RUNS:
 #

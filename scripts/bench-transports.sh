@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Transports side by side: 16 B ping-pong RTT (p50/p99) and pipelined 16 B
 # message rate for weft over tcp and uring, beside the raw-socket floor, at
 # busy_poll_us 20 and 0: weft-bench's pingpong pattern (N round trips after

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The transport benchmarks in one command: builds weft-bench (Release),
 # runs every pattern over every transport built here beside the raw-socket
 # floors, in one process, repetitions interleaved; writes

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs the Debian packages weft needs to build, test and benchmark, if
 # any is missing: every program a script or test calls comes from one of
 # them (tests/check_deps.sh checks that). Safe to run again: it asks apt
@@ -20,6 +21,9 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       strace
       # system calls and CPU time counted by scripts/bench-kv-counts.sh
       linux-perf
+      # the API reference (docs/api/), the man pages (cmake/help2man.sh)
+      # and the install check's `man` (tests/consumer/check.sh)
+      doxygen help2man man-db
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A static weft-kv-server cluster across machines, one node per line of a
 # host list (samples/kv/README.md "Cluster"; scripts/kv-cluster.sh is the
 # one-machine version). Every node gets the same [cluster] section, an even

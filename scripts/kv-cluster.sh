@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # A static weft-kv-server cluster on this machine (Redis Cluster protocol,
 # samples/kv/README.md "Cluster"): N nodes on loopback, each with its own
 # RESP and RPC port and an even share of the 16384 slots, as Redis'

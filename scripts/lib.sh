@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by weft's scripts (sourced, not run): quiet output with a line of
 # progress per step, so a long step never sits silent for more than about
 # five seconds, and a check that the programs a script needs are there.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job: builds weft, starts the KV service (weft-kv-server) on the
 # default transport over loopback, runs a short YCSB-style load against it
 # with weft-kvbench (workloads A and C, Zipfian keys), prints the results and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs weft's verbs tests on a real verbs stack: boots Debian's kernel in qemu
 # with Soft-RoCE (rdma_rxe), shares this machine's / read-only into the VM
 # and runs tests/verbs-vm/guest-tests.sh chrooted into it against a normal

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds weft and runs every test: the normal build (warnings are errors),
 # the layer and dependency checks, and an install check, then the same
 # suite under ASan+UBSan, the cross-thread tests under TSan, the verbs tests

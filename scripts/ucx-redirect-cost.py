@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """What a ucx REDIRECT costs a client's first connect (docs/transports/ucx.md).
 
     scripts/ucx-redirect-cost.py SERVER CLIENT N

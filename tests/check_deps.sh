@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Fails when a script calls a program that no package of scripts/deps.sh
 # provides (those packages and what they depend on, or Debian's essential
 # and required packages, which every Debian system has): the check that

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The layers of docs/architecture.md, checked on the sources: every #include
 # of a weft header (public <weft/x.h> or a folder's private "dir/x.h") must
 # come from the file's own layer or one below it, a plugin must not include

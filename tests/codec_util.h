@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for the codec and handler tests: feed bytes into an embedded
  * channel whole, one byte at a time, or in random splits, and collect what
  * reached the tail. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main() for every test program, plus log capture, suites and helpers. */
 #include "harness.h"
 

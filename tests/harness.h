@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared test harness: every test program defines weft_test_suite() and links
  * harness.c, whose main() runs the suite with Check and exits non-zero on any
  * failure. Helpers here capture weft's log so tests can assert on it, bind

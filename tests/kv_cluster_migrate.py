@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A slot moves between two weft-kv-server nodes while clients write to it
 (tests/test_kv_cluster.sh): no acknowledged write may be lost.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """redis-py (Debian's python3-redis) against weft-kv-server.
 
 Every command weft-kv-server added for Redis clients, through redis-py's

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weft-bench's raw server (samples/bench/raw_server.c: one thread, epoll
 # over every connection), briefly: under raw-busy and raw-block every
 # pattern reports a row with a figure, among them a 1 MiB bidir echo

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-bench's harness (samples/bench/report.c): percentiles against a
  * known distribution, median and spread of repetitions, CSV that parses
  * back field for field, JSON that a strict parser accepts, and the target

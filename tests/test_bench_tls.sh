@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weft-bench's +tls setups (the TLS handler first at both ends), briefly:
 # a ping-pong and a stream over tcp+tls (and uring+tls when built) report
 # their rows with figures, and the first handshake's protocol; a +tls

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft_buf: indices, bounds, typed access, reference counts, slices, wrap. */
 #include "harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The busy read (loop/selector.c, "The busy read"; weft_watcher.busy_read):
  * a spinning loop reads its one active socket directly instead of asking
  * epoll first, still asks epoll every WEFT_BUSY_READ_EPOLL_EVERY-th spin,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The channel integration suite: real connections over loopback, run once
  * per transport (Netty's testsuite module is the model). The transport comes
  * from WEFT_TEST_TRANSPORT (default "tcp"); tests/CMakeLists.txt registers

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Configuration: the INI file, WEFT_* variables, application sections and
  * the exact text of every kind of error. Each test writes its file into its
  * own mkdtemp directory, removed again by the fixture. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The public decoder base (weft/decoder.h): a framing codec written the way
  * an application writes one, from the header's own example, decodes the
  * same frames whatever way the bytes are split. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Endpoint URIs: parsing "scheme://host:port" and formatting it back; the
  * plugins' socket address helpers (resolve, format). */
 #include "harness.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Error codes: names, messages, errno compatibility. */
 #include "harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Frame codecs on the embedded channel: the length-field decoder with
  * Netty's parameters, the prepender, the line decoder and varints; every
  * input whole, one byte at a time and in random splits. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reusable handlers on the embedded channel: idle state, logging, flush
  * consolidation and stats. */
 #include "harness.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The hostile-peer suite, run once per transport (WEFT_TEST_TRANSPORT, as
  * the channel suite): a server built with weft faces peers that ask for
  * large replies and never read them, that hold connections open without a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV service's Redis Cluster pieces that need no network: CRC16 and
  * key slots against the Redis Cluster specification's values and Redis'
  * own answers, and the [cluster] config lines with their error texts. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weft-kv-server as a Redis Cluster, against Redis' own cluster clients: a
 # 3-node cluster on loopback started by scripts/kv-cluster.sh; redis-cli -c
 # sets and gets keys that land on every node; -MOVED, -CROSSSLOT (also in

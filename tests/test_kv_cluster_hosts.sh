@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # scripts/kv-cluster-hosts.sh, the cluster launcher for several machines,
 # run against this one: a host list of three loopback nodes, started
 # through a local stand-in for ssh (tests/local-remote.sh); redis-cli -c

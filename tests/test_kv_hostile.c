@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kv-server against a client that asks for large replies and never
  * reads them, measured from outside: the server runs as its own process
  * (WEFT_KV_SERVER, set by tests/CMakeLists.txt) over WEFT_TEST_TRANSPORT

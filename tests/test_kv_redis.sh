@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Real Redis clients against weft-kv-server: redis-cli sets, gets and
 # deletes; every request gets its answer (an unknown command with CR/LF in
 # its name, a protocol error, an oversized value, a huge SCAN pattern); the

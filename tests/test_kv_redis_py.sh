@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # redis-py (Debian's python3-redis) against weft-kv-server: starts two
 # servers on free ports, one without a password and one with [kv]
 # requirepass and an ACL user, and runs tests/kv_redis_py.py against them

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV service's storage core (samples/kv/store.h): every command against
  * a model, TTL expiry on an injected clock, SCAN's full-iteration guarantee
  * while tables grow and shrink, INCR's errors, size limits, glob patterns,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV service integration suite: the server (samples/kv/server.h) and
  * the client (samples/kv/client.h) over real connections, run once per
  * transport (WEFT_TEST_TRANSPORT, default "tcp"; tests/CMakeLists.txt
@@ -40,6 +41,7 @@
 #include <weft/rpc.h>
 #include <weft/tls.h>
 #include <weft/transport_plugin.h>
+#include <weft/version.h>
 
 #include "client.h"
 #include "server.h"
@@ -1430,7 +1432,8 @@ START_TEST(kv_rpc_redis_commands_answer_as_redis) {
   expect_text(c, "CLIENT INFO", " name=worker ", false);
   expect_text(c, "CLIENT INFO", " user=default ", false);
   expect_text(c, "INFO server", "redis_version:7.0.0\r\n", false);
-  expect_text(c, "INFO server", "weft_version:", false);
+  expect_text(c, "INFO server", "weft_version:" WEFT_VERSION_STRING "\r\n",
+              false);
   expect_text(c, "INFO server", "# Clients", true);
   expect_text(c, "INFO clients stats", "connected_clients:1\r\n", false);
   expect_text(c, "INFO clients stats", "# Server", true);

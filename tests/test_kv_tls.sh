@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # weft-kv-server over TLS, against real clients: redis-cli --tls (and
 # redis-benchmark --tls) on [kv] tls_listen beside the plaintext RESP
 # listener (one store), weft-kv and weft-kvbench --tls on [kv]

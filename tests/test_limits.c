@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A channel's defences on the embedded channel: flow control pauses and
  * resumes reading at the watermarks, decoders stop at a paused read and
  * go on at the resume, the output limit closes the channel, the idle

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Loop groups: life cycle, sizes, round-robin, pinning, loop-local keys,
  * close hooks, weft_loop_current, and the join-from-a-loop refusal. */
 #include "harness.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Pipeline semantics on the embedded channel: event order, handlers added
  * and removed during events, watermarks, promises, exceptions, and the tail
  * releasing what nobody handled. */

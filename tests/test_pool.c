@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft_pool: size classes, reuse, unpooled, slab hooks, cross-thread
  * release, giving slabs back (the retention budget), leak reports. */
 #include "harness.h"

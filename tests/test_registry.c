@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The transport registry: registration, lookup, cached probes, plugin
  * settings and fallbacks. Each
  * test uses its own names: the registry is process-wide and has no

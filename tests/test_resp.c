@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The RESP2 command decoder and reply encoders on the embedded channel. */
 #include "harness.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The RPC codec, server and client on embedded channels: round trips at
  * any split, malformed and oversized input, pipelined out-of-order replies,
  * timeouts, close with requests pending, replies from another thread. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Ten thousand connections on a socket transport (tcp, uring), one run per
  * transport (WEFT_TEST_TRANSPORT; tests/CMakeLists.txt registers this file
  * as test_scale_tcp and test_scale_uring).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The hybrid selector: sleeping when idle, the busy-poll window, arming,
  * failing sources and removal during poll/dispatch. Test sources are backed
  * by an eventfd, a timerfd and a pipe. No tight timing asserts: windows are

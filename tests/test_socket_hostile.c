@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Hostile peers on the socket transports (tcp, uring), beside the
  * transport-neutral hostile-peer suite (test_hostile.c), one run per
  * transport (WEFT_TEST_TRANSPORT; tests/CMakeLists.txt registers this file

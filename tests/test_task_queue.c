@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The task queue and weft_loop_execute: order, exactly-once, refusal after
  * the loop finished, graceful stop. */
 #include "harness.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Timers: deadline order, cancellation, periodic timers, restarts from the
  * callback, and sub-millisecond sleeps. Every timer call happens on the loop
  * thread (through weft_loop_execute), as timer.h requires. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The TLS handler (weft/tls.h), run once per stream transport
  * (WEFT_TEST_TRANSPORT: tcp, uring).
  *

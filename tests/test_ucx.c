@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* UCX transport behaviours the shared channel suite does not cover: a slow
  * receiver (flow control), a peer process that vanishes, a multi-loop
  * server under connection churn from another process, and hostile peers

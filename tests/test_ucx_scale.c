@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A thousand UCX connections on a server of two loops, over the UCX
  * settings of the environment (tests/CMakeLists.txt registers it over tcp
  * and over shared memory).

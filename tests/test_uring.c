@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The io_uring transport's own behaviours, beyond the shared channel suite:
  * the provided buffer ring running dry under a reader that holds every
  * buffer, zero-copy sends, and the probe's message and the tcp fallback

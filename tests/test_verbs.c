@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The verbs transport's own tests, beside the shared channel suite.
  *
  * On a host without an RDMA device (these build machines): choosing verbs

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Many connections on one verbs loop, inside the Soft-RoCE VM
  * (scripts/test-verbs-vm.sh); on a host without an RDMA device the program
  * skips (th_require_transport).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The transports compiled into libweft, in the order `registered: ...`
  * lists them. A plugin that depends on an optional library (liburing,
  * rdma-core, UCX) is built only under its CMake option, which defines

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Endpoint URIs: "scheme://host:port", with IPv6 hosts in brackets.
  *
  * The parser is strict on purpose: an endpoint usually comes from a config

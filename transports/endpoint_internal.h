@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/endpoint_internal.h: endpoint and scheme checks shared by the
  * URI parser, the config loader and the transport registry. */
 #ifndef WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The transport registry: name -> ops, with each probe's answer cached,
  * each plugin's settings, and fallbacks.
  *

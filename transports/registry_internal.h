@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/registry_internal.h: how built-in transports get into the
  * registry. */
 #ifndef WEFT_TRANSPORTS_REGISTRY_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers for socket-backed transports (tcp, uring), declared in
  * transport_plugin.h: a listening socket for an endpoint, a socket's addresses
  * as text, socket options (set now when the socket exists, stored until it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/bootstrap.h: starting servers and clients (Netty's ServerBootstrap
  * and Bootstrap).
  *
@@ -54,6 +55,7 @@ void weft_channel_config_init(weft_channel_config *cfg);
  */
 int weft_channel_config_apply(const weft_channel_config *cfg, weft_channel *ch);
 
+/** A bound server: its listener(s) and channels (opaque). */
 typedef struct weft_server weft_server;
 
 /** What a server needs. Fields not set must be zero / NULL. */
@@ -64,8 +66,8 @@ typedef struct weft_server_bootstrap {
                              handshake: docs/transports/ucx.md) */
   const char *listen;     /* endpoint URI, e.g. "tcp://0.0.0.0:7000" */
   int backlog;            /* listen backlog (0 = 511) */
-  weft_channel_init_cb child_init; /* required */
-  void *child_init_arg;
+  weft_channel_init_cb child_init;   /* required */
+  void *child_init_arg;              /* child_init's argument */
   weft_channel_config child_options; /* set with weft_channel_config_init
                                         first: zero is a real value; flow
                                         control defaults to on here */
@@ -128,14 +130,14 @@ typedef void (*weft_connect_cb)(weft_channel *ch, int status, void *arg);
 
 /** What a client connection needs. Fields not set must be zero / NULL. */
 typedef struct weft_bootstrap {
-  weft_loop_group *group;    /* started; the channel goes to the next loop */
-  weft_loop *loop;           /* or a specific loop (overrides group) */
-  const char *connect;       /* endpoint URI, e.g. "tcp://127.0.0.1:7000" */
-  weft_channel_init_cb init; /* required */
-  void *init_arg;
+  weft_loop_group *group;      /* started; the channel goes to the next loop */
+  weft_loop *loop;             /* or a specific loop (overrides group) */
+  const char *connect;         /* endpoint URI, e.g. "tcp://127.0.0.1:7000" */
+  weft_channel_init_cb init;   /* required */
+  void *init_arg;              /* init's argument */
   weft_channel_config options; /* weft_channel_config_init first */
   weft_connect_cb on_connect;  /* optional */
-  void *connect_arg;
+  void *connect_arg;           /* on_connect's argument */
 } weft_bootstrap;
 
 /**

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/buf.h: reference-counted buffers and per-loop pools.
  *
  * A weft_buf is a view over bytes with a read index and a write index
@@ -66,6 +67,7 @@
 extern "C" {
 #endif
 
+/** A loop's pool of buffers in size classes (opaque). */
 typedef struct weft_pool weft_pool;
 
 #define WEFT__STR2(x) #x
@@ -232,6 +234,7 @@ typedef struct weft_pool_stats {
   size_t unpooled;       /* allocations above WEFT_POOL_MAX_CLASS (malloc) */
   size_t remote_frees;   /* buffers freed on another thread */
 } weft_pool_stats;
+/** Copies the pool's counters into `out`. Pool owner thread. */
 void weft_pool_stats_get(const weft_pool *pool, weft_pool_stats *out);
 
 /** True when `pool` tracks live buffers for leak reports. Any thread. */

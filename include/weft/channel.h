@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/channel.h: channels, the connections of weft.
  *
  * A channel is one connection over one transport, bound to one loop for its

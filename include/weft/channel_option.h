@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/channel_option.h: the names of channel options.
  *
  * One vocabulary for both sides: applications set options on channels

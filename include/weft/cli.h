@@ -1,7 +1,8 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/cli.h: one command-line front door for every weft program.
  *
- * Every program takes the same three options, parsed the same way, and
- * answers --help the same way:
+ * Every program takes the same four options, parsed the same way, and
+ * answers --help and --version the same way:
  *
  *   -c FILE              an INI config file (config.h)
  *   -o section.key=value one key, after the file and the WEFT_* variables;
@@ -9,9 +10,11 @@
  *                        (-o transport.ucx.tls=tcp)
  *   -h, --help           usage, every key the program reads with its
  *                        default and valid values, two examples; exit 0
+ *   -V, --version        "<prog> (weft) MAJOR.MINOR.PATCH" and the
+ *                        license; exit 0
  *
- * A program keeps its own getopt loop for its own flags and hands these
- * three to the helper:
+ * A program keeps its own getopt loop for its own flags and hands -c and
+ * -o to the helper:
  *
  *   weft_cli cli = {.prog = "weft-echo", .synopsis = "[options] server",
  *                   .about = "...", .examples = "weft-echo demo\n..."};
@@ -22,6 +25,8 @@
  *                             NULL)) != -1) {
  *     if (opt == 'h')
  *       return weft_cli_help(&cli, &cfg, stdout), 0;
+ *     if (opt == 'V')
+ *       return weft_cli_version(&cli, stdout), 0;
  *     if (weft_cli_option(&cli, opt, optarg) != 0)
  *       continue;                          // -c or -o, taken
  *     if (opt == 'x') ...                  // the program's own flags
@@ -49,9 +54,17 @@
 extern "C" {
 #endif
 
-/** The getopt letters weft_cli_option handles: put them in the program's
- *  optstring, and {"help", no_argument, NULL, 'h'} in its long options. */
-#define WEFT_CLI_OPTS "c:o:h"
+/** The getopt letters of weft's options: put them in the program's
+ *  optstring, and WEFT_CLI_LONG_OPTS in its long options. weft_cli_option
+ *  takes 'c' and 'o'; the program answers 'h' (weft_cli_help) and 'V'
+ *  (weft_cli_version). */
+#define WEFT_CLI_OPTS "c:o:hV"
+
+/** The long options of weft's options, two `struct option` entries
+ *  (<getopt.h>) for the program's table: --help ('h') and --version
+ *  ('V'). */
+#define WEFT_CLI_LONG_OPTS                                                     \
+  {"help", no_argument, NULL, 'h'}, { "version", no_argument, NULL, 'V' }
 
 /** -o flags one command line may carry. */
 #define WEFT_CLI_MAX_OVERRIDES 64
@@ -77,7 +90,7 @@ typedef struct weft_cli {
                                   instead", NULL-terminated, or NULL
                                   (weft_config.unread_keys) */
   weft_config_section_cb app;  /* the application's sections, or NULL */
-  void *app_arg;
+  void *app_arg;               /* app's argument */
   /* private: what weft_cli_option collected */
   const char *file;
   const char *overrides[WEFT_CLI_MAX_OVERRIDES];
@@ -88,9 +101,9 @@ typedef struct weft_cli {
  * Takes one option from the program's getopt loop: 'c' (remembers the
  * file) and 'o' (remembers the flag; applied in order by
  * weft_cli_configure). Returns 1 when it took the option, 0 when `opt` is
- * not one of its letters (the program's own, or 'h', which the program
- * answers with weft_cli_help), or WEFT_ENOSPC after printing why (more
- * than WEFT_CLI_MAX_OVERRIDES -o flags).
+ * not one of its letters (the program's own, or 'h' and 'V', which the
+ * program answers with weft_cli_help and weft_cli_version), or WEFT_ENOSPC
+ * after printing why (more than WEFT_CLI_MAX_OVERRIDES -o flags).
  */
 int weft_cli_option(weft_cli *cli, int opt, const char *arg);
 
@@ -110,12 +123,19 @@ int weft_cli_option(weft_cli *cli, int opt, const char *arg);
 int weft_cli_configure(weft_cli *cli, weft_config *cfg);
 
 /**
- * Writes the help: the usage line, `about`, the options (weft's three and
+ * Writes the help: the usage line, `about`, the options (weft's four and
  * the program's `flags`), every configuration key the program reads with
  * its value in `cfg` (pass the defaults) and its valid values
  * (weft_config_print), and the examples. Returns 0 or WEFT_EIO.
  */
 int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out);
+
+/**
+ * Writes the version, as GNU programs do (help2man reads it for the man
+ * page): "<prog> (weft) MAJOR.MINOR.PATCH", the library's (weft_version()),
+ * then the copyright and license lines. Returns 0 or WEFT_EIO.
+ */
+int weft_cli_version(const weft_cli *cli, FILE *out);
 
 /**
  * Reports a command-line mistake the program found itself: prints
@@ -127,10 +147,11 @@ void weft_cli_usage_error(const weft_cli *cli, const char *fmt, ...)
 
 /**
  * The whole front door for a program without flags of its own: parses
- * -c, -o and -h/--help from `argv` (getopt_long; GNU's argument order, so
- * options may follow positional arguments), then weft_cli_configure.
- * Returns the index in `argv` of the first positional argument (argc when
- * there is none) to run; 0 when --help was answered (exit 0); or -1 after
+ * -c, -o, -h/--help and -V/--version from `argv` (getopt_long; GNU's
+ * argument order, so options may follow positional arguments), then
+ * weft_cli_configure. Returns the index in `argv` of the first positional
+ * argument (argc when there is none) to run; 0 when --help or --version
+ * was answered (exit 0); or -1 after
  * printing the error (exit 2). `cfg` holds the program's defaults on entry.
  */
 int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv);

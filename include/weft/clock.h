@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/clock.h: the one clock weft uses. */
 #ifndef WEFT_CLOCK_H
 #define WEFT_CLOCK_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/config.h: configuration from an INI file and WEFT_* variables.
  *
  * An INI file (parsed with libinih) with the sections below; samples add

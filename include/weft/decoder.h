@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/decoder.h: the cumulating decoder base for framing codecs (Netty's
  * ByteToMessageDecoder).
  *
@@ -83,6 +84,7 @@
 extern "C" {
 #endif
 
+/** The state a decoder handler keeps per channel (defined below). */
 typedef struct weft_decoder weft_decoder;
 
 /**
@@ -123,7 +125,7 @@ struct weft_decoder {
                          decoding may go on */
   /* public: a handler may set these (weft_decoder_watch) */
   weft_decoder_watch_cb watch; /* told of each change of `held` */
-  void *watch_arg;
+  void *watch_arg;             /* passed to `watch` */
   size_t held; /* read-only: bytes of memory the cumulation holds now (its
                   capacity; 0 when there is none) */
   uint64_t frame_timeout_ns; /* public: an incomplete frame held this long
@@ -176,6 +178,8 @@ void weft_decoder_user_event(weft_ctx *ctx, void *event);
  * returns false when the state was freed: touch nothing afterwards.
  */
 static inline void weft_decoder_enter(weft_decoder *d) { d->depth++; }
+/** The end of an event weft_decoder_enter started: false when the state was
+ *  freed meanwhile (touch nothing). */
 bool weft_decoder_leave(weft_decoder *d);
 
 /**

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/embedded.h: a channel with no network, driven by a test.
  *
  * An embedded channel runs a real pipeline on the calling thread with no
@@ -30,6 +31,7 @@
 extern "C" {
 #endif
 
+/** A channel without a network, for tests of handlers (opaque). */
 typedef struct weft_embedded weft_embedded;
 
 /**

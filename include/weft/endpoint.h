@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/endpoint.h: endpoint URIs and socket addresses, as applications
  * use them.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/error.h: error codes.
  *
  * Every weft function that can fail returns a negative error code (0 or a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/flush_consolidation.h: fewer flushes under load (Netty's
  * FlushConsolidationHandler).
  *

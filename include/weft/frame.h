@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/frame.h: frame decoders and the length-field prepender.
  *
  * Decoders turn the byte stream (weft_bufs in channel_read) into frames:

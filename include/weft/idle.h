@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/idle.h: the idle-state handler (Netty's IdleStateHandler).
  *
  * Fires a user_event when a channel has not read, not written, or neither,
@@ -32,9 +33,9 @@ typedef enum weft_idle_state {
 
 /** The user_event the handler fires. Fields are read-only. */
 typedef struct weft_idle_event {
-  weft_msg msg; /* type weft_idle_event_type (release: no-op) */
-  weft_idle_state state;
-  bool first; /* first event of this kind since the last activity */
+  weft_msg msg;          /* type weft_idle_event_type (release: no-op) */
+  weft_idle_state state; /* which kind of idleness */
+  bool first;            /* first event of this kind since the last activity */
 } weft_idle_event;
 
 /** The message type of weft_idle_event. */
@@ -42,9 +43,9 @@ extern const weft_msg_type weft_idle_event_type;
 
 /** Timeouts in nanoseconds; 0 switches that kind off. */
 typedef struct weft_idle_options {
-  uint64_t reader_idle_ns;
-  uint64_t writer_idle_ns;
-  uint64_t all_idle_ns;
+  uint64_t reader_idle_ns; /* nothing read for this long */
+  uint64_t writer_idle_ns; /* nothing written for this long */
+  uint64_t all_idle_ns;    /* neither read nor written for this long */
 } weft_idle_options;
 
 /**

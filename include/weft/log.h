@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/log.h: the library's diagnostic log.
  *
  * weft logs rare events only (a channel closed for a malformed frame, a leak at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/logging.h: the logging handler (Netty's LoggingHandler).
  *
  * Logs every event and operation that passes it, with the channel id:

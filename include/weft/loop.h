@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/loop.h: event loops and loop groups.
  *
  * A weft_loop is one thread running the hybrid selector (see source.h and
@@ -60,8 +61,11 @@
 extern "C" {
 #endif
 
+/** An event loop: one thread, the channels on it, its timers (opaque). */
 typedef struct weft_loop weft_loop;
+/** N loops started and stopped together (opaque). */
 typedef struct weft_loop_group weft_loop_group;
+/** A loop's buffer pool (buf.h; opaque). */
 typedef struct weft_pool weft_pool;
 
 /** A task or timer callback: runs on the loop's thread with `arg`. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/msg.h: messages that travel through a pipeline, and promises.
  *
  * A pipeline carries messages as `void *`. Every message object begins with a
@@ -22,13 +23,13 @@ extern "C" {
 
 /** A message type: its name and how to drop one reference to a message. */
 typedef struct weft_msg_type {
-  const char *name;
-  void (*release)(void *msg);
+  const char *name;           /* for logs: "weft_buf" */
+  void (*release)(void *msg); /* drops one reference; loop thread */
 } weft_msg_type;
 
 /** The header every message begins with. */
 typedef struct weft_msg {
-  const struct weft_msg_type *type;
+  const struct weft_msg_type *type; /* never NULL */
 } weft_msg;
 
 /** Drops one reference to `msg` through its type. NULL is ignored. */
@@ -57,8 +58,8 @@ typedef void (*weft_promise_cb)(void *arg, int status);
 
 /** A promise: a callback and its argument, passed by value. */
 typedef struct weft_promise {
-  weft_promise_cb cb;
-  void *arg;
+  weft_promise_cb cb; /* NULL: nobody waits (WEFT_PROMISE_NONE) */
+  void *arg;          /* cb's first argument */
 } weft_promise;
 
 /** No callback: the outcome is not reported (errors still reach logs). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/pipeline.h: handlers, handler contexts and the channel pipeline.
  *
  * Every channel has a pipeline: a list of handlers that see its inbound
@@ -95,8 +96,11 @@
 extern "C" {
 #endif
 
+/** A connection (channel.h; opaque). */
 typedef struct weft_channel weft_channel;
+/** A channel's chain of handlers (opaque). */
 typedef struct weft_pipeline weft_pipeline;
+/** A handler's place in a pipeline, passed to each of its ops (opaque). */
 typedef struct weft_ctx weft_ctx;
 
 /**

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/resp.h: the Redis serialization protocol (RESP version 2, and the
  * RESP3 reply types a server sends a client that asked for them).
  *
@@ -9,10 +10,11 @@
  * array of bulk strings
  * ("*2\r\n$3\r\nGET\r\n$1\r\nk\r\n") or as an inline command ("GET k\r\n",
  * split as Redis' sdssplitargs splits it: at white space, with "double
- * quotes" taking the escapes \n \r \t \b \a \\ \" and \xHH, and 'single
- * quotes' taking \'; unbalanced quotes, or a closing quote not followed by
- * a space, are "Protocol error: unbalanced quotes in request"); both
- * decode to the same weft_resp_cmd. An inline command's arguments are
+ * quotes" taking a backslash before n, r, t, b, a, a backslash, a double
+ * quote or xHH (two hex digits), and 'single quotes' taking a backslash
+ * before a single quote; unbalanced quotes, or a closing quote not
+ * followed by a space, are "Protocol error: unbalanced quotes in request");
+ * both decode to the same weft_resp_cmd. An inline command's arguments are
  * unescaped in place, in its received bytes.
  *
  * A command never copies its arguments: `argv` points into `data`, a slice
@@ -39,8 +41,8 @@ extern "C" {
 
 /** One argument: `len` bytes at `ptr` (binary-safe, not NUL-terminated). */
 typedef struct weft_resp_arg {
-  const uint8_t *ptr;
-  size_t len;
+  const uint8_t *ptr; /* the bytes */
+  size_t len;         /* in bytes */
 } weft_resp_arg;
 
 /** A decoded client command. Fields are read-only. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/rpc.h: RPC messages and their codec.
  *
  * An RPC message is a 20-byte header and a payload (docs/protocol.md has the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/rpc_client.h: the RPC client handler over the RPC codec (rpc.h).
  *
  * It numbers requests (ids 1, 2, ...), keeps a pending table, and matches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/rpc_server.h: the RPC server handler, a method table over the RPC
  * codec (rpc.h).
  *
@@ -40,9 +41,9 @@ typedef void (*weft_rpc_method_cb)(weft_rpc_call *call, weft_rpc_msg *request,
 
 /** A table entry: method id, function, its argument. */
 typedef struct weft_rpc_method {
-  uint16_t id;
-  weft_rpc_method_cb cb;
-  void *arg;
+  uint16_t id;           /* the request's method id */
+  weft_rpc_method_cb cb; /* answers it */
+  void *arg;             /* cb's last argument */
 } weft_rpc_method;
 
 /**

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/source.h: event sources and fd watchers, what the hybrid selector
  * polls.
  *
@@ -32,6 +33,7 @@
 extern "C" {
 #endif
 
+/** An event source a loop polls (defined below). */
 typedef struct weft_source weft_source;
 
 /** What a source does for the selector. `name` first, then the ops. */

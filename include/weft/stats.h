@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/stats.h: the stats handler: bytes and messages in and out.
  *
  * Counts what passes it: inbound channel_read messages and, for weft_bufs,
@@ -28,7 +29,7 @@ typedef struct weft_stats {
 
 /** A plain copy of the counters. */
 typedef struct weft_stats_snapshot {
-  uint64_t bytes_in, bytes_out, msgs_in, msgs_out;
+  uint64_t bytes_in, bytes_out, msgs_in, msgs_out; /* as in weft_stats */
 } weft_stats_snapshot;
 
 /** Zeroes the counters. Any thread (not atomic as a whole). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/timer.h: one-shot and periodic timers on a loop.
  *
  * Timers live in one binary min-heap per loop ordered by deadline (ties in
@@ -23,6 +24,7 @@ extern "C" {
 
 /** A timer. All fields are private; initialise with weft_timer_init(). */
 typedef struct weft_timer {
+  /* private */
   weft_loop *loop;
   uint64_t deadline_ns; /* CLOCK_MONOTONIC */
   uint64_t period_ns;   /* 0 = one-shot */

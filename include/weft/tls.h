@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/tls.h: TLS as a pipeline handler, with OpenSSL 3 (Netty's
  * SslHandler in C).
  *
@@ -311,9 +312,9 @@ typedef enum weft_tls_event_kind {
  * weft_msg_is(event, &weft_tls_event_type)); borrowed for the call.
  */
 typedef struct weft_tls_event {
-  weft_msg msg; /* type weft_tls_event_type (release: no-op) */
-  weft_tls_event_kind kind;
-  int status;         /* 0, or the negative weft error */
+  weft_msg msg;             /* type weft_tls_event_type (release: no-op) */
+  weft_tls_event_kind kind; /* what happened */
+  int status;               /* 0, or the negative weft error */
   const char *reason; /* the failure's text, or NULL; valid during the call */
 } weft_tls_event;
 
@@ -322,7 +323,7 @@ extern const weft_msg_type weft_tls_event_type;
 
 /** What weft_tls_info_get reports about a channel's TLS session. */
 typedef struct weft_tls_info {
-  bool handshake_done;
+  bool handshake_done;  /* the handshake completed */
   bool resumed;         /* the session was resumed (no full handshake) */
   bool ktls_tx;         /* the kernel encrypts our records (kTLS) */
   bool ktls_rx;         /* the kernel decrypts the peer's: always false

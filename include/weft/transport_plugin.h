@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/transport_plugin.h: the transport plugin interface.
  *
  * A transport moves a channel's bytes: "tcp" (epoll), "uring" (io_uring),
@@ -47,6 +48,7 @@ extern "C" {
 #endif
 
 typedef struct weft_channel weft_channel; /* channel.h */
+/** A listening endpoint of a transport (opaque). */
 typedef struct weft_listener weft_listener;
 
 /* Capability flags: what a transport has. Core code tests these, never a
@@ -194,9 +196,9 @@ int weft_accept_guard_refuse(weft_accept_guard *g, int listen_fd, int err);
 void weft_accept_guard_accepted(weft_accept_guard *g);
 
 /**
- * One setting of a plugin: `name = value` under `[transport.<plugin>]` in
- * a config file, WEFT_TRANSPORT_<PLUGIN>_<NAME> in the environment, or
- * `-o transport.<plugin>.<name>=value`. A plugin lists its settings in
+ * One setting of a plugin: `name = value` in the plugin's section of a
+ * config file (`[transport.ucx]`), WEFT_TRANSPORT_<PLUGIN>_<NAME> in the
+ * environment, or `-o transport.ucx.name=value`. A plugin lists its settings in
  * weft_transport_ops.config_keys; the registry checks a key against the
  * list before calling config_set, and names the valid keys (with these
  * phrases) in errors and in the programs' --help.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/varint.h: unsigned LEB128 variable-length integers (protobuf's varint)
  * and ZigZag for signed values.
  *

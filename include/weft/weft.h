@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft/weft.h: the whole application API. A transport plugin also includes
  * weft/transport_plugin.h, which this header leaves out. */
 #ifndef WEFT_WEFT_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench.h: weft-bench's private header. weft-bench runs Observatory-style
  * microbenchmarks over every transport, each beside the plain-socket floor
  * measured in the same run:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_client.c: weft-bench's weft client. A run (wrun) measures one
  * point on the configuration's client loop: it connects the point's
  * connections, sends each the 16 B hello, and hands the pattern

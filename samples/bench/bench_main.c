@@ -1,7 +1,8 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_main.c: weft-bench's front door. The command line (getopt_long,
- * with -c, -o and --help through weft_cli) into bench_opt through the
- * setters of bench_options.c, then bench_run (bench_run.c). Only the spelling
- * of the options lives here; what the program does is in bench.h. */
+ * with -c, -o, --help and --version through weft_cli) into bench_opt through
+ * the setters of bench_options.c, then bench_run (bench_run.c). Only the
+ * spelling of the options lives here; what the program does is in bench.h. */
 
 #include <getopt.h>
 #include <limits.h>
@@ -128,7 +129,7 @@ static const struct option long_opts[] = {
     {"plain-echo", no_argument, NULL, OPT_PLAIN_ECHO},
     {"no-pin", no_argument, NULL, OPT_NO_PIN},
     {"setup", required_argument, NULL, 'S'},
-    {"help", no_argument, NULL, 'h'},
+    WEFT_CLI_LONG_OPTS,
     {NULL, 0, NULL, 0}};
 
 static void parse_long(int opt, char **argv) {
@@ -197,8 +198,8 @@ static void parse_long(int opt, char **argv) {
 }
 
 /* The -S specs are kept for bench_opts_configs, which needs the whole
- * configuration before it can take the first. Returns 1 when --help was
- * answered. */
+ * configuration before it can take the first. Returns 1 when --help or
+ * --version was answered. */
 static int parse_args(int argc, char **argv, const weft_config *cfg,
                       const char **specs, int *n_specs) {
   int opt;
@@ -242,6 +243,8 @@ static int parse_args(int argc, char **argv, const weft_config *cfg,
       break;
     case 'h':
       return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
+    case 'V':
+      return weft_cli_version(&cli, stdout) == 0 ? 1 : -1;
     default:
       parse_long(opt, argv);
     }

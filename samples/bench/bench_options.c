@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_options.c: what weft-bench's options mean, apart from how the
  * command line spells them (bench_main.c): bench_opt and its defaults,
  * the comma lists (patterns, sizes, rate points), the configurations

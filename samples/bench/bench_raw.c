@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_raw.c: plain-socket helpers of weft-bench's raw configurations,
  * the floor every weft row is compared with: receiving spinning or
  * blocking, sending all, connecting with the hello, closing, and the

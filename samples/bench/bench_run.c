@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_run.c: weft-bench's run, once the options are set. The points to
  * measure (a pattern at a size, connection count and window), every
  * configuration's session, then repetition 1 of every point in every

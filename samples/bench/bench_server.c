@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_server.c: weft-bench's weft server. Every connection starts with
  * the client's 16 B hello, which says what to do until EOF: echo every
  * byte (SRV_ECHO), count bytes and answer one byte per unit (SRV_SINK), or

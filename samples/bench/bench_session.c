@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_session.c: a configuration's session, started once before the
  * first measurement and stopped after the last. A raw session is a
  * listening socket and the raw server's thread (raw_server.c), or, in the

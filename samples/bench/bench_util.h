@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* bench_util.h: the small helpers every benchmark program here needs (the
  * clock, CPU pinning, sorting samples). They use no weft, so weft-ucx-peer,
  * which measures UCX without weft, shares them too. Any thread. */

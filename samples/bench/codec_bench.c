@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Codec microbenchmark: RPC encode+decode ns per message against a memcpy
  * of the same bytes (the peer), and frames/s through an embedded pipeline
  * (length-field decoder + RPC codec) against a pipeline that only releases

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* connect.c: weft-bench's connect pattern, connection setup and teardown.
  * One connection at a time: connect, send the 16 B hello asking for a
  * close (SRV_CLOSE), see EOF, close, and the next one. Timed: a warm-up

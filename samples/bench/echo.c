@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* echo.c: weft-bench's windowed echo patterns, rate and bidir. Each
  * connection keeps `window` messages in flight to an echoing server
  * (SRV_ECHO) and sends as many again as came back. Timed: a warm-up of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* idle.c: weft-bench's idle pattern, what idle connections cost the
  * server. --idle-conns connections to an echoing server (SRV_ECHO) do
  * nothing for --idle-seconds; the row is the server's CPU time in that

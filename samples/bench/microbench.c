@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-microbench: nanoseconds per operation of the foundation's primitives.
  *
  *   weft-microbench [--quick]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* pingpong.c: weft-bench's pingpong pattern. One connection, one message
  * of the point's size in flight: send, wait for the whole echo, send
  * again. The first `warm` round trips (-w, scaled down above 4 KiB) are

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* raw_server.c: weft-bench's raw server, the plain-socket floor of every
  * server-side row. One thread, pinned to CPU 1, runs epoll over the
  * listener and every connection (nonblocking sockets, level-triggered):

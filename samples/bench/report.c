@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* report.c: percentiles, spreads and the writers of weft-bench (see
  * report.h). */
 #include "report.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* report.h: the pure parts of weft-bench, kept apart from the network code
  * so tests/test_bench_report.c can check them: percentiles of recorded
  * samples, median and spread of repetitions, and the writers (markdown

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* stream.c: weft-bench's stream pattern, unidirectional throughput. The
  * client sends messages of the point's size while it can; the server
  * counts them and answers one byte per unit (SRV_SINK; 256 KiB, or one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-ucx-peer: a UCX active-message ping-pong with no framework, set up
  * the way weft's ucx transport sets UCX up, as the in-run peer that says
  * how much of weft's round trip is UCX's own.

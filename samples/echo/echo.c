@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-echo: the smallest complete weft server and client.
  *
  *   weft-echo server [-c FILE] [-o section.key=value ...]
@@ -80,8 +81,8 @@ static weft_cli cli = {
     .app = echo_section};
 
 /* Options, then file, environment and -o; `*mode` gets the positional
- * mode. Returns 0 to run, 1 when --help was answered, -1 on an error
- * (printed). */
+ * mode. Returns 0 to run, 1 when --help or --version was answered, -1 on an
+ * error (printed). */
 static int load_config(int argc, char **argv, weft_config *cfg, echo_opts *o,
                        const char **mode) {
   weft_config_init(cfg);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV server's passwords (auth.h) and the commands that check them:
  * AUTH [user] password, and HELLO [2|3 [AUTH user password] [SETNAME
  * name]], in Redis 7's words. Passwords are hashed with SHA-256 (OpenSSL's

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/auth.h: passwords of the KV server, as Redis 7 has them: one
  * for the default user ([kv] requirepass) and one ACL user with its own
  * ([kv] user, [kv] user_password). Only SHA-256 digests are kept (OpenSSL's

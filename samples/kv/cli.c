@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kv: the KV service's command-line client (binary RPC protocol).
  *
  *   weft-kv [-c FILE] [-o section.key=value]... [--connect URI] [--raw]
@@ -194,8 +195,8 @@ static weft_cli cli = {
     .unread = kv_client_unread,
     .app = other_sections};
 
-/* Returns the index of the command in argv, 0 when --help was answered,
- * or -1 after printing the error. */
+/* Returns the index of the command in argv, 0 when --help or --version was
+ * answered, or -1 after printing the error. */
 static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
   static const struct option longs[] = {
       {"connect", required_argument, NULL, 'C'},
@@ -205,7 +206,7 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       {"cluster", no_argument, NULL, 'K'},
       KV_CLIENT_AUTH_LONGOPTS,
       KV_CLIENT_TLS_LONGOPTS,
-      {"help", no_argument, NULL, 'h'},
+      WEFT_CLI_LONG_OPTS,
       {NULL, 0, NULL, 0}};
   *o = (cli_opts){.raw = -1, .timeout_ms = 10000};
   weft_config_init(cfg);
@@ -248,6 +249,8 @@ static int parse_args(int argc, char **argv, weft_config *cfg, cli_opts *o) {
       break;
     case 'h':
       return weft_cli_help(&cli, cfg, stdout) == 0 ? 0 : -1;
+    case 'V':
+      return weft_cli_version(&cli, stdout) == 0 ? 0 : -1;
     default:
       weft_cli_bad_option(&cli, opt, argv[optind - 1]);
       return -1;

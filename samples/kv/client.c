@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV client (client.h): a kv_client wraps one channel whose pipeline
  * is flush consolidation, the RPC codec, the RPC client and a small handler
  * of its own. Everything about a client is touched on its loop thread only,

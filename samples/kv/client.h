@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/client.h: the KV service's client (binary protocol, proto.h).
  *
  * Asynchronous: kv_client_call() sends one command and its callback gets

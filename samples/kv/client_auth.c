@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Credentials of the KV client programs (client_auth.h): a flag, the [kv]
  * keys, REDISCLI_AUTH, in that order; never echoed. */
 #include "client_auth.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/client_auth.h: where weft-kv and weft-kvbench take their
  * credentials from (client_auth.c), one rule for both: the -a / --pass /
  * --password flag (and --user), else [kv] password and [kv] client_user

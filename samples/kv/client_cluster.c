@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV client for a cluster (client_cluster.h): a slot map, one
  * kv_client per node on one loop, and the redirections followed. */
 #include "client_cluster.h"

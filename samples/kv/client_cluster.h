@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/client_cluster.h: the KV client for a cluster of
  * weft-kv-server nodes (samples/kv/README.md "Cluster"), over the binary
  * protocol: what redis-cli -c and Redis' cluster clients do, for weft-kv

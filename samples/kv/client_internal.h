@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the KV client's files share beyond client.h. */
 #ifndef WEFT_KV_CLIENT_INTERNAL_H
 #define WEFT_KV_CLIENT_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV client's blocking wrappers (client.h, kv_sync_*): each starts
  * the asynchronous call and waits on a condition variable until its
  * callback ran. From threads that are not a loop's only: waiting on a loop

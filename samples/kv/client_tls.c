@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* TLS for the KV client programs (client_tls.h): redis-cli's flags or the
  * [kv] keys, then one client context for every connection. */
 #include "client_tls.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/client_tls.h: TLS for weft-kv and weft-kvbench
  * (client_tls.c), one rule for both, with redis-cli's flags: --tls,
  * --cacert FILE, --cacertdir DIR, --cert FILE, --key FILE, --sni NAME,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A server's cluster state and the gate's cluster check (cluster.h): the
  * slot map as atomics, and for every keyed command the Redis Cluster
  * spec's redirections: CROSSSLOT, MOVED, ASK (with ASKING), TRYAGAIN, and

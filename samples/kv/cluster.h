@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/cluster.h: weft-kv-server as a node of a static Redis Cluster.
  *
  * The key space is split into the Redis Cluster spec's 16384 slots

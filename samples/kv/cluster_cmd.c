@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CLUSTER command family, ASKING, READONLY and READWRITE (cluster.h),
  * in the reply formats of Redis 7.0 that cluster clients parse: redis-cli
  * and redis-benchmark read CLUSTER NODES, redis-py and most libraries

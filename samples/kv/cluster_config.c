@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The [cluster] section of weft-kv-server's config (cluster.h): the
  * switch, which node this server is, one line per node with its
  * addresses and slots, and where the node keeps its slot map

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DUMP, RESTORE (and RESTORE-ASKING) and MIGRATE: moving keys between
  * servers, for Redis Cluster's slot migration (cluster.h) and on their own.
  *

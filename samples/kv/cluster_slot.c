@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Redis Cluster's key-to-slot mapping (cluster_slot.h). */
 #include "cluster_slot.h"
 

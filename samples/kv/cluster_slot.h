@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/cluster_slot.h: Redis Cluster's key-to-slot mapping, for the
  * server (cluster.c) and the client (client_cluster.c).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The keyspace commands (command_internal.h): DEL, EXISTS, TYPE, TTL,
  * PTTL, EXPIRE, PEXPIRE, PERSIST, RENAME, KEYS, SCAN, DBSIZE, FLUSHALL, in
  * Redis 7's words. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The server commands (command_internal.h): PING, ECHO, SELECT, CONFIG
  * GET, INFO with its sections, and COMMAND (COUNT, DOCS, INFO) from the
  * command table, answered as Redis 7 answers them. */
@@ -174,7 +175,7 @@ static void info_server(text *t, const kv_shared *sh) {
            "tcp_port:%d\r\nweft_rpc_port:%d\r\nserver_time_usec:%" PRId64
            "\r\nuptime_in_seconds:%" PRIu64 "\r\nuptime_in_days:%" PRIu64
            "\r\nhz:%u\r\nconfigured_hz:%u\r\n",
-           KV_REDIS_VERSION, WEFT_VERSION_STRING,
+           KV_REDIS_VERSION, weft_version(),
            sh->cluster != NULL ? "cluster" : "standalone", u.sysname, u.release,
            u.machine, (int)(sizeof(void *) * 8),
            sh->transport != NULL ? sh->transport : "", (long)getpid(),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The string commands (command_internal.h): GET, SET, SETNX, GETSET,
  * GETDEL, GETEX, APPEND, STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT,
  * MGET, MSET. Arguments are checked in Redis 7's order with its error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV command table and its gate (command.h): what each command is
  * (arity, flags, key positions, documentation, function) and the checks
  * every call passes in Redis 7's order, plus the reply and parsing helpers

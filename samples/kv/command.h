@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/command.h: executes one KV command for a connection, for
  * either protocol. The protocol supplies a reply writer; the executor only
  * says what to answer (Redis' reply types), and keeps the connection's

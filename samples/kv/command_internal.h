@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/command_internal.h: what the command files share: a call (one
  * command being run), the reply and parsing helpers in Redis' words
  * (command.c), the command table's entry type, and every command's

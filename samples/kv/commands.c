@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/commands.c: the store's per-key commands (store.h): GET, SET
  * (and its GET option), GETDEL, INCRBY, DEL, EXISTS, MGET, MSET, RENAME,
  * SCAN and KEYS with Redis' glob matching, and the Redis error texts. Each

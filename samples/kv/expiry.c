@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/expiry.c: keys with a time to live. The store's clock, each
  * stripe's array of entries with a TTL, lazy expiry (a lookup that finds an
  * expired key deletes it), SET's deadlines, PTTL, EXPIRE, PERSIST, GETEX,

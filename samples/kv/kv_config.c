@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV service's config keys (kv_config.h). The programs parse the
  * values; this table says what they are, for --help, the environment and
  * error messages. */

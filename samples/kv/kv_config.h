@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/kv_config.h: the keys of the KV service's config file. */
 #ifndef WEFT_SAMPLES_KV_KV_CONFIG_H
 #define WEFT_SAMPLES_KV_KV_CONFIG_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kvbench: YCSB-style load for the KV service over its binary RPC
  * protocol (client.h).
  *
@@ -699,8 +700,9 @@ typedef struct cli_flags {
   int n;
 } cli_flags;
 
-/* Returns 0 to run, 1 when --help was answered, -1 on an error (printed).
- * File, environment and -o first, then the flags: the last one wins. */
+/* Returns 0 to run, 1 when --help or --version was answered, -1 on an error
+ * (printed). File, environment and -o first, then the flags: the last one
+ * wins. */
 static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
                      kv_client_auth *auth, kv_client_tls *tls) {
   static const struct option longs[] = {
@@ -720,7 +722,7 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
       {"cluster", no_argument, NULL, 'K'},
       KV_CLIENT_AUTH_LONGOPTS,
       KV_CLIENT_TLS_LONGOPTS,
-      {"help", no_argument, NULL, 'h'},
+      WEFT_CLI_LONG_OPTS,
       {NULL, 0, NULL, 0}};
   static const struct {
     int opt;
@@ -756,6 +758,8 @@ static int configure(int argc, char **argv, weft_config *cfg, bench_opts *o,
     }
     if (opt == 'h')
       return weft_cli_help(&cli, cfg, stdout) == 0 ? 1 : -1;
+    if (opt == 'V')
+      return weft_cli_version(&cli, stdout) == 0 ? 1 : -1;
     if (opt == 'C') {
       f.connect = optarg;
       continue;

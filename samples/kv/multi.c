@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MULTI, EXEC and DISCARD (multi.h): a connection's queue of commands and
  * its execution as one store transaction, in Redis 7's words. */
 #include "command_internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/multi.h: MULTI's queue of one connection (multi.c). Between
  * MULTI and EXEC a command is checked (known, arity, authentication) and
  * copied here instead of run; EXEC runs the queue as one transaction of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV binary protocol: argument lists and reply values (proto.h). */
 #include "proto.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/proto.h: the KV service's binary protocol over weft RPC.
  *
  * A request is one RPC REQUEST (include/weft/rpc.h) whose method id is the

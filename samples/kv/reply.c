@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Replies of the KV client (client.h): a reply payload is a tree of
  * values (varint lengths, client.h's encoding); kv_reply_parse lays it
  * out in the caller's nodes, kv_reply_dup copies one into a single

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/resp_server.c: the KV server's RESP side (server_internal.h):
  * a handler after the RESP decoder that runs each command through the
  * executor (command.h) for the connection's session and streams the

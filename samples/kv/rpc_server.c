@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/rpc_server.c: the KV server's weft RPC side
  * (server_internal.h): one RPC method per command (proto.h), each running
  * the executor (command.h) for the connection's session and answering

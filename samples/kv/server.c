@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV service (server.h): its options and [kv] keys, and its start and
  * stop: one shared store and the state every connection shares (command.h:
  * passwords, counters), served over weft RPC (rpc_server.c, any transport)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/server.h: the KV service, embeddable (the weft-kv-server
  * program, the tests and the benchmarks start it through this).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/server_internal.h: what the server's files share: the server
  * itself (server.c: options, start and stop), the channel setup of each
  * protocol, resp_server.c (RESP) and rpc_server.c (weft RPC), and the TLS

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kv-server: the KV service as a program.
  *
  *   weft-kv-server [-c FILE] [-o section.key=value ...]
@@ -48,7 +49,7 @@ static weft_cli cli = {
     .app = kv_server_config_section};
 
 /* Options, then file, environment and -o. Returns 0 to run, 1 when --help
- * was answered, or -1 after printing the error. */
+ * or --version was answered, or -1 after printing the error. */
 static int configure(int argc, char **argv, weft_config *cfg,
                      kv_server_options *o) {
   weft_config_init(cfg);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The KV server's TLS listeners (server.h, server_internal.h): the [kv]
  * keys that set them up, in Redis' names mapped to weft's (tls-cert-file
  * is tls_cert_file, ...), the one server context both TLS listeners'

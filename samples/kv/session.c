@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A connection's session (session.h): its start (id, addresses, the
  * protected-mode check) and end, and the commands about the connection
  * itself: CLIENT (ID, GETNAME, SETNAME, INFO, ...) and QUIT. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/session.h: one client connection's state, for both protocols
  * (session.c): its id and addresses, the RESP version its replies use
  * (HELLO), whether it is authenticated and as whom (AUTH), its name

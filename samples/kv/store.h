@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/store.h: the storage core of weft's sample key-value service.
  *
  * An in-memory map from binary-safe keys to binary-safe values with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* weft-kv-store-bench: the KV store's two concurrency designs, measured.
  *
  *   weft-kv-store-bench [--quick] [--keys N] [--ops N] [--reps N]

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/store_internal.h: the store's layout and the helpers its
  * files share: table.c (hashing, blobs, the striped tables, life cycle),
  * expiry.c (TTLs, lazy and active expiry), commands.c (the per-key

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/table.c: the store's striped hash tables (see store_internal.h
  * for the layout) and what is built right on them: the keyed hash that picks
  * a key's stripe and bucket, the reference-counted value blobs, entries,

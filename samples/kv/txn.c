@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/txn.c: transactions (store.h, kv_txn): the stripes of every
  * key a sequence of commands touches, locked together in index order, so
  * the sequence is applied atomically (the server's MULTI/EXEC). While a

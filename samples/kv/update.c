@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/update.c: the store's read-modify-write commands whose new
  * value's size depends on the old one: APPEND and INCRBYFLOAT. They keep
  * the store's rule (store_internal.h: allocate before locking, free after

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the build in $1 into a temporary prefix, then builds and runs
+# SPDX-License-Identifier: Apache-2.0
+# Installs the build in $1 into a temporary prefix, checks the API
+# reference and the man pages it put there, then builds and runs
 # consumer.c against it with pkg-config and with CMake's find_package.
 set -euo pipefail
 build=$1
@@ -7,6 +9,25 @@ here=$(cd "$(dirname "$0")" && pwd)
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
+
+# The license, the API reference and the man pages came with it: `man` finds each
+# installed program's page on the prefix's MANPATH, made by help2man from
+# the program's own --help and --version.
+version=$(sed -n 's/^#define WEFT_VERSION_STRING "\(.*\)"$/\1/p' \
+  "$prefix/include/weft/version.h")
+grep -q weft_version "$prefix/share/doc/weft/html/version_8h.html" ||
+  { echo "no API reference in $prefix/share/doc/weft/html"; exit 1; }
+cmp -s "$here/../../LICENSE" "$prefix/share/doc/weft/LICENSE" ||
+  { echo "no LICENSE in $prefix/share/doc/weft"; exit 1; }
+for prog in weft-echo weft-kv-server weft-kv weft-kvbench; do
+  page=$(MANPATH="$prefix/share/man" MANWIDTH=80 man -P cat "$prog" 2>&1) ||
+    { echo "man $prog: $page"; exit 1; }
+  grep -q "^NAME" <<<"$page" && grep -q -- "--version" <<<"$page" &&
+    grep -q "^weft $version " <<<"$page" ||
+    { echo "man $prog: no NAME, --version or 'weft $version' in:"; echo "$page"; exit 1; }
+done
+echo "installed: the API reference and the man pages of weft $version"
+
 # The paths the README gives: an install with --prefix puts the library
 # and weft.pc under lib/ (GNUInstallDirs uses lib/<multiarch> only for /usr).
 pcdir="$prefix/lib/pkgconfig"

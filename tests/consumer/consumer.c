@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A program built against an installed weft, the way a user builds one:
  * scripts/test.sh installs weft into a temporary prefix and builds this with
  * pkg-config and with CMake's find_package(weft). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for one decoder (chosen at build time with
  * WEFT_FUZZ_DECODER: 1 length-field, 2 line, 3 rpc, 4 resp).
  *

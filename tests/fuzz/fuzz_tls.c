@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the TLS handler (handlers/tls_*.c).
  *
  * Every input starts from a completed TLS 1.3 handshake between a client

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for what a UCX peer controls: the 12-byte message
  * header and the data length (and the handshake's 8 bytes of data, a
  * REDIRECT's listener ports) that

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libFuzzer target for the bytes a verbs peer controls (no device needed):
  * the hello of the handshake (weft__verbs_hello_parse), then a run of
  * received messages (weft__verbs_rx_check: kind, imm_data, length) mixed

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Makes the certificates of the TLS tests (tests/test_tls.c) in DIR, with
 # the openssl command: nothing here is committed, private keys least of
 # all. EC P-256 keys, so it takes a fraction of a second.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds a minimal initramfs and fetches Debian's kernel for running weft's
 # verbs tests on a real Soft-RoCE (rdma_rxe) stack inside qemu (and the
 # TLS tests with kernel TLS: the tls module and the AEADs it asks the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs inside the Soft-RoCE VM instead of guest-tests.sh when
 # scripts/test-verbs-vm.sh runs with WEFT_VM_BENCH=1: weft-bench of build
 # directory $1 over verbs, with plain sockets (raw-busy, raw-block) and tcp

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs inside the Soft-RoCE VM, chrooted into the host's tree (see
 # scripts/test-verbs-vm.sh): the verbs tests of build directory $1 (and the
 # TLS suite over tcp, for kernel TLS), then a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The epoll TCP transport ("tcp"): the portable baseline.
  *
  * Every socket of this transport (listeners and channels) is an fd watcher

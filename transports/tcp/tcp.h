@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/tcp/tcp.h: the epoll TCP transport's one exported symbol. */
 #ifndef WEFT_TRANSPORTS_TCP_TCP_H
 #define WEFT_TRANSPORTS_TCP_TCP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/channel.c: a UCX channel's lifecycle: its slot and ep at
  * connect (to the server's address, or to the listener a route names) or
  * adopt, and again at a REDIRECT or a stale route; its close, which sends

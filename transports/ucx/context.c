@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/context.c: the process-wide part of the UCX transport:
  * the [transport.ucx] settings (config_set and its keys), the one UCP
  * context that every loop's worker shares, created with the first

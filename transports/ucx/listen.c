@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/listen.c: the UCX transport's listeners: a UCP listener
  * for each weft listener (one per loop of a server: the transport has
  * WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP), the loop's accept queue, which keeps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/loop.c: the UCX transport's per-loop instance: the
  * loop's worker, its event fd as a source (poll, arm), its start and its
  * bounded drain at loop stop; the channel table, by which a message finds

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/recv.c: the UCX transport's receive path: the AM handler
  * (HELLO, HELLO_ACK, REDIRECT, DATA, CREDIT, FIN, PING, PONG; the HELLO of
  * a connection a listener holds goes to listen.c), each channel's

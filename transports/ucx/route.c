@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/route.c: the client's routes, the UCX transport's other
  * process-wide state (besides context.c's): for each server a REDIRECT
  * came from, the ports of all its listeners (one per loop, on the host the

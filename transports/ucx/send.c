@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/send.c: the UCX transport's send path: DATA messages
  * made of a channel's flushed bytes within the credit its peer granted
  * (small ones sent immediately from the stack, a large buffer in place,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx.h: the UCX transport's exported symbols. */
 #ifndef WEFT_TRANSPORTS_UCX_UCX_H
 #define WEFT_TRANSPORTS_UCX_UCX_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx_context.h: the UCX plugin's process-wide level: the
  * [transport.ucx] settings (ucx_settings) and the one ucp_context the
  * workers of every loop share, counted by reference (context.c).

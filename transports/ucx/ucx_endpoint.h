@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx_endpoint.h: the UCX plugin's per-channel level:
  * the channel's state (ucx_channel) around its ucp_ep, the ep's record
  * that outlives the channel (ucx_epr), where a connect goes (ucx_dial),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx_internal.h: the UCX plugin's private header, which
  * each of its files includes: the design (below), the tuning constants,
  * and the headers of the plugin's parts, one concept each (this header

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx_listener.h: the UCX plugin's server side and the
  * client's routes: UCP listeners, the accept queue of connection requests,
  * the connections the listener on the server's address holds until their

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx_wire.h: the UCX plugin's wire protocol: the one AM
  * id, the message types and the wire version, the 12-byte header and the
  * slot references in it, the data the handshake and REDIRECT carry, the

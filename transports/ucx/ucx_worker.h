@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/ucx_worker.h: the UCX plugin's per-loop level: the
  * instance (ucx_loop) around the loop's ucp_worker, with its channel table
  * (slots), its pending list of channels with work from UCX callbacks, the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/ucx/wire.c: the rules of the UCX transport's wire protocol,
  * as a receiver enforces them (weft__ucx_hdr_check, inline in
  * ucx_wire.h because it runs for every message, and its rare parts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/channel.c: a channel's socket: its options,
  * connecting, adopting an accepted socket, closing through the ring and
  * pausing reads; and the transport's ops struct, which names the entry

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/listen.c: listeners. One multishot accept per
  * listening socket hands each connection to the core; when the kernel ends
  * it, it is re-armed. At the fd limit the accept guard closes each waiting

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/loop.c: the per-loop instance: one ring and its
  * provided buffer ring, made the loop's weft_source (poll, arm, wakeup),
  * its start and stop, and the dispatch of each completion to the file of

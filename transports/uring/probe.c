@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/probe.c: what comes before any loop: the
  * [transport.uring] settings, and the probe that checks once per process
  * that io_uring can run here (and says why not). The ring and buffer ring

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/recv.c: receiving. A channel's multishot recv takes
  * buffers from the loop's provided buffer ring and each completion goes up
  * the pipeline as a weft_buf wrapping the slot; while pipelines hold every

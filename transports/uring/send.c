@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/send.c: sending. At most one send in flight per
  * channel (send, sendmsg, or SENDMSG_ZC from send_zc_min bytes) gathers the
  * flushed buffers and holds them until the kernel no longer reads them; a

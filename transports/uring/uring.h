@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/uring/uring.h: the io_uring TCP transport's exported symbol
  * and its internal counters (for tests and benchmarks; not public API).
  *

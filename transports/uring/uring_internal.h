@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The io_uring TCP transport ("uring").
  *
  * Per loop, one ring (IORING_SETUP_SINGLE_ISSUER | DEFER_TASKRUN |

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/channel.c: how a channel ends, its small ops, and the
  * ops struct. Teardown releases the QP, the rdma_cm id and every buffer a
  * channel holds; close sends FIN behind the data already posted and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/connect.c: how connections come to be, driven by the
  * rdma_cm events of the loop's event channel. Connect resolves the address
  * and the route, creates the QP (on the device rdma_cm chose, device.c) and

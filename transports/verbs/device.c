@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/device.c: the probe, and what a loop keeps per RDMA
  * device: the protection domain, the completion channel (a weft_source)
  * that every group's CQ reports to, the pool hook that registers pool

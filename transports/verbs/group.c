@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/group.c: how a loop's verbs resources follow its
  * connection count. Channels share a CQ and an SRQ in groups: a group
  * starts with room for VERBS_GROUP_STEP channels and doubles (the CQ with

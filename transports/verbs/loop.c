@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/loop.c: the per-loop instance of the plugin, and the
  * map by which a device's completions find their channels. A loop has one
  * rdma_cm event channel, non-blocking and polled as a weft_source

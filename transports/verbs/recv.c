@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/recv.c: the receive path, driven by a device's CQ
  * source, which polls every group's CQ in turn. Each poll batch refills
  * its group's SRQ before any handler runs, then hands every completion to

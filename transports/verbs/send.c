@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/send.c: the send path. flush gathers the flushed
  * outbound buffers into SEND_WITH_IMM work requests (inline, straight from
  * registered memory, or through one copy into a pool buffer), posts them

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/verbs.h: the verbs transport's one exported symbol. */
 #ifndef WEFT_TRANSPORTS_VERBS_VERBS_H
 #define WEFT_TRANSPORTS_VERBS_VERBS_H

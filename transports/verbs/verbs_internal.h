@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The raw ibverbs RC transport ("verbs"): reliable-connected queue pairs,
  * set up with rdma_cm (IP:port addressing, RoCE and InfiniBand alike).
  *

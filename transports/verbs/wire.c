@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* transports/verbs/wire.c: what the peer controls, checked before use. The
  * hello of the handshake (credits and receive size) and, per received
  * message, its imm_data (flags and returned credits), its length and its
