@@ -15,6 +15,7 @@
  * MULTI: a transaction may queue at most 2 KEYS or SCAN (EXEC runs them
  * with every stripe locked); a third is refused and EXEC aborts. */
 #include "harness.h"
+#include "kv_proc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,67 +35,11 @@
 #define FLOOD_MIN 30        /* commands in the flood, at least */
 #define FLOOD_MAX 5000      /* and at most */
 
-typedef struct server {
-  pid_t pid;
-  int port;
-} server;
-
-/* Starts weft-kv-server with one loop and RESP on a free port; reads the
- * port from its "resp on" line. */
-static server server_start(void) {
-  const char *path = getenv("WEFT_KV_SERVER");
-  ck_assert_msg(path != NULL, "WEFT_KV_SERVER is not set");
-  int out[2];
-  ck_assert_int_eq(pipe(out), 0);
-  server s = {.pid = fork()};
-  ck_assert_int_ge(s.pid, 0);
-  if (s.pid == 0) {
-    dup2(out[1], STDERR_FILENO);
-    close(out[0]);
-    char transport[64];
-    snprintf(transport, sizeof transport, "transport.name=%s",
-             th_transport_name());
-    const char *argv[] = {path,
-                          "-o",
-                          "loop.loops=1",
-                          "-o",
-                          transport,
-                          "-o",
-                          "kv.rpc_listen=",
-                          "-o",
-                          "kv.resp_listen=127.0.0.1:0",
-                          NULL};
-    execv(path, (char *const *)argv);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE *f = fdopen(out[0], "r");
-  char line[512];
-  while (s.port == 0 && fgets(line, sizeof line, f) != NULL) {
-    const char *at = strstr(line, "resp on ");
-    const char *colon = at != NULL ? strrchr(at, ':') : NULL;
-    if (colon != NULL)
-      s.port = atoi(colon + 1);
-  }
-  ck_assert_msg(s.port > 0, "weft-kv-server printed no RESP address");
-  return s; /* the pipe stays open: the server may go on logging */
-}
-
-static void server_stop(server *s) {
-  kill(s->pid, SIGTERM);
-  int status = 0;
-  ck_assert_int_eq(waitpid(s->pid, &status, 0), s->pid);
-  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "weft-kv-server ended with status 0x%x", status);
-}
-
+/* A connection whose reads give up after 120 s: a stuck server fails the
+ * test, not hangs it. */
 static int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  struct timeval tv = {.tv_sec = 120}; /* a stuck server fails, not hangs */
+  int fd = kv_proc_connect(port);
+  struct timeval tv = {.tv_sec = 120};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return fd;
 }
@@ -211,7 +156,7 @@ static int keys_replies(const char *buf, size_t len) {
 }
 
 START_TEST(kv_fairness_ping_answered_during_pipelined_keys) {
-  server s = server_start();
+  kv_proc s = kv_proc_start("", false);
   int ping = connect_to(s.port); /* both on the server's one loop */
   int flood = connect_to(s.port);
   fill(flood);
@@ -255,12 +200,12 @@ START_TEST(kv_fairness_ping_answered_during_pipelined_keys) {
   ck_assert_str_eq(pong, "+PONG");
   close(ping);
   close(flood);
-  server_stop(&s);
+  kv_proc_stop(&s);
 }
 END_TEST
 
 START_TEST(kv_fairness_multi_refuses_a_third_keys) {
-  server s = server_start();
+  kv_proc s = kv_proc_start("", false);
   int fd = connect_to(s.port);
   static const char multi[] = "*1\r\n$5\r\nMULTI\r\n";
   static const char exec[] = "*1\r\n$4\r\nEXEC\r\n";
@@ -282,7 +227,7 @@ START_TEST(kv_fairness_multi_refuses_a_third_keys) {
   read_line(fd, line, sizeof line);
   ck_assert_msg(strncmp(line, "-EXECABORT", 10) == 0, "EXEC: %s", line);
   close(fd);
-  server_stop(&s);
+  kv_proc_stop(&s);
 }
 END_TEST
 

@@ -9,6 +9,7 @@
  * reply and one read per connection; without it, at most the output limit.
  * Either way the memory goes back once the client is gone. */
 #include "harness.h"
+#include "kv_proc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,82 +26,6 @@
 #define VALUE (8 * 1024) /* bytes of the value every GET asks for */
 #define GETS 300000      /* the flood: 2.4 GB of replies */
 
-typedef struct server {
-  pid_t pid;
-  int port;
-} server;
-
-/* Under ASan the server's freed blocks would sit in ASan's quarantine
- * (256 MiB by default) instead of going back to the allocator, and RSS would
- * measure the quarantine, not weft. A quarantine of 0 keeps ASan's checks
- * of everything but use-after-free of long-freed memory; the variable is
- * ignored by builds without ASan. */
-static void asan_frees_at_once(void) {
-  const char *was = getenv("ASAN_OPTIONS");
-  char opts[512];
-  snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0",
-           was != NULL ? was : "", was != NULL && was[0] ? ":" : "");
-  setenv("ASAN_OPTIONS", opts, 1);
-}
-
-/* Starts weft-kv-server with RESP on a free port and `extra` -o flags;
- * reads the port from its "resp on" line. */
-static server server_start(const char *extra) {
-  const char *path = getenv("WEFT_KV_SERVER");
-  ck_assert_msg(path != NULL, "WEFT_KV_SERVER is not set");
-  int out[2];
-  ck_assert_int_eq(pipe(out), 0);
-  server s = {.pid = fork()};
-  ck_assert_int_ge(s.pid, 0);
-  if (s.pid == 0) {
-    dup2(out[1], STDERR_FILENO);
-    close(out[0]);
-    asan_frees_at_once();
-    char transport[64];
-    snprintf(transport, sizeof transport, "transport.name=%s",
-             th_transport_name());
-    const char *argv[16] = {path,
-                            "-o",
-                            "loop.loops=1",
-                            "-o",
-                            transport,
-                            "-o",
-                            "kv.rpc_listen=",
-                            "-o",
-                            "kv.resp_listen=127.0.0.1:0"};
-    int n = 9;
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", extra);
-    for (char *tok = strtok(copy, " "); tok != NULL && n < 14;
-         tok = strtok(NULL, " ")) {
-      argv[n++] = "-o";
-      argv[n++] = tok;
-    }
-    argv[n] = NULL;
-    execv(path, (char *const *)argv);
-    _exit(127);
-  }
-  close(out[1]);
-  FILE *f = fdopen(out[0], "r");
-  char line[512];
-  while (s.port == 0 && fgets(line, sizeof line, f) != NULL) {
-    const char *at = strstr(line, "resp on ");
-    const char *colon = at != NULL ? strrchr(at, ':') : NULL;
-    if (colon != NULL)
-      s.port = atoi(colon + 1);
-  }
-  ck_assert_msg(s.port > 0, "weft-kv-server printed no RESP address");
-  return s; /* the pipe stays open: the server may go on logging */
-}
-
-static void server_stop(server *s) {
-  kill(s->pid, SIGTERM);
-  int status = 0;
-  ck_assert_int_eq(waitpid(s->pid, &status, 0), s->pid);
-  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "weft-kv-server ended with status 0x%x", status);
-}
-
 /* Resident memory of `pid` in bytes (VmRSS). */
 static long rss_of(pid_t pid) {
   char path[64], line[256];
@@ -115,18 +40,9 @@ static long rss_of(pid_t pid) {
   return kib * 1024;
 }
 
-static int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  return fd;
-}
-
 /* SET big <8 KiB>, read its +OK. */
 static void set_value(int port) {
-  int fd = connect_to(port);
+  int fd = kv_proc_connect(port);
   static char cmd[VALUE + 64];
   int n = snprintf(cmd, sizeof cmd, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n",
                    VALUE);
@@ -142,7 +58,7 @@ static void set_value(int port) {
  * reply read. The baseline is taken after it, with the server's receive
  * buffers and pools warm, as they are on a server in use. */
 static void warm_up(int port) {
-  int fd = connect_to(port);
+  int fd = kv_proc_connect(port);
   static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
   static char batch[sizeof get * 100];
   for (int i = 0; i < 100; i++)
@@ -175,8 +91,8 @@ static const char *get_batch(size_t *len) {
 /* Sends GETS pipelined GETs of the value and never reads; returns the
  * highest RSS seen meanwhile (sampled every 10 ms while sending and for a
  * second after). The socket is left open for the caller to close. */
-static long flood(const server *s, int *fd_out) {
-  int fd = connect_to(s->port);
+static long flood(const kv_proc *s, int *fd_out) {
+  int fd = kv_proc_connect(s->port);
   struct timeval tv = {.tv_sec = 1};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   size_t len;
@@ -216,7 +132,7 @@ static long rss_settles(pid_t pid, long bound, int ms) {
 }
 
 static void run(const char *extra, long bound_above_base) {
-  server s = server_start(extra);
+  kv_proc s = kv_proc_start(extra, true);
   set_value(s.port);
   warm_up(s.port);
   th_sleep_ms(200);
@@ -234,7 +150,7 @@ static void run(const char *extra, long bound_above_base) {
   ck_assert_msg(after <= base + 8 * MIB,
                 "RSS %ld KiB 5 s after the client left (base %ld KiB)",
                 after / 1024, base / 1024);
-  server_stop(&s);
+  kv_proc_stop(&s);
 }
 
 /* Flow control (the default): the server stops reading the client's GETs
@@ -282,14 +198,14 @@ static void flood_until_blocked(int fd) {
  * cost about 5 MiB here, a 16 KiB read per resume). */
 static void never_reading_clients(const char *extra) {
   enum { CLIENTS = 8 };
-  server s = server_start(extra);
+  kv_proc s = kv_proc_start(extra, true);
   set_value(s.port);
   warm_up(s.port);
   th_sleep_ms(200);
   long base = rss_of(s.pid);
   int fds[CLIENTS];
   for (int i = 0; i < CLIENTS; i++) {
-    fds[i] = connect_to(s.port);
+    fds[i] = kv_proc_connect(s.port);
     flood_until_blocked(fds[i]);
   }
   th_sleep_ms(500);
@@ -303,7 +219,7 @@ static void never_reading_clients(const char *extra) {
                 (now - base) / 1024, CLIENTS);
   for (int i = 0; i < CLIENTS; i++)
     close(fds[i]);
-  server_stop(&s);
+  kv_proc_stop(&s);
 }
 
 START_TEST(kv_hostile_never_reading_clients_bounded_together) {
