@@ -340,8 +340,9 @@ static void resp_drop_batch(resp_conn *c) {
  * (weft_channel_yield_read): the decoder stops and keeps the rest, the
  * commands held in the batch wait, and all goes on at the next turn, in
  * order, once the loop's other channels were served. The time is read on
- * the coarse clock the session reads per command anyway (a tick, 1-4 ms):
- * a turn ends within a tick past the budget, plus its last command. */
+ * the coarse clock, as the session's (kv_session_now_ns: a vDSO read
+ * without the TSC, a few ns; its tick is 1-4 ms): a turn ends within a
+ * tick past the budget, plus its last command. */
 
 /* Counts one command run; true when the turn's budget is spent. */
 static bool resp_spent(resp_conn *c) {

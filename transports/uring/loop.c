@@ -321,8 +321,8 @@ void weft__uring_loop_fini(weft_loop *loop, void *loop_state) {
     weft__uring_listener_close(ln);
   }
   weft__uring_abort_lingering(ul);
-  weft__uring_recv_fini(ul);
   drain(ul);
+  weft__uring_recv_fini(ul); /* the channels are closed: nothing yields */
   weft_loop_remove_source(loop, &ul->source);
   io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
   io_uring_queue_exit(&ul->ring);
