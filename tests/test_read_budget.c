@@ -45,6 +45,7 @@ static uint8_t flood_byte(uint64_t i) {
 /* What the server's loop records; the test thread reads it at the end. */
 typedef struct budget_run {
   int64_t max_messages, max_bytes; /* the children's budget; -1 = default */
+  bool yield;                      /* the flood's handler yields per read */
   /* loop thread */
   weft_channel *flood_ch, *ping_ch;
   uint64_t iter;          /* loop iteration of the flood's last read */
@@ -61,6 +62,8 @@ typedef struct budget_run {
   atomic_int ping_reads;      /* reads of the ping channel */
   atomic_int channels;        /* channels accepted */
   atomic_int opt_err;         /* setting the budget failed */
+  atomic_int yields, resumes; /* weft_channel_yield_read, and the
+                                 read-resumed events that followed */
 } budget_run;
 
 static uint64_t loop_iterations(weft_loop *loop) {
@@ -99,6 +102,9 @@ static void budget_read(weft_ctx *ctx, void *msg) {
   if (ch == r->flood_ch) {
     flood_read(r, ch, b);
     weft_buf_release(b);
+    if (r->yield && weft_channel_is_reading(ch) &&
+        weft_channel_yield_read(ch) == 0)
+      atomic_fetch_add(&r->yields, 1);
     return;
   }
   r->since_ping = 0;
@@ -115,11 +121,19 @@ static void budget_inactive(weft_ctx *ctx) {
   weft_ctx_fire_channel_inactive(ctx);
 }
 
+static void budget_user_event(weft_ctx *ctx, void *event) {
+  budget_run *r = weft_ctx_state(ctx);
+  if (event == &weft_event_read_resumed && weft_ctx_channel(ctx) == r->flood_ch)
+    atomic_fetch_add(&r->resumes, 1);
+  weft_ctx_fire_user_event(ctx, event);
+}
+
 static const weft_handler budget_handler = {
     .name = "budget",
     .channel_read = budget_read,
     .channel_read_complete = budget_read_complete,
     .channel_inactive = budget_inactive,
+    .user_event = budget_user_event,
     .exception_caught = th_echo_exception};
 
 /* The first channel accepted is the flood's, the second the ping's (the
@@ -290,10 +304,26 @@ START_TEST(read_budget_one_byte_keeps_order) {
 }
 END_TEST
 
+/* A handler that yields after every read (weft_channel_yield_read, as the
+ * KV server does once its work budget is spent): reading goes on after
+ * each, with a read-resumed event, the bytes in order, the pings
+ * answered. */
+START_TEST(read_budget_yield_resumes_in_order) {
+  budget_run r = {.max_messages = -1, .max_bytes = -1, .yield = true};
+  run_budget(&r, flood_bytes(16u << 20));
+  ck_assert_int_gt(atomic_load(&r.yields), 0);
+  /* Every yield but perhaps one cut short by the EOF was resumed. */
+  ck_assert_int_ge(atomic_load(&r.resumes) + 1, atomic_load(&r.yields));
+  /* A yield ends the channel's reads of that iteration. */
+  ck_assert_uint_eq(atomic_load(&r.max_per_iter), 1);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   th_require_transport();
   return th_suite("read_budget", "core", 300,
                   read_budget_default_bounds_reads_per_iteration,
                   read_budget_one_message_keeps_order,
-                  read_budget_one_byte_keeps_order, NULL);
+                  read_budget_one_byte_keeps_order,
+                  read_budget_yield_resumes_in_order, NULL);
 }
