@@ -45,7 +45,9 @@ void weft_channel_config_init(weft_channel_config *cfg) {
                                .connect_timeout_ms = -1,
                                .flow_control = -1,
                                .output_limit = -1,
-                               .idle_timeout_ms = -1};
+                               .idle_timeout_ms = -1,
+                               .max_messages_per_read = -1,
+                               .max_bytes_per_read = -1};
 }
 
 static int apply_one(weft_channel *ch, weft_channel_option opt, int64_t v) {
@@ -79,7 +81,12 @@ int weft_channel_config_apply(const weft_channel_config *cfg,
                       cfg->connect_timeout_ms)) < 0 ||
       (rc = apply_one(ch, WEFT_OPT_FLOW_CONTROL, cfg->flow_control)) < 0 ||
       (rc = apply_one(ch, WEFT_OPT_OUTPUT_LIMIT, cfg->output_limit)) < 0 ||
-      (rc = apply_one(ch, WEFT_OPT_IDLE_TIMEOUT_MS, cfg->idle_timeout_ms)) < 0)
+      (rc = apply_one(ch, WEFT_OPT_IDLE_TIMEOUT_MS, cfg->idle_timeout_ms)) <
+          0 ||
+      (rc = apply_one(ch, WEFT_OPT_MAX_MESSAGES_PER_READ,
+                      cfg->max_messages_per_read)) < 0 ||
+      (rc = apply_one(ch, WEFT_OPT_MAX_BYTES_PER_READ,
+                      cfg->max_bytes_per_read)) < 0)
     return rc;
   return 0;
 }

@@ -125,6 +125,8 @@ weft_channel *weft__channel_new(const weft_transport_ops *transport,
   ch->state = WEFT_CHANNEL_REGISTERED;
   ch->id = atomic_fetch_add(&next_channel_id, 1);
   ch->auto_read = true;
+  ch->read_budget = (weft_read_budget){WEFT_MAX_MESSAGES_PER_READ_DEFAULT,
+                                       WEFT_MAX_BYTES_PER_READ_DEFAULT};
   ch->connect_timeout_ms = 10000;
   weft__pipeline_init(&ch->pipeline, ch);
   weft__outbound_init(&ch->out);
@@ -330,6 +332,16 @@ int weft_channel_set_option(weft_channel *ch, weft_channel_option opt,
                ? weft__channel_apply_read(ch, value != 0)
                : 0;
   }
+  case WEFT_OPT_MAX_MESSAGES_PER_READ:
+    if (value < 1 || value > WEFT_MAX_MESSAGES_PER_READ_MAX)
+      return WEFT_EINVAL;
+    ch->read_budget.max_messages = (uint32_t)value;
+    return 0;
+  case WEFT_OPT_MAX_BYTES_PER_READ:
+    if (value < 1 || value > WEFT_MAX_BYTES_PER_READ_MAX)
+      return WEFT_EINVAL;
+    ch->read_budget.max_bytes = (size_t)value;
+    return 0;
   case WEFT_OPT_FLOW_CONTROL:
   case WEFT_OPT_OUTPUT_LIMIT:
   case WEFT_OPT_IDLE_TIMEOUT_MS:
@@ -356,6 +368,12 @@ int weft_channel_get_option(const weft_channel *ch, weft_channel_option opt,
   case WEFT_OPT_AUTO_READ:
     *value = ch->auto_read;
     return 0;
+  case WEFT_OPT_MAX_MESSAGES_PER_READ:
+    *value = ch->read_budget.max_messages;
+    return 0;
+  case WEFT_OPT_MAX_BYTES_PER_READ:
+    *value = (int64_t)ch->read_budget.max_bytes;
+    return 0;
   case WEFT_OPT_FLOW_CONTROL:
   case WEFT_OPT_OUTPUT_LIMIT:
   case WEFT_OPT_IDLE_TIMEOUT_MS:
@@ -370,6 +388,9 @@ int weft_channel_get_option(const weft_channel *ch, weft_channel_option opt,
 /* ---- accessors and outbound entry points ---- */
 
 weft_pipeline *weft_channel_pipeline(weft_channel *ch) { return &ch->pipeline; }
+weft_read_budget weft_channel_read_budget(const weft_channel *ch) {
+  return ch->read_budget;
+}
 weft_loop *weft_channel_loop(weft_channel *ch) { return ch->loop; }
 weft_channel_state weft_channel_state_of(const weft_channel *ch) {
   return ch->state;

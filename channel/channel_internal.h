@@ -91,6 +91,7 @@ typedef struct weft__conn_count {
 typedef struct weft__limits {
   bool flow_control;        /* pause reading above the high watermark */
   bool read_paused;         /* paused by flow control now */
+  bool read_yielded;        /* weft_channel_yield_read: until the resume */
   bool resume_queued;       /* a resume task is on the loop */
   bool output_hit;          /* the output limit fired once */
   size_t output_limit;      /* bytes; 0 = none */
@@ -116,6 +117,7 @@ struct weft_channel {
   weft__outbound out;
   weft__limits limits;
   bool auto_read;
+  weft_read_budget read_budget; /* per loop iteration (transport_plugin.h) */
   int64_t connect_timeout_ms;
   weft_timer connect_timer;
   weft_connect_cb on_connect;

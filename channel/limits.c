@@ -34,14 +34,17 @@ const int weft_event_read_resumed = 1;
 #define IDLE_TICKS 4
 
 bool weft_channel_is_reading(const weft_channel *ch) {
-  return ch->auto_read && !ch->limits.read_paused;
+  return ch->auto_read && !ch->limits.read_paused && !ch->limits.read_yielded;
 }
 
 /* ---- flow control ---- */
 
+/* Also ends a yield (weft_channel_yield_read): whichever resume runs
+ * first after it, the loop's other channels were polled meanwhile. */
 static void resume_task(void *arg) {
   weft_channel *ch = arg;
   ch->limits.resume_queued = false;
+  ch->limits.read_yielded = false;
   if (ch->state == WEFT_CHANNEL_ACTIVE && weft_channel_is_reading(ch)) {
     int rc = ch->transport->set_read(ch, true);
     if (rc < 0)
@@ -83,6 +86,24 @@ void weft__limits_writability(weft_channel *ch, bool writable) {
   l->read_paused = !writable;
   if (was_reading != weft_channel_is_reading(ch))
     weft__channel_apply_read(ch, writable);
+}
+
+/* ---- the yield (docs/architecture.md, "Read budget") ---- */
+
+int weft_channel_yield_read(weft_channel *ch) {
+  if (ch->state != WEFT_CHANNEL_ACTIVE)
+    return WEFT_ECLOSED;
+  weft__limits *l = &ch->limits;
+  if (l->read_yielded)
+    return 0;
+  bool was_reading = weft_channel_is_reading(ch);
+  l->read_yielded = true;
+  /* The resume ends the yield even when another reason (auto-read off,
+   * flow control) keeps the channel from reading then. */
+  queue_resume(ch);
+  if (was_reading && ch->transport->set_read != NULL)
+    return ch->transport->set_read(ch, false);
+  return 0;
 }
 
 /* ---- output limit ---- */

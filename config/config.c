@@ -64,6 +64,14 @@ static const weft__key_def transport_keys[] = {
      INT64_MAX, false, "bytes"},
     {"connect_timeout_ms", KIND_INT, OFF(channel.connect_timeout_ms), 0,
      INT_MAX, false, "milliseconds; 0 = no timeout"},
+    {"max_messages_per_read", KIND_INT, OFF(channel.max_messages_per_read), 1,
+     WEFT_MAX_MESSAGES_PER_READ_MAX, false,
+     "reads a channel fires per loop iteration before it yields to the "
+     "loop's other channels (Netty's maxMessagesPerRead)"},
+    {"max_bytes_per_read", KIND_I64, OFF(channel.max_bytes_per_read), 1,
+     WEFT_MAX_BYTES_PER_READ_MAX, false,
+     "bytes a channel reads per loop iteration before it yields to the "
+     "loop's other channels"},
 };
 
 static const weft__key_def server_keys[] = {
@@ -525,6 +533,8 @@ void weft_config_init(weft_config *cfg) {
       .write_low_watermark = 32 * 1024,
       .write_high_watermark = 64 * 1024,
       .connect_timeout_ms = 10000,
+      .max_messages_per_read = WEFT_MAX_MESSAGES_PER_READ_DEFAULT,
+      .max_bytes_per_read = WEFT_MAX_BYTES_PER_READ_DEFAULT,
   };
   snprintf(cfg->listen, sizeof cfg->listen, "0.0.0.0:7000");
   cfg->backlog = 511;

@@ -44,6 +44,10 @@ typedef struct weft_channel_config {
                                    is closed (default 0 = none) */
   int idle_timeout_ms;          /* ms without a read before the channel is
                                    closed (default 0 = never) */
+  int max_messages_per_read;    /* reads per loop iteration before the
+                                   channel yields (default 16) */
+  int64_t max_bytes_per_read;   /* bytes per loop iteration before the
+                                   channel yields (default 256 KiB) */
 } weft_channel_config;
 
 /** Sets every field to -1 (the defaults). */

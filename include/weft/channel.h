@@ -71,6 +71,17 @@ typedef enum weft_channel_state {
   WEFT_CHANNEL_CLOSED = 3      /* closed; channel_inactive has fired */
 } weft_channel_state;
 
+/** The read budget's defaults (WEFT_OPT_MAX_MESSAGES_PER_READ and
+ *  WEFT_OPT_MAX_BYTES_PER_READ): Netty's maxMessagesPerRead for a stream
+ *  channel (16), and 16 reads of the largest receive buffer of the tcp
+ *  transport's adaptive sizes (16 KiB; uring's ring slots are 16 KiB too).
+ *  docs/architecture.md, "Read budget". */
+#define WEFT_MAX_MESSAGES_PER_READ_DEFAULT 16
+#define WEFT_MAX_BYTES_PER_READ_DEFAULT (256 * 1024)
+/** The read budget's bounds: at most 65536 reads and 1 GiB per iteration. */
+#define WEFT_MAX_MESSAGES_PER_READ_MAX 65536
+#define WEFT_MAX_BYTES_PER_READ_MAX (1024 * 1024 * 1024)
+
 /** Default write watermarks in bytes (Netty's). */
 #define WEFT_WRITE_LOW_WATERMARK_DEFAULT (32 * 1024)
 #define WEFT_WRITE_HIGH_WATERMARK_DEFAULT (64 * 1024)
@@ -94,10 +105,26 @@ weft_channel_state weft_channel_state_of(const weft_channel *ch);
 bool weft_channel_is_active(const weft_channel *ch);
 
 /**
- * True while the channel reads: auto-read is on and flow control has not
- * paused it. Decoders check it between messages.
+ * True while the channel reads: auto-read is on, flow control has not
+ * paused it and it has not yielded (weft_channel_yield_read). Decoders
+ * check it between messages.
  */
 bool weft_channel_is_reading(const weft_channel *ch);
+
+/**
+ * Yields the loop to its other channels: reading stops now and goes on
+ * from a task queued now, which runs once the loop's sources and watchers
+ * were polled (at the end of this loop iteration, or of the next one when
+ * called from a task), followed by weft_event_read_resumed. Decoders stop
+ * at the message being handled and decode the rest at that event, so a
+ * handler whose work per read is not bounded by the read budget (a peer's
+ * pipeline of costly requests in one read) calls it once its own budget
+ * of work is spent, and the replies keep their order. Costs the transport
+ * a pause and a resume of its reading (tcp: two epoll_ctl); free while not
+ * reading. Returns 0, or WEFT_ECLOSED when the channel is not active. Loop
+ * thread. docs/architecture.md, "Read budget".
+ */
+int weft_channel_yield_read(weft_channel *ch);
 
 /**
  * The user_event fired (head to tail) when a channel reads again after

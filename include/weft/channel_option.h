@@ -30,8 +30,15 @@ typedef enum weft_channel_option {
   WEFT_OPT_OUTPUT_LIMIT = 10, /* bytes queued and unsent past which the
                                  channel is closed; 0 = none (default) */
   WEFT_OPT_IDLE_TIMEOUT_MS =
-      11 /* ms without a read or a send after
-            which the channel is closed; 0 = never (default) */
+      11, /* ms without a read or a send after
+             which the channel is closed; 0 = never (default) */
+  WEFT_OPT_MAX_MESSAGES_PER_READ =
+      12, /* the read budget (Netty's maxMessagesPerRead): reads fired
+             (channel_read) per loop iteration before the channel yields
+             to the others of its loop; 1..65536, default 16 (tcp, uring) */
+  WEFT_OPT_MAX_BYTES_PER_READ =
+      13 /* the read budget's bytes per loop iteration; 1..2^30,
+            default 256 KiB (tcp, uring) */
 } weft_channel_option;
 
 #ifdef __cplusplus

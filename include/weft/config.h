@@ -19,6 +19,8 @@
  *   write_low_watermark = 32768
  *   write_high_watermark = 65536
  *   connect_timeout_ms = 10000
+ *   max_messages_per_read = 16 ; reads per loop iteration, then yield
+ *   max_bytes_per_read = 262144 ; bytes per loop iteration, then yield
  *
  *   [server]
  *   listen = 0.0.0.0:7000  ; or tcp://0.0.0.0:7000, uring://...

@@ -373,6 +373,23 @@ void *weft_channel_priv(const weft_channel *ch);
 /** The channel's transport. */
 const weft_transport_ops *weft_channel_transport(const weft_channel *ch);
 
+/** A channel's read budget per loop iteration (docs/architecture.md,
+ *  "Read budget"). */
+typedef struct weft_read_budget {
+  uint32_t max_messages; /* channel_reads (WEFT_OPT_MAX_MESSAGES_PER_READ) */
+  size_t max_bytes;      /* bytes (WEFT_OPT_MAX_BYTES_PER_READ) */
+} weft_read_budget;
+
+/**
+ * The channel's read budget: what a transport may fire as channel_read in
+ * one loop iteration before it yields the loop to the channel's
+ * neighbours, keeping the rest where it is (in the socket, in a list of
+ * its own that the next iteration delivers first) and going on at the next
+ * iteration without waiting for new readiness. Cheap (two loads): read it
+ * once per readiness or per iteration. Loop thread.
+ */
+weft_read_budget weft_channel_read_budget(const weft_channel *ch);
+
 /**
  * Reports the outcome of connect: 0 makes the channel ACTIVE and fires
  * channel_active; an error fails the connect promise and closes the channel.

@@ -46,6 +46,18 @@ void kv_multi_queue(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
     ops->error(w, msg);
     return;
   }
+  bool scan = cmd == KV_CMD_KEYS || cmd == KV_CMD_SCAN;
+  if (scan && m->scans >= KV_MULTI_MAX_SCANS) {
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "ERR MULTI may queue at most %u KEYS or SCAN commands (EXEC "
+             "runs them with every stripe locked); the transaction is "
+             "discarded at EXEC",
+             KV_MULTI_MAX_SCANS);
+    m->dirty = true;
+    ops->error(w, msg);
+    return;
+  }
   kv_queued *q = malloc(sizeof *q + argc * sizeof(kv_arg) + bytes + 1);
   if (q == NULL) {
     m->dirty = true;
@@ -69,6 +81,7 @@ void kv_multi_queue(kv_session *s, int cmd, size_t argc, const kv_arg *argv,
   m->tail = q;
   m->count++;
   m->bytes += bytes;
+  m->scans += scan;
   ops->simple(w, "QUEUED");
 }
 

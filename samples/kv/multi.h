@@ -10,6 +10,13 @@
  * Bounds: at most KV_MULTI_MAX_COMMANDS commands and `max_bytes` bytes of
  * arguments (kv_multi_limit); past either, the command is refused with
  * "ERR MULTI queue is full ..." and the transaction is marked as above.
+ * At most KV_MULTI_MAX_SCANS KEYS or SCAN commands: EXEC runs its queue
+ * with every stripe of a transaction that has one locked, so every other
+ * client of every loop waits for it; each is bounded (KV_SCAN_WORK_MAX,
+ * KV_KEYS_MAX: about 20 ms for KEYS over a million keys), a queue of
+ * them was not (MULTI, 300 KEYS *, EXEC held every stripe 5-7 s: issue
+ * 27). One more is refused with "ERR MULTI may queue at most 2 KEYS or
+ * SCAN commands ..." and the transaction is marked as above.
  */
 #ifndef WEFT_SAMPLES_KV_MULTI_H
 #define WEFT_SAMPLES_KV_MULTI_H
@@ -21,6 +28,8 @@
 
 /** Commands one transaction may queue. */
 #define KV_MULTI_MAX_COMMANDS 10000u
+/** KEYS and SCAN commands one transaction may queue (see above). */
+#define KV_MULTI_MAX_SCANS 2u
 /** Argument bytes one transaction may queue, at least (kv_multi_limit). */
 #define KV_MULTI_MIN_BYTES (16u << 20)
 
@@ -39,6 +48,7 @@ typedef struct kv_multi {
   unsigned cluster_slot; /* cluster mode: the slot of the queued keys + 1;
                             0 = no key queued yet (cluster.c) */
   size_t count, bytes;
+  unsigned scans; /* KEYS and SCAN queued (KV_MULTI_MAX_SCANS) */
   kv_queued *head, *tail;
 } kv_multi;
 

@@ -5,7 +5,9 @@
  * replies into 16 KiB buffers, in RESP2 or, after HELLO 3, RESP3; one
  * flush per batch of pipelined commands, large values sent from the stored
  * blob without a copy. Pipelined commands run in batches of up to 16, their
- * keys' lookups loaded together first (resp_run_batch). It answers protocol
+ * keys' lookups loaded together first (resp_run_batch), within a work
+ * budget per turn of the loop (resp_spent: one client's pipeline of costly
+ * commands cannot hold the loop's other clients). It answers protocol
  * errors as Redis does and closes after them, after QUIT, and at once (after
  * Redis' DENIED error) for a client that protected mode refuses. */
 #include "server_internal.h"
@@ -27,6 +29,12 @@
 #define RESP_BATCH                                                             \
   16 /* pipelined commands held until channel_read_complete, so that their     \
         keys' lookups are loaded together (resp_run_batch) */
+#define RESP_TURN_COMMANDS                                                     \
+  256 /* commands one connection runs per turn of its loop, at most            \
+         (resp_spent) */
+#define RESP_TURN_NS                                                           \
+  (2 * 1000000ull) /* ns of commands one connection runs per turn, at most     \
+                      (resp_spent; measured on the coarse clock) */
 #define RESP_HINT_KEY_MAX                                                      \
   256 /* bytes: longer first arguments are not hinted (resp_run_batch) */
 _Static_assert(RESP_BATCH <= KV_PREFETCH_MAX,
@@ -56,6 +64,12 @@ typedef struct resp_conn {
    * so at most RESP_BATCH commands' bytes are held. */
   weft_resp_cmd *batch[RESP_BATCH];
   size_t batched;
+  /* The work budget of this turn (resp_spent): commands run since it
+   * began, and when it began (kv_session_now_ns, 0 = not yet). */
+  uint32_t turn_cmds;
+  uint64_t turn_ns;
+  bool yielded; /* the budget was spent: reading waits for the next turn
+                   (weft_channel_yield_read), held commands with it */
 } resp_conn;
 
 /* A reply write's result: on failure the connection is broken (see
@@ -325,18 +339,77 @@ static void resp_hold(resp_conn *c, weft_resp_cmd **from, size_t rest) {
   weft_channel_set_option(weft_ctx_channel(c->ctx), WEFT_OPT_AUTO_READ, 0);
 }
 
-/* Runs the held commands in order. First, when there are several, it hints
+/* ---- the work budget per turn ----
+ *
+ * One read may hold a thousand pipelined commands, and a command may cost
+ * milliseconds (KEYS over a million keys: about 20; each is bounded, a
+ * read's batch is not): run all at once, they held the loop, every other
+ * client on it and new connections on the listener's loop for 20 s
+ * (issue 27). So a connection runs at most RESP_TURN_COMMANDS commands or
+ * RESP_TURN_NS of them per turn (a read's batch up to its
+ * channel_read_complete, or what follows a resume), then yields the loop
+ * (weft_channel_yield_read): the decoder stops and keeps the rest, the
+ * commands held in the batch wait, and all goes on at the next turn, in
+ * order, once the loop's other channels were served. The time is read on
+ * the coarse clock, as the session's (kv_session_now_ns: a vDSO read
+ * without the TSC, a few ns; its tick is 1-4 ms): a turn ends within a
+ * tick past the budget, plus its last command. */
+
+/* Before a command of the budget runs: the turn's clock starts with its
+ * first (from the end of the first, a turn ran two KEYS of 20 ms, not
+ * one). */
+static void resp_turn_start(resp_conn *c) {
+  if (c->turn_ns == 0)
+    c->turn_ns = kv_session_now_ns();
+}
+
+/* Counts one command run; true when the turn's budget is spent. */
+static bool resp_spent(resp_conn *c) {
+  return ++c->turn_cmds >= RESP_TURN_COMMANDS ||
+         kv_session_now_ns() - c->turn_ns >= RESP_TURN_NS;
+}
+
+/* A new turn: the read that follows a finished batch, or the resume after
+ * a yield. */
+static void resp_turn_reset(resp_conn *c) {
+  c->turn_cmds = 0;
+  c->turn_ns = 0;
+}
+
+/* After a yield: true once the channel reads again (the next turn). */
+static bool resp_resumed(resp_conn *c) {
+  if (!c->yielded || !weft_channel_is_reading(weft_ctx_channel(c->ctx)))
+    return false;
+  c->yielded = false;
+  resp_turn_reset(c);
+  return true;
+}
+
+/* Keeps the `n` commands from `from` for the next turn and yields. */
+static void resp_yield(resp_conn *c, size_t from, size_t n) {
+  memmove(c->batch, c->batch + from, (n - from) * sizeof c->batch[0]);
+  c->batched = n - from;
+  c->yielded = true;
+  weft_channel_yield_read(weft_ctx_channel(c->ctx));
+}
+
+/* Runs the held commands in order, within the turn's budget (`budget`
+ * false: all of them, for a closing connection). First, when there are
+ * several, it hints
  * the store at each one's first argument (the key of GET, SET and most
  * others; a hint on a non-key costs a hash and a useless line, so only
  * short ones): the loads of their buckets, entries and values then
- * overlap instead of stalling one command each (kv_store_prefetch). A command
- * that ends the connection ends the batch: the rest are dropped (not run, as
- * after QUIT) and the close comes last. Returns true then: `c` may have been
- * freed. */
-static bool resp_run_batch(resp_conn *c) {
+ * overlap instead of stalling one command each (kv_store_prefetch). A
+ * command that ends the connection ends the batch: the rest are dropped
+ * (not run, as after QUIT) and the close comes last. Returns true then:
+ * `c` may have been freed. Once the budget is spent, the rest wait for the
+ * next turn (resp_yield); while yielded it runs nothing. */
+static bool resp_run_batch_budget(resp_conn *c, bool budget) {
   size_t n = c->batched;
   if (c->sess.blocked)
     return false; /* they run at resp_resume */
+  if (budget && c->yielded)
+    return false;
   if (n > 1 && !c->closing) {
     kv_key keys[RESP_BATCH];
     size_t k = 0;
@@ -353,19 +426,31 @@ static bool resp_run_batch(resp_conn *c) {
       resp_hold(c, c->batch + i, n - i);
       return false;
     }
-    if (!resp_run(c, c->batch[i]))
-      continue;
-    resp_release_cmds(c->batch + i + 1, n - i - 1);
-    resp_close_after_sent(c);
-    return true;
+    if (budget)
+      resp_turn_start(c);
+    if (resp_run(c, c->batch[i])) {
+      resp_release_cmds(c->batch + i + 1, n - i - 1);
+      resp_close_after_sent(c);
+      return true;
+    }
+    if (budget && !c->closing && !c->sess.blocked && resp_spent(c)) {
+      resp_yield(c, i + 1, n);
+      return false;
+    }
   }
   if (c->sess.blocked)
     resp_hold(c, c->batch, 0);
   return false;
 }
 
+static bool resp_run_batch(resp_conn *c) {
+  return resp_run_batch_budget(c, true);
+}
+
 /* Holds one command for resp_run_batch, which runs when RESP_BATCH are
- * held or the read ends (channel_read_complete). */
+ * held or the read ends (channel_read_complete). The first command after
+ * a yield runs what the last turn left first: a batch always has room
+ * then, as a turn runs at least one command. */
 static void resp_read(weft_ctx *ctx, void *msg) {
   resp_conn *c = weft_ctx_state(ctx);
   if (!weft_msg_is(msg, &weft_resp_cmd_type)) {
@@ -377,15 +462,22 @@ static void resp_read(weft_ctx *ctx, void *msg) {
     weft_resp_cmd_release(cmd); /* after QUIT or a failure: not run */
     return;
   }
-  if (c->batched == RESP_BATCH) { /* blocked, and a decoder went on
-                                     reading: never more than the batch */
+  if (c->batched == RESP_BATCH && c->sess.blocked) {
+    /* a decoder went on reading behind a MIGRATE: never more than the
+     * batch */
     weft_resp_cmd_release(cmd);
-    weft_log(WEFT_LOG_WARN,
-             "kv: RESP channel %llu: a command came while "
-             "%d wait behind a MIGRATE; closing",
-             (unsigned long long)weft_channel_id(weft_ctx_channel(ctx)),
-             RESP_BATCH);
+    weft_channel_log(weft_ctx_channel(ctx), WEFT_LOG_WARN,
+                     "kv: RESP: a command came while %d wait behind a "
+                     "MIGRATE; closing",
+                     RESP_BATCH);
     resp_close_after_sent(c);
+    return;
+  }
+  /* A full batch here (nothing should fire commands while yielded: the
+   * decoder stops) runs whole, so that the command has its place. */
+  if ((resp_resumed(c) && resp_run_batch(c)) ||
+      (c->batched == RESP_BATCH && resp_run_batch_budget(c, false))) {
+    weft_resp_cmd_release(cmd); /* the connection closes: not run */
     return;
   }
   c->batch[c->batched++] = cmd;
@@ -405,7 +497,8 @@ static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
     weft_ctx_fire_exception_caught(ctx, err, reason);
     return;
   }
-  if (resp_run_batch(c)) /* the replies before the error's, in order */
+  if (resp_run_batch_budget(c, false)) /* the replies before the error's,
+                                          in order */
     return;
   if (c->closing)
     return;
@@ -417,16 +510,39 @@ static void resp_exception(weft_ctx *ctx, int err, const char *reason) {
   resp_close_after_sent(c);
 }
 
-/* One flush per batch of commands read together (pipelining). */
-static void resp_read_complete(weft_ctx *ctx) {
-  resp_conn *c = weft_ctx_state(ctx);
-  if (resp_run_batch(c))
-    return; /* resp_close_after_sent flushed, and may have freed c */
+/* Writes and flushes the replies so far. */
+static void resp_flush(resp_conn *c) {
   if (c->out != NULL && weft_buf_readable(c->out) > 0) {
-    weft_ctx_write(ctx, c->out, WEFT_PROMISE_NONE);
+    weft_ctx_write(c->ctx, c->out, WEFT_PROMISE_NONE);
     c->out = NULL;
   }
-  weft_ctx_flush(ctx);
+  weft_ctx_flush(c->ctx);
+}
+
+/* One flush per batch of commands read together (pipelining); the end of
+ * a turn, unless it yielded (then the replies so far still go out). */
+static void resp_read_complete(weft_ctx *ctx) {
+  resp_conn *c = weft_ctx_state(ctx);
+  resp_resumed(c);
+  if (resp_run_batch(c))
+    return; /* resp_close_after_sent flushed, and may have freed c */
+  if (!c->yielded)
+    resp_turn_reset(c);
+  resp_flush(c);
+}
+
+/* Reading resumed after a yield: the decoder (before this handler) has
+ * run what waited in its cumulation, if anything; the commands the last
+ * turn left in the batch run now, if nothing ran them yet. */
+static void resp_user_event(weft_ctx *ctx, void *event) {
+  resp_conn *c = weft_ctx_state(ctx);
+  if (event == &weft_event_read_resumed && c->started && !c->closing &&
+      (resp_resumed(c) || (!c->yielded && c->batched > 0))) {
+    if (resp_run_batch(c))
+      return; /* closing: the event goes no further */
+    resp_flush(c);
+  }
+  weft_ctx_fire_user_event(ctx, event);
 }
 
 /* The session's MIGRATE ended and its reply is written (session.h,
@@ -461,9 +577,9 @@ static void resp_active(weft_ctx *ctx) {
  * on the store (they would have, run as they were read); their replies go
  * nowhere. */
 static void resp_inactive(weft_ctx *ctx) {
-  resp_run_batch(weft_ctx_state(ctx)); /* the channel is closed already:
-                                          resp_close_after_sent frees
-                                          nothing */
+  resp_run_batch_budget(weft_ctx_state(ctx),
+                        false); /* the channel is closed already:
+                                   resp_close_after_sent frees nothing */
   weft_ctx_fire_channel_inactive(ctx);
 }
 
@@ -484,6 +600,7 @@ static const weft_handler resp_handler = {.name = "kv-resp",
                                           .channel_read_complete =
                                               resp_read_complete,
                                           .exception_caught = resp_exception,
+                                          .user_event = resp_user_event,
                                           .handler_removed = resp_removed};
 
 void kv_resp_channel_init(weft_channel *ch, void *arg) {

@@ -45,11 +45,9 @@
 
 /* ---- tuning ---- */
 
-#define TCP_MAX_IOV 64                  /* iovecs per sendmsg */
-#define TCP_MAX_WRITES_PER_FLUSH 16     /* sendmsg calls before yielding */
-#define TCP_MAX_READS_PER_EVENT 16      /* reads per readiness (fairness) */
-#define TCP_MAX_READ_BYTES (256 * 1024) /* bytes per readiness (fairness) */
-#define TCP_MAX_ACCEPTS_PER_EVENT 64    /* accepts per readiness */
+#define TCP_MAX_IOV 64               /* iovecs per sendmsg */
+#define TCP_MAX_WRITES_PER_FLUSH 16  /* sendmsg calls before yielding */
+#define TCP_MAX_ACCEPTS_PER_EVENT 64 /* accepts per readiness */
 /* Bytes from which a busy read reports a lot (WEFT_BUSY_READ_MORE): the
  * largest receive size, a bulk flow's read. Small batches (64 messages of
  * 16 B in flight) stay below it and keep being busy-read. */
@@ -478,22 +476,29 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
   return n;
 }
 
-/* Reads what is ready, bounded per event so one busy channel cannot starve
- * the others of the loop, then fires one channel_read_complete. A handler
- * may close the channel or stop reading inside channel_read: the state is
- * checked after every read. The caller holds a channel reference. Returns
- * 0 when the first read found nothing (EAGAIN), WEFT_BUSY_READ_MORE when
- * it read TCP_BUSY_READ_MORE_BYTES or more and the channel still reads (a
- * flood or a bulk transfer), 1 otherwise. `busy`: a busy read, not
- * announced by epoll, so a buffer it cannot get does not close the
- * channel: it may well have nothing to read (the read epoll announces next
- * meets the shortage with bytes waiting, and closes it then). */
+/* Reads what is ready within the channel's read budget
+ * (weft_channel_read_budget: reads and bytes per loop iteration; a socket
+ * is dispatched at most once per iteration, so per readiness is per
+ * iteration), then fires one channel_read_complete. What the budget leaves
+ * stays in the socket: the interest is level-triggered, so the next
+ * iteration's epoll_wait reports it again, behind the loop's other ready
+ * sockets, with no system call spent on yielding. A handler may close the
+ * channel or stop reading inside channel_read: the state is checked after
+ * every read. The caller holds a channel reference. Returns 0 when the
+ * first read found nothing (EAGAIN), WEFT_BUSY_READ_MORE when the budget
+ * ran out or it read TCP_BUSY_READ_MORE_BYTES or more and the channel
+ * still reads (a flood or a bulk transfer: the loop asks epoll next), 1
+ * otherwise. `busy`: a busy read, not announced by epoll, so a buffer it
+ * cannot get does not close the channel: it may well have nothing to read
+ * (the read epoll announces next meets the shortage with bytes waiting,
+ * and closes it then). */
 static int read_ready(tcp_channel *tc, bool busy) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
+  weft_read_budget budget = weft_channel_read_budget(tc->ch);
   size_t total = 0;
   ssize_t last = 0;
-  bool fired = false;
-  for (int i = 0; i < TCP_MAX_READS_PER_EVENT; i++) {
+  bool fired = false, spent = false;
+  for (uint32_t i = 0; i < budget.max_messages; i++) {
     size_t capacity = 0;
     last = pool != NULL ? read_once(tc, pool, &capacity) : WEFT_ENOMEM;
     if (last <= 0)
@@ -501,14 +506,17 @@ static int read_ready(tcp_channel *tc, bool busy) {
     fired = true;
     total += (size_t)last;
     recv_record(tc, (size_t)last, capacity);
-    if (!channel_open(tc) || !tc->reading || (size_t)last < capacity ||
-        total >= TCP_MAX_READ_BYTES)
+    if (!channel_open(tc) || !tc->reading || (size_t)last < capacity)
+      break;
+    spent = i + 1 == budget.max_messages || total >= budget.max_bytes;
+    if (spent)
       break;
   }
   if (fired && channel_open(tc))
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
   if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN) {
-    if (total >= TCP_BUSY_READ_MORE_BYTES && channel_open(tc) && tc->reading)
+    if ((spent || total >= TCP_BUSY_READ_MORE_BYTES) && channel_open(tc) &&
+        tc->reading)
       return WEFT_BUSY_READ_MORE;
     return fired ? 1 : 0;
   }

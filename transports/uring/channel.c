@@ -230,16 +230,7 @@ static int ur_set_read(weft_channel *ch, bool on) {
     weft__uring_recv_resume(uc);
     return 0;
   }
-  if (uc->recv_state == UR_RECV_ARMED) {
-    /* Completions already on their way are held (recv.c). */
-    struct io_uring_sqe *sqe = weft__uring_get_sqe(uc->ul);
-    if (sqe == NULL)
-      return WEFT_EIO;
-    io_uring_prep_cancel(sqe, &uc->op_recv, 0);
-    request_misc(uc->ul, sqe);
-    uc->recv_state = UR_RECV_CANCELLING;
-  }
-  return 0;
+  return weft__uring_recv_cancel(uc);
 }
 
 static int peer_or_local(const weft_channel *ch, char *buf, size_t len,

@@ -184,14 +184,15 @@ static void evfd_set(ur_loop *ul, bool on) {
 static int ur_poll(weft_source *src, int budget) {
   ur_loop *ul = src->data;
   evfd_set(ul, false); /* busy: no eventfd signal per completion */
+  int work = weft__uring_recv_yielded(ul);
   enter_if_needed(ul);
-  return reap(ul, budget);
+  return work + reap(ul, budget);
 }
 
 static int ur_arm(weft_source *src) {
   ur_loop *ul = src->data;
-  if (io_uring_sq_ready(&ul->ring) > 0)
-    return 1; /* poll submits them first */
+  if (io_uring_sq_ready(&ul->ring) > 0 || ul->yield_head != NULL)
+    return 1; /* poll submits them, or delivers held reads, first */
   evfd_set(ul, true);
   /* Dekker with the kernel: it publishes work (task-work list, CQ tail;
    * full barrier) and then reads cq_flags to decide whether to signal the
@@ -322,6 +323,7 @@ void weft__uring_loop_fini(weft_loop *loop, void *loop_state) {
   }
   weft__uring_abort_lingering(ul);
   drain(ul);
+  weft__uring_recv_fini(ul); /* the channels are closed: nothing yields */
   weft_loop_remove_source(loop, &ul->source);
   io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
   io_uring_queue_exit(&ul->ring);

@@ -28,8 +28,9 @@ static bool ring_has_slots(const ur_loop *ul) {
 
 void weft__uring_recv_arm(ur_channel *uc) {
   if (!uc->reading || uc->fd < 0 || uc->recv_state != UR_RECV_IDLE ||
-      uc->ul->stopping || uc->held_n > 0 || uc->held_plain != NULL)
-    return; /* held bytes go first (weft__uring_recv_resume) */
+      uc->ul->stopping || uc->held_n > 0 || uc->held_plain != NULL ||
+      uc->yielded || uc->eof_held)
+    return; /* held bytes go first (weft__uring_recv_resume, _yielded) */
   ur_loop *ul = uc->ul;
   struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
   if (sqe == NULL) {
@@ -83,7 +84,8 @@ void weft__uring_recv_arm(ur_channel *uc) {
  * its way may complete again after reading resumed, before the delivery
  * task has run: its bytes queue behind the held ones). */
 static bool must_hold(const ur_channel *uc) {
-  return !uc->reading || uc->held_n > 0 || uc->held_plain != NULL;
+  return !uc->reading || uc->held_n > 0 || uc->held_plain != NULL ||
+         uc->yielded;
 }
 
 static void hold(ur_channel *uc, weft_buf *b, unsigned bid) {
@@ -120,20 +122,33 @@ void weft__uring_recv_drop_held(ur_channel *uc) {
     weft_buf_release(b); /* a slot goes back to the ring */
 }
 
+/* After held reads were delivered: the end of the stream that came behind
+ * them, once none is left, or the next recv. */
+static void recv_continue(ur_channel *uc) {
+  if (uc->eof_held && uc->held_n == 0 && uc->held_plain == NULL) {
+    uc->eof_held = false;
+    if (channel_open(uc))
+      weft_channel_transport_closed(uc->ch, 0, "peer closed");
+    return;
+  }
+  weft__uring_recv_arm(uc); /* not while anything is still held */
+}
+
+static void fire_read(ur_channel *uc, weft_buf *b);
+
 /* The task weft__uring_recv_resume queues: delivers the held buffers while
- * the channel reads, then arms the next recv once nothing is held. */
+ * the channel reads, within its read budget (what the budget leaves, the
+ * next poll delivers: "The read budget" below), then arms the next recv
+ * once nothing is held. */
 static void deliver_held_task(void *arg) {
   ur_channel *uc = arg;
   uc->deliver_queued = false;
-  bool fired = false;
   weft_buf *b;
-  while (uc->reading && channel_open(uc) && (b = take_held(uc)) != NULL) {
-    weft_pipeline_fire_channel_read(weft_channel_pipeline(uc->ch), b);
-    fired = true;
-  }
-  if (fired && channel_open(uc))
-    weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(uc->ch));
-  weft__uring_recv_arm(uc); /* not while anything is still held */
+  while (uc->reading && !uc->yielded && channel_open(uc) &&
+         (b = take_held(uc)) != NULL)
+    fire_read(uc, b);
+  weft__uring_fire_read_completes(uc->ul);
+  recv_continue(uc);
   weft_channel_release(uc->ch);
 }
 
@@ -152,9 +167,60 @@ void weft__uring_recv_resume(ur_channel *uc) {
   }
 }
 
+/* ---- The read budget (docs/architecture.md, "Read budget") ----
+ *
+ * A channel fires at most its budget of reads (weft_channel_read_budget:
+ * buffers and bytes) per loop iteration; the loop polls the ring once per
+ * iteration, so a poll is an epoch. The read that spends the budget puts
+ * the channel on the loop's yield list; its completions from then on are
+ * held, as while it does not read (above), behind what is held already,
+ * so the byte order stays. The next poll, before it reaps, delivers each
+ * listed channel's held reads up to its new budget and arms its recv
+ * again once nothing is held: the channel goes on without a new
+ * completion, and every other channel of the loop got its completions of
+ * the reap in between. While the list is not empty the ring refuses to
+ * arm, so the loop does not sleep on held bytes. The multishot recv stays
+ * in the kernel while the channel waits (no SQE for a yield) until it
+ * holds a whole budget of slots: then it is cancelled, so a flood holds at
+ * most about two budgets of the ring, not all of it, and the bytes wait
+ * in the socket. Counting costs two compares per read; the budget itself
+ * is read once per channel and epoch. */
+
+/* Counts `bytes` read against the channel's budget of this epoch; true
+ * when the read spent it. */
+static bool budget_spend(ur_channel *uc, size_t bytes) {
+  ur_loop *ul = uc->ul;
+  if (uc->rb_epoch != ul->epoch) {
+    uc->rb_epoch = ul->epoch;
+    uc->rb_msgs = 0;
+    uc->rb_bytes = 0;
+    uc->rb = weft_channel_read_budget(uc->ch);
+  }
+  uc->rb_bytes += bytes;
+  return ++uc->rb_msgs >= uc->rb.max_messages ||
+         uc->rb_bytes >= uc->rb.max_bytes;
+}
+
+/* The channel spent its budget: it waits on the yield list (with a
+ * reference) for the next poll. */
+static void yield(ur_channel *uc) {
+  ur_loop *ul = uc->ul;
+  uc->yielded = true;
+  uc->yield_next = NULL;
+  weft_channel_retain(uc->ch);
+  if (ul->yield_tail != NULL)
+    ul->yield_tail->yield_next = uc;
+  else
+    ul->yield_head = uc;
+  ul->yield_tail = uc;
+}
+
 static void fire_read(ur_channel *uc, weft_buf *b) {
   weft_pipeline *p = weft_channel_pipeline(uc->ch);
+  bool spent = budget_spend(uc, weft_buf_readable(b));
   weft_pipeline_fire_channel_read(p, b);
+  if (spent && !uc->yielded && channel_open(uc))
+    yield(uc);
   if (uc->rc_pending)
     return;
   ur_loop *ul = uc->ul;
@@ -166,6 +232,63 @@ static void fire_read(ur_channel *uc, weft_buf *b) {
   else
     ul->rc_head = uc;
   ul->rc_tail = uc;
+}
+
+/* One listed channel's turn: its held reads up to the new budget; the
+ * recv goes on once none is held. */
+static int deliver_yielded(ur_channel *uc) {
+  int fired = 0;
+  uc->yielded = false;
+  weft_buf *b;
+  while (uc->reading && !uc->yielded && channel_open(uc) &&
+         (b = take_held(uc)) != NULL) {
+    fire_read(uc, b);
+    fired++;
+  }
+  if (channel_open(uc))
+    recv_continue(uc);
+  return fired;
+}
+
+int weft__uring_recv_yielded(ur_loop *ul) {
+  ul->epoch++;
+  if (ul->yield_head == NULL)
+    return 0;
+  ur_channel *uc = ul->yield_head;
+  ul->yield_head = ul->yield_tail = NULL; /* a turn may list it again */
+  int work = 0;
+  while (uc != NULL) {
+    ur_channel *next = uc->yield_next;
+    weft_channel *ch = uc->ch;
+    work += 1 + deliver_yielded(uc);
+    weft_channel_release(ch);
+    uc = next;
+  }
+  weft__uring_fire_read_completes(ul);
+  return work;
+}
+
+void weft__uring_recv_fini(ur_loop *ul) {
+  while (ul->yield_head != NULL) {
+    ur_channel *uc = ul->yield_head;
+    ul->yield_head = uc->yield_next;
+    uc->yielded = false;
+    weft_channel_release(uc->ch);
+  }
+  ul->yield_tail = NULL;
+}
+
+int weft__uring_recv_cancel(ur_channel *uc) {
+  if (uc->recv_state != UR_RECV_ARMED)
+    return 0;
+  /* Completions already on their way are held (above). */
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(uc->ul);
+  if (sqe == NULL)
+    return WEFT_EIO;
+  io_uring_prep_cancel(sqe, &uc->op_recv, 0);
+  request_misc(uc->ul, sqe);
+  uc->recv_state = UR_RECV_CANCELLING;
+  return 0;
 }
 
 void weft__uring_fire_read_completes(ur_loop *ul) {
@@ -185,6 +308,10 @@ void weft__uring_fire_read_completes(ur_loop *ul) {
 /* The end of a recv (multishot or plain): EOF, error, or re-arm. */
 static void recv_ended(ur_channel *uc, int32_t res) {
   uc->recv_state = UR_RECV_IDLE;
+  if (res == 0 && (uc->held_n > 0 || uc->held_plain != NULL)) {
+    uc->eof_held = true; /* after what is held (recv_continue) */
+    return;
+  }
   if (res == 0) {
     if (channel_open(uc))
       weft_channel_transport_closed(uc->ch, 0, "peer closed");
@@ -214,10 +341,15 @@ void weft__uring_recv_done(ur_channel *uc, int32_t res, uint32_t flags) {
     if (b != NULL) {
       ul->bufs_out++;
       ul->stats.recv_bufs++;
-      if (must_hold(uc))
-        hold(uc, b, bid);
-      else
+      if (!must_hold(uc)) {
         fire_read(uc, b);
+      } else {
+        hold(uc, b, bid);
+        /* A flood holds no more of the ring ("The read budget"); without
+         * an SQE the recv goes on and ENOBUFS ends it. */
+        if (uc->yielded && uc->held_n >= uc->rb.max_messages)
+          (void)weft__uring_recv_cancel(uc);
+      }
     } else {
       if (res > 0 && channel_open(uc))
         weft__uring_channel_failed(uc, "read", WEFT_ENOMEM);

@@ -238,6 +238,11 @@ typedef struct ur_loop {
   ur_channel *lingering; /* closed, zero-copy notifications to come */
   /* channels that got data in this reap: read_complete fires after it */
   ur_channel *rc_head, *rc_tail;
+  /* The read budget (recv.c, "The read budget"): polls so far, the epoch
+   * of every channel's count, and the channels that spent theirs, whose
+   * held reads the next poll delivers first (each holds a reference). */
+  uint32_t epoch;
+  ur_channel *yield_head, *yield_tail;
   /* cached send contexts by class (UR_SEND_SMALL, UR_SEND_FULL) */
   ur_send *send_free[2];
   unsigned send_free_n[2];
@@ -317,7 +322,14 @@ struct ur_channel {
   unsigned held_n;               /* slots held */
   uint16_t held_head, held_tail; /* slot ids, while held_n > 0 */
   weft_buf *held_plain;
-  bool deliver_queued;          /* weft__uring_recv_resume's task is queued */
+  bool deliver_queued; /* weft__uring_recv_resume's task is queued */
+  /* The read budget of this iteration (recv.c): spent in epoch rb_epoch */
+  bool yielded;  /* spent: on the loop's yield list, completions held */
+  bool eof_held; /* the peer's EOF came behind held reads: after them */
+  uint32_t rb_epoch, rb_msgs;
+  size_t rb_bytes;
+  weft_read_budget rb; /* the channel's, read at the epoch's first read */
+  ur_channel *yield_next;
   struct sockaddr_storage peer; /* connect's address */
   socklen_t peer_len;
   ur_channel *rc_next;
@@ -481,6 +493,24 @@ void weft__uring_recv_resume(ur_channel *uc);
 
 /** Releases what `uc` holds unread (the channel is closing). Loop thread. */
 void weft__uring_recv_drop_held(ur_channel *uc);
+
+/**
+ * Cancels `uc`'s multishot recv when it is armed; the completions already
+ * on their way are held (recv.c). Returns 0 or WEFT_EIO (no SQE). Loop
+ * thread.
+ */
+int weft__uring_recv_cancel(ur_channel *uc);
+
+/**
+ * The start of a poll: a new iteration's read budgets, and the channels
+ * that spent theirs in the last one get their held reads first, up to the
+ * new budget each. Returns the reads delivered plus the channels served
+ * (work for the selector). Loop thread.
+ */
+int weft__uring_recv_yielded(ur_loop *ul);
+
+/** Drops the yield list's references (loop stop). Loop thread. */
+void weft__uring_recv_fini(ur_loop *ul);
 
 /* ---- sending (send.c) ---- */
 
