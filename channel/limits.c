@@ -92,11 +92,15 @@ void weft__limits_writability(weft_channel *ch, bool writable) {
 static void output_limit_task(void *arg) {
   weft_channel *ch = arg;
   if (ch->state == WEFT_CHANNEL_ACTIVE) {
-    char reason[128];
-    snprintf(reason, sizeof reason,
-             "output limit of %zu bytes exceeded: %zu bytes queued and "
-             "unsent",
-             ch->limits.output_limit, ch->out.pending_bytes);
+    char reason[160];
+    int n = snprintf(reason, sizeof reason,
+                     "output limit of %zu bytes exceeded: %zu bytes queued "
+                     "and unsent",
+                     ch->limits.output_limit, ch->out.pending_bytes);
+    if (ch->out.pinned_bytes > 0 && n > 0 && (size_t)n < sizeof reason)
+      snprintf(reason + n, sizeof reason - (size_t)n,
+               " (%zu of them sent, pinned by the transport)",
+               ch->out.pinned_bytes);
     weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ENOBUFS, reason);
     if (ch->state == WEFT_CHANNEL_ACTIVE) { /* a handler kept it open */
       weft_log(WEFT_LOG_WARN, "channel %" PRIu64 ": %s; closing", ch->id,

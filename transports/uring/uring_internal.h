@@ -281,8 +281,9 @@ static inline int ur_send_cap(int cls) {
 typedef struct ur_send {
   ur_op op; /* UR_OP_SEND or UR_OP_SEND_ZC */
   weft_channel *ch;
-  int n;   /* entries of iov and bufs in use */
-  int cls; /* UR_SEND_SMALL or UR_SEND_FULL: ur_send_cap entries */
+  int n;         /* entries of iov and bufs in use */
+  int cls;       /* UR_SEND_SMALL or UR_SEND_FULL: ur_send_cap entries */
+  size_t pinned; /* bytes sent that wait for the notification (zero copy) */
   struct msghdr msg;
   struct iovec *iov; /* ur_send_cap(cls), in the same allocation */
   weft_buf **bufs;   /* ur_send_cap(cls), in the same allocation */
