@@ -9,124 +9,51 @@
  * reply and one read per connection; without it, at most the output limit.
  * Either way the memory goes back once the client is gone. */
 #include "harness.h"
+#include "server_proc.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define MIB (1024L * 1024L)
 #define VALUE (8 * 1024) /* bytes of the value every GET asks for */
 #define GETS 300000      /* the flood: 2.4 GB of replies */
 
-typedef struct server {
-  pid_t pid;
-  int port;
-} server;
-
-/* Under ASan the server's freed blocks would sit in ASan's quarantine
- * (256 MiB by default) instead of going back to the allocator, and RSS would
- * measure the quarantine, not weft. A quarantine of 0 keeps ASan's checks
- * of everything but use-after-free of long-freed memory; the variable is
- * ignored by builds without ASan. */
-static void asan_frees_at_once(void) {
-  const char *was = getenv("ASAN_OPTIONS");
-  char opts[512];
-  snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0",
-           was != NULL ? was : "", was != NULL && was[0] ? ":" : "");
-  setenv("ASAN_OPTIONS", opts, 1);
-}
-
-/* Starts weft-kv-server with RESP on a free port and `extra` -o flags;
- * reads the port from its "resp on" line. */
-static server server_start(const char *extra) {
+/* Starts weft-kv-server with RESP on a free port and `extra` -o flags
+ * (three at most). */
+static sp_server server_start(const char *extra) {
   const char *path = getenv("WEFT_KV_SERVER");
   ck_assert_msg(path != NULL, "WEFT_KV_SERVER is not set");
-  int out[2];
-  ck_assert_int_eq(pipe(out), 0);
-  server s = {.pid = fork()};
-  ck_assert_int_ge(s.pid, 0);
-  if (s.pid == 0) {
-    dup2(out[1], STDERR_FILENO);
-    close(out[0]);
-    asan_frees_at_once();
-    char transport[64];
-    snprintf(transport, sizeof transport, "transport.name=%s",
-             th_transport_name());
-    const char *argv[17] = {path,
-                            "-o",
-                            "loop.loops=1",
-                            "-o",
-                            transport,
-                            "-o",
-                            "kv.rpc_listen=",
-                            "-o",
-                            "kv.resp_listen=127.0.0.1:0"};
-    int n = 9;
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", extra);
-    for (char *tok = strtok(copy, " "); tok != NULL && n < 15;
-         tok = strtok(NULL, " ")) {
-      argv[n++] = "-o";
-      argv[n++] = tok;
-    }
-    argv[n] = NULL;
-    execv(path, (char *const *)argv);
-    _exit(127);
+  char transport[64];
+  snprintf(transport, sizeof transport, "transport.name=%s",
+           th_transport_name());
+  const char *argv[17] = {path,
+                          "-o",
+                          "loop.loops=1",
+                          "-o",
+                          transport,
+                          "-o",
+                          "kv.rpc_listen=",
+                          "-o",
+                          "kv.resp_listen=127.0.0.1:0"};
+  int n = 9;
+  char copy[256];
+  snprintf(copy, sizeof copy, "%s", extra);
+  for (char *tok = strtok(copy, " "); tok != NULL && n < 15;
+       tok = strtok(NULL, " ")) {
+    argv[n++] = "-o";
+    argv[n++] = tok;
   }
-  close(out[1]);
-  FILE *f = fdopen(out[0], "r");
-  char line[512];
-  while (s.port == 0 && fgets(line, sizeof line, f) != NULL) {
-    const char *at = strstr(line, "resp on ");
-    const char *colon = at != NULL ? strrchr(at, ':') : NULL;
-    if (colon != NULL)
-      s.port = atoi(colon + 1);
-  }
-  ck_assert_msg(s.port > 0, "weft-kv-server printed no RESP address");
-  return s; /* the pipe stays open: the server may go on logging */
-}
-
-static void server_stop(server *s) {
-  kill(s->pid, SIGTERM);
-  int status = 0;
-  ck_assert_int_eq(waitpid(s->pid, &status, 0), s->pid);
-  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "weft-kv-server ended with status 0x%x", status);
-}
-
-/* Resident memory of `pid` in bytes (VmRSS). */
-static long rss_of(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  long kib = -1;
-  while (fgets(line, sizeof line, f) != NULL)
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-      break;
-  fclose(f);
-  return kib * 1024;
-}
-
-static int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  return fd;
+  argv[n] = NULL;
+  return sp_start(argv, "resp on ");
 }
 
 /* SET big <8 KiB>, read its +OK. */
 static void set_value(int port) {
-  int fd = connect_to(port);
+  int fd = sp_connect(port);
   static char cmd[VALUE + 64];
   int n = snprintf(cmd, sizeof cmd, "*3\r\n$3\r\nSET\r\n$3\r\nbig\r\n$%d\r\n",
                    VALUE);
@@ -143,7 +70,7 @@ static void set_value(int port) {
  * the server's receive buffers and pools warm, as they are on a server in
  * use. A round's replies must fit the server's output limit. */
 static void warm_up(int port, int depth) {
-  int fd = connect_to(port);
+  int fd = sp_connect(port);
   static const char get[] = "*2\r\n$3\r\nGET\r\n$3\r\nbig\r\n";
   static char batch[sizeof get * 100];
   for (int i = 0; i < depth; i++)
@@ -176,8 +103,8 @@ static const char *get_batch(size_t *len) {
 /* Sends GETS pipelined GETs of the value and never reads; returns the
  * highest RSS seen meanwhile (sampled every 10 ms while sending and for a
  * second after). The socket is left open for the caller to close. */
-static long flood(const server *s, int *fd_out) {
-  int fd = connect_to(s->port);
+static long flood(const sp_server *s, int *fd_out) {
+  int fd = sp_connect(s->port);
   struct timeval tv = {.tv_sec = 1};
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   size_t len;
@@ -190,13 +117,13 @@ static long flood(const server *s, int *fd_out) {
     if (send(fd, batch, len, 0) < 0)
       break;
     if (th_now_ms() - last >= 10) {
-      long r = rss_of(s->pid);
+      long r = sp_rss(s->pid);
       peak = r > peak ? r : peak;
       last = th_now_ms();
     }
   }
   for (int i = 0; i < 100; i++) {
-    long r = rss_of(s->pid);
+    long r = sp_rss(s->pid);
     peak = r > peak ? r : peak;
     th_sleep_ms(10);
   }
@@ -207,21 +134,21 @@ static long flood(const server *s, int *fd_out) {
 /* RSS within `ms`, polled: the first value at or below `bound`, else the
  * last one seen. */
 static long rss_settles(pid_t pid, long bound, int ms) {
-  long r = rss_of(pid);
+  long r = sp_rss(pid);
   uint64_t end = th_now_ms() + (uint64_t)ms;
   while (r > bound && th_now_ms() < end) {
     th_sleep_ms(50);
-    r = rss_of(pid);
+    r = sp_rss(pid);
   }
   return r;
 }
 
 static void run(const char *extra, long bound_above_base) {
-  server s = server_start(extra);
+  sp_server s = server_start(extra);
   set_value(s.port);
   warm_up(s.port, 100);
   th_sleep_ms(200);
-  long base = rss_of(s.pid);
+  long base = sp_rss(s.pid);
   int fd;
   long peak = flood(&s, &fd);
   fprintf(stderr, "%s (%s): base %ld KiB, peak %ld KiB (+%ld KiB)\n",
@@ -235,7 +162,7 @@ static void run(const char *extra, long bound_above_base) {
   ck_assert_msg(after <= base + 8 * MIB,
                 "RSS %ld KiB 5 s after the client left (base %ld KiB)",
                 after / 1024, base / 1024);
-  server_stop(&s);
+  sp_stop(&s);
 }
 
 /* Flow control (the default): the server stops reading the client's GETs
@@ -270,34 +197,32 @@ static void flood_until_blocked(int fd) {
  * paused connection's unread requests stay out of the server's memory
  * (over tcp in the kernel's socket buffer, over uring in the loop's
  * provided buffers, which all its connections share), so together they
- * cost about what one does, not one's cost each. Zero-copy sends are off:
- * a send the kernel holds pins its replies in the server's memory, up to
- * the socket's send buffer per connection, where a copying send holds
- * them in the kernel's (docs/transports/uring.md); this test is about the
- * requests. Over uring, before the held reads (transports/uring/recv.c),
- * each connection drained its socket into the decoder's cumulation: about
- * 10 MiB each, 80 here. The second round gives uring a ring of one slot,
- * so that most reads are single recvs into pool buffers and a pause finds
- * one in flight (held too): it runs that path, under ASan as well, though
- * its bound would not catch a plain buffer fired instead of held (that
- * cost about 5 MiB here, a 16 KiB read per resume). */
+ * cost about what one does, not one's cost each. Zero-copy sends are off
+ * in this test, which is about the requests (the next one is about the
+ * replies zero-copy sends pin). Over uring, before the held reads
+ * (transports/uring/recv.c), each connection drained its socket into the
+ * decoder's cumulation: about 10 MiB each, 80 here. The second round gives
+ * uring a ring of one slot, so that most reads are single recvs into pool
+ * buffers and a pause finds one in flight (held too): it runs that path, under
+ * ASan as well, though its bound would not catch a plain buffer fired instead
+ * of held (that cost about 5 MiB here, a 16 KiB read per resume). */
 static void never_reading_clients(const char *extra, int clients, long bound) {
   enum { MAX_CLIENTS = 64 };
   ck_assert_int_le(clients, MAX_CLIENTS);
-  server s = server_start(extra);
+  sp_server s = server_start(extra);
   set_value(s.port);
   /* 64 KiB of replies a round: two rounds fit a 256 KiB output limit,
    * as a round's zero-copy sends stay pinned until the client's ACKs. */
   warm_up(s.port, 8);
   th_sleep_ms(200);
-  long base = rss_of(s.pid);
+  long base = sp_rss(s.pid);
   int fds[MAX_CLIENTS];
   for (int i = 0; i < clients; i++) {
-    fds[i] = connect_to(s.port);
+    fds[i] = sp_connect(s.port);
     flood_until_blocked(fds[i]);
   }
   th_sleep_ms(500);
-  long now = rss_of(s.pid);
+  long now = sp_rss(s.pid);
   fprintf(stderr, "%s (%s), %d clients: base %ld KiB, now %ld KiB (+%ld KiB)\n",
           th_transport_name(), extra, clients, base / 1024, now / 1024,
           (now - base) / 1024);
@@ -307,7 +232,7 @@ static void never_reading_clients(const char *extra, int clients, long bound) {
                 (now - base) / 1024, clients, bound / 1024);
   for (int i = 0; i < clients; i++)
     close(fds[i]);
-  server_stop(&s);
+  sp_stop(&s);
 }
 
 START_TEST(kv_hostile_never_reading_clients_bounded_together) {
