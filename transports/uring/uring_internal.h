@@ -181,6 +181,14 @@ int weft__uring_ring_create(struct io_uring *ring, unsigned entries,
                             unsigned cq, unsigned *flags_out);
 
 /**
+ * Ends `ring` (io_uring_queue_exit), telling ThreadSanitizer builds that
+ * this thread's accesses to its memory come before any later ring's mapped
+ * at the same address (liburing maps rings with raw system calls, which
+ * TSan does not see). The thread that used the ring.
+ */
+void weft__uring_ring_exit(struct io_uring *ring);
+
+/**
  * Registers a provided buffer ring of `entries` slots as group `bgid` of
  * `ring` (liburing 2.4's io_uring_setup_buf_ring); `*out` is freed by the
  * caller after unregistering. Returns 0, WEFT_ENOMEM or the kernel's
