@@ -20,6 +20,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       strace
       # system calls and CPU time counted by scripts/bench-kv-counts.sh
       linux-perf
+      # the busy machine of scripts/test-under-load.sh
+      stress-ng
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers)
