@@ -78,12 +78,17 @@ server_start() {
     -o kv.rpc_listen="$rpc" -o transport.name="$transport" \
     -o kv.resp_listen="$resp" "$@") 2>"$out/$name.log" &
   pid=$!
-  for _ in $(seq 50); do
+  for _ in $(seq 600); do # up to 60 s: a loaded machine starts it slowly
     port=$(sed -n "s/.*$proto on .*:\\([0-9]*\\)\$/\\1/p" "$out/$name.log")
     [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
-  [ -n "$port" ] || { cat "$out/$name.log" >&2; exit 1; }
+  [ -n "$port" ] || {
+    echo "weft: $bin did not start:" >&2
+    cat "$out/$name.log" >&2
+    exit 1
+  }
 }
 
 rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
