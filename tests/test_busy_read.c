@@ -186,10 +186,11 @@ static void make_busy(bwatch *b) {
  * loaded machine (ctest -j, TSan) a loop thread can stay off the CPU for
  * longer than a wall-clock window, which then held no spin at all and read
  * as "no busy reads" (a CI failure). A busy-reading loop busy-reads in 7
- * spins of 8 (1 of 2 while flooded); a window the loop does not complete in
- * 40 s fails the test (10 s was not enough under TSan beside stress-ng
- * --cpu 2 on a loaded machine). */
-#define BUSY_READ_TEST_SPINS 10000
+ * spins of 8 (1 of 2 while flooded), so 2000 spins (250 epoll rounds of
+ * WEFT_BUSY_READ_EPOLL_EVERY) tell one from the other; a window the loop
+ * does not complete in 40 s fails the test. (10000 spins in 10 s were not
+ * enough under TSan beside stress-ng --cpu 2 on a loaded machine.) */
+#define BUSY_READ_TEST_SPINS 2000
 static bool busy_reads_go_on(weft_loop *loop) {
   weft_loop_stats before = stats_of(loop);
   ck_assert_msg(WAIT_UNTIL(stats_of(loop).iterations - before.iterations >=
