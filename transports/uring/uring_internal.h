@@ -38,7 +38,9 @@
  * none). The buffers are retained while the kernel may read them: a close
  * fails the outbound queue at once, but the memory lives until the CQE. Sends
  * of at least send_zc_min bytes ([transport.uring]) use SENDMSG_ZC; their
- * buffers are held until the notification CQE. When a notification reports that
+ * buffers are held until the notification CQE, and their bytes count as
+ * pinned (weft_outbound_pinned) until then, against the channel's
+ * watermarks and output limit. When a notification reports that
  * the kernel copied anyway (loopback, or a device without scatter-gather), the
  * channel stops using zero copy: the copy plus the notification cost more.
  *
