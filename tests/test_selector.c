@@ -79,10 +79,12 @@ static uint64_t loop_sleeps(weft_loop *loop) {
 
 /* Waits until `loop` sleeps, however long the machine's load makes that:
  * `sleeping` is set right before the loop's last re-check and its
- * epoll_wait, so an event from now on wakes it. For a loop with nothing
- * else to do (no task, no timer), which would otherwise stay asleep. */
-static void wait_asleep(weft_loop *loop) {
-  WAIT_FOR(atomic_load(&loop->sleeping));
+ * epoll_wait, and the sleep is counted after the re-check, so once both
+ * show (more sleeps than `since`) an event wakes it. For a loop with
+ * nothing else to do (no task, no timer), which would otherwise stay
+ * asleep. */
+static void wait_asleep(weft_loop *loop, uint64_t since) {
+  WAIT_FOR(atomic_load(&loop->sleeping) && loop_sleeps(loop) > since);
 }
 
 /* ---- Test sources -------------------------------------------------------- */
@@ -352,9 +354,9 @@ START_TEST(selector_event_after_window_one_sleep) {
   run_on(loop, add_and_note, &w);
   weft_loop_stats before;
   weft_loop_stats_get(loop, &before);
-  /* 50 ms is 2500 windows: the loop is asleep when the event comes, and
-   * nothing else (no timer, no task) can wake it in between. */
-  usleep(50 * 1000);
+  /* Asleep when the event comes (waited for, not assumed after 50 ms),
+   * and nothing else (no timer, no task) can wake it in between. */
+  wait_asleep(loop, w.sleeps);
   kick(t.src.fd);
   WAIT_FOR(atomic_load(&t.handled) == 1);
   ck_assert_uint_eq(atomic_load(&t.sleeps_at_handled), w.sleeps + 1);
@@ -535,8 +537,9 @@ START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
   int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   ck_assert_int_ge(fd, 0);
   tsrc_init(&t, loop, &timerfd_ops, fd);
-  run_on(loop, add_task, &t);
-  wait_asleep(loop);
+  struct window w = {&t, 0};
+  run_on(loop, add_and_note, &w);
+  wait_asleep(loop, w.sleeps);
   struct itimerspec its = {.it_value = {0, 1000 * 1000}};
   ck_assert_int_eq(timerfd_settime(fd, 0, &its, NULL), 0);
   WAIT_FOR(atomic_load(&t.handled) == 1);
@@ -1113,7 +1116,7 @@ START_TEST(selector_window_starts_after_wakeup_work) {
   for (int i = 0; i < 5 && !spun; i++) {
     /* Asleep: the kick wakes it. (Waiting for the next sleep instead
      * hung when the loop had gone to sleep before the test looked.) */
-    wait_asleep(loop);
+    wait_asleep(loop, 0);
     int calls = atomic_load(&t.calls);
     atomic_store(&t.work_ms, 30);
     kick(t.w.fd);
