@@ -158,9 +158,11 @@ static void run(const char *extra, long bound_above_base) {
                 "RSS grew by %ld KiB under the flood (bound %ld KiB)",
                 (peak - base) / 1024, bound_above_base / 1024);
   close(fd);
-  long after = rss_settles(s.pid, base + 8 * MIB, 5000);
+  /* Polled up to 30 s: done as soon as it is back. 5 s ran out under ASan
+   * beside stress-ng --cpu 2 on a loaded machine. */
+  long after = rss_settles(s.pid, base + 8 * MIB, 30000);
   ck_assert_msg(after <= base + 8 * MIB,
-                "RSS %ld KiB 5 s after the client left (base %ld KiB)",
+                "RSS %ld KiB 30 s after the client left (base %ld KiB)",
                 after / 1024, base / 1024);
   sp_stop(&s);
 }
