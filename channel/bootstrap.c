@@ -240,9 +240,12 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
                        .count = count,
                        .id = server_id_new()};
   /* A server's channels stop reading while their replies cannot leave,
-   * unless the application said otherwise. */
+   * and are closed past the output limit, unless the application said
+   * otherwise (docs/architecture.md, "Safe by default"). */
   if (srv->child_options.flow_control < 0)
     srv->child_options.flow_control = 1;
+  if (srv->child_options.output_limit < 0)
+    srv->child_options.output_limit = WEFT_SERVER_OUTPUT_LIMIT;
   rc = listeners_start(srv, ops, b->listen);
   if (rc < 0)
     goto failed_resolve;

@@ -47,7 +47,9 @@ typedef struct weft__outbound {
   weft__outbound_entry *ring;
   size_t mask; /* capacity - 1 (capacity is a power of two) */
   size_t head, flushed, tail;
-  size_t pending_bytes; /* readable bytes in all entries */
+  size_t pending_bytes; /* readable bytes in all entries, plus pinned */
+  size_t pinned_bytes;  /* sent, but the transport still holds their
+                           memory (weft_outbound_pinned) */
   size_t low, high;     /* write watermarks in bytes */
   bool writable;
   /* The append window: the free bytes of the queue's own buffer

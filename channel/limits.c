@@ -114,11 +114,15 @@ int weft_channel_yield_read(weft_channel *ch) {
 static void output_limit_task(void *arg) {
   weft_channel *ch = arg;
   if (ch->state == WEFT_CHANNEL_ACTIVE) {
-    char reason[128];
-    snprintf(reason, sizeof reason,
-             "output limit of %zu bytes exceeded: %zu bytes queued and "
-             "unsent",
-             ch->limits.output_limit, ch->limits.output_hit_bytes);
+    char reason[160];
+    int n = snprintf(reason, sizeof reason,
+                     "output limit of %zu bytes exceeded: %zu bytes queued "
+                     "and unsent",
+                     ch->limits.output_limit, ch->limits.output_hit_bytes);
+    if (ch->out.pinned_bytes > 0 && n > 0 && (size_t)n < sizeof reason)
+      snprintf(reason + n, sizeof reason - (size_t)n,
+               " (%zu of them sent, pinned by the transport)",
+               ch->out.pinned_bytes);
     weft_pipeline_fire_exception_caught(&ch->pipeline, WEFT_ENOBUFS, reason);
     if (ch->state == WEFT_CHANNEL_ACTIVE) { /* a handler kept it open */
       weft_channel_log(ch, WEFT_LOG_WARN, "%s; closing", reason);

@@ -2,6 +2,7 @@
 /* The outbound queue of a channel (Netty's ChannelOutboundBuffer): written
  * buffers with their promises, the flushed mark, pending bytes and the
  * write watermarks. Transports read it through weft_outbound_*. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,25 @@ void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
     complete_head(ch, 0);
   }
   weft__outbound_update_writability(ch);
+}
+
+/* Pinned bytes stay in pending_bytes, so the watermarks and the output
+ * limit see them as they see queued ones: a peer that never reads keeps a
+ * zero-copy send's buffers pinned exactly as it keeps queued buffers. */
+void weft_outbound_pinned(weft_channel *ch, size_t bytes) {
+  weft__outbound *o = &ch->out;
+  o->pinned_bytes += bytes;
+  o->pending_bytes += bytes;
+  weft__limits_queued(ch); /* writability: the consumed that follows */
+}
+
+void weft_outbound_unpinned(weft_channel *ch, size_t bytes) {
+  weft__outbound *o = &ch->out;
+  assert(bytes <= o->pinned_bytes); /* the transport pinned them first */
+  o->pinned_bytes -= bytes;
+  o->pending_bytes -= bytes;
+  if (ch->state == WEFT_CHANNEL_ACTIVE) /* closing: no more events */
+    weft__outbound_update_writability(ch);
 }
 
 void weft__outbound_fail_all(weft_channel *ch, int err) {

@@ -539,6 +539,7 @@ void weft_config_init(weft_config *cfg) {
   snprintf(cfg->listen, sizeof cfg->listen, "0.0.0.0:7000");
   cfg->backlog = 511;
   cfg->flow_control = 1;
+  cfg->output_limit = WEFT_SERVER_OUTPUT_LIMIT;
   snprintf(cfg->connect, sizeof cfg->connect, "127.0.0.1:7000");
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# weft-kv-server's resident memory under a client that never reads, before
-# the channel defences (flow control, output limit) and now: the client
+# weft-kv-server's resident memory under clients that never read.
+#
+# Default mode: one client, before the channel defences (flow control,
+# output limit) and now: the client
 # SETs an 8 KiB value, then sends up to 300 000 pipelined GETs of it
 # without reading a byte, keeps the connection open until SECONDS, then
 # closes; /proc/PID/status VmRSS is sampled every 0.5 s, and 5 s more after
@@ -16,22 +18,126 @@
 #        [TRANSPORTS]
 #        (default build/release, d1b5206: ed2bcb0's parent, the last commit
 #        without channel/limits.c; 20 s; "tcp uring")
+#
+# --clients N: what each such client costs the current server, per
+# transport, with everything at its defaults (flow control, the output
+# limit, uring's zero-copy sends from 64 KiB): 1, then N clients of
+# scripts/never_read_client.c (a weft client, so ucx:// too; built here
+# against BUILD_DIR's libweft), each SETting the value and pipelining GETs
+# it never reads while its own queue is writable, for SECONDS. Prints the
+# server's RSS before, its peak (0.1 s samples) and the growth per client.
+# verbs needs RDMA hardware or the Soft-RoCE VM (scripts/test-verbs-vm.sh),
+# which this script does not start. KV_SERVER=PATH measures that server
+# binary instead (another commit's), with the same client.
+# Usage: [KV_SERVER=PATH] scripts/bench-never-read.sh --clients N
+#        [BUILD_DIR] [SECONDS] [TRANSPORTS]
+#        (default build/release, 10 s, "tcp uring ucx")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
+clients=
+if [ "${1:-}" = --clients ]; then
+  clients=$2
+  shift 2
+fi
 build=${1:-build/release}
-before=$(git rev-parse --short "${2:-d1b5206}")
-seconds=${3:-20}
-transports=${4:-tcp uring}
+if [ -n "$clients" ]; then
+  seconds=${2:-10}
+  transports=${3:-tcp uring ucx}
+else
+  before=$(git rev-parse --short "${2:-d1b5206}")
+  seconds=${3:-20}
+  transports=${4:-tcp uring}
+fi
 need python3 python3
 need cmake cmake
-release() { # SRC DIR: a Release build of the KV server in DIR
-  if [ ! -x "$2/samples/kv/weft-kv-server" ]; then
-    quiet_run "configuring $2" cmake -S "$1" -B "$2" -DCMAKE_BUILD_TYPE=Release \
-      -DWEFT_BUILD_TESTS=OFF
-    quiet_build "$2" --target weft-kv-server
+need cc build-essential
+release() { # SRC DIR [TARGETS]: a Release build of the KV server in DIR
+  if [ ! -x "$2/samples/kv/weft-kv-server" ] ||
+    { [ -n "${3:-}" ] && [ ! -e "$2/libweft.so" ]; }; then
+    [ -f "$2/CMakeCache.txt" ] ||
+      quiet_run "configuring $2" cmake -S "$1" -B "$2" \
+        -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF -DWEFT_WITH_UCX=ON \
+        -DWEFT_WITH_URING=ON
+    quiet_build "$2" --target weft-kv-server ${3:-}
   fi
 }
+out=$(mktemp -d)
+pid=
+trap 'kill "$pid" 2>/dev/null || true; rm -rf "$out"' EXIT
+
+# NAME TRANSPORT BINARY [-o ...]: starts a server (pid, port), its log in
+# $out/NAME.log. RESP, or the binary protocol when $proto is rpc (ucx:
+# RESP needs TCP on the wire).
+proto=resp
+server_start() {
+  local name=$1 transport=$2 bin=$3 rpc= resp=127.0.0.1:0
+  shift 3
+  [ "$proto" = rpc ] && rpc=127.0.0.1:0 resp=
+  port=
+  (ulimit -v $((8 << 20)) && exec "$bin" -o loop.loops=1 \
+    -o kv.rpc_listen="$rpc" -o transport.name="$transport" \
+    -o kv.resp_listen="$resp" "$@") 2>"$out/$name.log" &
+  pid=$!
+  for _ in $(seq 600); do # up to 60 s: a loaded machine starts it slowly
+    port=$(sed -n "s/.*$proto on .*:\\([0-9]*\\)\$/\\1/p" "$out/$name.log")
+    [ -n "$port" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -n "$port" ] || {
+    echo "weft: $bin did not start:" >&2
+    cat "$out/$name.log" >&2
+    exit 1
+  }
+}
+
+rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; }
+
+# TRANSPORT N: N never-reading clients against a fresh server; one table
+# row.
+clients_run() {
+  local t=$1 n=$2 base peak r end client flag=
+  proto=resp
+  [ "$t" = ucx ] && proto=rpc flag=--rpc
+  server_start "clients-$t-$n" "$t" "${KV_SERVER:-$build/samples/kv/weft-kv-server}"
+  sleep 0.5
+  base=$(rss_kib "$pid")
+  step "$t: $n never-reading clients for $seconds s"
+  "$out/never-read-client" $flag "$t://127.0.0.1:$port" "$n" "$seconds" \
+    >"$out/client.out" 2>"$out/client.err" &
+  client=$!
+  peak=$base
+  end=$((SECONDS + seconds + 30))
+  while kill -0 "$client" 2>/dev/null && [ $SECONDS -lt $end ]; do
+    r=$(rss_kib "$pid")
+    [ "$r" -gt "$peak" ] && peak=$r
+    sleep 0.1
+  done
+  wait "$client" || { cat "$out/client.err" >&2; exit 1; }
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  awk -v t="$t" -v n="$n" -v b="$base" -v p="$peak" 'BEGIN {
+    printf "| %s | %d | %.1f | %.1f | %.2f |\n", t, n, b / 1024, p / 1024,
+      (p - b) / 1024 / n }' >>"$out/table"
+}
+
+if [ -n "$clients" ]; then
+  release . "$build" weft_shared
+  cc -O2 -Iinclude -I"$build/include" -o "$out/never-read-client" \
+    scripts/never_read_client.c -L"$build" -lweft -Wl,-rpath,"$PWD/$build"
+  for t in $transports; do
+    clients_run "$t" 1
+    clients_run "$t" "$clients"
+  done
+  echo "server: ${KV_SERVER:-$(git rev-parse --short HEAD) ($build)}; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
+  echo "| transport | clients | RSS before MiB | peak MiB | growth per client MiB |"
+  echo "|---|---:|---:|---:|---:|"
+  cat "$out/table"
+  exit 0
+fi
+
 release . "$build"
 old=${TMPDIR:-/tmp}/weft-before-$before
 if [ ! -d "$old/src" ]; then
@@ -39,24 +145,12 @@ if [ ! -d "$old/src" ]; then
   git archive "$before" | tar -x -C "$old/src"
 fi
 release "$old/src" "$old/build"
-out=$(mktemp -d)
-trap 'kill "$pid" 2>/dev/null || true; rm -rf "$out"' EXIT
-pid=
 
 # NAME TRANSPORT BINARY [-o ...]: one run, samples into $out/NAME.csv.
 run() {
-  local name=$1 transport=$2 bin=$3 port=
+  local name=$1 transport=$2 bin=$3
+  server_start "$@"
   shift 3
-  (ulimit -v $((8 << 20)) && exec "$bin" -o loop.loops=1 -o kv.rpc_listen= \
-    -o transport.name="$transport" -o kv.resp_listen=127.0.0.1:0 "$@") \
-    2>"$out/$name.log" &
-  pid=$!
-  for _ in $(seq 50); do
-    port=$(sed -n 's/.*resp on .*:\([0-9]*\)$/\1/p' "$out/$name.log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { cat "$out/$name.log" >&2; exit 1; }
   step "$name ($bin $*): never-reading client for $seconds s"
   python3 - "$pid" "$port" "$seconds" "$out/$name.csv" <<'PY'
 import os, select, signal, socket, sys, time

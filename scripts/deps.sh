@@ -24,6 +24,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       # the API reference (docs/api/), the man pages (cmake/help2man.sh)
       # and the install check's `man` (tests/consumer/check.sh)
       doxygen help2man man-db
+      # the busy machine of scripts/test-under-load.sh
+      stress-ng
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers)

@@ -249,6 +249,17 @@ int th_bind_loopback(uint16_t *port) {
   return fd;
 }
 
+int th_connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ck_assert_msg(fd >= 0, "socket: %s", strerror(errno));
+  struct sockaddr_in sin = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  ck_assert_msg(connect(fd, (struct sockaddr *)&sin, sizeof sin) == 0,
+                "connect to 127.0.0.1:%d: %s", port, strerror(errno));
+  return fd;
+}
+
 /* ---- what /proc says ---- */
 
 long th_proc_kib(const char *path, const char *key) {
@@ -335,3 +346,5 @@ void th_echo_exception(weft_ctx *ctx, int err, const char *reason) {
   fprintf(stderr, "server: %s: %s\n", weft_err_name(err), reason);
   weft_ctx_close(ctx, WEFT_PROMISE_NONE);
 }
+
+long th_rss_bytes(pid_t pid) { return th_status_kib(pid, "VmRSS:") * 1024; }

@@ -99,6 +99,10 @@ void th_write_all(int fd, const void *p, size_t n);
  */
 int th_bind_loopback(uint16_t *port);
 
+/** A blocking TCP connection to 127.0.0.1:`port`. Fails the test on error;
+ * the caller closes the socket. */
+int th_connect_loopback(int port);
+
 /* ---- what /proc says ----
  * Readers of a process's memory and CPU time for the scale tests, which
  * measure a server from outside (in a child process). Each returns -1
@@ -115,6 +119,9 @@ long th_proc_kib(const char *path, const char *key);
 /** th_proc_kib of /proc/<pid>/status: `key` ("VmRSS:") of process `pid`,
  *  in KiB. */
 long th_status_kib(pid_t pid, const char *key);
+
+/** The resident memory of process `pid` in bytes (VmRSS). */
+long th_rss_bytes(pid_t pid);
 
 /** th_proc_kib of /proc/meminfo: `key` ("Slab:") of the whole host, in
  *  KiB. */

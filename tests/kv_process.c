@@ -111,19 +111,6 @@ void kv_process_stop(kv_process *p) {
   unlink(p->log);
 }
 
-long kv_process_rss(pid_t pid) {
-  char path[64], line[256];
-  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-  FILE *f = fopen(path, "r");
-  ck_assert_ptr_nonnull(f);
-  long kib = -1;
-  while (fgets(line, sizeof line, f) != NULL)
-    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-      break;
-  fclose(f);
-  return kib * 1024;
-}
-
 int kv_process_log_count(const kv_process *p, const char *text) {
   FILE *f = fopen(p->log, "r");
   ck_assert_ptr_nonnull(f);
@@ -133,13 +120,4 @@ int kv_process_log_count(const kv_process *p, const char *text) {
     n += strstr(line, text) != NULL;
   fclose(f);
   return n;
-}
-
-int kv_process_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  return fd;
 }

@@ -28,13 +28,7 @@ kv_process kv_process_start(const char *extra);
 /** SIGTERM, and checks it ended with status 0; removes the log file. */
 void kv_process_stop(kv_process *p);
 
-/** Resident memory of `pid` in bytes (VmRSS). */
-long kv_process_rss(pid_t pid);
-
 /** Lines of the server's log so far that contain `text`. */
 int kv_process_log_count(const kv_process *p, const char *text);
-
-/** A connected TCP socket to 127.0.0.1:`port`. */
-int kv_process_connect(int port);
 
 #endif

@@ -187,13 +187,17 @@ static void make_busy(bwatch *b) {
  * loaded machine (ctest -j, TSan) a loop thread can stay off the CPU for
  * longer than a wall-clock window, which then held no spin at all and read
  * as "no busy reads" (a CI failure). A busy-reading loop busy-reads in 7
- * spins of 8 (1 of 2 while flooded); a window the loop does not complete in
- * 10 s fails the test. */
-#define BUSY_READ_TEST_SPINS 10000
+ * spins of 8 (1 of 2 while flooded), so 2000 spins (250 epoll rounds of
+ * WEFT_BUSY_READ_EPOLL_EVERY) tell one from the other; a window the loop
+ * does not complete in 40 s fails the test. (10000 spins in 10 s were not
+ * enough under TSan beside stress-ng --cpu 2 on a loaded machine.) */
+#define BUSY_READ_TEST_SPINS 2000
 static bool busy_reads_go_on(weft_loop *loop) {
   weft_loop_stats before = stats_of(loop);
-  WAIT_FOR(stats_of(loop).iterations - before.iterations >=
-           BUSY_READ_TEST_SPINS);
+  ck_assert_msg(WAIT_UNTIL(stats_of(loop).iterations - before.iterations >=
+                               BUSY_READ_TEST_SPINS,
+                           40000),
+                "the loop did not spin %d times in 40 s", BUSY_READ_TEST_SPINS);
   return stats_of(loop).busy_reads > before.busy_reads;
 }
 
@@ -535,7 +539,9 @@ START_TEST(busy_read_of_a_flooded_tcp_channel_asks_epoll_next) {
   ck_assert_int_eq(pthread_create(&f.th, NULL, flood_main, &f), 0);
   th_sleep_ms(50);
   weft_loop_stats a = stats_of(loop);
-  th_sleep_ms(200);
+  /* 20 hits, however long the machine's load makes them take (200 ms
+   * held none under TSan beside stress-ng --cpu 2). */
+  WAIT_FOR(stats_of(loop).busy_read_hits - a.busy_read_hits >= 20);
   weft_loop_stats b = stats_of(loop);
   atomic_store(&f.stop, true);
   pthread_join(f.th, NULL);

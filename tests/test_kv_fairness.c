@@ -38,7 +38,7 @@
 /* A connection whose reads give up after 120 s: a stuck server fails the
  * test, not hangs it. */
 static int connect_to(int port) {
-  int fd = kv_process_connect(port);
+  int fd = th_connect_loopback(port);
   struct timeval tv = {.tv_sec = 120};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return fd;

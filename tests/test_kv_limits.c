@@ -82,7 +82,7 @@ static void send_some(int fd, const void *p, size_t len) {
 
 /* INFO's integer field `name`, asked on a new connection. */
 static long info_field(int port, const char *name) {
-  int fd = kv_process_connect(port);
+  int fd = th_connect_loopback(port);
   th_write_all(fd, "INFO memory\r\n", 13);
   static char buf[8192];
   long v = -1;
@@ -101,7 +101,7 @@ static long info_field(int port, const char *name) {
 static long rss_peak(pid_t pid, int ms) {
   long peak = 0;
   for (uint64_t end = th_now_ms() + (uint64_t)ms; th_now_ms() < end;) {
-    long r = kv_process_rss(pid);
+    long r = th_rss_bytes(pid);
     peak = r > peak ? r : peak;
     th_sleep_ms(20);
   }
@@ -116,7 +116,7 @@ static void hold_partials(int port, int *fds, int n, const char *head,
   ck_assert_ptr_nonnull(filler);
   memset(filler, 'v', body);
   for (int i = 0; i < n; i++) {
-    fds[i] = kv_process_connect(port);
+    fds[i] = th_connect_loopback(port);
     send_some(fds[i], head, head_len);
     send_some(fds[i], filler, body);
   }
@@ -147,7 +147,7 @@ static void close_all(int *fds, int n) {
 START_TEST(kv_limits_unauthenticated_large_argument_refused_unallocated) {
   enum { CLIENTS = 100 };
   kv_process s = kv_process_start(pass_opt);
-  long base = kv_process_rss(s.pid);
+  long base = th_rss_bytes(s.pid);
   char head[64];
   int hl = snprintf(head, sizeof head, "*2\r\n$3\r\nGET\r\n$%d\r\n", BIG);
   int fds[CLIENTS];
@@ -185,7 +185,7 @@ START_TEST(kv_limits_unauthenticated_shapes_and_auth_lifting_them) {
   };
   char reply[256];
   for (size_t c = 0; c < 2; c++) {
-    int fd = kv_process_connect(s.port);
+    int fd = th_connect_loopback(s.port);
     th_write_all(fd, cases[c].wire, strlen(cases[c].wire));
     read_for(fd, reply, sizeof reply, 5000);
     ck_assert_str_eq(reply, cases[c].reply);
@@ -193,7 +193,7 @@ START_TEST(kv_limits_unauthenticated_shapes_and_auth_lifting_them) {
   }
   static char line[20000];
   memset(line, 'a', sizeof line);
-  int fd = kv_process_connect(s.port);
+  int fd = th_connect_loopback(s.port);
   send_some(fd, line, sizeof line);
   read_for(fd, reply, sizeof reply, 5000);
   ck_assert_str_eq(reply, "-ERR Protocol error: too big inline request "
@@ -205,7 +205,7 @@ START_TEST(kv_limits_unauthenticated_shapes_and_auth_lifting_them) {
                    "AUTH s3cret\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$20000\r\n");
   memset(cmd + n, 'v', 20000);
   memcpy(cmd + n + 20000, "\r\n", 2);
-  fd = kv_process_connect(s.port);
+  fd = th_connect_loopback(s.port);
   reply[0] = '\0';
   th_write_all(fd, cmd, (size_t)n + 20002);
   for (uint64_t end = th_now_ms() + 5000;
@@ -223,7 +223,7 @@ START_TEST(kv_limits_rpc_unauthenticated_payload_refused_unallocated) {
   enum { CLIENTS = 100 };
   kv_process s = kv_process_start("kv.requirepass=s3cret "
                                   "kv.rpc_listen=127.0.0.1:0");
-  long base = kv_process_rss(s.pid);
+  long base = th_rss_bytes(s.pid);
   uint8_t hdr[20] = {1, 1, 0, 1}; /* version 1, request, method 1 */
   uint32_t len = htonl(BIG);
   memcpy(hdr + 16, &len, 4);
@@ -247,8 +247,8 @@ END_TEST
 START_TEST(kv_limits_auth_deadline_closes_the_unauthenticated) {
   kv_process s = kv_process_start("kv.requirepass=s3cret "
                                   "kv.auth_timeout_ms=300");
-  int idle = kv_process_connect(s.port);
-  int good = kv_process_connect(s.port);
+  int idle = th_connect_loopback(s.port);
+  int good = th_connect_loopback(s.port);
   th_write_all(good, "AUTH s3cret\r\n", 13);
   char reply[64];
   read_for(good, reply, sizeof reply, 2000);
@@ -273,7 +273,7 @@ END_TEST
 START_TEST(kv_limits_unauthenticated_output_limited) {
   kv_process s = kv_process_start("kv.requirepass=s3cret "
                                   "server.flow_control=false");
-  int fd = kv_process_connect(s.port);
+  int fd = th_connect_loopback(s.port);
   int rcvbuf = 4096;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
   static char pings[6 * 10000];
@@ -300,7 +300,7 @@ END_TEST
 START_TEST(kv_limits_partial_commands_bounded_server_wide) {
   enum { CLIENTS = 80 };
   kv_process s = kv_process_start("kv.query_buffers_max=50331648");
-  long base = kv_process_rss(s.pid);
+  long base = th_rss_bytes(s.pid);
   int fds[CLIENTS];
   hold_partial_sets(s.port, fds, CLIENTS, BIG - 100);
   long peak = rss_peak(s.pid, 500);
@@ -326,7 +326,7 @@ END_TEST
 START_TEST(kv_limits_partial_command_memory_given_back) {
   enum { CLIENTS = 60 };
   kv_process s = kv_process_start("kv.query_buffers_max=0");
-  long base = kv_process_rss(s.pid);
+  long base = th_rss_bytes(s.pid);
   int fds[CLIENTS];
   for (int wave = 0; wave < 2; wave++) {
     hold_partial_sets(s.port, fds, CLIENTS, BIG - 100);
@@ -337,7 +337,7 @@ START_TEST(kv_limits_partial_command_memory_given_back) {
          info_field(s.port, "weft_query_buffers") != 0 && th_now_ms() < end;)
       th_sleep_ms(50);
   }
-  long after = kv_process_rss(s.pid);
+  long after = th_rss_bytes(s.pid);
   fprintf(stderr,
           "after two waves of %d partial 1 MiB SETs: base %ld KiB, "
           "now %ld KiB\n",
@@ -369,8 +369,8 @@ END_TEST
  * its connection, however it trickles; complete ones are not touched. */
 START_TEST(kv_limits_incomplete_command_times_out) {
   kv_process s = kv_process_start("kv.command_timeout_ms=400");
-  int fd = kv_process_connect(s.port);
-  int ok = kv_process_connect(s.port);
+  int fd = th_connect_loopback(s.port);
+  int ok = th_connect_loopback(s.port);
   static const char part[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1000\r\nabc";
   th_write_all(fd, part, sizeof part - 1);
   bool closed = false;
@@ -407,7 +407,7 @@ START_TEST(kv_limits_password_not_in_command_line) {
   ck_assert_ptr_null(memmem(cmdline, n, "VerySecret42", 12));
   ck_assert_ptr_null(memmem(cmdline, n, "Other99", 7));
   ck_assert_ptr_nonnull(memmem(cmdline, n, "kv.user=alice", 13));
-  int fd = kv_process_connect(s.port);
+  int fd = th_connect_loopback(s.port);
   th_write_all(fd, "AUTH VerySecret42\r\n", 19);
   char reply[64];
   read_for(fd, reply, sizeof reply, 2000);
@@ -422,7 +422,7 @@ END_TEST
  * checksum error); with REPLACE and weft's own payload it replaces. */
 START_TEST(kv_limits_restore_existing_key_busykey) {
   kv_process s = kv_process_start("");
-  int fd = kv_process_connect(s.port);
+  int fd = th_connect_loopback(s.port);
   th_write_all(fd, "SET k v1\r\nDUMP k\r\n", 18);
   static char buf[4096];
   size_t got = 0;

@@ -78,6 +78,16 @@ static uint64_t loop_sleeps(weft_loop *loop) {
   return st.sleeps;
 }
 
+/* Waits until `loop` sleeps, however long the machine's load makes that:
+ * `sleeping` is set right before the loop's last re-check and its
+ * epoll_wait, and the sleep is counted after the re-check, so once both
+ * show (more sleeps than `since`) an event wakes it. For a loop with
+ * nothing else to do (no task, no timer), which would otherwise stay
+ * asleep. */
+static void wait_asleep(weft_loop *loop, uint64_t since) {
+  WAIT_FOR(atomic_load(&loop->sleeping) && loop_sleeps(loop) > since);
+}
+
 /* ---- Test sources -------------------------------------------------------- */
 
 struct tsrc {
@@ -345,9 +355,9 @@ START_TEST(selector_event_after_window_one_sleep) {
   run_on(loop, add_and_note, &w);
   weft_loop_stats before;
   weft_loop_stats_get(loop, &before);
-  /* 50 ms is 2500 windows: the loop is asleep when the event comes, and
-   * nothing else (no timer, no task) can wake it in between. */
-  usleep(50 * 1000);
+  /* Asleep when the event comes (waited for, not assumed after 50 ms),
+   * and nothing else (no timer, no task) can wake it in between. */
+  wait_asleep(loop, w.sleeps);
   kick(t.src.fd);
   WAIT_FOR(atomic_load(&t.handled) == 1);
   ck_assert_uint_eq(atomic_load(&t.sleeps_at_handled), w.sleeps + 1);
@@ -518,21 +528,21 @@ END_TEST
 
 /* ---- fd kinds and budget ------------------------------------------------- */
 
-static int arm_timerfd_task(void *arg) {
-  struct tsrc *t = arg;
-  add_task(t);
-  struct itimerspec its = {.it_value = {0, 5 * 1000 * 1000}};
-  ck_assert_int_eq(timerfd_settime(t->src.fd, 0, &its, NULL), 0);
-  return 0;
-}
-
+/* The timer is armed once the loop is asleep, not a fixed 5 ms after the
+ * source was added: on a loaded machine the loop thread could still be
+ * off the CPU before its sleep then, and its next poll took the expiry
+ * without a wake-up (the TSan stage under stress-ng --cpu 2). */
 START_TEST(selector_timerfd_source_wakes_sleeping_loop) {
   weft_loop *loop = start_group(1, 0, 0, true);
   static struct tsrc t;
   int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   ck_assert_int_ge(fd, 0);
   tsrc_init(&t, loop, &timerfd_ops, fd);
-  run_on(loop, arm_timerfd_task, &t);
+  struct window w = {&t, 0};
+  run_on(loop, add_and_note, &w);
+  wait_asleep(loop, w.sleeps);
+  struct itimerspec its = {.it_value = {0, 1000 * 1000}};
+  ck_assert_int_eq(timerfd_settime(fd, 0, &its, NULL), 0);
   WAIT_FOR(atomic_load(&t.handled) == 1);
   ck_assert_int_eq(atomic_load(&t.wakeups), 1);
   ck_assert(atomic_load(&t.wake_events) & EPOLLIN);
@@ -1105,8 +1115,9 @@ START_TEST(selector_window_starts_after_wakeup_work) {
   run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
   bool spun = false;
   for (int i = 0; i < 5 && !spun; i++) {
-    uint64_t sleeps = loop_sleeps(loop);
-    WAIT_FOR(loop_sleeps(loop) > sleeps); /* asleep: the kick wakes it */
+    /* Asleep: the kick wakes it. (Waiting for the next sleep instead
+     * hung when the loop had gone to sleep before the test looked.) */
+    wait_asleep(loop, 0);
     int calls = atomic_load(&t.calls);
     atomic_store(&t.work_ms, 30);
     kick(t.w.fd);

@@ -41,7 +41,8 @@ typedef struct weft_channel_config {
   int connect_timeout_ms;       /* ms (default 10000); 0 = none */
   int flow_control;             /* 0/1 (default 0; a server's children 1) */
   int64_t output_limit;         /* bytes queued unsent before the channel
-                                   is closed (default 0 = none) */
+                                   is closed (default 0 = none; a server's
+                                   children WEFT_SERVER_OUTPUT_LIMIT) */
   int idle_timeout_ms;          /* ms without a read before the channel is
                                    closed (default 0 = never) */
   int max_messages_per_read;    /* reads per loop iteration before the
@@ -49,6 +50,17 @@ typedef struct weft_channel_config {
   int64_t max_bytes_per_read;   /* bytes per loop iteration before the
                                    channel yields (default 256 KiB) */
 } weft_channel_config;
+
+/**
+ * The output limit of a server's channels unless the application sets one
+ * (child_options.output_limit, or [server] output_limit): 64 MiB, so that a
+ * handler that writes without looking at writability, facing a peer that
+ * never reads, loses that connection instead of the process' memory (Redis'
+ * client-output-buffer-limit, whose normal-client default is none; its
+ * pubsub class's hard limit is 32 MiB). Flow control keeps a well-behaved
+ * server's connections near the 64 KiB high watermark, far below it.
+ */
+#define WEFT_SERVER_OUTPUT_LIMIT (64 * 1024 * 1024)
 
 /** Sets every field to -1 (the defaults). */
 void weft_channel_config_init(weft_channel_config *cfg);

@@ -137,7 +137,9 @@ extern const int weft_event_read_resumed;
 /** True while queued bytes have not crossed the high watermark. */
 bool weft_channel_is_writable(const weft_channel *ch);
 
-/** Bytes written but not yet handed to the transport (watermark count). */
+/** Bytes written but not yet handed to the transport, plus bytes it sent
+ *  but still pins (a uring zero-copy send until the kernel releases it):
+ *  what the write watermarks and the output limit count. */
 size_t weft_channel_pending_bytes(const weft_channel *ch);
 
 /** A number unique among this process's channels, for logs. */

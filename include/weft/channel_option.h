@@ -28,7 +28,9 @@ typedef enum weft_channel_option {
                                  stop reading while above the high write
                                  watermark, resume below the low one */
   WEFT_OPT_OUTPUT_LIMIT = 10, /* bytes queued and unsent past which the
-                                 channel is closed; 0 = none (default) */
+                                 channel is closed; 0 = none (default;
+                                 a server's channels: 64 MiB,
+                                 WEFT_SERVER_OUTPUT_LIMIT) */
   WEFT_OPT_IDLE_TIMEOUT_MS =
       11, /* ms without a read or a send after
              which the channel is closed; 0 = never (default) */

@@ -27,7 +27,7 @@
  *   backlog = 511
  *   max_connections = 0    ; accepted channels open at once, 0 = none
  *   idle_timeout_ms = 0    ; close after that long without a read, 0 = never
- *   output_limit = 0       ; bytes queued unsent before closing, 0 = none
+ *   output_limit = 67108864 ; bytes queued unsent before closing, 0 = none
  *   flow_control = true    ; stop reading while replies cannot leave
  *
  *   [client]
@@ -86,7 +86,8 @@ typedef struct weft_config {
   int idle_timeout_ms;  /* [server] idle_timeout_ms: close a channel that
                            read nothing that long (default 0 = never) */
   int64_t output_limit; /* [server] output_limit: bytes queued unsent
-                           before a channel is closed (default 0 = none) */
+                           before a channel is closed (default
+                           WEFT_SERVER_OUTPUT_LIMIT, 64 MiB; 0 = none) */
   int flow_control;     /* [server] flow_control: 0/1 (default 1) */
   char connect[WEFT_CONFIG_URI_MAX]; /* [client] connect (default
                                         "127.0.0.1:7000") */

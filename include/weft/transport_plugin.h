@@ -469,6 +469,27 @@ void weft_outbound_consumed(weft_channel *ch, size_t bytes);
 /** True when nothing flushed is waiting to be sent. */
 bool weft_outbound_is_empty(const weft_channel *ch);
 
+/**
+ * Records that `bytes` bytes the transport is about to report sent
+ * (weft_outbound_consumed) still pin memory it holds: a zero-copy send's
+ * buffers until the kernel's notification. Until weft_outbound_unpinned
+ * they count as pending bytes (weft_channel_pending_bytes), so the write
+ * watermarks (flow control) and the output limit bound them as they bound
+ * queued bytes: a peer that never reads cannot make the transport pin more
+ * than a queue could hold. Call it right before weft_outbound_consumed of
+ * the same bytes, which then updates writability once. Loop thread.
+ */
+void weft_outbound_pinned(weft_channel *ch, size_t bytes);
+
+/**
+ * The transport no longer holds `bytes` of the bytes it pinned with
+ * weft_outbound_pinned (their memory is released): pending bytes drop and
+ * writability is updated (writability_changed may run handlers, which may
+ * write and flush) unless the channel is closing. Also after the close: the
+ * channel counts pinned bytes until the last is released. Loop thread.
+ */
+void weft_outbound_unpinned(weft_channel *ch, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

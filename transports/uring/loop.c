@@ -261,7 +261,7 @@ failed_buffers:
 failed_register_eventfd:
   close(ul->efd);
 failed_eventfd:
-  io_uring_queue_exit(&ul->ring);
+  weft__uring_ring_exit(&ul->ring);
 failed_ring:
   weft_log(WEFT_LOG_ERROR,
            "uring: cannot start on loop %d: %s; use transport=tcp",
@@ -326,7 +326,7 @@ void weft__uring_loop_fini(weft_loop *loop, void *loop_state) {
   weft__uring_recv_fini(ul); /* the channels are closed: nothing yields */
   weft_loop_remove_source(loop, &ul->source);
   io_uring_unregister_buf_ring(&ul->ring, UR_BGID);
-  io_uring_queue_exit(&ul->ring);
+  weft__uring_ring_exit(&ul->ring);
   close(ul->efd);
   free(ul->br);
   ul->br = NULL;

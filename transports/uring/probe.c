@@ -86,6 +86,38 @@ static const unsigned setup_choices[] = {
 static unsigned probed_setup_flags; /* written by the probe, read after */
 bool weft__uring_probed_send_zc;    /* SENDMSG_ZC is there (6.1) */
 
+/* ThreadSanitizer does not see liburing map and unmap a ring (raw
+ * system calls, not libc's mmap), so when one loop's ring goes and another
+ * loop's new ring is mapped at the same address, the new ring's first
+ * reads look like a race with the old ring's last writes (test_channel_uring
+ * under load: reap against io_uring_cq_advance). A release by the thread
+ * that ends a ring, before the unmap, and an acquire by the thread that
+ * creates one, after the map, give TSan the order the unmap and the map
+ * really have. One sync object for every ring: acquire takes in every
+ * release before it. Nothing in other builds. */
+#if defined(__SANITIZE_THREAD__)
+#define UR_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UR_TSAN 1
+#endif
+#endif
+#ifdef UR_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+static char ring_lifetimes; /* the sync object's address */
+#define RING_MAPPED() __tsan_acquire(&ring_lifetimes)
+#define RING_UNMAPPING() __tsan_release(&ring_lifetimes)
+#else
+#define RING_MAPPED() ((void)0)
+#define RING_UNMAPPING() ((void)0)
+#endif
+
+void weft__uring_ring_exit(struct io_uring *ring) {
+  RING_UNMAPPING(); /* after this thread's last access to the ring */
+  io_uring_queue_exit(ring);
+}
+
 /* Creates a ring with the best flags this kernel takes. */
 int weft__uring_ring_create(struct io_uring *ring, unsigned entries,
                             unsigned cq, unsigned *flags_out) {
@@ -98,6 +130,7 @@ int weft__uring_ring_create(struct io_uring *ring, unsigned entries,
     }
     rc = io_uring_queue_init_params(entries, ring, &p);
     if (rc == 0) {
+      RING_MAPPED(); /* before this thread's first access to the ring */
       *flags_out = setup_choices[i];
       return 0;
     }
@@ -217,7 +250,7 @@ static int probe_features(char *why, size_t len) {
   io_uring_unregister_buf_ring(&ring, UR_BGID);
   free(br);
 out:
-  io_uring_queue_exit(&ring);
+  weft__uring_ring_exit(&ring);
   return rc;
 }
 

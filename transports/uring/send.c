@@ -92,6 +92,7 @@ static void send_prep(ur_channel *uc, ur_send *s, struct io_uring_sqe *sqe,
                       bool zc) {
   s->op.kind = zc ? UR_OP_SEND_ZC : UR_OP_SEND;
   s->ch = uc->ch;
+  s->pinned = 0;
   s->msg = (struct msghdr){.msg_iov = s->iov, .msg_iovlen = (size_t)s->n};
   if (zc) {
     io_uring_prep_sendmsg_zc(sqe, uc->fd, &s->msg, MSG_NOSIGNAL);
@@ -174,7 +175,10 @@ void weft__uring_send_done(ur_loop *ul, ur_send *s, int32_t res) {
 }
 
 /* SENDMSG_ZC: first the bytes (F_MORE when a notification follows), then
- * the notification, after which the kernel no longer reads the buffers. */
+ * the notification, after which the kernel no longer reads the buffers.
+ * Between the two the bytes sent are pinned (weft_outbound_pinned): they
+ * left the outbound queue but still count against the channel's
+ * watermarks and output limit. */
 void weft__uring_send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
                               uint32_t flags) {
   weft_channel *ch = s->ch;
@@ -185,11 +189,22 @@ void weft__uring_send_zc_done(ur_loop *ul, ur_send *s, int32_t res,
       ul->stats.zc_copied++;
     }
   } else {
+    s->pinned = 0;
+    if ((flags & IORING_CQE_F_MORE) && res > 0) {
+      /* Sent, but the buffers stay pinned until the notification: they
+       * count as pending, or a peer that never reads would pin up to the
+       * socket's send buffer past the watermarks and the output limit. */
+      s->pinned = (size_t)res;
+      weft_outbound_pinned(ch, s->pinned);
+    }
     send_finished(uc, res);
     if (flags & IORING_CQE_F_MORE)
       return; /* the notification holds the buffers */
   }
+  size_t pinned = s->pinned;
   send_put(ul, s);
+  if (pinned > 0)
+    weft_outbound_unpinned(ch, pinned); /* may run handlers: after put */
   weft__uring_zc_released(uc);
   request_ended(ul, ch);
 }

@@ -39,7 +39,9 @@
  * none). The buffers are retained while the kernel may read them: a close
  * fails the outbound queue at once, but the memory lives until the CQE. Sends
  * of at least send_zc_min bytes ([transport.uring]) use SENDMSG_ZC; their
- * buffers are held until the notification CQE. When a notification reports that
+ * buffers are held until the notification CQE, and their bytes count as
+ * pinned (weft_outbound_pinned) until then, against the channel's
+ * watermarks and output limit. When a notification reports that
  * the kernel copied anyway (loopback, or a device without scatter-gather), the
  * channel stops using zero copy: the copy plus the notification cost more.
  *
@@ -182,6 +184,14 @@ int weft__uring_ring_create(struct io_uring *ring, unsigned entries,
                             unsigned cq, unsigned *flags_out);
 
 /**
+ * Ends `ring` (io_uring_queue_exit), telling ThreadSanitizer builds that
+ * this thread's accesses to its memory come before any later ring's mapped
+ * at the same address (liburing maps rings with raw system calls, which
+ * TSan does not see). The thread that used the ring.
+ */
+void weft__uring_ring_exit(struct io_uring *ring);
+
+/**
  * Registers a provided buffer ring of `entries` slots as group `bgid` of
  * `ring` (liburing 2.4's io_uring_setup_buf_ring); `*out` is freed by the
  * caller after unregistering. Returns 0, WEFT_ENOMEM or the kernel's
@@ -287,8 +297,9 @@ static inline int ur_send_cap(int cls) {
 typedef struct ur_send {
   ur_op op; /* UR_OP_SEND or UR_OP_SEND_ZC */
   weft_channel *ch;
-  int n;   /* entries of iov and bufs in use */
-  int cls; /* UR_SEND_SMALL or UR_SEND_FULL: ur_send_cap entries */
+  int n;         /* entries of iov and bufs in use */
+  int cls;       /* UR_SEND_SMALL or UR_SEND_FULL: ur_send_cap entries */
+  size_t pinned; /* bytes sent that wait for the notification (zero copy) */
   struct msghdr msg;
   struct iovec *iov; /* ur_send_cap(cls), in the same allocation */
   weft_buf **bufs;   /* ur_send_cap(cls), in the same allocation */
