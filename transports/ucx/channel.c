@@ -40,6 +40,7 @@ uint64_t weft__ucx_now_ns(void) {
  * during flush: Endpoint timeout" for every lane); ucp_worker_destroy
  * releases it. */
 static void ep_close(ucx_loop *tl, ucx_epr *r) {
+  weft__ucx_ep_unindex(tl, r); /* nothing it brings from now on is ours */
   if (r->n_ops > 0)
     for (ucx_op *op = tl->ops; op != NULL; op = op->next)
       if (op->epr == r)
@@ -132,6 +133,7 @@ static int ep_start(ucx_channel *uc, ucp_ep_params_t *params) {
   }
   uc->epr->ep = uc->ep;
   uc->epr->uc = uc;
+  weft__ucx_ep_index(tl, uc->epr);
   return 0;
 
 failed_ep:
@@ -179,7 +181,13 @@ static int ucx_adopt(weft_channel *ch, intptr_t handle) {
   if (h.pc == NULL) {
     ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
                               .conn_request = h.req};
-    return ep_start(uc, &params);
+    err = ep_start(uc, &params);
+    if (err == 0) {
+      /* a connection that never says HELLO is closed (tick) */
+      uc->hello_by = weft__ucx_now_ns() + UCX_HELLO_WAIT_NS;
+      tl->n_awaiting++;
+    }
+    return err;
   }
   err = weft__ucx_slot_take(tl, uc);
   if (err < 0) {
@@ -253,7 +261,7 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
     return err;
   uc->connecting = true;
   /* Queued by UCX until the connection is up. */
-  return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
+  return weft__ucx_send_ctrl(uc, UMSG_HELLO, 0);
 }
 
 /* Connects again, to `port` of the same host: the old ep is closed (by
@@ -289,7 +297,7 @@ int weft__ucx_reconnect(ucx_channel *uc, uint16_t port, bool redirected) {
   int err = ep_start(uc, &params);
   if (err < 0)
     return err;
-  return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
+  return weft__ucx_send_ctrl(uc, UMSG_HELLO, 0);
 }
 
 bool weft__ucx_dial_retry(ucx_channel *uc) {
@@ -336,6 +344,7 @@ static void ucx_close(weft_channel *ch) {
   assert(!tl->in_progress);
   if (weft__ucx_pend_unlink(uc))
     weft_channel_release(ch);
+  weft__ucx_hello_came(uc); /* no longer awaited */
   weft__ucx_rq_free(uc);
   bool violated = uc->violation[0] != '\0';
   if (uc->ep != NULL && !uc->ep_failed && uc->w.peer_known &&
@@ -355,8 +364,19 @@ static void ucx_close(weft_channel *ch) {
    * therefore kept until the worker is destroyed, as before; without peer
    * error handling an ep whose peer is still there closes in flush mode. */
   bool peer_gone = uc->ep_failed || uc->w.fin_received;
-  r->force = (peer_gone || violated) && !tl->cfg.err_mode_none;
-  r->keep = peer_gone && tl->cfg.err_mode_none;
+  /* A peer that never answered our HELLO (a connect that timed out, a
+   * listener that is not a UCX server) has our HELLO still pending on the
+   * ep's wire-up lane: a flush-mode close never ends, and UCX 1.13 aborted
+   * the process when it destroyed that ep with the worker ("pending
+   * request ... should have been flushed", ucp_ep.c:1185). A forced close
+   * purges the request (send_done: UCS_ERR_CANCELED). */
+  bool unanswered = !uc->w.peer_known && uc->w.client;
+  r->force = (peer_gone || violated || unanswered) && !tl->cfg.err_mode_none;
+  r->keep = (peer_gone || unanswered) && tl->cfg.err_mode_none;
+  /* Without peer error handling UCX 1.13 can neither force that close nor
+   * destroy the ep with the worker: the worker is kept (loop_fini). */
+  if (unanswered && tl->cfg.err_mode_none)
+    tl->n_unanswered++;
   weft__ucx_epr_close(tl, r, false);
 }
 
@@ -380,6 +400,30 @@ static void keepalive_expired(ucx_channel *uc, unsigned probes) {
   weft_channel_release(ch);
 }
 
+void weft__ucx_hello_came(ucx_channel *uc) {
+  if (uc->hello_by == 0)
+    return;
+  uc->hello_by = 0;
+  uc->tl->n_awaiting--;
+}
+
+/* Closes accepted channel `uc`, whose peer said no HELLO within
+ * UCX_HELLO_WAIT_NS: not a weft client, or one that holds a connection
+ * (and a place under max_connections) without using it. From the tick. */
+static void hello_expired(ucx_channel *uc) {
+  char peer[64] = "?", reason[160];
+  if (weft_channel_remote_address(uc->ch, peer, sizeof peer) < 0)
+    snprintf(peer, sizeof peer, "?");
+  snprintf(reason, sizeof reason, "ucx: no HELLO from the peer within %llu ms",
+           (unsigned long long)(UCX_HELLO_WAIT_NS / 1000000u));
+  weft_log(WEFT_LOG_WARN, "%s; closing the channel to %s", reason, peer);
+  weft_channel *ch = uc->ch;
+  weft_channel_retain(ch);
+  weft__ucx_hello_came(uc);
+  weft_channel_transport_closed(ch, WEFT_ETIMEDOUT, reason);
+  weft_channel_release(ch);
+}
+
 /* One keepalive tick over the loop's channels: a channel that heard
  * something since the last tick starts over; one that did not sends PING,
  * and closes after UCX_KEEPALIVE_PROBES silent ticks more
@@ -388,11 +432,18 @@ static void keepalive_expired(ucx_channel *uc, unsigned probes) {
  * intervals of its last message (idle) or BUSY_PROBES + 2. The table is read
  * afresh each step: a close runs user handlers, which may open or close
  * channels. */
-static void keepalive(ucx_loop *tl) {
+static void keepalive(ucx_loop *tl, bool probe) {
+  uint64_t now = tl->n_awaiting > 0 ? weft__ucx_now_ns() : 0;
   for (uint32_t i = 0; i < tl->n_slots; i++) {
     ucx_channel *uc = tl->slots[i].uc;
-    if (uc == NULL || !weft__ucx_channel_active(uc) || !uc->w.peer_known ||
-        uc->w.fin_received || uc->ep_failed || uc->violation[0] != '\0')
+    if (uc != NULL && uc->hello_by != 0 && now >= uc->hello_by &&
+        weft__ucx_channel_active(uc)) {
+      hello_expired(uc);
+      continue;
+    }
+    if (!probe || uc == NULL || !weft__ucx_channel_active(uc) ||
+        !uc->w.peer_known || uc->w.fin_received || uc->ep_failed ||
+        uc->violation[0] != '\0')
       continue;
     if (uc->heard) {
       uc->heard = false;
@@ -421,13 +472,14 @@ static void keepalive(ucx_loop *tl) {
 static void tick(void *arg) {
   ucx_loop *tl = arg;
   bool channels = tl->n_free < tl->n_slots;
-  if (tl->cfg.keepalive_ms > 0 && channels)
-    keepalive(tl);
+  bool probe = tl->cfg.keepalive_ms > 0 && channels;
+  if (probe || tl->n_awaiting > 0)
+    keepalive(tl, probe);
   if (tl->preconns != NULL)
     weft__ucx_preconn_dispatch(tl, false);
   if (tl->lingering != NULL)
     weft__ucx_linger_check(tl, false);
-  if (!(tl->cfg.keepalive_ms > 0 && channels) && tl->preconns == NULL &&
+  if (!probe && tl->n_awaiting == 0 && tl->preconns == NULL &&
       tl->lingering == NULL)
     weft_timer_stop(&tl->tick);
 }

@@ -125,8 +125,25 @@ const char *weft__ucx_rndv_thresh(const char *setting, const char *tls) {
   return lanes_tcp_only(tls) ? "inf" : "";
 }
 
+/* A server restarted on its port must bind at once, as tcp and uring
+ * servers do (SO_REUSEADDR): without it UCX's listener could not bind for
+ * about a minute after its side of a client's connection closed first
+ * (that connection in TIME_WAIT; UCX 1.13's default is
+ * UCX_TCP_CM_REUSEADDR=n). The connection manager reads its settings from
+ * the environment only: ucp_config_modify takes the key but UCX 1.13 never
+ * applies it ("invalid configuration: TCP_CM_REUSEADDR=y"). So it is set
+ * there, once, under ctx_lock, unless the user set it. */
+static void cm_reuseaddr(void) {
+  static bool done;
+  if (done)
+    return;
+  done = true;
+  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+}
+
 static int ctx_create(char *why, size_t why_len) {
   ucp_config_t *cfg;
+  cm_reuseaddr();
   ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
   if (st != UCS_OK) {
     snprintf(why, why_len, "ucp_config_read: %s (check the UCX_* variables)",
@@ -149,6 +166,7 @@ static int ctx_create(char *why, size_t why_len) {
                tls != NULL ? tls : "");
   }
   config_apply(cfg, "NET_DEVICES", settings.devices);
+
   config_apply(cfg, "RNDV_THRESH",
                weft__ucx_rndv_thresh(settings.rndv_thresh, tls));
   ucp_params_t params = {

@@ -36,13 +36,16 @@
  * UCX_CLOSE_WAIT_NS passed, and only then is closed. */
 struct ucx_epr {
   ucp_ep_h ep;
-  ucx_channel *uc;      /* its open channel; NULL once that closed */
-  size_t n_ops;         /* requests on it whose callbacks did not run */
-  bool force;           /* close by force (peer error handling only) */
-  bool keep;            /* not closed: ucp_worker_destroy releases it */
-  bool peer_left;       /* the ep's error came: the peer disconnected */
-  uint64_t close_by;    /* lingering: close even with requests, in ns */
-  struct ucx_epr *next; /* on the loop's lingering list */
+  ucx_channel *uc;           /* its open channel; NULL once that closed */
+  ucx_preconn *pc;           /* or the held connection it is (listen.c) */
+  struct ucx_epr *hash_next; /* in the loop's ep index (ep_buckets) */
+  bool indexed;              /* in that index */
+  size_t n_ops;              /* requests on it whose callbacks did not run */
+  bool force;                /* close by force (peer error handling only) */
+  bool keep;                 /* not closed: ucp_worker_destroy releases it */
+  bool peer_left;            /* the ep's error came: the peer disconnected */
+  uint64_t close_by;         /* lingering: close even with requests, in ns */
+  struct ucx_epr *next;      /* on the loop's lingering list */
 };
 
 /* One message waiting in a channel's reassembly queue. */
@@ -84,6 +87,8 @@ struct ucx_channel {
   bool heard;            /* keepalive: a message came since the last tick */
   bool pong_inflight;    /* a PONG is queued in UCX: no second one */
   uint8_t silent;        /* keepalive: ticks without a message since */
+  uint64_t hello_by;     /* accepted: closed without HELLO by then (ns);
+                            0 once it came (or never awaited) */
   uint32_t server_id;    /* accepting side: its server's, for HELLO_ACK */
   struct ucx_dial *dial; /* connecting side, until connected (malloc'd) */
   ucx_wire w;
@@ -241,6 +246,10 @@ bool weft__ucx_dial_retry(ucx_channel *uc);
  * when the connect goes on elsewhere. From poll.
  */
 bool weft__ucx_dial_check(ucx_channel *uc);
+
+/** Accepted channel `uc`'s HELLO came (or it closed): it no longer waits
+ *  for it (UCX_HELLO_WAIT_NS). Also inside progress. */
+void weft__ucx_hello_came(ucx_channel *uc);
 
 /** Starts the loop's tick (keepalive, lingering eps, held connections'
  *  deadlines) unless it runs. */

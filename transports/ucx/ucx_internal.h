@@ -167,10 +167,17 @@
  * code before this limit and UCX_MSG_COST). */
 #define UCX_WRAP_MIN 4096u
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
-/* A connection the listener on the server's address holds (ucx_preconn)
- * waits this long for its HELLO (a client's connect times out after 10 s
- * by default), then its ep is closed. */
-#define UCX_HELLO_WAIT_NS (10000000000ull)
+/* An accepted connection waits this long for its client's HELLO (a held
+ * one, ucx_preconn, or a channel), then it is closed: it costs an ep and,
+ * held or not, counts against the server's max_connections meanwhile. A
+ * weft client sends its HELLO with the ep's creation, and UCX delivers it
+ * right after the wire-up, so a connection that said nothing for 5 s is
+ * not a weft client (10 s before: the client's default connect timeout).
+ * Checked by the loop's tick: closed within one tick more. */
+#define UCX_HELLO_WAIT_NS (5000000000ull)
+/* Connections one listener holds for their HELLO at most, whatever
+ * max_connections allows (each is an ep and a socket). */
+#define UCX_HELD_MAX 4096u
 /* Routes (servers' listener ports) a client process remembers. */
 #define UCX_ROUTES 32u
 /* Keepalive: the default interval, its limits, and the intervals after a

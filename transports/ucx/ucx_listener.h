@@ -26,8 +26,11 @@ struct ucx_listener {
   ucp_listener_h ul;
   weft_listener *l;
   ucx_loop *tl;
-  int next_loop; /* the server's address: the loop the next connection
-                    goes to (round-robin; 0 keeps it here) */
+  int next_loop;           /* the server's address: the loop the next connection
+                              goes to (round-robin; 0 keeps it here) */
+  unsigned n_held;         /* its connections held for their HELLO */
+  uint64_t refused;        /* connections refused since the last log line */
+  uint64_t refused_log_ns; /* when that line was logged */
   ucx_listener *prev, *next;
 };
 
@@ -71,11 +74,9 @@ typedef struct ucx_accept {
  *  Returns how many. From poll, outside progress. */
 int weft__ucx_accept_pending(ucx_loop *tl);
 
-/** The held connection whose ep is `ep`, NULL if none. Inside progress. */
-ucx_preconn *weft__ucx_preconn_find(ucx_loop *tl, ucp_ep_h ep);
-
 /**
- * Records the client's HELLO on held connection `pc` (`header` of
+ * Records the client's first message, which must be its HELLO, on held
+ * connection `pc` (`header` of
  * `header_len` bytes, `len` bytes of data at `data` unless `rndv`) for
  * poll, which checks it and keeps or redirects the connection
  * (weft__ucx_preconn_dispatch). Inside progress.
@@ -84,9 +85,9 @@ void weft__ucx_preconn_hello(ucx_preconn *pc, const void *header,
                              size_t header_len, const void *data, size_t len,
                              bool rndv);
 
-/** An ep error on `ep`: if it is a held connection's, its client left and
- *  it is closed. Inside progress. */
-void weft__ucx_preconn_error(ucx_loop *tl, ucp_ep_h ep);
+/** An ep error on held connection `pc`'s ep: its client left, and it is
+ *  closed. Inside progress. */
+void weft__ucx_preconn_error(ucx_preconn *pc);
 
 /**
  * Decides the held connections whose HELLO came: a HELLO that breaks a
