@@ -198,49 +198,74 @@ static void warn_foreign(ucx_loop *tl, const char *what) {
   tl->warned_header = true;
 }
 
+/* Whose message it is: the ep it came on (every weft message is sent with
+ * UCP_AM_SEND_FLAG_REPLY), never the slot it names, which is the sender's
+ * to write. A message naming another slot than its ep's channel's breaks a
+ * rule there (weft__ucx_hdr_check): the sender's channel closes, the other
+ * is not touched. */
+ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
+                                     ucx_recv_verdict *v) {
+  *v = (ucx_recv_verdict){.action = UCX_RECV_DROP};
+  if (m->header_len != sizeof(ucx_hdr)) {
+    warn_foreign(tl, "with a header of another size than weft's 12 bytes");
+    return v->action;
+  }
+  if (!m->has_ep) {
+    warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY)");
+    return v->action;
+  }
+  v->r = weft__ucx_ep_find(tl, m->ep);
+  if (v->r != NULL && v->r->pc != NULL)
+    return v->action = UCX_RECV_HELD; /* poll checks it is a HELLO */
+  ucx_channel *uc = v->r != NULL ? v->r->uc : NULL;
+  if (uc == NULL || uc->violation[0] != '\0')
+    return v->action; /* closed, or closing for a broken rule: drop */
+  v->uc = uc;
+  ucx_hdr h;
+  memcpy(&h, m->header, sizeof h);
+  v->type = weft__ucx_ref_type(h.to);
+  uint64_t credit = uc->w.send_credit;
+  v->err = weft__ucx_hdr_check(&uc->w, m->header, m->header_len,
+                               m->rndv ? NULL : m->data, m->len, m->rndv,
+                               v->why, sizeof v->why);
+  if (v->err < 0)
+    return v->action = UCX_RECV_VIOLATION;
+  v->credit_came = uc->w.send_credit > credit;
+  return v->action = UCX_RECV_TAKE;
+}
+
 ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
                                void *data, size_t len,
                                const ucp_am_recv_param_t *param) {
   ucx_loop *tl = arg;
-  if (header_len != sizeof(ucx_hdr)) {
-    warn_foreign(tl, "with a header of another size than weft's 12 bytes");
-    return refuse(param); /* not ours: drop */
-  }
-  /* Whose message it is: the ep it came on (every weft message is sent
-   * with UCP_AM_SEND_FLAG_REPLY), never the slot it names, which is the
-   * sender's to write. A message naming another slot than its ep's
-   * channel's breaks a rule there (weft__ucx_hdr_check): the sender's
-   * channel closes, the other is not touched. */
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY)");
-    return refuse(param);
-  }
-  ucx_epr *r = weft__ucx_ep_find(tl, param->reply_ep);
-  if (r != NULL && r->pc != NULL) {
-    /* A held connection's first message: poll checks it is a HELLO. */
-    weft__ucx_preconn_hello(r->pc, header, header_len, data, len,
-                            (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) !=
-                                0);
-    return refuse(param);
-  }
-  ucx_channel *uc = r != NULL ? r->uc : NULL;
-  ucx_hdr h;
-  memcpy(&h, header, sizeof h);
-  if (uc == NULL || uc->violation[0] != '\0')
-    return refuse(param); /* closed, or closing for a broken rule: drop */
   bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  uint64_t credit = uc->w.send_credit;
-  char why[sizeof uc->violation - 8];
-  int err = weft__ucx_hdr_check(&uc->w, header, header_len, rndv ? NULL : data,
-                                len, rndv, why, sizeof why);
-  if (err < 0) {
-    violated(uc, err, why);
+  ucx_recv_msg m = {
+      .has_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0,
+      .ep = param->reply_ep,
+      .header = header,
+      .header_len = header_len,
+      .data = data,
+      .len = len,
+      .rndv = rndv};
+  ucx_recv_verdict v;
+  switch (weft__ucx_recv_route(tl, &m, &v)) {
+  case UCX_RECV_DROP:
     return refuse(param);
+  case UCX_RECV_HELD:
+    weft__ucx_preconn_hello(v.r->pc, header, header_len, data, len, rndv);
+    return refuse(param);
+  case UCX_RECV_VIOLATION:
+    violated(v.uc, v.err, v.why);
+    return refuse(param);
+  case UCX_RECV_TAKE:
+    break;
   }
+  ucx_channel *uc = v.uc;
+  int err;
   uc->heard = true; /* keepalive: the peer is there */
-  if (uc->w.send_credit > credit)
+  if (v.credit_came)
     weft__ucx_pend_mark(uc, PEND_FLUSH);
-  switch (weft__ucx_ref_type(h.to)) {
+  switch (v.type) {
   case UMSG_HELLO:
     weft__ucx_hello_came(uc);
     err = weft__ucx_send_ctrl(uc, UMSG_HELLO_ACK, 0);
