@@ -582,7 +582,8 @@ END_TEST
 #define LIAR_BIG (64u * 1024u * KIB) /* a rendezvous claim: 64 MiB */
 #define LIAR_SMALL_MAX 1024u         /* "small": the max_message it announces */
 #define SERVER_PUSH (8u * KIB)       /* what the server writes to each liar */
-#define MUTE_EPS 6 /* "mute": connections that never say HELLO */
+#define MUTE_EPS 6    /* "mute": connections that never say HELLO */
+#define STALL_SENDS 8 /* "stall": rendezvous sends whose data never comes */
 
 typedef struct liar {
   ucp_worker_h worker;
@@ -796,6 +797,22 @@ static void liar_child(const char *arg) {
   } else if (strcmp(mode, "grant") == 0) { /* credit it was never owed */
     liar_send(&l, UMSG_CREDIT, 0, UCX_WINDOW_MAX, NULL, 0,
               UCP_AM_SEND_FLAG_EAGER);
+  } else if (strcmp(mode, "stall") == 0) {
+    /* Rendezvous DATA whose bytes never come: the sends go out (their
+     * RTS), and this process never progresses again, so the server's
+     * receives stay in flight until its loop stops. */
+    static ucx_hdr hs[STALL_SENDS];
+    for (uint32_t i = 0; i < STALL_SENDS; i++) {
+      hs[i] = (ucx_hdr){.to = weft__ucx_slot_ref(UMSG_DATA, l.to_id, l.to_gen),
+                        .seq = i};
+      ucp_request_param_t sp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+                                .flags = UCP_AM_SEND_FLAG_RNDV |
+                                         UCP_AM_SEND_FLAG_REPLY};
+      ucp_am_send_nbx(l.ep, UCX_AM_ID, &hs[i], sizeof hs[i], bytes, 16u * KIB,
+                      &sp);
+    }
+    for (;;)
+      pause(); /* killed by the test */
   } else if (strcmp(mode, "forge") == 0) {
     /* DATA and FIN naming the server's other channels (slots are handed
      * out from 0: the honest client's is among them), with the sequence
@@ -1318,6 +1335,37 @@ START_TEST(ucx_held_connections_count_against_max_connections) {
 }
 END_TEST
 
+/* A server whose loop stops with rendezvous receives still in flight (a
+ * client sent their RTS and stopped) cancels them and stops, without a
+ * crash: a cancel may end its request at once, whose callback recycles
+ * the op, and walking the list by the recycled op's `next` handed UCX a
+ * NULL request (SIGSEGV in ucp_request_cancel, test_ucx_shm). */
+START_TEST(ucx_loop_stop_with_receives_in_flight_cancels_them) {
+  weft_loop_group *gs = group_new("wu-srv");
+  weft_loop_group *gc = group_new("wu-cli");
+  hostile_server hs = {0};
+  char uri[320];
+  weft_server *srv = th_server_bind(gs, "ucx://127.0.0.1:0", hostile_init, &hs,
+                                    uri, sizeof uri);
+  pinger pg = {0};
+  ck_assert_int_eq(pinger_connect(gc, &pg, uri, 10000), 0);
+  for (int i = 0; i < 4; i++) /* queue entries to the loop's free list */
+    ck_assert(ping(gc, &pg));
+  char arg[400];
+  snprintf(arg, sizeof arg, "stall %s", uri);
+  pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
+  ck_assert(WAIT_UNTIL(atomic_load(&hs.accepted) == 2, 20000));
+  th_sleep_ms(1000); /* its RTSs arrive; their receives start */
+  weft_server_close(srv);
+  group_end(gs); /* loop_fini cancels the receives */
+  kill(pid, SIGKILL);
+  int wstatus;
+  ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
+  ck_assert(WAIT_UNTIL(atomic_load(&pg.inactive) == 1, 20000));
+  group_end(gc);
+}
+END_TEST
+
 /* A HELLO that breaks a rule, to the listener on a 2-loop server's address,
  * which holds each connection until its HELLO to keep or redirect it: the
  * connection is refused there (logged) before it is a channel, and the
@@ -1443,7 +1491,8 @@ Suite *weft_test_suite(void) {
                ucx_sender_keeps_to_the_peers_max_message,
                ucx_bad_hello_to_a_held_connection_is_refused,
                ucx_connection_without_hello_is_closed,
-               ucx_held_connections_count_against_max_connections, NULL);
+               ucx_held_connections_count_against_max_connections,
+               ucx_loop_stop_with_receives_in_flight_cancels_them, NULL);
   suite_add_tcase(s, hostile);
   return s;
 }

@@ -508,10 +508,11 @@ static void cancel_all(ucx_loop *tl) {
   }
 }
 
-/* Requests that did not end: ask UCX to cancel them (1.13 cancels only
- * receives; a send stays), then give their buffers back to the pool, which
- * is destroyed after this. Their memory stays until the worker is gone
- * (UCX may still run their callbacks while it destroys the worker). */
+/* Requests that did not end: ask UCX to cancel them (1.13 cancels neither
+ * sends nor rendezvous AM receives, seen here), then give their buffers
+ * back to the pool, which is destroyed after this. Their memory stays with
+ * the worker, which loop_fini then keeps (UCX aborts when it destroys an
+ * ep with such a request). */
 static void abandon_ops(ucx_loop *tl) {
   if (tl->ops == NULL)
     return;
@@ -530,7 +531,9 @@ static void abandon_ops(ucx_loop *tl) {
   }
 }
 
-/* After ucp_worker_destroy: the requests it did not end never will. */
+/* After ucp_worker_destroy: the requests it ended (their callbacks ran
+ * during the destroy) leave nothing; others cannot be here (loop_fini
+ * keeps the worker then). */
 static void free_abandoned(ucx_loop *tl) {
   while (tl->ops != NULL) {
     ucx_op *op = tl->ops;
@@ -564,13 +567,19 @@ void weft__ucx_loop_fini(weft_loop *loop, void *loop_state) {
              tl->live_wraps);
     return;
   }
-  if (tl->n_unanswered > 0) {
+  if (tl->ops != NULL || tl->n_unanswered > 0) {
+    /* UCX 1.13 aborts when ucp_worker_destroy meets an ep with a request
+     * it never ended: a rendezvous receive whose data never came (a client
+     * sent its RTS and stopped: "ucp_ep.c:437 Assertion
+     * `ucs_hlist_is_empty(&ucp_ep_ext_gen(ep)->proto_reqs)'"; 1.13 does
+     * not cancel those) or a HELLO nobody answered (error_mode = none:
+     * "pending request ... should have been flushed"). Keeping the worker,
+     * never progressed again, is the lesser evil: its memory stays. */
     weft_log(WEFT_LOG_WARN,
-             "ucx: %zu endpoints to peers that never answered the HELLO are "
-             "open; UCX 1.13 cannot close them without peer error handling "
-             "(error_mode = none) and aborts when it destroys them, so the "
-             "worker is not destroyed",
-             tl->n_unanswered);
+             "ucx: %zu requests never ended and %zu endpoints to peers that "
+             "never answered the HELLO are open at loop stop; UCX 1.13 "
+             "aborts when it destroys them, so the worker is not destroyed",
+             tl->n_ops, tl->n_unanswered);
     return;
   }
   ucp_worker_destroy(tl->worker);
