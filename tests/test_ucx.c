@@ -1262,10 +1262,19 @@ START_TEST(ucx_connect_to_a_silent_listener_fails_without_abort) {
 }
 END_TEST
 
+/* Sets the UCX setting hello_timeout_ms (for the loops started after). */
+static void hello_timeout(const char *ms) {
+  char why[160];
+  ck_assert_int_eq(
+      weft_transport_config_set("ucx", "hello_timeout_ms", ms, why, sizeof why),
+      0);
+}
+
 /* Connections that never say HELLO are not kept: the channels a server
- * adopted for them close after UCX_HELLO_WAIT_NS (logged), so that they
+ * adopted for them close after hello_timeout_ms (logged), so that they
  * do not hold places under max_connections forever. */
 START_TEST(ucx_connection_without_hello_is_closed) {
+  hello_timeout("1000");
   th_log_capture_start(); /* before the loops start (the handler is global) */
   weft_loop_group *gs = group_new("wu-srv");
   hostile_server hs = {0};
@@ -1276,7 +1285,7 @@ START_TEST(ucx_connection_without_hello_is_closed) {
   snprintf(arg, sizeof arg, "mute %s", uri);
   pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
   bool closed = WAIT_UNTIL(
-      th_log_count("no HELLO from the peer within") == MUTE_EPS, 60000);
+      th_log_count("no HELLO from the peer within 1000 ms") == MUTE_EPS, 60000);
   kill(pid, SIGKILL);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
@@ -1285,15 +1294,17 @@ START_TEST(ucx_connection_without_hello_is_closed) {
   weft_server_close(srv);
   group_end(gs);
   th_log_capture_stop();
+  hello_timeout("10000");
 }
 END_TEST
 
 /* The listener on a spreading server's address holds each connection
  * until its HELLO: those count against max_connections (refused past it,
- * logged) and are closed after UCX_HELLO_WAIT_NS, after which an honest
+ * logged) and are closed after hello_timeout_ms, after which an honest
  * client gets in. */
 START_TEST(ucx_held_connections_count_against_max_connections) {
   TH_SKIP_UNLESS(ucx_spreads());
+  hello_timeout("1000");
   th_log_capture_start(); /* before the loops start (the handler is global) */
   weft_loop_group *gs = group_new_n("wu-srv", 2);
   weft_loop_group *gc = group_new("wu-cli");
@@ -1332,6 +1343,7 @@ START_TEST(ucx_held_connections_count_against_max_connections) {
   group_end(gc);
   group_end(gs);
   th_log_capture_stop();
+  hello_timeout("10000");
 }
 END_TEST
 

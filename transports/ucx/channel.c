@@ -184,7 +184,7 @@ static int ucx_adopt(weft_channel *ch, intptr_t handle) {
     err = ep_start(uc, &params);
     if (err == 0) {
       /* a connection that never says HELLO is closed (tick) */
-      uc->hello_by = weft__ucx_now_ns() + UCX_HELLO_WAIT_NS;
+      uc->hello_by = weft__ucx_now_ns() + tl->cfg.hello_timeout_ms * 1000000ull;
       tl->n_awaiting++;
     }
     return err;
@@ -408,14 +408,14 @@ void weft__ucx_hello_came(ucx_channel *uc) {
 }
 
 /* Closes accepted channel `uc`, whose peer said no HELLO within
- * UCX_HELLO_WAIT_NS: not a weft client, or one that holds a connection
+ * hello_timeout_ms: not a weft client, or one that holds a connection
  * (and a place under max_connections) without using it. From the tick. */
 static void hello_expired(ucx_channel *uc) {
   char peer[64] = "?", reason[160];
   if (weft_channel_remote_address(uc->ch, peer, sizeof peer) < 0)
     snprintf(peer, sizeof peer, "?");
-  snprintf(reason, sizeof reason, "ucx: no HELLO from the peer within %llu ms",
-           (unsigned long long)(UCX_HELLO_WAIT_NS / 1000000u));
+  snprintf(reason, sizeof reason, "ucx: no HELLO from the peer within %u ms",
+           uc->tl->cfg.hello_timeout_ms);
   weft_log(WEFT_LOG_WARN, "%s; closing the channel to %s", reason, peer);
   weft_channel *ch = uc->ch;
   weft_channel_retain(ch);

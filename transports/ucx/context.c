@@ -25,6 +25,7 @@ static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ucx_settings settings = {.window = UCX_DEFAULT_WINDOW,
                                 .max_message = UCX_DEFAULT_MAX_MESSAGE,
                                 .keepalive_ms = UCX_DEFAULT_KEEPALIVE_MS,
+                                .hello_timeout_ms = UCX_DEFAULT_HELLO_MS,
                                 .spread = true};
 ucp_context_h weft__ucx_ctx;
 static int ctx_refs;
@@ -305,6 +306,16 @@ static int setting_set(const char *key, const char *value, char *why,
                "milliseconds between PINGs of a silent channel, %u .. %u, or "
                "0 (off)",
                UCX_KEEPALIVE_MIN_MS, UCX_KEEPALIVE_MAX_MS);
+  } else if (strcmp(key, "hello_timeout_ms") == 0) {
+    size_t ms = 0;
+    err = parse_size(value, UCX_HELLO_MIN_MS, UCX_HELLO_MAX_MS, &ms);
+    if (err == 0)
+      settings.hello_timeout_ms = (uint32_t)ms;
+    else
+      snprintf(why, why_len,
+               "milliseconds an accepted connection may take to say HELLO, "
+               "%u .. %u",
+               UCX_HELLO_MIN_MS, UCX_HELLO_MAX_MS);
   }
   return err;
 }
@@ -334,4 +345,7 @@ const weft_transport_key weft__ucx_keys[] = {
     {"keepalive_ms", "5000",
      "ms between PINGs of a silent channel (closed after 3 more, 12 with "
      "data in flight), 10 .. 3600000, or 0 (off)"},
+    {"hello_timeout_ms", "10000",
+     "ms an accepted connection may take to say HELLO (it counts against "
+     "max_connections meanwhile), 100 .. 3600000"},
     {NULL, NULL, NULL}};

@@ -134,7 +134,8 @@ static void preconn_start(ucx_listener *uln, ucp_conn_request_h req) {
   *pc = (ucx_preconn){.tl = tl,
                       .uln = uln,
                       .epr = r,
-                      .hello_by = weft__ucx_now_ns() + UCX_HELLO_WAIT_NS,
+                      .hello_by = weft__ucx_now_ns() +
+                                  tl->cfg.hello_timeout_ms * 1000000ull,
                       .next = tl->preconns};
   tl->preconns = pc;
   tl->n_preconns++;

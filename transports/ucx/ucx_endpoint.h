@@ -292,7 +292,7 @@ bool weft__ucx_dial_retry(ucx_channel *uc);
 bool weft__ucx_dial_check(ucx_channel *uc);
 
 /** Accepted channel `uc`'s HELLO came (or it closed): it no longer waits
- *  for it (UCX_HELLO_WAIT_NS). Also inside progress. */
+ *  for it (hello_timeout_ms). Also inside progress. */
 void weft__ucx_hello_came(ucx_channel *uc);
 
 /** Starts the loop's tick (keepalive, lingering eps, held connections'

@@ -93,7 +93,7 @@ void weft__ucx_preconn_error(ucx_preconn *pc);
  * Decides the held connections whose HELLO came: a HELLO that breaks a
  * rule is refused (logged); a ROUTED one, or one whose turn it is, is
  * handed to the core (kept on this loop); the others are answered with
- * REDIRECT. Those that waited UCX_HELLO_WAIT_NS (all of them if `all`) are
+ * REDIRECT. Those that waited hello_timeout_ms (all of them if `all`) are
  * closed. Returns how many it handled. From poll or the tick.
  */
 int weft__ucx_preconn_dispatch(ucx_loop *tl, bool all);
