@@ -261,7 +261,7 @@ static int ucx_connect(weft_channel *ch, const weft_endpoint *ep) {
     return err;
   uc->connecting = true;
   /* Queued by UCX until the connection is up. */
-  return weft__ucx_send_ctrl(uc, UMSG_HELLO, 0);
+  return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
 }
 
 /* Connects again, to `port` of the same host: the old ep is closed (by
@@ -297,7 +297,7 @@ int weft__ucx_reconnect(ucx_channel *uc, uint16_t port, bool redirected) {
   int err = ep_start(uc, &params);
   if (err < 0)
     return err;
-  return weft__ucx_send_ctrl(uc, UMSG_HELLO, 0);
+  return weft__ucx_send_ctrl(uc, UMSG_HELLO, UCP_AM_SEND_FLAG_REPLY);
 }
 
 bool weft__ucx_dial_retry(ucx_channel *uc) {

@@ -167,16 +167,6 @@ static int ctx_create(char *why, size_t why_len) {
                tls != NULL ? tls : "");
   }
   config_apply(cfg, "NET_DEVICES", settings.devices);
-  /* Every weft message carries its sender's ep id (UCP_AM_SEND_FLAG_REPLY,
-   * recv.c), which the receiving worker resolves. With error_mode = none
-   * UCX 1.13's ids are the ep's address, taken as given: a message that
-   * arrived after the ep was closed (a peer still sending when its channel
-   * closed) read freed memory, and test_ucx_shm's small-message liar under
-   * TSan hit "ucp_worker.inl:92 Assertion `(*ep_p)->worker == worker'"
-   * (the freed ep reused by another worker). Indirect ids (the default
-   * with peer error handling) are looked up in the worker's map, and an id
-   * of a closed ep drops the message. */
-  config_apply(cfg, "PROTO_INDIRECT_ID", "on");
 
   config_apply(cfg, "RNDV_THRESH",
                weft__ucx_rndv_thresh(settings.rndv_thresh, tls));

@@ -182,6 +182,13 @@ void weft__ucx_slot_free(ucx_loop *tl, ucx_channel *uc) {
   uc->has_slot = false;
 }
 
+ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref) {
+  uint32_t id = weft__ucx_ref_id(ref);
+  if (id >= tl->n_slots || tl->slots[id].gen != weft__ucx_ref_gen(ref))
+    return NULL;
+  return tl->slots[id].uc;
+}
+
 /* ---- the eps' index ---- */
 
 #define EP_BUCKETS_MIN 64u

@@ -210,19 +210,27 @@ ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
     warn_foreign(tl, "with a header of another size than weft's 12 bytes");
     return v->action;
   }
-  if (!m->has_ep) {
-    warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY)");
+  ucx_hdr h;
+  memcpy(&h, m->header, sizeof h);
+  ucx_channel *uc = NULL;
+  if (m->has_ep) {
+    v->r = weft__ucx_ep_find(tl, m->ep);
+    if (v->r != NULL && v->r->pc != NULL)
+      return v->action = UCX_RECV_HELD; /* poll checks it is a HELLO */
+    uc = v->r != NULL ? v->r->uc : NULL;
+  } else if (tl->cfg.err_mode_none && weft__ucx_ref_type(h.to) != UMSG_HELLO) {
+    /* error_mode = none: peers send their ep with HELLO only (send.c), and
+     * the slot a message names says whose it is, as UCX's own protocol
+     * trusts such peers (docs/transports/ucx.md) */
+    uc = weft__ucx_slot_find(tl, h.to);
+  } else {
+    warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY: "
+                     "a peer with error_mode = none? both sides need peer)");
     return v->action;
   }
-  v->r = weft__ucx_ep_find(tl, m->ep);
-  if (v->r != NULL && v->r->pc != NULL)
-    return v->action = UCX_RECV_HELD; /* poll checks it is a HELLO */
-  ucx_channel *uc = v->r != NULL ? v->r->uc : NULL;
   if (uc == NULL || uc->violation[0] != '\0')
     return v->action; /* closed, or closing for a broken rule: drop */
   v->uc = uc;
-  ucx_hdr h;
-  memcpy(&h, m->header, sizeof h);
   v->type = weft__ucx_ref_type(h.to);
   uint64_t credit = uc->w.send_credit;
   v->err = weft__ucx_hdr_check(&uc->w, m->header, m->header_len,

@@ -161,6 +161,11 @@ int weft__ucx_slot_take(ucx_loop *tl, ucx_channel *uc);
  *  still naming the channel are refused. */
 void weft__ucx_slot_free(ucx_loop *tl, ucx_channel *uc);
 
+/** The channel slot reference `ref` names; NULL if the slot is free or of
+ *  another generation. Routes messages only with error_mode = none (recv.c,
+ *  weft__ucx_recv_route). Inside progress. */
+ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref);
+
 /* -- loop.c: the eps' index -- */
 
 /** Indexes ep record `r` by its ep (r->ep set), so that a message and an
