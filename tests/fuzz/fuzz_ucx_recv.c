@@ -19,13 +19,19 @@
  *   3 k j .. peer k sends a message naming peer j's channel (j == k: its
  *            own) with a generation delta, a type, a sequence delta, a
  *            length, a credit grant and a rendezvous flag from the input;
- *   4 k      peer k sends a message without its ep (no reply flag).
+ *   4 k j .. peer k sends a message without its ep (no reply flag), as
+ *            message 3 names peer j's channel.
+ *
+ * The first byte's bit 0 sets error_mode = none, where a message without
+ * its ep is routed by the slot it names (recv.c); else it is dropped.
  *
  * After every message the isolation must hold (a broken one aborts: a
- * finding): only the sending peer's channel may change; a message taken
- * (TAKE) named that channel's own slot and generation (or was its HELLO);
- * a message on a closed peer's ep, or without an ep, is dropped; a
- * VIOLATION is the sender's, and its later messages are dropped. */
+ * finding): only the sending peer's channel may change (without an ep,
+ * with error_mode = none: only the channel named); a message taken (TAKE)
+ * named that channel's own slot and generation (or was its HELLO); a
+ * message on a closed peer's ep, or without an ep where that is not
+ * allowed, is dropped; a VIOLATION is the sender's, and its later messages
+ * are dropped. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -109,8 +115,19 @@ static void peer_close(peer *p) {
   p->open = false;
 }
 
-/* Sends `h` (+ `len` bytes, `rndv`) on peer k's ep (`with_ep`) and checks
- * the isolation. */
+/* The open peer whose channel slot reference `ref` names, -1 if none. */
+static int named_peer(uint32_t ref) {
+  for (int i = 0; i < PEERS; i++)
+    if (peers[i].open && peers[i].uc.id == weft__ucx_ref_id(ref) &&
+        peers[i].uc.gen == weft__ucx_ref_gen(ref))
+      return i;
+  return -1;
+}
+
+/* Sends `h` (+ `len` bytes, `rndv`) on peer k's ep (`with_ep`; without
+ * it, as a peer with error_mode = none sends) and checks the isolation:
+ * only the channel of the ep, or without one (error_mode = none here) of
+ * the slot named, may take it. */
 static void deliver(int k, const ucx_hdr *h, size_t len, bool rndv,
                     bool with_ep) {
   static uint8_t data[UCX_HELLO_DATA + 4096];
@@ -128,13 +145,22 @@ static void deliver(int k, const ucx_hdr *h, size_t len, bool rndv,
                     .rndv = rndv};
   ucx_recv_verdict v;
   ucx_recv_action a = weft__ucx_recv_route(&tl, &m, &v);
-  peer *p = &peers[k];
+  int owner = with_ep ? k : -1;
+  if (!with_ep && tl.cfg.err_mode_none &&
+      weft__ucx_ref_type(h->to) != UMSG_HELLO)
+    owner = named_peer(h->to);
   for (int i = 0; i < PEERS; i++)
-    if (i != k && memcmp(&before[i], &peers[i].uc.w, sizeof before[i]) != 0)
+    if (i != owner && memcmp(&before[i], &peers[i].uc.w, sizeof before[i]) != 0)
       abort(); /* another peer's channel changed */
-  if ((!with_ep || !p->open || p->uc.violation[0] != '\0') &&
-      a != UCX_RECV_DROP)
-    abort(); /* taken from nobody's, or a closed or closing channel */
+  if (owner < 0) {
+    if (a != UCX_RECV_DROP)
+      abort(); /* taken from nobody's */
+    return;
+  }
+  k = owner;
+  peer *p = &peers[k];
+  if ((!p->open || p->uc.violation[0] != '\0') && a != UCX_RECV_DROP)
+    abort(); /* taken for a closed or closing channel */
   if (a == UCX_RECV_DROP || a == UCX_RECV_HELD) {
     if (memcmp(&before[k], &p->uc.w, sizeof before[k]) != 0)
       abort();
@@ -184,8 +210,9 @@ static void hello(script *s, int k) {
     abort();
 }
 
-/* Peer k's message naming peer j's channel, perturbed by the input. */
-static void message(script *s, int k) {
+/* Peer k's message naming peer j's channel, perturbed by the input; sent
+ * with its ep unless `no_ep`. */
+static void message(script *s, int k, bool no_ep) {
   int j = take8(s) % PEERS;
   uint8_t gen_delta = take8(s) % 4; /* 0: the slot's current generation */
   uint32_t type = 1u + take8(s) % 9u;
@@ -200,7 +227,7 @@ static void message(script *s, int k) {
       .credit = credit};
   if (type != UMSG_DATA)
     len = len % 16 == 0 ? len : 0;
-  deliver(k, &h, len, rndv, true);
+  deliver(k, &h, len, rndv, !no_ep);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -208,6 +235,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   script s = {data, size};
   loop_reset();
+  tl.cfg.err_mode_none = (take8(&s) & 1) != 0;
   while (s.left > 0) {
     uint8_t op = take8(&s) % 5;
     int k = take8(&s) % PEERS;
@@ -222,13 +250,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       hello(&s, k);
       break;
     case 3:
-      message(&s, k);
+      message(&s, k, false);
       break;
-    default: {
-      ucx_hdr h = {.to = weft__ucx_slot_ref(UMSG_CREDIT, peers[k].uc.id,
-                                            peers[k].uc.gen)};
-      deliver(k, &h, 0, false, false);
-    }
+    default:
+      message(&s, k, true);
     }
   }
   for (int i = 0; i < PEERS; i++)
