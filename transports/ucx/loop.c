@@ -6,6 +6,7 @@
  * together because they are one loop's bookkeeping, which every other
  * file reaches through ucx_loop. */
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,8 @@ void weft__ucx_entry_put(rq_entry *e) {
 /* Lists a request UCX returned; its callback unlinks it. */
 void weft__ucx_op_link(ucx_loop *tl, ucx_epr *r, ucx_op *op, weft_buf **bp,
                        void *req) {
+  /* a request, never NULL or an error status: cancel_all hands it to UCX */
+  assert(req != NULL && !UCS_PTR_IS_ERR(req));
   op->tl = tl;
   op->epr = r;
   op->epr->n_ops++;

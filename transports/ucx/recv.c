@@ -205,7 +205,14 @@ static void warn_foreign(ucx_loop *tl, const char *what) {
  * is not touched. */
 ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
                                      ucx_recv_verdict *v) {
-  *v = (ucx_recv_verdict){.action = UCX_RECV_DROP};
+  /* field by field: `why` (112 B) is written only for a violation, and
+   * this runs for every message */
+  v->action = UCX_RECV_DROP;
+  v->r = NULL;
+  v->uc = NULL;
+  v->type = 0;
+  v->err = 0;
+  v->credit_came = false;
   if (m->header_len != sizeof(ucx_hdr)) {
     warn_foreign(tl, "with a header of another size than weft's 12 bytes");
     return v->action;
