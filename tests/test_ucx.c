@@ -1015,6 +1015,14 @@ static bool ping(weft_loop_group *g, pinger *pg) {
   return WAIT_UNTIL(atomic_load(&pg->echoed) >= want, 10000);
 }
 
+/* Closes the honest client's channel (from group `gc`'s loop 0) and waits
+ * until it is inactive. */
+static void pinger_close(weft_loop_group *gc, pinger *pg) {
+  ck_assert_int_eq(
+      weft_loop_execute(weft_loop_group_get(gc, 0), pinger_close_task, pg), 0);
+  ck_assert(WAIT_UNTIL(atomic_load(&pg->inactive) == 1, 10000));
+}
+
 /* A /proc/self/status value in kB ("VmHWM", "VmRSS"), -1 if missing. */
 static long status_kb(const char *key) {
   FILE *f = fopen("/proc/self/status", "r");
@@ -1105,9 +1113,7 @@ static void run_liar(const hostile_case *c) {
   ck_assert_int_eq(atomic_load(&hs.good_inactive), 0);
   ck_assert_int_eq(atomic_load(&hs.good_exceptions), 0);
   ck_assert_int_eq(atomic_load(&pg.bad), 0); /* its stream is its own */
-  ck_assert_int_eq(
-      weft_loop_execute(weft_loop_group_get(gc, 0), pinger_close_task, &pg), 0);
-  ck_assert(WAIT_UNTIL(atomic_load(&pg.inactive) == 1, 10000));
+  pinger_close(gc, &pg);
   weft_server_close(srv);
   group_end(gc);
   group_end(gs);
@@ -1229,10 +1235,7 @@ START_TEST(ucx_server_rebinds_its_port_at_once_after_a_client) {
   pinger pg2 = {0};
   ck_assert_int_eq(pinger_connect(gc, &pg2, again, 10000), 0);
   ck_assert(ping(gc, &pg2));
-  ck_assert_int_eq(
-      weft_loop_execute(weft_loop_group_get(gc, 0), pinger_close_task, &pg2),
-      0);
-  ck_assert(WAIT_UNTIL(atomic_load(&pg2.inactive) == 1, 10000));
+  pinger_close(gc, &pg2);
   weft_server_close(srv);
   group_end(gc);
   group_end(gs);
@@ -1264,14 +1267,37 @@ START_TEST(ucx_connect_to_a_silent_listener_fails_without_abort) {
   pinger pg2 = {0};
   ck_assert_int_eq(pinger_connect(gc, &pg2, srv_uri, 10000), 0);
   ck_assert(ping(gc, &pg2));
-  ck_assert_int_eq(
-      weft_loop_execute(weft_loop_group_get(gc, 0), pinger_close_task, &pg2),
-      0);
-  ck_assert(WAIT_UNTIL(atomic_load(&pg2.inactive) == 1, 10000));
+  pinger_close(gc, &pg2);
   group_end(gc);
   close(fd);
   weft_server_close(srv);
   group_end(gs);
+}
+END_TEST
+
+/* The millisecond settings: keepalive_ms takes 0 (off) or 10 .. 3600000,
+ * hello_timeout_ms 100 .. 3600000; others are refused with the range. */
+START_TEST(ucx_ms_settings_are_checked) {
+  char why[200];
+  ck_assert_int_eq(
+      weft_transport_config_set("ucx", "keepalive_ms", "0", why, sizeof why),
+      0);
+  ck_assert_int_lt(
+      weft_transport_config_set("ucx", "keepalive_ms", "5", why, sizeof why),
+      0);
+  ck_assert_int_lt(weft_transport_config_set("ucx", "hello_timeout_ms", "50",
+                                             why, sizeof why),
+                   0);
+  ck_assert_msg(strstr(why, "100 .. 3600000") != NULL, "%s", why);
+  ck_assert_int_eq(weft_transport_config_set("ucx", "hello_timeout_ms", "2500",
+                                             why, sizeof why),
+                   0);
+  ck_assert_int_eq(
+      weft_transport_config_set("ucx", "keepalive_ms", "5000", why, sizeof why),
+      0);
+  ck_assert_int_eq(weft_transport_config_set("ucx", "hello_timeout_ms", "10000",
+                                             why, sizeof why),
+                   0);
 }
 END_TEST
 
@@ -1349,9 +1375,7 @@ START_TEST(ucx_held_connections_count_against_max_connections) {
   ck_assert_msg(refused, "no connection was refused:\n%s", th_log_text());
   ck_assert_msg(err == 0, "the honest client: %s", weft_err_name(err));
   ck_assert(ping(gc, &pg));
-  ck_assert_int_eq(
-      weft_loop_execute(weft_loop_group_get(gc, 0), pinger_close_task, &pg), 0);
-  ck_assert(WAIT_UNTIL(atomic_load(&pg.inactive) == 1, 10000));
+  pinger_close(gc, &pg);
   weft_server_close(srv);
   group_end(gc);
   group_end(gs);
@@ -1501,7 +1525,8 @@ Suite *weft_test_suite(void) {
                ucx_multi_loop_server_survives_connection_churn,
                ucx_rndv_thresh_is_eager_over_tcp_lanes_only,
                ucx_server_rebinds_its_port_at_once_after_a_client,
-               ucx_connect_to_a_silent_listener_fails_without_abort, NULL);
+               ucx_connect_to_a_silent_listener_fails_without_abort,
+               ucx_ms_settings_are_checked, NULL);
   suite_add_tcase(s, tc);
   TCase *hostile = tcase_create("hostile");
   tcase_set_timeout(hostile, 120);

@@ -39,31 +39,10 @@
 
 #include <weft/error.h>
 
+#include "tests/fuzz/fuzz_script.h"
 #include "transports/ucx/ucx_internal.h"
 
 #define PEERS 6
-
-/* The input, read front to back. */
-typedef struct script {
-  const uint8_t *p;
-  size_t left;
-} script;
-
-/* The script's next byte, 0 past its end. */
-static uint8_t take8(script *s) {
-  if (s->left == 0)
-    return 0;
-  s->left--;
-  return *s->p++;
-}
-
-/* The script's next 4 bytes, big-endian. */
-static uint32_t take32(script *s) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++)
-    v = v << 8 | take8(s);
-  return v;
-}
 
 /* A peer: its ep (an address of this array, never dereferenced), the
  * record the index holds, its channel on this side. */

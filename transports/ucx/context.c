@@ -222,6 +222,16 @@ static int parse_size(const char *value, size_t min, size_t max, size_t *out) {
   return 0;
 }
 
+/* A millisecond setting in `min` .. `max` into `*out`, or WEFT_EINVAL. */
+static int parse_ms(const char *value, uint32_t min, uint32_t max,
+                    uint32_t *out) {
+  size_t ms;
+  int err = parse_size(value, min, max, &ms);
+  if (err == 0)
+    *out = (uint32_t)ms;
+  return err;
+}
+
 static int copy_setting(char *dst, size_t len, const char *value) {
   if (strlen(value) >= len)
     return WEFT_EINVAL;
@@ -285,23 +295,21 @@ static int setting_set(const char *key, const char *value, char *why,
                "connections), off (all on loop 0) or auto (on where "
                "UCX_TLS lists tcp lanes only)");
   } else if (strcmp(key, "keepalive_ms") == 0) {
-    size_t ms = 0;
-    err = strcmp(value, "0") == 0 ? 0
-                                  : parse_size(value, UCX_KEEPALIVE_MIN_MS,
-                                               UCX_KEEPALIVE_MAX_MS, &ms);
-    if (err == 0)
-      settings.keepalive_ms = (uint32_t)ms;
+    err = 0;
+    if (strcmp(value, "0") == 0)
+      settings.keepalive_ms = 0; /* off */
     else
+      err = parse_ms(value, UCX_KEEPALIVE_MIN_MS, UCX_KEEPALIVE_MAX_MS,
+                     &settings.keepalive_ms);
+    if (err < 0)
       snprintf(why, why_len,
                "milliseconds between PINGs of a silent channel, %u .. %u, or "
                "0 (off)",
                UCX_KEEPALIVE_MIN_MS, UCX_KEEPALIVE_MAX_MS);
   } else if (strcmp(key, "hello_timeout_ms") == 0) {
-    size_t ms = 0;
-    err = parse_size(value, UCX_HELLO_MIN_MS, UCX_HELLO_MAX_MS, &ms);
-    if (err == 0)
-      settings.hello_timeout_ms = (uint32_t)ms;
-    else
+    err = parse_ms(value, UCX_HELLO_MIN_MS, UCX_HELLO_MAX_MS,
+                   &settings.hello_timeout_ms);
+    if (err < 0)
       snprintf(why, why_len,
                "milliseconds an accepted connection may take to say HELLO, "
                "%u .. %u",
