@@ -100,6 +100,12 @@
  * message costs its bytes plus UCX_MSG_COST of credit, so that the window
  * also bounds the reassembly queue's entries, not only its bytes.
  *
+ * Whose message it is: with peer error handling every message carries its
+ * sender's ep (UCP_AM_SEND_FLAG_REPLY) and belongs to that ep's channel
+ * (the loop's ep index, weft__ucx_recv_route); the slot it names must be
+ * that channel's. With error_mode = none only HELLO does, and the slot
+ * routes (UCX 1.13 trusts such peers: docs/transports/ucx.md).
+ *
  * Hostile peers: nothing in a message is trusted. weft__ucx_hdr_check
  * (ucx_wire.h, and wire.c) checks every header against the channel's wire
  * state (type, handshake order, wire version, sequence, message size,
