@@ -98,10 +98,16 @@ void weft__ucx_linger_check(ucx_loop *tl, bool all) {
       continue;
     }
     *pp = r->next;
-    if (r->n_ops > 0)
+    if (r->n_ops > 0) {
       weft_log(WEFT_LOG_WARN,
                "ucx: closing an endpoint with %zu requests still in flight",
                r->n_ops);
+      /* By force where UCX allows it, which ends them (UCS_ERR_CANCELED):
+       * a flush-mode close waits for them forever (a rendezvous receive
+       * whose sender stopped), and UCX 1.13 aborts when the worker then
+       * destroys the ep ("ucp_ep.c:437 ... proto_reqs"). */
+      r->force = !tl->cfg.err_mode_none;
+    }
     ep_close(tl, r);
   }
 }
