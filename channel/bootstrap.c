@@ -5,6 +5,7 @@
  * loop (WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP), a listener per loop whose
  * connections stay on it; connects with a timeout. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -449,6 +450,14 @@ uint32_t weft_listener_server_id(const weft_listener *l) {
 }
 int weft_listener_count(const weft_listener *l) {
   return l->server->n_listeners;
+}
+
+int weft_listener_room(const weft_listener *l) {
+  const weft_server *srv = l->server;
+  if (srv->max_connections == 0)
+    return INT_MAX;
+  int live = atomic_load_explicit(&srv->count->live, memory_order_relaxed);
+  return live < srv->max_connections ? srv->max_connections - live : 0;
 }
 
 int weft_listener_address_of(const weft_listener *l, int i, char *buf,

@@ -403,6 +403,12 @@ static void client_connect(fixture *f, stream_client *c, const char *uri,
                       .on_connect = client_connected,
                       .connect_arg = c};
   weft_channel_config_init(&b.options);
+  /* 100 clients connect at once: on a loaded 2-core machine a UCX connect
+   * (its CM exchange, wire-up, HELLO and perhaps a REDIRECT, all on busy
+   * loops) took more than the 10 s default ("client 8: connect failed:
+   * ETIMEDOUT"). A refused or failed connect still reports at once; 60 s
+   * only bounds one that hangs. */
+  b.options.connect_timeout_ms = 60000;
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 

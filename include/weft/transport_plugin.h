@@ -431,6 +431,12 @@ uint32_t weft_listener_server_id(const weft_listener *l);
  *  WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP, else 1. Any thread. */
 int weft_listener_count(const weft_listener *l);
 
+/** How many more connections `l`'s server admits now: max_connections
+ *  less the accepted channels open, INT_MAX without a limit. A transport
+ *  that holds connections before handing them over (UCX, until the
+ *  client's HELLO) counts those against it too. Any thread. */
+int weft_listener_room(const weft_listener *l);
+
 /**
  * Copies the bound address of listener `i` of `l`'s server (as its
  * listen_address op wrote it at bind: "127.0.0.1:41234") into `buf` (`len`

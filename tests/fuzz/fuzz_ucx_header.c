@@ -33,29 +33,8 @@
 
 #include <weft/error.h>
 
+#include "tests/fuzz/fuzz_script.h"
 #include "transports/ucx/ucx_internal.h"
-
-/* The input, read front to back. */
-typedef struct script {
-  const uint8_t *p;
-  size_t left;
-} script;
-
-/* The script's next byte, 0 past its end. */
-static uint8_t take8(script *s) {
-  if (s->left == 0)
-    return 0;
-  s->left--;
-  return *s->p++;
-}
-
-/* The script's next 4 bytes, big-endian. */
-static uint32_t take32(script *s) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++)
-    v = v << 8 | take8(s);
-  return v;
-}
 
 /* The most data a check reads: a REDIRECT's for UCX_MAX_LISTENERS. */
 #define DATA_MAX (UCX_REDIRECT_HEAD + 4u * UCX_MAX_LISTENERS)

@@ -41,6 +41,7 @@ uint64_t weft__ucx_now_ns(void) {
  * during flush: Endpoint timeout" for every lane); ucp_worker_destroy
  * releases it. */
 static void ep_close(ucx_loop *tl, ucx_epr *r) {
+  weft__ucx_ep_unindex(tl, r); /* nothing it brings from now on is ours */
   if (r->n_ops > 0)
     for (ucx_op *op = tl->ops; op != NULL; op = op->next)
       if (op->epr == r)
@@ -98,10 +99,16 @@ void weft__ucx_linger_check(ucx_loop *tl, bool all) {
       continue;
     }
     *pp = r->next;
-    if (r->n_ops > 0)
+    if (r->n_ops > 0) {
       weft_log(WEFT_LOG_WARN,
                "ucx: closing an endpoint with %zu requests still in flight",
                r->n_ops);
+      /* By force where UCX allows it, which ends them (UCS_ERR_CANCELED):
+       * a flush-mode close waits for them forever (a rendezvous receive
+       * whose sender stopped), and UCX 1.13 aborts when the worker then
+       * destroys the ep ("ucp_ep.c:437 ... proto_reqs"). */
+      r->force = !tl->cfg.err_mode_none;
+    }
     ep_close(tl, r);
   }
 }
@@ -133,6 +140,7 @@ static int ep_start(ucx_channel *uc, ucp_ep_params_t *params) {
   }
   uc->epr->ep = uc->ep;
   uc->epr->uc = uc;
+  weft__ucx_ep_index(tl, uc->epr);
   return 0;
 
 failed_ep:
@@ -180,7 +188,13 @@ static int ucx_adopt(weft_channel *ch, intptr_t handle) {
   if (h.pc == NULL) {
     ucp_ep_params_t params = {.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST,
                               .conn_request = h.req};
-    return ep_start(uc, &params);
+    err = ep_start(uc, &params);
+    if (err == 0) {
+      /* a connection that never says HELLO is closed (tick) */
+      uc->hello_by = weft__ucx_now_ns() + tl->cfg.hello_timeout_ms * 1000000ull;
+      tl->n_awaiting++;
+    }
+    return err;
   }
   err = weft__ucx_slot_take(tl, uc);
   if (err < 0) {
@@ -337,6 +351,7 @@ static void ucx_close(weft_channel *ch) {
   assert(!tl->in_progress);
   if (weft__ucx_pend_unlink(uc))
     weft_channel_release(ch);
+  weft__ucx_hello_came(uc); /* no longer awaited */
   weft__ucx_rq_free(uc);
   bool violated = uc->violation[0] != '\0';
   if (uc->ep != NULL && !uc->ep_failed && uc->w.peer_known &&
@@ -356,8 +371,19 @@ static void ucx_close(weft_channel *ch) {
    * therefore kept until the worker is destroyed, as before; without peer
    * error handling an ep whose peer is still there closes in flush mode. */
   bool peer_gone = uc->ep_failed || uc->w.fin_received;
-  r->force = (peer_gone || violated) && !tl->cfg.err_mode_none;
-  r->keep = peer_gone && tl->cfg.err_mode_none;
+  /* A peer that never answered our HELLO (a connect that timed out, a
+   * listener that is not a UCX server) has our HELLO still pending on the
+   * ep's wire-up lane: a flush-mode close never ends, and UCX 1.13 aborted
+   * the process when it destroyed that ep with the worker ("pending
+   * request ... should have been flushed", ucp_ep.c:1185). A forced close
+   * purges the request (send_done: UCS_ERR_CANCELED). */
+  bool unanswered = !uc->w.peer_known && uc->w.client;
+  r->force = (peer_gone || violated || unanswered) && !tl->cfg.err_mode_none;
+  r->keep = (peer_gone || unanswered) && tl->cfg.err_mode_none;
+  /* Without peer error handling UCX 1.13 can neither force that close nor
+   * destroy the ep with the worker: the worker is kept (loop_fini). */
+  if (unanswered && tl->cfg.err_mode_none)
+    tl->n_unanswered++;
   weft__ucx_epr_close(tl, r, false);
 }
 
@@ -381,6 +407,30 @@ static void keepalive_expired(ucx_channel *uc, unsigned probes) {
   weft_channel_release(ch);
 }
 
+void weft__ucx_hello_came(ucx_channel *uc) {
+  if (uc->hello_by == 0)
+    return;
+  uc->hello_by = 0;
+  uc->tl->n_awaiting--;
+}
+
+/* Closes accepted channel `uc`, whose peer said no HELLO within
+ * hello_timeout_ms: not a weft client, or one that holds a connection
+ * (and a place under max_connections) without using it. From the tick. */
+static void hello_expired(ucx_channel *uc) {
+  char peer[64] = "?", reason[160];
+  if (weft_channel_remote_address(uc->ch, peer, sizeof peer) < 0)
+    snprintf(peer, sizeof peer, "?");
+  snprintf(reason, sizeof reason, "ucx: no HELLO from the peer within %u ms",
+           uc->tl->cfg.hello_timeout_ms);
+  weft_log(WEFT_LOG_WARN, "%s; closing the channel to %s", reason, peer);
+  weft_channel *ch = uc->ch;
+  weft_channel_retain(ch);
+  weft__ucx_hello_came(uc);
+  weft_channel_transport_closed(ch, WEFT_ETIMEDOUT, reason);
+  weft_channel_release(ch);
+}
+
 /* One keepalive tick over the loop's channels: a channel that heard
  * something since the last tick starts over; one that did not sends PING,
  * and closes after UCX_KEEPALIVE_PROBES silent ticks more
@@ -389,11 +439,18 @@ static void keepalive_expired(ucx_channel *uc, unsigned probes) {
  * intervals of its last message (idle) or BUSY_PROBES + 2. The table is read
  * afresh each step: a close runs user handlers, which may open or close
  * channels. */
-static void keepalive(ucx_loop *tl) {
+static void keepalive(ucx_loop *tl, bool probe) {
+  uint64_t now = tl->n_awaiting > 0 ? weft__ucx_now_ns() : 0;
   for (uint32_t i = 0; i < tl->n_slots; i++) {
     ucx_channel *uc = tl->slots[i].uc;
-    if (uc == NULL || !weft__ucx_channel_active(uc) || !uc->w.peer_known ||
-        uc->w.fin_received || uc->ep_failed || uc->violation[0] != '\0')
+    if (uc != NULL && uc->hello_by != 0 && now >= uc->hello_by &&
+        weft__ucx_channel_active(uc)) {
+      hello_expired(uc);
+      continue;
+    }
+    if (!probe || uc == NULL || !weft__ucx_channel_active(uc) ||
+        !uc->w.peer_known || uc->w.fin_received || uc->ep_failed ||
+        uc->violation[0] != '\0')
       continue;
     if (uc->heard) {
       uc->heard = false;
@@ -422,13 +479,14 @@ static void keepalive(ucx_loop *tl) {
 static void tick(void *arg) {
   ucx_loop *tl = arg;
   bool channels = tl->n_free < tl->n_slots;
-  if (tl->cfg.keepalive_ms > 0 && channels)
-    keepalive(tl);
+  bool probe = tl->cfg.keepalive_ms > 0 && channels;
+  if (probe || tl->n_awaiting > 0)
+    keepalive(tl, probe);
   if (tl->preconns != NULL)
     weft__ucx_preconn_dispatch(tl, false);
   if (tl->lingering != NULL)
     weft__ucx_linger_check(tl, false);
-  if (!(tl->cfg.keepalive_ms > 0 && channels) && tl->preconns == NULL &&
+  if (!probe && tl->n_awaiting == 0 && tl->preconns == NULL &&
       tl->lingering == NULL)
     weft_timer_stop(&tl->tick);
 }

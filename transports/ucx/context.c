@@ -26,6 +26,7 @@ static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static ucx_settings settings = {.window = UCX_DEFAULT_WINDOW,
                                 .max_message = UCX_DEFAULT_MAX_MESSAGE,
                                 .keepalive_ms = UCX_DEFAULT_KEEPALIVE_MS,
+                                .hello_timeout_ms = UCX_DEFAULT_HELLO_MS,
                                 .spread = true};
 ucp_context_h weft__ucx_ctx;
 static int ctx_refs;
@@ -126,8 +127,25 @@ const char *weft__ucx_rndv_thresh(const char *setting, const char *tls) {
   return lanes_tcp_only(tls) ? "inf" : "";
 }
 
+/* A server restarted on its port must bind at once, as tcp and uring
+ * servers do (SO_REUSEADDR): without it UCX's listener could not bind for
+ * about a minute after its side of a client's connection closed first
+ * (that connection in TIME_WAIT; UCX 1.13's default is
+ * UCX_TCP_CM_REUSEADDR=n). The connection manager reads its settings from
+ * the environment only: ucp_config_modify takes the key but UCX 1.13 never
+ * applies it ("invalid configuration: TCP_CM_REUSEADDR=y"). So it is set
+ * there, once, under ctx_lock, unless the user set it. */
+static void cm_reuseaddr(void) {
+  static bool done;
+  if (done)
+    return;
+  done = true;
+  setenv("UCX_TCP_CM_REUSEADDR", "y", 0);
+}
+
 static int ctx_create(char *why, size_t why_len) {
   ucp_config_t *cfg;
+  cm_reuseaddr();
   ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
   if (st != UCS_OK) {
     snprintf(why, why_len, "ucp_config_read: %s (check the UCX_* variables)",
@@ -150,6 +168,7 @@ static int ctx_create(char *why, size_t why_len) {
                tls != NULL ? tls : "");
   }
   config_apply(cfg, "NET_DEVICES", settings.devices);
+
   config_apply(cfg, "RNDV_THRESH",
                weft__ucx_rndv_thresh(settings.rndv_thresh, tls));
   ucp_params_t params = {
@@ -202,6 +221,16 @@ static int parse_size(const char *value, size_t min, size_t max, size_t *out) {
     return WEFT_EINVAL;
   *out = (size_t)v;
   return 0;
+}
+
+/* A millisecond setting in `min` .. `max` into `*out`, or WEFT_EINVAL. */
+static int parse_ms(const char *value, uint32_t min, uint32_t max,
+                    uint32_t *out) {
+  size_t ms;
+  int err = parse_size(value, min, max, &ms);
+  if (err == 0)
+    *out = (uint32_t)ms;
+  return err;
 }
 
 static int copy_setting(char *dst, size_t len, const char *value) {
@@ -267,17 +296,25 @@ static int setting_set(const char *key, const char *value, char *why,
                "connections), off (all on loop 0) or auto (on where "
                "UCX_TLS lists tcp lanes only)");
   } else if (strcmp(key, "keepalive_ms") == 0) {
-    size_t ms = 0;
-    err = strcmp(value, "0") == 0 ? 0
-                                  : parse_size(value, UCX_KEEPALIVE_MIN_MS,
-                                               UCX_KEEPALIVE_MAX_MS, &ms);
-    if (err == 0)
-      settings.keepalive_ms = (uint32_t)ms;
+    err = 0;
+    if (strcmp(value, "0") == 0)
+      settings.keepalive_ms = 0; /* off */
     else
+      err = parse_ms(value, UCX_KEEPALIVE_MIN_MS, UCX_KEEPALIVE_MAX_MS,
+                     &settings.keepalive_ms);
+    if (err < 0)
       snprintf(why, why_len,
                "milliseconds between PINGs of a silent channel, %u .. %u, or "
                "0 (off)",
                UCX_KEEPALIVE_MIN_MS, UCX_KEEPALIVE_MAX_MS);
+  } else if (strcmp(key, "hello_timeout_ms") == 0) {
+    err = parse_ms(value, UCX_HELLO_MIN_MS, UCX_HELLO_MAX_MS,
+                   &settings.hello_timeout_ms);
+    if (err < 0)
+      snprintf(why, why_len,
+               "milliseconds an accepted connection may take to say HELLO, "
+               "%u .. %u",
+               UCX_HELLO_MIN_MS, UCX_HELLO_MAX_MS);
   }
   return err;
 }
@@ -307,4 +344,7 @@ const weft_transport_key weft__ucx_keys[] = {
     {"keepalive_ms", "5000",
      "ms between PINGs of a silent channel (closed after 3 more, 12 with "
      "data in flight), 10 .. 3600000, or 0 (off)"},
+    {"hello_timeout_ms", "10000",
+     "ms an accepted connection may take to say HELLO (it counts against "
+     "max_connections meanwhile), 100 .. 3600000"},
     {NULL, NULL, NULL}};

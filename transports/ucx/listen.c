@@ -76,9 +76,35 @@ static void hand_over(ucx_listener *uln, ucp_conn_request_h req,
   weft_listener_accepted(uln->l, (intptr_t)h);
 }
 
+/* Whether listener `uln` may hold one more connection: held connections
+ * count against the server's max_connections as its channels do (they
+ * become channels at their HELLO), and at most UCX_HELD_MAX wait at once.
+ * A refusal is logged once a second at most, with the count since. */
+static bool may_hold(ucx_listener *uln) {
+  if (uln->n_held < UCX_HELD_MAX &&
+      (int64_t)uln->n_held < (int64_t)weft_listener_room(uln->l))
+    return true;
+  uln->refused++;
+  uint64_t now = weft__ucx_now_ns();
+  if (uln->refused_log_ns == 0 || now - uln->refused_log_ns >= 1000000000u) {
+    weft_log(WEFT_LOG_WARN,
+             "ucx: %u connections wait for their HELLO and the server's "
+             "max_connections leaves no room (at most %u wait); refused %llu "
+             "connection(s) since the last such line",
+             uln->n_held, UCX_HELD_MAX, (unsigned long long)uln->refused);
+    uln->refused = 0;
+    uln->refused_log_ns = now;
+  }
+  return false;
+}
+
 /* Accepts `req` on this worker and holds it until its HELLO. */
 static void preconn_start(ucx_listener *uln, ucp_conn_request_h req) {
   ucx_loop *tl = uln->tl;
+  if (!may_hold(uln)) {
+    ucp_listener_reject(uln->ul, req);
+    return;
+  }
   ucx_preconn *pc = calloc(1, sizeof *pc);
   ucx_epr *r = calloc(1, sizeof *r);
   if (pc == NULL || r == NULL) {
@@ -104,13 +130,17 @@ static void preconn_start(ucx_listener *uln, ucp_conn_request_h req) {
     free(r);
     return;
   }
+  r->pc = pc;
+  weft__ucx_ep_index(tl, r);
   *pc = (ucx_preconn){.tl = tl,
                       .uln = uln,
                       .epr = r,
-                      .hello_by = weft__ucx_now_ns() + UCX_HELLO_WAIT_NS,
+                      .hello_by = weft__ucx_now_ns() +
+                                  tl->cfg.hello_timeout_ms * 1000000ull,
                       .next = tl->preconns};
   tl->preconns = pc;
   tl->n_preconns++;
+  uln->n_held++;
   weft__ucx_tick_start(tl);
 }
 
@@ -145,6 +175,8 @@ static void preconn_unlink(ucx_preconn *pc) {
     pp = &(*pp)->next;
   *pp = pc->next;
   tl->n_preconns--;
+  if (pc->uln != NULL)
+    pc->uln->n_held--;
 }
 
 /* Closes `pc`'s ep (lingering while requests are in flight: a REDIRECT),
@@ -153,19 +185,13 @@ static void preconn_unlink(ucx_preconn *pc) {
 static void preconn_close(ucx_preconn *pc, bool force, bool in_progress) {
   ucx_loop *tl = pc->tl;
   ucx_epr *r = pc->epr;
+  r->pc = NULL;
   r->force = (force || r->peer_left) && !tl->cfg.err_mode_none;
   weft__ucx_epr_close(tl, r, in_progress);
   free(pc);
 }
 
 void weft__ucx_preconn_drop(ucx_preconn *pc) { preconn_close(pc, true, false); }
-
-ucx_preconn *weft__ucx_preconn_find(ucx_loop *tl, ucp_ep_h ep) {
-  for (ucx_preconn *pc = tl->preconns; pc != NULL; pc = pc->next)
-    if (pc->epr->ep == ep)
-      return pc;
-  return NULL;
-}
 
 void weft__ucx_preconn_hello(ucx_preconn *pc, const void *header,
                              size_t header_len, const void *data, size_t len,
@@ -184,10 +210,7 @@ void weft__ucx_preconn_hello(ucx_preconn *pc, const void *header,
     memcpy(pc->data, data, len);
 }
 
-void weft__ucx_preconn_error(ucx_loop *tl, ucp_ep_h ep) {
-  ucx_preconn *pc = weft__ucx_preconn_find(tl, ep);
-  if (pc == NULL)
-    return;
+void weft__ucx_preconn_error(ucx_preconn *pc) {
   pc->epr->peer_left = true;
   preconn_unlink(pc);
   preconn_close(pc, true, true);
@@ -287,6 +310,7 @@ int weft__ucx_preconn_adopt(ucx_preconn *pc, ucx_channel *uc) {
   uc->ep = pc->epr->ep;
   uc->epr = pc->epr;
   uc->epr->uc = uc;
+  uc->epr->pc = NULL;
   /* its HELLO again, now into the channel's wire state (it passed once) */
   int err = weft__ucx_hdr_check(&uc->w, &pc->hdr, sizeof pc->hdr,
                                 pc->rndv ? NULL : pc->data, pc->len, pc->rndv,

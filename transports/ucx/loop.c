@@ -7,6 +7,7 @@
  * together because they are one loop's bookkeeping, which every other
  * file reaches through ucx_loop. */
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,6 +84,8 @@ void weft__ucx_entry_put(rq_entry *e) {
 /* Lists a request UCX returned; its callback unlinks it. */
 void weft__ucx_op_link(ucx_loop *tl, ucx_epr *r, ucx_op *op, weft_buf **bp,
                        void *req) {
+  /* a request, never NULL or an error status: cancel_all hands it to UCX */
+  assert(req != NULL && !UCS_PTR_IS_ERR(req));
   op->tl = tl;
   op->epr = r;
   op->epr->n_ops++;
@@ -162,6 +165,8 @@ int weft__ucx_slot_take(ucx_loop *tl, ucx_channel *uc) {
   tl->slots[i].uc = uc;
   uc->id = i;
   uc->gen = tl->slots[i].gen;
+  uc->w.self_id = uc->id; /* what the peer's messages must name */
+  uc->w.self_gen = uc->gen;
   uc->has_slot = true;
   return 0;
 }
@@ -188,12 +193,64 @@ ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref) {
   return tl->slots[id].uc;
 }
 
-/* Errors and HELLOs name an ep, not a slot; they are rare enough for a
- * scan. */
-ucx_channel *weft__ucx_slot_find_ep(ucx_loop *tl, ucp_ep_h ep) {
-  for (uint32_t i = 0; i < tl->n_slots; i++)
-    if (tl->slots[i].uc != NULL && tl->slots[i].uc->ep == ep)
-      return tl->slots[i].uc;
+/* ---- the eps' index ---- */
+
+#define EP_BUCKETS_MIN 64u
+
+/* The bucket of `ep`: a multiplicative hash of its address (eps are
+ * allocations, aligned: the low bits carry nothing). */
+static size_t ep_bucket(const ucx_loop *tl, ucp_ep_h ep) {
+  uint64_t x = (uint64_t)(uintptr_t)ep * 0x9e3779b97f4a7c15ull;
+  return (size_t)(x >> 32) & tl->ep_mask;
+}
+
+/* Doubles the buckets once there are as many records as buckets; keeps
+ * the old table when memory is short (chains grow instead). */
+static void ep_index_grow(ucx_loop *tl) {
+  size_t n = (tl->ep_mask + 1) * 2;
+  ucx_epr **b = calloc(n, sizeof *b);
+  if (b == NULL)
+    return;
+  ucx_epr **old = tl->ep_buckets;
+  size_t old_n = tl->ep_mask + 1;
+  tl->ep_buckets = b;
+  tl->ep_mask = n - 1;
+  for (size_t i = 0; i < old_n; i++)
+    for (ucx_epr *r = old[i], *next; r != NULL; r = next) {
+      next = r->hash_next;
+      size_t k = ep_bucket(tl, r->ep);
+      r->hash_next = b[k];
+      b[k] = r;
+    }
+  free(old);
+}
+
+void weft__ucx_ep_index(ucx_loop *tl, ucx_epr *r) {
+  if (tl->n_indexed >= tl->ep_mask + 1)
+    ep_index_grow(tl);
+  size_t k = ep_bucket(tl, r->ep);
+  r->hash_next = tl->ep_buckets[k];
+  tl->ep_buckets[k] = r;
+  r->indexed = true;
+  tl->n_indexed++;
+}
+
+void weft__ucx_ep_unindex(ucx_loop *tl, ucx_epr *r) {
+  if (!r->indexed)
+    return;
+  ucx_epr **pp = &tl->ep_buckets[ep_bucket(tl, r->ep)];
+  while (*pp != r)
+    pp = &(*pp)->hash_next;
+  *pp = r->hash_next;
+  r->indexed = false;
+  tl->n_indexed--;
+}
+
+ucx_epr *weft__ucx_ep_find(ucx_loop *tl, ucp_ep_h ep) {
+  for (ucx_epr *r = tl->ep_buckets[ep_bucket(tl, ep)]; r != NULL;
+       r = r->hash_next)
+    if (r->ep == ep)
+      return r;
   return NULL;
 }
 
@@ -377,6 +434,12 @@ int weft__ucx_loop_init(weft_loop *loop, void **loop_state) {
     return WEFT_ENOMEM;
   tl->loop = loop;
   tl->free_head = tl->free_tail = UINT32_MAX;
+  tl->ep_buckets = calloc(EP_BUCKETS_MIN, sizeof *tl->ep_buckets);
+  if (tl->ep_buckets == NULL) {
+    free(tl);
+    return WEFT_ENOMEM;
+  }
+  tl->ep_mask = EP_BUCKETS_MIN - 1;
   weft_timer_init(loop, &tl->tick);
   err = weft__ucx_ctx_acquire(&tl->cfg, why, sizeof why);
   if (err < 0)
@@ -409,6 +472,7 @@ failed_worker:
 failed_context:
   weft_log(WEFT_LOG_ERROR, "ucx: cannot start on loop %d: %s",
            weft_loop_index(loop), why);
+  free(tl->ep_buckets);
   free(tl);
   return err;
 }
@@ -436,15 +500,34 @@ static void drain(ucx_loop *tl) {
   }
 }
 
-/* Requests that did not end: ask UCX to cancel them (1.13 cancels only
- * receives; a send stays), then give their buffers back to the pool, which
- * is destroyed after this. Their memory stays until the worker is gone
- * (UCX may still run their callbacks while it destroys the worker). */
+/* Asks UCX to cancel every request in flight. A cancel may end its
+ * request at once (a rendezvous receive): the callback then unlinks the op
+ * and recycles it (its `next` then points into a free list, and its `req`
+ * is NULL), so the list is walked afresh after each cancel, skipping the
+ * ops asked before (`cancelled`). Following `next` past a cancel once
+ * handed UCX a NULL request (SIGSEGV in ucp_request_cancel at
+ * 0xfffffffffffffef4: NULL less the request header, test_ucx_shm). */
+static void cancel_all(ucx_loop *tl) {
+  for (;;) {
+    ucx_op *op = tl->ops;
+    while (op != NULL && op->cancelled)
+      op = op->next;
+    if (op == NULL)
+      return;
+    op->cancelled = true;
+    ucp_request_cancel(tl->worker, op->req);
+  }
+}
+
+/* Requests that did not end: ask UCX to cancel them (1.13 cancels neither
+ * sends nor rendezvous AM receives, seen here), then give their buffers
+ * back to the pool, which is destroyed after this. Their memory stays with
+ * the worker, which loop_fini then keeps (UCX aborts when it destroys an
+ * ep with such a request). */
 static void abandon_ops(ucx_loop *tl) {
   if (tl->ops == NULL)
     return;
-  for (ucx_op *op = tl->ops; op != NULL; op = op->next)
-    ucp_request_cancel(tl->worker, op->req);
+  cancel_all(tl);
   for (int i = 0; i < 64 && progress(tl) != 0; i++)
     continue;
   if (tl->ops == NULL)
@@ -459,7 +542,9 @@ static void abandon_ops(ucx_loop *tl) {
   }
 }
 
-/* After ucp_worker_destroy: the requests it did not end never will. */
+/* After ucp_worker_destroy: the requests it ended (their callbacks ran
+ * during the destroy) leave nothing; others cannot be here (loop_fini
+ * keeps the worker then). */
 static void free_abandoned(ucx_loop *tl) {
   while (tl->ops != NULL) {
     ucx_op *op = tl->ops;
@@ -493,6 +578,21 @@ void weft__ucx_loop_fini(weft_loop *loop, void *loop_state) {
              tl->live_wraps);
     return;
   }
+  if (tl->ops != NULL || tl->n_unanswered > 0) {
+    /* UCX 1.13 aborts when ucp_worker_destroy meets an ep with a request
+     * it never ended: a rendezvous receive whose data never came (a client
+     * sent its RTS and stopped: "ucp_ep.c:437 Assertion
+     * `ucs_hlist_is_empty(&ucp_ep_ext_gen(ep)->proto_reqs)'"; 1.13 does
+     * not cancel those) or a HELLO nobody answered (error_mode = none:
+     * "pending request ... should have been flushed"). Keeping the worker,
+     * never progressed again, is the lesser evil: its memory stays. */
+    weft_log(WEFT_LOG_WARN,
+             "ucx: %zu requests never ended and %zu endpoints to peers that "
+             "never answered the HELLO are open at loop stop; UCX 1.13 "
+             "aborts when it destroys them, so the worker is not destroyed",
+             tl->n_ops, tl->n_unanswered);
+    return;
+  }
   ucp_worker_destroy(tl->worker);
   free_abandoned(tl);
   free_list_clear(&tl->free_sends, &tl->n_free_sends);
@@ -501,5 +601,6 @@ void weft__ucx_loop_fini(weft_loop *loop, void *loop_state) {
   free(tl->closing);
   free(tl->accepts);
   free(tl->slots);
+  free(tl->ep_buckets);
   free(tl);
 }

@@ -190,60 +190,100 @@ static ucs_status_t refuse(const ucp_am_recv_param_t *param) {
                                                          : UCS_OK;
 }
 
-/* The channel a message names: HELLO names no slot (the server finds the
- * channel by the reply ep, which UCX sets from the sending ep), the others
- * name the receiver's slot and generation. NULL: closed, or never ours. */
-static ucx_channel *channel_of(ucx_loop *tl, const ucx_hdr *h,
-                               const ucp_am_recv_param_t *param) {
-  if (weft__ucx_ref_type(h->to) != UMSG_HELLO)
-    return weft__ucx_slot_find(tl, h->to);
-  if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP))
-    return NULL;
-  return weft__ucx_slot_find_ep(tl, param->reply_ep);
+/* Logs once per loop that a message was dropped for `what`: a peer that
+ * does not speak this weft's protocol (or an older weft). */
+static void warn_foreign(ucx_loop *tl, const char *what) {
+  if (!tl->warned_header)
+    weft_log(WEFT_LOG_WARN,
+             "ucx: dropped a message %s (a peer running an older weft?)", what);
+  tl->warned_header = true;
+}
+
+/* Whose message it is: the ep it came on (every weft message is sent with
+ * UCP_AM_SEND_FLAG_REPLY), never the slot it names, which is the sender's
+ * to write. A message naming another slot than its ep's channel's breaks a
+ * rule there (weft__ucx_hdr_check): the sender's channel closes, the other
+ * is not touched. */
+ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
+                                     ucx_recv_verdict *v) {
+  /* field by field: `why` (112 B) is written only for a violation, and
+   * this runs for every message */
+  v->action = UCX_RECV_DROP;
+  v->r = NULL;
+  v->uc = NULL;
+  v->type = 0;
+  v->err = 0;
+  v->credit_came = false;
+  if (m->header_len != sizeof(ucx_hdr)) {
+    warn_foreign(tl, "with a header of another size than weft's 12 bytes");
+    return v->action;
+  }
+  ucx_hdr h;
+  memcpy(&h, m->header, sizeof h);
+  ucx_channel *uc = NULL;
+  if (m->has_ep) {
+    v->r = weft__ucx_ep_find(tl, m->ep);
+    if (v->r != NULL && v->r->pc != NULL)
+      return v->action = UCX_RECV_HELD; /* poll checks it is a HELLO */
+    uc = v->r != NULL ? v->r->uc : NULL;
+  } else if (tl->cfg.err_mode_none && weft__ucx_ref_type(h.to) != UMSG_HELLO) {
+    /* error_mode = none: peers send their ep with HELLO only (send.c), and
+     * the slot a message names says whose it is, as UCX's own protocol
+     * trusts such peers (docs/transports/ucx.md) */
+    uc = weft__ucx_slot_find(tl, h.to);
+  } else {
+    warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY: "
+                     "a peer with error_mode = none? both sides need peer)");
+    return v->action;
+  }
+  if (uc == NULL || uc->violation[0] != '\0')
+    return v->action; /* closed, or closing for a broken rule: drop */
+  v->uc = uc;
+  v->type = weft__ucx_ref_type(h.to);
+  uint64_t credit = uc->w.send_credit;
+  v->err = weft__ucx_hdr_check(&uc->w, m->header, m->header_len,
+                               m->rndv ? NULL : m->data, m->len, m->rndv,
+                               v->why, sizeof v->why);
+  if (v->err < 0)
+    return v->action = UCX_RECV_VIOLATION;
+  v->credit_came = uc->w.send_credit > credit;
+  return v->action = UCX_RECV_TAKE;
 }
 
 ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
                                void *data, size_t len,
                                const ucp_am_recv_param_t *param) {
   ucx_loop *tl = arg;
-  ucx_hdr h;
-  if (header_len != sizeof h) {
-    if (!tl->warned_header)
-      weft_log(WEFT_LOG_WARN,
-               "ucx: dropped a message with a %zu-byte header (weft's is "
-               "%zu: a peer running an older weft?)",
-               header_len, sizeof h);
-    tl->warned_header = true;
-    return refuse(param); /* not ours: drop */
-  }
-  memcpy(&h, header, sizeof h);
-  ucx_channel *uc = channel_of(tl, &h, param);
-  if (uc == NULL && weft__ucx_ref_type(h.to) == UMSG_HELLO &&
-      tl->preconns != NULL &&
-      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    ucx_preconn *pc = weft__ucx_preconn_find(tl, param->reply_ep);
-    if (pc != NULL)
-      weft__ucx_preconn_hello(pc, header, header_len, data, len,
-                              (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) !=
-                                  0);
-    return refuse(param);
-  }
-  if (uc == NULL || uc->violation[0] != '\0')
-    return refuse(param); /* closed, or closing for a broken rule: drop */
   bool rndv = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  uint64_t credit = uc->w.send_credit;
-  char why[sizeof uc->violation - 8];
-  int err = weft__ucx_hdr_check(&uc->w, header, header_len, rndv ? NULL : data,
-                                len, rndv, why, sizeof why);
-  if (err < 0) {
-    violated(uc, err, why);
+  ucx_recv_msg m = {
+      .has_ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0,
+      .ep = param->reply_ep,
+      .header = header,
+      .header_len = header_len,
+      .data = data,
+      .len = len,
+      .rndv = rndv};
+  ucx_recv_verdict v;
+  switch (weft__ucx_recv_route(tl, &m, &v)) {
+  case UCX_RECV_DROP:
     return refuse(param);
+  case UCX_RECV_HELD:
+    weft__ucx_preconn_hello(v.r->pc, header, header_len, data, len, rndv);
+    return refuse(param);
+  case UCX_RECV_VIOLATION:
+    violated(v.uc, v.err, v.why);
+    return refuse(param);
+  case UCX_RECV_TAKE:
+    break;
   }
+  ucx_channel *uc = v.uc;
+  int err;
   uc->heard = true; /* keepalive: the peer is there */
-  if (uc->w.send_credit > credit)
+  if (v.credit_came)
     weft__ucx_pend_mark(uc, PEND_FLUSH);
-  switch (weft__ucx_ref_type(h.to)) {
+  switch (v.type) {
   case UMSG_HELLO:
+    weft__ucx_hello_came(uc);
     err = weft__ucx_send_ctrl(uc, UMSG_HELLO_ACK, 0);
     if (err < 0) {
       uc->err = err;
@@ -423,16 +463,18 @@ int weft__ucx_dispatch_pending(ucx_loop *tl) {
  * closed in order; its disconnect is not an error. */
 void weft__ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status) {
   ucx_loop *tl = arg;
-  ucx_channel *uc = weft__ucx_slot_find_ep(tl, ep);
+  ucx_epr *r = weft__ucx_ep_find(tl, ep);
+  if (r == NULL)
+    return; /* closed already */
+  if (r->pc != NULL) {
+    weft__ucx_preconn_error(r->pc); /* a held connection's client left */
+    return;
+  }
+  ucx_channel *uc = r->uc;
   if (uc == NULL) {
-    /* Closing already (a lingering ep is closed by force then), or a
-     * held connection's. */
-    for (ucx_epr *r = tl->lingering; r != NULL; r = r->next)
-      if (r->ep == ep) {
-        r->force = !tl->cfg.err_mode_none;
-        r->peer_left = true;
-      }
-    weft__ucx_preconn_error(tl, ep);
+    /* Closing already: a lingering ep is closed by force then. */
+    r->force = !tl->cfg.err_mode_none;
+    r->peer_left = true;
     return;
   }
   uc->ep_failed = true;

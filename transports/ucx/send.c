@@ -59,6 +59,16 @@ static void send_done(void *request, ucs_status_t status, void *user_data) {
   ucp_request_free(request);
 }
 
+/* With peer error handling every weft message carries its sender's ep
+ * (UCP_AM_SEND_FLAG_REPLY): the receiver takes a message as its ep's
+ * channel's and refuses one that names another slot (recv.c). With
+ * error_mode = none only HELLO does (docs/transports/ucx.md, "Whose message
+ * it is"): UCX 1.13 then resolves the ep id as a pointer, so a message
+ * that arrives after the receiver closed that ep would read freed memory. */
+static uint32_t send_flags(const ucx_loop *tl) {
+  return tl->cfg.err_mode_none ? 0 : UCP_AM_SEND_FLAG_REPLY;
+}
+
 /* Sends one AM on the ep of record `r`: `s` (header and held data) is
  * freed when UCX is done with it. Returns 0 (done), 1 (queued in UCX:
  * send_done ends it) or an error (then `s` is freed here). */
@@ -69,7 +79,7 @@ static int am_send_on(ucx_loop *tl, ucx_epr *r, ucx_send *s, const void *data,
                                                UCP_OP_ATTR_FIELD_FLAGS,
                                .cb.send = send_done,
                                .user_data = s,
-                               .flags = flags};
+                               .flags = flags | send_flags(tl)};
   ucs_status_ptr_t req = ucp_am_send_nbx(r->ep, UCX_AM_ID, &s->hdr,
                                          sizeof s->hdr, data, len, &param);
   if (req == NULL || UCS_PTR_IS_ERR(req)) {
@@ -204,7 +214,7 @@ static ssize_t send_imm(ucx_channel *uc, const struct iovec *iov, int n,
   ucx_hdr hdr = data_hdr(uc);
   ucp_request_param_t param = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
                                                UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
-                               .flags = 0};
+                               .flags = send_flags(uc->tl)};
   ucs_status_ptr_t req =
       ucp_am_send_nbx(uc->ep, UCX_AM_ID, &hdr, sizeof hdr, data, len, &param);
   if (UCS_PTR_STATUS(req) == UCS_ERR_NO_RESOURCE)

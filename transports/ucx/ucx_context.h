@@ -26,18 +26,19 @@
 /* ---- process-wide settings ---- */
 
 typedef struct ucx_settings {
-  char tls[128];         /* UCX_TLS; empty = UCX's default */
-  char devices[128];     /* UCX_NET_DEVICES; empty = all */
-  char rndv_thresh[32];  /* UCX_RNDV_THRESH; empty = inf over tcp lanes
-                            only, else auto (context.c, lanes_tcp_only) */
-  size_t window;         /* bytes */
-  size_t max_message;    /* bytes */
-  bool err_mode_none;    /* error_mode = none: no peer failure detection,
-                            but shared memory transports become usable */
-  uint32_t keepalive_ms; /* PING a silent channel this often; 0 = off */
-  bool spread;           /* a server listens on every loop and redirects */
-  bool spread_set;       /* spread was configured (else: auto, see
-                            context.c's lanes_tcp_only) */
+  char tls[128];             /* UCX_TLS; empty = UCX's default */
+  char devices[128];         /* UCX_NET_DEVICES; empty = all */
+  char rndv_thresh[32];      /* UCX_RNDV_THRESH; empty = inf over tcp lanes
+                                only, else auto (context.c, lanes_tcp_only) */
+  size_t window;             /* bytes */
+  size_t max_message;        /* bytes */
+  bool err_mode_none;        /* error_mode = none: no peer failure detection,
+                                but shared memory transports become usable */
+  uint32_t keepalive_ms;     /* PING a silent channel this often; 0 = off */
+  uint32_t hello_timeout_ms; /* an accepted connection's HELLO, at most */
+  bool spread;               /* a server listens on every loop and redirects */
+  bool spread_set;           /* spread was configured (else: auto, see
+                                context.c's lanes_tcp_only) */
 } ucx_settings;
 
 /* -- context.c: process-wide settings and the context -- */

@@ -37,13 +37,16 @@
  * UCX_CLOSE_WAIT_NS passed, and only then is closed. */
 struct ucx_epr {
   ucp_ep_h ep;
-  ucx_channel *uc;      /* its open channel; NULL once that closed */
-  size_t n_ops;         /* requests on it whose callbacks did not run */
-  bool force;           /* close by force (peer error handling only) */
-  bool keep;            /* not closed: ucp_worker_destroy releases it */
-  bool peer_left;       /* the ep's error came: the peer disconnected */
-  uint64_t close_by;    /* lingering: close even with requests, in ns */
-  struct ucx_epr *next; /* on the loop's lingering list */
+  ucx_channel *uc;           /* its open channel; NULL once that closed */
+  ucx_preconn *pc;           /* or the held connection it is (listen.c) */
+  struct ucx_epr *hash_next; /* in the loop's ep index (ep_buckets) */
+  bool indexed;              /* in that index */
+  size_t n_ops;              /* requests on it whose callbacks did not run */
+  bool force;                /* close by force (peer error handling only) */
+  bool keep;                 /* not closed: ucp_worker_destroy releases it */
+  bool peer_left;            /* the ep's error came: the peer disconnected */
+  uint64_t close_by;         /* lingering: close even with requests, in ns */
+  struct ucx_epr *next;      /* on the loop's lingering list */
 };
 
 /* One message waiting in a channel's reassembly queue. */
@@ -85,6 +88,8 @@ struct ucx_channel {
   bool heard;            /* keepalive: a message came since the last tick */
   bool pong_inflight;    /* a PONG is queued in UCX: no second one */
   uint8_t silent;        /* keepalive: ticks without a message since */
+  uint64_t hello_by;     /* accepted: closed without HELLO by then (ns);
+                            0 once it came (or never awaited) */
   uint32_t server_id;    /* accepting side: its server's, for HELLO_ACK */
   struct ucx_dial *dial; /* connecting side, until connected (malloc'd) */
   ucx_wire w;
@@ -172,6 +177,50 @@ void weft__ucx_rq_check_head(ucx_channel *uc);
  *  receive is in flight is orphaned, and freed when it completes. */
 void weft__ucx_rq_free(ucx_channel *uc);
 
+/* One message as UCX handed it to the AM handler: the ep it came on
+ * (reply_ep, if the sender said UCP_AM_SEND_FLAG_REPLY), weft's header
+ * and the data (its length only, for a rendezvous). */
+typedef struct ucx_recv_msg {
+  bool has_ep; /* UCP_AM_RECV_ATTR_FIELD_REPLY_EP */
+  ucp_ep_h ep;
+  const void *header;
+  size_t header_len;
+  const void *data;
+  size_t len;
+  bool rndv;
+} ucx_recv_msg;
+
+/* What the receive path does with a message (weft__ucx_recv_route). */
+typedef enum ucx_recv_action {
+  UCX_RECV_DROP,      /* not weft's, or its ep's channel closed (closing) */
+  UCX_RECV_HELD,      /* the first message of held connection r->pc */
+  UCX_RECV_VIOLATION, /* broke a rule (err, why): channel uc closes */
+  UCX_RECV_TAKE       /* uc's wire state took it: act on `type` */
+} ucx_recv_action;
+
+typedef struct ucx_recv_verdict {
+  ucx_recv_action action;
+  ucx_epr *r;       /* the record of the ep it came on, if any */
+  ucx_channel *uc;  /* that ep's channel (VIOLATION, TAKE) */
+  uint32_t type;    /* TAKE: its type (UMSG_*) */
+  int err;          /* VIOLATION: WEFT_EPROTO or WEFT_EMSGSIZE */
+  bool credit_came; /* TAKE: the peer granted credit: flush */
+  char why[112];    /* VIOLATION: the rule broken */
+} ucx_recv_verdict;
+
+/**
+ * The receive path's decision for message `m` on loop `tl`, into `v` (and
+ * returned): whose it is (the channel or held connection of the ep it came
+ * on, found in the loop's ep index; never the slot it names) and whether
+ * it passes weft__ucx_hdr_check against that channel's wire state, which
+ * takes it in (sequence, credit both ways, handshake). No UCX call and no
+ * pipeline event: the AM handler acts on the verdict, and
+ * tests/fuzz/fuzz_ucx_recv.c drives this with several eps. Inside progress
+ * (or a fuzz target).
+ */
+ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
+                                     ucx_recv_verdict *v);
+
 /**
  * The worker's handler for UCX_AM_ID (`arg`: the ucx_loop): takes a HELLO,
  * HELLO_ACK, DATA, CREDIT or FIN into its channel's state once
@@ -242,6 +291,10 @@ bool weft__ucx_dial_retry(ucx_channel *uc);
  * when the connect goes on elsewhere. From poll.
  */
 bool weft__ucx_dial_check(ucx_channel *uc);
+
+/** Accepted channel `uc`'s HELLO came (or it closed): it no longer waits
+ *  for it (hello_timeout_ms). Also inside progress. */
+void weft__ucx_hello_came(ucx_channel *uc);
 
 /** Starts the loop's tick (keepalive, lingering eps, held connections'
  *  deadlines) unless it runs. */

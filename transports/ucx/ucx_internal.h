@@ -101,6 +101,12 @@
  * message costs its bytes plus UCX_MSG_COST of credit, so that the window
  * also bounds the reassembly queue's entries, not only its bytes.
  *
+ * Whose message it is: with peer error handling every message carries its
+ * sender's ep (UCP_AM_SEND_FLAG_REPLY) and belongs to that ep's channel
+ * (the loop's ep index, weft__ucx_recv_route); the slot it names must be
+ * that channel's. With error_mode = none only HELLO does, and the slot
+ * routes (UCX 1.13 trusts such peers: docs/transports/ucx.md).
+ *
  * Hostile peers: nothing in a message is trusted. weft__ucx_hdr_check
  * (ucx_wire.h, and wire.c) checks every header against the channel's wire
  * state (type, handshake order, wire version, sequence, message size,
@@ -168,10 +174,21 @@
  * code before this limit and UCX_MSG_COST). */
 #define UCX_WRAP_MIN 4096u
 #define UCX_CLOSE_WAIT_NS (2000000000ull) /* an ep lingers (ucx_epr) */
-/* A connection the listener on the server's address holds (ucx_preconn)
- * waits this long for its HELLO (a client's connect times out after 10 s
- * by default), then its ep is closed. */
-#define UCX_HELLO_WAIT_NS (10000000000ull)
+/* An accepted connection waits hello_timeout_ms for its client's HELLO (a
+ * held one, ucx_preconn, or a channel), then it is closed: it costs an ep
+ * and, held or not, counts against the server's max_connections
+ * meanwhile. The default is the client's default connect timeout (a
+ * client gives up then anyway): a weft client sends its HELLO with the
+ * ep's creation, but UCX delivers it only after the wire-up, which a
+ * busy server loop delays; with 5 s, 45 of the 100 clients of
+ * channel_echo_10mb_100_clients were closed under TSan. Checked by the
+ * loop's tick: closed within one tick more. */
+#define UCX_DEFAULT_HELLO_MS 10000u
+#define UCX_HELLO_MIN_MS 100u
+#define UCX_HELLO_MAX_MS 3600000u
+/* Connections one listener holds for their HELLO at most, whatever
+ * max_connections allows (each is an ep and a socket). */
+#define UCX_HELD_MAX 4096u
 /* Routes (servers' listener ports) a client process remembers. */
 #define UCX_ROUTES 32u
 /* Keepalive: the default interval, its limits, and the intervals after a

@@ -27,8 +27,11 @@ struct ucx_listener {
   ucp_listener_h ul;
   weft_listener *l;
   ucx_loop *tl;
-  int next_loop; /* the server's address: the loop the next connection
-                    goes to (round-robin; 0 keeps it here) */
+  int next_loop;           /* the server's address: the loop the next connection
+                              goes to (round-robin; 0 keeps it here) */
+  unsigned n_held;         /* its connections held for their HELLO */
+  uint64_t refused;        /* connections refused since the last log line */
+  uint64_t refused_log_ns; /* when that line was logged */
   ucx_listener *prev, *next;
 };
 
@@ -72,11 +75,9 @@ typedef struct ucx_accept {
  *  Returns how many. From poll, outside progress. */
 int weft__ucx_accept_pending(ucx_loop *tl);
 
-/** The held connection whose ep is `ep`, NULL if none. Inside progress. */
-ucx_preconn *weft__ucx_preconn_find(ucx_loop *tl, ucp_ep_h ep);
-
 /**
- * Records the client's HELLO on held connection `pc` (`header` of
+ * Records the client's first message, which must be its HELLO, on held
+ * connection `pc` (`header` of
  * `header_len` bytes, `len` bytes of data at `data` unless `rndv`) for
  * poll, which checks it and keeps or redirects the connection
  * (weft__ucx_preconn_dispatch). Inside progress.
@@ -85,15 +86,15 @@ void weft__ucx_preconn_hello(ucx_preconn *pc, const void *header,
                              size_t header_len, const void *data, size_t len,
                              bool rndv);
 
-/** An ep error on `ep`: if it is a held connection's, its client left and
- *  it is closed. Inside progress. */
-void weft__ucx_preconn_error(ucx_loop *tl, ucp_ep_h ep);
+/** An ep error on held connection `pc`'s ep: its client left, and it is
+ *  closed. Inside progress. */
+void weft__ucx_preconn_error(ucx_preconn *pc);
 
 /**
  * Decides the held connections whose HELLO came: a HELLO that breaks a
  * rule is refused (logged); a ROUTED one, or one whose turn it is, is
  * handed to the core (kept on this loop); the others are answered with
- * REDIRECT. Those that waited UCX_HELLO_WAIT_NS (all of them if `all`) are
+ * REDIRECT. Those that waited hello_timeout_ms (all of them if `all`) are
  * closed. Returns how many it handled. From poll or the tick.
  */
 int weft__ucx_preconn_dispatch(ucx_loop *tl, bool all);

@@ -49,11 +49,14 @@ enum ucx_msg {
 };
 
 /* The wire version, in the type bits of HELLO's, HELLO_ACK's and
- * REDIRECT's `seq`: 2 since a server spreads connections with REDIRECT
- * and channels keep alive with PING and PONG; 1 since DATA messages cost
- * UCX_MSG_COST of credit and the handshake carries max_message (0 before:
- * that weft put nothing there). */
-#define UCX_WIRE_VERSION 2u
+ * REDIRECT's `seq`: 3 since every message is sent with
+ * UCP_AM_SEND_FLAG_REPLY, so that the receiver finds the channel by the ep
+ * the message came on and a message naming another channel's slot closes
+ * its sender's channel (a version 2 peer's messages carry no ep); 2 since a
+ * server spreads connections with REDIRECT and channels keep alive with PING
+ * and PONG; 1 since DATA messages cost UCX_MSG_COST of credit and the handshake
+ * carries max_message (0 before: that weft put nothing there). */
+#define UCX_WIRE_VERSION 3u
 /* Bytes of data a HELLO carries: the client's max_message and its flags
  * (uint32_t each, host byte order). */
 #define UCX_HELLO_DATA 8u
@@ -117,6 +120,9 @@ typedef struct ucx_wire {
   uint32_t window;      /* credit granted in this side's HELLO / HELLO_ACK */
   uint32_t max_message; /* the largest DATA this side takes */
   bool client;          /* this side connected: sent HELLO, awaits HELLO_ACK */
+  /* this side's slot, which every message but HELLO must name: the ep a
+   * message came on says whose it is, the slot it names must agree */
+  uint32_t self_id, self_gen;
   /* the peer, from its HELLO or HELLO_ACK */
   bool peer_known;
   bool fin_received;       /* the peer's FIN was taken: nothing may follow */
@@ -177,7 +183,10 @@ int weft__ucx_hdr_check_redirect(ucx_wire *w, const ucx_hdr *h,
  * Checks one message a peer sent on a channel whose wire state is `w`:
  * `header` (`header_len` bytes, UCX's user header), and `len` bytes of
  * data, at `data` unless `rndv` (a rendezvous: only its length is known
- * yet). Nothing is trusted: the type must be known and come in handshake
+ * yet). Nothing is trusted: the type must be known; every message but
+ * HELLO must name this side's slot (w->self_id, w->self_gen: the ep it
+ * came on is the channel's, so a message naming another slot is a peer
+ * reaching for another peer's channel); the type must come in handshake
  * order (HELLO on the accepting side, HELLO_ACK on the connecting side,
  * once, with UCX_WIRE_VERSION, a window and max_message within the
  * settings' limits, as eager data of UCX_HELLO_DATA (HELLO, flags known) or
@@ -208,6 +217,14 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
     return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
                                  "peer sent a message of unknown type %u",
                                  type);
+  if (type != UMSG_HELLO && (weft__ucx_ref_id(h.to) != w->self_id ||
+                             weft__ucx_ref_gen(h.to) != w->self_gen))
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer sent %s naming another channel (slot %u generation %u; its "
+        "own: slot %u generation %u)",
+        weft__ucx_msg_name(type), weft__ucx_ref_id(h.to),
+        weft__ucx_ref_gen(h.to), w->self_id, w->self_gen);
   if (type == UMSG_HELLO || type == UMSG_HELLO_ACK)
     return weft__ucx_hdr_check_hello(w, &h, type, data, len, rndv, why,
                                      why_len);

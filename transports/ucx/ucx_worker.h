@@ -42,9 +42,11 @@ struct ucx_accept;
 typedef struct ucx_op {
   struct ucx_op *prev, *next;
   ucx_loop *tl;
-  ucx_epr *epr;  /* its ep; NULL once that was closed */
-  void *req;     /* NULL: not listed (completed at once, or not sent yet) */
-  weft_buf **bp; /* the buffer to give back if the request never ends */
+  ucx_epr *epr;   /* its ep; NULL once that was closed */
+  void *req;      /* NULL: not listed (completed at once, or not sent yet);
+                     never an error status (UCS_PTR_IS_PTR checked) */
+  bool cancelled; /* loop_fini asked UCX to cancel it */
+  weft_buf **bp;  /* the buffer to give back if the request never ends */
 } ucx_op;
 
 typedef struct ucx_slot {
@@ -66,6 +68,12 @@ struct ucx_loop {
   size_t n_pend;
   void **closing; /* ucp_ep_close_nbx requests in flight */
   size_t n_closing, cap_closing;
+  /* The ep records by ep (chained hash, a power of two of buckets): UCX
+   * tells which ep a message (reply_ep) or an error came on, and that, not
+   * the slot a message names, says whose it is. */
+  ucx_epr **ep_buckets;
+  size_t ep_mask;   /* buckets - 1 */
+  size_t n_indexed; /* records in the index */
   ucx_listener *listeners;
   ucx_op *ops; /* requests in flight */
   size_t n_ops;
@@ -76,7 +84,12 @@ struct ucx_loop {
   bool preconn_hello; /* a HELLO arrived for one of them */
   weft_timer tick;    /* keepalive, lingering and redirect deadlines */
   size_t live_wraps;  /* UCX receive descriptors held by weft_bufs */
-  uint64_t drains;    /* polls whose progress ran until nothing was left */
+  /* Eps kept open with a HELLO nobody answered (error_mode = none): UCX
+   * 1.13 aborts when ucp_worker_destroy meets them, so the worker is then
+   * kept at loop stop (logged). */
+  size_t n_unanswered;
+  size_t n_awaiting; /* accepted channels waiting for their HELLO */
+  uint64_t drains;   /* polls whose progress ran until nothing was left */
   /* What a ucp_worker_progress that found nothing costs, in ns: the
    * least of UCX_PROGRESS_SAMPLES timed ones, one poll in
    * UCX_PROGRESS_SAMPLE timed. Over tcp lanes it is an epoll_wait (poll
@@ -146,16 +159,28 @@ ucx_loop *weft__ucx_loop_state_of(weft_loop *loop, int *err);
 int weft__ucx_slot_take(ucx_loop *tl, ucx_channel *uc);
 
 /** Frees channel `uc`'s slot; its generation moves on, so that messages
- *  still addressed to the channel are dropped. */
+ *  still naming the channel are refused. */
 void weft__ucx_slot_free(ucx_loop *tl, ucx_channel *uc);
 
 /** The channel slot reference `ref` names; NULL if the slot is free or of
- *  another generation. Inside progress. */
+ *  another generation. Routes messages only with error_mode = none (recv.c,
+ *  weft__ucx_recv_route). Inside progress. */
 ucx_channel *weft__ucx_slot_find(ucx_loop *tl, uint32_t ref);
 
-/** The open channel whose ep is `ep`, NULL if none (a scan of the table).
- *  Inside progress. */
-ucx_channel *weft__ucx_slot_find_ep(ucx_loop *tl, ucp_ep_h ep);
+/* -- loop.c: the eps' index -- */
+
+/** Indexes ep record `r` by its ep (r->ep set), so that a message and an
+ *  ep error find their channel or held connection in O(1). Never fails: a
+ *  table that cannot grow makes longer chains. */
+void weft__ucx_ep_index(ucx_loop *tl, ucx_epr *r);
+
+/** Takes ep record `r` out of the index (nothing if it is not in it), at
+ *  the ep's close. */
+void weft__ucx_ep_unindex(ucx_loop *tl, ucx_epr *r);
+
+/** The record of ep `ep` (its channel, held connection, or nothing when
+ *  it lingers closed), NULL if none. Also inside progress. */
+ucx_epr *weft__ucx_ep_find(ucx_loop *tl, ucp_ep_h ep);
 
 /* -- loop.c: the pending list -- */
 

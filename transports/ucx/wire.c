@@ -3,8 +3,9 @@
  * as a receiver enforces them (weft__ucx_hdr_check, inline in
  * ucx_wire.h because it runs for every message, and its rare parts
  * here: the handshake and the texts of broken rules). Every value in a
- * message comes from the peer: its type, the slot it names (checked by the
- * table lookup in recv.c), the handshake's version, slot, window and
+ * message comes from the peer: its type, the slot it names (its ep's
+ * channel's own, or the message is refused: recv.c finds the channel by
+ * the ep), the handshake's version, slot, window and
  * max_message, a REDIRECT's port, the sequence number, the data's length
  * and the credit it grants. Each is checked against the channel's wire state
  * before the receive path takes the message in or allocates anything for it;
