@@ -874,8 +874,8 @@ START_TEST(kv_resp_protocol_error_answered_then_closed) {
        "+PONG\r\n-ERR Protocol error: expected '$', got ':'\r\n"},
       {"*x\r\n", "-ERR Protocol error: invalid multibulk length\r\n"},
       {"*1\r\n$-3\r\n", "-ERR Protocol error: invalid bulk length\r\n"},
-      {"*5000\r\n", "-ERR Protocol error: invalid multibulk length (5000 "
-                    "arguments, maximum 1024)\r\n"},
+      {"*2000000\r\n", "-ERR Protocol error: invalid multibulk length "
+                       "(2000000 arguments, maximum 1048576)\r\n"},
   };
   fixture f;
   fixture_start(&f);
