@@ -1,5 +1,5 @@
-/* The server commands (command_internal.h): PING, ECHO, SELECT, CONFIG
- * GET, INFO with its sections, and COMMAND (COUNT, DOCS, INFO) from the
+/* The server commands (command_internal.h): PING, ECHO, SELECT, TIME, CONFIG
+ * GET and SET, INFO with its sections, and COMMAND (COUNT, DOCS, INFO) from the
  * command table, answered as Redis 7 answers them. */
 #include "command_internal.h"
 #include "conn_limits.h"
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -44,48 +45,142 @@ void kv_cmd_select(const kv_call *c) {
   c->ops->simple(c->w, "OK");
 }
 
-/* ---- CONFIG GET ---- */
+/* TIME: the Unix time as seconds and microseconds (two bulk strings). */
+void kv_cmd_time(const kv_call *c) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  char sec[24], usec[24];
+  snprintf(sec, sizeof sec, "%lld", (long long)ts.tv_sec);
+  snprintf(usec, sizeof usec, "%ld", ts.tv_nsec / 1000);
+  c->ops->array(c->w, 2);
+  kv_reply_cstr(c, sec);
+  kv_reply_cstr(c, usec);
+}
 
-/* CONFIG GET pattern [pattern ...]: the few parameters clients ask for,
- * answered as a Redis with persistence off would (redis-benchmark asks for
- * save and appendonly); a map of those matching any pattern. */
-void kv_cmd_config(const kv_call *c) {
-  if (!kv_arg_is(&c->argv[0], "GET"))
-    return c->ops->error(c->w, "ERR CONFIG: only CONFIG GET <parameter> is "
-                               "supported");
+/* ---- CONFIG GET, SET ---- */
+
+/* The parameters CONFIG knows: those clients ask for, answered as a Redis
+ * with persistence off would (redis-benchmark asks for save and
+ * appendonly). `value` NULL: computed (config_value). `live`: CONFIG SET
+ * may change it; the others are fixed facts or weft's config file's
+ * ([kv] ..., [server] ...) and only their current value is accepted. */
+static const struct {
+  const char *name, *value;
+  bool live;
+} params[] = {
+    {"save", "", false},
+    {"appendonly", "no", false},
+    {"databases", "1", false},
+    {"maxmemory", "0", false},
+    {"maxmemory-policy", "noeviction", false},
+    {"protected-mode", NULL, true},
+    {"port", NULL, false},
+    {"tls-port", NULL, false},
+    {"maxclients", NULL, false},
+    {"hz", NULL, false},
+};
+enum { N_PARAMS = sizeof params / sizeof params[0] };
+
+/* Parameter i's value now, in `buf` when computed. */
+static const char *config_value(const kv_call *c, size_t i, char *buf,
+                                size_t cap) {
+  const kv_shared *sh = c->sess->shared;
+  const char *name = params[i].name;
+  if (params[i].value != NULL)
+    return params[i].value;
+  if (strcmp(name, "protected-mode") == 0)
+    return atomic_load(&sh->protected_mode) ? "yes" : "no";
+  int v = strcmp(name, "port") == 0       ? sh->resp_port
+          : strcmp(name, "tls-port") == 0 ? sh->tls_port
+          : strcmp(name, "hz") == 0       ? (int)sh->hz
+                                          : sh->max_clients;
+  snprintf(buf, cap, "%d", v);
+  return buf;
+}
+
+/* CONFIG GET pattern [pattern ...]: a map of the parameters matching any
+ * pattern. */
+static void config_get(const kv_call *c) {
   if (c->argc < 2)
     return c->ops->error(
         c->w, "ERR wrong number of arguments for 'config|get' command");
-  char port[16], tls_port[16], maxclients[16];
-  snprintf(port, sizeof port, "%d", c->sess->shared->resp_port);
-  snprintf(tls_port, sizeof tls_port, "%d", c->sess->shared->tls_port);
-  snprintf(maxclients, sizeof maxclients, "%d", c->sess->shared->max_clients);
-  const char *params[][2] = {
-      {"save", ""},
-      {"appendonly", "no"},
-      {"databases", "1"},
-      {"maxmemory", "0"},
-      {"maxmemory-policy", "noeviction"},
-      {"protected-mode", c->sess->shared->protected_mode ? "yes" : "no"},
-      {"port", port},
-      {"tls-port", tls_port},
-      {"maxclients", maxclients},
-  };
-  enum { N = sizeof params / sizeof params[0] };
-  bool hit[N] = {false};
+  bool hit[N_PARAMS] = {false};
   size_t n = 0;
-  for (size_t i = 0; i < N; i++)
+  for (size_t i = 0; i < N_PARAMS; i++)
     for (size_t a = 1; a < c->argc && !hit[i]; a++)
       if (c->argv[a].len <= KV_SCAN_PATTERN_MAX &&
-          kv_glob_match(c->argv[a].ptr, c->argv[a].len, params[i][0],
-                        strlen(params[i][0])))
+          kv_glob_match(c->argv[a].ptr, c->argv[a].len, params[i].name,
+                        strlen(params[i].name)))
         hit[i] = true, n++;
   c->ops->map(c->w, n);
-  for (size_t i = 0; i < N; i++)
+  char buf[24];
+  for (size_t i = 0; i < N_PARAMS; i++)
     if (hit[i]) {
-      kv_reply_cstr(c, params[i][0]);
-      kv_reply_cstr(c, params[i][1]);
+      kv_reply_cstr(c, params[i].name);
+      kv_reply_cstr(c, config_value(c, i, buf, sizeof buf));
     }
+}
+
+/* The parameter named `a`, or N_PARAMS. */
+static size_t config_find(const kv_arg *a) {
+  size_t i = 0;
+  while (i < N_PARAMS && !kv_arg_is(a, params[i].name))
+    i++;
+  return i;
+}
+
+/* CONFIG SET parameter value [parameter value ...], all or nothing as in
+ * Redis 7: protected-mode (yes or no) changes for the connections that
+ * come next; another known parameter takes its current value only (weft
+ * sets it in its config file); an unknown one is refused. */
+static void config_set(const kv_call *c) {
+  if (c->argc < 3 || c->argc % 2 == 0)
+    return c->ops->error(
+        c->w, "ERR wrong number of arguments for 'config|set' command");
+  char msg[200], buf[24], name[64];
+  int protected_mode = -1; /* the new value, once all are checked */
+  for (size_t a = 1; a < c->argc; a += 2) {
+    size_t i = config_find(&c->argv[a]);
+    size_t n =
+        c->argv[a].len < sizeof name - 1 ? c->argv[a].len : sizeof name - 1;
+    memcpy(name, c->argv[a].ptr, n);
+    name[n] = '\0';
+    const kv_arg *v = &c->argv[a + 1];
+    if (i == N_PARAMS)
+      return kv_reply_errorf(
+          c, "ERR Unknown option or number of arguments for CONFIG SET - '%s'",
+          name);
+    if (params[i].live) {
+      if (!kv_arg_is(v, "yes") && !kv_arg_is(v, "no"))
+        return kv_reply_errorf(c,
+                               "ERR CONFIG SET failed (possibly related to "
+                               "argument '%s') - argument must be 'yes' or "
+                               "'no'",
+                               name);
+      protected_mode = kv_arg_is(v, "yes");
+    } else if (!kv_arg_is(v, config_value(c, i, buf, sizeof buf))) {
+      snprintf(msg, sizeof msg,
+               "ERR CONFIG SET failed (possibly related to argument '%s') - "
+               "weft-kv-server sets it in its config file, not at run time",
+               name);
+      return c->ops->error(c->w, msg);
+    }
+  }
+  if (protected_mode >= 0)
+    atomic_store(&c->sess->shared->protected_mode, protected_mode == 1);
+  c->ops->simple(c->w, "OK");
+}
+
+/* CONFIG GET | SET | RESETSTAT | HELP. */
+void kv_cmd_config(const kv_call *c) {
+  if (kv_arg_is(&c->argv[0], "GET"))
+    return config_get(c);
+  if (kv_arg_is(&c->argv[0], "SET"))
+    return config_set(c);
+  if (kv_arg_is(&c->argv[0], "RESETSTAT") && c->argc == 1)
+    return c->ops->simple(c->w, "OK"); /* INFO's counters stay */
+  c->ops->error(c->w, "ERR CONFIG: only CONFIG GET and CONFIG SET "
+                      "<parameter> <value> are supported");
 }
 
 /* ---- INFO ---- */

@@ -1,7 +1,8 @@
-/* The string commands (command_internal.h): GET, SET, SETNX, GETSET,
- * GETDEL, GETEX, APPEND, STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT,
- * MGET, MSET. Arguments are checked in Redis 7's order with its error
- * texts, then the store does the work. */
+/* The string commands (command_internal.h): GET, SET, SETNX, SETEX,
+ * PSETEX, GETSET, GETDEL, GETEX, GETRANGE (and SUBSTR), SETRANGE, APPEND,
+ * STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MGET, MSET, MSETNX.
+ * Arguments are checked in Redis 7's order with its error texts, then the store
+ * does the work. */
 #include "command_internal.h"
 
 #include <stdlib.h>
@@ -313,4 +314,105 @@ void kv_cmd_mset(const kv_call *c) {
   if (rc < 0)
     return kv_reply_store_error(c, rc);
   c->ops->simple(c->w, "OK");
+}
+
+/* MSETNX key value [key value ...]: 1 and every pair set when none of the
+ * keys exists, else 0 and nothing set; one step (the keys' stripes held
+ * over the check and the MSET). */
+void kv_cmd_msetnx(const kv_call *c) {
+  if (c->argc % 2 != 0)
+    return kv_reply_arity(c);
+  size_t n = c->argc / 2;
+  kv_key *keys = malloc(n * sizeof *keys), *vals = malloc(n * sizeof *vals);
+  int rc = WEFT_ENOMEM;
+  if (keys != NULL && vals != NULL) {
+    for (size_t i = 0; i < n; i++) {
+      keys[i] = c->argv[2 * i];
+      vals[i] = c->argv[2 * i + 1];
+    }
+    kv_txn t;
+    bool own = kv_txn_lock_keys(&t, c->store, n, keys);
+    rc = kv_exists(c->store, n, keys);
+    if (rc == 0)
+      rc = kv_mset(c->store, n, keys, vals) == 0 ? 1 : WEFT_ENOMEM;
+    else if (rc > 0)
+      rc = 0;
+    if (own)
+      kv_txn_unlock(&t);
+  }
+  free(keys);
+  free(vals);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
+}
+
+/* SETEX and PSETEX key time value: SET with a TTL in seconds or ms,
+ * Redis' "invalid expire time" for one <= 0 or past int64 in ms. */
+static void setex_cmd(const kv_call *c, bool seconds) {
+  int64_t v;
+  if (!kv_parse_i64(&c->argv[1], &v))
+    return kv_reply_not_integer(c);
+  if (v <= 0 || (seconds && v > INT64_MAX / 1000) ||
+      (seconds ? v * 1000 : v) > INT64_MAX - kv_unix_ms())
+    return kv_reply_errorf(c, "ERR invalid expire time in '%s' command",
+                           c->name);
+  v = seconds ? v * 1000 : v;
+  kv_set_options so = {.ttl_ms = v > KV_TTL_MAX_MS ? KV_TTL_MAX_MS : v};
+  kv_call set = *c; /* SET key value: the value comes third here */
+  kv_arg args[2] = {c->argv[0], c->argv[2]};
+  set.argv = args;
+  set.argc = 2;
+  set_with(&set, &so, false, false);
+}
+
+/* SETEX key seconds value. */
+void kv_cmd_setex(const kv_call *c) { setex_cmd(c, true); }
+
+/* PSETEX key milliseconds value. */
+void kv_cmd_psetex(const kv_call *c) { setex_cmd(c, false); }
+
+/* GETRANGE (and SUBSTR) key start end: the bytes from start to end
+ * inclusive, negative counting from the end, clamped, as Redis 7. */
+void kv_cmd_getrange(const kv_call *c) {
+  int64_t start, end;
+  if (!kv_parse_i64(&c->argv[1], &start) || !kv_parse_i64(&c->argv[2], &end))
+    return kv_reply_not_integer(c);
+  kv_blob *b;
+  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &b);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  int64_t len = b != NULL ? (int64_t)b->len : 0;
+  if (start < 0 && end < 0 && start > end)
+    len = 0; /* Redis: an empty range however long the value */
+  if (start < 0)
+    start += len;
+  if (end < 0)
+    end += len;
+  if (start < 0)
+    start = 0;
+  if (end < 0)
+    end = 0;
+  if (end >= len)
+    end = len - 1;
+  if (len == 0 || start > end)
+    c->ops->bulk(c->w, "", 0, NULL);
+  else
+    c->ops->bulk(c->w, b->data + start, (size_t)(end - start + 1), b);
+  kv_blob_release(b);
+}
+
+/* SETRANGE key offset value: the new length. */
+void kv_cmd_setrange(const kv_call *c) {
+  int64_t offset;
+  if (!kv_parse_i64(&c->argv[1], &offset))
+    return kv_reply_not_integer(c);
+  if (offset < 0)
+    return c->ops->error(c->w, "ERR offset is out of range");
+  size_t n;
+  int rc = kv_setrange(c->store, c->argv[0].ptr, c->argv[0].len,
+                       (uint64_t)offset, c->argv[2].ptr, c->argv[2].len, &n);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, (int64_t)n);
 }

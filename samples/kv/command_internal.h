@@ -143,6 +143,11 @@ void kv_cmd_decrby(const kv_call *c);
 void kv_cmd_incrbyfloat(const kv_call *c);
 void kv_cmd_mget(const kv_call *c);
 void kv_cmd_mset(const kv_call *c);
+void kv_cmd_setex(const kv_call *c);
+void kv_cmd_psetex(const kv_call *c);
+void kv_cmd_msetnx(const kv_call *c);
+void kv_cmd_getrange(const kv_call *c);
+void kv_cmd_setrange(const kv_call *c);
 
 void kv_cmd_del(const kv_call *c);
 void kv_cmd_exists(const kv_call *c);
@@ -157,15 +162,26 @@ void kv_cmd_keys(const kv_call *c);
 void kv_cmd_scan(const kv_call *c);
 void kv_cmd_dbsize(const kv_call *c);
 void kv_cmd_flushall(const kv_call *c);
+void kv_cmd_expireat(const kv_call *c);
+void kv_cmd_pexpireat(const kv_call *c);
+void kv_cmd_expiretime(const kv_call *c);
+void kv_cmd_pexpiretime(const kv_call *c);
+void kv_cmd_renamenx(const kv_call *c);
+void kv_cmd_copy(const kv_call *c);
+void kv_cmd_randomkey(const kv_call *c);
 
 void kv_cmd_ping(const kv_call *c);
 void kv_cmd_echo(const kv_call *c);
 void kv_cmd_select(const kv_call *c);
+void kv_cmd_time(const kv_call *c);
 void kv_cmd_config(const kv_call *c);
 void kv_cmd_info(const kv_call *c);
 void kv_cmd_command(const kv_call *c);
 
 void kv_cmd_client(const kv_call *c);
+/** CLIENT LIST and CLIENT KILL (client_list.c), for kv_cmd_client. */
+void kv_client_list(const kv_call *c);
+void kv_client_kill(const kv_call *c);
 void kv_cmd_quit(const kv_call *c);
 
 void kv_cmd_auth(const kv_call *c);
@@ -174,6 +190,8 @@ void kv_cmd_hello(const kv_call *c);
 void kv_cmd_multi(const kv_call *c);
 void kv_cmd_exec(const kv_call *c);
 void kv_cmd_discard(const kv_call *c);
+void kv_cmd_watch(const kv_call *c);
+void kv_cmd_unwatch(const kv_call *c);
 
 void kv_cmd_cluster(const kv_call *c);
 void kv_cmd_asking(const kv_call *c);
