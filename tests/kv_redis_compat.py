@@ -7,7 +7,7 @@ WATCH/UNWATCH (redis-py's transaction() and pipelines that watch), across
 connections on different loops: EXEC fails when a watched key changed,
 was made, deleted, expired, flushed or got a TTL; optimistic increments
 from threads add up. FLUSHDB, SETEX/PSETEX, UNLINK, MSETNX, GETRANGE/
-SETRANGE/SUBSTR, EXPIREAT/PEXPIREAT/EXPIRETIME, RENAMENX, COPY, TOUCH,
+SETRANGE/SUBSTR, SETBIT/GETBIT, EXPIREAT/PEXPIREAT/EXPIRETIME, RENAMENX, COPY, TOUCH,
 RANDOMKEY, SCAN ... TYPE, SELECT 0, TIME, CONFIG GET/SET, CLIENT LIST/
 KILL, commands of more than 1024 arguments, and the error a command
 outside the KV service gets.
@@ -191,6 +191,22 @@ def strings(r):
     raises("setrange_negative", lambda: r.setrange("s", -1, "x"),
            redis.ResponseError, "offset is out of range")
     raises("setrange_too_big", lambda: r.setrange("s", 1 << 40, "x"),
+           redis.ResponseError, "string exceeds maximum allowed size")
+    r.set("bits", "1")  # 0x31 = 00110001
+    check("setbit", r.setbit("bits", 6, 1), 0)
+    check("setbit_value", r.get("bits"), "3")  # 00110011
+    check("setbit_old", r.setbit("bits", 2, 0), 1)
+    check("getbit", [r.getbit("bits", i) for i in range(8)],
+          [0, 0, 0, 1, 0, 0, 1, 1])
+    check("getbit_past_end", r.getbit("bits", 100), 0)
+    r.delete("bits")
+    check("setbit_grows", (r.setbit("bits", 17, 1), r.strlen("bits")), (0, 3))
+    raises("setbit_offset", lambda: r.setbit("bits", 1 << 32, 1),
+           redis.ResponseError, "bit offset is not an integer or out of range")
+    raises("setbit_bit", lambda: r.execute_command("SETBIT", "bits", 0, 2),
+           redis.ResponseError,
+           "bit is not an integer or out of range")
+    raises("setbit_too_big", lambda: r.setbit("bits", (1 << 32) - 1, 1),
            redis.ResponseError, "string exceeds maximum allowed size")
 
 

@@ -1,8 +1,8 @@
 /* The string commands (command_internal.h): GET, SET, SETNX, SETEX,
  * PSETEX, GETSET, GETDEL, GETEX, GETRANGE (and SUBSTR), SETRANGE, APPEND,
- * STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MGET, MSET, MSETNX.
- * Arguments are checked in Redis 7's order with its error texts, then the store
- * does the work. */
+ * STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MGET, MSET, MSETNX, SETBIT,
+ * GETBIT. Arguments are checked in Redis 7's order with its error texts, then
+ * the store does the work. */
 #include "command_internal.h"
 
 #include <stdlib.h>
@@ -415,4 +415,48 @@ void kv_cmd_setrange(const kv_call *c) {
   if (rc < 0)
     return kv_reply_store_error(c, rc);
   c->ops->integer(c->w, (int64_t)n);
+}
+
+/* SETBIT's and GETBIT's offset: 0 to 2^32 - 1 bits (Redis' 512 MB); the
+ * store bounds it further by max_value_bytes. False after the error. */
+static bool bit_offset(const kv_call *c, uint64_t *out) {
+  int64_t v;
+  if (!kv_parse_i64(&c->argv[1], &v) || v < 0 || v >= (int64_t)1 << 32) {
+    c->ops->error(c->w, "ERR bit offset is not an integer or out of range");
+    return false;
+  }
+  *out = (uint64_t)v;
+  return true;
+}
+
+/* SETBIT key offset 0|1: the bit before. */
+void kv_cmd_setbit(const kv_call *c) {
+  uint64_t offset;
+  if (!bit_offset(c, &offset))
+    return;
+  if (!kv_arg_is(&c->argv[2], "0") && !kv_arg_is(&c->argv[2], "1"))
+    return c->ops->error(c->w, "ERR bit is not an integer or out of range");
+  bool old;
+  int rc = kv_setbit(c->store, c->argv[0].ptr, c->argv[0].len, offset,
+                     kv_arg_is(&c->argv[2], "1"), &old);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, old);
+}
+
+/* GETBIT key offset: the bit, 0 past the value's end or for a missing
+ * key. */
+void kv_cmd_getbit(const kv_call *c) {
+  uint64_t offset;
+  if (!bit_offset(c, &offset))
+    return;
+  kv_blob *b;
+  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &b);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  uint64_t byte = offset >> 3;
+  int bit = b != NULL && byte < b->len &&
+            (b->data[byte] & (0x80u >> (offset & 7))) != 0;
+  kv_blob_release(b);
+  c->ops->integer(c->w, bit);
 }

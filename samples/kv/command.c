@@ -257,6 +257,12 @@ static const kv_command table[KV_CMD_COUNT_] = {
                        kv_cmd_getrange},
     [KV_CMD_TIME] = {KV_CMD_TIME, 1, F, 0, 0, 0, "server", "2.6.0",
                      "Returns the server time.", kv_cmd_time},
+    [KV_CMD_SETBIT] = {KV_CMD_SETBIT, 4, W, 1, 1, 1, "bitmap", "2.2.0",
+                       "Sets or clears the bit at offset of the string "
+                       "value. Creates the key if it doesn't exist.",
+                       kv_cmd_setbit},
+    [KV_CMD_GETBIT] = {KV_CMD_GETBIT, 3, R | F, 1, 1, 1, "bitmap", "2.2.0",
+                       "Returns a bit value by offset.", kv_cmd_getbit},
 };
 
 const kv_command *kv_command_find(int cmd) {

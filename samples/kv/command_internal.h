@@ -148,6 +148,8 @@ void kv_cmd_psetex(const kv_call *c);
 void kv_cmd_msetnx(const kv_call *c);
 void kv_cmd_getrange(const kv_call *c);
 void kv_cmd_setrange(const kv_call *c);
+void kv_cmd_setbit(const kv_call *c);
+void kv_cmd_getbit(const kv_call *c);
 
 void kv_cmd_del(const kv_call *c);
 void kv_cmd_exists(const kv_call *c);

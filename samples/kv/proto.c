@@ -76,6 +76,8 @@ static const char *const cmd_names[KV_CMD_COUNT_] = {
     [KV_CMD_PEXPIRETIME] = "PEXPIRETIME",
     [KV_CMD_SUBSTR] = "SUBSTR",
     [KV_CMD_TIME] = "TIME",
+    [KV_CMD_SETBIT] = "SETBIT",
+    [KV_CMD_GETBIT] = "GETBIT",
 };
 
 const char *kv_cmd_name(int cmd) {

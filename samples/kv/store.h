@@ -587,6 +587,17 @@ int kv_setrange(kv_store *store, const void *key, size_t klen, uint64_t offset,
                 const void *data, size_t len, size_t *new_len);
 
 /**
+ * SETBIT: sets bit `offset` of the value at `key` (bit 0 is the most
+ * significant bit of the first byte, as Redis) to `on`, growing the value
+ * with zero bytes when shorter (a missing key counts as empty), keeping
+ * its TTL; `*old` gets the bit before. Optimistic like kv_append. Errors:
+ * WEFT_EMSGSIZE (the byte of `offset` is at or past max_value_len, or the
+ * key above max_key_len: nothing changed), WEFT_ENOMEM. Any thread.
+ */
+int kv_setbit(kv_store *store, const void *key, size_t klen, uint64_t offset,
+              bool on, bool *old);
+
+/**
  * The Redis error text (without the "ERR " prefix) for an error a command
  * returned: WEFT_EINVAL -> "value is not an integer or out of range" (the
  * only EINVAL a well-formed command gets; the server rejects bad SET flags

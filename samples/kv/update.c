@@ -1,11 +1,11 @@
 /* samples/kv/update.c: the store's read-modify-write commands whose new
- * value's size depends on the old one: APPEND, SETRANGE and INCRBYFLOAT.
- * They keep the store's rule (store_internal.h: allocate before locking,
- * free after unlocking) with an optimistic update: read the old value under the
- * lock, build the new one without it, and install it only if the key still
- * holds the very same blob (blobs are immutable and the reference taken keeps
- * the pointer from being reused); else read again. Inside a transaction
- * the first try always succeeds. */
+ * value's size depends on the old one: APPEND, SETRANGE, SETBIT and
+ * INCRBYFLOAT. They keep the store's rule (store_internal.h: allocate
+ * before locking, free after unlocking) with an optimistic update: read
+ * the old value under the lock, build the new one without it, and install
+ * it only if the key still holds the very same blob (blobs are immutable
+ * and the reference taken keeps the pointer from being reused); else read
+ * again. Inside a transaction the first try always succeeds. */
 #include "store_internal.h"
 
 #include <ctype.h>
@@ -180,6 +180,44 @@ int kv_setrange(kv_store *s, const void *key, size_t klen, uint64_t offset,
     *new_len = v->len;
     kv_blob_release(v);
   }
+  return err;
+}
+
+/* ---- SETBIT ---- */
+
+typedef struct setbit_arg {
+  uint64_t offset; /* in bits */
+  bool on;
+  bool old; /* out: the bit before */
+} setbit_arg;
+
+static int setbit_build(void *arg, const kv_store *s, const kv_blob *old,
+                        kv_blob **out) {
+  setbit_arg *a = arg;
+  size_t have = old != NULL ? old->len : 0;
+  uint64_t byte = a->offset >> 3;
+  if (byte >= s->max_value_len)
+    return WEFT_EMSGSIZE;
+  size_t len = byte + 1 > have ? (size_t)byte + 1 : have;
+  kv_blob *b = kv__blob_alloc(len);
+  if (b == NULL)
+    return WEFT_ENOMEM;
+  if (have > 0)
+    memcpy(b->data, old->data, have);
+  memset(b->data + have, 0, len - have);
+  unsigned char mask = (unsigned char)(0x80u >> (a->offset & 7));
+  a->old = (b->data[byte] & mask) != 0; /* bit 0 is the first byte's MSB */
+  b->data[byte] = a->on ? b->data[byte] | mask : b->data[byte] & ~mask;
+  *out = b;
+  return 0;
+}
+
+int kv_setbit(kv_store *s, const void *key, size_t klen, uint64_t offset,
+              bool on, bool *old) {
+  setbit_arg a = {offset, on, false};
+  int err = update(s, key, klen, setbit_build, &a, NULL);
+  if (err == 0)
+    *old = a.old;
   return err;
 }
 
