@@ -7,7 +7,7 @@ WATCH/UNWATCH (redis-py's transaction() and pipelines that watch), across
 connections on different loops: EXEC fails when a watched key changed,
 was made, deleted, expired, flushed or got a TTL; optimistic increments
 from threads add up. FLUSHDB, SETEX/PSETEX, UNLINK, MSETNX, GETRANGE/
-SETRANGE/SUBSTR, SETBIT/GETBIT, EXPIREAT/PEXPIREAT/EXPIRETIME, RENAMENX, COPY, TOUCH,
+SETRANGE/SUBSTR, SETBIT/GETBIT, LCS, EXPIREAT/PEXPIREAT/EXPIRETIME, RENAMENX, COPY, TOUCH,
 RANDOMKEY, SCAN ... TYPE, SELECT 0, TIME, CONFIG GET/SET, CLIENT LIST/
 KILL, commands of more than 1024 arguments, and the error a command
 outside the KV service gets.
@@ -192,6 +192,19 @@ def strings(r):
            redis.ResponseError, "offset is out of range")
     raises("setrange_too_big", lambda: r.setrange("s", 1 << 40, "x"),
            redis.ResponseError, "string exceeds maximum allowed size")
+    r.mset({"lcs1": "ohmytext", "lcs2": "mynewtext"})
+    check("lcs", r.execute_command("LCS", "lcs1", "lcs2"), "mytext")
+    check("lcs_len", r.execute_command("LCS", "lcs1", "lcs2", "LEN"), 6)
+    check("lcs_idx", r.execute_command("LCS", "lcs1", "lcs2", "IDX",
+                                       "MINMATCHLEN", "4", "WITHMATCHLEN"),
+          ["matches", [[[4, 7], [5, 8], 4]], "len", 6])
+    check("lcs_missing", r.execute_command("LCS", "lcs1", "nothing"), "")
+    raises("lcs_len_idx",
+           lambda: r.execute_command("LCS", "lcs1", "lcs2", "LEN", "IDX"),
+           redis.ResponseError, "If you want both the length and indexes")
+    r.mset({"lcs1": "a" * 5000, "lcs2": "b" * 5000})
+    raises("lcs_bounded", lambda: r.execute_command("LCS", "lcs1", "lcs2"),
+           redis.ResponseError, "would take more than 64 MiB")
     r.set("bits", "1")  # 0x31 = 00110001
     check("setbit", r.setbit("bits", 6, 1), 0)
     check("setbit_value", r.get("bits"), "3")  # 00110011

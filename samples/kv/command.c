@@ -263,6 +263,8 @@ static const kv_command table[KV_CMD_COUNT_] = {
                        kv_cmd_setbit},
     [KV_CMD_GETBIT] = {KV_CMD_GETBIT, 3, R | F, 1, 1, 1, "bitmap", "2.2.0",
                        "Returns a bit value by offset.", kv_cmd_getbit},
+    [KV_CMD_LCS] = {KV_CMD_LCS, -3, R, 1, 2, 1, "string", "7.0.0",
+                    "Finds the longest common substring.", kv_cmd_lcs},
 };
 
 const kv_command *kv_command_find(int cmd) {

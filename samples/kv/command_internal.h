@@ -1,7 +1,8 @@
 /* samples/kv/command_internal.h: what the command files share: a call (one
  * command being run), the reply and parsing helpers in Redis' words
  * (command.c), the command table's entry type, and every command's
- * function. The commands live by topic: cmd_string.c (string values),
+ * function. The commands live by topic: cmd_string.c (string values;
+ * cmd_lcs.c LCS),
  * cmd_keyspace.c (keys, TTLs, SCAN, KEYS), cmd_server.c (PING, ECHO,
  * SELECT, CONFIG, INFO, COMMAND), session.c (CLIENT, QUIT), auth.c (AUTH,
  * HELLO), multi.c (MULTI, EXEC, DISCARD), cluster_cmd.c (CLUSTER, ASKING,
@@ -150,6 +151,7 @@ void kv_cmd_getrange(const kv_call *c);
 void kv_cmd_setrange(const kv_call *c);
 void kv_cmd_setbit(const kv_call *c);
 void kv_cmd_getbit(const kv_call *c);
+void kv_cmd_lcs(const kv_call *c);
 
 void kv_cmd_del(const kv_call *c);
 void kv_cmd_exists(const kv_call *c);

@@ -105,6 +105,7 @@ typedef enum kv_cmd {
   KV_CMD_TIME = 68,
   KV_CMD_SETBIT = 69,
   KV_CMD_GETBIT = 70,
+  KV_CMD_LCS = 71,
   KV_CMD_COUNT_ /* one past the last */
 } kv_cmd;
 
