@@ -22,35 +22,7 @@ import time
 
 import redis
 
-passed = 0
-failed = 0
-
-
-def check(name, got, want):
-    """Counts a check: `got` must equal `want`."""
-    global passed, failed
-    if got == want:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {name}: got {got!r}, want {want!r}")
-
-
-def raises(name, fn, exc, text):
-    """Counts a check: fn() must raise `exc` with `text` in its message."""
-    global passed, failed
-    try:
-        got = fn()
-    except exc as e:
-        if text in str(e):
-            passed += 1
-        else:
-            failed += 1
-            print(f"FAIL: {name}: raised {e!r}, want {text!r} in it")
-        return
-    failed += 1
-    print(f"FAIL: {name}: returned {got!r}, want {exc.__name__}")
-
+from kv_checks import check, raises, run, summary
 
 def watched_exec(r, key, change):
     """WATCH key, run change() (another connection's writes), then
@@ -369,16 +341,12 @@ def main():
         o.ping()  # three connections: at least one on the other loop
     r.flushall()
     for o in others:
-        watch(r, o)
-    optimistic_increments(port)
-    strings(r)
-    keyspace(r)
-    many_arguments(r)
-    config(r)
-    clients(port)
-    outside(r)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+        run(watch, r, o)
+    run(optimistic_increments, port)
+    for part in (strings, keyspace, many_arguments, config, outside):
+        run(part, r)
+    run(clients, port)
+    sys.exit(summary())
 
 
 main()

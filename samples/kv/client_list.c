@@ -45,40 +45,17 @@ void kv_client_unregister(kv_session *s) {
 
 /* ---- CLIENT LIST ---- */
 
-/* A growing text (LIST's reply). */
-typedef struct list_text {
-  char *buf;
-  size_t len, cap;
-  bool failed;
-} list_text;
-
 /* Appends one session's line, Redis' `key=value` fields; `own`: the
  * caller's, whose every field this thread may read. Under the lock. */
-static void list_line(list_text *t, const kv_session *s, bool own,
-                      uint64_t now) {
-  if (t->failed)
-    return;
-  size_t need = KV_CLIENT_NAME_MAX + 2 * KV_ADDR_MAX + 512;
-  if (t->cap - t->len < need) {
-    size_t cap = t->cap ? 2 * t->cap : 4096;
-    while (cap - t->len < need)
-      cap *= 2;
-    char *b = realloc(t->buf, cap);
-    if (b == NULL) {
-      t->failed = true;
-      return;
-    }
-    t->buf = b;
-    t->cap = cap;
-  }
+static void list_line(kv_text *t, const kv_session *s, bool own, uint64_t now) {
   const char *cmd =
       kv_cmd_name(atomic_load_explicit(&s->last_cmd, memory_order_relaxed));
   char lower[24] = "NULL";
   for (size_t i = 0; cmd != NULL && cmd[i] != '\0' && i + 1 < sizeof lower; i++)
     lower[i] = (char)(cmd[i] | 0x20), lower[i + 1] = '\0';
   uint64_t last = atomic_load_explicit(&s->last_ns, memory_order_relaxed);
-  int n = snprintf(
-      t->buf + t->len, t->cap - t->len,
+  kv_text_add(
+      t,
       "id=%" PRIu64 " addr=%s laddr=%s fd=-1 name=%s age=%" PRIu64
       " idle=%" PRIu64 " flags=%s db=0 sub=0 psub=0 ssub=0 multi=%ld "
       "qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 "
@@ -91,8 +68,6 @@ static void list_line(list_text *t, const kv_session *s, bool own,
       : s->acl_user ? s->shared->auth.user
                     : "default",
       own ? s->resp : 0);
-  if (n > 0)
-    t->len += (size_t)n < t->cap - t->len ? (size_t)n : t->cap - t->len - 1;
 }
 
 /* LIST's filter: TYPE (only "normal" has sessions here) and ID. False
@@ -146,7 +121,7 @@ void kv_client_list(const kv_call *c) {
   size_t ids_from;
   if (!list_filter(c, &none, &ids_from))
     return;
-  list_text t = {0};
+  kv_text t = {0};
   uint64_t now = kv_session_now_ns();
   kv_shared *sh = c->sess->shared;
   pthread_mutex_lock(&sh->clients_lock);

@@ -185,43 +185,6 @@ void kv_cmd_config(const kv_call *c) {
 
 /* ---- INFO ---- */
 
-/* A growing text. */
-typedef struct text {
-  char *buf;
-  size_t len, cap;
-  bool failed; /* out of memory on the way */
-} text;
-
-/* Appends printf-style text. */
-static void text_add(text *t, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void text_add(text *t, const char *fmt, ...) {
-  for (int tries = 0; tries < 2 && !t->failed; tries++) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = t->buf != NULL
-                ? vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap)
-                : vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      t->failed = true;
-      return;
-    }
-    if (t->buf != NULL && (size_t)n < t->cap - t->len) {
-      t->len += (size_t)n;
-      return;
-    }
-    size_t cap = (t->cap + (size_t)n + 1) * 2;
-    char *b = realloc(t->buf, cap);
-    if (b == NULL) {
-      t->failed = true;
-      return;
-    }
-    t->buf = b;
-    t->cap = cap;
-  }
-}
-
 /* Bytes the process holds from malloc (glibc's count), 0 when unknown. */
 static uint64_t heap_bytes(void) {
 #ifdef __GLIBC__
@@ -257,87 +220,88 @@ static void human(char *buf, size_t cap, uint64_t n) {
 }
 
 /* INFO's server section. */
-static void info_server(text *t, const kv_shared *sh) {
+static void info_server(kv_text *t, const kv_shared *sh) {
   struct utsname u;
   if (uname(&u) != 0)
     memset(&u, 0, sizeof u);
   uint64_t up = (weft_now_ns() - sh->start_ns) / 1000000000u;
-  text_add(t,
-           "# Server\r\nredis_version:%s\r\nweft_version:%s\r\n"
-           "redis_mode:%s\r\nos:%s %s %s\r\narch_bits:%d\r\n"
-           "multiplexing_api:%s\r\nprocess_id:%ld\r\nrun_id:%s\r\n"
-           "tcp_port:%d\r\nweft_rpc_port:%d\r\nserver_time_usec:%" PRId64
-           "\r\nuptime_in_seconds:%" PRIu64 "\r\nuptime_in_days:%" PRIu64
-           "\r\nhz:%u\r\nconfigured_hz:%u\r\n",
-           KV_REDIS_VERSION, WEFT_VERSION_STRING,
-           sh->cluster != NULL ? "cluster" : "standalone", u.sysname, u.release,
-           u.machine, (int)(sizeof(void *) * 8),
-           sh->transport != NULL ? sh->transport : "", (long)getpid(),
-           sh->run_id, sh->resp_port, sh->rpc_port, kv_unix_ms() * 1000, up,
-           up / 86400, sh->hz, sh->hz);
+  kv_text_add(t,
+              "# Server\r\nredis_version:%s\r\nweft_version:%s\r\n"
+              "redis_mode:%s\r\nos:%s %s %s\r\narch_bits:%d\r\n"
+              "multiplexing_api:%s\r\nprocess_id:%ld\r\nrun_id:%s\r\n"
+              "tcp_port:%d\r\nweft_rpc_port:%d\r\nserver_time_usec:%" PRId64
+              "\r\nuptime_in_seconds:%" PRIu64 "\r\nuptime_in_days:%" PRIu64
+              "\r\nhz:%u\r\nconfigured_hz:%u\r\n",
+              KV_REDIS_VERSION, WEFT_VERSION_STRING,
+              sh->cluster != NULL ? "cluster" : "standalone", u.sysname,
+              u.release, u.machine, (int)(sizeof(void *) * 8),
+              sh->transport != NULL ? sh->transport : "", (long)getpid(),
+              sh->run_id, sh->resp_port, sh->rpc_port, kv_unix_ms() * 1000, up,
+              up / 86400, sh->hz, sh->hz);
 }
 
 /* INFO's clients section. */
-static void info_clients(text *t, const kv_shared *sh) {
-  text_add(t,
-           "# Clients\r\nconnected_clients:%" PRIu64
-           "\r\nmaxclients:%d\r\nblocked_clients:0\r\n",
-           (uint64_t)atomic_load(&sh->connected_clients), sh->max_clients);
+static void info_clients(kv_text *t, const kv_shared *sh) {
+  kv_text_add(t,
+              "# Clients\r\nconnected_clients:%" PRIu64
+              "\r\nmaxclients:%d\r\nblocked_clients:0\r\n",
+              (uint64_t)atomic_load(&sh->connected_clients), sh->max_clients);
 }
 
 /* INFO's memory section: Redis' fields, and weft's bound on partial
  * commands (conn_limits.h): what they hold now, the bound, and the
  * connections closed by it or the per-connection limit. */
-static void info_memory(text *t, const kv_shared *sh,
+static void info_memory(kv_text *t, const kv_shared *sh,
                         const kv_store_stats *st) {
   uint64_t heap = heap_bytes(), rss = rss_bytes();
   char h[32], r[32];
   human(h, sizeof h, heap);
   human(r, sizeof r, rss);
-  text_add(t,
-           "# Memory\r\nused_memory:%" PRIu64 "\r\nused_memory_human:%s\r\n"
-           "used_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
-           "used_memory_dataset:%" PRIu64 "\r\nmaxmemory:0\r\n"
-           "maxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
-           heap, h, rss, r, st->mem_bytes);
+  kv_text_add(t,
+              "# Memory\r\nused_memory:%" PRIu64 "\r\nused_memory_human:%s\r\n"
+              "used_memory_rss:%" PRIu64 "\r\nused_memory_rss_human:%s\r\n"
+              "used_memory_dataset:%" PRIu64 "\r\nmaxmemory:0\r\n"
+              "maxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
+              heap, h, rss, r, st->mem_bytes);
   if (sh->limits != NULL)
-    text_add(t,
-             "weft_query_buffers:%zu\r\nweft_query_buffers_max:%zu\r\n"
-             "weft_client_query_buffer_limit:%zu\r\n"
-             "weft_query_buffer_closes:%" PRIu64 "\r\n",
-             atomic_load(&sh->limits->query_bytes), sh->limits->query_max,
-             sh->limits->client_query_max,
-             (uint64_t)atomic_load(&sh->limits->query_closed));
+    kv_text_add(t,
+                "weft_query_buffers:%zu\r\nweft_query_buffers_max:%zu\r\n"
+                "weft_client_query_buffer_limit:%zu\r\n"
+                "weft_query_buffer_closes:%" PRIu64 "\r\n",
+                atomic_load(&sh->limits->query_bytes), sh->limits->query_max,
+                sh->limits->client_query_max,
+                (uint64_t)atomic_load(&sh->limits->query_closed));
 }
 
 /* INFO's stats section: the server's and the store's counters. */
-static void info_stats(text *t, const kv_shared *sh, const kv_store_stats *st) {
+static void info_stats(kv_text *t, const kv_shared *sh,
+                       const kv_store_stats *st) {
   uint64_t commands = 0;
   for (unsigned i = 0; i < sh->n_loops; i++)
     commands +=
         atomic_load_explicit(&sh->loops[i].commands, memory_order_relaxed);
-  text_add(t,
-           "# Stats\r\ntotal_connections_received:%" PRIu64
-           "\r\ntotal_commands_processed:%" PRIu64
-           "\r\nrejected_connections:%" PRIu64 "\r\nexpired_keys:%" PRIu64
-           "\r\nevicted_keys:0\r\nkeyspace_hits:%" PRIu64
-           "\r\nkeyspace_misses:%" PRIu64 "\r\n",
-           (uint64_t)atomic_load(&sh->total_connections), commands,
-           (uint64_t)atomic_load(&sh->rejected_connections), st->expired_keys,
-           st->hits, st->misses);
+  kv_text_add(t,
+              "# Stats\r\ntotal_connections_received:%" PRIu64
+              "\r\ntotal_commands_processed:%" PRIu64
+              "\r\nrejected_connections:%" PRIu64 "\r\nexpired_keys:%" PRIu64
+              "\r\nevicted_keys:0\r\nkeyspace_hits:%" PRIu64
+              "\r\nkeyspace_misses:%" PRIu64 "\r\n",
+              (uint64_t)atomic_load(&sh->total_connections), commands,
+              (uint64_t)atomic_load(&sh->rejected_connections),
+              st->expired_keys, st->hits, st->misses);
 }
 
 /* INFO's cluster section (redis-py's RedisCluster checks it). */
-static void info_cluster(text *t, const kv_shared *sh) {
-  text_add(t, "# Cluster\r\ncluster_enabled:%d\r\n", sh->cluster != NULL);
+static void info_cluster(kv_text *t, const kv_shared *sh) {
+  kv_text_add(t, "# Cluster\r\ncluster_enabled:%d\r\n", sh->cluster != NULL);
 }
 
 /* INFO's keyspace section. */
-static void info_keyspace(text *t, const kv_store_stats *st) {
-  text_add(t, "# Keyspace\r\n");
+static void info_keyspace(kv_text *t, const kv_store_stats *st) {
+  kv_text_add(t, "# Keyspace\r\n");
   if (st->keys > 0) /* Redis lists only databases with keys */
-    text_add(t, "db0:keys=%" PRIu64 ",expires=%" PRIu64 ",avg_ttl=0\r\n",
-             st->keys, st->expires);
+    kv_text_add(t, "db0:keys=%" PRIu64 ",expires=%" PRIu64 ",avg_ttl=0\r\n",
+                st->keys, st->expires);
 }
 
 /* INFO [section ...]: server, clients, memory, stats, cluster, keyspace; none,
@@ -360,13 +324,13 @@ void kv_cmd_info(const kv_call *c) {
   kv_store_stats st;
   kv_store_stats_get(c->store, &st);
   const kv_shared *sh = c->sess->shared;
-  text t = {0};
-  text_add(&t, "%s", "");
+  kv_text t = {0};
+  kv_text_add(&t, "%s", "");
   for (size_t i = 0; i < N; i++) {
     if (!want[i])
       continue;
     if (t.len > 0)
-      text_add(&t, "\r\n");
+      kv_text_add(&t, "\r\n");
     switch (i) {
     case 0:
       info_server(&t, sh);

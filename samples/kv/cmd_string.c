@@ -295,20 +295,35 @@ void kv_cmd_mget(const kv_call *c) {
   free(blobs);
 }
 
+/* MSET's and MSETNX's pairs as keys and values (the caller frees both),
+ * false after an error reply (an odd count, out of memory). */
+static bool split_pairs(const kv_call *c, kv_key **keys, kv_key **vals) {
+  *keys = *vals = NULL;
+  if (c->argc % 2 != 0) {
+    kv_reply_arity(c);
+    return false;
+  }
+  size_t n = c->argc / 2;
+  *keys = malloc(n * sizeof **keys);
+  *vals = malloc(n * sizeof **vals);
+  if (*keys == NULL || *vals == NULL) {
+    free(*keys), free(*vals);
+    kv_reply_store_error(c, WEFT_ENOMEM);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    (*keys)[i] = c->argv[2 * i];
+    (*vals)[i] = c->argv[2 * i + 1];
+  }
+  return true;
+}
+
 /* MSET key value [key value ...]: atomic. */
 void kv_cmd_mset(const kv_call *c) {
-  if (c->argc % 2 != 0)
-    return kv_reply_arity(c);
-  size_t n = c->argc / 2;
-  kv_key *keys = malloc(n * sizeof *keys), *vals = malloc(n * sizeof *vals);
-  int rc = WEFT_ENOMEM;
-  if (keys != NULL && vals != NULL) {
-    for (size_t i = 0; i < n; i++) {
-      keys[i] = c->argv[2 * i];
-      vals[i] = c->argv[2 * i + 1];
-    }
-    rc = kv_mset(c->store, n, keys, vals);
-  }
+  kv_key *keys, *vals;
+  if (!split_pairs(c, &keys, &vals))
+    return;
+  int rc = kv_mset(c->store, c->argc / 2, keys, vals);
   free(keys);
   free(vals);
   if (rc < 0)
@@ -320,26 +335,20 @@ void kv_cmd_mset(const kv_call *c) {
  * keys exists, else 0 and nothing set; one step (the keys' stripes held
  * over the check and the MSET). */
 void kv_cmd_msetnx(const kv_call *c) {
-  if (c->argc % 2 != 0)
-    return kv_reply_arity(c);
+  kv_key *keys, *vals;
+  if (!split_pairs(c, &keys, &vals))
+    return;
   size_t n = c->argc / 2;
-  kv_key *keys = malloc(n * sizeof *keys), *vals = malloc(n * sizeof *vals);
-  int rc = WEFT_ENOMEM;
-  if (keys != NULL && vals != NULL) {
-    for (size_t i = 0; i < n; i++) {
-      keys[i] = c->argv[2 * i];
-      vals[i] = c->argv[2 * i + 1];
-    }
-    kv_txn t;
-    bool own = kv_txn_lock_keys(&t, c->store, n, keys);
-    rc = kv_exists(c->store, n, keys);
-    if (rc == 0)
-      rc = kv_mset(c->store, n, keys, vals) == 0 ? 1 : WEFT_ENOMEM;
-    else if (rc > 0)
-      rc = 0;
-    if (own)
-      kv_txn_unlock(&t);
-  }
+  kv_txn t;
+  bool own = kv_txn_lock_keys(&t, c->store, n, keys);
+  int rc = kv_exists(c->store, n, keys);
+  if (rc == 0) {
+    int err = kv_mset(c->store, n, keys, vals); /* EMSGSIZE, ENOMEM */
+    rc = err == 0 ? 1 : err;
+  } else if (rc > 0)
+    rc = 0;
+  if (own)
+    kv_txn_unlock(&t);
   free(keys);
   free(vals);
   if (rc < 0)

@@ -5,6 +5,7 @@
 #include "command_internal.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +334,33 @@ int64_t kv_unix_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void kv_text_add(kv_text *t, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !t->failed; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = t->buf != NULL
+                ? vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap)
+                : vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->failed = true;
+      return;
+    }
+    if (t->buf != NULL && (size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = (t->cap + (size_t)n + 1) * 2;
+    char *b = realloc(t->buf, cap);
+    if (b == NULL) {
+      t->failed = true;
+      return;
+    }
+    t->buf = b;
+    t->cap = cap;
+  }
 }
 
 /* ---- the gate ---- */

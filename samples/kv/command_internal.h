@@ -109,6 +109,19 @@ void kv_reply_store_error(const kv_call *c, int err);
 /** "ERR value is not an integer or out of range". */
 void kv_reply_not_integer(const kv_call *c);
 
+/** A growing text (INFO's, CLIENT LIST's reply). Zero-initialised =
+ *  empty; the owner frees `buf`. */
+typedef struct kv_text {
+  char *buf;
+  size_t len, cap;
+  bool failed; /* out of memory on the way: the text is incomplete */
+} kv_text;
+
+/** Appends printf-style text to `t`, growing it; on failure sets
+ *  t->failed and adds nothing more. */
+void kv_text_add(kv_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /** A bulk reply of a C string. */
 void kv_reply_cstr(const kv_call *c, const char *s);
 
