@@ -35,7 +35,7 @@ typedef struct resp_decoder {
   size_t pos;    /* next byte to parse */
   size_t nargs;  /* the array's element count */
   size_t got;    /* arguments parsed */
-  arg_pos *args; /* nargs entries once the count is known and checked */
+  arg_pos *args; /* the arguments parsed, args_cap slots (args_reserve) */
   size_t args_cap;
   size_t scanned; /* inline: bytes known to hold no '\n' */
 } resp_decoder;
@@ -74,9 +74,35 @@ void weft_resp_options_init(weft_resp_options *o) {
 
 /* ---- decoding ---- */
 
+/* Argument slots kept between commands; a command with more grows them
+ * as its arguments arrive, and they are given back after it. */
+#define ARGS_KEPT 1024
+
 static void reset(resp_decoder *s) {
   s->phase = PHASE_START;
   s->pos = s->nargs = s->got = s->scanned = 0;
+  if (s->args_cap > ARGS_KEPT) { /* one huge command's: not for every one */
+    free(s->args);
+    s->args = NULL;
+    s->args_cap = 0;
+  }
+}
+
+/* Makes room for `n` argument slots: 0, or WEFT_ENOMEM (the decoder
+ * failed). Doubling, so the slots of a command grow with the arguments
+ * received, never with the count a peer merely claims. */
+static int args_reserve(resp_decoder *s, size_t n) {
+  if (n <= s->args_cap)
+    return 0;
+  size_t cap = s->args_cap ? s->args_cap : 8;
+  while (cap < n)
+    cap *= 2;
+  arg_pos *a = realloc(s->args, cap * sizeof *a);
+  if (a == NULL)
+    return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
+  s->args = a;
+  s->args_cap = cap;
+  return 0;
 }
 
 /* Parses "<prefix><integer>\r\n" at `pos`. Returns 1 with the value and the
@@ -243,14 +269,8 @@ static int split_inline(resp_decoder *s, uint8_t *p, size_t len, size_t *argc) {
                                "Protocol error: too many arguments in inline "
                                "request (maximum %zu)",
                                s->o.max_args);
-    if (n == s->args_cap) {
-      size_t cap = s->args_cap ? 2 * s->args_cap : 8;
-      arg_pos *a = realloc(s->args, cap * sizeof *a);
-      if (a == NULL)
-        return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
-      s->args = a;
-      s->args_cap = cap;
-    }
+    if (args_reserve(s, n + 1) != 0)
+      return WEFT_ENOMEM;
     s->args[n++] = (arg_pos){start, w - start};
   }
   *argc = n;
@@ -308,13 +328,10 @@ static int start_array(resp_decoder *s, weft_buf *in) {
                              "Protocol error: invalid multibulk length "
                              "(%" PRId64 " arguments, maximum %zu)",
                              n, s->o.max_args);
-  if ((size_t)n > s->args_cap) {
-    arg_pos *a = realloc(s->args, (size_t)n * sizeof *a);
-    if (a == NULL)
-      return weft_decoder_fail(&s->base, WEFT_ENOMEM, "resp decoder");
-    s->args = a;
-    s->args_cap = (size_t)n;
-  }
+  /* Slots for at most ARGS_KEPT now (Redis' 1024 too): a count of a
+   * million in a few bytes must not allocate for a million. */
+  if (args_reserve(s, (size_t)n < ARGS_KEPT ? (size_t)n : ARGS_KEPT) != 0)
+    return WEFT_ENOMEM;
   s->nargs = (size_t)n;
   s->pos = next;
   s->phase = PHASE_BULK_HEADER;
@@ -348,6 +365,8 @@ static int bulk_header(resp_decoder *s, weft_buf *in) {
                              "Protocol error: too big request "
                              "(maximum %zu bytes)",
                              s->o.max_command);
+  if (args_reserve(s, s->got + 1) != 0)
+    return WEFT_ENOMEM;
   s->args[s->got] = (arg_pos){next, (size_t)len};
   s->pos = next;
   s->phase = PHASE_BULK_DATA;

@@ -11,8 +11,11 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       liburing-dev clang libucx-dev ucx-utils clang-format git python3
       librdmacm-dev libibverbs-dev redis-tools openssh-client
-      # redis-py for tests/test_kv_redis_py.sh
+      # redis-py for tests/test_kv_redis_py.sh and test_kv_redis_compat.sh
       python3-redis
+      # Redis' tcl suite (tests/test_kv_redis_tcl.sh): tclsh runs it,
+      # dpkg-source unpacks what apt-get source fetches
+      tcl dpkg-dev
       # TLS (handlers/tls_*.c) and its tests' certificates and peers
       libssl-dev openssl
       # the benchmarks' peers and charts (scripts/bench*.sh)

@@ -72,7 +72,9 @@ bool weft_resp_arg_equals(const weft_resp_cmd *cmd, size_t i, const char *s);
 
 /** Options of the RESP command decoder. */
 typedef struct weft_resp_options {
-  size_t max_args;      /* elements of one array command; default 1024 */
+  size_t max_args;      /* elements of one array command; default 1024.
+                           Their slots grow as they arrive: a large
+                           limit costs nothing until used */
   size_t max_bulk;      /* bytes of one bulk string; default 512 KiB */
   size_t max_command;   /* bytes of one whole command as sent; default 1 MiB */
   size_t max_inline;    /* bytes of one inline command line; default 64 KiB */

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The keyspace commands (command_internal.h): DEL, EXISTS, TYPE, TTL,
- * PTTL, EXPIRE, PEXPIRE, PERSIST, RENAME, KEYS, SCAN, DBSIZE, FLUSHALL, in
- * Redis 7's words. */
+/* The keyspace commands (command_internal.h): DEL (and UNLINK), EXISTS
+ * (and TOUCH), TYPE, TTL, PTTL, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT,
+ * EXPIRETIME, PEXPIRETIME, PERSIST, RENAME, RENAMENX, COPY, KEYS, SCAN,
+ * RANDOMKEY, DBSIZE, FLUSHALL (and FLUSHDB), in Redis 7's words. */
 #include "command_internal.h"
 
 #include <inttypes.h>
@@ -43,6 +44,80 @@ void kv_cmd_rename(const kv_call *c) {
   if (rc == 0)
     return c->ops->error(c->w, "ERR no such key");
   c->ops->simple(c->w, "OK");
+}
+
+/* RENAMENX key newkey: 1 when renamed, 0 when newkey exists; the check
+ * and the move are one step (both keys' stripes held). */
+void kv_cmd_renamenx(const kv_call *c) {
+  kv_txn t;
+  bool own = kv_txn_lock_keys(&t, c->store, 2, c->argv);
+  int rc = kv_exists(c->store, 1, &c->argv[0]);
+  if (rc == 0) {
+    rc = -1; /* no such key */
+  } else if (rc > 0) {
+    rc = kv_exists(c->store, 1, &c->argv[1]);
+    if (rc == 0)
+      rc = kv_rename(c->store, c->argv[0].ptr, c->argv[0].len, c->argv[1].ptr,
+                     c->argv[1].len);
+    else if (rc > 0)
+      rc = 0;
+  }
+  if (own)
+    kv_txn_unlock(&t);
+  if (rc == -1)
+    return c->ops->error(c->w, "ERR no such key");
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
+}
+
+/* COPY's work with both keys' stripes held: 1 copied, 0 not (no source,
+ * or a destination without REPLACE), or an error. */
+static int copy_locked(const kv_call *c, bool replace) {
+  kv_blob *v;
+  int64_t ttl = -1;
+  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &v);
+  if (rc <= 0)
+    return rc;
+  if (kv_pttl(c->store, c->argv[0].ptr, c->argv[0].len, &ttl) <= 0)
+    ttl = -1;
+  if (!replace && (rc = kv_exists(c->store, 1, &c->argv[1])) != 0) {
+    kv_blob_release(v);
+    return rc < 0 ? rc : 0;
+  }
+  kv_set_options so = {.ttl_ms = ttl > 0 ? ttl : 0};
+  rc = kv_set_blob(c->store, c->argv[1].ptr, c->argv[1].len, v, &so);
+  return rc < 0 ? rc : 1; /* the value blob is shared: it is immutable */
+}
+
+/* COPY source destination [DB 0] [REPLACE]: the value and TTL of source
+ * under destination. One database: DB takes 0 only. */
+void kv_cmd_copy(const kv_call *c) {
+  bool replace = false;
+  for (size_t i = 2; i < c->argc; i++) {
+    int64_t db;
+    if (kv_arg_is(&c->argv[i], "REPLACE"))
+      replace = true;
+    else if (kv_arg_is(&c->argv[i], "DB") && i + 1 < c->argc) {
+      if (!kv_parse_i64(&c->argv[++i], &db))
+        return kv_reply_not_integer(c);
+      if (db != 0)
+        return c->ops->error(c->w, "ERR DB index is out of range");
+    } else
+      return kv_reply_syntax(c);
+  }
+  if (c->argv[0].len == c->argv[1].len &&
+      memcmp(c->argv[0].ptr, c->argv[1].ptr, c->argv[0].len) == 0)
+    return c->ops->error(c->w,
+                         "ERR source and destination objects are the same");
+  kv_txn t;
+  bool own = kv_txn_lock_keys(&t, c->store, 2, c->argv);
+  int rc = copy_locked(c, replace);
+  if (own)
+    kv_txn_unlock(&t);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
 }
 
 /* ---- TTLs ---- */
@@ -105,10 +180,10 @@ static bool expire_flags(const kv_call *c, unsigned *flags) {
   return true;
 }
 
-/* EXPIRE and PEXPIRE key time [NX|XX|GT|LT]: Redis' overflow checks on
- * the time as Unix milliseconds, then a TTL relative to now (<= 0 deletes
- * the key). */
-static void expire_cmd(const kv_call *c, bool seconds) {
+/* EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT key time [NX|XX|GT|LT]: Redis'
+ * overflow checks on the time as Unix milliseconds, then a TTL relative
+ * to now (<= 0 deletes the key). `at`: the time is a Unix time. */
+static void expire_cmd(const kv_call *c, bool seconds, bool at) {
   unsigned flags;
   int64_t v;
   if (!expire_flags(c, &flags))
@@ -117,10 +192,12 @@ static void expire_cmd(const kv_call *c, bool seconds) {
     return kv_reply_not_integer(c);
   int64_t now = kv_unix_ms();
   if ((seconds && (v > INT64_MAX / 1000 || v < INT64_MIN / 1000)) ||
-      (seconds ? v * 1000 : v) > INT64_MAX - now)
+      (!at && (seconds ? v * 1000 : v) > INT64_MAX - now))
     return kv_reply_errorf(c, "ERR invalid expire time in '%s' command",
                            c->name);
   v = seconds ? v * 1000 : v;
+  if (at) /* v - now cannot overflow past the checks: clamp the past */
+    v = v < now - KV_TTL_MAX_MS ? -1 : v - now;
   if (v > KV_TTL_MAX_MS)
     v = KV_TTL_MAX_MS;
   int rc = kv_expire(c->store, c->argv[0].ptr, c->argv[0].len, v, flags);
@@ -130,10 +207,35 @@ static void expire_cmd(const kv_call *c, bool seconds) {
 }
 
 /* EXPIRE key seconds [NX|XX|GT|LT]. */
-void kv_cmd_expire(const kv_call *c) { expire_cmd(c, true); }
+void kv_cmd_expire(const kv_call *c) { expire_cmd(c, true, false); }
 
 /* PEXPIRE key milliseconds [NX|XX|GT|LT]. */
-void kv_cmd_pexpire(const kv_call *c) { expire_cmd(c, false); }
+void kv_cmd_pexpire(const kv_call *c) { expire_cmd(c, false, false); }
+
+/* EXPIREAT key unix-seconds [NX|XX|GT|LT]. */
+void kv_cmd_expireat(const kv_call *c) { expire_cmd(c, true, true); }
+
+/* PEXPIREAT key unix-ms [NX|XX|GT|LT]. */
+void kv_cmd_pexpireat(const kv_call *c) { expire_cmd(c, false, true); }
+
+/* EXPIRETIME and PEXPIRETIME key: the Unix time of the deadline (seconds
+ * rounded, or ms), -1 without a TTL, -2 for a missing key. */
+static void expiretime_reply(const kv_call *c, bool ms) {
+  int64_t ttl;
+  int rc = kv_pttl(c->store, c->argv[0].ptr, c->argv[0].len, &ttl);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  if (rc == 0 || ttl < 0)
+    return c->ops->integer(c->w, rc == 0 ? -2 : -1);
+  int64_t at = kv_unix_ms() + ttl;
+  c->ops->integer(c->w, ms ? at : (at + 500) / 1000);
+}
+
+/* EXPIRETIME key. */
+void kv_cmd_expiretime(const kv_call *c) { expiretime_reply(c, false); }
+
+/* PEXPIRETIME key. */
+void kv_cmd_pexpiretime(const kv_call *c) { expiretime_reply(c, true); }
 
 /* PERSIST key: 1 when a TTL was removed. */
 void kv_cmd_persist(const kv_call *c) {
@@ -179,12 +281,15 @@ void kv_cmd_keys(const kv_call *c) {
   reply_keys(c, &res);
 }
 
-/* SCAN cursor [MATCH pattern] [COUNT count]: COUNT above KV_SCAN_COUNT_MAX
- * is taken as that (a hint, as in Redis), a pattern longer than
- * KV_SCAN_PATTERN_MAX is refused; kv_scan bounds the rest of the work. */
+/* SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: COUNT above
+ * KV_SCAN_COUNT_MAX is taken as that (a hint, as in Redis), a pattern
+ * longer than KV_SCAN_PATTERN_MAX is refused; kv_scan bounds the rest of
+ * the work. Every key is a string: a TYPE other than "string" filters
+ * every key out (the cursor still advances, as in Redis). */
 void kv_cmd_scan(const kv_call *c) {
   int64_t cursor, count = 10;
   const kv_arg *match = NULL;
+  bool none = false; /* TYPE names another type */
   if (!kv_parse_i64(&c->argv[0], &cursor) || cursor < 0)
     return c->ops->error(c->w, "ERR invalid cursor");
   for (size_t i = 1; i < c->argc; i += 2) {
@@ -192,6 +297,8 @@ void kv_cmd_scan(const kv_call *c) {
       return kv_reply_syntax(c);
     if (kv_arg_is(&c->argv[i], "MATCH"))
       match = &c->argv[i + 1];
+    else if (kv_arg_is(&c->argv[i], "TYPE"))
+      none = !kv_arg_is(&c->argv[i + 1], "string");
     else if (!kv_arg_is(&c->argv[i], "COUNT"))
       return kv_reply_syntax(c);
     else if (!kv_parse_i64(&c->argv[i + 1], &count) || count < 1)
@@ -214,6 +321,8 @@ void kv_cmd_scan(const kv_call *c) {
     kv_scan_result_clear(&res);
     return kv_reply_store_error(c, rc);
   }
+  if (none)
+    kv_scan_result_clear(&res);
   char cur[24];
   int len = snprintf(cur, sizeof cur, "%" PRIu64, next);
   c->ops->array(c->w, 2);
@@ -227,8 +336,8 @@ void kv_cmd_dbsize(const kv_call *c) {
   c->ops->integer(c->w, (int64_t)kv_dbsize(c->store));
 }
 
-/* FLUSHALL [ASYNC|SYNC]: both flush now, and free a large store on the
- * store's lazy-free thread (kv_flushall). */
+/* FLUSHALL and FLUSHDB [ASYNC|SYNC] (one database): both flush now, and free a
+ * large store on the store's lazy-free thread (kv_flushall). */
 void kv_cmd_flushall(const kv_call *c) {
   if (c->argc > 1 || (c->argc == 1 && !kv_arg_is(&c->argv[0], "ASYNC") &&
                       !kv_arg_is(&c->argv[0], "SYNC")))
@@ -237,4 +346,43 @@ void kv_cmd_flushall(const kv_call *c) {
   if (rc < 0)
     return kv_reply_store_error(c, rc);
   c->ops->simple(c->w, "OK");
+}
+
+/* Scans a RANDOMKEY may make before it answers nil: each visits about 100
+ * buckets (kv_scan's bound for COUNT 10), so a sparse table is still
+ * found, and the time stays bounded. */
+#define RANDOMKEY_SCANS 64
+
+/* xorshift64 for RANDOMKEY's cursor and pick: per thread, no lock. */
+static uint64_t random_u64(void) {
+  static _Thread_local uint64_t state;
+  if (state == 0)
+    state = (uint64_t)kv_unix_ms() * 0x9E3779B97F4A7C15ull | 1;
+  state ^= state << 13;
+  state ^= state >> 7;
+  state ^= state << 17;
+  return state;
+}
+
+/* RANDOMKEY: a key picked at random (a SCAN from a random cursor, then a
+ * random one of what it returned), or nil when the store is empty. */
+void kv_cmd_randomkey(const kv_call *c) {
+  uint64_t cursor = random_u64();
+  kv_scan_result res = {0};
+  for (int i = 0; i < RANDOMKEY_SCANS && kv_dbsize(c->store) > 0; i++) {
+    uint64_t next;
+    int rc = kv_scan(c->store, cursor, 10, NULL, 0, &res, &next);
+    if (rc < 0) {
+      kv_scan_result_clear(&res);
+      return kv_reply_store_error(c, rc);
+    }
+    if (res.n > 0) {
+      kv_blob *k = res.keys[random_u64() % res.n];
+      c->ops->bulk(c->w, k->data, k->len, k);
+      kv_scan_result_clear(&res);
+      return;
+    }
+    cursor = next;
+  }
+  c->ops->null(c->w);
 }

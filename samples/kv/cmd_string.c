@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The string commands (command_internal.h): GET, SET, SETNX, GETSET,
- * GETDEL, GETEX, APPEND, STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT,
- * MGET, MSET. Arguments are checked in Redis 7's order with its error
- * texts, then the store does the work. */
+/* The string commands (command_internal.h): GET, SET, SETNX, SETEX,
+ * PSETEX, GETSET, GETDEL, GETEX, GETRANGE (and SUBSTR), SETRANGE, APPEND,
+ * STRLEN, INCR, INCRBY, DECR, DECRBY, INCRBYFLOAT, MGET, MSET, MSETNX, SETBIT,
+ * GETBIT. Arguments are checked in Redis 7's order with its error texts, then
+ * the store does the work. */
 #include "command_internal.h"
 
 #include <stdlib.h>
@@ -295,23 +296,177 @@ void kv_cmd_mget(const kv_call *c) {
   free(blobs);
 }
 
+/* MSET's and MSETNX's pairs as keys and values (the caller frees both),
+ * false after an error reply (an odd count, out of memory). */
+static bool split_pairs(const kv_call *c, kv_key **keys, kv_key **vals) {
+  *keys = *vals = NULL;
+  if (c->argc % 2 != 0) {
+    kv_reply_arity(c);
+    return false;
+  }
+  size_t n = c->argc / 2;
+  *keys = malloc(n * sizeof **keys);
+  *vals = malloc(n * sizeof **vals);
+  if (*keys == NULL || *vals == NULL) {
+    free(*keys), free(*vals);
+    kv_reply_store_error(c, WEFT_ENOMEM);
+    return false;
+  }
+  for (size_t i = 0; i < n; i++) {
+    (*keys)[i] = c->argv[2 * i];
+    (*vals)[i] = c->argv[2 * i + 1];
+  }
+  return true;
+}
+
 /* MSET key value [key value ...]: atomic. */
 void kv_cmd_mset(const kv_call *c) {
-  if (c->argc % 2 != 0)
-    return kv_reply_arity(c);
-  size_t n = c->argc / 2;
-  kv_key *keys = malloc(n * sizeof *keys), *vals = malloc(n * sizeof *vals);
-  int rc = WEFT_ENOMEM;
-  if (keys != NULL && vals != NULL) {
-    for (size_t i = 0; i < n; i++) {
-      keys[i] = c->argv[2 * i];
-      vals[i] = c->argv[2 * i + 1];
-    }
-    rc = kv_mset(c->store, n, keys, vals);
-  }
+  kv_key *keys, *vals;
+  if (!split_pairs(c, &keys, &vals))
+    return;
+  int rc = kv_mset(c->store, c->argc / 2, keys, vals);
   free(keys);
   free(vals);
   if (rc < 0)
     return kv_reply_store_error(c, rc);
   c->ops->simple(c->w, "OK");
+}
+
+/* MSETNX key value [key value ...]: 1 and every pair set when none of the
+ * keys exists, else 0 and nothing set; one step (the keys' stripes held
+ * over the check and the MSET). */
+void kv_cmd_msetnx(const kv_call *c) {
+  kv_key *keys, *vals;
+  if (!split_pairs(c, &keys, &vals))
+    return;
+  size_t n = c->argc / 2;
+  kv_txn t;
+  bool own = kv_txn_lock_keys(&t, c->store, n, keys);
+  int rc = kv_exists(c->store, n, keys);
+  if (rc == 0) {
+    int err = kv_mset(c->store, n, keys, vals); /* EMSGSIZE, ENOMEM */
+    rc = err == 0 ? 1 : err;
+  } else if (rc > 0)
+    rc = 0;
+  if (own)
+    kv_txn_unlock(&t);
+  free(keys);
+  free(vals);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, rc);
+}
+
+/* SETEX and PSETEX key time value: SET with a TTL in seconds or ms,
+ * Redis' "invalid expire time" for one <= 0 or past int64 in ms. */
+static void setex_cmd(const kv_call *c, bool seconds) {
+  int64_t v;
+  if (!kv_parse_i64(&c->argv[1], &v))
+    return kv_reply_not_integer(c);
+  if (v <= 0 || (seconds && v > INT64_MAX / 1000) ||
+      (seconds ? v * 1000 : v) > INT64_MAX - kv_unix_ms())
+    return kv_reply_errorf(c, "ERR invalid expire time in '%s' command",
+                           c->name);
+  v = seconds ? v * 1000 : v;
+  kv_set_options so = {.ttl_ms = v > KV_TTL_MAX_MS ? KV_TTL_MAX_MS : v};
+  kv_call set = *c; /* SET key value: the value comes third here */
+  kv_arg args[2] = {c->argv[0], c->argv[2]};
+  set.argv = args;
+  set.argc = 2;
+  set_with(&set, &so, false, false);
+}
+
+/* SETEX key seconds value. */
+void kv_cmd_setex(const kv_call *c) { setex_cmd(c, true); }
+
+/* PSETEX key milliseconds value. */
+void kv_cmd_psetex(const kv_call *c) { setex_cmd(c, false); }
+
+/* GETRANGE (and SUBSTR) key start end: the bytes from start to end
+ * inclusive, negative counting from the end, clamped, as Redis 7. */
+void kv_cmd_getrange(const kv_call *c) {
+  int64_t start, end;
+  if (!kv_parse_i64(&c->argv[1], &start) || !kv_parse_i64(&c->argv[2], &end))
+    return kv_reply_not_integer(c);
+  kv_blob *b;
+  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &b);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  int64_t len = b != NULL ? (int64_t)b->len : 0;
+  if (start < 0 && end < 0 && start > end)
+    len = 0; /* Redis: an empty range however long the value */
+  if (start < 0)
+    start += len;
+  if (end < 0)
+    end += len;
+  if (start < 0)
+    start = 0;
+  if (end < 0)
+    end = 0;
+  if (end >= len)
+    end = len - 1;
+  if (len == 0 || start > end)
+    c->ops->bulk(c->w, "", 0, NULL);
+  else
+    c->ops->bulk(c->w, b->data + start, (size_t)(end - start + 1), b);
+  kv_blob_release(b);
+}
+
+/* SETRANGE key offset value: the new length. */
+void kv_cmd_setrange(const kv_call *c) {
+  int64_t offset;
+  if (!kv_parse_i64(&c->argv[1], &offset))
+    return kv_reply_not_integer(c);
+  if (offset < 0)
+    return c->ops->error(c->w, "ERR offset is out of range");
+  size_t n;
+  int rc = kv_setrange(c->store, c->argv[0].ptr, c->argv[0].len,
+                       (uint64_t)offset, c->argv[2].ptr, c->argv[2].len, &n);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, (int64_t)n);
+}
+
+/* SETBIT's and GETBIT's offset: 0 to 2^32 - 1 bits (Redis' 512 MB); the
+ * store bounds it further by max_value_bytes. False after the error. */
+static bool bit_offset(const kv_call *c, uint64_t *out) {
+  int64_t v;
+  if (!kv_parse_i64(&c->argv[1], &v) || v < 0 || v >= (int64_t)1 << 32) {
+    c->ops->error(c->w, "ERR bit offset is not an integer or out of range");
+    return false;
+  }
+  *out = (uint64_t)v;
+  return true;
+}
+
+/* SETBIT key offset 0|1: the bit before. */
+void kv_cmd_setbit(const kv_call *c) {
+  uint64_t offset;
+  if (!bit_offset(c, &offset))
+    return;
+  if (!kv_arg_is(&c->argv[2], "0") && !kv_arg_is(&c->argv[2], "1"))
+    return c->ops->error(c->w, "ERR bit is not an integer or out of range");
+  bool old;
+  int rc = kv_setbit(c->store, c->argv[0].ptr, c->argv[0].len, offset,
+                     kv_arg_is(&c->argv[2], "1"), &old);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  c->ops->integer(c->w, old);
+}
+
+/* GETBIT key offset: the bit, 0 past the value's end or for a missing
+ * key. */
+void kv_cmd_getbit(const kv_call *c) {
+  uint64_t offset;
+  if (!bit_offset(c, &offset))
+    return;
+  kv_blob *b;
+  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &b);
+  if (rc < 0)
+    return kv_reply_store_error(c, rc);
+  uint64_t byte = offset >> 3;
+  int bit = b != NULL && byte < b->len &&
+            (b->data[byte] & (0x80u >> (offset & 7))) != 0;
+  kv_blob_release(b);
+  c->ops->integer(c->w, bit);
 }

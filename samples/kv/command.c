@@ -6,6 +6,7 @@
 #include "command_internal.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,87 @@ static const kv_command table[KV_CMD_COUNT_] = {
                         "Atomically transfers a key from one Redis instance "
                         "to another.",
                         kv_cmd_migrate},
+    [KV_CMD_WATCH] = {KV_CMD_WATCH, -2, F | NOQ, 1, -1, 1, "transactions",
+                      "2.2.0",
+                      "Monitors changes to keys to determine the execution "
+                      "of a transaction.",
+                      kv_cmd_watch},
+    [KV_CMD_UNWATCH] = {KV_CMD_UNWATCH, 1, F, 0, 0, 0, "transactions", "2.2.0",
+                        "Forgets about watched keys of a transaction.",
+                        kv_cmd_unwatch},
+    [KV_CMD_FLUSHDB] = {KV_CMD_FLUSHDB, -1, W | ALL, 0, 0, 0, "server", "1.0.0",
+                        "Remove all keys from the current database.",
+                        kv_cmd_flushall},
+    [KV_CMD_SETEX] = {KV_CMD_SETEX, 4, W, 1, 1, 1, "string", "2.0.0",
+                      "Sets the string value and expiration time of a key. "
+                      "Creates the key if it doesn't exist.",
+                      kv_cmd_setex},
+    [KV_CMD_PSETEX] = {KV_CMD_PSETEX, 4, W, 1, 1, 1, "string", "2.6.0",
+                       "Sets both string value and expiration time in "
+                       "milliseconds of a key. The key is created if it "
+                       "doesn't exist.",
+                       kv_cmd_psetex},
+    [KV_CMD_UNLINK] = {KV_CMD_UNLINK, -2, W | F, 1, -1, 1, "generic", "4.0.0",
+                       "Asynchronously deletes one or more keys.", kv_cmd_del},
+    [KV_CMD_MSETNX] = {KV_CMD_MSETNX, -3, W, 1, -1, 2, "string", "1.0.1",
+                       "Atomically modifies the string values of one or more "
+                       "keys only when all keys don't exist.",
+                       kv_cmd_msetnx},
+    [KV_CMD_GETRANGE] = {KV_CMD_GETRANGE, 4, R, 1, 1, 1, "string", "2.4.0",
+                         "Returns a substring of the string stored at a key.",
+                         kv_cmd_getrange},
+    [KV_CMD_SETRANGE] = {KV_CMD_SETRANGE, 4, W, 1, 1, 1, "string", "2.2.0",
+                         "Overwrites a part of a string value with another "
+                         "by an offset. Creates the key if it doesn't exist.",
+                         kv_cmd_setrange},
+    [KV_CMD_EXPIREAT] = {KV_CMD_EXPIREAT, -3, W | F, 1, 1, 1, "generic",
+                         "1.2.0",
+                         "Sets the expiration time of a key to a Unix "
+                         "timestamp.",
+                         kv_cmd_expireat},
+    [KV_CMD_PEXPIREAT] = {KV_CMD_PEXPIREAT, -3, W | F, 1, 1, 1, "generic",
+                          "2.6.0",
+                          "Sets the expiration time of a key to a Unix "
+                          "milliseconds timestamp.",
+                          kv_cmd_pexpireat},
+    [KV_CMD_RENAMENX] = {KV_CMD_RENAMENX, 3, W | F, 1, 2, 1, "generic", "1.0.0",
+                         "Renames a key only when the target key name "
+                         "doesn't exist.",
+                         kv_cmd_renamenx},
+    [KV_CMD_COPY] = {KV_CMD_COPY, -3, W, 1, 2, 1, "generic", "6.2.0",
+                     "Copies the value of a key to a new key.", kv_cmd_copy},
+    [KV_CMD_TOUCH] = {KV_CMD_TOUCH, -2, R | F, 1, -1, 1, "generic", "3.2.1",
+                      "Returns the number of existing keys out of those "
+                      "specified after updating the time they were last "
+                      "accessed.",
+                      kv_cmd_exists},
+    [KV_CMD_RANDOMKEY] = {KV_CMD_RANDOMKEY, 1, R | ALL, 0, 0, 0, "generic",
+                          "1.0.0",
+                          "Returns a random key name from the database.",
+                          kv_cmd_randomkey},
+    [KV_CMD_EXPIRETIME] = {KV_CMD_EXPIRETIME, 2, R | F, 1, 1, 1, "generic",
+                           "7.0.0",
+                           "Returns the expiration time of a key as a Unix "
+                           "timestamp.",
+                           kv_cmd_expiretime},
+    [KV_CMD_PEXPIRETIME] = {KV_CMD_PEXPIRETIME, 2, R | F, 1, 1, 1, "generic",
+                            "7.0.0",
+                            "Returns the expiration time of a key as a Unix "
+                            "milliseconds timestamp.",
+                            kv_cmd_pexpiretime},
+    [KV_CMD_SUBSTR] = {KV_CMD_SUBSTR, 4, R, 1, 1, 1, "string", "1.0.0",
+                       "Returns a substring from a string value.",
+                       kv_cmd_getrange},
+    [KV_CMD_TIME] = {KV_CMD_TIME, 1, F, 0, 0, 0, "server", "2.6.0",
+                     "Returns the server time.", kv_cmd_time},
+    [KV_CMD_SETBIT] = {KV_CMD_SETBIT, 4, W, 1, 1, 1, "bitmap", "2.2.0",
+                       "Sets or clears the bit at offset of the string "
+                       "value. Creates the key if it doesn't exist.",
+                       kv_cmd_setbit},
+    [KV_CMD_GETBIT] = {KV_CMD_GETBIT, 3, R | F, 1, 1, 1, "bitmap", "2.2.0",
+                       "Returns a bit value by offset.", kv_cmd_getbit},
+    [KV_CMD_LCS] = {KV_CMD_LCS, -3, R, 1, 2, 1, "string", "7.0.0",
+                    "Finds the longest common substring.", kv_cmd_lcs},
 };
 
 const kv_command *kv_command_find(int cmd) {
@@ -255,6 +337,33 @@ int64_t kv_unix_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void kv_text_add(kv_text *t, const char *fmt, ...) {
+  for (int tries = 0; tries < 2 && !t->failed; tries++) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = t->buf != NULL
+                ? vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap)
+                : vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      t->failed = true;
+      return;
+    }
+    if (t->buf != NULL && (size_t)n < t->cap - t->len) {
+      t->len += (size_t)n;
+      return;
+    }
+    size_t cap = (t->cap + (size_t)n + 1) * 2;
+    char *b = realloc(t->buf, cap);
+    if (b == NULL) {
+      t->failed = true;
+      return;
+    }
+    t->buf = b;
+    t->cap = cap;
+  }
+}
+
 /* ---- the gate ---- */
 
 /* The command's name in lower case, for error messages. */
@@ -278,8 +387,8 @@ void kv_command_run(kv_session *s, const kv_command *cmd, size_t argc,
                .argv = argv,
                .ops = ops,
                .w = w};
-  s->last_cmd = cmd->id;
-  s->last_ns = kv_session_now_ns();
+  atomic_store_explicit(&s->last_cmd, cmd->id, memory_order_relaxed);
+  atomic_store_explicit(&s->last_ns, kv_session_now_ns(), memory_order_relaxed);
   if (s->loop_index < s->shared->n_loops) {
     _Atomic uint64_t *n = &s->shared->loops[s->loop_index].commands;
     atomic_store_explicit(n, atomic_load_explicit(n, memory_order_relaxed) + 1,

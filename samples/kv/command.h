@@ -15,6 +15,7 @@
 #ifndef WEFT_SAMPLES_KV_COMMAND_H
 #define WEFT_SAMPLES_KV_COMMAND_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,8 +61,9 @@ typedef struct kv_loop_counters {
  */
 typedef struct kv_shared {
   kv_store *store;
-  kv_auth auth;        /* passwords (auth.h) */
-  bool protected_mode; /* [kv] protected_mode */
+  kv_auth auth;                /* passwords (auth.h) */
+  _Atomic bool protected_mode; /* [kv] protected_mode; CONFIG SET
+                                  protected-mode changes it */
   kv_loop_counters *loops;
   unsigned n_loops;
   _Atomic uint64_t next_client_id;
@@ -89,6 +91,11 @@ typedef struct kv_shared {
   bool migrate_any_host;
   int64_t migrate_timeout_max_ms;
   struct weft_tls_context *migrate_tls;
+  /* CLIENT LIST and KILL (client_list.c): every session, linked through
+   * their prev_client / next_client under clients_lock, which also
+   * guards each session's name */
+  pthread_mutex_t clients_lock;
+  struct kv_session *clients;
 } kv_shared;
 
 /** A connection's state (session.h). */

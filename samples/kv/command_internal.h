@@ -2,7 +2,8 @@
 /* samples/kv/command_internal.h: what the command files share: a call (one
  * command being run), the reply and parsing helpers in Redis' words
  * (command.c), the command table's entry type, and every command's
- * function. The commands live by topic: cmd_string.c (string values),
+ * function. The commands live by topic: cmd_string.c (string values;
+ * cmd_lcs.c LCS),
  * cmd_keyspace.c (keys, TTLs, SCAN, KEYS), cmd_server.c (PING, ECHO,
  * SELECT, CONFIG, INFO, COMMAND), session.c (CLIENT, QUIT), auth.c (AUTH,
  * HELLO), multi.c (MULTI, EXEC, DISCARD), cluster_cmd.c (CLUSTER, ASKING,
@@ -109,6 +110,19 @@ void kv_reply_store_error(const kv_call *c, int err);
 /** "ERR value is not an integer or out of range". */
 void kv_reply_not_integer(const kv_call *c);
 
+/** A growing text (INFO's, CLIENT LIST's reply). Zero-initialised =
+ *  empty; the owner frees `buf`. */
+typedef struct kv_text {
+  char *buf;
+  size_t len, cap;
+  bool failed; /* out of memory on the way: the text is incomplete */
+} kv_text;
+
+/** Appends printf-style text to `t`, growing it; on failure sets
+ *  t->failed and adds nothing more. */
+void kv_text_add(kv_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
 /** A bulk reply of a C string. */
 void kv_reply_cstr(const kv_call *c, const char *s);
 
@@ -144,6 +158,14 @@ void kv_cmd_decrby(const kv_call *c);
 void kv_cmd_incrbyfloat(const kv_call *c);
 void kv_cmd_mget(const kv_call *c);
 void kv_cmd_mset(const kv_call *c);
+void kv_cmd_setex(const kv_call *c);
+void kv_cmd_psetex(const kv_call *c);
+void kv_cmd_msetnx(const kv_call *c);
+void kv_cmd_getrange(const kv_call *c);
+void kv_cmd_setrange(const kv_call *c);
+void kv_cmd_setbit(const kv_call *c);
+void kv_cmd_getbit(const kv_call *c);
+void kv_cmd_lcs(const kv_call *c);
 
 void kv_cmd_del(const kv_call *c);
 void kv_cmd_exists(const kv_call *c);
@@ -158,15 +180,26 @@ void kv_cmd_keys(const kv_call *c);
 void kv_cmd_scan(const kv_call *c);
 void kv_cmd_dbsize(const kv_call *c);
 void kv_cmd_flushall(const kv_call *c);
+void kv_cmd_expireat(const kv_call *c);
+void kv_cmd_pexpireat(const kv_call *c);
+void kv_cmd_expiretime(const kv_call *c);
+void kv_cmd_pexpiretime(const kv_call *c);
+void kv_cmd_renamenx(const kv_call *c);
+void kv_cmd_copy(const kv_call *c);
+void kv_cmd_randomkey(const kv_call *c);
 
 void kv_cmd_ping(const kv_call *c);
 void kv_cmd_echo(const kv_call *c);
 void kv_cmd_select(const kv_call *c);
+void kv_cmd_time(const kv_call *c);
 void kv_cmd_config(const kv_call *c);
 void kv_cmd_info(const kv_call *c);
 void kv_cmd_command(const kv_call *c);
 
 void kv_cmd_client(const kv_call *c);
+/** CLIENT LIST and CLIENT KILL (client_list.c), for kv_cmd_client. */
+void kv_client_list(const kv_call *c);
+void kv_client_kill(const kv_call *c);
 void kv_cmd_quit(const kv_call *c);
 
 void kv_cmd_auth(const kv_call *c);
@@ -175,6 +208,8 @@ void kv_cmd_hello(const kv_call *c);
 void kv_cmd_multi(const kv_call *c);
 void kv_cmd_exec(const kv_call *c);
 void kv_cmd_discard(const kv_call *c);
+void kv_cmd_watch(const kv_call *c);
+void kv_cmd_unwatch(const kv_call *c);
 
 void kv_cmd_cluster(const kv_call *c);
 void kv_cmd_asking(const kv_call *c);

@@ -92,6 +92,7 @@ static int set_locked(kv_store *s, kv_stripe *st, set_op *op, garbage *g) {
   } else {
     kv_blob *old = e->val;
     e->val = op->blob;
+    kv__entry_touch(st, e);
     kv__counter_add(&st->mem, op->blob->len);
     kv__counter_sub(&st->mem, old->len);
     op->blob = old;
@@ -232,6 +233,7 @@ int kv_incrby(kv_store *s, const void *key, size_t klen, int64_t delta,
   if (err == 0 && e) {
     kv_blob *old = e->val;
     e->val = nb;
+    kv__entry_touch(st, e);
     kv__counter_add(&st->mem, nb->len);
     kv__counter_sub(&st->mem, old->len);
     nb = old; /* TTL kept, as Redis' INCR */
@@ -430,6 +432,7 @@ static int rename_locked(kv_store *s, kv_stripe *from, kv_entry *e,
   } else {
     op->blob = d->val; /* the value it replaces, released after unlock */
     d->val = v;
+    kv__entry_touch(to, d);
     kv__counter_add(&to->mem, v->len);
     kv__counter_sub(&to->mem, op->blob->len);
   }

@@ -26,10 +26,15 @@ void kv_conn_limits_init(kv_conn_limits *l, size_t max_value_bytes,
                         .output_limit = output_limit,
                         .auth_timeout_log = WEFT_LOG_LIMIT_INIT(1000000000u)};
   weft_resp_options_init(&l->resp);
-  l->resp.max_args = KV_MAX_ARGS; /* resp_run's argv has room */
-  /* A SET of the largest value must fit, with room for the key. */
+  l->resp.max_args = KV_RESP_MAX_ARGS;
+  /* A SET of the largest value must fit, with room for the key; and a
+   * command may take half the query buffer limit (a cumulation growing
+   * by doubling may hold twice it), which bounds what a command of many
+   * arguments holds: each takes at least 6 bytes ("$0\r\n\r\n"). */
   l->resp.max_bulk = max_value_bytes;
   l->resp.max_command = max_value_bytes + COMMAND_SLACK;
+  if (l->client_query_max / 2 > l->resp.max_command)
+    l->resp.max_command = l->client_query_max / 2;
   /* Before AUTH, Redis' limits; the whole command and an inline line are
    * bounded by them too, so nothing larger is ever buffered. */
   l->resp_unauth = l->resp;

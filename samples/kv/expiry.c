@@ -50,6 +50,7 @@ void kv__expire_set(kv_stripe *st, kv_entry *e, uint64_t at) {
     kv__counter_add(&st->n_ttl, 1);
   }
   e->expire_at = at;
+  kv__entry_touch(st, e);
 }
 
 void kv__expire_clear(kv_stripe *st, kv_entry *e) {
@@ -61,6 +62,7 @@ void kv__expire_clear(kv_stripe *st, kv_entry *e) {
   e->exp_idx = NO_EXPIRE_IDX;
   e->expire_at = 0;
   kv__counter_sub(&st->n_ttl, 1);
+  kv__entry_touch(st, e);
 }
 
 bool kv__entry_expired(const kv_store *s, const kv_entry *e) {

@@ -98,19 +98,23 @@ void kv_cmd_discard(const kv_call *c) {
   if (!c->sess->multi.active)
     return c->ops->error(c->w, "ERR DISCARD without MULTI");
   kv_multi_reset(&c->sess->multi);
+  kv_watch_reset(&c->sess->watch);
   c->ops->simple(c->w, "OK");
 }
 
 /* EXEC: the queue as one transaction of the store. Every stripe a queued
  * command may touch is locked first, in index order (kv_txn), so other
  * connections see all of it or none; a command's error is its element of
- * the reply, as in Redis. */
+ * the reply, as in Redis. The stripes of the WATCHed keys are locked with
+ * them: when one of those changed since WATCH nothing runs and the reply
+ * is a null (watch.h). */
 void kv_cmd_exec(const kv_call *c) {
   kv_session *s = c->sess;
   if (!s->multi.active)
     return c->ops->error(c->w, "ERR EXEC without MULTI");
   if (s->multi.dirty) {
     kv_multi_reset(&s->multi);
+    kv_watch_reset(&s->watch);
     return c->ops->error(c->w, "EXECABORT Transaction discarded because of "
                                "previous errors.");
   }
@@ -122,7 +126,15 @@ void kv_cmd_exec(const kv_call *c) {
   kv_txn_init(&t, c->store);
   for (kv_queued *q = m.head; q != NULL; q = q->next)
     kv_command_add_keys(&t, kv_command_find(q->cmd), q->argc, q->argv);
+  kv_watch_add_keys(&s->watch, &t);
   kv_txn_lock(&t);
+  bool changed = kv_watch_changed(&s->watch, c->store);
+  kv_watch_reset(&s->watch);
+  if (changed) { /* Redis' null reply: nothing ran */
+    kv_txn_unlock(&t);
+    kv_multi_reset(&m);
+    return c->ops->null(c->w);
+  }
   if (!kv_cluster_exec_check(s, &m, asking, c->ops, c->w)) {
     kv_txn_unlock(&t); /* the slot moved while it was queued */
     kv_multi_reset(&m);

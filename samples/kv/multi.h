@@ -5,7 +5,8 @@
  * the store (kv_txn: the stripes of every queued key locked, in order), so
  * no other client sees any of it before all of it. A command refused while
  * queueing marks the transaction, and EXEC then discards it with Redis'
- * EXECABORT. WATCH is not implemented.
+ * EXECABORT. WATCHed keys (watch.h) are checked by EXEC with the queue's
+ * stripes locked.
  *
  * Bounds: at most KV_MULTI_MAX_COMMANDS commands and `max_bytes` bytes of
  * arguments (kv_multi_limit); past either, the command is refused with

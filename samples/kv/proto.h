@@ -85,7 +85,29 @@ typedef enum kv_cmd {
   KV_CMD_RESTORE = 47,   /* a DUMP payload back into a key */
   KV_CMD_RESTORE_ASKING = 48, /* RESTORE that MIGRATE sends (implies ASKING) */
   KV_CMD_MIGRATE = 49,        /* moves keys to another server */
-  KV_CMD_COUNT_               /* one past the last */
+  KV_CMD_WATCH = 50,
+  KV_CMD_UNWATCH = 51,
+  KV_CMD_FLUSHDB = 52,
+  KV_CMD_SETEX = 53,
+  KV_CMD_PSETEX = 54,
+  KV_CMD_UNLINK = 55,
+  KV_CMD_MSETNX = 56,
+  KV_CMD_GETRANGE = 57,
+  KV_CMD_SETRANGE = 58,
+  KV_CMD_EXPIREAT = 59,
+  KV_CMD_PEXPIREAT = 60,
+  KV_CMD_RENAMENX = 61,
+  KV_CMD_COPY = 62,
+  KV_CMD_TOUCH = 63,
+  KV_CMD_RANDOMKEY = 64,
+  KV_CMD_EXPIRETIME = 65,
+  KV_CMD_PEXPIRETIME = 66,
+  KV_CMD_SUBSTR = 67,
+  KV_CMD_TIME = 68,
+  KV_CMD_SETBIT = 69,
+  KV_CMD_GETBIT = 70,
+  KV_CMD_LCS = 71,
+  KV_CMD_COUNT_ /* one past the last */
 } kv_cmd;
 
 /** An argument: bytes that stay owned by whoever holds the message. */

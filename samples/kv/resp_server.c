@@ -19,7 +19,8 @@
 
 #include "session.h"
 
-#define RESP_CHUNK 16384 /* bytes of one RESP reply buffer */
+#define RESP_CHUNK 16384      /* bytes of one RESP reply buffer */
+#define RESP_ARGS_ON_STACK 64 /* a command with more: its argv on the heap */
 #define ZERO_COPY_MIN                                                          \
   16384 /* bulk values at least this large are sent from the stored blob,      \
            not copied */
@@ -304,11 +305,20 @@ static bool resp_run(resp_conn *c, weft_resp_cmd *cmd) {
   }
   int id = kv_cmd_from_name(cmd->argv[0].ptr, cmd->argv[0].len);
   if (id != 0) {
-    kv_arg argv[KV_MAX_ARGS];
-    size_t argc = cmd->argc - 1; /* < KV_MAX_ARGS: the decoder's max_args */
-    for (size_t i = 0; i < argc; i++)
-      argv[i] = (kv_arg){cmd->argv[i + 1].ptr, cmd->argv[i + 1].len};
-    kv_exec(&c->sess, id, argc, argv, &resp_ops, c);
+    kv_arg stack[RESP_ARGS_ON_STACK];
+    size_t argc = cmd->argc - 1; /* < KV_RESP_MAX_ARGS: the decoder's */
+    kv_arg *argv =
+        argc <= RESP_ARGS_ON_STACK ? stack : malloc(argc * sizeof *argv);
+    if (argv == NULL) {
+      kv_multi_flag(&c->sess);
+      resp_ops.error(c, "ERR out of memory for the command's arguments");
+    } else {
+      for (size_t i = 0; i < argc; i++)
+        argv[i] = (kv_arg){cmd->argv[i + 1].ptr, cmd->argv[i + 1].len};
+      kv_exec(&c->sess, id, argc, argv, &resp_ops, c);
+      if (argv != stack)
+        free(argv);
+    }
   } else {
     kv_multi_flag(&c->sess); /* EXEC then aborts, as in Redis */
     resp_unknown(c, cmd);

@@ -304,6 +304,7 @@ static int cluster_state_start(kv_cluster *c) {
  * returns an error for bad [kv] settings. */
 static int shared_init(kv_server *srv, const weft_config *cfg) {
   kv_shared *sh = &srv->shared;
+  pthread_mutex_init(&sh->clients_lock, NULL);
   char err[256];
   int rc = kv_auth_init(&sh->auth, srv->opts.requirepass, srv->opts.user,
                         srv->opts.user_password, err, sizeof err);
@@ -424,6 +425,7 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
     kv_store_free(srv->shared.store);
     kv_cluster_free(srv->shared.cluster);
     free(srv->shared.loops);
+    pthread_mutex_destroy(&srv->shared.clients_lock);
     free(srv);
     return rc;
   }
@@ -470,5 +472,6 @@ void kv_server_close(kv_server *s) {
   kv_store_free(s->shared.store);
   kv_cluster_free(s->shared.cluster);
   free(s->shared.loops);
+  pthread_mutex_destroy(&s->shared.clients_lock);
   free(s);
 }

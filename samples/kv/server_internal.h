@@ -12,8 +12,13 @@
 #include "conn_limits.h"
 #include "server.h"
 
-/** Arguments of one command: the decoders' limit and the argv arrays'. */
+/** Arguments of one RPC command: the codec's limit and the argv array's
+ *  (on the stack). */
 #define KV_MAX_ARGS 1024
+/** Arguments of one RESP command, its name included: Redis' limit (1024 *
+ *  1024 elements of a multibulk). The command's bytes are bounded too
+ *  (kv_conn_limits_init), so the bytes of a command bound its arguments. */
+#define KV_RESP_MAX_ARGS (1024u * 1024u)
 
 struct kv_server {
   weft_loop_group *group;

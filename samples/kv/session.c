@@ -105,13 +105,15 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
   s->authenticated = !shared->auth.default_pass; /* Redis' nopass default */
   s->channel = ch;
   weft_timer_init(weft_channel_loop(ch), &s->auth_timer);
-  s->created_ns = s->last_ns = kv_session_now_ns();
+  s->created_ns = kv_session_now_ns();
+  atomic_store_explicit(&s->last_ns, s->created_ns, memory_order_relaxed);
   if (weft_channel_remote_address(ch, s->addr, sizeof s->addr) < 0)
     snprintf(s->addr, sizeof s->addr, "?");
   if (weft_channel_local_address(ch, s->laddr, sizeof s->laddr) < 0)
     snprintf(s->laddr, sizeof s->laddr, "?");
   atomic_fetch_add(&shared->connected_clients, 1);
   atomic_fetch_add(&shared->total_connections, 1);
+  kv_client_register(s);
   /* Redis 7's protected mode: without a password for the default user,
    * only the loopback network may connect (an unknown address is not). */
   if (shared->protected_mode && !shared->auth.default_pass &&
@@ -127,6 +129,8 @@ void kv_session_fini(kv_session *s) {
   weft_timer_stop(&s->auth_timer);
   kv_migrate_detach(s); /* a MIGRATE in flight ends without a reply */
   kv_multi_reset(&s->multi);
+  kv_watch_reset(&s->watch);
+  kv_client_unregister(s);
   atomic_fetch_sub(&s->shared->connected_clients, 1);
 }
 
@@ -143,8 +147,10 @@ const char *kv_session_set_name(kv_session *s, const kv_arg *name) {
              "characters.";
   if (name->len > KV_CLIENT_NAME_MAX)
     return "ERR Client names are limited to " XSTR(KV_CLIENT_NAME_MAX) " bytes";
+  pthread_mutex_lock(&s->shared->clients_lock); /* CLIENT LIST reads it */
   memcpy(s->name, name->ptr, name->len);
   s->name[name->len] = '\0';
+  pthread_mutex_unlock(&s->shared->clients_lock);
   return NULL;
 }
 
@@ -169,16 +175,21 @@ static void client_info(const kv_call *c) {
       "qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=%zu rbs=0 rbp=0 obl=0 oll=0 "
       "omem=0 tot-mem=0 events=r cmd=client|info user=%s redir=-1 resp=%d\n",
       s->id, s->addr, s->laddr, s->name, (now - s->created_ns) / 1000000000u,
-      (now - s->last_ns) / 1000000000u, s->multi.active ? "x" : "N",
-      s->multi.active ? (long)s->multi.count : -1L, s->multi.bytes,
-      s->acl_user ? s->shared->auth.user : "default", s->resp);
+      (now - atomic_load_explicit(&s->last_ns, memory_order_relaxed)) /
+          1000000000u,
+      s->multi.active ? "x" : "N", s->multi.active ? (long)s->multi.count : -1L,
+      s->multi.bytes, s->acl_user ? s->shared->auth.user : "default", s->resp);
   c->ops->verbatim(c->w, line,
                    n < (int)sizeof line ? (size_t)n : sizeof line - 1);
 }
 
-/* CLIENT ID | GETNAME | SETNAME name | INFO | SETINFO attr value |
- * NO-EVICT on|off | NO-TOUCH on|off | HELP. */
+/* CLIENT ID | GETNAME | SETNAME name | INFO | LIST | KILL | SETINFO attr value
+ * | NO-EVICT on|off | NO-TOUCH on|off | HELP. */
 void kv_cmd_client(const kv_call *c) {
+  if (kv_arg_is(&c->argv[0], "LIST"))
+    return kv_client_list(c);
+  if (kv_arg_is(&c->argv[0], "KILL"))
+    return kv_client_kill(c);
   static const struct {
     const char *name;
     size_t args; /* after the subcommand */
@@ -212,8 +223,12 @@ void kv_cmd_client(const kv_call *c) {
   case 3:
     return client_info(c);
   case 7:
-    c->ops->array(c->w, 4);
+    c->ops->array(c->w, 6);
     kv_reply_cstr(c, "CLIENT ID | GETNAME | SETNAME <name> | INFO");
+    kv_reply_cstr(c, "CLIENT LIST [TYPE normal|master|replica|pubsub] "
+                     "[ID id ...]");
+    kv_reply_cstr(c, "CLIENT KILL <ip:port> | [ID id] [ADDR ip:port] "
+                     "[LADDR ip:port] [USER name] [SKIPME yes|no]");
     kv_reply_cstr(c, "CLIENT SETINFO <lib-name|lib-ver> <value> (accepted)");
     kv_reply_cstr(c, "CLIENT NO-EVICT <on|off> (accepted)");
     return kv_reply_cstr(c, "CLIENT NO-TOUCH <on|off> (accepted)");

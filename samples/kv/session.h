@@ -17,6 +17,7 @@
 
 #include "command.h"
 #include "multi.h"
+#include "watch.h"
 
 /** Longest client name (CLIENT SETNAME, HELLO SETNAME), bytes. */
 #define KV_CLIENT_NAME_MAX 256
@@ -25,23 +26,26 @@
 
 struct kv_session {
   kv_shared *shared;
-  uint64_t id;         /* CLIENT ID */
-  unsigned loop_index; /* its loop in the group: kv_shared.loops */
-  uint8_t resp;        /* 2 or 3: the RESP version of replies (HELLO) */
-  bool rpc;            /* speaks the binary protocol */
-  bool authenticated;  /* may run every command */
-  bool acl_user;       /* authenticated as [kv] user (else "default") */
-  bool denied;         /* refused by protected mode: runs nothing */
-  bool quit;           /* QUIT: close once the reply is sent */
-  bool in_exec;        /* EXEC is running the queue */
-  bool asking;         /* ASKING: the next command (or transaction) may
-                          use a slot being imported (cluster.c) */
-  int last_cmd;        /* kv_cmd of the last command (CLIENT INFO) */
-  uint64_t created_ns, last_ns; /* kv_session_now_ns(): CLIENT INFO's age,
-                                   idle */
+  uint64_t id;              /* CLIENT ID */
+  unsigned loop_index;      /* its loop in the group: kv_shared.loops */
+  uint8_t resp;             /* 2 or 3: the RESP version of replies (HELLO) */
+  bool rpc;                 /* speaks the binary protocol */
+  bool authenticated;       /* may run every command */
+  bool acl_user;            /* authenticated as [kv] user (else "default") */
+  bool denied;              /* refused by protected mode: runs nothing */
+  bool quit;                /* QUIT: close once the reply is sent */
+  bool in_exec;             /* EXEC is running the queue */
+  bool asking;              /* ASKING: the next command (or transaction) may
+                               use a slot being imported (cluster.c) */
+  _Atomic int last_cmd;     /* kv_cmd of the last command (CLIENT INFO,
+                               LIST: other loops read it, relaxed) */
+  uint64_t created_ns;      /* kv_session_now_ns(): CLIENT INFO's age */
+  _Atomic uint64_t last_ns; /* and of the last command: idle (relaxed) */
   char addr[KV_ADDR_MAX], laddr[KV_ADDR_MAX];
-  char name[KV_CLIENT_NAME_MAX + 1];
+  char name[KV_CLIENT_NAME_MAX + 1];            /* written under clients_lock */
+  struct kv_session *prev_client, *next_client; /* kv_shared.clients */
   kv_multi multi;
+  kv_watch watch;        /* WATCH's keys (watch.h) */
   weft_channel *channel; /* the connection's (borrowed: it outlives us) */
   weft_timer auth_timer; /* [kv] auth_timeout_ms while unauthenticated */
 
@@ -84,7 +88,8 @@ uint64_t kv_session_now_ns(void);
  */
 void kv_session_authenticated(kv_session *s);
 
-/** Ends a session: frees its MULTI queue, counts the connection closed. */
+/** Ends a session: frees its MULTI queue and WATCHed keys, takes it off
+ *  the list CLIENT LIST shows, counts the connection closed. */
 void kv_session_fini(kv_session *s);
 
 /**
@@ -101,6 +106,13 @@ void kv_multi_flag(kv_session *s);
  * reply's text (then the name is unchanged).
  */
 const char *kv_session_set_name(kv_session *s, const kv_arg *name);
+
+/** Puts `s` on the server's list of sessions (CLIENT LIST, KILL); in
+ *  client_list.c. Its loop thread. */
+void kv_client_register(kv_session *s);
+
+/** Takes `s` off that list. Its loop thread. */
+void kv_client_unregister(kv_session *s);
 
 /**
  * True when `addr` ("127.0.0.1:6380", "[::1]:7001", as

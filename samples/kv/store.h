@@ -549,6 +549,56 @@ void kv_txn_unlock(kv_txn *t);
 bool kv_txn_lock_all(kv_txn *t, kv_store *store);
 
 /**
+ * WATCH's view of `key`: 1 with its version in `*version` when it exists
+ * (not expired), 0 with `*version` 0 when it does not. The version
+ * changes with every change of the key's value or TTL (it is the key's
+ * stripe's change count at the last one, so a key deleted and set again
+ * has a new one); deletion, expiry and FLUSHALL show as the key missing.
+ * EXEC compares both with the transaction's stripes locked: the key
+ * changed since WATCH when either differs. A key missing at WATCH and at
+ * EXEC counts as unchanged even if it existed in between (Redis fails such
+ * an EXEC; the transaction's reads are as valid either way). An expired
+ * key is deleted on the way, as by any command. Errors: WEFT_EMSGSIZE (a
+ * key above max_key_len). Any thread.
+ */
+int kv_watch_version(kv_store *store, const void *key, size_t klen,
+                     uint64_t *version);
+
+/**
+ * Holds the stripes of `n` keys for this thread, so a check and a change
+ * on them are one step against every command (MSETNX, RENAMENX, COPY).
+ * When this thread runs a transaction on `store` already (EXEC, or the
+ * cluster gate's), that one holds them (the caller's keys are its
+ * command's): returns false and locks nothing. Otherwise initialises `t`
+ * with the keys' stripes, locks it and returns true: the caller unlocks
+ * it with kv_txn_unlock.
+ */
+bool kv_txn_lock_keys(kv_txn *t, kv_store *store, size_t n, const kv_key *keys);
+
+/**
+ * SETRANGE: overwrites the value at `key` from byte `offset` with `len`
+ * bytes of `data`, padding with zero bytes when the value is shorter (a
+ * missing key counts as empty), keeping its TTL, and stores the new length
+ * in `*new_len`. With `len` 0 nothing changes (`*new_len` is the current
+ * length; a missing key is not made). Optimistic like kv_append. Errors:
+ * WEFT_EMSGSIZE (offset + len above max_value_len, or the key above
+ * max_key_len: nothing changed), WEFT_ENOMEM. Any thread.
+ */
+int kv_setrange(kv_store *store, const void *key, size_t klen, uint64_t offset,
+                const void *data, size_t len, size_t *new_len);
+
+/**
+ * SETBIT: sets bit `offset` of the value at `key` (bit 0 is the most
+ * significant bit of the first byte, as Redis) to `on`, growing the value
+ * with zero bytes when shorter (a missing key counts as empty), keeping
+ * its TTL; `*old` gets the bit before. Optimistic like kv_append. Errors:
+ * WEFT_EMSGSIZE (the byte of `offset` is at or past max_value_len, or the
+ * key above max_key_len: nothing changed), WEFT_ENOMEM. Any thread.
+ */
+int kv_setbit(kv_store *store, const void *key, size_t klen, uint64_t offset,
+              bool on, bool *old);
+
+/**
  * The Redis error text (without the "ERR " prefix) for an error a command
  * returned: WEFT_EINVAL -> "value is not an integer or out of range" (the
  * only EINVAL a well-formed command gets; the server rejects bad SET flags

@@ -40,6 +40,8 @@ typedef struct kv_entry {
   kv_blob *val;          /* the store's reference */
   uint64_t hash;
   uint64_t expire_at; /* in ns on the store's clock; 0 = no TTL */
+  uint64_t version;   /* the stripe's version at its last change: WATCH
+                         (kv_watch_version) */
   uint32_t exp_idx;   /* index in the stripe's expires array */
   uint32_t klen;      /* bytes; fits since max_key_len is checked */
   unsigned char key[];
@@ -58,7 +60,11 @@ typedef struct kv_stripe {
   kv_table table;
   kv_entry **expires; /* entries with a TTL, for random sampling */
   size_t n_expires, cap_expires;
-  uint64_t rng; /* xorshift state for sampling, under the lock */
+  uint64_t rng;     /* xorshift state for sampling, under the lock */
+  uint64_t version; /* counts the changes of its entries, under the lock:
+                       each changed entry takes the next (kv__entry_touch),
+                       so a key's version differs after any change, even
+                       when it is deleted and made again */
   /* Written under the lock, read by stats without it. */
   _Atomic uint64_t keys, n_ttl, expired, mem, hits, misses;
 } kv_stripe;
@@ -160,6 +166,12 @@ static inline void kv__lock_set_unlock(kv_store *s, const lock_set *ls) {
   for (unsigned w = 0; w < (s->n_stripes + 63) / 64; w++)
     for (uint64_t m = ls->bits[w]; m; m &= m - 1)
       kv__stripe_unlock(s, &s->stripes[w * 64 + (unsigned)__builtin_ctzll(m)]);
+}
+
+/* The entry `e` of `st` changed (value or TTL): a new version, which
+ * fails the EXEC of every client that WATCHes it. Under the lock. */
+static inline void kv__entry_touch(kv_stripe *st, kv_entry *e) {
+  e->version = ++st->version;
 }
 
 /* Only the lock holder writes a stripe counter, so load + store is exact;

@@ -274,6 +274,7 @@ void kv__table_maybe_resize(kv_table *t) {
 void kv__entry_link(kv_stripe *st, kv_entry *e, kv_blob *val) {
   kv_entry **head = &st->table.buckets[e->hash & st->table.mask];
   e->val = val;
+  kv__entry_touch(st, e);
   e->next = *head;
   *head = e;
   st->table.used++;

@@ -9,6 +9,8 @@
 
 #include <string.h>
 
+#include <weft/error.h>
+
 _Thread_local const kv_txn *kv__txn_active;
 
 void kv_txn_init(kv_txn *t, kv_store *store) {
@@ -56,10 +58,35 @@ bool kv_txn_lock_all(kv_txn *t, kv_store *store) {
   return true;
 }
 
+bool kv_txn_lock_keys(kv_txn *t, kv_store *store, size_t n,
+                      const kv_key *keys) {
+  const kv_txn *held = kv__txn_active;
+  if (held != NULL && held->store == store)
+    return false; /* kv__txn_holds asserts it holds each one touched */
+  kv_txn_init(t, store);
+  for (size_t i = 0; i < n; i++)
+    kv_txn_add_key(t, keys[i].ptr, keys[i].len);
+  kv_txn_lock(t);
+  return true;
+}
+
 void kv_txn_unlock(kv_txn *t) {
   assert(kv__txn_active == t && t->locked);
   kv__txn_active = NULL; /* inactive first: the unlocks below are real */
   lock_set ls = txn_set(t);
   kv__lock_set_unlock(t->store, &ls);
   t->locked = false;
+}
+
+int kv_watch_version(kv_store *store, const void *key, size_t klen,
+                     uint64_t *version) {
+  *version = 0;
+  if (klen > store->max_key_len)
+    return WEFT_EMSGSIZE;
+  key_lock k;
+  kv_entry *e = kv__key_lock(store, &k, key, klen);
+  if (e != NULL)
+    *version = e->version;
+  kv__key_unlock(store, &k);
+  return e != NULL;
 }

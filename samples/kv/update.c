@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* samples/kv/update.c: the store's read-modify-write commands whose new
- * value's size depends on the old one: APPEND and INCRBYFLOAT. They keep
- * the store's rule (store_internal.h: allocate before locking, free after
- * unlocking) with an optimistic update: read the old value under the lock,
- * build the new one without it, and install it only if the key still holds
- * the very same blob (blobs are immutable and the reference taken keeps
- * the pointer from being reused); else read again. Inside a transaction
- * the first try always succeeds. */
+ * value's size depends on the old one: APPEND, SETRANGE, SETBIT and
+ * INCRBYFLOAT. They keep the store's rule (store_internal.h: allocate
+ * before locking, free after unlocking) with an optimistic update: read
+ * the old value under the lock, build the new one without it, and install
+ * it only if the key still holds the very same blob (blobs are immutable
+ * and the reference taken keeps the pointer from being reused); else read
+ * again. Inside a transaction the first try always succeeds. */
 #include "store_internal.h"
 
 #include <ctype.h>
@@ -54,6 +54,7 @@ static bool update_install(kv_store *s, kv_stripe *st, uint64_t h,
   }
   *replaced = e->val; /* == old; TTL kept */
   e->val = nb;
+  kv__entry_touch(st, e);
   kv__counter_add(&st->mem, nb->len);
   kv__counter_sub(&st->mem, old->len);
   return true;
@@ -133,12 +134,100 @@ int kv_append(kv_store *s, const void *key, size_t klen, const void *data,
   return err;
 }
 
+/* ---- SETRANGE ---- */
+
+typedef struct setrange_arg {
+  uint64_t offset;
+  const void *data;
+  size_t len;
+} setrange_arg;
+
+static int setrange_build(void *arg, const kv_store *s, const kv_blob *old,
+                          kv_blob **out) {
+  const setrange_arg *a = arg;
+  size_t have = old != NULL ? old->len : 0;
+  if (a->offset > s->max_value_len || a->len > s->max_value_len - a->offset)
+    return WEFT_EMSGSIZE;
+  size_t end = (size_t)a->offset + a->len;
+  kv_blob *b = kv__blob_alloc(end > have ? end : have);
+  if (b == NULL)
+    return WEFT_ENOMEM;
+  if (have > 0)
+    memcpy(b->data, old->data, have);
+  if (a->offset > have)
+    memset(b->data + have, 0, (size_t)a->offset - have);
+  memcpy(b->data + a->offset, a->data, a->len);
+  *out = b;
+  return 0;
+}
+
+int kv_setrange(kv_store *s, const void *key, size_t klen, uint64_t offset,
+                const void *data, size_t len, size_t *new_len) {
+  if (klen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  if (len == 0) { /* Redis: no change, and no key made */
+    kv_blob *v;
+    int rc = kv_get(s, key, klen, &v);
+    if (rc < 0)
+      return rc;
+    *new_len = v != NULL ? v->len : 0;
+    kv_blob_release(v);
+    return 0;
+  }
+  setrange_arg a = {offset, data, len};
+  kv_blob *v = NULL;
+  int err = update(s, key, klen, setrange_build, &a, &v);
+  if (err == 0) {
+    *new_len = v->len;
+    kv_blob_release(v);
+  }
+  return err;
+}
+
+/* ---- SETBIT ---- */
+
+typedef struct setbit_arg {
+  uint64_t offset; /* in bits */
+  bool on;
+  bool old; /* out: the bit before */
+} setbit_arg;
+
+static int setbit_build(void *arg, const kv_store *s, const kv_blob *old,
+                        kv_blob **out) {
+  setbit_arg *a = arg;
+  size_t have = old != NULL ? old->len : 0;
+  uint64_t byte = a->offset >> 3;
+  if (byte >= s->max_value_len)
+    return WEFT_EMSGSIZE;
+  size_t len = byte + 1 > have ? (size_t)byte + 1 : have;
+  kv_blob *b = kv__blob_alloc(len);
+  if (b == NULL)
+    return WEFT_ENOMEM;
+  if (have > 0)
+    memcpy(b->data, old->data, have);
+  memset(b->data + have, 0, len - have);
+  unsigned char mask = (unsigned char)(0x80u >> (a->offset & 7));
+  a->old = (b->data[byte] & mask) != 0; /* bit 0 is the first byte's MSB */
+  b->data[byte] = a->on ? b->data[byte] | mask : b->data[byte] & ~mask;
+  *out = b;
+  return 0;
+}
+
+int kv_setbit(kv_store *s, const void *key, size_t klen, uint64_t offset,
+              bool on, bool *old) {
+  setbit_arg a = {offset, on, false};
+  int err = update(s, key, klen, setbit_build, &a, NULL);
+  if (err == 0)
+    *old = a.old;
+  return err;
+}
+
 /* ---- INCRBYFLOAT ---- */
 
 bool kv_parse_long_double(const void *text, size_t len, long double *out) {
   char buf[LONG_DOUBLE_CHARS];
-  if (len == 0 || len >= sizeof buf)
-    return false;
+  if (len == 0 || len >= sizeof buf || memchr(text, '\0', len) != NULL)
+    return false; /* a NUL would end strtold's number early: not one */
   memcpy(buf, text, len);
   buf[len] = '\0';
   char *end;
