@@ -146,7 +146,7 @@ check kv_redis_keys_pattern_too_long \
 check kv_redis_set_exat_past OK set gone v exat 1
 check kv_redis_set_exat_past_gone 0 exists gone
 check kv_redis_client_setname OK client setname tester
-check kv_redis_command_count 49 command count
+check kv_redis_command_count 50 command count
 checkout kv_redis_multi_exec "$(printf 'OK\nQUEUED\nQUEUED\nQUEUED\nOK\n2\n2')" \
   "$(printf 'multi\nset a 1\nincr a\nget a\nexec\n' | timeout 10 redis-cli -p "$port" 2>&1)"
 checkout kv_redis_multi_execabort \

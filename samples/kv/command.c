@@ -184,6 +184,11 @@ static const kv_command table[KV_CMD_COUNT_] = {
                         "Atomically transfers a key from one Redis instance "
                         "to another.",
                         kv_cmd_migrate},
+    /* NOQ: run in MULTI, where it refuses itself as Redis' no-multi. */
+    [KV_CMD_SHUTDOWN] = {KV_CMD_SHUTDOWN, -1, NOQ, 0, 0, 0, "server", "1.0.0",
+                         "Stops the server (weft-kv-server keeps nothing "
+                         "on disk: nothing is saved).",
+                         kv_cmd_shutdown},
 };
 
 const kv_command *kv_command_find(int cmd) {

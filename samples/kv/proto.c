@@ -57,6 +57,7 @@ static const char *const cmd_names[KV_CMD_COUNT_] = {
     [KV_CMD_RESTORE] = "RESTORE",
     [KV_CMD_RESTORE_ASKING] = "RESTORE-ASKING",
     [KV_CMD_MIGRATE] = "MIGRATE",
+    [KV_CMD_SHUTDOWN] = "SHUTDOWN",
 };
 
 const char *kv_cmd_name(int cmd) {

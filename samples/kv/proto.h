@@ -84,6 +84,7 @@ typedef enum kv_cmd {
   KV_CMD_RESTORE = 47,   /* a DUMP payload back into a key */
   KV_CMD_RESTORE_ASKING = 48, /* RESTORE that MIGRATE sends (implies ASKING) */
   KV_CMD_MIGRATE = 49,        /* moves keys to another server */
+  KV_CMD_SHUTDOWN = 50,       /* stops the server ([kv] shutdown_command) */
   KV_CMD_COUNT_               /* one past the last */
 } kv_cmd;
 
