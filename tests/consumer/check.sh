@@ -7,6 +7,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
 cmake --install "$build" --prefix "$prefix" >/dev/null
+# The programs come with the install when the samples are built:
+# weft-bench as the KV service's.
+if [ -x "$prefix/bin/weft-kv-server" ]; then
+  for p in weft-kv weft-kvbench weft-echo weft-bench; do
+    [ -x "$prefix/bin/$p" ] || { echo "cmake --install put no $p in bin/"; exit 1; }
+  done
+fi
 # The paths the README gives: an install with --prefix puts the library
 # and weft.pc under lib/ (GNUInstallDirs uses lib/<multiarch> only for /usr).
 pcdir="$prefix/lib/pkgconfig"
