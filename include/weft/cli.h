@@ -9,6 +9,9 @@
  *                        (-o transport.ucx.tls=tcp)
  *   -h, --help           usage, every key the program reads with its
  *                        default and valid values, two examples; exit 0
+ *                        (--help only for a program that sets
+ *                        `help_long_only` to keep -h for itself, as
+ *                        weft-kv keeps it for redis-cli's -h HOST)
  *
  * A program keeps its own getopt loop for its own flags and hands these
  * three to the helper:
@@ -41,6 +44,7 @@
 #ifndef WEFT_CLI_H
 #define WEFT_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <weft/config.h>
@@ -51,7 +55,12 @@ extern "C" {
 
 /** The getopt letters weft_cli_option handles: put them in the program's
  *  optstring, and {"help", no_argument, NULL, 'h'} in its long options. */
-#define WEFT_CLI_OPTS "c:o:h"
+#define WEFT_CLI_OPTS WEFT_CLI_OPTS_NO_H "h"
+
+/** WEFT_CLI_OPTS without -h, for a program that sets `help_long_only`
+ *  and gives -h a meaning of its own: its long options then map "help" to
+ *  a value that is not 'h' (weft-kv: -h HOST, as redis-cli). */
+#define WEFT_CLI_OPTS_NO_H "c:o:"
 
 /** -o flags one command line may carry. */
 #define WEFT_CLI_MAX_OVERRIDES 64
@@ -78,6 +87,10 @@ typedef struct weft_cli {
                                   (weft_config.unread_keys) */
   weft_config_section_cb app;  /* the application's sections, or NULL */
   void *app_arg;
+  bool help_long_only; /* -h is the program's own (its optstring
+                          uses WEFT_CLI_OPTS_NO_H): --help lists
+                          only --help, and the program documents
+                          its -h in `flags` */
   /* private: what weft_cli_option collected */
   const char *file;
   const char *overrides[WEFT_CLI_MAX_OVERRIDES];
