@@ -10,6 +10,9 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       liburing-dev clang libucx-dev ucx-utils clang-format git python3
       librdmacm-dev libibverbs-dev redis-tools openssh-client
+      # weft-kv's interactive mode (line editing, history), and the tmux
+      # that tests/test_kv_cli.sh types into it with
+      libedit-dev tmux
       # redis-py for tests/test_kv_redis_py.sh
       python3-redis
       # TLS (handlers/tls_*.c) and its tests' certificates and peers

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The KV service's operator habits, as Redis users have them: SHUTDOWN
-# over RESP (redis-cli) with Redis 7's forms for a server without
-# persistence, AUTH and [kv] shutdown_command respected; weft-kvbench
-# prints what it measured when interrupted (SIGINT), status 130.
+# The KV service's operator habits, as Redis users have them: weft-kv
+# behaves as redis-cli (-h HOST -p PORT, --help, -n 0, -r/-i, commands
+# from stdin with redis-cli's quoting, an interactive mode with line
+# editing, history and help driven through tmux, a RESP port named as
+# such); SHUTDOWN over RESP (redis-cli) and RPC (weft-kv) with Redis 7's
+# forms for a server without persistence, AUTH and [kv] shutdown_command
+# respected; weft-kvbench prints what it measured when interrupted
+# (SIGINT), status 130.
 # Usage: test_kv_cli.sh PATH/TO/weft-kv-server PATH/TO/weft-kv
 #        PATH/TO/weft-kvbench  (CTest)
 set -u
 server=$1 cli=$2 kvbench=$3
-command -v redis-cli >/dev/null ||
-  { echo "FAIL: redis-cli is needed (apt-get install redis-tools)"; exit 1; }
+for p in redis-cli tmux; do
+  command -v "$p" >/dev/null ||
+    { echo "FAIL: $p is needed (scripts/deps.sh installs it)"; exit 1; }
+done
 dir=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
@@ -55,6 +61,100 @@ checkout() { # NAME EXPECTED GOT
   fi
 }
 rcli() { timeout 10 redis-cli -p "$port" "$@" 2>&1; }
+wkv() { timeout 10 "$cli" "$@" 2>&1; }
+
+# ---- weft-kv as redis-cli ----
+start_server cli
+checkout kv_cli_host_port OK "$(wkv -h 127.0.0.1 -p "$rpc_port" set k v)"
+checkout kv_cli_port_only v "$(wkv -p "$rpc_port" get k)"
+checkout kv_cli_help_long "yes" \
+  "$(wkv --help | grep -q '^  -h HOST ' && echo yes || echo no)"
+checkout kv_cli_h_needs_host "weft-kv: option '-h' needs a value" \
+  "$(wkv -h | head -1)"
+checkout kv_cli_connect_and_port 2 \
+  "$(wkv --connect "127.0.0.1:$rpc_port" -p "$rpc_port" ping >/dev/null; echo $?)"
+checkout kv_cli_db0 PONG "$(wkv -n 0 -p "$rpc_port" ping)"
+checkout kv_cli_db1 "weft-kv: -n 1: weft-kv-server has database 0 only" \
+  "$(wkv -n 1 -p "$rpc_port" ping | head -1)"
+checkout kv_cli_repeat "$(printf '1\n2\n3')" \
+  "$(wkv -r 3 -i 0.01 -p "$rpc_port" incr counter)"
+# Commands from stdin, one per line, split as redis-cli splits them;
+# error replies and bad quoting do not stop it, status 0 as redis-cli.
+out=$(printf '%s\n' 'set q "a b\x41\n"' "set s 'it\\'s'" 'get s' \
+  'strlen q' '"unterminated' 'get "q"x' 'incr s' '' 'ping' |
+  timeout 10 "$cli" --no-raw -p "$rpc_port" 2>&1)
+want=$(cat <<'END'
+OK
+OK
+"it's"
+(integer) 5
+Invalid argument(s)
+Invalid argument(s)
+(error) ERR value is not an integer or out of range
+PONG
+END
+)
+checkout kv_cli_stdin_lines "$want" "$out"
+printf 'ping\n' | timeout 10 "$cli" -p "$rpc_port" >/dev/null 2>&1
+checkout kv_cli_stdin_status 0 $?
+printf 'incr s\nquit\nping\n' | timeout 10 "$cli" -p "$rpc_port" >"$dir/quit.out" 2>&1
+checkout kv_cli_stdin_quit "ERR value is not an integer or out of range:0" \
+  "$(cat "$dir/quit.out"):$?"
+# Pointed at the RESP port: named, at once (not after --timeout).
+checkout kv_cli_resp_port \
+  "weft-kv: 127.0.0.1:$port speaks the Redis protocol (RESP), not weft RPC: use redis-cli, or weft-kv's RPC port ([kv] rpc_listen, 7001 by default)" \
+  "$(timeout 10 "$cli" --timeout 60000 -p "$port" get k 2>&1)"
+
+# Interactive: a terminal (tmux) gets the prompt, line editing, history
+# (kept in WEFT_KV_HISTFILE, without AUTH lines), help and quit.
+tm() { tmux -S "$dir/tmux.sock" "$@"; }
+screen() { tm capture-pane -p -t kv 2>/dev/null; }
+wait_screen() { # PATTERN (grep -E): the screen shows it within 60 s
+  for _ in $(seq 600); do
+    screen | grep -qE "$1" && return 0
+    sleep 0.1
+  done
+  echo "screen, waiting for '$1':"; screen
+  return 1
+}
+hist="$dir/history"
+tm new-session -d -s kv -x 150 -y 50 \
+  "env WEFT_KV_HISTFILE=$hist $cli -p $rpc_port; echo weft-kv-exited-\$?; sleep 600"
+prompt="127\\.0\\.0\\.1:$rpc_port>"
+wait_screen "^$prompt ?\$"
+checkout kv_cli_prompt 0 $?
+tm send-keys -t kv 'set word hello' Enter
+wait_screen '^OK$'
+checkout kv_cli_interactive_set 0 $?
+# Line editing: a wrong letter erased before Enter.
+tm send-keys -t kv 'get wordx' BSpace Enter
+wait_screen '^"hello"$'
+checkout kv_cli_line_editing 0 $?
+# History: Up brings the last line back.
+tm send-keys -t kv 'del word' Enter
+wait_screen '^\(integer\) 1$'
+tm send-keys -t kv Up Enter
+wait_screen '^\(integer\) 0$'
+checkout kv_cli_history_up 0 $?
+tm send-keys -t kv 'help' Enter
+wait_screen '^Commands:$'
+checkout kv_cli_help 0 $?
+tm send-keys -t kv 'help get' Enter
+wait_screen '^  summary: Returns the string value of a key\.$'
+checkout kv_cli_help_command 0 $?
+tm send-keys -t kv 'auth secretword' Enter
+wait_screen '^\(error\) ERR AUTH'
+tm send-keys -t kv 'quit' Enter
+wait_screen '^weft-kv-exited-0$'
+checkout kv_cli_quit 0 $?
+tm kill-server 2>/dev/null
+checkout kv_cli_history_file "yes:no" \
+  "$(grep -q 'set.040word.040hello' "$hist" && echo yes || echo no):$(
+    grep -q 'secretword' "$hist" && echo yes || echo no)"
+# SHUTDOWN from weft-kv (RPC): the server stops, weft-kv prints nothing.
+checkout kv_cli_shutdown "" "$(wkv -p "$rpc_port" shutdown nosave)"
+exit_status "$pid"
+checkout kv_cli_shutdown_exit 0 "$status"
 
 # ---- SHUTDOWN ----
 start_server main
