@@ -51,14 +51,16 @@ void kv_cli_disconnect(kv_cli *s);
 int kv_cli_send(kv_cli *s, size_t argc, const kv_arg *argv);
 
 /**
- * Splits a line into words by redis-cli's rules: blanks separate words;
- * "double quotes" take \n \r \t \b \a \\ \" and \xHH escapes; 'single
- * quotes' take \' only; a closing quote must end the word. Returns the
- * number of words with `*argv` pointing into one malloc'd block (the
- * caller frees it; words may hold NUL bytes), or WEFT_EINVAL for
- * unbalanced quotes, WEFT_ENOMEM.
+ * Splits a line into words in place by redis-cli's rules (its
+ * sdssplitargs, as weft_resp_inline_arg reads them): blanks separate
+ * words; "double quotes" take \n \r \t \b \a \\ \" and \xHH escapes;
+ * 'single quotes' take \' only; a closing quote must end the word.
+ * Returns the number of words with `*argv` (malloc'd, the caller frees
+ * it; NULL for none) pointing into `line`, whose bytes are unescaped
+ * (words may hold NUL bytes), or WEFT_EINVAL for unbalanced quotes,
+ * WEFT_ENOMEM.
  */
-int kv_cli_split(const char *line, kv_arg **argv);
+int kv_cli_split(char *line, kv_arg **argv);
 
 /** Interactive mode on a terminal (libedit): returns the exit status. */
 int kv_cli_repl(kv_cli *s);

@@ -13,6 +13,7 @@
 #include <editline/readline.h>
 
 #include <weft/error.h>
+#include <weft/resp.h>
 
 #include "cli_internal.h"
 
@@ -26,117 +27,32 @@ static bool word_is(const kv_arg *a, const char *s) {
 
 /* ---- redis-cli's splitting ---- */
 
-static int hex_value(int c) {
-  return c >= '0' && c <= '9'   ? c - '0'
-         : c >= 'a' && c <= 'f' ? c - 'a' + 10
-         : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                : -1;
-}
-
-/* One character of a "double-quoted" part at *p: the byte it stands
- * for, *p moved past it. */
-static char double_quoted(const char **p) {
-  const char *s = *p;
-  if (s[0] == '\\' && s[1] == 'x' && hex_value((unsigned char)s[2]) >= 0 &&
-      hex_value((unsigned char)s[3]) >= 0) {
-    *p += 4;
-    return (char)(hex_value((unsigned char)s[2]) * 16 +
-                  hex_value((unsigned char)s[3]));
-  }
-  if (s[0] == '\\' && s[1] != '\0') {
-    *p += 2;
-    switch (s[1]) {
-    case 'n':
-      return '\n';
-    case 'r':
-      return '\r';
-    case 't':
-      return '\t';
-    case 'b':
-      return '\b';
-    case 'a':
-      return '\a';
-    default:
-      return s[1];
-    }
-  }
-  *p += 1;
-  return s[0];
-}
-
-/* One word from *p into `out` (its bytes; NULL counts only), *p moved past
- * it. Returns its length, or -1 for unbalanced quotes. */
-static long split_word(const char **p, char *out) {
-  const char *s = *p;
-  long n = 0;
-  char quote = 0;
-  for (;;) {
-    char c;
-    if (quote == 0) {
-      if (*s == '\0' || isspace((unsigned char)*s))
-        break;
-      if (*s == '"' || *s == '\'') {
-        quote = *s++;
-        continue;
-      }
-      c = *s++;
-    } else if (*s == '\0') {
-      return -1; /* no closing quote */
-    } else if (*s == quote) {
-      s++;
-      /* redis-cli: the closing quote must end the word */
-      if (*s != '\0' && !isspace((unsigned char)*s))
-        return -1;
+int kv_cli_split(char *line, kv_arg **argv) {
+  uint8_t *p = (uint8_t *)line;
+  size_t len = strlen(line), n = 0, cap = 0;
+  kv_arg *a = NULL;
+  for (size_t i = 0;;) {
+    while (i < len && isspace(p[i]))
+      i++;
+    if (i == len)
       break;
-    } else if (quote == '"') {
-      c = double_quoted(&s);
-    } else if (s[0] == '\\' && s[1] == '\'') {
-      c = '\'';
-      s += 2;
-    } else {
-      c = *s++;
-    }
-    if (out != NULL)
-      out[n] = c;
-    n++;
-  }
-  *p = s;
-  return n;
-}
-
-/* Splits into `argv` and `bytes` (NULL: counts). Returns the word count or
- * WEFT_EINVAL. */
-static int split_into(const char *line, kv_arg *argv, char *bytes) {
-  int argc = 0;
-  for (const char *p = line;;) {
-    while (isspace((unsigned char)*p))
-      p++;
-    if (*p == '\0')
-      return argc;
-    long n = split_word(&p, bytes);
-    if (n < 0)
+    size_t start = i, w = i;
+    if (weft_resp_inline_arg(p, len, &i, &w) < 0) {
+      free(a);
       return WEFT_EINVAL;
-    if (argv != NULL) {
-      argv[argc] = (kv_arg){bytes, (size_t)n};
-      bytes += n;
     }
-    argc++;
+    if (n == cap) {
+      kv_arg *grown = realloc(a, (cap = cap ? 2 * cap : 8) * sizeof *a);
+      if (grown == NULL) {
+        free(a);
+        return WEFT_ENOMEM;
+      }
+      a = grown;
+    }
+    a[n++] = (kv_arg){line + start, w - start};
   }
-}
-
-int kv_cli_split(const char *line, kv_arg **argv) {
-  int argc = split_into(line, NULL, NULL);
-  if (argc <= 0) {
-    *argv = NULL;
-    return argc;
-  }
-  /* the words are never longer than the line */
-  kv_arg *a = malloc((size_t)argc * sizeof *a + strlen(line) + 1);
-  if (a == NULL)
-    return WEFT_ENOMEM;
-  split_into(line, a, (char *)(a + argc));
   *argv = a;
-  return argc;
+  return (int)n;
 }
 
 /* ---- help ---- */
@@ -217,8 +133,8 @@ static void help_command(kv_cli *s, const kv_arg *name) {
 enum line_outcome { LINE_DONE, LINE_FAILED, LINE_QUIT };
 
 /* One line: the commands of the prompt, or one for the server. */
-static enum line_outcome run_line(kv_cli *s, const char *line) {
-  kv_arg *argv;
+static enum line_outcome run_line(kv_cli *s, char *line) {
+  kv_arg *argv = NULL;
   int argc = kv_cli_split(line, &argv);
   if (argc == WEFT_EINVAL) {
     printf("Invalid argument(s)\n"); /* redis-cli's words */
@@ -267,8 +183,9 @@ int kv_cli_stdin(kv_cli *s) {
 /* Lines with a password stay out of the history file, as redis-cli
  * keeps them out: AUTH, and HELLO or MIGRATE with AUTH/AUTH2. */
 static bool sensitive(const char *line) {
-  kv_arg *argv;
-  int argc = kv_cli_split(line, &argv);
+  kv_arg *argv = NULL;
+  char *copy = strdup(line); /* split in place: the history keeps `line` */
+  int argc = copy != NULL ? kv_cli_split(copy, &argv) : WEFT_ENOMEM;
   bool secret = false;
   if (argc > 0) {
     secret = word_is(&argv[0], "auth");
@@ -277,6 +194,7 @@ static bool sensitive(const char *line) {
         secret |= word_is(&argv[i], "auth") || word_is(&argv[i], "auth2");
   }
   free(argv);
+  free(copy);
   return secret || argc < 0;
 }
 
