@@ -18,7 +18,9 @@ for p in redis-cli tmux; do
 done
 dir=$(mktemp -d)
 pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+trap 'tmux -S "$dir/tmux.sock" kill-server 2>/dev/null
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$dir"' EXIT
 
 start_server() { # NAME ARGS...: RESP and RPC on 127.0.0.1, port 0; sets
   # $port (RESP), $rpc_port and $pid
@@ -197,6 +199,39 @@ checkout kv_shutdown_disabled \
   "ERR SHUTDOWN is disabled on this server ([kv] shutdown_command = no)" \
   "$(rcli shutdown nosave)"
 checkout kv_shutdown_disabled_still_serves PONG "$(rcli ping)"
+
+# [kv] shutdown_command = local (the default): not from another host;
+# yes: from anywhere, once authenticated. Protected mode wants a password
+# for clients from outside the loopback network.
+ip=$(ip -4 -o addr show scope global 2>/dev/null | awk '{print $4}' | cut -d/ -f1 | head -1)
+if [ -z "$ip" ]; then
+  echo "SKIPPED test_kv_cli shutdown_command=local: no IPv4 address outside the loopback network here" |
+    tee -a "${WEFT_TEST_SKIP_LOG:-/dev/null}"
+else
+  for policy in local yes; do
+    : >"$dir/$policy.log"
+    "$server" -o loop.loops=1 -o kv.rpc_listen= -o kv.resp_listen=0.0.0.0:0 \
+      -o kv.requirepass=pw -o "kv.shutdown_command=$policy" 2>"$dir/$policy.log" &
+    pid=$!
+    pids+=("$pid")
+    port=""
+    for _ in $(seq 300); do
+      port=$(sed -n 's/.*resp on tcp:\/\/.*:\([0-9]*\)$/\1/p' "$dir/$policy.log")
+      [ -n "$port" ] && break
+      sleep 0.1
+    done
+    remote=$(timeout 10 redis-cli -h "$ip" -p "$port" -a pw --no-auth-warning shutdown 2>&1)
+    if [ "$policy" = local ]; then
+      checkout kv_shutdown_local_remote_refused \
+        "ERR SHUTDOWN is allowed from the loopback network only ([kv] shutdown_command = local)" \
+        "$remote"
+    else
+      checkout kv_shutdown_yes_remote "" "$remote"
+      exit_status "$pid"
+      checkout kv_shutdown_yes_remote_exit 0 "$status"
+    fi
+  done
+fi
 
 # ---- weft-kvbench: SIGINT prints what was measured ----
 start_server bench
