@@ -108,7 +108,8 @@ checkout kv_cli_resp_port \
   "$(timeout 10 "$cli" --timeout 60000 -p "$port" get k 2>&1)"
 
 # Interactive: a terminal (tmux) gets the prompt, line editing, history
-# (kept in WEFT_KV_HISTFILE, without AUTH lines), help and quit.
+# (kept in WEFT_KV_HISTFILE, without AUTH lines), completion, help and
+# quit.
 tm() { tmux -S "$dir/tmux.sock" "$@"; }
 screen() { tm capture-pane -p -t kv 2>/dev/null; }
 wait_screen() { # PATTERN (grep -E): the screen shows it within 60 s
@@ -138,6 +139,10 @@ wait_screen '^\(integer\) 1$'
 tm send-keys -t kv Up Enter
 wait_screen '^\(integer\) 0$'
 checkout kv_cli_history_up 0 $?
+# Tab completes a command's name.
+tm send-keys -t kv 'dbsi' Tab Enter
+wait_screen "^$prompt ?dbsize\$"
+checkout kv_cli_tab_completion 0 $?
 tm send-keys -t kv 'help' Enter
 wait_screen '^Commands:$'
 checkout kv_cli_help 0 $?

@@ -128,6 +128,36 @@ static void help_command(kv_cli *s, const kv_arg *name) {
   kv_reply_free(r);
 }
 
+/* ---- completion ---- */
+
+/* libedit's generator: the state-th command whose name starts with
+ * `text`, in lower case (as typed), malloc'd; NULL when done. */
+static char *command_name(const char *text, int state) {
+  static int next;
+  if (state == 0)
+    next = 1;
+  size_t n = strlen(text);
+  while (next < KV_CMD_COUNT_) {
+    int c = next++;
+    const char *name = kv_cmd_name(c);
+    if (!kv_cmd_rpc(c) || strncasecmp(name, text, n) != 0)
+      continue;
+    char *copy = strdup(name);
+    for (char *p = copy; p != NULL && *p != '\0'; p++)
+      *p = (char)tolower((unsigned char)*p);
+    return copy;
+  }
+  return NULL;
+}
+
+/* Tab completes the command name (the first word), as redis-cli's;
+ * nothing after it (not libedit's default, file names). */
+static char **complete(const char *text, int start, int end) {
+  (void)end;
+  rl_attempted_completion_over = 1;
+  return start == 0 ? rl_completion_matches(text, command_name) : NULL;
+}
+
 /* ---- the loops ---- */
 
 enum line_outcome { LINE_DONE, LINE_FAILED, LINE_QUIT };
@@ -216,6 +246,7 @@ static char *history_path(void) {
 
 int kv_cli_repl(kv_cli *s) {
   rl_readline_name = "weft-kv"; /* for ~/.editrc's conditionals */
+  rl_attempted_completion_function = complete;
   using_history();
   stifle_history(HISTORY_MAX);
   char *hist = history_path();
