@@ -22,23 +22,7 @@ trap 'tmux -S "$dir/tmux.sock" kill-server 2>/dev/null
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   rm -rf "$dir"' EXIT
 
-start_server() { # NAME ARGS...: RESP and RPC on 127.0.0.1, port 0; sets
-  # $port (RESP), $rpc_port and $pid
-  local name=$1; shift
-  : >"$dir/$name.log"
-  "$server" -o loop.loops=1 -o kv.rpc_listen=127.0.0.1:0 \
-    -o kv.resp_listen=127.0.0.1:0 "$@" 2>"$dir/$name.log" &
-  pid=$!
-  pids+=("$pid")
-  port="" rpc_port=""
-  for _ in $(seq 300); do # up to 30 s on a loaded machine
-    port=$(sed -n 's/.*resp on tcp:\/\/.*:\([0-9]*\)$/\1/p' "$dir/$name.log")
-    rpc_port=$(sed -n 's/.*rpc on tcp:\/\/.*:\([0-9]*\)$/\1/p' "$dir/$name.log")
-    [ -n "$port" ] && [ -n "$rpc_port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "FAIL: server $name did not start:"; cat "$dir/$name.log"; exit 1; }
-}
+. "$(dirname "$0")/kv_server.sh" # start_server
 
 exit_status() { # PID: sets $status to its exit status once it exits (up
   # to 60 s), else to "running"; in this shell, which can wait for it
@@ -66,7 +50,7 @@ rcli() { timeout 10 redis-cli -p "$port" "$@" 2>&1; }
 wkv() { timeout 10 "$cli" "$@" 2>&1; }
 
 # ---- weft-kv as redis-cli ----
-start_server cli
+start_server cli 127.0.0.1
 checkout kv_cli_host_port OK "$(wkv -h 127.0.0.1 -p "$rpc_port" set k v)"
 checkout kv_cli_port_only v "$(wkv -p "$rpc_port" get k)"
 checkout kv_cli_help_long "yes" \
@@ -126,34 +110,27 @@ tm new-session -d -s kv -x 150 -y 50 \
 prompt="127\\.0\\.0\\.1:$rpc_port>"
 wait_screen "^$prompt ?\$"
 checkout kv_cli_prompt 0 $?
-tm send-keys -t kv 'set word hello' Enter
-wait_screen '^OK$'
-checkout kv_cli_interactive_set 0 $?
+typed() { # NAME PATTERN KEYS...: after KEYS (tmux send-keys), the screen
+  # shows PATTERN (NAME "-": waited for, not a check of its own)
+  local name=$1 pattern=$2 rc
+  shift 2
+  tm send-keys -t kv "$@"
+  wait_screen "$pattern"
+  rc=$?
+  [ "$name" = - ] || checkout "$name" 0 $rc
+}
+typed kv_cli_interactive_set '^OK$' 'set word hello' Enter
 # Line editing: a wrong letter erased before Enter.
-tm send-keys -t kv 'get wordx' BSpace Enter
-wait_screen '^"hello"$'
-checkout kv_cli_line_editing 0 $?
+typed kv_cli_line_editing '^"hello"$' 'get wordx' BSpace Enter
 # History: Up brings the last line back.
-tm send-keys -t kv 'del word' Enter
-wait_screen '^\(integer\) 1$'
-tm send-keys -t kv Up Enter
-wait_screen '^\(integer\) 0$'
-checkout kv_cli_history_up 0 $?
-# Tab completes a command's name.
-tm send-keys -t kv 'dbsi' Tab Enter
-wait_screen "^$prompt ?dbsize\$"
-checkout kv_cli_tab_completion 0 $?
-tm send-keys -t kv 'help' Enter
-wait_screen '^Commands:$'
-checkout kv_cli_help 0 $?
-tm send-keys -t kv 'help get' Enter
-wait_screen '^  summary: Returns the string value of a key\.$'
-checkout kv_cli_help_command 0 $?
-tm send-keys -t kv 'auth secretword' Enter
-wait_screen '^\(error\) ERR AUTH'
-tm send-keys -t kv 'quit' Enter
-wait_screen '^weft-kv-exited-0$'
-checkout kv_cli_quit 0 $?
+typed - '^\(integer\) 1$' 'del word' Enter
+typed kv_cli_history_up '^\(integer\) 0$' Up Enter
+typed kv_cli_tab_completion "^$prompt ?dbsize\$" 'dbsi' Tab Enter
+typed kv_cli_help '^Commands:$' 'help' Enter
+typed kv_cli_help_command '^  summary: Returns the string value of a key\.$' \
+  'help get' Enter
+typed - '^\(error\) ERR AUTH' 'auth secretword' Enter
+typed kv_cli_quit '^weft-kv-exited-0$' 'quit' Enter
 tm kill-server 2>/dev/null
 checkout kv_cli_history_file "yes:no" \
   "$(grep -q 'set.040word.040hello' "$hist" && echo yes || echo no):$(
@@ -164,7 +141,7 @@ exit_status "$pid"
 checkout kv_cli_shutdown_exit 0 "$status"
 
 # ---- SHUTDOWN ----
-start_server main
+start_server main 127.0.0.1
 checkout kv_shutdown_save_refused \
   "ERR SHUTDOWN SAVE: this server has no persistence (no RDB, no AOF), nothing can be saved; use SHUTDOWN or SHUTDOWN NOSAVE" \
   "$(rcli shutdown save)"
@@ -184,13 +161,13 @@ checkout kv_shutdown_server_exit 0 "$status"
 grep -q "SHUTDOWN from 127.0.0.1:" "$dir/main.log"
 checkout kv_shutdown_logged 0 $?
 
-start_server plain
+start_server plain 127.0.0.1
 checkout kv_shutdown_plain "" "$(rcli shutdown)"
 exit_status "$pid"
 checkout kv_shutdown_plain_exit 0 "$status"
 
 # AUTH first: an unauthenticated client cannot stop the server.
-start_server auth -o kv.requirepass=s3cret
+start_server auth 127.0.0.1 -o kv.requirepass=s3cret
 checkout kv_shutdown_noauth "NOAUTH Authentication required." "$(rcli shutdown nosave)"
 checkout kv_shutdown_noauth_still_serves PONG \
   "$(rcli -a s3cret --no-auth-warning ping)"
@@ -199,7 +176,7 @@ exit_status "$pid"
 checkout kv_shutdown_auth_exit 0 "$status"
 
 # [kv] shutdown_command = no: nobody.
-start_server disabled -o kv.shutdown_command=no
+start_server disabled 127.0.0.1 -o kv.shutdown_command=no
 checkout kv_shutdown_disabled \
   "ERR SHUTDOWN is disabled on this server ([kv] shutdown_command = no)" \
   "$(rcli shutdown nosave)"
@@ -214,17 +191,8 @@ if [ -z "$ip" ]; then
     tee -a "${WEFT_TEST_SKIP_LOG:-/dev/null}"
 else
   for policy in local yes; do
-    : >"$dir/$policy.log"
-    "$server" -o loop.loops=1 -o kv.rpc_listen= -o kv.resp_listen=0.0.0.0:0 \
-      -o kv.requirepass=pw -o "kv.shutdown_command=$policy" 2>"$dir/$policy.log" &
-    pid=$!
-    pids+=("$pid")
-    port=""
-    for _ in $(seq 300); do
-      port=$(sed -n 's/.*resp on tcp:\/\/.*:\([0-9]*\)$/\1/p' "$dir/$policy.log")
-      [ -n "$port" ] && break
-      sleep 0.1
-    done
+    start_server "$policy" 0.0.0.0 -o kv.requirepass=pw \
+      -o "kv.shutdown_command=$policy"
     remote=$(timeout 10 redis-cli -h "$ip" -p "$port" -a pw --no-auth-warning shutdown 2>&1)
     if [ "$policy" = local ]; then
       checkout kv_shutdown_local_remote_refused \
@@ -239,7 +207,7 @@ else
 fi
 
 # ---- weft-kvbench: SIGINT prints what was measured ----
-start_server bench
+start_server bench 127.0.0.1
 "$kvbench" --connect "127.0.0.1:$rpc_port" --records 1000 --warmup 0 \
   --duration 3600 --connections 1 --pipeline 4 \
   >"$dir/bench.out" 2>"$dir/bench.err" &
