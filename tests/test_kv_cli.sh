@@ -55,6 +55,10 @@ checkout kv_cli_host_port OK "$(wkv -h 127.0.0.1 -p "$rpc_port" set k v)"
 checkout kv_cli_port_only v "$(wkv -p "$rpc_port" get k)"
 checkout kv_cli_help_long "yes" \
   "$(wkv --help | grep -q '^  -h HOST ' && echo yes || echo no)"
+# The front door lists --help alone for weft-kv, -h, --help elsewhere.
+checkout kv_cli_help_line "--help:-h, --help" \
+  "$(wkv --help | grep -oE '^  (-h, )?--help' | sed 's/^  //'):$(
+    "$server" --help | grep -oE '^  (-h, )?--help' | sed 's/^  //')"
 checkout kv_cli_h_needs_host "weft-kv: option '-h' needs a value" \
   "$(wkv -h | head -1)"
 checkout kv_cli_connect_and_port 2 \
