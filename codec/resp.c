@@ -215,14 +215,9 @@ static uint8_t unescape(const uint8_t *p, size_t len, size_t *i) {
   }
 }
 
-/* Reads one argument at p[*i] (not a space) as Redis' sdssplitargs does,
- * writing its bytes over the line from p[*w] on (never ahead of the
- * reading, which is at least as far): outside quotes up to a space;
- * "double quotes" with escapes (unescape); 'single quotes' where only \'
- * is an escape. Quotes may start mid-argument (a"b c" is `ab c`), and a
- * closing quote must be followed by a space or the line's end. Returns 0,
- * or -1 for unbalanced quotes. */
-static int read_arg(uint8_t *p, size_t len, size_t *i, size_t *w) {
+/* resp.h. The bytes are written over the line from p[*w] on, never ahead
+ * of the reading, which is at least as far. */
+int weft_resp_inline_arg(uint8_t *p, size_t len, size_t *i, size_t *w) {
   uint8_t quote = 0; /* '"' or '\'' while inside quotes */
   while (*i < len) {
     uint8_t c = p[*i];
@@ -251,8 +246,8 @@ static int read_arg(uint8_t *p, size_t len, size_t *i, size_t *w) {
 }
 
 /* Splits an inline line into at most max_args arguments in s->args, with
- * Redis' quoting (read_arg): the arguments are unescaped in place, so
- * argv still points into the line. */
+ * Redis' quoting (weft_resp_inline_arg): the arguments are unescaped in place,
+ * so argv still points into the line. */
 static int split_inline(resp_decoder *s, uint8_t *p, size_t len, size_t *argc) {
   size_t n = 0;
   for (size_t i = 0; i < len;) {
@@ -261,7 +256,7 @@ static int split_inline(resp_decoder *s, uint8_t *p, size_t len, size_t *argc) {
     if (i == len)
       break;
     size_t start = i, w = i;
-    if (read_arg(p, len, &i, &w) < 0)
+    if (weft_resp_inline_arg(p, len, &i, &w) < 0)
       return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
                                "Protocol error: unbalanced quotes in request");
     if (n == s->o.max_args)

@@ -136,9 +136,11 @@ int weft_cli_help(const weft_cli *cli, const weft_config *cfg, FILE *out) {
           "WEFT_* variables\n"
           "                          (the key follows the last dot: -o "
           "transport.ucx.tls=tcp)\n"
-          "  -h, --help              this text\n"
+          "%s"
           "  -V, --version           the version of weft this program "
-          "runs with\n");
+          "runs with\n",
+          cli->help_long_only ? "  --help                  this text\n"
+                              : "  -h, --help              this text\n");
   if (cli->flags != NULL)
     fprintf(out, "%s", cli->flags);
   fprintf(out,

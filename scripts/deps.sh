@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       liburing-dev clang libucx-dev ucx-utils clang-format git python3
       librdmacm-dev libibverbs-dev redis-tools openssh-client
+      # weft-kv's interactive mode (line editing, history), and the tmux
+      # that tests/test_kv_cli.sh types into it with
+      libedit-dev tmux
       # redis-py for tests/test_kv_redis_py.sh and test_kv_redis_compat.sh
       python3-redis
       # Redis' tcl suite (tests/test_kv_redis_tcl.sh): tclsh runs it,

@@ -146,7 +146,7 @@ def server_and_connection(r):
     ci = r.client_info()
     check("client_info", (ci.get("name"), ci.get("id"), ci.get("user")),
           ("pytest", cid, "default"))
-    check("command_count", r.command_count(), 71)
+    check("command_count", r.command_count(), 72)
     docs = r.execute_command("COMMAND DOCS", "get")  # no COMMAND callback
     check("command_docs", docs[0], "get")
     check("command_docs_summary", docs[1][:2], ["summary",

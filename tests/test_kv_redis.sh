@@ -18,23 +18,7 @@ dir=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
 
-start_server() { # NAME HOST ARGS...: starts a server with RESP and RPC on
-  # HOST, port 0; sets $port (RESP) and $rpc_port, and $pid
-  local name=$1 host=$2; shift 2
-  : >"$dir/$name.log"
-  "$server" -o loop.loops=2 -o "kv.rpc_listen=$host:0" \
-    -o "kv.resp_listen=$host:0" "$@" 2>"$dir/$name.log" &
-  pid=$!
-  pids+=("$pid")
-  port="" rpc_port=""
-  for _ in $(seq 50); do
-    port=$(sed -n 's/.*resp on tcp:\/\/.*:\([0-9]*\)$/\1/p' "$dir/$name.log")
-    rpc_port=$(sed -n 's/.*rpc on tcp:\/\/.*:\([0-9]*\)$/\1/p' "$dir/$name.log")
-    [ -n "$port" ] && [ -n "$rpc_port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "FAIL: server $name did not start:"; cat "$dir/$name.log"; exit 1; }
-}
+. "$(dirname "$0")/kv_server.sh" # start_server
 start_server main 127.0.0.1
 main_pid=$pid
 
@@ -147,7 +131,7 @@ check kv_redis_keys_pattern_too_long \
 check kv_redis_set_exat_past OK set gone v exat 1
 check kv_redis_set_exat_past_gone 0 exists gone
 check kv_redis_client_setname OK client setname tester
-check kv_redis_command_count 71 command count
+check kv_redis_command_count 72 command count
 checkout kv_redis_multi_exec "$(printf 'OK\nQUEUED\nQUEUED\nQUEUED\nOK\n2\n2')" \
   "$(printf 'multi\nset a 1\nincr a\nget a\nexec\n' | timeout 10 redis-cli -p "$port" 2>&1)"
 checkout kv_redis_multi_execabort \

@@ -1407,7 +1407,7 @@ START_TEST(kv_rpc_redis_commands_answer_as_redis) {
   expect(c, "ECHO hi", "$hi");
   expect(c, "SELECT 0", "+OK");
   expect(c, "SELECT 1", "-ERR DB index is out of range");
-  expect(c, "COMMAND COUNT", ":71");
+  expect(c, "COMMAND COUNT", ":72");
   expect(c, "COMMAND INFO get nosuch",
          "*[*[$get,:2,*[+readonly,+fast],:1,:1,:1,*[+@read,+@fast],*[],*[],"
          "*[]],_]");

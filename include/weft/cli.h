@@ -12,6 +12,9 @@
  *                        default and valid values, two examples; exit 0
  *   -V, --version        "<prog> (weft) MAJOR.MINOR.PATCH" and the
  *                        license; exit 0
+ *                        (--help only for a program that sets
+ *                        `help_long_only` to keep -h for itself, as
+ *                        weft-kv keeps it for redis-cli's -h HOST)
  *
  * A program keeps its own getopt loop for its own flags and hands -c and
  * -o to the helper:
@@ -46,6 +49,7 @@
 #ifndef WEFT_CLI_H
 #define WEFT_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <weft/config.h>
@@ -58,7 +62,12 @@ extern "C" {
  *  optstring, and WEFT_CLI_LONG_OPTS in its long options. weft_cli_option
  *  takes 'c' and 'o'; the program answers 'h' (weft_cli_help) and 'V'
  *  (weft_cli_version). */
-#define WEFT_CLI_OPTS "c:o:hV"
+#define WEFT_CLI_OPTS WEFT_CLI_OPTS_NO_H "h"
+
+/** WEFT_CLI_OPTS without -h, for a program that sets `help_long_only`
+ *  and gives -h a meaning of its own: its long options then map "help" to
+ *  a value that is not 'h' (weft-kv: -h HOST, as redis-cli). */
+#define WEFT_CLI_OPTS_NO_H "c:o:V"
 
 /** The long options of weft's options, two `struct option` entries
  *  (<getopt.h>) for the program's table: --help ('h') and --version
@@ -91,6 +100,10 @@ typedef struct weft_cli {
                                   (weft_config.unread_keys) */
   weft_config_section_cb app;  /* the application's sections, or NULL */
   void *app_arg;               /* app's argument */
+  bool help_long_only;         /* -h is the program's own (its optstring
+                                  uses WEFT_CLI_OPTS_NO_H): --help lists
+                                  only --help, and the program documents
+                                  its -h in `flags` */
   /* private: what weft_cli_option collected */
   const char *file;
   const char *overrides[WEFT_CLI_MAX_OVERRIDES];

@@ -70,6 +70,20 @@ weft_buf *weft_resp_arg_slice(const weft_resp_cmd *cmd, size_t i);
 /** True when argument `i` equals the C string `s` ignoring ASCII case. */
 bool weft_resp_arg_equals(const weft_resp_cmd *cmd, size_t i, const char *s);
 
+/**
+ * Reads one argument of an inline command line as Redis' sdssplitargs
+ * (and redis-cli) does, from p[*i], which is not a separator, up to `len`:
+ * outside quotes up to a blank (or a NUL); "double quotes" with \n \r \t
+ * \b \a, \xHH (two hex digits) and \c for any other c; 'single quotes'
+ * where only \' is an escape. Quotes may start mid-argument (a"b c" is
+ * `ab c`); a closing quote must be followed by a blank or the end. The
+ * argument's bytes are unescaped in place, written from p[*w] on (pass
+ * *w == *i: it ends at the new *w). Moves *i past the argument. Returns 0,
+ * or -1 for unbalanced quotes. Pure; any thread. The RESP decoder splits
+ * inline commands with it; weft-kv splits the lines it reads.
+ */
+int weft_resp_inline_arg(uint8_t *p, size_t len, size_t *i, size_t *w);
+
 /** Options of the RESP command decoder. */
 typedef struct weft_resp_options {
   size_t max_args;      /* elements of one array command; default 1024.

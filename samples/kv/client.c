@@ -83,6 +83,7 @@ struct kv_client {
   bool tcp_up;                 /* the connect succeeded */
   bool tls_up;                 /* the TLS handshake completed */
   bool reported;               /* the connect callback ran */
+  bool resp_peer;              /* the server's first bytes were RESP */
 };
 
 /* ---- small helpers ---- */
@@ -196,8 +197,15 @@ static void call_complete(call *k, int err, const kv_reply *reply) {
 
 /* ---- replies ---- */
 
+/* What a call or the connect fails with when the channel closed: RESP's
+ * answer to weft RPC closes it too, and says so (client.h). */
+static int closed_err(const kv_client *c, int err) {
+  return err == WEFT_ECLOSED && c->resp_peer ? WEFT_EPROTO : err;
+}
+
 static void on_rpc_reply(void *arg, int err, weft_rpc_msg *m) {
   call *k = arg;
+  err = closed_err(k->client, err);
   if (err < 0 || m == NULL) {
     weft_rpc_msg_release(m);
     call_complete(k, err < 0 ? err : WEFT_EPROTO, NULL);
@@ -269,7 +277,7 @@ static void close_channel(weft_channel *ch) {
 static void kv_handler_removed(weft_ctx *ctx) {
   kv_client *c = weft_ctx_state(ctx);
   if (c->state != CLIENT_DOWN)
-    go_down(c, WEFT_ECLOSED);
+    go_down(c, closed_err(c, WEFT_ECLOSED));
   weft_channel_release(c->ch);
   c->ch = NULL;
   c->rpc = NULL;
@@ -281,7 +289,7 @@ static void kv_handler_removed(weft_ctx *ctx) {
 static void kv_inactive(weft_ctx *ctx) {
   kv_client *c = weft_ctx_state(ctx);
   if (c->state != CLIENT_DOWN)
-    go_down(c, WEFT_ECLOSED);
+    go_down(c, closed_err(c, WEFT_ECLOSED));
   weft_ctx_fire_channel_inactive(ctx);
 }
 
@@ -291,6 +299,41 @@ static const weft_handler kv_handler = {.name = "kv_client",
                                         .channel_inactive = kv_inactive,
                                         .user_event = kv_user_event,
                                         .handler_removed = kv_handler_removed};
+
+static void connect_failed(kv_client *c, int err);
+
+/* The first bytes the server sends, before the RPC codec sees them: a
+ * reply of weft RPC starts with its version byte (WEFT_RPC_VERSION), a
+ * RESP one with a type byte ('-' for the error a Redis port answers to
+ * weft RPC's bytes). RESP's bytes close the connection with the calls
+ * failing WEFT_EPROTO, instead of the codec's "unknown protocol version";
+ * the handler leaves after the first read either way. */
+static void first_bytes_read(weft_ctx *ctx, void *msg) {
+  kv_client *c = weft_ctx_state(ctx);
+  weft_buf *b = weft_msg_is(msg, &weft_buf_msg_type) ? msg : NULL;
+  if (b == NULL || weft_buf_readable(b) == 0) {
+    weft_ctx_fire_channel_read(ctx, msg);
+    return;
+  }
+  uint8_t first = weft_buf_get_u8(b, b->reader_index);
+  weft_pipeline_remove(weft_channel_pipeline(weft_ctx_channel(ctx)),
+                       "kv_first_bytes");
+  if (strchr("+-:$*_,#!=%~>(|", first) == NULL || first == '\0') {
+    weft_ctx_fire_channel_read(ctx, msg);
+    return;
+  }
+  weft_msg_release(msg);
+  c->resp_peer = true;
+  client_ref(c); /* closing the channel below may drop the others */
+  if (c->state == CLIENT_CONNECTING)
+    connect_failed(c, WEFT_EPROTO); /* the AUTH sent on connect */
+  else if (c->ch != NULL)
+    close_channel(c->ch);
+  client_unref(c);
+}
+
+static const weft_handler first_bytes_handler = {
+    .name = "kv_first_bytes", .channel_read = first_bytes_read};
 
 static void init_channel(weft_channel *ch, void *arg) {
   kv_client *c = arg;
@@ -304,6 +347,8 @@ static void init_channel(weft_channel *ch, void *arg) {
   co.max_payload = c->o.max_reply_bytes;
   weft_rpc_client_options ro = {.default_timeout_ns = c->o.default_timeout_ns};
   int rc = c->tls != NULL ? weft_tls_add_first(p, c->tls, c->tls_name) : 0;
+  if (rc == 0)
+    rc = weft_pipeline_add_last(p, "kv_first_bytes", &first_bytes_handler, c);
   if (rc == 0)
     rc = weft_flush_consolidation_add_last(p, "flush", &fo);
   if (rc == 0)
@@ -363,12 +408,14 @@ static void connect_failed(kv_client *c, int err) {
 static void on_auth_reply(void *arg, int err, weft_rpc_msg *m) {
   kv_client *c = arg;
   kv_reply r = {.tag = KV_TAG_NULL};
-  if (err == 0 && m != NULL && kv_reply_parse(m->payload, &r, 1) < 0)
-    err = WEFT_EPROTO;
+  int parsed = 0;
+  err = closed_err(c, err);
+  if (err == 0 && m != NULL && (parsed = kv_reply_parse(m->payload, &r, 1)) < 0)
+    err = parsed; /* not WEFT_EPROTO, which says RESP */
   if (c->state != CLIENT_CONNECTING) {
     /* closed meanwhile: the calls have failed already */
   } else if (err < 0 || m == NULL) {
-    connect_failed(c, err < 0 ? err : WEFT_EPROTO);
+    connect_failed(c, err < 0 ? err : WEFT_EBADFRAME);
   } else if (r.tag == KV_TAG_ERROR &&
              !(r.len >= 26 &&
                memcmp(r.str, "ERR AUTH <password> called", 26) == 0)) {

@@ -81,7 +81,9 @@ typedef struct kv_reply {
  *    first, or the client was closed), the connect's error (the connect
  *    failed: WEFT_ECONNREFUSED, ...),
  *    WEFT_EBADFRAME (the reply could not be parsed), WEFT_ENOSYS (the
- *    server does not know the command), WEFT_ENOMEM, or a write's error.
+ *    server does not know the command), WEFT_EPROTO (the server answered
+ *    in RESP: a Redis port, not weft RPC; the connection is closed),
+ *    WEFT_ENOMEM, or a write's error.
  * `reply` and everything it points to is valid during the callback only.
  * The callback may make new calls and may close the client.
  */
@@ -92,7 +94,9 @@ typedef void (*kv_reply_cb)(void *arg, int err, const kv_reply *reply);
  * connected (with TLS: once the handshake completed; with a password:
  * authenticated), or the connect error (WEFT_ECONNREFUSED, WEFT_ETIMEDOUT,
  * ...), the TLS handshake's (WEFT_EPROTO, WEFT_ETIMEDOUT, WEFT_ECONNRESET;
- * its reason is logged by the pipeline's tail), or WEFT_EACCES when the
+ * its reason is logged by the pipeline's tail), WEFT_EPROTO without TLS
+ * when the server answered the AUTH sent on connect in RESP (a Redis
+ * port), or WEFT_EACCES when the
  * server refused the AUTH (WRONGPASS) or the client (protected mode's
  * DENIED); the server's text is logged at WARN. Either way the client
  * stays the caller's to close with kv_client_close.

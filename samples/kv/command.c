@@ -267,6 +267,11 @@ static const kv_command table[KV_CMD_COUNT_] = {
                        "Returns a bit value by offset.", kv_cmd_getbit},
     [KV_CMD_LCS] = {KV_CMD_LCS, -3, R, 1, 2, 1, "string", "7.0.0",
                     "Finds the longest common substring.", kv_cmd_lcs},
+    /* NOQ: run in MULTI, where it refuses itself as Redis' no-multi. */
+    [KV_CMD_SHUTDOWN] = {KV_CMD_SHUTDOWN, -1, NOQ, 0, 0, 0, "server", "1.0.0",
+                         "Stops the server (weft-kv-server keeps nothing "
+                         "on disk: nothing is saved).",
+                         kv_cmd_shutdown},
 };
 
 const kv_command *kv_command_find(int cmd) {

@@ -96,6 +96,11 @@ typedef struct kv_shared {
    * guards each session's name */
   pthread_mutex_t clients_lock;
   struct kv_session *clients;
+  /* SHUTDOWN (cmd_shutdown.c): [kv] shutdown_command, and what stops the
+   * server (kv_server_options.shutdown); NULL = SHUTDOWN is refused */
+  int shutdown_policy; /* kv_shutdown_policy (server.h) */
+  void (*shutdown)(void *arg);
+  void *shutdown_arg;
 } kv_shared;
 
 /** A connection's state (session.h). */
@@ -105,7 +110,9 @@ typedef struct kv_session kv_session;
  * Runs command `cmd` (kv_cmd) with `argc` arguments (after the command
  * name) for session `s` and writes exactly one reply through `ops`: the
  * result, or an error in Redis' words ("ERR wrong number of arguments for
- * 'get' command", "NOAUTH Authentication required."). In MULTI the reply
+ * 'get' command", "NOAUTH Authentication required."), but for a SHUTDOWN
+ * accepted over RESP, which answers nothing and closes the connection, as
+ * Redis (redis-cli and redis-py take the close for success). In MULTI the reply
  * is "QUEUED" (the arguments are copied) and EXEC runs the queue. Argument
  * bytes are only read during the call. The session's loop thread.
  */

@@ -7,7 +7,8 @@
  * cmd_keyspace.c (keys, TTLs, SCAN, KEYS), cmd_server.c (PING, ECHO,
  * SELECT, CONFIG, INFO, COMMAND), session.c (CLIENT, QUIT), auth.c (AUTH,
  * HELLO), multi.c (MULTI, EXEC, DISCARD), cluster_cmd.c (CLUSTER, ASKING,
- * READONLY, READWRITE), cluster_migrate.c (DUMP, RESTORE, MIGRATE). Not for the
+ * READONLY, READWRITE), cluster_migrate.c (DUMP, RESTORE, MIGRATE),
+ * cmd_shutdown.c (SHUTDOWN). Not for the
  * protocols: they use command.h.
  */
 #ifndef WEFT_SAMPLES_KV_COMMAND_INTERNAL_H
@@ -194,6 +195,12 @@ void kv_cmd_select(const kv_call *c);
 void kv_cmd_time(const kv_call *c);
 void kv_cmd_config(const kv_call *c);
 void kv_cmd_info(const kv_call *c);
+
+/* ---- cmd_shutdown.c ---- */
+
+/** SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]: Redis 7's parsing,
+ *  [kv] shutdown_command's policy, kv_shared.shutdown's hook. */
+void kv_cmd_shutdown(const kv_call *c);
 void kv_cmd_command(const kv_call *c);
 
 void kv_cmd_client(const kv_call *c);

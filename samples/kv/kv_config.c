@@ -79,6 +79,10 @@ const weft_config_key kv_config_keys[] = {
     {"kv", "migrate_timeout_max_ms", "10000",
      "ms: MIGRATE's timeout (how long a silent target is waited for) is "
      "clamped to this, an integer from 1 to 3600000"},
+    {"kv", "shutdown_command", "local",
+     "who may stop the server with SHUTDOWN (once authenticated): yes "
+     "(any client, as Redis), local (clients on the loopback network) or "
+     "no (nobody)"},
     {"kv", "max_value_bytes", "1048576",
      "largest value in bytes, an integer from 1 to 536870912"},
     {"kv", "stripes", "64",
@@ -158,6 +162,7 @@ const char *const kv_client_unread[] = {
     SERVER_KEY("query_buffers_max"),
     SERVER_KEY("migrate_any_host"),
     SERVER_KEY("migrate_timeout_max_ms"),
+    SERVER_KEY("shutdown_command"),
     NULL};
 
 #define CLIENT_KEY(k) "kv." k "=nothing: [kv] " k " is the clients'"

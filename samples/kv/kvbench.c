@@ -32,10 +32,16 @@
  * WEFT_KV_PASSWORD, REDISCLI_AUTH), and speaks TLS with --tls
  * (client_tls.h; the server's [kv] tls_rpc_listen), one client context
  * shared by every connection.
+ *
+ * SIGINT (Ctrl-C) ends the run early: the requests in flight complete,
+ * what was measured so far prints (marked "interrupted", or
+ * "interrupted": true in JSON), and the status is 130 as a shell's for a
+ * SIGINT; a second SIGINT stops at once.
  */
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -363,6 +369,24 @@ struct bench {
   kv_client_tls tls;   /* TLS for every connection */
 };
 
+/* Set by the first SIGINT (any thread may take it): the phase in
+ * progress ends, the results so far print. */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+/* SA_RESETHAND: the second SIGINT has the default action, so a run stuck
+ * on a silent server still stops. */
+static void catch_sigint(void) {
+  struct sigaction sa = {.sa_handler = on_sigint,
+                         .sa_flags = (int)SA_RESETHAND};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+}
+
 static uint64_t now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -482,7 +506,8 @@ static void wait_phase(bench *b, const char *what, uint64_t deadline_ns) {
   uint64_t last = atomic_load(&b->completed);
   for (;;) {
     uint64_t t = now_ns();
-    if (deadline_ns != 0 ? t >= deadline_ns : atomic_load(&b->active) == 0)
+    if (interrupted ||
+        (deadline_ns != 0 ? t >= deadline_ns : atomic_load(&b->active) == 0))
       return;
     if (t >= next) {
       uint64_t done = atomic_load(&b->completed);
@@ -507,6 +532,8 @@ typedef struct result {
   double seconds;
   uint64_t reads, updates, errors;
   double load_seconds;
+  uint64_t loaded;  /* records the load phase set */
+  bool interrupted; /* SIGINT ended the run: what was measured until then */
 } result;
 
 static const char *dist_name(dist d) {
@@ -530,11 +557,12 @@ static void print_result(const bench *b, const char *uri, const result *r) {
            "\"operations\":%" PRIu64 ",\"reads\":%" PRIu64
            ",\"updates\":%" PRIu64 ",\"errors\":%" PRIu64
            ",\"ops_per_sec\":%.1f,\"latency_us\":{\"p50\":%.2f,"
-           "\"p99\":%.2f,\"p99_9\":%.2f,\"max\":%.2f,\"mean\":%.2f}}\n",
+           "\"p99\":%.2f,\"p99_9\":%.2f,\"max\":%.2f,\"mean\":%.2f},"
+           "\"interrupted\":%s}\n",
            uri, o->workload, dist_name(o->distribution), o->records,
            o->value_size, o->connections, o->pipeline, r->load_seconds,
            r->seconds, ops, r->reads, r->updates, r->errors, rate, us[0], us[1],
-           us[2], us[3], us[4]);
+           us[2], us[3], us[4], r->interrupted ? "true" : "false");
     return;
   }
   printf("server       %s\n", uri);
@@ -544,38 +572,55 @@ static void print_result(const bench *b, const char *uri, const result *r) {
          o->pipeline);
   if (r->load_seconds > 0)
     printf("load         %.2f s (%.0f sets/s)\n", r->load_seconds,
-           (double)o->records / r->load_seconds);
+           (double)r->loaded / r->load_seconds);
   printf("run          %.2f s, %" PRIu64 " ops (%" PRIu64 " reads, %" PRIu64
-         " updates), %" PRIu64 " errors\n",
-         r->seconds, ops, r->reads, r->updates, r->errors);
+         " updates), %" PRIu64 " errors%s\n",
+         r->seconds, ops, r->reads, r->updates, r->errors,
+         r->interrupted ? " (interrupted)" : "");
   printf("throughput   %.0f ops/s\n", rate);
   printf("latency us   p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f  mean %.1f\n",
          us[0], us[1], us[2], us[3], us[4]);
 }
 
-/* The whole benchmark on connected clients. */
-static int run_bench(bench *b, result *r) {
+/* The run's phases; stops early on SIGINT, once the requests in flight
+ * completed. Returns the measured run's start (now when SIGINT came
+ * before it), or 0 when a phase could not start. */
+static uint64_t run_phases(bench *b, result *r) {
   const bench_opts *o = &b->o;
+  uint64_t t1 = 0;
   if (o->load) {
     uint64_t t = now_ns();
     if (start_phase(b, PHASE_LOAD) < 0)
-      return WEFT_ECLOSED;
+      return 0;
     wait_phase(b, "load", 0);
     r->load_seconds = (double)(now_ns() - t) / 1e9;
   }
-  uint64_t t0 = now_ns();
-  if (start_phase(b, PHASE_WARMUP) < 0)
-    return WEFT_ECLOSED;
-  wait_phase(b, "warmup", t0 + (uint64_t)(o->warmup * 1e9));
-  uint64_t t1 = now_ns();
-  atomic_store(&b->phase, PHASE_RUN);
-  if (o->operations > 0) {
-    wait_phase(b, "run", 0);
-  } else {
-    wait_phase(b, "run", t1 + (uint64_t)(o->duration * 1e9));
-    atomic_store(&b->phase, PHASE_STOP);
-    wait_retired(b);
+  if (!interrupted) {
+    uint64_t t0 = now_ns();
+    if (start_phase(b, PHASE_WARMUP) < 0)
+      return 0;
+    wait_phase(b, "warmup", t0 + (uint64_t)(o->warmup * 1e9));
   }
+  if (!interrupted) {
+    t1 = now_ns();
+    atomic_store(&b->phase, PHASE_RUN);
+    wait_phase(b, "run",
+               o->operations > 0 ? 0 : t1 + (uint64_t)(o->duration * 1e9));
+  }
+  atomic_store(&b->phase, PHASE_STOP);
+  wait_retired(b);
+  r->interrupted = interrupted;
+  uint64_t loaded = atomic_load(&b->next_load);
+  r->loaded = loaded < o->records ? loaded : o->records;
+  return t1 != 0 ? t1 : now_ns();
+}
+
+/* The whole benchmark on connected clients. */
+static int run_bench(bench *b, result *r) {
+  const bench_opts *o = &b->o;
+  uint64_t t1 = run_phases(b, r);
+  if (t1 == 0)
+    return WEFT_ECLOSED;
   /* The run ends with its last measured completion. */
   uint64_t end = t1;
   for (int i = 0; i < o->connections; i++) {
@@ -824,6 +869,7 @@ int main(int argc, char **argv) {
             weft_strerror(rc));
     return 1;
   }
+  catch_sigint();
   result *r = calloc(1, sizeof *r);
   rc = r == NULL ? WEFT_ENOMEM : connect_all(&b, group, uri, &cfg);
   if (rc == 0) {
@@ -832,7 +878,10 @@ int main(int argc, char **argv) {
     else
       fprintf(stderr, "%s: %s\n", prog, weft_strerror(rc));
   }
-  int status = rc < 0 || (r != NULL && r->errors > 0) ? 1 : 0;
+  /* 128 + SIGINT, as a shell reports a command SIGINT stopped */
+  int status = r != NULL && r->interrupted              ? 128 + SIGINT
+               : rc < 0 || (r != NULL && r->errors > 0) ? 1
+                                                        : 0;
   free_conns(&b);
   weft_loop_group_stop(group);
   weft_loop_group_join(group);

@@ -80,6 +80,7 @@ static const char *const cmd_names[KV_CMD_COUNT_] = {
     [KV_CMD_SETBIT] = "SETBIT",
     [KV_CMD_GETBIT] = "GETBIT",
     [KV_CMD_LCS] = "LCS",
+    [KV_CMD_SHUTDOWN] = "SHUTDOWN",
 };
 
 const char *kv_cmd_name(int cmd) {

@@ -107,7 +107,8 @@ typedef enum kv_cmd {
   KV_CMD_SETBIT = 69,
   KV_CMD_GETBIT = 70,
   KV_CMD_LCS = 71,
-  KV_CMD_COUNT_ /* one past the last */
+  KV_CMD_SHUTDOWN = 72, /* stops the server ([kv] shutdown_command) */
+  KV_CMD_COUNT_         /* one past the last */
 } kv_cmd;
 
 /** An argument: bytes that stay owned by whoever holds the message. */

@@ -35,7 +35,8 @@ void kv_server_options_init(kv_server_options *o) {
                            .auth_timeout_ms = 10000,
                            .command_timeout_ms = 30000,
                            .query_buffers_max = (size_t)256 << 20,
-                           .migrate_timeout_max_ms = KV_MIGRATE_TIMEOUT_MAX_MS};
+                           .migrate_timeout_max_ms = KV_MIGRATE_TIMEOUT_MAX_MS,
+                           .shutdown_command = KV_SHUTDOWN_LOCAL};
   strcpy(o->rpc_listen, "127.0.0.1:7001");
   strcpy(o->resp_listen, "127.0.0.1:6380");
   weft_tls_options_init(&o->tls);
@@ -114,6 +115,22 @@ static int parse_flag(const char *v, bool *out, char *err, size_t err_len) {
   return WEFT_EINVAL;
 }
 
+/* [kv] shutdown_command: local, or yes/no in parse_flag's spellings. */
+static int parse_shutdown_policy(const char *v, int *out, char *err,
+                                 size_t err_len) {
+  bool yes;
+  if (strcasecmp(v, "local") == 0) {
+    *out = KV_SHUTDOWN_LOCAL;
+    return 0;
+  }
+  if (parse_flag(v, &yes, err, err_len) < 0) {
+    snprintf(err, err_len, "expected yes, local or no");
+    return WEFT_EINVAL;
+  }
+  *out = yes ? KV_SHUTDOWN_YES : KV_SHUTDOWN_NO;
+  return 0;
+}
+
 int kv_server_config_section(void *arg, const char *section, const char *key,
                              const char *value, char *err, size_t err_len) {
   kv_server_options *o = arg;
@@ -139,6 +156,8 @@ int kv_server_config_section(void *arg, const char *section, const char *key,
     return parse_flag(value, &o->protected_mode, err, err_len);
   if (strcmp(key, "migrate_any_host") == 0)
     return parse_flag(value, &o->migrate_any_host, err, err_len);
+  if (strcmp(key, "shutdown_command") == 0)
+    return parse_shutdown_policy(value, &o->shutdown_command, err, err_len);
   if (strcmp(key, "migrate_timeout_max_ms") == 0) {
     int rc = parse_ulong(value, 3600000, &n, err, err_len);
     o->migrate_timeout_max_ms =
@@ -320,6 +339,9 @@ static int shared_init(kv_server *srv, const weft_config *cfg) {
   srv->tls_fail_log.interval_ns = 1000000000u;
   sh->migrate_any_host = srv->opts.migrate_any_host;
   sh->migrate_timeout_max_ms = srv->opts.migrate_timeout_max_ms;
+  sh->shutdown_policy = srv->opts.shutdown_command;
+  sh->shutdown = srv->opts.shutdown;
+  sh->shutdown_arg = srv->opts.shutdown_arg;
   sh->n_loops = (unsigned)weft_loop_group_size(srv->group);
   sh->loops = aligned_alloc(_Alignof(kv_loop_counters),
                             sh->n_loops * sizeof *sh->loops);

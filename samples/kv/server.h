@@ -75,7 +75,25 @@ typedef struct kv_server_options {
                                       false) */
   unsigned migrate_timeout_max_ms; /* MIGRATE's timeout is clamped to this,
                                       ms (default KV_MIGRATE_TIMEOUT_MAX_MS) */
+  int shutdown_command;            /* who may SHUTDOWN: kv_shutdown_policy
+                                      (default KV_SHUTDOWN_LOCAL) */
+  void (*shutdown)(void *arg);     /* what an accepted SHUTDOWN calls, on a
+                                      loop thread, to stop the process
+                                      (weft-kv-server: SIGTERM to itself);
+                                      it must not block. NULL (default) =
+                                      SHUTDOWN is refused: an embedding
+                                      program decides how it stops */
+  void *shutdown_arg;
 } kv_server_options;
+
+/** [kv] shutdown_command: who may stop the server with SHUTDOWN (an
+ *  authenticated client always; Redis allows any, or none once the
+ *  command is renamed away). */
+typedef enum kv_shutdown_policy {
+  KV_SHUTDOWN_NO = 0,    /* "no": refused to everyone */
+  KV_SHUTDOWN_LOCAL = 1, /* "local": clients on the loopback network */
+  KV_SHUTDOWN_YES = 2    /* "yes": any authenticated client, as Redis */
+} kv_shutdown_policy;
 
 /** [kv] migrate_timeout_max_ms's default, ms: a target silent this long
  *  is taken for dead (MIGRATE's client waits no longer). */
@@ -106,7 +124,8 @@ void kv_server_config_defaults(weft_config *cfg);
  * kv_server_options. Keys: rpc_listen, resp_listen, max_value_bytes,
  * stripes, expire_hz, requirepass, user, user_password, protected_mode,
  * auth_timeout_ms, command_timeout_ms, client_query_buffer_limit,
- * query_buffers_max, migrate_any_host, migrate_timeout_max_ms, and the TLS
+ * query_buffers_max, migrate_any_host, migrate_timeout_max_ms,
+ * shutdown_command, and the TLS
  * keys (tls_listen, tls_rpc_listen, tls_cert_file, ...; see
  * kv_server_tls_key) (kv_config.h lists them). Also the [cluster]
  * section's keys (enabled, myself, node: kv_cluster_config_key). The clients'

@@ -9,7 +9,8 @@
  * transport of [transport]. Each listener's address goes to stderr as
  * "weft-kv-server: <rpc|resp|tls|tls-rpc> on URI".
  * SIGINT or SIGTERM stop it gracefully: the loops answer what they already
- * received, then close every connection.
+ * received, then close every connection. So does an accepted SHUTDOWN
+ * ([kv] shutdown_command), which sends the process SIGTERM.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -118,12 +119,21 @@ static void block_stop_signals(sigset_t *set) {
   pthread_sigmask(SIG_BLOCK, set, NULL);
 }
 
+/* An accepted SHUTDOWN (cmd_shutdown.c), on a loop thread: the stop
+ * signal to the process, which main's sigwait takes as it takes SIGTERM
+ * from kill, so the stop is the same graceful one. */
+static void shutdown_requested(void *arg) {
+  (void)arg;
+  kill(getpid(), SIGTERM);
+}
+
 int main(int argc, char **argv) {
   weft_config cfg;
   kv_server_options opts;
   int c = configure(argc, argv, &cfg, &opts);
   if (c != 0)
     return c > 0 ? 0 : 2;
+  opts.shutdown = shutdown_requested;
   /* before any thread starts, so the loops inherit the mask */
   sigset_t stop_signals;
   block_stop_signals(&stop_signals);

@@ -19,7 +19,7 @@ grep -q weft_version "$prefix/share/doc/weft/html/version_8h.html" ||
   { echo "no API reference in $prefix/share/doc/weft/html"; exit 1; }
 cmp -s "$here/../../LICENSE" "$prefix/share/doc/weft/LICENSE" ||
   { echo "no LICENSE in $prefix/share/doc/weft"; exit 1; }
-for prog in weft-echo weft-kv-server weft-kv weft-kvbench; do
+for prog in weft-echo weft-kv-server weft-kv weft-kvbench weft-bench; do
   page=$(MANPATH="$prefix/share/man" MANWIDTH=80 man -P cat "$prog" 2>&1) ||
     { echo "man $prog: $page"; exit 1; }
   grep -q "^NAME" <<<"$page" && grep -q -- "--version" <<<"$page" &&
@@ -27,6 +27,14 @@ for prog in weft-echo weft-kv-server weft-kv weft-kvbench; do
     { echo "man $prog: no NAME, --version or 'weft $version' in:"; echo "$page"; exit 1; }
 done
 echo "installed: the API reference and the man pages of weft $version"
+
+# The programs come with the install when the samples are built:
+# weft-bench as the KV service's.
+if [ -x "$prefix/bin/weft-kv-server" ]; then
+  for p in weft-kv weft-kvbench weft-echo weft-bench; do
+    [ -x "$prefix/bin/$p" ] || { echo "cmake --install put no $p in bin/"; exit 1; }
+  done
+fi
 
 # The paths the README gives: an install with --prefix puts the library
 # and weft.pc under lib/ (GNUInstallDirs uses lib/<multiarch> only for /usr).
