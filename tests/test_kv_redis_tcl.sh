@@ -138,6 +138,10 @@ for f in "${files[@]}"; do
   if [ $((w_ok + w_err)) -ne $((r_ok + r_err)) ]; then
     echo "  note: weft ran $((w_ok + w_err)) tests of $f, redis-server $((r_ok + r_err))"
   fi
+  # A failure of weft's that is neither known nor redis-server's counts
+  # when a second run of the file shows it again: several of these tests
+  # time expiries in milliseconds, which a loaded machine can stretch.
+  unexpected=()
   while IFS= read -r t; do
     need=$(awk -F'\t' -v f="$f" -v t="$t" '$1 == f && $2 == t { print $3; exit }' "$known")
     if [ -n "$need" ]; then
@@ -145,12 +149,23 @@ for f in "${files[@]}"; do
     elif failures redis | grep -qxF -- "$t"; then
       echo "  weft and redis-server both failed (the machine?): $t"
     else
-      echo "  FAIL: new failure: $t"
-      grep -a -A4 "^\[err\]: $(printf '%s' "$t" | sed 's/[][\.*^$]/\\&/g') in" "$dir/weft.out" |
-        tail -n +2 | sed 's/^/    /'
-      new=$((new + 1))
+      unexpected+=("$t")
     fi
   done < <(failures weft)
+  if [ ${#unexpected[@]} -gt 0 ]; then
+    cp "$dir/weft.out" "$dir/weft.first.out"
+    run weft "$weft_port" "$f"
+    for t in "${unexpected[@]}"; do
+      if failures weft | grep -qxF -- "$t"; then
+        echo "  FAIL: new failure (in two runs): $t"
+        grep -a -A4 "^\[err\]: $(printf '%s' "$t" | sed 's/[][\.*^$]/\\&/g') in" "$dir/weft.out" |
+          tail -n +2 | sed 's/^/    /'
+        new=$((new + 1))
+      else
+        echo "  failed once, passed when the file ran again (timing?): $t"
+      fi
+    done
+  fi
   awk -F'\t' -v f="$f" '$1 == f { print $2 }' "$known" | while IFS= read -r t; do
     grep -aqxF -- "[ok]: $t" <(sed 's/ ([0-9]* ms)$//' "$dir/weft.out") &&
       echo "  now passes, take it off $known: $t"
