@@ -26,6 +26,7 @@ Families: see FAMILIES below.
 import argparse
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -126,15 +127,32 @@ class Servers:
         return None
 
     def stop(self):
+        """Stops every server (SIGTERM, as an operator would); the ones
+        that exited badly or whose log has a sanitizer report, with the
+        log's tail."""
         for _, p, _ in self.procs:
             if p.poll() is None:
                 p.terminate()
+        bad = []
         for name, p, log in self.procs:
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+                bad.append((name, "did not stop in 60 s after SIGTERM", ""))
+                continue
+            text = open(log, errors="replace").read()
+            report = [x for x in SANITIZER_REPORTS if x in text]
+            if p.returncode not in (0, -signal.SIGTERM) or report:
+                bad.append((name, f"exited with {p.returncode}"
+                            + (f", {report[0]!r} in its log" if report
+                               else ""), text[-3000:]))
+        return bad
+
+
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "runtime error:", "WARNING: ThreadSanitizer")
 
 
 class Silent:
@@ -233,7 +251,8 @@ def watchdog(fz, servers):
         now = time.monotonic()
         for c in fz.clients:
             since = c.wait_since
-            if since is not None and now - since > fz.opts.hang:
+            bound = fz.opts.hang + getattr(c, "allowance", 0)
+            if since is not None and now - since > bound:
                 fz.fail(c.name, f"no reply for {now - since:.1f} s (the "
                         f"hang bound is {fz.opts.hang} s); waiting for "
                         f"{c.last}")
@@ -372,7 +391,7 @@ def main():
             time.sleep(0.1)
         fz.stop.set()
         for c in fz.clients:
-            c.join(timeout=o.hang + 10)
+            c.join(timeout=2.5 * o.hang + 10)
         if not fz.abort.is_set() and not servers.dead():
             # The final reads run under the watchdog too.
             final = Final(fz)
@@ -383,7 +402,8 @@ def main():
                 final.group(g)
             fz.abort.set()
     finally:
-        servers.stop()
+        for name, what, tail in servers.stop():
+            fz.fail(name, f"the server {what}:\n{tail}")
     cs = fz.counts
     print(f"kv_fuzz: seed {o.seed}: {cs['sequences']} sequences, "
           f"{cs['commands']} commands, {cid} clients, {cs['checks']} model "
