@@ -49,6 +49,7 @@ class Fuzz:
         self.abort = threading.Event()  # a hang: stop waiting for replies
         self.lock = threading.Lock()
         self.failures = []
+        self.t0 = time.monotonic() * 1000
         self.counts = dict(sequences=0, commands=0, checks=0, migrations=0,
                            reconnects=0)
         self.clients = []  # everything the watchdog watches
@@ -217,6 +218,8 @@ class Client(threading.Thread):
         self.worlds = [{}]
         self.tags = [group.tag_for(f"c{cid}t{j}") for j in range(2)]
         self.keys = {t: [f"{{{t}}}k{n}" for n in range(6)] for t in self.tags}
+        self.key_history = {k: [] for ks in self.keys.values() for k in ks}
+        self.served = None  # where the reply being checked came from
         self.last_seen = {}
         self.failed = False
         fams = [f for f in FAMILIES if f not in fz.opts.skip
@@ -264,7 +267,24 @@ class Client(threading.Thread):
                 self.router.close()
 
     def note(self, cmd, got):
-        self.history = self.history[-40:] + [(short(cmd), short(got))]
+        """Remembers a request and its reply, also per key, for the
+        failure report."""
+        t = round(time.monotonic() * 1000 - self.fz.t0)
+        entry = (t, self.served, short(cmd), short(got))
+        self.history = self.history[-40:] + [entry]
+        if isinstance(cmd, list) and len(cmd) > 1:
+            for k in cmd[1:]:
+                if isinstance(k, str) and k in self.key_history:
+                    self.key_history[k] = self.key_history[k][-30:] + [entry]
+
+    def key_report(self, cmd):
+        """The recent history of the keys cmd names."""
+        out = []
+        for k in cmd[1:] if isinstance(cmd, list) else []:
+            if isinstance(k, str) and k in self.key_history:
+                out.append(f"  history of {k} (ms since start, node):\n    "
+                           + "\n    ".join(map(str, self.key_history[k])))
+        return "\n".join(out)
 
     def check(self, cmd, got, ts, tr):
         """Narrows the model by one reply; a Failure when none predicts it."""
@@ -273,7 +293,7 @@ class Client(threading.Thread):
         self.fz.count(checks=1)
         if not worlds:
             raise Failure(f"{short(cmd)} answered {short(got)}, the model "
-                          f"predicts {short(want)}")
+                          f"predicts {short(want)}\n{self.key_report(cmd)}")
         self.worlds = worlds
 
     def expect(self, ok, what):
@@ -297,6 +317,7 @@ class Client(threading.Thread):
         tr = time.monotonic() * 1000
         self.fz.count(commands=len(cmds))
         later = []
+        self.served = port
         for a, r in zip(cmds, got):
             if redirect(r):
                 later.append((a, r))
@@ -334,6 +355,7 @@ class Client(threading.Thread):
                 r = c.read(1)[0]
                 self.fz.count(commands=1)
             if not redirect(r):
+                self.served = f"{port}{' ASK' if kind == 'ASK' else ''}"
                 return check(a, r, ts, time.monotonic() * 1000)
             if kind == "MOVED" and tries % 20 == 0:
                 time.sleep(0.01)
@@ -382,6 +404,7 @@ class Client(threading.Thread):
             self.expect(isinstance(last, list) and len(last) == len(body),
                         f"EXEC answered {short(last)} for {len(body)} "
                         "commands")
+            self.served = f"{port} EXEC"
             for a, r in zip(body, last):
                 check(a, r, ts, tr)
             return
