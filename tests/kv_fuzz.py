@@ -70,6 +70,7 @@ class Servers:
         self.path, self.loops = path, loops
         self.dir = tempfile.mkdtemp(prefix="kv-fuzz-")
         self.procs = []  # (name, Popen, log)
+        self.reported = set()  # names dead() returned
 
     def spawn(self, name, args):
         log = os.path.join(self.dir, name + ".log")
@@ -122,6 +123,7 @@ class Servers:
         """(name, exit code, log tail) of a server that exited."""
         for name, p, log in self.procs:
             if p.poll() is not None:
+                self.reported.add(name)
                 return name, p.returncode, open(log, errors="replace").read()[
                     -3000:]
         return None
@@ -144,6 +146,8 @@ class Servers:
                 continue
             text = open(log, errors="replace").read()
             report = [x for x in SANITIZER_REPORTS if x in text]
+            if name in self.reported:
+                continue
             if p.returncode not in (0, -signal.SIGTERM) or report:
                 bad.append((name, f"exited with {p.returncode}"
                             + (f", {report[0]!r} in its log" if report
