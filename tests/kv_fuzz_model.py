@@ -151,9 +151,11 @@ def as_int(v):
     return n if I64_MIN <= n <= I64_MAX else None
 
 
-def resolve(world, keys, ts, tr):
+def resolve(world, keys, ts, tr, late=0):
     """The worlds `world` splits into at a command run in [ts, tr]: every
-    key of `keys` there either alive or expired (gone)."""
+    key of `keys` there either alive or expired (gone). A deadline may be
+    up to `late` ms past its bound (MIGRATE carries a relative TTL, so a
+    moved key lives on for as long as the transfer took, as in Redis)."""
     worlds = [world]
     for k in dict.fromkeys(keys):
         nxt = []
@@ -161,7 +163,7 @@ def resolve(world, keys, ts, tr):
             e = w.get(k)
             if e is None or e[1] is None:
                 nxt.append(w)
-            elif e[2] + MARGIN < ts:  # surely expired
+            elif e[2] + late + MARGIN < ts:  # surely expired
                 w = dict(w)
                 del w[k]
                 nxt.append(w)
@@ -175,11 +177,11 @@ def resolve(world, keys, ts, tr):
     return worlds
 
 
-def ttl_of(e, ts, tr, ms):
+def ttl_of(e, ts, tr, ms, late):
     """TTL/PTTL's reply for an alive entry (or -1 without a TTL)."""
     if e[1] is None:
         return -1
-    lo, hi = max(0, e[1] - tr - MARGIN), max(0, e[2] - ts + MARGIN)
+    lo, hi = max(0, e[1] - tr - MARGIN), max(0, e[2] + late - ts + MARGIN)
     if ms:
         return Range(int(lo), int(hi) + 1)
     return Range(int((lo + 500) // 1000), int((hi + 500) // 1000) + 1)
@@ -230,7 +232,7 @@ def set_cmd(w, a, ts, tr):
     return ret if "GET" in opts else OK
 
 
-def expire_cmd(w, a, ts, tr, ms):
+def expire_cmd(w, a, ts, tr, ms, late):
     """EXPIRE/PEXPIRE: a list of (reply, world) (GT/LT may fork)."""
     k, t = a[1], int(a[2]) * (1 if ms else 1000)
     cond = upper(a[3]) if len(a) > 3 else ""
@@ -245,12 +247,13 @@ def expire_cmd(w, a, ts, tr, ms):
         if e[1] is None:
             outcomes = [cond == "LT"]
         else:
-            gt_sure, lt_sure = new[0] > e[2], new[1] < e[1]
+            gt_sure, lt_sure = new[0] > e[2] + late, new[1] < e[1]
             if cond == "GT":
                 outcomes = [True] if gt_sure else [False] if new[1] <= e[1] \
                     else [True, False]
             else:
-                outcomes = [True] if lt_sure else [False] if new[0] >= e[2] \
+                outcomes = [True] if lt_sure else [False] \
+                    if new[0] >= e[2] + late \
                     else [True, False]
     res = []
     for ok in outcomes:
@@ -266,7 +269,7 @@ def expire_cmd(w, a, ts, tr, ms):
     return res
 
 
-def apply1(w, a, ts, tr):
+def apply1(w, a, ts, tr, late):
     """One command on a resolved world (mutated): its reply, or a list of
     (reply, world) when the outcome itself may fork."""
     c = upper(a[0])
@@ -329,9 +332,9 @@ def apply1(w, a, ts, tr):
             w[a[i]] = (b(a[i + 1]), None, None)
         return OK
     if c in ("TTL", "PTTL"):
-        return ttl_of(e, ts, tr, c == "PTTL") if e else -2
+        return ttl_of(e, ts, tr, c == "PTTL", late) if e else -2
     if c in ("EXPIRE", "PEXPIRE"):
-        return expire_cmd(w, a, ts, tr, c == "PEXPIRE")
+        return expire_cmd(w, a, ts, tr, c == "PEXPIRE", late)
     if c == "PERSIST":
         if not e or e[1] is None:
             return 0
@@ -372,13 +375,13 @@ def keys_of(a):
     return [a[1]]
 
 
-def step(worlds, a, ts, tr):
+def step(worlds, a, ts, tr, late=0):
     """Every (reply, world) the worlds allow for command a run in [ts, tr]."""
     out = []
     for w0 in worlds:
-        for w in resolve(w0, keys_of(a), ts, tr):
+        for w in resolve(w0, keys_of(a), ts, tr, late):
             w = dict(w)
-            r = apply1(w, a, ts, tr)
+            r = apply1(w, a, ts, tr, late)
             if isinstance(r, list) and r and isinstance(r[0], tuple):
                 out += r
             else:
@@ -386,10 +389,10 @@ def step(worlds, a, ts, tr):
     return out
 
 
-def narrow(worlds, a, got, ts, tr):
+def narrow(worlds, a, got, ts, tr, late=0):
     """The worlds left after command a answered got; [] on a mismatch.
     Also returns one predicted reply, for the failure message."""
-    outs = step(worlds, a, ts, tr)
+    outs = step(worlds, a, ts, tr, late)
     keep = [w for r, w in outs if matches(got, r)]
     return dedupe(keep), outs[0][0] if outs else None
 
@@ -404,11 +407,12 @@ def dedupe(worlds, cap=64):
     return out[:cap]
 
 
-def live_keys(worlds, now):
+def live_keys(worlds, now, late=0):
     """(keys alive in every world, keys alive in some world) at `now`."""
     sure, maybe = None, set()
     for w in worlds:
-        alive = {k for k, e in w.items() if e[1] is None or e[2] > now - MARGIN}
+        alive = {k for k, e in w.items()
+                 if e[1] is None or e[2] + late > now - MARGIN}
         alive_sure = {k for k, e in w.items()
                       if e[1] is None or e[1] > now + 30000}
         maybe |= alive
