@@ -240,8 +240,11 @@ class Migrator(threading.Thread):
                           "REPLACE", "KEYS", *keys)
             if r not in (Simple("OK"), Simple("NOKEY")):
                 raise Failure(f"{self.last} answered {short(r)}")
-        others = [p for p in self.group.ports if p not in (src, dst)]
-        for p in [dst, src] + others:
+        order = [dst, src] + [p for p in self.group.ports
+                              if p not in (src, dst)]
+        if self.rng.random() < 0.3:  # not redis-cli's order: still safe
+            self.rng.shuffle(order)
+        for p in order:
             self.ok(p, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
 
 

@@ -18,6 +18,7 @@ FAMILIES = {
     "transfer": 5, "scan": 3, "keys": 2, "partial": 3, "malformed": 2,
     "auth": 2, "inline": 2, "inline-quotes": 1, "restore": 2,
     "cluster": 3, "cluster-multi": 1, "migrate-silent": 1, "migrator": 0,
+    "restore-busykey": 1, "auth-limits": 1,
 }
 KNOWN = {
     "cluster-multi": "(a) MULTI with CLUSTER COUNTKEYSINSLOT/GETKEYSINSLOT "
@@ -26,7 +27,9 @@ KNOWN = {
     "migrate-silent": "(c) MIGRATE to a silent host blocks loops",
     "keys": "(d) pipelined KEYS * freezes a loop",
     "inline-quotes": "(f) inline commands ignore quotes",
-    "restore": "(g) RESTORE onto an existing key: checksum error, not BUSYKEY",
+    "restore-busykey": "(g) RESTORE onto an existing key: checksum error, "
+    "not BUSYKEY",
+    "auth-limits": "(e) no limits before AUTH",
 }
 PASSWORD = "fuzz-pw"
 REDIRECTS = ("MOVED ", "ASK ", "TRYAGAIN")
@@ -234,7 +237,7 @@ class Client(threading.Thread):
         self.allowance = 0  # seconds a request may take beyond the bound
 
     def applies(self, fam):
-        if fam in ("auth", "migrate-silent", "scan"):
+        if fam in ("auth", "auth-limits", "migrate-silent", "scan"):
             return not self.group.cluster
         if fam in ("cluster-multi",):
             return self.group.cluster
@@ -654,6 +657,32 @@ class Client(threading.Thread):
         if self.rng.random() < 0.4:
             a.append("REPLACE")
         self.batch([a, ["GET", k2]])
+
+    def op_restore_busykey(self):
+        """Known defect (g): RESTORE of a bad payload onto an existing key
+        is BUSYKEY (Redis checks the key first)."""
+        k = self.rng.choice(self.pick_keys())
+        self.batch([["RESTORE", k, 0, m.gen_value(self.rng)], ["GET", k]])
+
+    def op_auth_limits(self):
+        """Known defect (e): before AUTH, Redis refuses a multibulk of more
+        than 10 elements or a bulk string of more than 16 KiB at once."""
+        frame, what = self.rng.choice([
+            (b"*%d\r\n" % self.rng.randint(11, 1000), "multibulk length"),
+            (b"*1\r\n$%d\r\n" % self.rng.randint(16385, 1 << 20),
+             "bulk length")])
+        c = Conn(self, self.group.ports[0], None)
+        try:
+            self.last = f"unauthenticated {frame!r}"
+            c.send(frame)
+            got = c.read(1)
+            self.note(["unauthenticated", frame], got)
+            self.expect(got == [Err(f"ERR Protocol error: unauthenticated "
+                                    f"{what}")], f"{frame!r} answered {got}")
+            self.expect(c.wait_eof(), f"{frame!r}: the connection stayed open")
+        finally:
+            c.close()
+        self.fz.count(commands=1, reconnects=1)
 
     def op_cluster(self):
         tag = self.rng.choice(self.tags)

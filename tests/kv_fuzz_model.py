@@ -349,6 +349,8 @@ def apply1(w, a, ts, tr, late):
     if c == "RESTORE":  # RESTORE k 0 payload [REPLACE], payload = DUMP's
         if e and not (len(a) > 4 and upper(a[4]) == "REPLACE"):
             return Err("BUSYKEY Target key name already exists.")
+        if not isinstance(a[3], Dumped):  # Redis checks the key first
+            return Err("ERR DUMP payload version or checksum are wrong")
         w[k] = (a[3].value, None, None)
         return OK
     raise KeyError(c)
