@@ -18,14 +18,14 @@ FAMILIES = {
     "transfer": 5, "scan": 3, "keys": 2, "partial": 3, "malformed": 2,
     "auth": 2, "inline": 2, "inline-quotes": 1, "restore": 2,
     "cluster": 3, "cluster-multi": 1, "migrate-silent": 1, "migrator": 0,
-    "restore-busykey": 1, "auth-limits": 1,
+    "restore-busykey": 1, "auth-limits": 1, "keys-flood": 1,
 }
 KNOWN = {
     "cluster-multi": "(a) MULTI with CLUSTER COUNTKEYSINSLOT/GETKEYSINSLOT "
     "deadlocks two loops",
     "migrator": "(b) SETSLOT NODE strands a concurrent SET behind MOVED",
     "migrate-silent": "(c) MIGRATE to a silent host blocks loops",
-    "keys": "(d) pipelined KEYS * freezes a loop",
+    "keys-flood": "(d) pipelined KEYS freezes a loop",
     "inline-quotes": "(f) inline commands ignore quotes",
     "restore-busykey": "(g) RESTORE onto an existing key: checksum error, "
     "not BUSYKEY",
@@ -230,14 +230,15 @@ class Client(threading.Thread):
         self.families = fams
         self.weights = [FAMILIES[f] for f in fams]
         self.router = None
-        self.migrated_silent = False
+        self.migrated_silent = self.flooded = False
         # ms a TTL may overrun in a cluster: MIGRATE sends what is left, so
         # a moved key's deadline moves by the transfer's time (as Redis').
         self.late = 3000 if group.cluster else 0
         self.allowance = 0  # seconds a request may take beyond the bound
 
     def applies(self, fam):
-        if fam in ("auth", "auth-limits", "migrate-silent", "scan"):
+        if fam in ("auth", "auth-limits", "migrate-silent", "scan",
+                   "keys-flood"):
             return not self.group.cluster
         if fam in ("cluster-multi",):
             return self.group.cluster
@@ -550,6 +551,31 @@ class Client(threading.Thread):
             maybe = {x for x in maybe if x.startswith("{" + tag + "}")}
         self.check_listing("KEYS", got[1], sure, maybe | self.live()[1],
                            not self.group.cluster)
+
+    def op_keys_flood(self):
+        """Known defect (d): thousands of KEYS pipelined over a store of
+        30000 keys; they may take long for this client, but must not hold
+        the other clients of its loop past the hang bound (once per
+        client)."""
+        if self.flooded:
+            return self.op_strings()
+        self.flooded = True
+        c = self.router.conn(self.group.ports[0])
+        for i in range(0, 30000, 1000):
+            c.send(b"".join(encode(["SET", f"{{c{self.cid}bulk}}{j}", j])
+                            for j in range(i, i + 1000)))
+            self.expect(c.read(1000) == [Simple("OK")] * 1000, "bulk SET")
+        self.fz.count(commands=30000)
+        self.last = "3000 x KEYS nomatch:* (pipelined)"
+        self.allowance = 3 * self.fz.opts.hang
+        try:
+            c.send(encode(["KEYS", "nomatch:*"]) * 3000 + encode(["PING"]))
+            got = c.read(3001)
+        finally:
+            self.allowance = 0
+        self.fz.count(commands=3001)
+        self.expect(got == [[]] * 3000 + [Simple("PONG")],
+                    f"KEYS flood: {short(got)}")
 
     def op_partial(self):
         """Complete commands, then a piece of one (or a MULTI left open),
