@@ -379,6 +379,8 @@ def parse_args():
 
 def main():
     o = parse_args()
+    # Killed (ctest's timeout, kv-fuzz.sh stopped): the servers go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     fz = Fuzz(o)
     servers = Servers(o.server, o.loops)
     silent = Silent()

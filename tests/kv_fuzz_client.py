@@ -16,6 +16,7 @@ from kv_fuzz_model import Err, Simple, encode
 FAMILIES = {
     "strings": 30, "multi": 10, "pipeline-split": 5, "shared": 6,
     "transfer": 5, "scan": 3, "keys": 2, "partial": 3, "malformed": 2,
+    "abandon": 2,
     "auth": 2, "inline": 2, "inline-quotes": 1, "restore": 2,
     "cluster": 3, "cluster-multi": 1, "migrate-silent": 1, "migrator": 0,
     "restore-busykey": 1, "auth-limits": 1, "keys-flood": 1,
@@ -427,10 +428,24 @@ class Client(threading.Thread):
                     for _ in range(self.rng.randint(1, 20))])
 
     def op_pipeline_split(self):
+        """A pipeline sent in pieces; sometimes a long one (past the
+        server's 16 KiB reply buffers and the socket's)."""
         keys = self.pick_keys()
-        self.batch([m.gen_cmd(self.rng, keys)
-                    for _ in range(self.rng.randint(1, 8))],
+        n = self.rng.choice([self.rng.randint(1, 8), self.rng.randint(100, 600)])
+        self.batch([m.gen_cmd(self.rng, keys) for _ in range(n)],
                    chunks=self.rng.randint(2, 12))
+
+    def op_abandon(self):
+        """Reads pipelined (large values go out straight from the stored
+        blob), then the connection closed before any reply is read."""
+        keys = self.pick_keys()
+        port = self.router.port_of(keys[0])
+        c = self.router.conn(port)
+        c.send(b"".join(encode([self.rng.choice(["GET", "STRLEN", "MGET"]),
+                                self.rng.choice(keys)])
+                        for _ in range(self.rng.randint(1, 200))))
+        self.router.drop(port)
+        self.fz.count(reconnects=1)
 
     def op_multi(self):
         body, bad = m.gen_tx(self.rng, self.pick_keys())
