@@ -194,13 +194,17 @@ class Silent:
 # ---- the migrator ----
 
 
+FILLER = 20000  # keys per node that stay put
+
+
 class Migrator(threading.Thread):
     """Moves the clients' and the shared keys' slots between the cluster's
     nodes, as redis-cli --cluster reshard does, until the run ends."""
 
-    def __init__(self, fz, group, slots):
+    def __init__(self, fz, group, slots, eslots):
         super().__init__(name="migrator", daemon=True)
         self.fz, self.group, self.slots = fz, group, sorted(slots)
+        self.eslots = sorted(eslots)  # moved with SETSLOT NODE alone
         self.rng = m.client_rng(fz.opts.seed, "migrator")
         self.wait_since, self.last = None, None
 
@@ -221,11 +225,17 @@ class Migrator(threading.Thread):
             ports = self.group.ports
             ids = {p: self.call(p, "CLUSTER", "MYID").decode() for p in ports}
             owner = dict(self.router.slots)
+            self.fill(owner)
             while not self.fz.stop.is_set():
-                slot = self.rng.choice(self.slots)
+                direct = self.eslots and self.rng.random() < 0.3
+                slot = self.rng.choice(self.eslots if direct else self.slots)
                 src = owner[slot]
                 dst = self.rng.choice([p for p in ports if p != src])
-                self.move(slot, src, dst, ids)
+                if direct:
+                    if not self.move_direct(slot, src, dst, ids):
+                        continue
+                else:
+                    self.move(slot, src, dst, ids)
                 owner[slot] = dst
                 self.fz.count(migrations=1)
                 self.fz.stop.wait(self.rng.uniform(0.05, 0.3))
@@ -258,6 +268,38 @@ class Migrator(threading.Thread):
             self.rng.shuffle(order)
         for p in order:
             self.ok(p, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+
+
+    def fill(self, owner):
+        """FILLER keys on each node, in slots that never move: the walks
+        over the store (COUNTKEYSINSLOT, SETSLOT NODE's check) take
+        longer, and commands meet them halfway."""
+        moving = set(self.slots) | set(self.eslots)
+        for port in self.group.ports:
+            tag = next(f"f{port}x{i}" for i in range(100000)
+                       if owner[m.keyslot("{" + f"f{port}x{i}" + "}")] == port
+                       and m.keyslot("{" + f"f{port}x{i}" + "}") not in moving)
+            c = self.router.conn(port)
+            for i in range(0, FILLER, 1000):
+                c.send(b"".join(encode(["SET", f"{{{tag}}}{j}", j])
+                                for j in range(i, min(i + 1000, FILLER))))
+                got = c.read(min(1000, FILLER - i))
+                if any(r != Simple("OK") for r in got):
+                    raise Failure(f"filler SET on {port}: {short(got)}")
+            self.fz.count(commands=FILLER)
+
+    def move_direct(self, slot, src, dst, ids):
+        """An empty slot given away with SETSLOT NODE alone, the owner
+        first (it refuses while it holds keys of the slot: False)."""
+        r = self.call(src, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+        if isinstance(r, Err) and "still hold keys" in r:
+            return False
+        if r != Simple("OK"):
+            raise Failure(f"{self.last} answered {short(r)}")
+        for p in self.group.ports:
+            if p != src:
+                self.ok(p, "CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+        return True
 
 
 # ---- the watchdog and the end ----
@@ -410,7 +452,10 @@ def main():
                 slots = {m.keyslot("{" + t + "}") for c in fz.clients
                          if c.group is g for t in c.tags} | \
                     {m.keyslot(g.counters[0]), m.keyslot(g.pairs[0][0])}
-                fz.clients.append(Migrator(fz, g, slots))
+                eslots = {m.keyslot(c.ekeys[0]) for c in fz.clients
+                          if c.group is g} \
+                    if "setslot-direct" not in o.skip else set()
+                fz.clients.append(Migrator(fz, g, slots, eslots))
         dog = threading.Thread(target=watchdog, args=(fz, servers),
                                daemon=True)
         for c in fz.clients:
