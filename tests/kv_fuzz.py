@@ -21,7 +21,9 @@ failure.
 
 Usage: kv_fuzz.py --server PATH/weft-kv-server [--seed S] [--seconds T]
        [--skip FAMILY,...] [--only FAMILY,...] [--clients N] [--hang S]
-Families: see FAMILIES below.
+       [--mode single|cluster|both] [--ops N]
+       kv_fuzz.py --redis PATH/redis-server ...   (checks the model itself)
+Families: FAMILIES in kv_fuzz_client.py; samples/kv/README.md "Fuzzing".
 """
 import argparse
 import os
@@ -35,7 +37,7 @@ import threading
 import time
 
 import kv_fuzz_model as m
-from kv_fuzz_client import (FAMILIES, KNOWN, PASSWORD, Client, Closed, Conn,
+from kv_fuzz_client import (FAMILIES, KNOWN, PASSWORD, Client, Closed,
                             Failure, Fuzz, Group, Router, short)
 from kv_fuzz_model import Err, Simple, encode
 
@@ -75,7 +77,8 @@ class Servers:
     def spawn(self, name, args, path=None):
         log = os.path.join(self.dir, name + ".log")
         with open(log, "w") as f:
-            p = subprocess.Popen([path or self.path] + args, stdin=subprocess.DEVNULL,
+            p = subprocess.Popen([path or self.path] + args,
+                                 stdin=subprocess.DEVNULL,
                                  stdout=f, stderr=subprocess.STDOUT)
         self.procs.append((name, p, log))
         return p, log

@@ -440,7 +440,8 @@ class Client(threading.Thread):
         """A pipeline sent in pieces; sometimes a long one (past the
         server's 16 KiB reply buffers and the socket's)."""
         keys = self.pick_keys()
-        n = self.rng.choice([self.rng.randint(1, 8), self.rng.randint(100, 600)])
+        n = self.rng.choice([self.rng.randint(1, 8),
+                             self.rng.randint(100, 600)])
         self.batch([m.gen_cmd(self.rng, keys) for _ in range(n)],
                    chunks=self.rng.randint(2, 12))
 
@@ -672,7 +673,8 @@ class Client(threading.Thread):
                          for _ in range(self.rng.randint(1, 6)))
                  for _ in range(self.rng.randint(2, 3) if quotes else 1)]
         if quotes:
-            a, raw = ["SET", k, " ".join(words)], f'SET {k} "{" ".join(words)}"'
+            text = " ".join(words)
+            a, raw = ["SET", k, text], f'SET {k} "{text}"'
         else:
             a = self.rng.choice([["SET", k, words[0]], ["GET", k],
                                  ["INCR", k], ["DEL", k], ["STRLEN", k]])

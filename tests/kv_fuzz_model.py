@@ -83,7 +83,8 @@ def parse(buf, pos=0):
             items.append(r[0])
             nxt = r[1]
         return items, nxt
-    raise ValueError(f"bad reply type {kind!r} in {bytes(buf[pos:pos + 40])!r}")
+    raise ValueError(f"bad reply type {kind!r} in "
+                     f"{bytes(buf[pos:pos + 40])!r}")
 
 
 def matches(got, want):
@@ -486,7 +487,8 @@ def gen_cmd(rng, keys):
     if r == 16:
         return ["DEL"] + rng.sample(keys, rng.randint(1, 3))
     if r == 17:
-        return ["EXISTS"] + [rng.choice(keys) for _ in range(rng.randint(1, 3))]
+        return ["EXISTS"] + [rng.choice(keys)
+                             for _ in range(rng.randint(1, 3))]
     if r == 18:
         return ["MGET"] + rng.sample(keys, rng.randint(1, 4))
     if r == 19:
