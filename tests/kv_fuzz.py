@@ -415,6 +415,12 @@ def parse_args():
                  + ", ".join(FAMILIES))
     if not o.server and not o.redis:
         ap.error("--server PATH/weft-kv-server is required")
+    if o.redis and not os.access(o.redis, os.X_OK):
+        why = f"{o.redis} is missing (scripts/deps.sh: redis-server)"
+        print(f"SKIPPED test_kv_fuzz_model: {why}")
+        with open(os.environ.get("WEFT_TEST_SKIP_LOG", os.devnull), "a") as f:
+            f.write(f"SKIPPED test_kv_fuzz_model: {why}\n")
+        sys.exit(77)
     if o.redis:  # weft's own limits and MIGRATE target
         o.skip |= {"keys-flood", "migrate-silent"}
     if o.seed is None:
@@ -431,7 +437,7 @@ def main():
     silent = Silent()
     groups, cid = [], 0
     print(f"kv_fuzz: seed {o.seed} (replay: --seed {o.seed}), {o.seconds:g} s"
-          f", mode {o.mode}, skip {','.join(sorted(o.skip)) or 'none'}",
+          f", mode {'redis' if o.redis else o.mode}, skip {','.join(sorted(o.skip)) or 'none'}",
           flush=True)
     for name in sorted(o.skip & set(KNOWN)):
         print(f"kv_fuzz: skipping {name}: known defect {KNOWN[name]}")
