@@ -213,8 +213,16 @@ class Migrator(threading.Thread):
 
     def call(self, port, *a):
         self.last = f"{port}: {' '.join(map(str, a))}"
+        t = round(time.monotonic() * 1000 - self.fz.t0)
         r = self.router.conn(port).call(list(a))
         self.fz.count(commands=1, checks=1)
+        if a[0] != "CLUSTER" or a[1] == "SETSLOT":  # for failure reports
+            slot = a[2] if a[0] == "CLUSTER" else m.keyslot(a[-1])
+            with self.fz.lock:
+                log = self.fz.slot_log.setdefault(slot, [])
+                log.append((t, round(time.monotonic() * 1000 - self.fz.t0),
+                            short(self.last, 60), short(r, 30)))
+                del log[:-40]
         return r
 
     def ok(self, port, *a):

@@ -56,6 +56,7 @@ class Fuzz:
         self.lock = threading.Lock()
         self.failures = []
         self.t0 = time.monotonic() * 1000
+        self.slot_log = {}  # slot -> the migrator's recent calls on it
         self.counts = dict(sequences=0, commands=0, checks=0, migrations=0,
                            reconnects=0)
         self.clients = []  # everything the watchdog watches
@@ -301,6 +302,12 @@ class Client(threading.Thread):
             if isinstance(k, str) and k in self.key_history:
                 out.append(f"  history of {k} (ms since start, node):\n    "
                            + "\n    ".join(map(str, self.key_history[k])))
+        if isinstance(cmd, list) and len(cmd) > 1 and self.group.cluster:
+            slot = m.keyslot(cmd[1])
+            with self.fz.lock:
+                log = list(self.fz.slot_log.get(slot, []))
+            out.append(f"  the migrator on slot {slot} (sent, answered ms):"
+                       "\n    " + "\n    ".join(map(str, log[-25:])))
         return "\n".join(out)
 
     def check(self, cmd, got, ts, tr):
