@@ -303,12 +303,33 @@ class Client(threading.Thread):
                 out.append(f"  history of {k} (ms since start, node):\n    "
                            + "\n    ".join(map(str, self.key_history[k])))
         if isinstance(cmd, list) and len(cmd) > 1 and self.group.cluster:
+            out.append(self.where(cmd))
             slot = m.keyslot(cmd[1])
             with self.fz.lock:
                 log = list(self.fz.slot_log.get(slot, []))
             out.append(f"  the migrator on slot {slot} (sent, answered ms):"
                        "\n    " + "\n    ".join(map(str, log[-25:])))
         return "\n".join(out)
+
+    def where(self, cmd):
+        """What each node holds of cmd's keys now (ASKING GET, so that an
+        importing node answers too), for a cluster failure report."""
+        lines = []
+        for port in self.group.ports:
+            try:
+                c = Conn(self, port, None)
+                got = []
+                for k in cmd[1:]:
+                    if isinstance(k, str) and k in self.key_history:
+                        c.send(encode(["ASKING"]) + encode(["GET", k]) +
+                               encode(["PTTL", k]))
+                        r = c.read(3)
+                        got.append(f"{k}={short(r[1], 30)} pttl {r[2]}")
+                c.close()
+                lines.append(f"    node {port} now: {', '.join(got)}")
+            except (OSError, Closed) as e:
+                lines.append(f"    node {port}: {e!r}")
+        return "  where the keys are now (ASKING GET):\n" + "\n".join(lines)
 
     def check(self, cmd, got, ts, tr):
         """Narrows the model by one reply; a Failure when none predicts it."""
