@@ -433,10 +433,15 @@ class Client(threading.Thread):
                                 f"answered {q}")
             if discard:
                 return self.expect(last == Simple("OK"), f"DISCARD: {last}")
-            if bad or moved:
+            if redirect(last) and not bad:
+                # EXEC itself redirected (the slot moved since the queue
+                # was checked): nothing ran, as in Redis.
+                moved.append(redirect(last))
+            elif bad or moved:
                 self.expect(last == Err("EXECABORT Transaction discarded "
                                         "because of previous errors."),
                             f"EXEC after an error answered {short(last)}")
+            if bad or moved:
                 if bad:
                     return
                 for kind, p, slot in moved:
