@@ -236,7 +236,8 @@ class Migrator(threading.Thread):
             ports = self.group.ports
             ids = {p: self.call(p, "CLUSTER", "MYID").decode() for p in ports}
             owner = dict(self.router.slots)
-            self.fill(owner)
+            if "filler" not in self.fz.opts.skip:
+                self.fill(owner)
             while not self.fz.stop.is_set():
                 direct = self.eslots and self.rng.random() < 0.3
                 slot = self.rng.choice(self.eslots if direct else self.slots)

@@ -20,7 +20,7 @@ FAMILIES = {
     "auth": 2, "inline": 2, "inline-quotes": 1, "restore": 2,
     "cluster": 3, "cluster-multi": 1, "migrate-silent": 1, "migrator": 0,
     "restore-busykey": 1, "auth-limits": 1, "keys-flood": 1,
-    "setslot-direct": 3,
+    "setslot-direct": 3, "filler": 0,
 }
 KNOWN = {
     "cluster-multi": "(a) MULTI with CLUSTER COUNTKEYSINSLOT/GETKEYSINSLOT "
@@ -33,6 +33,8 @@ KNOWN = {
     "restore-busykey": "(g) RESTORE onto an existing key: checksum error, "
     "not BUSYKEY",
     "auth-limits": "(e) no limits before AUTH",
+    "filler": "(h) a migrating slot's owner answers ASK for keys it holds "
+    "while GETKEYSINSLOT walks a large store",
 }
 PASSWORD = "fuzz-pw"
 REDIRECTS = ("MOVED ", "ASK ", "TRYAGAIN")
@@ -325,6 +327,9 @@ class Client(threading.Thread):
                                encode(["PTTL", k]))
                         r = c.read(3)
                         got.append(f"{k}={short(r[1], 30)} pttl {r[2]}")
+                slot = m.keyslot(cmd[1])
+                c.send(encode(["CLUSTER", "GETKEYSINSLOT", slot, 50]))
+                got.append(f"GETKEYSINSLOT {slot}: {short(c.read(1)[0], 200)}")
                 c.close()
                 lines.append(f"    node {port} now: {', '.join(got)}")
             except (OSError, Closed) as e:
