@@ -8,7 +8,7 @@
 # Usage: scripts/kv-fuzz.sh [-b BUILD_DIR] [-n RUNS] [-t SECONDS]
 #                           [-s BASE_SEED] [-- KV_FUZZ_ARGS...]
 # Defaults: build/dev, 10 runs, 60 s, base seed 1000; e.g.
-#   scripts/kv-fuzz.sh -n 30 -t 60 -- --skip migrate-silent,inline-quotes
+#   scripts/kv-fuzz.sh -n 30 -t 60 -- --mode cluster --skip keys-flood
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build/dev runs=10 secs=60 base=1000
