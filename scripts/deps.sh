@@ -22,7 +22,9 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       linux-perf
       # the Soft-RoCE VM that runs the verbs tests (scripts/test-verbs-vm.sh)
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
-      ibverbs-utils ibverbs-providers)
+      ibverbs-utils ibverbs-providers
+      # HTTP/1.1: llhttp's C sources (codec/CMakeLists.txt builds them in)
+      node-llhttp)
 
 missing=()
 for p in "${PKGS[@]}"; do
