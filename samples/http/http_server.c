@@ -108,7 +108,7 @@ static const weft_config_key http_keys[] = {
      "directory whose regular files are served (GET, HEAD); empty: none"},
     {"http", "access_log", "",
      "common log format lines: a file, - for stderr, empty for none"},
-    {"http", "tls", "off", "on or off: TLS ([tls] keys), ALPN http/1.1"},
+    {"http", "tls", "off", "on or off: TLS ([tls] keys), ALPN http/1.1 (or http/1.0)"},
     {"http", "max_head_bytes", "16384",
      "request line and headers, bytes, 0 to 67108864 (414/431 above)"},
     {"http", "max_headers", "100", "header fields per request (431 above)"},
@@ -411,7 +411,8 @@ static int load_config(int argc, char **argv, weft_config *cfg) {
   cfg->app_keys = all_keys;
   weft_http_server_options_init(&app.opts.codec);
   weft_tls_options_init(&app.opts.tls_opts);
-  strcpy(app.opts.tls_opts.alpn, "http/1.1");
+  /* http/1.0 too: curl --http1.0 offers only that one. */
+  strcpy(app.opts.tls_opts.alpn, "http/1.1,http/1.0");
   cli.app_arg = &app.opts;
   int first = weft_cli_parse(&cli, cfg, argc, argv);
   if (first <= 0)
