@@ -3,21 +3,12 @@
  * decoder base for requests, and the response encoder, in one handler so
  * that both halves share the queue of requests waiting for a response
  * (Netty's HttpServerCodec keeps the same queue of methods).
- *
- * Decoding: llhttp is pushed the bytes past what it parsed already and
- * pauses at the end of a head, at the end of a chunk and at the end of a
- * message, so that each decode call yields one message. Positions are kept
- * as offsets from the reader index, which the base keeps valid when it
- * moves unread bytes into its cumulation; a head stays unconsumed until it
- * is complete, so its slices are one contiguous stretch. Body bytes are
- * consumed as they are parsed and passed on as slices. */
+ * llhttp is driven by http_parse.c. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#include <llhttp.h>
 
 #include <weft/channel.h>
 #include <weft/decoder.h>
@@ -27,14 +18,7 @@
 #include <weft/timer.h>
 
 #include "codec/http_internal.h"
-
-/* Why llhttp paused. */
-enum pause_cause { PAUSE_NONE, PAUSE_HEAD, PAUSE_CHUNK, PAUSE_END };
-
-/* Which span llhttp reported last, so a span cut by the end of a read is
- * joined with its rest and a value line that is not contiguous with the
- * value before it is recognised as obs-fold. */
-enum span_kind { SPAN_NONE, SPAN_FIELD, SPAN_VALUE };
+#include "codec/http_parse.h"
 
 /* Flags of a request waiting for its response. */
 enum {
@@ -48,36 +32,13 @@ enum {
 /* The framing of the response being written. */
 enum resp_mode { RESP_NONE, RESP_NOBODY, RESP_LENGTH, RESP_CHUNKED, RESP_EOF };
 
-typedef struct hdr_pos {
-  size_t name_off, name_len, value_off, value_len;
-} hdr_pos;
-
 typedef struct http_server {
   weft_decoder base;
   weft_http_server_options o;
-  llhttp_t parser;
+  weft__http_parse p;
   weft_ctx *ctx;
-  weft_timer timer; /* header timeout */
-  /* decoding */
-  const char *exec_base; /* the reader pointer of the running execute */
-  size_t pos;            /* bytes past the reader index parsed already */
-  bool in_head;          /* between a request's first byte and its head's end */
-  bool between;          /* between messages: no byte of the next one parsed */
-  bool stop;             /* no more requests on this connection */
-  bool paused;           /* llhttp paused: it runs again even with no new
-                            bytes (the end of a bodiless message is found
-                            by a run over zero bytes) */
-  enum pause_cause pause;
-  enum span_kind span;
-  size_t method_off, method_len, url_off, url_len;
-  hdr_pos *hdrs;
-  size_t nhdrs, hdrs_cap;
-  size_t body_off, body_len; /* a parsed body span not passed on yet */
-  uint64_t body_total;
-  size_t trailer_bytes;
-  bool end_pending; /* the end marker follows the pending body span */
-  int error_status; /* set by a callback: answer this and close */
-  char error_reason[96];
+  weft_timer timer;  /* header timeout */
+  bool stop;         /* no more requests on this connection */
   int reject_status; /* answer this once the queued requests are answered */
   /* requests waiting for their response, oldest first */
   uint8_t *queue;
@@ -88,149 +49,6 @@ typedef struct http_server {
   uint64_t remaining; /* RESP_LENGTH: body bytes still to come */
   bool resp_close;
 } http_server;
-
-static http_server *of(llhttp_t *p) { return p->data; }
-
-/* ---- llhttp callbacks ---- */
-
-static int cb_error(http_server *s, int status, const char *reason) {
-  s->error_status = status;
-  snprintf(s->error_reason, sizeof s->error_reason, "%s", reason);
-  return HPE_USER;
-}
-
-/* Bytes of head from the reader index to the end of `at`..`len`. */
-static int head_check(http_server *s, const char *at, size_t len) {
-  size_t end = (size_t)(at - s->exec_base) + len;
-  if (end <= s->o.max_head_bytes)
-    return 0;
-  return s->nhdrs == 0 && s->span == SPAN_NONE
-             ? cb_error(s, 414, "request line above max_head_bytes")
-             : cb_error(s, 431, "request head above max_head_bytes");
-}
-
-static int on_message_begin(llhttp_t *p) {
-  http_server *s = of(p);
-  s->in_head = true;
-  s->between = false;
-  s->span = SPAN_NONE;
-  s->nhdrs = s->method_len = s->url_len = 0;
-  s->body_total = 0;
-  s->trailer_bytes = 0;
-  return 0;
-}
-
-/* Joins a span cut by the end of a read with its rest. */
-static void span_join(http_server *s, size_t *off, size_t *len, const char *at,
-                      size_t n) {
-  size_t o = (size_t)(at - s->exec_base);
-  if (*len == 0)
-    *off = o;
-  *len = o + n - *off;
-}
-
-static int on_method(llhttp_t *p, const char *at, size_t n) {
-  http_server *s = of(p);
-  span_join(s, &s->method_off, &s->method_len, at, n);
-  return head_check(s, at, n);
-}
-
-static int on_url(llhttp_t *p, const char *at, size_t n) {
-  http_server *s = of(p);
-  span_join(s, &s->url_off, &s->url_len, at, n);
-  return head_check(s, at, n);
-}
-
-/* Trailer fields (after a chunked body) are parsed by llhttp and dropped
- * here; their bytes are consumed as they come, so they are only counted,
- * against max_head_bytes. */
-static int trailer(http_server *s, size_t n) {
-  s->trailer_bytes += n;
-  return s->trailer_bytes > s->o.max_head_bytes
-             ? cb_error(s, 431, "trailer section above max_head_bytes")
-             : 0;
-}
-
-static int on_header_field(llhttp_t *p, const char *at, size_t n) {
-  http_server *s = of(p);
-  if (!s->in_head)
-    return trailer(s, n);
-  int rc = head_check(s, at, n);
-  if (rc != 0)
-    return rc;
-  if (s->span != SPAN_FIELD) {
-    if (s->nhdrs == s->o.max_headers)
-      return cb_error(s, 431, "more header fields than max_headers");
-    if (s->nhdrs == s->hdrs_cap) {
-      size_t cap = s->hdrs_cap ? 2 * s->hdrs_cap : 16;
-      hdr_pos *h = realloc(s->hdrs, cap * sizeof *h);
-      if (h == NULL)
-        return cb_error(s, 500, "out of memory for header fields");
-      s->hdrs = h;
-      s->hdrs_cap = cap;
-    }
-    s->hdrs[s->nhdrs++] = (hdr_pos){0};
-    s->span = SPAN_FIELD;
-  }
-  hdr_pos *h = &s->hdrs[s->nhdrs - 1];
-  span_join(s, &h->name_off, &h->name_len, at, n);
-  return 0;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t n) {
-  http_server *s = of(p);
-  if (!s->in_head)
-    return trailer(s, n);
-  int rc = head_check(s, at, n);
-  if (rc != 0)
-    return rc;
-  hdr_pos *h = &s->hdrs[s->nhdrs - 1];
-  size_t o = (size_t)(at - s->exec_base);
-  /* A second value span that does not continue the first one began on a
-   * line of its own: obs-fold, which RFC 9112 5.2 lets a server reject and
-   * which smuggles headers past a proxy that unfolds differently. */
-  if (s->span == SPAN_VALUE && o != h->value_off + h->value_len)
-    return cb_error(s, 400, "obs-fold (a header line continuing another)");
-  s->span = SPAN_VALUE;
-  span_join(s, &h->value_off, &h->value_len, at, n);
-  return 0;
-}
-
-static int on_headers_complete(llhttp_t *p) {
-  of(p)->pause = PAUSE_HEAD;
-  return HPE_PAUSED;
-}
-
-static int on_body(llhttp_t *p, const char *at, size_t n) {
-  http_server *s = of(p);
-  s->body_total += n;
-  if (s->body_total > s->o.max_body)
-    return cb_error(s, 413, "chunked body above max_body");
-  span_join(s, &s->body_off, &s->body_len, at, n);
-  return 0;
-}
-
-static int on_chunk_complete(llhttp_t *p) {
-  of(p)->pause = PAUSE_CHUNK;
-  return HPE_PAUSED;
-}
-
-static int on_message_complete(llhttp_t *p) {
-  of(p)->pause = PAUSE_END;
-  return HPE_PAUSED;
-}
-
-static const llhttp_settings_t settings = {
-    .on_message_begin = on_message_begin,
-    .on_method = on_method,
-    .on_url = on_url,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_chunk_complete = on_chunk_complete,
-    .on_message_complete = on_message_complete,
-};
 
 /* ---- the queue of requests waiting for a response ---- */
 
@@ -518,7 +336,7 @@ static int reject(http_server *s, weft_buf *in, int status,
            weft_http_reason(status), reason);
   weft_timer_stop(&s->timer);
   s->stop = true;
-  s->pos = 0;
+  s->p.pos = 0;
   in->reader_index = in->writer_index;
   uint8_t *back = q_back(s);
   if (back != NULL && (*back & Q_DECODING)) {
@@ -560,46 +378,35 @@ static weft_http_method method_of(uint8_t m) {
   }
 }
 
-static bool str_is(const char *p, size_t n, const char *c) {
-  size_t cn = strlen(c);
-  return n == cn && strncasecmp(p, c, n) == 0;
-}
-
-/* Header values without the whitespace llhttp leaves at their end. */
-static void trim_value(const char *base, hdr_pos *h) {
-  while (h->value_len > 0 && (base[h->value_off + h->value_len - 1] == ' ' ||
-                              base[h->value_off + h->value_len - 1] == '\t'))
-    h->value_len--;
-}
-
 /* The checks llhttp leaves to the server; 0 or the status to answer. */
 static int check_head(http_server *s, const char *base, size_t *hosts,
                       bool *expect, const char **why) {
-  if (s->parser.http_major != 1 || s->parser.http_minor > 1) {
+  if (s->p.parser.http_major != 1 || s->p.parser.http_minor > 1) {
     *why = "HTTP version other than 1.0 and 1.1";
     return 505;
   }
-  for (size_t i = 0; i < s->nhdrs; i++) {
-    hdr_pos *h = &s->hdrs[i];
-    trim_value(base, h);
+  weft__http_trim_values(&s->p, base);
+  for (size_t i = 0; i < s->p.nhdrs; i++) {
+    const weft__http_hdr_pos *h = &s->p.hdrs[i];
     const char *name = base + h->name_off;
-    if (str_is(name, h->name_len, "host"))
+    if (weft__http_str_is(name, h->name_len, "host"))
       ++*hosts;
-    else if (str_is(name, h->name_len, "expect"))
-      *expect = str_is(base + h->value_off, h->value_len, "100-continue");
+    else if (weft__http_str_is(name, h->name_len, "expect"))
+      *expect =
+          weft__http_str_is(base + h->value_off, h->value_len, "100-continue");
   }
-  if (s->parser.http_minor == 1 && *hosts != 1) {
+  if (s->p.parser.http_minor == 1 && *hosts != 1) {
     *why = "HTTP/1.1 request without exactly one Host (RFC 9112 3.2)";
     return 400;
   }
   /* RFC 9112 6.3: a request whose last transfer coding is not chunked. */
-  if ((s->parser.flags & F_TRANSFER_ENCODING) &&
-      !(s->parser.flags & F_CHUNKED)) {
+  if ((s->p.parser.flags & F_TRANSFER_ENCODING) &&
+      !(s->p.parser.flags & F_CHUNKED)) {
     *why = "Transfer-Encoding without chunked last";
     return 400;
   }
-  if ((s->parser.flags & F_CONTENT_LENGTH) &&
-      s->parser.content_length > s->o.max_body) {
+  if ((s->p.parser.flags & F_CONTENT_LENGTH) &&
+      s->p.parser.content_length > s->o.max_body) {
     *why = "Content-Length above max_body";
     return 413;
   }
@@ -607,7 +414,7 @@ static int check_head(http_server *s, const char *base, size_t *hosts,
 }
 
 static int emit_head(http_server *s, weft_buf *in, void **out) {
-  const char *base = s->exec_base;
+  const char *base = s->p.exec_base;
   size_t hosts = 0;
   bool expect = false;
   const char *why = NULL;
@@ -615,38 +422,33 @@ static int emit_head(http_server *s, weft_buf *in, void **out) {
   if (status != 0)
     return reject(s, in, status, why);
   weft_http_request *req =
-      malloc(sizeof *req + s->nhdrs * sizeof(weft_http_header));
-  weft_buf *data = req != NULL ? weft_buf_read_slice(in, s->pos) : NULL;
+      malloc(sizeof *req + s->p.nhdrs * sizeof(weft_http_header));
+  weft_buf *data = req != NULL ? weft__http_take_head(&s->p, in) : NULL;
   if (data == NULL) {
     free(req);
     return weft_decoder_fail(&s->base, WEFT_ENOMEM, "http: request head");
   }
   const char *p = (const char *)data->base;
-  bool chunked = s->parser.flags & F_CHUNKED;
-  bool has_body = chunked || s->parser.content_length > 0;
+  bool chunked = s->p.parser.flags & F_CHUNKED;
+  bool has_body = chunked || s->p.parser.content_length > 0;
   *req = (weft_http_request){
       .msg = {&weft_http_request_type},
-      .method = method_of(s->parser.method),
-      .method_name = {p + s->method_off, s->method_len},
-      .target = {p + s->url_off, s->url_len},
-      .version_major = s->parser.http_major,
-      .version_minor = s->parser.http_minor,
-      .keep_alive = llhttp_should_keep_alive(&s->parser) &&
-                    s->parser.method != HTTP_CONNECT,
-      .expect_continue = expect && s->parser.http_minor == 1 && has_body,
+      .method = method_of(s->p.parser.method),
+      .method_name = {p + s->p.line_off, s->p.line_len},
+      .target = {p + s->p.url_off, s->p.url_len},
+      .version_major = s->p.parser.http_major,
+      .version_minor = s->p.parser.http_minor,
+      .keep_alive = llhttp_should_keep_alive(&s->p.parser) &&
+                    s->p.parser.method != HTTP_CONNECT,
+      .expect_continue = expect && s->p.parser.http_minor == 1 && has_body,
       .chunked = chunked,
-      .content_length = chunked ? -1 : (int64_t)s->parser.content_length,
-      .nheaders = s->nhdrs,
+      .content_length = chunked ? -1 : (int64_t)s->p.parser.content_length,
+      .nheaders = s->p.nhdrs,
       .headers = (weft_http_header *)(req + 1),
       .data = data};
-  for (size_t i = 0; i < s->nhdrs; i++)
-    req->headers[i] =
-        (weft_http_header){{p + s->hdrs[i].name_off, s->hdrs[i].name_len},
-                           {p + s->hdrs[i].value_off, s->hdrs[i].value_len}};
-  s->pos = 0;
-  s->in_head = false;
+  weft__http_fill_headers(&s->p, p, req->headers);
   weft_timer_stop(&s->timer);
-  uint8_t flags = (s->parser.method == HTTP_HEAD ? Q_HEAD : 0) |
+  uint8_t flags = (s->p.parser.method == HTTP_HEAD ? Q_HEAD : 0) |
                   (req->keep_alive ? 0 : Q_CLOSE) |
                   (req->version_minor == 0 ? Q_V10 : 0) | Q_DECODING;
   if (req->expect_continue && s->q_len == 0)
@@ -658,22 +460,8 @@ static int emit_head(http_server *s, weft_buf *in, void **out) {
   return 1;
 }
 
-/* The pending body span as a slice; everything parsed is consumed. */
-static int emit_body(http_server *s, weft_buf *in, void **out) {
-  size_t start = in->reader_index;
-  in->reader_index = start + s->body_off;
-  weft_buf *b = weft_buf_read_slice(in, s->body_len);
-  in->reader_index = start + s->pos;
-  s->pos = 0;
-  s->body_len = 0;
-  if (b == NULL)
-    return weft_decoder_fail(&s->base, WEFT_ENOMEM, "http: body slice");
-  *out = b;
-  return 1;
-}
-
 static int emit_end(http_server *s, void **out) {
-  s->end_pending = false;
+  s->p.end_pending = false;
   uint8_t *back = q_back(s);
   if (back != NULL && (*back & Q_DECODING)) {
     *back &= (uint8_t)~Q_DECODING;
@@ -695,43 +483,26 @@ static void header_timeout(void *arg) {
   write_status(s, 408); /* flushes; may free `s` with the channel */
 }
 
-static int parse_error(http_server *s, weft_buf *in, llhttp_errno_t err) {
-  if (s->error_status != 0)
-    return reject(s, in, s->error_status, s->error_reason);
-  char why[128];
-  snprintf(why, sizeof why, "%s (%s)", llhttp_get_error_reason(&s->parser),
-           llhttp_errno_name(err));
-  return reject(s, in, 400, why);
-}
-
-/* Runs llhttp over the bytes not parsed yet; returns what decode returns. */
-static int execute(http_server *s, weft_buf *in, void **out) {
-  size_t avail = weft_buf_readable(in) - s->pos;
-  if (s->between && s->q_len >= s->o.max_pipelined) {
+/* One run of llhttp and what it yields; returns what decode returns. */
+static int execute(void *owner, weft_buf *in, void **out) {
+  http_server *s = owner;
+  if (s->p.end_pending)
+    return emit_end(s, out);
+  if (s->p.between && s->q_len >= s->o.max_pipelined) {
     set_reading(s, false); /* resumed by finish_response */
     return 0;
   }
-  s->exec_base = (const char *)weft_buf_rptr(in);
-  s->pause = PAUSE_NONE;
-  const char *from = s->exec_base + s->pos;
-  llhttp_errno_t err = llhttp_execute(&s->parser, from, avail);
-  size_t used =
-      err == HPE_OK ? avail : (size_t)(llhttp_get_error_pos(&s->parser) - from);
-  s->pos += used;
-  if (err == HPE_PAUSED_UPGRADE) { /* weft does not switch protocols */
+  switch (weft__http_parse_run(&s->p, in)) {
+  case WEFT__HTTP_UPGRADE: /* weft does not switch protocols or tunnel */
     s->stop = true;
     in->reader_index = in->writer_index;
-    s->pos = 0;
+    s->p.pos = 0;
     return 1;
-  }
-  if (err != HPE_OK && err != HPE_PAUSED)
-    return parse_error(s, in, err);
-  s->paused = err == HPE_PAUSED;
-  if (s->paused)
-    llhttp_resume(&s->parser);
-  if (s->pause == PAUSE_HEAD)
+  case WEFT__HTTP_ERROR:
+    return reject(s, in, s->p.error_status, s->p.error_reason);
+  case WEFT__HTTP_HEAD:
     return emit_head(s, in, out);
-  if (s->in_head) { /* the head is incomplete: keep its bytes */
+  case WEFT__HTTP_MORE:
     /* The deadline counts from the first read that left a head
      * incomplete; a head read whole never touches the timer heap. */
     if (s->o.header_timeout_ms != 0 && !weft_timer_active(&s->timer))
@@ -739,69 +510,24 @@ static int execute(http_server *s, weft_buf *in, void **out) {
                        header_timeout, s);
     s->base.need = s->o.max_head_bytes + 1;
     return 0;
+  case WEFT__HTTP_DATA:
+    break;
   }
-  if (s->pause == PAUSE_END) {
-    s->end_pending = true;
-    s->between = true;
-    s->paused = false; /* nothing is left to run over zero bytes */
+  if (s->p.body_len > 0) {
+    *out = weft__http_take_body(&s->p, in);
+    return *out != NULL
+               ? 1
+               : weft_decoder_fail(&s->base, WEFT_ENOMEM, "http: body slice");
   }
-  if (s->body_len > 0)
-    return emit_body(s, in, out);
-  in->reader_index += s->pos;
-  s->pos = 0;
-  if (s->end_pending)
+  weft__http_consume(&s->p, in);
+  if (s->p.end_pending)
     return emit_end(s, out);
   return 1; /* consumed chunk framing only */
 }
 
-/* Decodes every message of the bytes at hand, not just one: the base
- * calls decode only while bytes are left, but the end of a message may
- * need a run of llhttp over no bytes (a bodiless request) or follow the
- * body slice that consumed the last byte. So each message but the last is
- * fired here and the last is returned; between messages it stops where
- * the base would (the channel stopped reading, the handler went). */
 static int http_decode(weft_decoder *d, weft_buf *in, void **out) {
   http_server *s = (http_server *)d;
-  void *last = NULL;
-  bool consumed = false;
-  for (;;) {
-    if (s->stop) { /* after a close request or an error: input is dropped */
-      consumed |= weft_buf_readable(in) > 0;
-      in->reader_index = in->writer_index;
-      break;
-    }
-    void *m = NULL;
-    int rc = 1;
-    if (s->end_pending)
-      rc = emit_end(s, &m);
-    else if (weft_buf_readable(in) > s->pos || s->paused)
-      rc = execute(s, in, &m);
-    else
-      break;
-    if (rc < 0) {
-      if (last == NULL)
-        return rc;
-      weft_ctx_fire_exception_caught(s->ctx, rc, s->base.reason);
-      break;
-    }
-    if (rc == 0)
-      break;
-    consumed = true;
-    if (m == NULL)
-      continue;
-    if (last != NULL) {
-      weft_ctx_fire_channel_read(s->ctx, last);
-      if (s->base.removed) {
-        weft_msg_release(m);
-        return 1;
-      }
-    }
-    last = m;
-    if (!weft_channel_is_reading(weft_ctx_channel(s->ctx)))
-      break; /* flow control: the rest waits in the cumulation */
-  }
-  *out = last;
-  return last != NULL || consumed ? 1 : 0;
+  return weft__http_decode_all(d, s->ctx, &s->p, &s->stop, in, out, execute, s);
 }
 
 /* ---- the handler ---- */
@@ -809,7 +535,7 @@ static int http_decode(weft_decoder *d, weft_buf *in, void **out) {
 static void http_free(weft_decoder *d) {
   http_server *s = (http_server *)d;
   weft_timer_stop(&s->timer);
-  free(s->hdrs);
+  weft__http_parse_fini(&s->p);
   free(s->queue);
   free(s);
 }
@@ -857,8 +583,9 @@ int weft_http_server_codec_add_last(weft_pipeline *p, const char *name,
     return WEFT_ENOMEM;
   }
   weft_decoder_init(&s->base, http_decode, http_free);
-  s->between = true;
-  llhttp_init(&s->parser, HTTP_REQUEST, &settings);
-  s->parser.data = s;
+  weft__http_parse_init(&s->p, HTTP_REQUEST);
+  s->p.max_head_bytes = s->o.max_head_bytes;
+  s->p.max_headers = s->o.max_headers;
+  s->p.max_body = s->o.max_body;
   return weft_decoder_add_last(p, name, &http_server_handler, &s->base);
 }
