@@ -54,8 +54,7 @@ weft_buf *weft_http_slice_buf(const weft_http_request *req, weft_http_str s) {
 static void response_release(void *msg) {
   weft_http_response *r = msg;
   weft_buf_release(r->body);
-  if (r->hdr != r->hdr_inline)
-    free(r->hdr);
+  weft__http_fields_free(&r->fields);
   free(r);
 }
 
@@ -71,9 +70,7 @@ weft_http_response *weft_http_response_new(int status) {
   r->content_length = -1;
   r->close = false;
   r->body = NULL;
-  r->hdr = r->hdr_inline;
-  r->hdr_len = 0;
-  r->hdr_cap = sizeof r->hdr_inline;
+  weft__http_fields_init(&r->fields);
   return r;
 }
 
@@ -86,37 +83,55 @@ static bool field_safe(const char *s, size_t n) {
   return true;
 }
 
-static int reserve(weft_http_response *r, size_t more) {
-  if (r->hdr_cap - r->hdr_len >= more)
-    return 0;
-  size_t cap = 2 * r->hdr_cap;
-  while (cap - r->hdr_len < more)
-    cap *= 2;
-  char *p = r->hdr == r->hdr_inline ? malloc(cap) : realloc(r->hdr, cap);
-  if (p == NULL)
+void weft__http_fields_init(weft_http_fields *f) {
+  f->buf = f->inline_buf;
+  f->len = 0;
+  f->cap = sizeof f->inline_buf;
+}
+
+void weft__http_fields_free(weft_http_fields *f) {
+  if (f->buf != f->inline_buf)
+    free(f->buf);
+}
+
+int weft__http_fields_append(weft_http_fields *f, const char *s, size_t n) {
+  if (f->cap - f->len < n) {
+    size_t cap = 2 * f->cap;
+    while (cap - f->len < n)
+      cap *= 2;
+    char *p = f->buf == f->inline_buf ? malloc(cap) : realloc(f->buf, cap);
+    if (p == NULL)
+      return WEFT_ENOMEM;
+    if (f->buf == f->inline_buf)
+      memcpy(p, f->inline_buf, f->len);
+    f->buf = p;
+    f->cap = cap;
+  }
+  memcpy(f->buf + f->len, s, n);
+  f->len += n;
+  return 0;
+}
+
+int weft__http_fields_add(weft_http_fields *f, const char *name,
+                          const char *value) {
+  size_t n = strlen(name), v = strlen(value);
+  if (n == 0 || !field_safe(name, n) || !field_safe(value, v) ||
+      memchr(name, ':', n) != NULL)
+    return WEFT_EINVAL;
+  size_t len = f->len;
+  if (weft__http_fields_append(f, name, n) != 0 ||
+      weft__http_fields_append(f, ": ", 2) != 0 ||
+      weft__http_fields_append(f, value, v) != 0 ||
+      weft__http_fields_append(f, "\r\n", 2) != 0) {
+    f->len = len;
     return WEFT_ENOMEM;
-  if (r->hdr == r->hdr_inline)
-    memcpy(p, r->hdr_inline, r->hdr_len);
-  r->hdr = p;
-  r->hdr_cap = cap;
+  }
   return 0;
 }
 
 int weft_http_response_add_header(weft_http_response *r, const char *name,
                                   const char *value) {
-  size_t n = strlen(name), v = strlen(value);
-  if (n == 0 || !field_safe(name, n) || !field_safe(value, v) ||
-      memchr(name, ':', n) != NULL)
-    return WEFT_EINVAL;
-  if (reserve(r, n + v + 4) != 0)
-    return WEFT_ENOMEM;
-  char *w = r->hdr + r->hdr_len;
-  memcpy(w, name, n);
-  memcpy(w + n, ": ", 2);
-  memcpy(w + n + 2, value, v);
-  memcpy(w + n + 2 + v, "\r\n", 2);
-  r->hdr_len += n + v + 4;
-  return 0;
+  return weft__http_fields_add(&r->fields, name, value);
 }
 
 int weft_http_respond(weft_ctx *ctx, int status, const char *content_type,

@@ -26,7 +26,7 @@ enum {
   Q_CLOSE = 2,     /* the connection closes after the response */
   Q_V10 = 4,       /* HTTP/1.0: no chunked framing */
   Q_EXPECT = 8,    /* Expect: 100-continue, not answered yet */
-  Q_DECODING = 16, /* its body is still being decoded */
+  Q_DECODING = 16, /* it has a body, still being decoded */
 };
 
 /* The framing of the response being written. */
@@ -39,6 +39,7 @@ typedef struct http_server {
   weft_ctx *ctx;
   weft_timer timer;  /* header timeout */
   bool stop;         /* no more requests on this connection */
+  bool decoding_close; /* the request being decoded ends the connection */
   int reject_status; /* answer this once the queued requests are answered */
   /* requests waiting for their response, oldest first */
   uint8_t *queue;
@@ -109,7 +110,7 @@ static weft_buf *encode_head(http_server *s, const weft_http_response *r,
   const char *reason = weft_http_reason(r->status);
   const char *server = s->o.server;
   size_t cap = 64 + strlen(reason) + 40 + (server ? strlen(server) + 10 : 0) +
-               r->hdr_len + 40 + 30 + extra;
+               r->fields.len + 40 + 30 + extra;
   weft_channel *ch = weft_ctx_channel(s->ctx);
   weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), cap);
   if (b == NULL)
@@ -122,8 +123,8 @@ static weft_buf *encode_head(http_server *s, const weft_http_response *r,
   memcpy(w + n + 6, weft__http_date(), 29);
   memcpy(w + n + 35, "\r\n", 2);
   n += 37;
-  memcpy(w + n, r->hdr, r->hdr_len);
-  n += (int)r->hdr_len;
+  memcpy(w + n, r->fields.buf, r->fields.len);
+  n += (int)r->fields.len;
   if (cl >= 0)
     n +=
         snprintf(w + n, cap - (size_t)n, "Content-Length: %" PRId64 "\r\n", cl);
@@ -204,7 +205,11 @@ static void write_response(http_server *s, weft_http_response *r,
   if (!status_has_body(r->status))
     cl = -1;
   bool v10 = *front & Q_V10;
-  s->resp_close = r->close || (*front & Q_CLOSE);
+  /* A whole response to a request whose body is still coming: that body
+   * would be taken for the next request, so the connection ends (RFC 9110
+   * 10.1.1 lets a server answer early, then it must read or close). */
+  s->resp_close = r->close || (*front & Q_CLOSE) ||
+                  (r->body != NULL && (*front & Q_DECODING));
   if (cl < 0 && r->body == NULL && status_has_body(r->status) && v10)
     s->resp_close = true; /* a 1.0 client reads to the close */
   bool chunked = cl < 0 && !v10 && status_has_body(r->status);
@@ -448,9 +453,13 @@ static int emit_head(http_server *s, weft_buf *in, void **out) {
       .data = data};
   weft__http_fill_headers(&s->p, p, req->headers);
   weft_timer_stop(&s->timer);
+  /* A bodiless request is decoded whole once its head is: a handler may
+   * answer it at its head, and the connection goes on. */
   uint8_t flags = (s->p.parser.method == HTTP_HEAD ? Q_HEAD : 0) |
                   (req->keep_alive ? 0 : Q_CLOSE) |
-                  (req->version_minor == 0 ? Q_V10 : 0) | Q_DECODING;
+                  (req->version_minor == 0 ? Q_V10 : 0) |
+                  (has_body ? Q_DECODING : 0);
+  s->decoding_close = !req->keep_alive;
   if (req->expect_continue && s->q_len == 0)
     send_continue(s);
   else if (req->expect_continue)
@@ -463,11 +472,10 @@ static int emit_head(http_server *s, weft_buf *in, void **out) {
 static int emit_end(http_server *s, void **out) {
   s->p.end_pending = false;
   uint8_t *back = q_back(s);
-  if (back != NULL && (*back & Q_DECODING)) {
+  if (back != NULL && (*back & Q_DECODING))
     *back &= (uint8_t)~Q_DECODING;
-    if (*back & Q_CLOSE)
-      s->stop = true; /* nothing after a request that ends the connection */
-  }
+  if (s->decoding_close)
+    s->stop = true; /* nothing after a request that ends the connection */
   *out = weft_http_end();
   return 1;
 }

@@ -456,6 +456,48 @@ START_TEST(http_complete_head_stops_the_timer) {
 }
 END_TEST
 
+/* A handler that answers at the head, before the end marker. */
+static void head_answer_read(weft_ctx *ctx, void *msg) {
+  bool head = weft_msg_is(msg, &weft_http_request_type);
+  weft_msg_release(msg);
+  if (head) {
+    ck_assert_int_eq(weft_http_respond(ctx, 200, NULL, "early", 5), 0);
+    weft_ctx_flush(ctx);
+  }
+}
+
+static void init_head_answer(weft_channel *ch, void *arg) {
+  static const weft_handler h = {.name = "early",
+                                 .channel_read = head_answer_read};
+  init_codec(ch, NULL);
+  ck_assert_int_eq(
+      weft_pipeline_add_last(weft_channel_pipeline(ch), "app", &h, arg), 0);
+}
+
+/* A bodiless request answered at its head keeps the connection (it was
+ * closed as if its body were still coming); one with a body answered
+ * before the body ends closes it, with "Connection: close". */
+START_TEST(http_answer_at_the_head) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_head_answer, NULL), 0);
+  weft_embedded_set_stream(e, true);
+  static const char get[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 0; i < 2; i++)
+    feed(e, get, sizeof get - 1, FEED_WHOLE, 1);
+  char *out = outbound(e);
+  ck_assert_uint_eq(count(out, "HTTP/1.1 200 OK\r\n"), 2);
+  ck_assert_ptr_null(strstr(out, "Connection: close"));
+  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
+  static const char post[] = "POST / HTTP/1.1\r\nHost: x\r\n"
+                             "Content-Length: 4\r\n\r\nab";
+  feed(e, post, sizeof post - 1, FEED_WHOLE, 1);
+  out = outbound(e);
+  ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
+  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 START_TEST(http_response_builders) {
   ck_assert_str_eq(weft_http_reason(431), "Request Header Fields Too Large");
   ck_assert_str_eq(weft_http_reason(799), "");
@@ -465,7 +507,7 @@ START_TEST(http_response_builders) {
   name[sizeof name - 1] = '\0';
   for (int i = 0; i < 4; i++) /* past the inline space */
     ck_assert_int_eq(weft_http_response_add_header(r, name, "v"), 0);
-  ck_assert_uint_eq(r->hdr_len, 4 * (299 + 5));
+  ck_assert_uint_eq(r->fields.len, 4 * (299 + 5));
   ck_assert_int_eq(weft_http_response_add_header(r, "", "v"), WEFT_EINVAL);
   ck_assert_int_eq(weft_http_response_add_header(r, "a:b", "v"), WEFT_EINVAL);
   ck_assert_int_eq(weft_http_response_add_header(r, "a", "v\n"), WEFT_EINVAL);
@@ -487,6 +529,7 @@ Suite *weft_test_suite(void) {
                       (int)(sizeof cases / sizeof cases[0]));
   tcase_add_test(tc, http_slow_head_gets_408);
   tcase_add_test(tc, http_complete_head_stops_the_timer);
+  tcase_add_test(tc, http_answer_at_the_head);
   tcase_add_test(tc, http_response_builders);
   suite_add_tcase(s, tc);
   return s;

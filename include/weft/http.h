@@ -141,26 +141,31 @@ bool weft_http_str_equals(weft_http_str s, const char *c);
  */
 weft_buf *weft_http_slice_buf(const weft_http_request *req, weft_http_str s);
 
+/** Header lines being built: private to the codec (fill them with the
+ *  add_header functions). */
+typedef struct weft_http_fields {
+  char *buf;            /* inline_buf or the heap */
+  size_t len, cap;      /* bytes used, bytes of room */
+  char inline_buf[256]; /* most heads fit here: no allocation */
+} weft_http_fields;
+
 /**
  * A response head (and, with `body`, the whole response), built by the
  * handler and written down the pipeline. Fields marked public may be set
  * directly; add headers with weft_http_response_add_header().
  */
 typedef struct weft_http_response {
-  weft_msg msg;           /* type weft_http_response_type */
-  int status;             /* public: 100..599 */
-  int64_t content_length; /* public: body bytes that follow, or -1
-                             (default) for chunked framing (a 1.0 client:
-                             the body ends at the close). Ignored when
-                             `body` is set */
-  bool close;             /* public: close the connection after it */
-  weft_buf *body;         /* public: the whole body, owned by the response
-                             (released by the codec); NULL = chunks and an
-                             end marker follow */
-  /* private: "Name: value\r\n" lines added so far */
-  char *hdr;
-  size_t hdr_len, hdr_cap;
-  char hdr_inline[256];
+  weft_msg msg;            /* type weft_http_response_type */
+  int status;              /* public: 100..599 */
+  int64_t content_length;  /* public: body bytes that follow, or -1
+                              (default) for chunked framing (a 1.0 client:
+                              the body ends at the close). Ignored when
+                              `body` is set */
+  bool close;              /* public: close the connection after it */
+  weft_buf *body;          /* public: the whole body, owned by the response
+                              (released by the codec); NULL = chunks and an
+                              end marker follow */
+  weft_http_fields fields; /* private: "Name: value\r\n" lines */
 } weft_http_response;
 
 /** The message type of every weft_http_response. */
@@ -218,6 +223,122 @@ void weft_http_server_options_init(weft_http_server_options *o);
  */
 int weft_http_server_codec_add_last(weft_pipeline *p, const char *name,
                                     const weft_http_server_options *opts);
+
+/* ---- the client side ---- */
+
+/**
+ * A request the client writes: the request line and headers are built
+ * here (copied); the body is `body`, or chunks and an end marker written
+ * after it. Fields marked public may be set directly.
+ */
+typedef struct weft_http_client_request {
+  weft_msg msg;            /* type weft_http_client_request_type */
+  int64_t content_length;  /* public: body bytes that follow; 0 (default) =
+                              no body; -1 = chunked. Ignored when `body` is
+                              set */
+  weft_buf *body;          /* public: the whole body, owned (released by the
+                              codec); NULL = none, or chunks follow */
+  bool head;               /* read-only: the method is HEAD */
+  weft_http_fields fields; /* private: request line and header lines */
+} weft_http_client_request;
+
+/** The message type of every weft_http_client_request. */
+extern const weft_msg_type weft_http_client_request_type;
+
+/**
+ * A new request "METHOD target HTTP/1.1" with a Host header when `host`
+ * is not NULL (HTTP/1.1 requires one: RFC 9112 3.2). NULL when `method` is
+ * not a token, `target` is empty or holds a space or a control byte
+ * (request splitting), or on ENOMEM. Release it with weft_msg_release()
+ * if not written.
+ */
+weft_http_client_request *weft_http_client_request_new(const char *method,
+                                                       const char *target,
+                                                       const char *host);
+
+/** As weft_http_response_add_header(); the codec writes Content-Length
+ *  and Transfer-Encoding itself. */
+int weft_http_client_request_add_header(weft_http_client_request *q,
+                                        const char *name, const char *value);
+
+/** A decoded response head (client side). Fields are read-only. */
+typedef struct weft_http_response_head {
+  weft_msg msg;         /* type weft_http_response_head_type */
+  int status;           /* 200..599 (interim 1xx responses are dropped) */
+  weft_http_str reason; /* the reason phrase as sent */
+  uint8_t version_major, version_minor;
+  bool keep_alive; /* the server keeps the connection after this response;
+                      when false, the codec reads nothing more: close it */
+  bool chunked;
+  int64_t content_length; /* -1: chunked, or read until the close */
+  size_t nheaders;
+  weft_http_header *headers;
+  weft_buf *data; /* owned reference: the bytes the slices point into */
+} weft_http_response_head;
+
+/** The message type of every weft_http_response_head. */
+extern const weft_msg_type weft_http_response_head_type;
+
+/** The value of the first header named `name` (ASCII case ignored), or a
+ *  weft_http_str with ptr NULL. */
+weft_http_str weft_http_response_head_header(const weft_http_response_head *r,
+                                             const char *name);
+
+/** Options of the client codec. */
+typedef struct weft_http_client_options {
+  size_t max_head_bytes; /* status line plus headers; default 16 KiB */
+  size_t max_headers;    /* default 100 */
+  uint64_t max_body;     /* response body bytes; default 64 MiB */
+  size_t max_pipelined;  /* requests written and not answered; default 64;
+                            a write past it fails with WEFT_ENOBUFS */
+} weft_http_client_options;
+
+/** Fills `o` with the defaults documented on each field. */
+void weft_http_client_options_init(weft_http_client_options *o);
+
+/**
+ * Adds the client codec at the tail end of `p`: requests (a
+ * weft_http_client_request, then chunks and weft_http_end() when it has
+ * neither `body` nor content_length 0) in, bytes out; bytes in, per
+ * response a weft_http_response_head, body chunks (weft_buf slices) and
+ * the end marker out, in the order of the requests (pipelining is
+ * allowed). A response to HEAD has no body; one without framing ends at
+ * the close (its end marker comes before channel_inactive). A malformed
+ * response, one above a limit, or one without a request waiting for it is
+ * reported with exception_caught (WEFT_EBADFRAME, WEFT_ETOOLONG,
+ * WEFT_EPROTO) and the rest of the input is dropped. Returns 0,
+ * WEFT_EEXIST or WEFT_ENOMEM. Loop thread.
+ */
+int weft_http_client_codec_add_last(weft_pipeline *p, const char *name,
+                                    const weft_http_client_options *opts);
+
+/* ---- aggregation ---- */
+
+/**
+ * A whole message: its head (a weft_http_request on a server, a
+ * weft_http_response_head on a client; one reference, released with this
+ * message) and its body in one buffer (NULL when empty). Read-only.
+ */
+typedef struct weft_http_full {
+  weft_msg msg; /* type weft_http_full_type */
+  void *head;
+  weft_buf *body;
+} weft_http_full;
+
+/** The message type of every weft_http_full. */
+extern const weft_msg_type weft_http_full_type;
+
+/**
+ * Adds an aggregator after the codec (at the tail end of `p`): it turns a
+ * head, its chunks and the end marker into one weft_http_full (Netty's
+ * HttpObjectAggregator). A body of one chunk is passed on without a copy;
+ * more are copied into one buffer. Above `max_content` bytes a request
+ * gets 413 and the connection closes after it; a response is reported
+ * with exception_caught (WEFT_ETOOLONG). Returns 0, WEFT_EEXIST or
+ * WEFT_ENOMEM. Loop thread.
+ */
+int weft_http_aggregator_add_last(weft_pipeline *p, const char *name,
+                                  size_t max_content);
 
 #ifdef __cplusplus
 }
