@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# curl, Python's http.client (tests/http_client_py.py) and ab against
+# curl, Python's http.client (tests/http_client_py.py), ab and weft's own
+# client (weft-http-load) against
 # weft-http over one transport, optionally with TLS in front: /plaintext,
 # /json, static files, HEAD, keep-alive, pipelining, 100-continue, the
 # hostile cases with their status codes, the access log, --help, and a
@@ -104,6 +105,16 @@ if [ "$tls" != tls ]; then # ab's TLS is not the point here
   grep -q '^Failed requests: *0$' "$dir/ab.out" &&
     grep -q '^Complete requests: *5000$' "$dir/ab.out"
   check http_ab_keep_alive $? "$(cat "$dir/ab.out")"
+fi
+
+# weft's own client (weft-http-load, built beside the server), pipelined
+# over the same transport.
+load="$(dirname "$server")/weft-http-load"
+if [ "$tls" != tls ] && [ -x "$load" ]; then
+  timeout 120 "$load" -o loop.loops=1 -o "client.connect=$transport://127.0.0.1:$port" \
+    -o load.connections=4 -o load.pipeline=16 -o load.requests=4000 \
+    >"$dir/load.out" 2>&1
+  check http_weft_client_pipelined $? "$(cat "$dir/load.out")"
 fi
 
 got=$(grep -c '"GET /plaintext HTTP/1.1" 200 13$' "$dir/access.log")
