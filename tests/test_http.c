@@ -53,14 +53,12 @@ static const weft_handler app_handler = {.name = "app",
                                          .channel_read_complete =
                                              app_read_complete};
 
+/* The codec, then the handler `arg` (a const weft_handler *) if any. */
 static void init_codec(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(
-      weft_http_server_codec_add_last(weft_channel_pipeline(ch), "http", &opts),
-      0);
+  weft_pipeline *p = weft_channel_pipeline(ch);
+  ck_assert_int_eq(weft_http_server_codec_add_last(p, "http", &opts), 0);
   if (arg != NULL)
-    ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "app",
-                                            &app_handler, NULL),
-                     0);
+    ck_assert_int_eq(weft_pipeline_add_last(p, "app", arg, NULL), 0);
 }
 
 static void setup(void) {
@@ -82,19 +80,12 @@ static size_t free_server(weft_embedded *e) {
   return weft_embedded_free(e);
 }
 
-static weft_embedded *new_server(bool with_app) {
+/* A byte-stream embedded channel with the codec and `handler` (or none). */
+static weft_embedded *new_server(const weft_handler *handler) {
   weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_codec, with_app ? &e : NULL), 0);
+  ck_assert_int_eq(weft_embedded_new(&e, init_codec, (void *)handler), 0);
   weft_embedded_set_stream(e, true);
   return e;
-}
-
-/* Everything the server wrote, as a C string. */
-static char *outbound(weft_embedded *e) {
-  static char out[65536];
-  size_t n = drain_outbound(e, (uint8_t *)out, sizeof out - 1);
-  out[n] = '\0';
-  return out;
 }
 
 static size_t count(const char *hay, const char *needle) {
@@ -116,7 +107,7 @@ START_TEST(http_requests_decode_at_any_split) {
       "3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nTrailer: t\r\n\r\n"
       "HEAD /h HTTP/1.0\r\n\r\n";
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e = new_server(false);
+    weft_embedded *e = new_server(NULL);
     feed(e, wire, sizeof wire - 1, mode, 7u + (unsigned)mode);
     weft_http_request *r = weft_embedded_read_inbound(e);
     ck_assert(weft_msg_is(r, &weft_http_request_type));
@@ -176,14 +167,14 @@ END_TEST
 /* Pipelined requests in one read: the responses leave in request order,
  * HEAD's without its body but with its length. */
 START_TEST(http_pipelined_responses_in_request_order) {
-  weft_embedded *e = new_server(true);
+  weft_embedded *e = new_server(&app_handler);
   static const char wire[] = "GET /1 HTTP/1.1\r\nHost: x\r\n\r\n"
                              "HEAD /22 HTTP/1.1\r\nHost: x\r\n\r\n"
                              "POST /333 HTTP/1.1\r\nHost: x\r\n"
                              "Content-Length: 2\r\n\r\nok"
                              "GET /4444 HTTP/1.1\r\nHost: x\r\n\r\n";
   feed(e, wire, sizeof wire - 1, FEED_WHOLE, 1);
-  char *out = outbound(e);
+  char *out = outbound_text(e);
   ck_assert_uint_eq(count(out, "HTTP/1.1 200 OK\r\n"), 4);
   char *p1 = strstr(out, "\r\n\r\n/1");
   char *p2 = strstr(out, "Content-Length: 3\r\n");
@@ -221,20 +212,14 @@ static void stream_read(weft_ctx *ctx, void *msg) {
   weft_ctx_flush(ctx);
 }
 
-static void init_stream(weft_channel *ch, void *arg) {
-  static const weft_handler h = {.name = "stream", .channel_read = stream_read};
-  init_codec(ch, NULL);
-  ck_assert_int_eq(
-      weft_pipeline_add_last(weft_channel_pipeline(ch), "app", &h, arg), 0);
-}
+static const weft_handler stream_handler = {.name = "stream",
+                                            .channel_read = stream_read};
 
 START_TEST(http_chunked_response_and_http10_close_delimited) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_stream, NULL), 0);
-  weft_embedded_set_stream(e, true);
+  weft_embedded *e = new_server(&stream_handler);
   static const char req11[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   feed(e, req11, sizeof req11 - 1, FEED_WHOLE, 1);
-  char *out = outbound(e);
+  char *out = outbound_text(e);
   ck_assert_ptr_nonnull(strstr(out, "X-A: 1\r\nTransfer-Encoding: chunked\r\n"
                                     "\r\n6\r\nhello \r\n11\r\nworld, "
                                     "0123456789\r\n0\r\n\r\n"));
@@ -243,7 +228,7 @@ START_TEST(http_chunked_response_and_http10_close_delimited) {
   /* HTTP/1.0 without keep-alive: no chunked framing, the close ends it. */
   static const char req10[] = "GET / HTTP/1.0\r\n\r\n";
   feed(e, req10, sizeof req10 - 1, FEED_WHOLE, 1);
-  out = outbound(e);
+  out = outbound_text(e);
   ck_assert_ptr_null(strstr(out, "chunked"));
   ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n\r\nhello world"));
   ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
@@ -252,10 +237,10 @@ START_TEST(http_chunked_response_and_http10_close_delimited) {
 END_TEST
 
 START_TEST(http_connection_close_and_http10_keep_alive) {
-  weft_embedded *e = new_server(true);
+  weft_embedded *e = new_server(&app_handler);
   static const char ka[] = "GET /k HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
   feed(e, ka, sizeof ka - 1, FEED_WHOLE, 1);
-  char *out = outbound(e);
+  char *out = outbound_text(e);
   ck_assert_ptr_nonnull(strstr(out, "Connection: keep-alive\r\n"));
   ck_assert_ptr_nonnull(strstr(out, "Content-Length: 2\r\n"));
   ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
@@ -263,7 +248,7 @@ START_TEST(http_connection_close_and_http10_keep_alive) {
   static const char cl[] = "GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                            "\r\nGET /after HTTP/1.1\r\nHost: x\r\n\r\n";
   feed(e, cl, sizeof cl - 1, FEED_WHOLE, 1);
-  out = outbound(e);
+  out = outbound_text(e);
   ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n\r\n/c"));
   ck_assert_ptr_null(strstr(out, "/after"));
   ck_assert_uint_eq(the_app.heads, 2);
@@ -273,17 +258,17 @@ START_TEST(http_connection_close_and_http10_keep_alive) {
 END_TEST
 
 START_TEST(http_expect_continue_before_the_body) {
-  weft_embedded *e = new_server(true);
+  weft_embedded *e = new_server(&app_handler);
   static const char head[] =
       "PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
       "Expect: 100-continue\r\n\r\n";
   feed(e, head, sizeof head - 1, FEED_BYTES, 1);
   ck_assert_uint_eq(the_app.heads, 1);
   ck_assert(the_app.last->expect_continue);
-  ck_assert_str_eq(outbound(e), "HTTP/1.1 100 Continue\r\n\r\n");
+  ck_assert_str_eq(outbound_text(e), "HTTP/1.1 100 Continue\r\n\r\n");
   feed(e, "data", 4, FEED_WHOLE, 1);
   ck_assert_uint_eq(the_app.body_bytes, 4);
-  ck_assert_ptr_nonnull(strstr(outbound(e), "HTTP/1.1 200 OK\r\n"));
+  ck_assert_ptr_nonnull(strstr(outbound_text(e), "HTTP/1.1 200 OK\r\n"));
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -293,7 +278,7 @@ END_TEST
 START_TEST(http_pipelining_bounded_by_max_pipelined) {
   opts.max_pipelined = 2;
   the_app.hold = true;
-  weft_embedded *e = new_server(true);
+  weft_embedded *e = new_server(&app_handler);
   static const char one[] = "GET /x HTTP/1.1\r\nHost: x\r\n\r\n";
   char wire[5 * sizeof one];
   for (int i = 0; i < 5; i++)
@@ -309,7 +294,7 @@ START_TEST(http_pipelining_bounded_by_max_pipelined) {
     weft_embedded_run_pending(e); /* reading resumes */
   }
   ck_assert_uint_eq(the_app.heads, 5);
-  ck_assert_uint_eq(count(outbound(e), "HTTP/1.1 204 No Content\r\n"), 3);
+  ck_assert_uint_eq(count(outbound_text(e), "HTTP/1.1 204 No Content\r\n"), 3);
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -397,13 +382,13 @@ START_TEST(http_hostile_requests_get_their_status_and_close) {
   for (int mode = 0; mode < FEED_MODES; mode++) {
     memset(&the_app, 0, sizeof the_app);
     /* A good request first: the refusal follows its response. */
-    weft_embedded *e = new_server(true);
+    weft_embedded *e = new_server(&app_handler);
     static const char good[] = "GET /ok HTTP/1.1\r\nHost: x\r\n\r\n";
     th_log_capture_start();
     feed(e, good, sizeof good - 1, FEED_WHOLE, 1);
     feed(e, c->wire, len, mode, 3u + (unsigned)mode);
     th_log_capture_stop();
-    char *out = outbound(e);
+    char *out = outbound_text(e);
     char want[64];
     snprintf(want, sizeof want, "HTTP/1.1 %d %s\r\n", c->status,
              weft_http_reason(c->status));
@@ -427,7 +412,7 @@ END_TEST
 /* Slowloris: a head not complete in header_timeout_ms gets 408. */
 START_TEST(http_slow_head_gets_408) {
   opts.header_timeout_ms = 1;
-  weft_embedded *e = new_server(true);
+  weft_embedded *e = new_server(&app_handler);
   static const char part[] = "GET / HTTP/1.1\r\nHo";
   th_log_capture_start();
   feed(e, part, sizeof part - 1, FEED_WHOLE, 1);
@@ -435,7 +420,7 @@ START_TEST(http_slow_head_gets_408) {
             !weft_channel_is_active(weft_embedded_channel(e))));
   th_log_capture_stop();
   ck_assert_ptr_nonnull(
-      strstr(outbound(e), "HTTP/1.1 408 Request Timeout\r\n"));
+      strstr(outbound_text(e), "HTTP/1.1 408 Request Timeout\r\n"));
   ck_assert_int_eq(th_log_count("408"), 1);
   ck_assert_uint_eq(free_server(e), 0);
 }
@@ -445,13 +430,13 @@ END_TEST
  * open past the timeout while its response is pending or after it. */
 START_TEST(http_complete_head_stops_the_timer) {
   opts.header_timeout_ms = 1;
-  weft_embedded *e = new_server(true);
+  weft_embedded *e = new_server(&app_handler);
   static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   feed(e, req, sizeof req - 1, FEED_WHOLE, 1);
   th_sleep_ms(5);
   weft_embedded_run_pending(e);
   ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  ck_assert_ptr_null(strstr(outbound(e), "408"));
+  ck_assert_ptr_null(strstr(outbound_text(e), "408"));
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -466,32 +451,25 @@ static void head_answer_read(weft_ctx *ctx, void *msg) {
   }
 }
 
-static void init_head_answer(weft_channel *ch, void *arg) {
-  static const weft_handler h = {.name = "early",
-                                 .channel_read = head_answer_read};
-  init_codec(ch, NULL);
-  ck_assert_int_eq(
-      weft_pipeline_add_last(weft_channel_pipeline(ch), "app", &h, arg), 0);
-}
+static const weft_handler head_answer_handler = {
+    .name = "early", .channel_read = head_answer_read};
 
 /* A bodiless request answered at its head keeps the connection (it was
  * closed as if its body were still coming); one with a body answered
  * before the body ends closes it, with "Connection: close". */
 START_TEST(http_answer_at_the_head) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_head_answer, NULL), 0);
-  weft_embedded_set_stream(e, true);
+  weft_embedded *e = new_server(&head_answer_handler);
   static const char get[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   for (int i = 0; i < 2; i++)
     feed(e, get, sizeof get - 1, FEED_WHOLE, 1);
-  char *out = outbound(e);
+  char *out = outbound_text(e);
   ck_assert_uint_eq(count(out, "HTTP/1.1 200 OK\r\n"), 2);
   ck_assert_ptr_null(strstr(out, "Connection: close"));
   ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
   static const char post[] = "POST / HTTP/1.1\r\nHost: x\r\n"
                              "Content-Length: 4\r\n\r\nab";
   feed(e, post, sizeof post - 1, FEED_WHOLE, 1);
-  out = outbound(e);
+  out = outbound_text(e);
   ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
   ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
   ck_assert_uint_eq(weft_embedded_free(e), 0);

@@ -30,13 +30,6 @@ static weft_embedded *new_client(void) {
   return e;
 }
 
-static char *outbound(weft_embedded *e) {
-  static char out[65536];
-  size_t n = drain_outbound(e, (uint8_t *)out, sizeof out - 1);
-  out[n] = '\0';
-  return out;
-}
-
 static void send_request(weft_embedded *e, const char *method,
                          const char *target, const char *body,
                          int64_t content_length) {
@@ -55,10 +48,11 @@ START_TEST(http_client_requests_encode) {
   weft_embedded *e = new_client();
   weft_channel *ch = weft_embedded_channel(e);
   send_request(e, "GET", "/a?b", NULL, 0);
-  ck_assert_str_eq(outbound(e), "GET /a?b HTTP/1.1\r\nHost: example\r\n\r\n");
+  ck_assert_str_eq(outbound_text(e),
+                   "GET /a?b HTTP/1.1\r\nHost: example\r\n\r\n");
   send_request(e, "POST", "/p", "hello", 0);
-  ck_assert_str_eq(outbound(e), "POST /p HTTP/1.1\r\nHost: example\r\n"
-                                "Content-Length: 5\r\n\r\nhello");
+  ck_assert_str_eq(outbound_text(e), "POST /p HTTP/1.1\r\nHost: example\r\n"
+                                     "Content-Length: 5\r\n\r\nhello");
   send_request(e, "PUT", "/c", NULL, -1);
   for (int i = 0; i < 2; i++) {
     weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), 16);
@@ -66,7 +60,7 @@ START_TEST(http_client_requests_encode) {
     weft_channel_write(ch, b, WEFT_PROMISE_NONE);
   }
   weft_channel_write_and_flush(ch, weft_http_end(), WEFT_PROMISE_NONE);
-  ck_assert_str_eq(outbound(e),
+  ck_assert_str_eq(outbound_text(e),
                    "PUT /c HTTP/1.1\r\nHost: example\r\n"
                    "Transfer-Encoding: chunked\r\n\r\n10\r\n0123456789abcdef"
                    "\r\n10\r\n0123456789abcdef\r\n0\r\n\r\n");
@@ -113,7 +107,7 @@ START_TEST(http_client_responses_decode_at_any_split) {
     weft_embedded *e = new_client();
     for (int i = 0; i < 5; i++)
       send_request(e, methods[i], "/", NULL, 0);
-    outbound(e);
+    outbound_text(e);
     feed(e, wire, sizeof wire - 1, mode, 11u + (unsigned)mode);
     char body[64];
     size_t len;
@@ -177,7 +171,7 @@ START_TEST(http_client_bad_responses_are_errors) {
     weft_embedded *e = new_client();
     if (i > 0)
       send_request(e, "GET", "/", NULL, 0);
-    outbound(e);
+    outbound_text(e);
     th_log_capture_start();
     feed(e, cases[i].wire, strlen(cases[i].wire), FEED_WHOLE, 1);
     th_log_capture_stop();

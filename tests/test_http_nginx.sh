@@ -45,18 +45,14 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-passed=0 failed=0
+. "$(dirname "$0")/http_lib.sh"
 run() { # NAME WANT-RC ARGS...
   local name=$1 want=$2; shift 2
   timeout 120 "$load" -o loop.loops=1 -o "client.connect=127.0.0.1:$port" "$@" \
     >"$dir/out" 2>&1
   local rc=$?
-  if [ "$rc" = "$want" ]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $name: exit $rc, want $want:"; cat "$dir/out"
-  fi
+  [ "$rc" = "$want" ]
+  check "$name" $? "exit $rc, want $want: $(cat "$dir/out")"
 }
 run http_nginx_keep_alive 0 -o load.connections=2 -o load.requests=2000
 run http_nginx_pipelined 0 -o load.connections=2 -o load.pipeline=16 \
@@ -65,6 +61,6 @@ run http_nginx_static_file 0 -o load.path=/big.bin -o load.requests=50 \
   -o load.pipeline=4
 run http_nginx_404_is_reported 1 -o load.path=/missing -o load.requests=10
 grep -q '10 not 2xx' "$dir/out"
-if [ $? = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: http_nginx_404_count"; cat "$dir/out"; fi
+check http_nginx_404_count $? "$(cat "$dir/out")"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -34,34 +34,12 @@ if [ "$tls" = tls ]; then
     -o "tls.key_file=$dir/certs/server.key")
 fi
 
-: >"$dir/server.log"
-"$server" -o loop.loops=1 -o "server.listen=$transport://127.0.0.1:0" \
+. "$here/http_lib.sh"
+start_weft_http "$server" "$transport" "$dir/server.log" \
   -o "http.root=$dir/root" -o "http.access_log=$dir/access.log" \
-  -o http.header_timeout_ms=1000 "${srv_tls[@]}" 2>"$dir/server.log" &
-pid=$!
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$dir/server.log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  if grep -qi "io_uring.*not permitted\|blocked" "$dir/server.log"; then
-    echo "SKIP: $transport is not usable here:"; cat "$dir/server.log"; exit 77
-  fi
-  echo "FAIL: weft-http did not start:"; cat "$dir/server.log"; exit 1
-fi
+  -o http.header_timeout_ms=1000 "${srv_tls[@]}"
 base="$scheme://127.0.0.1:$port"
 
-passed=0 failed=0
-check() { # NAME CONDITION-RESULT DETAIL
-  if [ "$2" = 0 ]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1: $3"
-  fi
-}
 fetch() { timeout 20 curl -s "${curl_tls[@]}" "$@"; }
 
 got=$(fetch "$base/plaintext")

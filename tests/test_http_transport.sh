@@ -10,30 +10,13 @@ dir=$(mktemp -d)
 pid=""
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 head -c 200000 /dev/urandom >"$dir/big.bin"
-: >"$dir/server.log"
-"$server" -o loop.loops=1 -o "server.listen=$transport://127.0.0.1:0" \
-  -o "http.root=$dir" 2>"$dir/server.log" &
-pid=$!
-port=""
-for _ in $(seq 100); do
-  port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$dir/server.log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-if [ -z "$port" ]; then
-  echo "SKIP: weft-http did not start on the $transport transport"
-  cat "$dir/server.log"
-  exit 77
-fi
-passed=0 failed=0
+. "$(dirname "$0")/http_lib.sh"
+start_weft_http "$server" "$transport" "$dir/server.log" -o "http.root=$dir"
 run() { # NAME ARGS...
   local name=$1; shift
-  if timeout 120 "$load" -o loop.loops=1 \
-    -o "client.connect=$transport://127.0.0.1:$port" "$@" >"$dir/out" 2>&1; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1)); echo "FAIL: $name:"; cat "$dir/out"
-  fi
+  timeout 120 "$load" -o loop.loops=1 \
+    -o "client.connect=$transport://127.0.0.1:$port" "$@" >"$dir/out" 2>&1
+  check "$name" $? "$(cat "$dir/out")"
 }
 run http_load_keep_alive -o load.connections=2 -o load.requests=2000
 run http_load_pipelined -o load.connections=2 -o load.pipeline=16 \

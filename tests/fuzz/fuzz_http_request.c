@@ -12,6 +12,8 @@
 
 #include <weft/weft.h>
 
+#include "fuzz_feed.h"
+
 static bool answer_at_head;
 
 static void app_read(weft_ctx *ctx, void *msg) {
@@ -30,7 +32,7 @@ static const weft_handler app_handler = {.name = "app",
                                              app_read_complete};
 
 static void init(weft_channel *ch, void *arg) {
-  (void)arg;
+  answer_at_head = *(const uint8_t *)arg & 0x80;
   weft_pipeline *p = weft_channel_pipeline(ch);
   weft_http_server_options o;
   weft_http_server_options_init(&o);
@@ -44,37 +46,8 @@ static void init(weft_channel *ch, void *arg) {
     abort();
 }
 
-static void quiet(weft_log_level level, const char *msg, void *arg) {
-  (void)level, (void)msg, (void)arg;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size == 0)
-    return 0;
-  weft_log_set_handler(quiet, NULL); /* every refusal is logged */
-  unsigned seed = data[0] | 1u;
-  answer_at_head = data[0] & 0x80;
-  data++, size--;
-  weft_embedded *e;
-  if (weft_embedded_new(&e, init, NULL) != 0)
-    abort();
-  weft_embedded_set_stream(e, true);
-  size_t off = 0;
-  while (off < size) {
-    seed = seed * 1103515245u + 12345u;
-    size_t n = 1 + (seed >> 16) % 64;
-    if (n > size - off)
-      n = size - off;
-    if (weft_embedded_write_inbound_bytes(e, data + off, n) != 0)
-      break; /* closed */
-    off += n;
-    void *m;
-    while ((m = weft_embedded_read_outbound(e)) != NULL)
-      weft_msg_release(m);
-  }
-  if (weft_embedded_free(e) != 0)
-    abort(); /* leaked buffers */
-  return 0;
+  return fuzz_run(data, size, init, true);
 }
