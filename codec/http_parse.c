@@ -179,8 +179,14 @@ enum weft__http_result weft__http_parse_run(weft__http_parse *p, weft_buf *in) {
   size_t used =
       err == HPE_OK ? avail : (size_t)(llhttp_get_error_pos(&p->parser) - from);
   p->pos += used;
-  if (err == HPE_PAUSED_UPGRADE)
+  if (err == HPE_PAUSED_UPGRADE) {
+    p->paused = false;
+    if (p->pause == WEFT__PAUSE_END) { /* the message ended in this run */
+      p->end_pending = true;
+      p->between = true;
+    }
     return WEFT__HTTP_UPGRADE;
+  }
   if (err != HPE_OK && err != HPE_PAUSED) {
     if (p->error_status == 0) {
       p->error_status = 400;

@@ -532,10 +532,19 @@ static int execute(void *owner, weft_buf *in, void **out) {
     return 0;
   }
   switch (weft__http_parse_run(&s->p, in)) {
-  case WEFT__HTTP_UPGRADE: /* weft does not switch protocols or tunnel */
-    s->stop = true;
-    in->reader_index = in->writer_index;
-    s->p.pos = 0;
+  case WEFT__HTTP_UPGRADE:
+    /* weft does not tunnel: after CONNECT (answered, then closed: its
+     * request is not keep-alive) the input is dropped. It does not switch
+     * protocols either: an Upgrade request is answered in HTTP/1.1 and
+     * the next one parsed (RFC 9110 7.8 lets a server ignore Upgrade). */
+    if (s->p.parser.method == HTTP_CONNECT) {
+      s->stop = true;
+      in->reader_index = in->writer_index;
+      s->p.pos = 0;
+    } else {
+      llhttp_resume_after_upgrade(&s->p.parser);
+      weft__http_consume(&s->p, in);
+    }
     return 1;
   case WEFT__HTTP_ERROR:
     return reject(s, in, s->p.error_status, s->p.error_reason);

@@ -257,6 +257,31 @@ START_TEST(http_connection_close_and_http10_keep_alive) {
 }
 END_TEST
 
+/* weft does not switch protocols: a request asking to (curl --http2 sends
+ * "Upgrade: h2c") is answered in HTTP/1.1 and the next request is served
+ * (it was dropped, the connection left open); CONNECT is answered, then
+ * the connection closes (nothing is tunnelled). */
+START_TEST(http_upgrade_is_ignored_and_connect_closes) {
+  weft_embedded *e = new_server(&app_handler);
+  static const char up[] = "GET /u HTTP/1.1\r\nHost: x\r\n"
+                           "Connection: Upgrade, HTTP2-Settings\r\n"
+                           "Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAA"
+                           "\r\n\r\nGET /next HTTP/1.1\r\nHost: x\r\n\r\n";
+  feed(e, up, sizeof up - 1, FEED_WHOLE, 1);
+  char *out = outbound_text(e);
+  ck_assert_ptr_nonnull(strstr(out, "\r\n\r\n/u"));
+  ck_assert_ptr_nonnull(strstr(out, "\r\n\r\n/next"));
+  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
+  static const char connect[] = "CONNECT example.com:443 HTTP/1.1\r\n"
+                                "Host: example.com:443\r\n\r\ntunnel";
+  feed(e, connect, sizeof connect - 1, FEED_WHOLE, 1);
+  out = outbound_text(e);
+  ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
+  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
 START_TEST(http_expect_continue_before_the_body) {
   weft_embedded *e = new_server(&app_handler);
   static const char head[] =
@@ -501,6 +526,7 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, http_pipelined_responses_in_request_order);
   tcase_add_test(tc, http_chunked_response_and_http10_close_delimited);
   tcase_add_test(tc, http_connection_close_and_http10_keep_alive);
+  tcase_add_test(tc, http_upgrade_is_ignored_and_connect_closes);
   tcase_add_test(tc, http_expect_continue_before_the_body);
   tcase_add_test(tc, http_pipelining_bounded_by_max_pipelined);
   tcase_add_loop_test(tc, http_hostile_requests_get_their_status_and_close, 0,

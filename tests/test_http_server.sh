@@ -65,6 +65,11 @@ got=$(fetch -o /dev/null -w '%{http_code}' "$base/nope")
 got=$(fetch -o /dev/null -o /dev/null -o /dev/null -w '%{num_connects}' \
   "$base/plaintext" "$base/json" "$base/big.bin" | tr -d '\n')
 [ "$got" = 100 ]; check http_curl_keep_alive $? "connects $got"
+# curl --http2 on http:// asks to upgrade to h2c: answered in HTTP/1.1,
+# and the connection goes on serving.
+got=$(fetch --http2 "$base/plaintext" "$base/json")
+[ "$got" = 'Hello, World!{"message":"Hello, World!"}' ]
+check http_curl_upgrade_ignored $? "$got"
 got=$(fetch --http1.0 -D - -o /dev/null "$base/plaintext" | tr -d '\r' |
   grep -c '^Connection: close')
 [ "$got" = 1 ]; check http_curl_http10_close $? "$got"
