@@ -405,6 +405,13 @@ static void child_init(weft_channel *ch, void *arg) {
 
 static int load_config(int argc, char **argv, weft_config *cfg) {
   weft_config_init(cfg);
+  /* A connection that neither sends nor reads for 75 s (nginx's
+   * keepalive_timeout) is closed: this also ends a body sent a byte at a
+   * time past the head's timeout. Output and connections are bounded as
+   * in the KV server. */
+  cfg->idle_timeout_ms = 75000;
+  cfg->output_limit = 64 << 20;
+  cfg->max_connections = 10000;
   size_t n = sizeof http_keys / sizeof http_keys[0] - 1;
   memcpy(all_keys, http_keys, n * sizeof http_keys[0]);
   weft_tls_config_keys_copy(all_keys + n, WEFT_TLS_CONFIG_KEY_COUNT + 1, "tls");
