@@ -27,13 +27,17 @@
  * keep-alive, "100 Continue" for "Expect: 100-continue", a Date header
  * formatted once per second per loop thread, and a bound on requests
  * waiting for their response (max_pipelined: reading pauses past it).
+ * weft speaks HTTP/1.1 only: a request asking to Upgrade (h2c, websocket)
+ * is answered in HTTP/1.1 and the connection goes on; CONNECT is answered
+ * and the connection then closes (nothing is tunnelled).
  *
  * Hostile input gets the status code RFC 9110/9112 names, with
  * "Connection: close", and the channel closes once it is sent (the reason
  * is logged at WEFT_LOG_INFO): a request line longer than max_head_bytes
  * 414, a head longer than that or more than max_headers fields 431, a
  * declared or chunked body above max_body 413, a head not complete within
- * header_timeout_ms of its first byte 408 (slowloris), an HTTP version
+ * header_timeout_ms of the first read that left it incomplete (or of the
+ * connection's start) 408 (slowloris), an HTTP version
  * other than 1.0 and 1.1 505, and 400 for everything that can smuggle a
  * request: Content-Length together with Transfer-Encoding, a duplicate or
  * malformed Content-Length, a Transfer-Encoding whose last coding is not
@@ -46,9 +50,18 @@
  * A weft_http_request owns a reference to `data`, the bytes its slices
  * point into; weft_msg_release() frees both (keep a slice with
  * weft_http_slice_buf(), or copy). A body chunk is a weft_buf slice of the
- * received memory; release it when done, or pass it on. The end marker is
- * a static object whose release does nothing. Outbound, the codec takes
- * the response (and its body) and every chunk written to it.
+ * received memory; release it when done, or pass it on. Heads and chunks
+ * may pin a transport's receive slots (io_uring provided buffers, verbs
+ * SRQ buffers) while held: a handler that keeps them long copies them. The
+ * end marker is a static object whose release does nothing. Outbound, the
+ * codec takes the response (and its body) and every chunk written to it;
+ * a write the codec refuses (a response with no request waiting for it,
+ * a chunk outside a response, a body longer than its Content-Length)
+ * completes its promise with WEFT_EINVAL and is logged.
+ *
+ * Build: present when weft was configured with WEFT_WITH_HTTP (on where
+ * Debian's node-llhttp sources are installed); weft.h includes this header
+ * either way.
  *
  * Threads: a codec lives on its channel's loop; every function here runs
  * on that loop's thread, except the response builders, which touch no

@@ -406,9 +406,9 @@ static void child_init(weft_channel *ch, void *arg) {
 static int load_config(int argc, char **argv, weft_config *cfg) {
   weft_config_init(cfg);
   /* A connection that neither sends nor reads for 75 s (nginx's
-   * keepalive_timeout) is closed: this also ends a body sent a byte at a
-   * time past the head's timeout. Output and connections are bounded as
-   * in the KV server. */
+   * keepalive_timeout) is closed, a stalled body included (a body dripped
+   * faster than that is not: there is no body rate limit). Output and
+   * connections are bounded as in the KV server. */
   cfg->idle_timeout_ms = 75000;
   cfg->output_limit = 64 << 20;
   cfg->max_connections = 10000;
