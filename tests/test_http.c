@@ -324,6 +324,61 @@ START_TEST(http_pipelining_bounded_by_max_pipelined) {
 }
 END_TEST
 
+static void init_flow(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_FLOW_CONTROL, 1), 0);
+  ck_assert_int_eq(
+      weft_channel_set_option(ch, WEFT_OPT_WRITE_LOW_WATERMARK, 100), 0);
+  ck_assert_int_eq(
+      weft_channel_set_option(ch, WEFT_OPT_WRITE_HIGH_WATERMARK, 1000), 0);
+  init_codec(ch, arg);
+}
+
+/* A client that pipelines 50 requests in one read and reads no response:
+ * the codec stops decoding once the responses are above the high
+ * watermark (about 1000 bytes of them, not 50), and goes on, in order,
+ * as they leave. */
+START_TEST(http_flow_control_pauses_pipelined_requests) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_flow, (void *)&app_handler), 0);
+  weft_embedded_set_stream(e, true);
+  weft_embedded_set_write_limit(e, 0);
+  static char wire[50 * 40];
+  size_t n = 0;
+  for (int i = 0; i < 50; i++)
+    n += (size_t)snprintf(wire + n, sizeof wire - n,
+                          "GET /%02d HTTP/1.1\r\nHost: x\r\n\r\n", i);
+  feed(e, wire, n, FEED_WHOLE, 1);
+  ck_assert_uint_gt(the_app.heads, 1);
+  ck_assert_uint_lt(the_app.heads, 20);
+  weft_channel *ch = weft_embedded_channel(e);
+  ck_assert(!weft_channel_is_reading(ch));
+  static char all[65536];
+  size_t len = 0;
+  for (int round = 0; round < 100 && the_app.heads < 50; round++) {
+    weft_embedded_set_write_limit(e, SIZE_MAX);
+    weft_channel_flush(ch);
+    weft_embedded_run_pending(e); /* reading resumes: decoding goes on */
+    weft_embedded_set_write_limit(e, 0);
+    len += drain_outbound(e, (uint8_t *)all + len, sizeof all - 1 - len);
+  }
+  weft_embedded_set_write_limit(e, SIZE_MAX);
+  weft_channel_flush(ch);
+  len += drain_outbound(e, (uint8_t *)all + len, sizeof all - 1 - len);
+  all[len] = '\0';
+  ck_assert_uint_eq(the_app.heads, 50);
+  ck_assert_uint_eq(count(all, "HTTP/1.1 200 OK\r\n"), 50);
+  char *prev = all;
+  for (int i = 0; i < 50; i++) { /* in request order */
+    char body[8];
+    snprintf(body, sizeof body, "\r\n\r\n/%02d", i);
+    char *at = strstr(prev, body);
+    ck_assert_msg(at != NULL, "response %d missing or out of order", i);
+    prev = at;
+  }
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
 /* One hostile request: the status it gets, and the close. */
 typedef struct hostile {
   const char *name, *wire;
@@ -529,6 +584,7 @@ Suite *weft_test_suite(void) {
   tcase_add_test(tc, http_upgrade_is_ignored_and_connect_closes);
   tcase_add_test(tc, http_expect_continue_before_the_body);
   tcase_add_test(tc, http_pipelining_bounded_by_max_pipelined);
+  tcase_add_test(tc, http_flow_control_pauses_pipelined_requests);
   tcase_add_loop_test(tc, http_hostile_requests_get_their_status_and_close, 0,
                       (int)(sizeof cases / sizeof cases[0]));
   tcase_add_test(tc, http_slow_head_gets_408);
