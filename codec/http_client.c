@@ -308,8 +308,8 @@ static void client_inactive(weft_ctx *ctx) {
     c->p.pause = WEFT__PAUSE_NONE;
     llhttp_errno_t err = llhttp_finish(&c->p.parser);
     void *end = NULL;
-    if ((err == HPE_OK || err == HPE_PAUSED) &&
-        c->p.pause == WEFT__PAUSE_END && emit_end(c, &end) == 1 && end)
+    if ((err == HPE_OK || err == HPE_PAUSED) && c->p.pause == WEFT__PAUSE_END &&
+        emit_end(c, &end) == 1 && end)
       weft_ctx_fire_channel_read(ctx, end);
   }
   weft_ctx_fire_channel_inactive(ctx);

@@ -99,6 +99,16 @@ static bool str_eq(weft_http_str s, const char *c) {
   return s.len == strlen(c) && memcmp(s.ptr, c, s.len) == 0;
 }
 
+/* Feeds `wire` whole; the answer must say "Connection: close" and the
+ * channel must have closed after it. Returns the answer. */
+static char *expect_close(weft_embedded *e, const char *wire) {
+  feed(e, wire, strlen(wire), FEED_WHOLE, 1);
+  char *out = outbound_text(e);
+  ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
+  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  return out;
+}
+
 START_TEST(http_requests_decode_at_any_split) {
   static const char wire[] =
       "GET /a?b=c HTTP/1.1\r\nHost: x\r\nX-Long:  v  v \r\n\r\n"
@@ -245,14 +255,11 @@ START_TEST(http_connection_close_and_http10_keep_alive) {
   ck_assert_ptr_nonnull(strstr(out, "Content-Length: 2\r\n"));
   ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
   /* Connection: close: answered, then closed; what follows is ignored. */
-  static const char cl[] = "GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                           "\r\nGET /after HTTP/1.1\r\nHost: x\r\n\r\n";
-  feed(e, cl, sizeof cl - 1, FEED_WHOLE, 1);
-  out = outbound_text(e);
+  out = expect_close(e, "GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                        "\r\nGET /after HTTP/1.1\r\nHost: x\r\n\r\n");
   ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n\r\n/c"));
   ck_assert_ptr_null(strstr(out, "/after"));
   ck_assert_uint_eq(the_app.heads, 2);
-  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -272,12 +279,8 @@ START_TEST(http_upgrade_is_ignored_and_connect_closes) {
   ck_assert_ptr_nonnull(strstr(out, "\r\n\r\n/u"));
   ck_assert_ptr_nonnull(strstr(out, "\r\n\r\n/next"));
   ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  static const char connect[] = "CONNECT example.com:443 HTTP/1.1\r\n"
-                                "Host: example.com:443\r\n\r\ntunnel";
-  feed(e, connect, sizeof connect - 1, FEED_WHOLE, 1);
-  out = outbound_text(e);
-  ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
-  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  expect_close(e, "CONNECT example.com:443 HTTP/1.1\r\n"
+                  "Host: example.com:443\r\n\r\ntunnel");
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -546,12 +549,7 @@ START_TEST(http_answer_at_the_head) {
   ck_assert_uint_eq(count(out, "HTTP/1.1 200 OK\r\n"), 2);
   ck_assert_ptr_null(strstr(out, "Connection: close"));
   ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  static const char post[] = "POST / HTTP/1.1\r\nHost: x\r\n"
-                             "Content-Length: 4\r\n\r\nab";
-  feed(e, post, sizeof post - 1, FEED_WHOLE, 1);
-  out = outbound_text(e);
-  ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
-  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  expect_close(e, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab");
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
