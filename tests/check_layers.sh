@@ -21,7 +21,7 @@ header_layer() {
     loop|buf|error|log|clock|timer|source|msg|version) echo 1 ;;
     endpoint|channel_option|transport_plugin) echo 2 ;;
     channel|pipeline|bootstrap|embedded) echo 3 ;;
-    decoder|frame|rpc|resp|varint|config|cli) echo 4 ;;
+    decoder|frame|rpc|resp|varint|config|cli|http) echo 4 ;;
     flush_consolidation|idle|logging|rpc_client|rpc_server|stats|tls) echo 5 ;;
     weft) echo 6 ;; # the umbrella: applications only
     *) echo 9 ;;    # unknown: a new header must be placed in this table

@@ -77,4 +77,13 @@ static inline size_t drain_outbound(weft_embedded *e, uint8_t *out,
   return len;
 }
 
+/** Everything flushed outbound, as a C string in a static buffer (valid
+ *  until the next call): for text protocols such as HTTP. */
+static inline char *outbound_text(weft_embedded *e) {
+  static char out[65536];
+  size_t n = drain_outbound(e, (uint8_t *)out, sizeof out - 1);
+  out[n] = '\0';
+  return out;
+}
+
 #endif /* WEFT_TESTS_CODEC_UTIL_H */

@@ -17,6 +17,7 @@
 #include <weft/error.h>
 #include <weft/flush_consolidation.h>
 #include <weft/frame.h>
+#include <weft/http.h>
 #include <weft/idle.h>
 #include <weft/log.h>
 #include <weft/logging.h>

@@ -10,6 +10,8 @@
 
 #include <weft/weft.h>
 
+#include "fuzz_feed.h"
+
 static void init(weft_channel *ch, void *arg) {
   (void)arg;
   weft_pipeline *p = weft_channel_pipeline(ch);
@@ -46,35 +48,8 @@ static void init(weft_channel *ch, void *arg) {
     abort();
 }
 
-static void quiet(weft_log_level level, const char *msg, void *arg) {
-  (void)level, (void)msg, (void)arg;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size == 0)
-    return 0;
-  weft_log_set_handler(quiet, NULL); /* the tail logs every bad input */
-  unsigned seed = data[0] | 1u;
-  data++, size--;
-  weft_embedded *e;
-  if (weft_embedded_new(&e, init, NULL) != 0)
-    abort();
-  size_t off = 0;
-  while (off < size) {
-    seed = seed * 1103515245u + 12345u;
-    size_t n = 1 + (seed >> 16) % 64;
-    if (n > size - off)
-      n = size - off;
-    if (weft_embedded_write_inbound_bytes(e, data + off, n) != 0)
-      break; /* closed on an error */
-    off += n;
-    void *m;
-    while ((m = weft_embedded_read_inbound(e)) != NULL)
-      weft_msg_release(m);
-  }
-  if (weft_embedded_free(e) != 0)
-    abort(); /* leaked buffers */
-  return 0;
+  return fuzz_run(data, size, init, false);
 }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# weft-http and weft's HTTP client (weft-http-load) over a transport that
+# curl cannot speak (ucx; verbs inside the Soft-RoCE VM): keep-alive and
+# pipelined requests, /json, and a static file, all answered 2xx.
+# Usage: test_http_transport.sh PATH/TO/weft-http PATH/TO/weft-http-load TRANSPORT
+set -u
+server=$1 load=$2 transport=$3
+dir=$(mktemp -d)
+pid=""
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
+head -c 200000 /dev/urandom >"$dir/big.bin"
+. "$(dirname "$0")/http_lib.sh"
+start_weft_http "$server" "$transport" "$dir/server.log" -o "http.root=$dir"
+run() { # NAME ARGS...
+  local name=$1; shift
+  timeout 120 "$load" -o loop.loops=1 \
+    -o "client.connect=$transport://127.0.0.1:$port" "$@" >"$dir/out" 2>&1
+  check "$name" $? "$(cat "$dir/out")"
+}
+run http_load_keep_alive -o load.connections=2 -o load.requests=2000
+run http_load_pipelined -o load.connections=2 -o load.pipeline=16 \
+  -o load.requests=4000 -o load.path=/json
+run http_load_static_file -o load.path=/big.bin -o load.requests=40 \
+  -o load.pipeline=4
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
