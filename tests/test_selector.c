@@ -791,8 +791,8 @@ START_TEST(selector_window_keeps_short_spins_when_preempted) {
   /* The subject is how long the loop's iterations take; a sanitizer
    * makes each one longer, so its "short" spins are not short (the rule's
    * 5 µs): TSan several times, ASan enough that a sample whose one spin
-   * was preempted reads as costly (CI's ASan stage, twice in two
-   * sessions). Run in the default build. */
+   * was preempted reads as costly (under ASan once last session and in
+   * a clean-clone CI run this session). Run in the default build. */
   if (UNDER_TSAN || UNDER_ASAN) {
     th_skip(__func__, "iteration times under a sanitizer are not the "
                       "short spins this test needs");
