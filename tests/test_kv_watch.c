@@ -74,7 +74,7 @@ START_TEST(kv_watch_version_changes_with_every_write) {
   ASSERT_CHANGES(s, kv_setrange(s, "k", 1, 0, "y", 1, &n)); /* SETRANGE */
   ASSERT_CHANGES(s, kv_expire(s, "k", 1, 100000, 0));       /* a TTL */
   ASSERT_CHANGES(s, kv_persist(s, "k", 1));                 /* none */
-  kv_set(s, "k", 1, "1", 1, NULL); /* a number again */
+  kv_set(s, "k", 1, "1", 1, NULL);                          /* a number again */
   ASSERT_CHANGES(s, kv_incrbyfloat(s, "k", 1, 1.5L, &b); kv_blob_release(b));
   ASSERT_CHANGES(s, kv_del(s, 1, &(kv_key){"k", 1})); /* deleted */
   ASSERT_CHANGES(s, kv_set(s, "o", 1, "v", 1, NULL);
