@@ -6,11 +6,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -348,3 +350,19 @@ void th_echo_exception(weft_ctx *ctx, int err, const char *reason) {
 }
 
 long th_rss_bytes(pid_t pid) { return th_status_kib(pid, "VmRSS:") * 1024; }
+
+void th_asan_frees_at_once(void) {
+  const char *was = getenv("ASAN_OPTIONS");
+  char opts[512];
+  snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0",
+           was != NULL ? was : "", was != NULL && was[0] ? ":" : "");
+  setenv("ASAN_OPTIONS", opts, 1);
+}
+
+void th_stop_child(pid_t pid, const char *name) {
+  kill(pid, SIGTERM);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "%s ended with status 0x%x", name, status);
+}

@@ -123,6 +123,19 @@ long th_status_kib(pid_t pid, const char *key);
 /** The resident memory of process `pid` in bytes (VmRSS). */
 long th_rss_bytes(pid_t pid);
 
+/**
+ * In a child about to exec a server whose RSS a test measures: ASan's
+ * quarantine set to 0 (appended to ASAN_OPTIONS), so freed blocks go back
+ * to the allocator at once and RSS measures weft, not the quarantine
+ * (256 MiB by default). ASan keeps every other check; builds without ASan
+ * ignore the variable.
+ */
+void th_asan_frees_at_once(void);
+
+/** Sends SIGTERM to child `pid` and waits: fails the check unless it
+ *  exited with status 0. `name` is the program, for the message. */
+void th_stop_child(pid_t pid, const char *name);
+
 /** th_proc_kib of /proc/meminfo: `key` ("Slab:") of the whole host, in
  *  KiB. */
 long th_meminfo_kib(const char *key);

@@ -17,22 +17,9 @@
 
 #define MAX_EXTRA 24 /* -o settings of `extra` */
 
-/* Under ASan the server's freed blocks would sit in ASan's quarantine
- * (256 MiB by default) instead of going back to the allocator, and RSS would
- * measure the quarantine, not weft. A quarantine of 0 keeps ASan's checks
- * of everything but use-after-free of long-freed memory; the variable is
- * ignored by builds without ASan. */
-static void asan_frees_at_once(void) {
-  const char *was = getenv("ASAN_OPTIONS");
-  char opts[512];
-  snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0",
-           was != NULL ? was : "", was != NULL && was[0] ? ":" : "");
-  setenv("ASAN_OPTIONS", opts, 1);
-}
-
 static void exec_server(const char *path, int log_fd, const char *extra) {
   dup2(log_fd, STDERR_FILENO);
-  asan_frees_at_once();
+  th_asan_frees_at_once();
   char transport[64];
   snprintf(transport, sizeof transport, "transport.name=%s",
            th_transport_name());
@@ -103,11 +90,7 @@ kv_process kv_process_start(const char *extra) {
 }
 
 void kv_process_stop(kv_process *p) {
-  kill(p->pid, SIGTERM);
-  int status = 0;
-  ck_assert_int_eq(waitpid(p->pid, &status, 0), p->pid);
-  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "weft-kv-server ended with status 0x%x", status);
+  th_stop_child(p->pid, "weft-kv-server");
   unlink(p->log);
 }
 

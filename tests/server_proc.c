@@ -14,19 +14,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Under ASan the server's freed blocks would sit in ASan's quarantine
- * (256 MiB by default) instead of going back to the allocator, and RSS would
- * measure the quarantine, not weft. A quarantine of 0 keeps ASan's checks
- * of everything but use-after-free of long-freed memory; the variable is
- * ignored by builds without ASan. */
-static void asan_frees_at_once(void) {
-  const char *was = getenv("ASAN_OPTIONS");
-  char opts[512];
-  snprintf(opts, sizeof opts, "%s%squarantine_size_mb=0",
-           was != NULL ? was : "", was != NULL && was[0] ? ":" : "");
-  setenv("ASAN_OPTIONS", opts, 1);
-}
-
 sp_server sp_start(const char *const *argv, const char *marker) {
   int out[2];
   ck_assert_int_eq(pipe(out), 0);
@@ -35,7 +22,7 @@ sp_server sp_start(const char *const *argv, const char *marker) {
   if (s.pid == 0) {
     dup2(out[1], STDERR_FILENO);
     close(out[0]);
-    asan_frees_at_once();
+    th_asan_frees_at_once();
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -54,11 +41,7 @@ sp_server sp_start(const char *const *argv, const char *marker) {
 }
 
 void sp_stop(sp_server *s) {
-  kill(s->pid, SIGTERM);
-  int status = 0;
-  ck_assert_int_eq(waitpid(s->pid, &status, 0), s->pid);
-  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-                "the server ended with status 0x%x", status);
+  th_stop_child(s->pid, "the server");
   fclose(s->log);
 }
 
