@@ -30,11 +30,12 @@ done
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-# Each program's --help, in a clean environment: no WEFT_* variable may
-# change a default it prints.
+# Each program's --help without the WEFT_* variables, which would change
+# the defaults it prints (the sanitizers' options and the rest stay).
+mapfile -t unset < <(env | sed -n 's/^\(WEFT_[A-Za-z0-9_]*\)=.*/-u\n\1/p')
 for p in "$@"; do
   name=$(basename "$p")
-  env -i PATH="$PATH" HOME="$dir" "$p" --help >"$dir/$name.help" || {
+  env "${unset[@]}" "$p" --help >"$dir/$name.help" || {
     echo "gen-config-doc: $p --help failed" >&2
     exit 1
   }
