@@ -53,7 +53,8 @@ static unsigned size_class_of(size_t capacity) {
  * block freed (up to 32 MiB), so after the first 1 MiB cumulation is freed
  * the next ones come from the heap, which glibc keeps. Measured: two
  * waves of 60 clients each holding a 1 MiB partial SET left a KV server's
- * RSS 61.7 MiB above its base, 0.3 MiB mapped (docs/benchmarks.md). */
+ * RSS 61.7 MiB above its base, 0.3 MiB mapped (samples/kv/docs/benchmarks.md).
+ */
 #define UNPOOLED_MAP_MIN (256 * 1024)
 
 /* Memory for an unpooled buffer of `bytes` (header and data); *mapped says

@@ -94,7 +94,8 @@ failed_loops_array:
 }
 
 /* Why one CPU is left over: measured on a 2-core machine with the client on
- * the same host (docs/benchmarks.md, "The default loop count"), one loop
+ * the same host (docs/journal/2026-11-23-issue-17.md,
+ * "The default loop count"), one loop
  * beat two at every redis-benchmark setting (0.71x at -P 1 -c 50 with two
  * loops); the second loop's wake-ups take the CPU the rest of the machine
  * needs. Redis' redis.conf gives the same advice for its I/O threads

@@ -51,13 +51,13 @@ static void dispatch(weft_loop *loop, int n);
  * epoll_wait that reports it ready, then the read. A raw client spinning
  * in recv() needs one, and over loopback in this VM the other costs
  * 0.4-0.6 µs per message at each end of a round trip (weft-bench
- * ping-pong: 1.16x raw-busy's p50 with it, docs/benchmarks.md). So when
- * the last epoll batch held one watcher alone, reported EPOLLIN alone,
- * and that watcher can read without readiness (busy_read), the following
- * spins call busy_read instead of epoll_wait, as Linux's busy read spins
- * in recv() (net.core.busy_read), while the loop watches at most
- * WEFT_BUSY_READ_MAX_WATCHERS fds (one connection and a listener: with
- * more, the spins kept from epoll delay the others). Every
+ * ping-pong: 1.16x raw-busy's p50 with it,
+ * docs/journal/2026-11-24-issue-17.md). So when the last epoll batch held one
+ * watcher alone, reported EPOLLIN alone, and that watcher can read without
+ * readiness (busy_read), the following spins call busy_read instead of
+ * epoll_wait, as Linux's busy read spins in recv() (net.core.busy_read), while
+ * the loop watches at most WEFT_BUSY_READ_MAX_WATCHERS fds (one connection and
+ * a listener: with more, the spins kept from epoll delay the others). Every
  * WEFT_BUSY_READ_EPOLL_EVERY-th spin is still an epoll_wait, so other
  * watchers wait a few spins at most; a
  * batch of two or more watchers ends it (epoll finds many ready fds more
@@ -363,7 +363,8 @@ static void dispatch(weft_loop *loop, int n) {
  * sleep and wake-up it saves (a context switch each way; 43% of an echo
  * server's samples in finish_task_switch once it slept per batch), and
  * sleeping per batch cut that echo to 0.4-0.5x of the spinning rate
- * (docs/benchmarks.md, "Echo: one client, W messages in flight"). Spins
+ * (docs/journal/2026-11-23-issue-17.md, "Echo: one client, W messages
+ * in flight"). Spins
  * that last their window (the client shares the loop's CPU and cannot
  * answer until the loop yields, the 2-loop KV case) are long and still
  * shrink the window.

@@ -23,8 +23,8 @@
 #   (default build/release: a Release build of weft-kv-server, made if
 #   missing). Environment: KEYS (1000000), COMMANDS (1000), ROUNDS (3),
 #   WINDOW (30 s). Results go to $TMPDIR/weft-kv-fairness-DATE.md
-#   (printed); --update-docs writes them into samples/kv/README.md
-#   ("Fairness", between the bench-kv-fairness markers).
+#   (printed); --update-docs writes them into samples/kv/docs/benchmarks.md
+#   (between the bench-kv-fairness markers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -273,7 +273,7 @@ result=$out/result.md
 } >"$result"
 cat "$result"
 if $update; then
-  python3 - "$result" samples/kv/README.md <<'PY'
+  python3 - "$result" samples/kv/docs/benchmarks.md <<'PY'
 import sys
 res, readme = open(sys.argv[1]).read(), sys.argv[2]
 text = open(readme).read()
@@ -281,9 +281,9 @@ b, e = "<!-- bench-kv-fairness begin -->", "<!-- bench-kv-fairness end -->"
 i, j = text.index(b) + len(b), text.index(e)
 open(readme, "w").write(text[:i] + "\n" + res + text[j:])
 PY
-  step "results written into samples/kv/README.md"
+  step "results written into samples/kv/docs/benchmarks.md"
 else
   keep=${TMPDIR:-/tmp}/weft-kv-fairness-$(date -u +%Y%m%dT%H%M%S).md
   cp "$result" "$keep"
-  step "results in $keep (--update-docs writes them into samples/kv/README.md)"
+  step "results in $keep (--update-docs writes them into samples/kv/docs/benchmarks.md)"
 fi

@@ -464,7 +464,8 @@ END_TEST
 
 /* --no-pin leaves every thread where the scheduler puts it: a pinned
  * thread on the shared machine waited 0.3-0.9 s for its CPU while another
- * session's task held it (docs/benchmarks.md, UCX, "The 1 MiB stall"). */
+ * session's task held it (docs/journal/2026-11-22-ucx.md,
+ * "The 1 MiB stall"). */
 START_TEST(bench_no_pin_leaves_affinity) {
   cpu_set_t all, now;
   ck_assert_int_eq(sched_getaffinity(0, sizeof all, &all), 0);

@@ -12,7 +12,8 @@ extern "C" {
 /**
  * Nanoseconds on CLOCK_MONOTONIC (since an arbitrary point, never jumps with
  * wall-clock changes). Timer deadlines and busy-poll windows use this clock.
- * Any thread; about 20 ns (vDSO, no system call).
+ * Any thread; read through the vDSO, no system call (its cost:
+ * docs/benchmarks.md).
  */
 uint64_t weft_now_ns(void);
 

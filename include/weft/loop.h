@@ -101,10 +101,8 @@ typedef struct weft_loop_options {
  * The number of loops a group gets when `n_loops` is 0: one per CPU this
  * process may run on (sched_getaffinity, so taskset and cpusets count), less
  * one left to everything else on the host (the kernel's network processing,
- * clients, other services), and at least 1. On a 2-CPU machine that is one
- * loop: measured there with the client on the same host, a second loop made
- * the KV server 0.71x as fast at `redis-benchmark -P 1 -c 50` and slower at
- * every other setting (docs/benchmarks.md, "The default loop count");
+ * clients, other services), and at least 1: one loop on a 2-CPU machine
+ * (why, measured: docs/benchmarks.md, "Other costs quoted in the code");
  * redis.conf's advice for I/O threads is the same ("leaving at least one
  * spare core"). Set `n_loops` (`[loop] loops`) to use every CPU. Any thread.
  */

@@ -131,7 +131,8 @@ typedef void (*weft_watcher_cb)(weft_watcher *w, uint32_t events);
  * WEFT_BUSY_READ_EPOLL_EVERY-th spin; a batch of two or more watchers
  * ends it, and one that held another watcher alone moves or ends it. So a loop
  * serving one busy connection saves the epoll_wait that would announce each
- * message (0.4-0.6 µs here), and one serving several keeps asking epoll.
+ * message (its cost: docs/benchmarks.md), and one serving several keeps
+ * asking epoll.
  */
 typedef int (*weft_watcher_busy_read_fn)(weft_watcher *w);
 

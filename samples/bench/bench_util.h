@@ -21,8 +21,9 @@ void bench_pin_self(int cpu);
  * Turns bench_pin_self on (the default) or off, for the whole process.
  * Off: every thread stays where the scheduler puts it (--no-pin). On a
  * shared machine a pinned thread cannot leave a CPU that another
- * session's task holds, and waited 0.3-0.9 s there (docs/benchmarks.md,
- * UCX, "The 1 MiB stall"). Main thread, before any thread pins itself.
+ * session's task holds, and waited 0.3-0.9 s there
+ * (docs/journal/2026-11-22-ucx.md, UCX, "The 1 MiB stall"). Main thread, before
+ * any thread pins itself.
  */
 void bench_pin_enable(bool on);
 

@@ -103,7 +103,8 @@ static bool lane_in(const char *t, size_t n, const char *list) {
  * - rndv_thresh: over tcp lanes a rendezvous only adds round trips (its
  *   data goes over the same socket as an eager message's would), and a
  *   1 MiB stream of 64 KiB messages ran 1.75x faster eager
- *   (docs/benchmarks.md, "Rendezvous threshold over tcp lanes"), so those
+ *   (docs/journal/2026-11-22-ucx.md,
+ *   "Rendezvous threshold over tcp lanes"), so those
  *   lanes default to eager (inf); others keep UCX's auto, whose zero-copy
  *   rendezvous is what RDMA and cma lanes are for. */
 static bool lanes_tcp_only(const char *tls) {

@@ -354,7 +354,7 @@ static unsigned progress_sampled(ucx_loop *tl, bool sample) {
  * only until its callbacks left work, which is then done at once (the
  * selector polls again while there was work): progressing once more
  * before delivering put that system call into every message's path on
- * each side (docs/benchmarks.md, UCX, "Delivering before the next
+ * each side (docs/journal/2026-11-22-ucx.md, "Delivering before the next
  * progress"). Over shared memory an empty progress is cheap, and
  * progressing to the end delivers bigger batches (the pipelined message
  * rate fell when it did not). */

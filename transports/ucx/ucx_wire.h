@@ -76,8 +76,8 @@ enum ucx_msg {
  * this code on the same kind of host; UCX itself does not mix endianness
  * either). It is this small because on UCX 1.13's shared-memory lanes a
  * 16 B message round trip took 0.84 us with a header of up to 12 B and
- * 1.0 us from 16 B on (weft-ucx-peer, docs/benchmarks.md): a user header
- * plus data of at most 28 B is cheaper to move, and every byte of header
+ * 1.0 us from 16 B on (weft-ucx-peer, docs/journal/2026-11-22-ucx.md): a user
+ * header plus data of at most 28 B is cheaper to move, and every byte of header
  * rides on every message anyway. */
 typedef struct ucx_hdr {
   uint32_t to;     /* type and the receiver's slot: weft__ucx_slot_ref() */
