@@ -24,4 +24,14 @@ bool weft__scheme_valid(const char *s, size_t n);
  */
 const char *weft__endpoint_parse(const char *uri, weft_endpoint *out);
 
+/**
+ * As weft__endpoint_parse, for an endpoint that may be written without its
+ * scheme ("host:port"): `scheme` (a transport name, or NULL for none) is
+ * then the transport. A scheme written in `text` wins. One parse, no text
+ * pasted together: how the config layer turns [transport] name and an
+ * address into an endpoint.
+ */
+const char *weft__endpoint_parse_or(const char *text, const char *scheme,
+                                    weft_endpoint *out);
+
 #endif
