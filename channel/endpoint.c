@@ -15,7 +15,7 @@
 #include <weft/endpoint.h>
 #include <weft/error.h>
 
-#include "transports/endpoint_internal.h"
+#include "channel/endpoint_internal.h"
 
 #define EXPECTED_FORM "scheme://host:port, e.g. tcp://127.0.0.1:7000"
 

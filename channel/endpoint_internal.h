@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* transports/endpoint_internal.h: endpoint and scheme checks shared by the
+/* channel/endpoint_internal.h: endpoint and scheme checks shared by the
  * URI parser, the config loader and the transport registry. */
-#ifndef WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H
-#define WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H
+#ifndef WEFT_CHANNEL_ENDPOINT_INTERNAL_H
+#define WEFT_CHANNEL_ENDPOINT_INTERNAL_H
 
 #include <stdbool.h>
 

@@ -24,8 +24,8 @@
 #include <weft/log.h>
 #include <weft/transport_plugin.h>
 
-#include "transports/endpoint_internal.h"
-#include "transports/registry_internal.h"
+#include "channel/endpoint_internal.h"
+#include "channel/registry_internal.h"
 
 #define WEFT__TRANSPORT_MAX 16
 

@@ -9,7 +9,7 @@
 #include <weft/config.h>
 #include <weft/error.h>
 
-#include "transports/endpoint_internal.h"
+#include "channel/endpoint_internal.h"
 
 void weft_config_server_bootstrap(const weft_config *cfg,
                                   weft_server_bootstrap *sb) {

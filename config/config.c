@@ -25,9 +25,9 @@
 #include <weft/log.h>
 #include <weft/transport_plugin.h>
 
+#include "channel/endpoint_internal.h"
+#include "channel/registry_internal.h"
 #include "config/config_internal.h"
-#include "transports/endpoint_internal.h"
-#include "transports/registry_internal.h"
 
 #define OFF(field) offsetof(weft_config, field)
 
@@ -518,7 +518,8 @@ static int plugin_value(const char *where, const char *section, const char *key,
 void weft_config_init(weft_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   weft_loop_options_init(&cfg->loop);
-  /* The first built-in transport: the portable baseline (builtin.c). */
+  /* The first built-in transport, tcp: the portable baseline (the list is
+   * transports/CMakeLists.txt's WEFT_TRANSPORTS). */
   snprintf(cfg->transport, sizeof cfg->transport, "%s",
            weft_transport_at(0)->name);
   /* The documented defaults, spelled out rather than -1, so that a config
