@@ -18,6 +18,10 @@
 
 #include "channel/channel_internal.h"
 
+/* Longest URI weft_endpoint_format writes: a scheme of 15, "://", a
+ * bracketed host of 255, ':' and 5 digits, and the NUL. */
+#define WEFT__URI_MAX (15 + 3 + 257 + 6 + 1)
+
 struct weft_server {
   weft_loop_group *group;
   weft_listener *listeners; /* [0] on loop 0 at `ep`; one per loop for a
@@ -94,17 +98,27 @@ int weft_channel_config_apply(const weft_channel_config *cfg,
 
 /* ---- endpoint and transport lookup ---- */
 
-static int resolve(const char *uri, weft_endpoint *ep,
-                   const weft_transport_ops **ops) {
+/* A bootstrap's URI, parsed (the URI-taking entry points). */
+static int parse_uri(const char *uri, weft_endpoint *ep) {
   char why[256];
   if (uri == NULL || weft_endpoint_parse(uri, ep, why, sizeof why) < 0) {
     weft_log(WEFT_LOG_ERROR, "bad endpoint \"%s\": %s",
              uri != NULL ? uri : "(null)", why);
     return WEFT_EINVAL;
   }
+  return 0;
+}
+
+/* The transport that serves `ep` here (the one registry lookup of a bind
+ * or a connect). `text` gets `ep` as a URI, for messages. */
+static int transport_of(const weft_endpoint *ep, const weft_transport_ops **ops,
+                        char *text, size_t text_len) {
+  char why[256];
+  if (weft_endpoint_format(ep, text, text_len) < 0)
+    return WEFT_EINVAL;
   *ops = weft_transport_find(ep->transport, why, sizeof why);
   if (*ops == NULL) {
-    weft_log(WEFT_LOG_ERROR, "endpoint \"%s\": %s", uri, why);
+    weft_log(WEFT_LOG_ERROR, "endpoint \"%s\": %s", text, why);
     return WEFT_ENOTRANSPORT;
   }
   return 0;
@@ -214,6 +228,16 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
   if (b == NULL || b->group == NULL || b->child_init == NULL ||
       b->max_connections < 0)
     return WEFT_EINVAL;
+  weft_endpoint ep;
+  int rc = parse_uri(b->listen, &ep);
+  return rc < 0 ? rc : weft_server_bind_endpoint(out, b, &ep);
+}
+
+int weft_server_bind_endpoint(weft_server **out, const weft_server_bootstrap *b,
+                              const weft_endpoint *ep) {
+  if (b == NULL || ep == NULL || b->group == NULL || b->child_init == NULL ||
+      b->max_connections < 0)
+    return WEFT_EINVAL;
   weft_server *srv = calloc(1, sizeof *srv);
   weft__conn_count *count = count_new(b->reject_message, b->reject_init);
   if (srv == NULL || count == NULL) {
@@ -222,17 +246,18 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
     return WEFT_ENOMEM;
   }
   const weft_transport_ops *ops;
-  int rc = resolve(b->listen, &srv->ep, &ops);
+  char uri[WEFT__URI_MAX];
+  int rc = transport_of(ep, &ops, uri, sizeof uri);
   if (rc < 0)
     goto failed_resolve;
   if (ops->listen == NULL) {
-    weft_log(WEFT_LOG_ERROR, "listen on %s: transport %s cannot listen",
-             b->listen, ops->name);
+    weft_log(WEFT_LOG_ERROR, "listen on %s: transport %s cannot listen", uri,
+             ops->name);
     rc = WEFT_ENOTSUP;
     goto failed_resolve;
   }
   *srv = (weft_server){.group = b->group,
-                       .ep = srv->ep,
+                       .ep = *ep,
                        .backlog = b->backlog > 0 ? b->backlog : 511,
                        .child_init = b->child_init,
                        .child_init_arg = b->child_init_arg,
@@ -247,7 +272,7 @@ int weft_server_bind(weft_server **out, const weft_server_bootstrap *b) {
     srv->child_options.flow_control = 1;
   if (srv->child_options.output_limit < 0)
     srv->child_options.output_limit = WEFT_SERVER_OUTPUT_LIMIT;
-  rc = listeners_start(srv, ops, b->listen);
+  rc = listeners_start(srv, ops, uri);
   if (rc < 0)
     goto failed_resolve;
   *out = srv;
@@ -511,10 +536,22 @@ static void connect_on_loop(void *arg) {
 int weft_bootstrap_connect(const weft_bootstrap *b) {
   if (b == NULL || b->init == NULL || (b->group == NULL && b->loop == NULL))
     return WEFT_EINVAL;
+  weft_endpoint ep;
+  int rc = parse_uri(b->connect, &ep);
+  return rc < 0 ? rc : weft_bootstrap_connect_endpoint(b, &ep);
+}
+
+int weft_bootstrap_connect_endpoint(const weft_bootstrap *b,
+                                    const weft_endpoint *ep) {
+  if (b == NULL || ep == NULL || b->init == NULL ||
+      (b->group == NULL && b->loop == NULL))
+    return WEFT_EINVAL;
   connect_task *t = calloc(1, sizeof *t);
   if (t == NULL)
     return WEFT_ENOMEM;
-  int rc = resolve(b->connect, &t->ep, &t->ops);
+  char uri[WEFT__URI_MAX];
+  t->ep = *ep;
+  int rc = transport_of(ep, &t->ops, uri, sizeof uri);
   if (rc == 0 && t->ops->connect == NULL)
     rc = WEFT_ENOTSUP;
   if (rc < 0) {

@@ -11,7 +11,7 @@
 #include <weft/log.h>
 
 #include "channel/channel_internal.h"
-#include "transports/registry_internal.h"
+#include "channel/registry_internal.h"
 
 /* ---- per-loop state: transport instances and open channels ---- */
 

@@ -25,9 +25,9 @@
 #include <weft/log.h>
 #include <weft/transport_plugin.h>
 
+#include "channel/endpoint_internal.h"
+#include "channel/registry_internal.h"
 #include "config/config_internal.h"
-#include "transports/endpoint_internal.h"
-#include "transports/registry_internal.h"
 
 #define OFF(field) offsetof(weft_config, field)
 
@@ -291,14 +291,12 @@ static bool store_bool(weft_config *cfg, const weft__key_def *k,
  * comes from [transport] name, which may follow. `why` gets the detail. */
 static bool store_uri(weft_config *cfg, const weft__key_def *k, const char *v,
                       const char **why) {
-  char uri[WEFT_CONFIG_URI_MAX + 8];
   weft_endpoint ep;
   if (strlen(v) >= WEFT_CONFIG_URI_MAX) {
     *why = "longer than 299 characters";
     return false;
   }
-  snprintf(uri, sizeof uri, "%s%s", strstr(v, "://") ? "" : "any://", v);
-  *why = weft__endpoint_parse(uri, &ep);
+  *why = weft__endpoint_parse_or(v, "any", &ep);
   if (*why != NULL)
     return false;
   if (strstr(v, "://") != NULL && !weft__transport_registered(ep.transport)) {
@@ -520,7 +518,8 @@ static int plugin_value(const char *where, const char *section, const char *key,
 void weft_config_init(weft_config *cfg) {
   memset(cfg, 0, sizeof *cfg);
   weft_loop_options_init(&cfg->loop);
-  /* The first built-in transport: the portable baseline (builtin.c). */
+  /* The first built-in transport, tcp: the portable baseline (the list is
+   * transports/CMakeLists.txt's WEFT_TRANSPORTS). */
   snprintf(cfg->transport, sizeof cfg->transport, "%s",
            weft_transport_at(0)->name);
   /* The documented defaults, spelled out rather than -1, so that a config
@@ -972,26 +971,4 @@ void weft__config_env_check(const weft_config *cfg) {
     if (!env_other(name))
       env_check_one(cfg, name);
   }
-}
-
-void weft_config_server_bootstrap(const weft_config *cfg,
-                                  weft_server_bootstrap *sb) {
-  sb->backlog = cfg->backlog;
-  sb->max_connections = cfg->max_connections;
-  sb->child_options = cfg->channel;
-  sb->child_options.flow_control = cfg->flow_control;
-  sb->child_options.output_limit = cfg->output_limit;
-  sb->child_options.idle_timeout_ms = cfg->idle_timeout_ms;
-}
-
-int weft_config_endpoint(const weft_config *cfg, const char *uri, char *out,
-                         size_t out_len) {
-  if (uri == NULL || out == NULL)
-    return WEFT_EINVAL;
-  int n = strstr(uri, "://") != NULL
-              ? snprintf(out, out_len, "%s", uri)
-              : snprintf(out, out_len, "%s://%s", cfg->transport, uri);
-  if (n < 0 || (size_t)n >= out_len)
-    return WEFT_ENOSPC;
-  return 0;
 }

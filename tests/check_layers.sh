@@ -3,9 +3,11 @@
 # The layers of docs/architecture.md, checked on the sources: every #include
 # of a weft header (public <weft/x.h> or a folder's private "dir/x.h") must
 # come from the file's own layer or one below it, a plugin must not include
-# another plugin's folder, and no file outside a plugin's folder may name a
-# plugin (its folder, its exported symbols, or its name as a string), but
-# for the one list of built-ins (transports/builtin.c, registry_internal.h).
+# another plugin's folder, no file outside a plugin's folder may name a
+# plugin (its folder, its exported symbols, or its name as a string: the one
+# list of built-ins, transports/builtin.c, gets the names from CMake), and
+# transports/ holds the plugins' folders and that list, nothing else (the
+# registry, endpoints and socket helpers are channel/'s).
 #
 # Usage: tests/check_layers.sh [SOURCE_DIR]   (default: the repository)
 # Exit 0 when clean; 1 with one line per violation, "file:line: why".
@@ -32,8 +34,7 @@ header_layer() {
 dir_layer() {
   case $1 in
     loop*) echo 1 ;;
-    transports/*/*) echo 3 ;; # a plugin: above the channel core it uses
-    transports*) echo 2 ;;
+    transports/*/*|transports/builtin.c) echo 3 ;; # plugins, beside channel/
     channel*) echo 3 ;;
     codec*|config*) echo 4 ;;
     handlers*) echo 5 ;;
@@ -73,9 +74,7 @@ for f in $files; do
       report "$f:$line: includes $inc (layer $theirs) from layer $mine"
     fi
     p=$(plugin_of "$inc")
-    if [ -n "$p" ] && [ "$p" != "$own_plugin" ] &&
-       [ "$f" != transports/builtin.c ] &&
-       [ "$f" != transports/registry_internal.h ]; then
+    if [ -n "$p" ] && [ "$p" != "$own_plugin" ]; then
       case $f in samples/*) ;; *)
         report "$f:$line: includes plugin header $inc" ;;
       esac
@@ -87,7 +86,6 @@ done
 # may (they document); code, symbols and string literals may not.
 for f in $(sources loop transports channel config codec handlers); do
   own=$(plugin_of "$f")
-  case $f in transports/builtin.c|transports/registry_internal.h) continue ;; esac
   for p in $PLUGINS; do
     [ "$p" = "$own" ] && continue
     # Strip /* */ and // comments (line-wise; weft's style keeps them
@@ -111,6 +109,13 @@ for f in $(sources loop transports channel config codec handlers); do
 done > /tmp/check_layers.$$
 if [ -s /tmp/check_layers.$$ ]; then cat /tmp/check_layers.$$; fail=1; fi
 rm -f /tmp/check_layers.$$
+
+# transports/ is the plugins' folders and their list; core code there
+# belongs in channel/ (docs/architecture.md, "Layers").
+for f in $(find transports -maxdepth 1 -type f -name '*.[ch]' | LC_ALL=C sort); do
+  [ "$f" = transports/builtin.c ] ||
+    report "$f: transports/ holds only plugin folders and builtin.c; core code goes in channel/"
+done
 
 [ $fail -eq 0 ] && echo "check_layers: every include points down a layer; no plugin named outside its folder"
 exit $fail

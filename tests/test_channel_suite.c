@@ -702,6 +702,55 @@ START_TEST(channel_addresses_and_address_in_use) {
 }
 END_TEST
 
+/* ---- parsed endpoints (weft_server_bind_endpoint and
+ * weft_bootstrap_connect_endpoint read no URI text) ---- */
+
+static void status_connected(weft_channel *ch, int status, void *arg) {
+  if (status == 0)
+    weft_channel_close(ch, WEFT_PROMISE_NONE);
+  atomic_store((atomic_int *)arg, status);
+}
+
+static void nothing_init(weft_channel *ch, void *arg) {
+  (void)ch;
+  (void)arg;
+}
+
+START_TEST(channel_bind_and_connect_parsed_endpoint) {
+  fixture f;
+  memset(&f, 0, sizeof f);
+  group_start(&f, "wt-parsed");
+  weft_endpoint ep = {.port = 0};
+  snprintf(ep.transport, sizeof ep.transport, "%s", th_transport_name());
+  snprintf(ep.host, sizeof ep.host, "%s", th_test_host());
+  weft_server_bootstrap sb = {.group = f.group,
+                              .listen = "not read",
+                              .child_init = echo_init,
+                              .child_init_arg = &f.st};
+  weft_channel_config_init(&sb.child_options);
+  ck_assert_int_eq(weft_server_bind_endpoint(&f.srv, &sb, NULL), WEFT_EINVAL);
+  ck_assert_int_eq(weft_server_bind_endpoint(&f.srv, &sb, &ep), 0);
+  ck_assert_int_eq(weft_server_address(f.srv, f.uri, sizeof f.uri), 0);
+  weft_endpoint to;
+  ck_assert_int_eq(weft_endpoint_parse(f.uri, &to, NULL, 0), 0);
+  ck_assert_str_eq(to.transport, th_transport_name());
+  ck_assert_uint_ne(to.port, 0);
+
+  atomic_int status = PENDING;
+  weft_bootstrap b = {.group = f.group,
+                      .connect = "not read",
+                      .init = nothing_init,
+                      .on_connect = status_connected,
+                      .connect_arg = &status};
+  weft_channel_config_init(&b.options);
+  ck_assert_int_eq(weft_bootstrap_connect_endpoint(&b, NULL), WEFT_EINVAL);
+  ck_assert_int_eq(weft_bootstrap_connect_endpoint(&b, &to), 0);
+  ASSERT_EVENTUALLY(ldi(&status) != PENDING, 10000);
+  ck_assert_int_eq(ldi(&status), 0);
+  fixture_stop(&f);
+}
+END_TEST
+
 /* ---- connect refused ---- */
 
 START_TEST(channel_connect_refused_reports_econnrefused) {
@@ -1215,7 +1264,9 @@ Suite *weft_test_suite(void) {
   th_add_tests(life, channel_reset_midstream_closes_only_that_channel,
                channel_connect_refused_reports_econnrefused,
                channel_socket_options_reach_the_socket,
-               channel_addresses_and_address_in_use, channel_idle_server_sleeps,
+               channel_addresses_and_address_in_use,
+               channel_bind_and_connect_parsed_endpoint,
+               channel_idle_server_sleeps,
                channel_write_promise_completes_after_flush,
                channel_write_after_close_fails_eclosed, NULL);
   tcase_add_test(life,

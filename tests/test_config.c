@@ -649,6 +649,56 @@ START_TEST(config_endpoint_adds_scheme) {
 }
 END_TEST
 
+START_TEST(config_endpoint_parse_takes_transport_name) {
+  weft_config c;
+  weft_endpoint ep;
+  char why[512];
+  weft_config_init(&c);
+  snprintf(c.transport, sizeof c.transport, "uring");
+  ck_assert_int_eq(
+      weft_config_endpoint_parse(&c, "0.0.0.0:7000", &ep, why, sizeof why), 0);
+  ck_assert_str_eq(ep.transport, "uring");
+  ck_assert_str_eq(ep.host, "0.0.0.0");
+  ck_assert_uint_eq(ep.port, 7000);
+  /* A scheme written in the address wins over [transport] name. */
+  ck_assert_int_eq(
+      weft_config_endpoint_parse(&c, "tcp://[::1]:7001", &ep, why, sizeof why),
+      0);
+  ck_assert_str_eq(ep.transport, "tcp");
+  ck_assert_str_eq(ep.host, "::1");
+  ck_assert_uint_eq(ep.port, 7001);
+  /* The same endpoint as weft_config_endpoint's text, parsed. */
+  char text[WEFT_CONFIG_URI_MAX + 16], back[WEFT_CONFIG_URI_MAX + 16];
+  ck_assert_int_eq(
+      weft_config_endpoint(&c, "[fe80::1%eth0]:0", text, sizeof text), 0);
+  ck_assert_int_eq(
+      weft_config_endpoint_parse(&c, "[fe80::1%eth0]:0", &ep, NULL, 0), 0);
+  ck_assert_int_eq(weft_endpoint_format(&ep, back, sizeof back), 0);
+  ck_assert_str_eq(back, text);
+}
+END_TEST
+
+START_TEST(config_endpoint_parse_refused_bad_address) {
+  weft_config c;
+  weft_endpoint ep;
+  char why[512] = "";
+  weft_config_init(&c);
+  memset(&ep, 0x5a, sizeof ep);
+  ck_assert_int_eq(
+      weft_config_endpoint_parse(&c, "0.0.0.0", &ep, why, sizeof why),
+      WEFT_EINVAL);
+  ck_assert_ptr_nonnull(strstr(why, "bad endpoint '0.0.0.0': missing port"));
+  ck_assert_ptr_nonnull(strstr(why, "expected host:port or scheme://"));
+  ck_assert_int_eq(((unsigned char *)&ep)[0], 0x5a); /* untouched */
+  ck_assert_int_eq(weft_config_endpoint_parse(&c, NULL, &ep, NULL, 0),
+                   WEFT_EINVAL);
+  ck_assert_int_eq(weft_config_endpoint_parse(&c, "Tcp://h:1", &ep, NULL, 0),
+                   WEFT_EINVAL);
+  ck_assert_int_eq(weft_config_endpoint_parse(NULL, "h:1", &ep, NULL, 0),
+                   WEFT_EINVAL);
+}
+END_TEST
+
 /* ---- settings the program would ignore (weft_config.read_sections,
  * unread_keys; weft_cli sets them) ---- */
 
@@ -747,6 +797,8 @@ Suite *weft_test_suite(void) {
       config_env_refused_bad_value_names_variable,
       config_env_refused_low_above_high, config_env_app_keys,
       config_set_prefixes_where, config_endpoint_adds_scheme,
+      config_endpoint_parse_takes_transport_name,
+      config_endpoint_parse_refused_bad_address,
       config_option_refused_for_section_not_read,
       config_file_key_not_read_is_ignored_with_a_line,
       config_print_leaves_out_unread_keys, NULL);

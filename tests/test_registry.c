@@ -222,6 +222,48 @@ START_TEST(registry_fallback_replaces_failed_probe) {
 }
 END_TEST
 
+/* ---- what an endpoint's transport offers (weft_endpoint_caps) ---- */
+
+START_TEST(registry_endpoint_caps_from_plugin_caps) {
+  static const weft_transport_ops stream = {
+      .name = "capstream",
+      .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
+              WEFT_TRANSPORT_CAP_TCP | WEFT_TRANSPORT_CAP_SOCKET_OPTS};
+  static const weft_transport_ops msg = {
+      .name = "capmsg", .caps = WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP};
+  ck_assert_int_eq(weft_transport_register(&stream), 0);
+  ck_assert_int_eq(weft_transport_register(&msg), 0);
+  weft_endpoint ep = {.transport = "capstream", .host = "h", .port = 1};
+  ck_assert_uint_eq(weft_endpoint_caps(&ep, NULL, 0),
+                    WEFT_ENDPOINT_AVAILABLE | WEFT_ENDPOINT_TCP |
+                        WEFT_ENDPOINT_STREAM | WEFT_ENDPOINT_HALF_CLOSE);
+  snprintf(ep.transport, sizeof ep.transport, "capmsg");
+  ck_assert_uint_eq(weft_endpoint_caps(&ep, NULL, 0), WEFT_ENDPOINT_AVAILABLE);
+}
+END_TEST
+
+START_TEST(registry_endpoint_caps_refused_unavailable) {
+  static const weft_transport_ops broken = {.name = "capbroken",
+                                            .caps = WEFT_TRANSPORT_CAP_TCP,
+                                            .probe = probe_fails};
+  char why[256] = "";
+  ck_assert_int_eq(weft_transport_register(&broken), 0);
+  weft_endpoint ep = {.transport = "capbroken", .host = "h", .port = 1};
+  ck_assert_uint_eq(weft_endpoint_caps(&ep, why, sizeof why), 0);
+  ck_assert_str_eq(why, "fakedev: no device found; use transport=tcp");
+  snprintf(ep.transport, sizeof ep.transport, "capnosuch");
+  ck_assert_uint_eq(weft_endpoint_caps(&ep, why, sizeof why), 0);
+  ck_assert_ptr_nonnull(strstr(why, "unknown transport 'capnosuch'"));
+  ck_assert_uint_eq(weft_endpoint_caps(NULL, NULL, 0), 0);
+  /* The built-in tcp: TCP on the wire, a byte stream. */
+  snprintf(ep.transport, sizeof ep.transport, "tcp");
+  uint32_t tcp = weft_endpoint_caps(&ep, NULL, 0);
+  if (tcp != 0) /* 0 only where tcp's probe fails (exotic hosts) */
+    ck_assert_uint_eq(tcp & (WEFT_ENDPOINT_TCP | WEFT_ENDPOINT_STREAM),
+                      WEFT_ENDPOINT_TCP | WEFT_ENDPOINT_STREAM);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   /* registry_register_refused_full last: it fills the registry, which would
    * break the tests after it when Check runs them in one process
@@ -238,5 +280,7 @@ Suite *weft_test_suite(void) {
                   registry_env_reaches_plugin_before_probe,
                   registry_env_bad_value_fails_probe_naming_variable,
                   registry_fallback_replaces_failed_probe,
+                  registry_endpoint_caps_from_plugin_caps,
+                  registry_endpoint_caps_refused_unavailable,
                   registry_register_refused_full, NULL);
 }

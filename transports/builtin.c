@@ -1,26 +1,27 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The transports compiled into libweft, in the order `registered: ...`
- * lists them. A plugin that depends on an optional library (liburing,
- * rdma-core, UCX) is built only under its CMake option, which defines
- * WEFT_WITH_<NAME>; adding one is one line here and one in
- * registry_internal.h. */
+ * lists them: the one place that names the plugins. The list is
+ * transports/CMakeLists.txt's (WEFT_TRANSPORTS: tcp, then each optional
+ * plugin whose WEFT_WITH_<NAME> is on), handed over as
+ * WEFT_BUILTIN_TRANSPORTS, "X(tcp)X(uring)...". Each plugin exports one ops
+ * struct, weft__transport_<name>. So adding a plugin is its folder and its
+ * name in that list; nothing here changes. */
 #include <assert.h>
 #include <stddef.h>
 
-#include "transports/registry_internal.h"
+#include "channel/registry_internal.h"
 
-static const weft_transport_ops *const builtin[] = {
-    &weft__transport_tcp,
-#ifdef WEFT_WITH_URING
-    &weft__transport_uring,
+#ifndef WEFT_BUILTIN_TRANSPORTS
+#error "WEFT_BUILTIN_TRANSPORTS comes from transports/CMakeLists.txt"
 #endif
-#ifdef WEFT_WITH_VERBS
-    &weft__transport_verbs,
-#endif
-#ifdef WEFT_WITH_UCX
-    &weft__transport_ucx,
-#endif
-};
+
+#define X(name) extern const weft_transport_ops weft__transport_##name;
+WEFT_BUILTIN_TRANSPORTS
+#undef X
+
+#define X(name) &weft__transport_##name,
+static const weft_transport_ops *const builtin[] = {WEFT_BUILTIN_TRANSPORTS};
+#undef X
 
 void weft__transports_builtin(void) {
   for (size_t i = 0; i < sizeof builtin / sizeof builtin[0]; i++) {

@@ -10,7 +10,11 @@
  *   int rc = weft_server_bind(&srv, &sb);
  *
  * The transport is the endpoint's scheme, so swapping it is a change of the
- * URI (or of one line in a config file, see config.h), never of code.
+ * URI (or of one line in a config file, see config.h), never of code. A
+ * program whose endpoint comes from its configuration parses it once
+ * (weft_config_endpoint_parse) and passes the parsed weft_endpoint to
+ * weft_server_bind_endpoint / weft_bootstrap_connect_endpoint; the
+ * URI-taking forms are those plus weft_endpoint_parse.
  */
 #ifndef WEFT_BOOTSTRAP_H
 #define WEFT_BOOTSTRAP_H
@@ -18,6 +22,7 @@
 #include <stdint.h>
 
 #include <weft/channel.h>
+#include <weft/endpoint.h>
 #include <weft/loop.h>
 
 #ifdef __cplusplus
@@ -80,7 +85,9 @@ typedef struct weft_server_bootstrap {
                              channels go to the loops round-robin (ucx
                              listens on every loop and spreads them in its
                              handshake: docs/transports/ucx.md) */
-  const char *listen;     /* endpoint URI, e.g. "tcp://0.0.0.0:7000" */
+  const char *listen;     /* endpoint URI, e.g. "tcp://0.0.0.0:7000"
+                             (weft_server_bind; weft_server_bind_endpoint
+                             takes a parsed one instead) */
   int backlog;            /* listen backlog (0 = 511) */
   weft_channel_init_cb child_init;   /* required */
   void *child_init_arg;              /* child_init's argument */
@@ -117,6 +124,18 @@ typedef struct weft_server_bootstrap {
 int weft_server_bind(weft_server **out, const weft_server_bootstrap *b);
 
 /**
+ * As weft_server_bind, on an endpoint already parsed (`ep`, say from
+ * weft_config_endpoint_parse): `b->listen` is not read. The form to use
+ * when the endpoint came from a configuration or was built in code, so
+ * that it is not formatted into a URI only to be parsed back. weft_server_bind
+ * is this function after weft_endpoint_parse of `b->listen`. `ep` is copied;
+ * the caller keeps it. Same errors (WEFT_EINVAL also for a NULL `ep`), same
+ * thread rules.
+ */
+int weft_server_bind_endpoint(weft_server **out, const weft_server_bootstrap *b,
+                              const weft_endpoint *ep);
+
+/**
  * Channels the server accepted that are still open (those refused by
  * max_connections do not count). Any thread.
  */
@@ -148,7 +167,9 @@ typedef void (*weft_connect_cb)(weft_channel *ch, int status, void *arg);
 typedef struct weft_bootstrap {
   weft_loop_group *group;      /* started; the channel goes to the next loop */
   weft_loop *loop;             /* or a specific loop (overrides group) */
-  const char *connect;         /* endpoint URI, e.g. "tcp://127.0.0.1:7000" */
+  const char *connect;         /* endpoint URI, e.g. "tcp://127.0.0.1:7000"
+                                  (weft_bootstrap_connect; the _endpoint
+                                  form takes a parsed one instead) */
   weft_channel_init_cb init;   /* required */
   void *init_arg;              /* init's argument */
   weft_channel_config options; /* weft_channel_config_init first */
@@ -163,6 +184,15 @@ typedef struct weft_bootstrap {
  * on_connect is not called. Any thread.
  */
 int weft_bootstrap_connect(const weft_bootstrap *b);
+
+/**
+ * As weft_bootstrap_connect, to an endpoint already parsed (`ep`):
+ * `b->connect` is not read. weft_bootstrap_connect is this function after
+ * weft_endpoint_parse of `b->connect`. `ep` is copied; the caller keeps it.
+ * Same errors (WEFT_EINVAL also for a NULL `ep`); any thread.
+ */
+int weft_bootstrap_connect_endpoint(const weft_bootstrap *b,
+                                    const weft_endpoint *ep);
 
 #ifdef __cplusplus
 }

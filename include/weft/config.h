@@ -199,12 +199,28 @@ void weft_config_server_bootstrap(const weft_config *cfg,
                                   weft_server_bootstrap *sb);
 
 /**
- * Resolves an endpoint text from a config: returns `uri` unchanged if it
- * has a scheme, or "<cfg->transport>://<uri>". Writes into `out`. Returns 0
- * or WEFT_ENOSPC.
+ * Resolves an endpoint text from a config into text: returns `uri`
+ * unchanged if it has a scheme, or "<cfg->transport>://<uri>". Writes into
+ * `out`. Returns 0 or WEFT_ENOSPC. For programs that hand the text on (to
+ * weft_server_bind, or to a client library that takes URIs); a program
+ * that binds or connects itself uses weft_config_endpoint_parse.
  */
 int weft_config_endpoint(const weft_config *cfg, const char *uri, char *out,
                          size_t out_len);
+
+/**
+ * Parses an address of the configuration (cfg->listen, cfg->connect, or an
+ * application's own key such as [kv] resp_listen) into `*out`, once:
+ * "host:port" takes `cfg->transport` ([transport] name) as its transport,
+ * "scheme://host:port" its own scheme. Hand the result to
+ * weft_server_bind_endpoint or weft_bootstrap_connect_endpoint, and ask it
+ * what its transport offers with weft_endpoint_caps, instead of passing
+ * text around. The transport is not looked up here (no probe runs).
+ * Returns 0, or WEFT_EINVAL with a sentence in `err` (if not NULL) naming
+ * the expected form; `*out` is then untouched. Any thread.
+ */
+int weft_config_endpoint_parse(const weft_config *cfg, const char *address,
+                               weft_endpoint *out, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -115,6 +115,34 @@ bool weft_transport_available(const char *name, char *why, size_t why_len);
  */
 bool weft_transport_speaks_tcp(const char *name);
 
+/* What an endpoint's transport offers, as weft_endpoint_caps reports it:
+ * the application's questions, asked of the parsed endpoint rather than of
+ * its text or its transport's name. */
+/** The transport is registered and can run here (its probe passed, or the
+ *  fallback's: weft_transport_available). Without it no other bit is set. */
+#define WEFT_ENDPOINT_AVAILABLE 0x1u
+/** TCP on the wire (tcp, uring): clients that speak plain TCP, such as
+ *  redis-cli or curl, can connect to its listeners. */
+#define WEFT_ENDPOINT_TCP 0x2u
+/** A byte stream (tcp, uring): a write may arrive split or merged with
+ *  others, so a protocol frames its messages; without it (ucx, verbs) each
+ *  write arrives as one message. */
+#define WEFT_ENDPOINT_STREAM 0x4u
+/** Half-close: weft_channel_shutdown_output sends an end of stream while
+ *  the channel still reads (tcp, uring). */
+#define WEFT_ENDPOINT_HALF_CLOSE 0x8u
+
+/**
+ * What the transport of `ep` offers here: WEFT_ENDPOINT_* bits, 0 when
+ * `ep` is NULL or its transport is unknown or cannot run on this host (the
+ * reason is then in `why`, if not NULL, as weft_transport_available words
+ * it). One registry lookup; the transport's probe runs once per process
+ * and is cached, and a configured fallback answers for a transport that
+ * cannot run, as the bootstraps use it. TLS (weft/tls.h) runs over every
+ * transport, so it has no bit. Any thread.
+ */
+uint32_t weft_endpoint_caps(const weft_endpoint *ep, char *why, size_t why_len);
+
 #ifdef __cplusplus
 }
 #endif

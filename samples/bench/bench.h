@@ -249,7 +249,8 @@ struct wrun {
   const point *pt;
   const bench_pattern *pat;
   weft_loop *loop;
-  const char *uri;
+  const char *uri;  /* the server's address, for messages */
+  weft_endpoint ep; /* uri, parsed once for every connect of the run */
   session *s;
   wconn *c;
   int n;

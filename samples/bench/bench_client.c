@@ -246,13 +246,12 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
 int bench_wconn_connect(wrun *r, wconn *c) {
   c->t_connect = bench_now_ns();
   weft_bootstrap b = {.loop = r->loop,
-                      .connect = r->uri,
                       .init = client_init,
                       .init_arg = c,
                       .on_connect = on_connect,
                       .connect_arg = c};
   weft_channel_config_init(&b.options);
-  return weft_bootstrap_connect(&b);
+  return weft_bootstrap_connect_endpoint(&b, &r->ep);
 }
 
 /* ---- the run, from the main thread ---- */
@@ -265,6 +264,9 @@ static void run_init(wrun *r, session *s, const point *pt) {
               .s = s,
               .n = pt->conns, /* 1 for connect: one at a time */
               .ph.phase = PH_WARM};
+  char why[400];
+  if (weft_endpoint_parse(r->uri, &r->ep, why, sizeof why) < 0)
+    bench_fail("%s", why);
   pthread_mutex_init(&r->mu, NULL);
   pthread_cond_init(&r->cv, NULL);
   r->c = calloc((size_t)r->n, sizeof *r->c);

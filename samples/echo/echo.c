@@ -122,12 +122,13 @@ static void server_init(weft_channel *ch, void *arg) {
 
 static int start_server(weft_loop_group *group, const weft_config *cfg,
                         weft_server **srv) {
-  char uri[WEFT_CONFIG_URI_MAX + 16];
-  weft_config_endpoint(cfg, cfg->listen, uri, sizeof uri);
-  weft_server_bootstrap sb = {
-      .group = group, .listen = uri, .child_init = server_init};
+  weft_endpoint ep;
+  int rc = weft_config_endpoint_parse(cfg, cfg->listen, &ep, NULL, 0);
+  if (rc < 0) /* the config layer checked it: not reached */
+    return rc;
+  weft_server_bootstrap sb = {.group = group, .child_init = server_init};
   weft_config_server_bootstrap(cfg, &sb);
-  return weft_server_bind(srv, &sb); /* a failure is logged there */
+  return weft_server_bind_endpoint(srv, &sb, &ep); /* a failure is logged */
 }
 
 /* ---- the client: ping-pong per channel ---- */
@@ -257,7 +258,9 @@ static void print_rtts(uint64_t *rtt, size_t n, const echo_opts *o,
 }
 
 static int run_client(weft_loop_group *group, const weft_config *cfg,
-                      const echo_opts *o, const char *uri) {
+                      const echo_opts *o, const weft_endpoint *ep) {
+  char uri[WEFT_CONFIG_URI_MAX + 16];
+  weft_endpoint_format(ep, uri, sizeof uri);
   client_run run = {.opts = *o,
                     .uri = uri,
                     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -270,13 +273,12 @@ static int run_client(weft_loop_group *group, const weft_config *cfg,
     client_conn *c = calloc(1, sizeof *c);
     *c = (client_conn){.run = &run, .index = i};
     weft_bootstrap b = {.group = group,
-                        .connect = uri,
                         .init = client_init,
                         .init_arg = c,
                         .options = cfg->channel,
                         .on_connect = client_connected,
                         .connect_arg = c};
-    if (weft_bootstrap_connect(&b) < 0) {
+    if (weft_bootstrap_connect_endpoint(&b, ep) < 0) {
       free(c);
       run.done++, run.failed++;
     }
@@ -327,6 +329,7 @@ int main(int argc, char **argv) {
   weft_server *srv = NULL;
   bool config_error = false;
   char uri[WEFT_CONFIG_URI_MAX + 16];
+  weft_endpoint ep = {.port = 0}; /* [client] connect, or the demo server */
   if (server || demo) {
     if (demo) /* any free port, on loopback */
       weft_config_set(&cfg, "demo", "server", "listen", "127.0.0.1:0", NULL,
@@ -340,15 +343,16 @@ int main(int argc, char **argv) {
     }
     weft_server_address(srv, uri, sizeof uri);
     fprintf(stderr, "weft-echo: listening on %s\n", uri);
+    weft_endpoint_parse(uri, &ep, NULL, 0); /* the bound port, for demo */
   } else {
-    weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri);
-  }
+    weft_config_endpoint_parse(&cfg, cfg.connect, &ep, NULL, 0);
+  } /* (an endpoint that did not parse is refused by the connect) */
   if (server) {
     int sig;
     while (sigwait(&stop, &sig) != 0)
       ;
   } else {
-    rc = run_client(group, &cfg, &opts, uri);
+    rc = run_client(group, &cfg, &opts, &ep);
   }
 out:
   if (srv != NULL)

@@ -270,7 +270,12 @@ int main(int argc, char **argv) {
     return 1;
   }
   char uri[WEFT_CONFIG_URI_MAX + 16];
-  weft_config_endpoint(&cfg, cfg.connect, uri, sizeof uri);
+  weft_endpoint ep; /* parsed once; the text is for the report */
+  if (weft_config_endpoint_parse(&cfg, cfg.connect, &ep, uri, sizeof uri) < 0) {
+    fprintf(stderr, "weft-http-load: [client] connect: %s\n", uri);
+    return 2; /* the config layer checked it: not reached */
+  }
+  weft_endpoint_format(&ep, uri, sizeof uri);
   uint64_t t0 = weft_now_ns();
   if (r.o.seconds > 0)
     r.deadline = t0 + (uint64_t)(r.o.seconds * 1e9);
@@ -282,13 +287,12 @@ int main(int argc, char **argv) {
     }
     c->r = &r;
     weft_bootstrap b = {.group = group,
-                        .connect = uri,
                         .init = load_init,
                         .init_arg = c,
                         .options = cfg.channel,
                         .on_connect = load_connected,
                         .connect_arg = c};
-    if (weft_bootstrap_connect(&b) < 0) {
+    if (weft_bootstrap_connect_endpoint(&b, &ep) < 0) {
       free(c);
       r.done++, r.failed++;
     }

@@ -485,14 +485,15 @@ int main(int argc, char **argv) {
     return 1;
   }
   char uri[WEFT_CONFIG_URI_MAX + 16];
-  weft_config_endpoint(&cfg, cfg.listen, uri, sizeof uri);
-  weft_server_bootstrap sb = {.group = group,
-                              .listen = uri,
-                              .child_init = child_init,
-                              .child_init_arg = tls};
+  weft_endpoint ep;
+  rc = weft_config_endpoint_parse(&cfg, cfg.listen, &ep, uri, sizeof uri);
+  if (rc < 0) /* the config layer checked it: not reached */
+    fprintf(stderr, "weft-http: [server] listen: %s\n", uri);
+  weft_server_bootstrap sb = {
+      .group = group, .child_init = child_init, .child_init_arg = tls};
   weft_config_server_bootstrap(&cfg, &sb);
   weft_server *srv = NULL;
-  if ((rc = weft_server_bind(&srv, &sb)) == 0) {
+  if (rc == 0 && (rc = weft_server_bind_endpoint(&srv, &sb, &ep)) == 0) {
     weft_server_address(srv, uri, sizeof uri);
     fprintf(stderr, "weft-http: listening on %s\n", uri);
     int sig;

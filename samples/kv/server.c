@@ -219,40 +219,32 @@ static int expire_stop(void *arg) {
 /* `reject` is what a client past [server] max_connections reads before
  * the close (NULL: the close alone), after the TLS handshake on a TLS
  * listener (`tls`). */
-static int bind_one(kv_server *srv, const weft_config *cfg, const char *uri,
-                    weft_channel_init_cb init, const char *reject, bool tls,
-                    weft_server **out) {
-  char full[WEFT_CONFIG_URI_MAX + 32];
-  int rc = weft_config_endpoint(cfg, uri, full, sizeof full);
-  if (rc < 0)
-    return rc;
+static int bind_one(kv_server *srv, const weft_config *cfg,
+                    const weft_endpoint *ep, weft_channel_init_cb init,
+                    const char *reject, bool tls, weft_server **out) {
   weft_server_bootstrap sb = {.group = srv->group,
-                              .listen = full,
                               .child_init = init,
                               .child_init_arg = srv,
                               .reject_message = reject,
                               .reject_init = tls ? kv_tls_reject_init : NULL};
   weft_config_server_bootstrap(cfg, &sb);
-  return weft_server_bind(out, &sb); /* a failure is logged there */
+  return weft_server_bind_endpoint(out, &sb, ep); /* failures are logged */
 }
 
 /* RESP is for Redis' clients, which speak TCP: a listener on a message
  * transport (ucx, verbs) would accept nothing they can send. Refused at
  * start, naming the setting (`key`). */
-static int resp_transport_check(const weft_config *cfg, const char *uri,
-                                const char *key) {
+static int resp_transport_check(const weft_endpoint *ep, const char *key) {
+  uint32_t caps = weft_endpoint_caps(ep, NULL, 0);
+  if (!(caps & WEFT_ENDPOINT_AVAILABLE) || (caps & WEFT_ENDPOINT_TCP))
+    return 0; /* bind reports unavailable endpoints itself */
   char full[WEFT_CONFIG_URI_MAX + 32];
-  weft_endpoint ep;
-  if (weft_config_endpoint(cfg, uri, full, sizeof full) < 0 ||
-      weft_endpoint_parse(full, &ep, NULL, 0) < 0 ||
-      !weft_transport_available(ep.transport, NULL, 0) ||
-      weft_transport_speaks_tcp(ep.transport))
-    return 0; /* bind reports bad or unavailable endpoints itself */
+  weft_endpoint_format(ep, full, sizeof full);
   weft_log(WEFT_LOG_ERROR,
            "kv: [kv] %s = %s: the Redis protocol needs a transport "
            "that is TCP on the wire (tcp or uring), and %s is not; set "
            "[kv] %s = tcp://HOST:PORT (or empty to turn it off)",
-           key, full, ep.transport, key);
+           key, full, ep->transport, key);
   return WEFT_ENOTSUP;
 }
 
@@ -410,11 +402,17 @@ static int bind_all(kv_server *srv, const weft_config *cfg) {
   for (int i = 0; i < KV_LISTENER_COUNT_ && rc == 0; i++) {
     if (l[i].uri[0] == '\0')
       continue;
-    if (l[i].resp && (rc = resp_transport_check(cfg, l[i].uri, l[i].key)) < 0)
+    weft_endpoint ep; /* the setting and [transport] name, parsed once */
+    char why[WEFT_CONFIG_URI_MAX + 160];
+    if ((rc = weft_config_endpoint_parse(cfg, l[i].uri, &ep, why, sizeof why)) <
+        0)
+      weft_log(WEFT_LOG_ERROR, "%s", why);
+    else if (l[i].resp && (rc = resp_transport_check(&ep, l[i].key)) < 0)
       break;
-    rc = bind_one(srv, cfg, l[i].uri, l[i].init,
-                  l[i].resp ? "-ERR max number of clients reached\r\n" : NULL,
-                  l[i].tls, l[i].out);
+    else
+      rc = bind_one(srv, cfg, &ep, l[i].init,
+                    l[i].resp ? "-ERR max number of clients reached\r\n" : NULL,
+                    l[i].tls, l[i].out);
     if (rc < 0) /* the setting to change, beside the library's own line */
       weft_log(WEFT_LOG_ERROR, "kv: [kv] %s = %s: %s", l[i].key, l[i].uri,
                weft_strerror(rc));

@@ -15,7 +15,7 @@
 #include <weft/endpoint.h>
 #include <weft/error.h>
 
-#include "transports/endpoint_internal.h"
+#include "channel/endpoint_internal.h"
 
 #define EXPECTED_FORM "scheme://host:port, e.g. tcp://127.0.0.1:7000"
 
@@ -131,20 +131,29 @@ static const char *parse_host(const char *s, weft_endpoint *out,
 }
 
 const char *weft__endpoint_parse(const char *uri, weft_endpoint *out) {
-  if (uri == NULL || uri[0] == '\0')
+  return weft__endpoint_parse_or(uri, NULL, out);
+}
+
+const char *weft__endpoint_parse_or(const char *text, const char *scheme,
+                                    weft_endpoint *out) {
+  if (text == NULL || text[0] == '\0')
     return "empty endpoint";
-  const char *sep = strstr(uri, "://");
-  if (sep == NULL)
+  const char *sep = strstr(text, "://");
+  const char *rest = sep != NULL ? sep + 3 : text;
+  if (sep != NULL) {
+    scheme = text;
+  } else if (scheme == NULL) {
     return "missing scheme";
-  size_t slen = (size_t)(sep - uri);
-  if (!weft__scheme_valid(uri, slen))
+  }
+  size_t slen = sep != NULL ? (size_t)(sep - text) : strlen(scheme);
+  if (!weft__scheme_valid(scheme, slen))
     return "the scheme must be 1 to 15 lowercase letters or digits, "
            "starting with a letter";
   weft_endpoint ep;
   memset(&ep, 0, sizeof ep);
-  memcpy(ep.transport, uri, slen);
+  memcpy(ep.transport, scheme, slen);
   const char *port;
-  const char *why = parse_host(sep + 3, &ep, &port);
+  const char *why = parse_host(rest, &ep, &port);
   if (why == NULL)
     why = parse_port(port, &ep.port);
   if (why == NULL)

@@ -24,8 +24,8 @@
 #include <weft/log.h>
 #include <weft/transport_plugin.h>
 
-#include "transports/endpoint_internal.h"
-#include "transports/registry_internal.h"
+#include "channel/endpoint_internal.h"
+#include "channel/registry_internal.h"
 
 #define WEFT__TRANSPORT_MAX 16
 
@@ -202,6 +202,25 @@ bool weft_transport_available(const char *name, char *why, size_t why_len) {
 bool weft_transport_speaks_tcp(const char *name) {
   const weft_transport_ops *ops = weft_transport_find(name, NULL, 0);
   return ops != NULL && (ops->caps & WEFT_TRANSPORT_CAP_TCP) != 0;
+}
+
+uint32_t weft_endpoint_caps(const weft_endpoint *ep, char *why,
+                            size_t why_len) {
+  const weft_transport_ops *ops =
+      weft_transport_find(ep != NULL ? ep->transport : NULL, why, why_len);
+  if (ops == NULL)
+    return 0;
+  /* The public bits, from the plugin's own (transport_plugin.h). */
+  static const struct {
+    uint32_t plugin, app;
+  } map[] = {{WEFT_TRANSPORT_CAP_TCP, WEFT_ENDPOINT_TCP},
+             {WEFT_TRANSPORT_CAP_STREAM, WEFT_ENDPOINT_STREAM},
+             {WEFT_TRANSPORT_CAP_HALF_CLOSE, WEFT_ENDPOINT_HALF_CLOSE}};
+  uint32_t caps = WEFT_ENDPOINT_AVAILABLE;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (ops->caps & map[i].plugin)
+      caps |= map[i].app;
+  return caps;
 }
 
 /* ---- settings ---- */

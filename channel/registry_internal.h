@@ -1,30 +1,17 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* transports/registry_internal.h: how built-in transports get into the
+/* channel/registry_internal.h: how built-in transports get into the
  * registry. */
-#ifndef WEFT_TRANSPORTS_REGISTRY_INTERNAL_H
-#define WEFT_TRANSPORTS_REGISTRY_INTERNAL_H
+#ifndef WEFT_CHANNEL_REGISTRY_INTERNAL_H
+#define WEFT_CHANNEL_REGISTRY_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
 #include <weft/transport_plugin.h>
 
-/* The built-in plugins, one exported ops struct each (transports/<name>/).
- * A plugin compiled only under a CMake option is declared under the same
- * compile definition, so builtin.c and the plugin agree. */
-extern const weft_transport_ops weft__transport_tcp;
-#ifdef WEFT_WITH_URING
-extern const weft_transport_ops weft__transport_uring;
-#endif
-#ifdef WEFT_WITH_VERBS
-extern const weft_transport_ops weft__transport_verbs;
-#endif
-#ifdef WEFT_WITH_UCX
-extern const weft_transport_ops weft__transport_ucx;
-#endif
-
 /**
- * Registers every built-in transport (defined in builtin.c). The registry
+ * Registers every built-in transport: defined by the plugins' own list,
+ * transports/builtin.c, the one place that names them. The registry
  * calls it once, on its first use, from inside its one-time initialisation:
  * it must register with weft__transport_register_builtin, not with
  * weft_transport_register (which would wait for that initialisation).

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* transports/endpoint_internal.h: endpoint and scheme checks shared by the
+/* channel/endpoint_internal.h: endpoint and scheme checks shared by the
  * URI parser, the config loader and the transport registry. */
-#ifndef WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H
-#define WEFT_TRANSPORTS_ENDPOINT_INTERNAL_H
+#ifndef WEFT_CHANNEL_ENDPOINT_INTERNAL_H
+#define WEFT_CHANNEL_ENDPOINT_INTERNAL_H
 
 #include <stdbool.h>
 
@@ -23,5 +23,15 @@ bool weft__scheme_valid(const char *s, size_t n);
  * wrap in their own message.
  */
 const char *weft__endpoint_parse(const char *uri, weft_endpoint *out);
+
+/**
+ * As weft__endpoint_parse, for an endpoint that may be written without its
+ * scheme ("host:port"): `scheme` (a transport name, or NULL for none) is
+ * then the transport. A scheme written in `text` wins. One parse, no text
+ * pasted together: how the config layer turns [transport] name and an
+ * address into an endpoint.
+ */
+const char *weft__endpoint_parse_or(const char *text, const char *scheme,
+                                    weft_endpoint *out);
 
 #endif
