@@ -6,8 +6,10 @@
  * one whose answer the test holds while another client rewrites the key
  * (it is not deleted); the timeout's cap; the default allow-list, the
  * refusal of AUTH in clear, of host names and of MIGRATE inside MULTI; and
- * a real second weft node, plaintext and over TLS. RESP over plain
- * sockets, so the TCP transports only. */
+ * a real second weft node, plaintext and over TLS; a key whose TTL runs
+ * out between the readings of its value and of its TTL (a stepped store
+ * clock), for MIGRATE and for COPY. RESP over plain sockets, so the TCP
+ * transports only. */
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -607,6 +609,41 @@ START_TEST(kv_migrate_key_expiring_meanwhile_keeps_ttl) {
 }
 END_TEST
 
+/* COPY reads its source's value and TTL as MIGRATE does: a source that
+ * expires between the two readings (the clock jumps 10 s at the second)
+ * is copied with the TTL it had, not as a key without one. Before the fix
+ * the copy had no TTL (PTTL -1): it would never expire. */
+START_TEST(kv_copy_key_expiring_meanwhile_keeps_ttl) {
+  weft_loop_group *g = group_start();
+  kv_server_options o;
+  options(&o);
+  o.expire_hz = 1;
+  node src;
+  node_start(&src, g, &o, KV_LISTENER_RESP);
+  install_stepped_clock(g, src.srv);
+  peer a;
+  peer_open(&a, src.port);
+  char line[64];
+  for (int tries = 0;; tries++) {
+    ck_assert_int_lt(tries, 50);
+    peer_send(&a, "SET k v PX 1000");
+    peer_expect(&a, "+OK");
+    atomic_store(&clock_jump_at, 2);
+    peer_send(&a, "COPY k c REPLACE");
+    peer_line(&a, line, sizeof line);
+    if (strcmp(line, ":1") == 0)
+      break;
+    ck_assert_str_eq(line, ":0"); /* an expiry pass took the reading */
+  }
+  peer_send(&a, "PTTL c");
+  peer_line(&a, line, sizeof line);
+  ck_assert_msg(line[0] == ':' && atol(line + 1) > 0 && atol(line + 1) <= 1000,
+                "the copy has PTTL %s", line);
+  peer_close(&a);
+  stop_all(g, &src, 1);
+}
+END_TEST
+
 /* ---- TLS ---- */
 
 #ifndef WEFT_TLS_MAKE_CERTS
@@ -711,5 +748,6 @@ Suite *weft_test_suite(void) {
       kv_migrate_key_changed_meanwhile_not_deleted, kv_migrate_to_weft_node,
       kv_migrate_write_in_flight_gets_tryagain,
       kv_migrate_key_expiring_meanwhile_keeps_ttl,
+      kv_copy_key_expiring_meanwhile_keeps_ttl,
       kv_migrate_over_tls_never_sends_password_in_clear, NULL);
 }
