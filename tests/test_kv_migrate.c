@@ -551,6 +551,19 @@ static void install_stepped_clock(weft_loop_group *g, kv_server *srv) {
                      0);
 }
 
+/* A group and a RESP source on it with stepped_clock and few expiry
+ * passes (each reads the clock), MIGRATE reaching any host. */
+static weft_loop_group *stepped_source(node *src) {
+  weft_loop_group *g = group_start();
+  kv_server_options o;
+  options(&o);
+  o.migrate_any_host = true;
+  o.expire_hz = 1;
+  node_start(src, g, &o, KV_LISTENER_RESP);
+  install_stepped_clock(g, src->srv);
+  return g;
+}
+
 /* The TTL argument of the RESTORE-ASKING of key `k` in what the target
  * read (`...$1 k $n <ttl> $n WKV...`). */
 static long restore_ttl(const char *got) {
@@ -569,16 +582,10 @@ static long restore_ttl(const char *got) {
  * none. An expiry pass that reads the clock first makes the key expired
  * for MIGRATE at once (NOKEY): it is set again and the step tried again. */
 START_TEST(kv_migrate_key_expiring_meanwhile_keeps_ttl) {
-  weft_loop_group *g = group_start();
   int tport;
   int lfd = target_listen(&tport);
-  kv_server_options o;
-  options(&o);
-  o.migrate_any_host = true;
-  o.expire_hz = 1; /* few clock readings besides MIGRATE's */
   node src;
-  node_start(&src, g, &o, KV_LISTENER_RESP);
-  install_stepped_clock(g, src.srv);
+  weft_loop_group *g = stepped_source(&src);
   peer a;
   peer_open(&a, src.port);
   int t = -1;
@@ -614,13 +621,8 @@ END_TEST
  * is copied with the TTL it had, not as a key without one. Before the fix
  * the copy had no TTL (PTTL -1): it would never expire. */
 START_TEST(kv_copy_key_expiring_meanwhile_keeps_ttl) {
-  weft_loop_group *g = group_start();
-  kv_server_options o;
-  options(&o);
-  o.expire_hz = 1;
   node src;
-  node_start(&src, g, &o, KV_LISTENER_RESP);
-  install_stepped_clock(g, src.srv);
+  weft_loop_group *g = stepped_source(&src);
   peer a;
   peer_open(&a, src.port);
   char line[64];
