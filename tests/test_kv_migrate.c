@@ -6,8 +6,10 @@
  * one whose answer the test holds while another client rewrites the key
  * (it is not deleted); the timeout's cap; the default allow-list, the
  * refusal of AUTH in clear, of host names and of MIGRATE inside MULTI; and
- * a real second weft node, plaintext and over TLS. RESP over plain
- * sockets, so the TCP transports only. */
+ * a real second weft node, plaintext and over TLS; a key whose TTL runs
+ * out between the readings of its value and of its TTL (a stepped store
+ * clock), for MIGRATE and for COPY. RESP over plain sockets, so the TCP
+ * transports only. */
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -15,6 +17,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,17 +179,18 @@ static int target_accept(int lfd) {
   return fd;
 }
 
-/* Reads from an accepted target connection until `needle` came (the
- * source's commands), within LONG_WAIT_MS. */
-static void target_wait_for(int fd, const char *needle) {
-  char got[8192];
+/* Reads from an accepted target connection into `got` (`cap` bytes, NUL
+ * terminated) until `needle` came (the source's commands), within
+ * LONG_WAIT_MS. */
+static void target_read_until(int fd, const char *needle, char *got,
+                              size_t cap) {
   size_t n = 0;
   uint64_t end = th_now_ms() + LONG_WAIT_MS;
   while (th_now_ms() < end) {
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     if (poll(&pfd, 1, 100) != 1)
       continue;
-    ssize_t r = recv(fd, got + n, sizeof got - 1 - n, 0);
+    ssize_t r = recv(fd, got + n, cap - 1 - n, 0);
     ck_assert_int_gt(r, 0);
     n += (size_t)r;
     got[n] = '\0';
@@ -194,6 +198,11 @@ static void target_wait_for(int fd, const char *needle) {
       return;
   }
   ck_abort_msg("the target never received '%s'", needle);
+}
+
+static void target_wait_for(int fd, const char *needle) {
+  char got[8192];
+  target_read_until(fd, needle, got, sizeof got);
 }
 
 /* Options of node a of a cluster config that also lists node b at
@@ -499,6 +508,144 @@ START_TEST(kv_migrate_write_in_flight_gets_tryagain) {
 }
 END_TEST
 
+/* ---- a key that expires while MIGRATE reads it ---- */
+
+/* The source's store clock (kv_store_set_clock): frozen at clock_ns; once
+ * armed, its `clock_jump_at`-th reading from then on (1-based) and every
+ * later one see it 10 s on. */
+static _Atomic uint64_t clock_ns;
+static _Atomic int clock_jump_at;
+
+static uint64_t stepped_clock(void *arg) {
+  (void)arg;
+  int left = atomic_load(&clock_jump_at);
+  while (left > 0 &&
+         !atomic_compare_exchange_weak(&clock_jump_at, &left, left - 1))
+    ;
+  if (left == 1)
+    atomic_fetch_add(&clock_ns, 10 * 1000000000ull);
+  return atomic_load(&clock_ns);
+}
+
+static int set_stepped_clock(void *store) {
+  kv_store_set_clock(store, stepped_clock, NULL);
+  return 0;
+}
+
+static int loop_noop(void *arg) {
+  (void)arg;
+  return 0;
+}
+
+/* Installs stepped_clock in `srv`'s store from loop 0 (whose expiry timer
+ * reads it), then passes every other loop once, so each reads the new
+ * clock after the write (the loop calls order them). */
+static void install_stepped_clock(weft_loop_group *g, kv_server *srv) {
+  atomic_store(&clock_ns, 1000 * 1000000000ull);
+  atomic_store(&clock_jump_at, 0);
+  ck_assert_int_eq(weft_loop_call(weft_loop_group_get(g, 0), set_stepped_clock,
+                                  kv_server_store(srv)),
+                   0);
+  for (int i = 1; i < weft_loop_group_size(g); i++)
+    ck_assert_int_eq(weft_loop_call(weft_loop_group_get(g, i), loop_noop, NULL),
+                     0);
+}
+
+/* A group and a RESP source on it with stepped_clock and few expiry
+ * passes (each reads the clock), MIGRATE reaching any host. */
+static weft_loop_group *stepped_source(node *src) {
+  weft_loop_group *g = group_start();
+  kv_server_options o;
+  options(&o);
+  o.migrate_any_host = true;
+  o.expire_hz = 1;
+  node_start(src, g, &o, KV_LISTENER_RESP);
+  install_stepped_clock(g, src->srv);
+  return g;
+}
+
+/* The TTL argument of the RESTORE-ASKING of key `k` in what the target
+ * read (`...$1 k $n <ttl> $n WKV...`). */
+static long restore_ttl(const char *got) {
+  const char *p = strstr(got, "RESTORE-ASKING\r\n$1\r\nk\r\n$");
+  ck_assert_msg(p != NULL, "no RESTORE-ASKING of k in '%s'", got);
+  p = strchr(p + strlen("RESTORE-ASKING\r\n$1\r\nk\r\n$"), '\n');
+  ck_assert_ptr_nonnull(p);
+  return atol(p + 1);
+}
+
+/* A key with a TTL that expires between MIGRATE's reading of its value
+ * and of its TTL (the store clock jumps 10 s at the second reading) is
+ * sent with the TTL it had when its value was read, never as persistent.
+ * Before the fix MIGRATE read them with kv_get then kv_pttl: the second
+ * found the key expired and it went with TTL 0, which RESTORE takes as
+ * none. An expiry pass that reads the clock first makes the key expired
+ * for MIGRATE at once (NOKEY): it is set again and the step tried again. */
+START_TEST(kv_migrate_key_expiring_meanwhile_keeps_ttl) {
+  int tport;
+  int lfd = target_listen(&tport);
+  node src;
+  weft_loop_group *g = stepped_source(&src);
+  peer a;
+  peer_open(&a, src.port);
+  int t = -1;
+  for (int tries = 0; t < 0; tries++) {
+    ck_assert_int_lt(tries, 50);
+    peer_send(&a, "SET k v PX 1000");
+    peer_expect(&a, "+OK");
+    atomic_store(&clock_jump_at, 2);
+    peer_send(&a, "MIGRATE 127.0.0.1 %d k 0 8000", tport);
+    struct pollfd pfd[2] = {{.fd = a.fd, .events = POLLIN},
+                            {.fd = lfd, .events = POLLIN}};
+    ck_assert_int_gt(poll(pfd, 2, LONG_WAIT_MS), 0);
+    if (pfd[1].revents & POLLIN)
+      t = target_accept(lfd);
+    else
+      peer_expect(&a, "+NOKEY"); /* an expiry pass took the reading */
+  }
+  char got[8192];
+  target_read_until(t, "WKV", got, sizeof got);
+  long ttl = restore_ttl(got);
+  ck_assert_msg(ttl > 0 && ttl <= 1000, "the key was sent with TTL %ld", ttl);
+  th_write_all(t, "+OK\r\n", 5);
+  peer_expect(&a, "+OK");
+  close(t);
+  peer_close(&a);
+  close(lfd);
+  stop_all(g, &src, 1);
+}
+END_TEST
+
+/* COPY reads its source's value and TTL as MIGRATE does: a source that
+ * expires between the two readings (the clock jumps 10 s at the second)
+ * is copied with the TTL it had, not as a key without one. Before the fix
+ * the copy had no TTL (PTTL -1): it would never expire. */
+START_TEST(kv_copy_key_expiring_meanwhile_keeps_ttl) {
+  node src;
+  weft_loop_group *g = stepped_source(&src);
+  peer a;
+  peer_open(&a, src.port);
+  char line[64];
+  for (int tries = 0;; tries++) {
+    ck_assert_int_lt(tries, 50);
+    peer_send(&a, "SET k v PX 1000");
+    peer_expect(&a, "+OK");
+    atomic_store(&clock_jump_at, 2);
+    peer_send(&a, "COPY k c REPLACE");
+    peer_line(&a, line, sizeof line);
+    if (strcmp(line, ":1") == 0)
+      break;
+    ck_assert_str_eq(line, ":0"); /* an expiry pass took the reading */
+  }
+  peer_send(&a, "PTTL c");
+  peer_line(&a, line, sizeof line);
+  ck_assert_msg(line[0] == ':' && atol(line + 1) > 0 && atol(line + 1) <= 1000,
+                "the copy has PTTL %s", line);
+  peer_close(&a);
+  stop_all(g, &src, 1);
+}
+END_TEST
+
 /* ---- TLS ---- */
 
 #ifndef WEFT_TLS_MAKE_CERTS
@@ -602,5 +749,7 @@ Suite *weft_test_suite(void) {
       kv_migrate_non_resp_reply_keeps_key,
       kv_migrate_key_changed_meanwhile_not_deleted, kv_migrate_to_weft_node,
       kv_migrate_write_in_flight_gets_tryagain,
+      kv_migrate_key_expiring_meanwhile_keeps_ttl,
+      kv_copy_key_expiring_meanwhile_keeps_ttl,
       kv_migrate_over_tls_never_sends_password_in_clear, NULL);
 }

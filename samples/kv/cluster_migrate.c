@@ -361,10 +361,11 @@ static kv_migrate *snapshot(const kv_call *c, const migrate_args *a) {
   for (size_t i = 0; i < a->n_keys && ok; i++) {
     const kv_arg *key = &a->keys[i];
     kv_migrate_key *k = &m->keys[m->n];
-    int64_t ttl = -1;
-    if (kv_get(c->store, key->ptr, key->len, &k->value) != 1)
+    int64_t ttl;
+    /* Value and TTL in one lookup: read apart, a key expiring between
+     * the two was sent with TTL 0, which the target keeps for ever. */
+    if (kv_get_pttl(c->store, key->ptr, key->len, &k->value, &ttl) != 1)
       continue;
-    kv_pttl(c->store, key->ptr, key->len, &ttl);
     k->ttl_ms = ttl > 0 ? ttl : 0;
     k->klen = key->len;
     ok = (k->key = arg_dup(key)) != NULL;

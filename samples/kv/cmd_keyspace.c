@@ -75,12 +75,12 @@ void kv_cmd_renamenx(const kv_call *c) {
  * or a destination without REPLACE), or an error. */
 static int copy_locked(const kv_call *c, bool replace) {
   kv_blob *v;
-  int64_t ttl = -1;
-  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &v);
+  int64_t ttl;
+  /* Value and TTL in one lookup: read apart, a source expiring between
+   * the two was copied without a TTL, a key that then never expires. */
+  int rc = kv_get_pttl(c->store, c->argv[0].ptr, c->argv[0].len, &v, &ttl);
   if (rc <= 0)
     return rc;
-  if (kv_pttl(c->store, c->argv[0].ptr, c->argv[0].len, &ttl) <= 0)
-    ttl = -1;
   if (!replace && (rc = kv_exists(c->store, 1, &c->argv[1])) != 0) {
     kv_blob_release(v);
     return rc < 0 ? rc : 0;

@@ -127,6 +127,35 @@ int kv_pttl(kv_store *s, const void *key, size_t klen, int64_t *ttl_ms) {
   return e != NULL;
 }
 
+int kv_get_pttl(kv_store *s, const void *key, size_t klen, kv_blob **out,
+                int64_t *ttl_ms) {
+  *out = NULL;
+  *ttl_ms = -1;
+  if (klen > s->max_key_len)
+    return WEFT_EMSGSIZE;
+  uint64_t h = kv__key_hash(s, key, klen);
+  key_lock k = {.st = kv__stripe_of(s, h), .g = {NULL}};
+  kv__stripe_lock(s, k.st);
+  kv_entry **link = kv__table_find(&k.st->table, h, key, klen);
+  kv_entry *e = link != NULL ? *link : NULL;
+  /* The clock is read once: whether the key is live and how long it has
+   * left are answers for the same instant. */
+  uint64_t now = e != NULL && e->expire_at != 0 ? store_now(s) : 0;
+  if (e != NULL && e->expire_at != 0 && e->expire_at <= now) {
+    kv__entry_unlink(k.st, link, &k.g); /* lazy expiry, as kv__lookup_live */
+    kv__counter_add(&k.st->expired, 1);
+    e = NULL;
+  }
+  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
+  if (e != NULL) {
+    *out = kv_blob_retain(e->val);
+    if (e->expire_at != 0)
+      *ttl_ms = (int64_t)((e->expire_at - now + 999999u) / 1000000u);
+  }
+  kv__key_unlock(s, &k);
+  return e != NULL;
+}
+
 /* The deadline `ttl_ms` (> 0) from now, clamped to the clock's range. */
 static uint64_t deadline_clamped(const kv_store *s, int64_t ttl_ms) {
   uint64_t now = store_now(s);

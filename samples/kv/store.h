@@ -345,6 +345,19 @@ int kv_mset(kv_store *store, size_t n, const kv_key *keys, const kv_key *vals);
  */
 int kv_pttl(kv_store *store, const void *key, size_t klen, int64_t *ttl_ms);
 
+/**
+ * GET and PTTL at one instant: if `key` exists returns 1, stores a new
+ * reference to its value in `*out` (the caller releases it) and its
+ * remaining time to live in `*ttl_ms` (milliseconds, rounded up, so at
+ * least 1 for a live key; -1 = no TTL); returns 0 if absent (`*out` NULL).
+ * One lookup, one reading of the clock: a key that expires between a
+ * kv_get and a kv_pttl is found by the first and missing for the second,
+ * and its TTL would read as none (MIGRATE sent such a key as persistent).
+ * Errors as kv_get. Any thread.
+ */
+int kv_get_pttl(kv_store *store, const void *key, size_t klen, kv_blob **out,
+                int64_t *ttl_ms);
+
 /** EXPIRE conditions (kv_expire), Redis 7's NX/XX/GT/LT. */
 enum kv_expire_flags {
   KV_EXPIRE_NX = 1u << 0, /* only if the key has no TTL */
