@@ -420,17 +420,22 @@ void kv_scan_result_clear(kv_scan_result *res);
 int kv_scan(kv_store *store, uint64_t cursor, size_t count, const void *pattern,
             size_t plen, kv_scan_result *res, uint64_t *next);
 
-/** KEYS' bound on the keys it copies under the locks (kv_keys). */
+/** KEYS' bound on the keys it examines (kv_keys). */
 #define KV_KEYS_MAX 100000u
 
 /**
  * KEYS: appends to `res` every live key matching `pattern` (Redis glob,
- * `plen` bytes, at most KV_SCAN_PATTERN_MAX; NULL = every key), as one
- * snapshot: every stripe is locked, in order, while the keys are copied;
- * they are matched after. Bounded like SCAN: the copying and matching may
- * do at most KV_SCAN_WORK_MAX of work (SCAN's units) and copy at most
- * KV_KEYS_MAX keys; past either it stops and returns WEFT_ETOOLONG, having
- * added nothing to `res` (use SCAN on such a store). Returns 0,
+ * `plen` bytes, at most KV_SCAN_PATTERN_MAX; NULL = every key). The
+ * stripes are walked in order, one locked at a time while its keys are
+ * copied (they are matched after its unlock), so another thread waits for
+ * one stripe's walk at most: each key is seen at most once, but a change
+ * made on another thread meanwhile may be seen in part (a RENAME across
+ * stripes: both names or neither). Under a transaction that holds every
+ * stripe (EXEC) no lock is taken and the answer is one snapshot. Bounded
+ * like SCAN: the copying and matching may do at most KV_SCAN_WORK_MAX of
+ * work (SCAN's units) over at most KV_KEYS_MAX keys; past either it stops
+ * and returns WEFT_ETOOLONG, having added nothing to `res` (use SCAN on
+ * such a store). Returns 0,
  * WEFT_EMSGSIZE (the pattern is too long), WEFT_ETOOLONG or WEFT_ENOMEM
  * (nothing added). Clear `res` with kv_scan_result_clear() either way.
  * Any thread.
