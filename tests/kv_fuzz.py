@@ -505,6 +505,9 @@ def main():
           f"{cs['commands']} commands, {cid} clients, {cs['checks']} model "
           f"checks, {cs['migrations']} slot migrations, {cs['reconnects']} "
           f"reconnects")
+    w, who, what = fz.longest
+    print(f"kv_fuzz: longest wait for a reply {w:.2f} s (the hang bound is "
+          f"{o.hang:g} s): {who}, {short(str(what), 80)}")
     nfail = len(fz.failures)
     print(f"{cs['checks'] - nfail} passed, {nfail} failed")
     if nfail:
