@@ -12,6 +12,10 @@
  * the flood's client has not got all its replies yet. The flood is sized
  * from the time one KEYS takes here, so a sanitizer build runs it too.
  *
+ * Within a KEYS: a KEYS over a large store walks it in steps, yielding its
+ * loop between them, so PINGs sent one at a time during the flood are
+ * mostly answered before the KEYS being run is.
+ *
  * MULTI: a transaction may queue at most 2 KEYS or SCAN (EXEC runs them
  * with every stripe locked); a third is refused and EXEC aborts. */
 #include "harness.h"
@@ -30,10 +34,12 @@
 #include <unistd.h>
 
 #define KEYS_IN_STORE 20000 /* below KV_KEYS_MAX: KEYS copies them all */
+#define KEYS_IN_STEPS 80000 /* 20 of KV_KEYS_STEP (cmd_keyspace.c) */
 #define MSET_PAIRS 500      /* keys per MSET (the decoder takes 1024 words) */
 #define FLOOD_MS 3000       /* the flood's estimated length */
 #define FLOOD_MIN 30        /* commands in the flood, at least */
 #define FLOOD_MAX 5000      /* and at most */
+#define PINGS 20            /* sent one at a time during the flood */
 
 /* A connection whose reads give up after 120 s: a stuck server fails the
  * test, not hangs it. */
@@ -65,10 +71,10 @@ static void read_line(int fd, char *buf, size_t cap) {
   }
 }
 
-/* Fills the store with KEYS_IN_STORE keys, MSET_PAIRS per MSET. */
-static void fill(int fd) {
+/* Fills the store with `keys` keys, MSET_PAIRS per MSET. */
+static void fill_n(int fd, int keys) {
   static char cmd[MSET_PAIRS * 40 + 32];
-  for (int base = 0; base < KEYS_IN_STORE; base += MSET_PAIRS) {
+  for (int base = 0; base < keys; base += MSET_PAIRS) {
     int n =
         snprintf(cmd, sizeof cmd, "*%d\r\n$4\r\nMSET\r\n", 1 + 2 * MSET_PAIRS);
     for (int i = base; i < base + MSET_PAIRS; i++) {
@@ -83,6 +89,9 @@ static void fill(int fd) {
     ck_assert_str_eq(ok, "+OK");
   }
 }
+
+/* Fills the store with KEYS_IN_STORE keys. */
+static void fill(int fd) { fill_n(fd, KEYS_IN_STORE); }
 
 static const char keys_cmd[] = "*2\r\n$4\r\nKEYS\r\n$8\r\nnomatch*\r\n";
 
@@ -204,6 +213,66 @@ START_TEST(kv_fairness_ping_answered_during_pipelined_keys) {
 }
 END_TEST
 
+/* The flood's KEYS answered so far: reads what `fd` has ready into `got`
+ * (`*have` bytes of it, up to `cap`). */
+static int keys_answered(int fd, char *got, size_t *have, size_t cap) {
+  *have = read_ready(fd, got, *have, cap);
+  return keys_replies(got, *have);
+}
+
+/* PINGs one at a time on the flood's loop: each is answered within the
+ * KEYS being run, at the end of its current step, for most of them (a
+ * step is KV_KEYS_STEP keys, a twentieth of this store). When a KEYS was one
+ * unit of work, a PING that came during one waited for its end: each
+ * PONG came after another KEYS reply, unless the PING fell in the gap
+ * between two. The assertion counts replies, not time. */
+START_TEST(kv_fairness_ping_answered_within_a_keys) {
+  kv_process s = kv_process_start("");
+  int ping = connect_to(s.port);
+  int flood = connect_to(s.port);
+  fill_n(flood, KEYS_IN_STEPS);
+  uint64_t one = keys_ms(flood);
+  int n = (int)(FLOOD_MS / one);
+  n = n < FLOOD_MIN ? FLOOD_MIN : n > FLOOD_MAX ? FLOOD_MAX : n;
+  size_t len;
+  char *cmds = flood_cmds(n, &len);
+  th_write_all(flood, cmds, len);
+  free(cmds);
+  size_t want_len, have = 0;
+  char *want = flood_replies(n, &want_len);
+  char *got = malloc(want_len);
+  ck_assert_ptr_nonnull(got);
+  uint64_t t0 = th_now_ms(); /* the flood runs: its first KEYS answered */
+  while (keys_answered(flood, got, &have, want_len) == 0 &&
+         th_now_ms() - t0 < 120000)
+    th_sleep_ms(1);
+  int within = 0, sent = 0;
+  for (; sent < PINGS && have < want_len; sent++) {
+    int before = keys_answered(flood, got, &have, want_len);
+    th_write_all(ping, "*1\r\n$4\r\nPING\r\n", 14);
+    char pong[8];
+    read_line(ping, pong, sizeof pong);
+    ck_assert_str_eq(pong, "+PONG");
+    within += keys_answered(flood, got, &have, want_len) == before;
+  }
+  fprintf(stderr,
+          "%s: KEYS over %d keys: %llu ms; %d of %d PINGs answered before "
+          "another KEYS (flood of %d)\n",
+          th_transport_name(), KEYS_IN_STEPS, (unsigned long long)one, within,
+          sent, n);
+  if (have < want_len)
+    read_exact(flood, got + have, want_len - have);
+  ck_assert_int_eq(memcmp(got, want, want_len), 0); /* all, in order */
+  free(got);
+  free(want);
+  ck_assert_int_eq(sent, PINGS);
+  ck_assert_int_ge(within, PINGS / 2);
+  close(ping);
+  close(flood);
+  kv_process_stop(&s);
+}
+END_TEST
+
 START_TEST(kv_fairness_multi_refuses_a_third_keys) {
   kv_process s = kv_process_start("");
   int fd = connect_to(s.port);
@@ -235,5 +304,6 @@ Suite *weft_test_suite(void) {
   th_require_transport();
   return th_suite("kv_fairness", "core", 300,
                   kv_fairness_ping_answered_during_pipelined_keys,
+                  kv_fairness_ping_answered_within_a_keys,
                   kv_fairness_multi_refuses_a_third_keys, NULL);
 }

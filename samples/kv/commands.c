@@ -822,6 +822,13 @@ static int keys_copy(kv_store *s, kv_stripe *st, kv_scan_result *res,
   return 0;
 }
 
+int kv_keys_begin(kv_keys_iter *it, const void *pattern, size_t plen,
+                  const kv_scan_result *res) {
+  memset(it, 0, sizeof *it);
+  it->from = res->n;
+  return scan_pattern(pattern, plen, &it->pattern);
+}
+
 /* One stripe locked at a time, as SCAN (issue 27): with every stripe
  * locked for the whole walk, each command of every other loop that
  * touched the store waited for the KEYS, and one client pipelining KEYS
@@ -830,27 +837,44 @@ static int keys_copy(kv_store *s, kv_stripe *st, kv_scan_result *res,
  * (kv__stripe_lock takes none), so there KEYS stays one snapshot. Each
  * stripe's matches are filtered after its unlock, so only the matching
  * keys are held. */
-int kv_keys(kv_store *s, const void *pattern, size_t plen,
-            kv_scan_result *res) {
-  glob_nfa *g;
-  int err = scan_pattern(pattern, plen, &g);
-  if (err != 0)
-    return err;
-  size_t from = res->n, work = 0, seen = 0;
-  for (unsigned i = 0; i < s->n_stripes && err == 0; i++) {
-    kv_stripe *st = &s->stripes[i];
+int kv_keys_step(kv_store *s, kv_keys_iter *it, size_t keys,
+                 kv_scan_result *res) {
+  size_t until = it->seen + keys;
+  int rc = 0;
+  while (it->stripe < s->n_stripes && it->seen < until) {
+    kv_stripe *st = &s->stripes[it->stripe++];
     size_t here = res->n;
     kv__stripe_lock(s, st);
-    err = keys_copy(s, st, res, g, &work, &seen);
+    rc = keys_copy(s, st, res, it->pattern, &it->work, &it->seen);
     kv__stripe_unlock(s, st);
-    if (err == 0 && g != NULL)
-      scan_filter(res, here, g);
+    if (rc != 0)
+      break;
+    if (it->pattern != NULL)
+      scan_filter(res, here, it->pattern);
   }
-  if (err != 0) {
-    while (res->n > from)
+  if (rc != 0) {
+    while (res->n > it->from)
       kv_blob_release(res->keys[--res->n]);
+    it->stripe = s->n_stripes; /* over */
+    return rc;
   }
-  glob_free(g);
+  return it->stripe < s->n_stripes;
+}
+
+void kv_keys_end(kv_keys_iter *it) {
+  glob_free(it->pattern);
+  it->pattern = NULL;
+}
+
+int kv_keys(kv_store *s, const void *pattern, size_t plen,
+            kv_scan_result *res) {
+  kv_keys_iter it;
+  int err = kv_keys_begin(&it, pattern, plen, res);
+  if (err != 0)
+    return err;
+  while ((err = kv_keys_step(s, &it, SIZE_MAX / 2, res)) == 1)
+    ;
+  kv_keys_end(&it);
   return err;
 }
 

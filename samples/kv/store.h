@@ -444,6 +444,37 @@ int kv_keys(kv_store *store, const void *pattern, size_t plen,
             kv_scan_result *res);
 
 /**
+ * KEYS in steps, for a caller that must not hold its thread for a whole
+ * walk (the server's KEYS yields its loop between steps): kv_keys_begin,
+ * then kv_keys_step until it returns 0 or an error, then kv_keys_end.
+ * Same answer, bounds and locking as kv_keys, whose steps these are; a
+ * change made between two steps is seen or not, as one made on another
+ * thread during kv_keys. Fields are private. One thread at a time.
+ */
+typedef struct kv_keys_iter {
+  struct glob_nfa *pattern; /* compiled; NULL when it matches every key */
+  size_t stripe;            /* the next stripe to walk */
+  size_t from;              /* res->n when it began */
+  size_t work, seen;        /* SCAN's units, keys examined: the bounds */
+} kv_keys_iter;
+
+/** Starts a KEYS over `pattern` (as kv_keys) whose keys go to `res`.
+ *  Returns 0, WEFT_EMSGSIZE or WEFT_ENOMEM (nothing to end then). */
+int kv_keys_begin(kv_keys_iter *it, const void *pattern, size_t plen,
+                  const kv_scan_result *res);
+
+/** Walks whole stripes, one locked at a time, until about `keys` more keys
+ *  were examined (at least one stripe) or the store is done; appends the
+ *  matches to `res`. Returns 1 while stripes are left, 0 when done, or
+ *  WEFT_ETOOLONG / WEFT_ENOMEM (every key of this KEYS removed from `res`
+ *  again; no more steps). */
+int kv_keys_step(kv_store *store, kv_keys_iter *it, size_t keys,
+                 kv_scan_result *res);
+
+/** Frees what kv_keys_begin took (not `res`). */
+void kv_keys_end(kv_keys_iter *it);
+
+/**
  * True if `str` matches the Redis glob `pattern` (* ? [...] and \ escapes;
  * binary safe). Never backtracks: the pattern becomes an automaton run
  * bit-parallel, (slen + 1) x ceil((elements + 1) / 64) word steps at most
