@@ -19,7 +19,7 @@ FAMILIES = {
     "abandon": 2,
     "auth": 2, "inline": 2, "inline-quotes": 1, "restore": 2,
     "cluster": 3, "cluster-multi": 1, "migrate-silent": 1, "migrator": 0,
-    "restore-busykey": 1, "auth-limits": 1, "keys-flood": 1,
+    "restore-busykey": 1, "auth-limits": 1, "keys-flood": 3,
     "setslot-direct": 3, "filler": 0,
 }
 KNOWN = {
@@ -59,7 +59,7 @@ class Fuzz:
         self.t0 = time.monotonic() * 1000
         self.slot_log = {}  # slot -> the migrator's recent calls on it
         self.counts = dict(sequences=0, commands=0, checks=0, migrations=0,
-                           reconnects=0)
+                           reconnects=0, flooded=0)
         self.clients = []  # everything the watchdog watches
         self.longest = (0.0, None, None)  # the longest wait: s, who, what
 
@@ -215,6 +215,7 @@ class Group:
         self.slots_used |= {m.keyslot(a) for a, _ in self.pairs}
         self.lock = threading.Lock()
         self.silent_port = None
+        self.flooder = None  # the one client that may flood (keys-flood)
 
     def tag_for(self, base):
         """A hash tag whose slot no other tag of the group has."""
@@ -262,8 +263,11 @@ class Client(threading.Thread):
         self.allowance = 0  # seconds a request may take beyond the bound
 
     def applies(self, fam):
-        if fam in ("auth", "auth-limits", "migrate-silent", "scan",
-                   "keys-flood"):
+        if fam == "keys-flood":  # one flood per server: it burns a loop
+            if self.group.flooder is None:
+                self.group.flooder = self.cid
+            return not self.group.cluster and self.group.flooder == self.cid
+        if fam in ("auth", "auth-limits", "migrate-silent", "scan"):
             return not self.group.cluster
         if fam in ("cluster-multi", "setslot-direct"):
             return self.group.cluster
@@ -629,7 +633,9 @@ class Client(threading.Thread):
 
     def op_keys_flood(self):
         """Thousands of KEYS pipelined over a store of 30000 keys or more
-        (once per client): this client waits for them, a reply at a time
+        (once, by one client of the server: a flood keeps a loop busy to
+        the run's end, and the machine is shared): this client waits for
+        them, a reply at a time
         and each within the hang bound (progress, not the whole flood:
         each KEYS walks every key, so the flood takes as long as the
         machine makes it), and must not hold the loop's other clients or
@@ -649,6 +655,7 @@ class Client(threading.Thread):
         self.fz.count(commands=30000)
         self.last = "3000 x KEYS nomatch:* (pipelined)"
         c.send(encode(["KEYS", "nomatch:*"]) * 3000 + encode(["PING"]))
+        self.fz.count(flooded=1)
         for i in range(3001):
             if self.fz.stop.is_set():
                 self.router.drop(port)
