@@ -16,10 +16,14 @@
  * loop between them, so PINGs sent one at a time during the flood are
  * mostly answered before the KEYS being run is.
  *
+ * weft RPC: the same budget per turn; a PING on another connection is
+ * answered while a pipeline of KEYS requests is still being run.
+ *
  * MULTI: a transaction may queue at most 2 KEYS or SCAN (EXEC runs them
  * with every stripe locked); a third is refused and EXEC aborts. */
 #include "harness.h"
 #include "kv_process.h"
+#include "samples/kv/proto.h" /* the RPC methods: KV_CMD_* */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -273,6 +277,98 @@ START_TEST(kv_fairness_ping_answered_within_a_keys) {
 }
 END_TEST
 
+/* One weft RPC request (docs/protocol.md: a 20-byte header, then the
+ * arguments as varint count and varint-length strings) for command `cmd`
+ * with `arg` (NULL: none; under 128 bytes) at `buf`; returns its bytes. */
+static size_t rpc_request(uint8_t *buf, uint16_t cmd, uint64_t id,
+                          const char *arg) {
+  size_t alen = arg != NULL ? strlen(arg) : 0;
+  size_t plen = arg != NULL ? 2 + alen : 1;
+  memset(buf, 0, 20);
+  buf[0] = 1; /* version */
+  buf[1] = 1; /* request */
+  buf[2] = (uint8_t)(cmd >> 8);
+  buf[3] = (uint8_t)cmd;
+  for (int i = 0; i < 8; i++)
+    buf[8 + i] = (uint8_t)(id >> (56 - 8 * i));
+  for (int i = 0; i < 4; i++)
+    buf[16 + i] = (uint8_t)(plen >> (24 - 8 * i));
+  buf[20] = arg != NULL ? 1 : 0;
+  if (arg != NULL) {
+    buf[21] = (uint8_t)alen;
+    memcpy(buf + 22, arg, alen);
+  }
+  return 20 + plen;
+}
+
+/* The whole RPC frames among the first `len` bytes of `buf`. */
+static int rpc_frames(const uint8_t *buf, size_t len) {
+  int k = 0;
+  for (size_t off = 0; off + 20 <= len; k++) {
+    size_t plen = (size_t)buf[off + 16] << 24 | (size_t)buf[off + 17] << 16 |
+                  (size_t)buf[off + 18] << 8 | buf[off + 19];
+    if (off + 20 + plen > len)
+      break;
+    off += 20 + plen;
+  }
+  return k;
+}
+
+/* Reads until `fd` has brought `n` whole RPC frames into `buf` (`*have`
+ * bytes of it, up to `cap`). */
+static void rpc_read_frames(int fd, uint8_t *buf, size_t *have, size_t cap,
+                            int n) {
+  while (rpc_frames(buf, *have) < n) {
+    ck_assert_uint_lt(*have, cap);
+    ssize_t r = recv(fd, buf + *have, cap - *have, 0);
+    ck_assert_int_gt(r, 0);
+    *have += (size_t)r;
+  }
+}
+
+/* The RPC port has RESP's budget per turn: a client pipelines KEYS
+ * requests over the store in one write, another sends a PING; before,
+ * the PING waited for every request of the read (they ran in one go), now
+ * it is answered while the KEYS are still being answered. On order, not
+ * time, as the RESP test. */
+START_TEST(kv_fairness_rpc_ping_answered_during_pipelined_keys) {
+  kv_process s = kv_process_start("kv.rpc_listen=127.0.0.1:0");
+  int resp = connect_to(s.port);
+  fill(resp);
+  uint64_t one = keys_ms(resp);
+  int n = (int)(FLOOD_MS / one);
+  n = n < FLOOD_MIN ? FLOOD_MIN : n > FLOOD_MAX ? FLOOD_MAX : n;
+  int ping = connect_to(s.rpc_port); /* the server's one loop */
+  int flood = connect_to(s.rpc_port);
+  size_t cap = (size_t)n * 32, len = 0;
+  uint8_t *cmds = malloc(cap);
+  ck_assert_ptr_nonnull(cmds);
+  for (int i = 0; i < n; i++)
+    len += rpc_request(cmds + len, KV_CMD_KEYS, (uint64_t)i + 1, "nomatch*");
+  th_write_all(flood, cmds, len);
+  th_sleep_ms((unsigned)(10 * one < 200 ? 10 * one : 200));
+  uint8_t req[32], pong[64];
+  size_t pong_len = 0;
+  th_write_all(ping, req, rpc_request(req, KV_CMD_PING, 1, NULL));
+  rpc_read_frames(ping, pong, &pong_len, sizeof pong, 1);
+  size_t have = read_ready(flood, (char *)cmds, 0, cap);
+  int before = rpc_frames(cmds, have);
+  fprintf(stderr,
+          "%s: RPC: PONG with %d of the flood's %d KEYS answered (one KEYS "
+          "%llu ms)\n",
+          th_transport_name(), before, n, (unsigned long long)one);
+  rpc_read_frames(flood, cmds, &have, cap, n);
+  ck_assert_int_eq(rpc_frames(cmds, have), n);
+  ck_assert_uint_eq(pong[1], 2); /* a response, not an error */
+  ck_assert_int_lt(before, n);
+  free(cmds);
+  close(ping);
+  close(flood);
+  close(resp);
+  kv_process_stop(&s);
+}
+END_TEST
+
 START_TEST(kv_fairness_multi_refuses_a_third_keys) {
   kv_process s = kv_process_start("");
   int fd = connect_to(s.port);
@@ -305,5 +401,6 @@ Suite *weft_test_suite(void) {
   return th_suite("kv_fairness", "core", 300,
                   kv_fairness_ping_answered_during_pipelined_keys,
                   kv_fairness_ping_answered_within_a_keys,
+                  kv_fairness_rpc_ping_answered_during_pipelined_keys,
                   kv_fairness_multi_refuses_a_third_keys, NULL);
 }
