@@ -3,9 +3,9 @@
  * 27): the server runs as its own process (WEFT_KV_SERVER) with one loop
  * over WEFT_TEST_TRANSPORT (tcp or uring: the clients are plain sockets),
  * so both clients share that loop. One client sends many `KEYS nomatch*`
- * (each copies every key of the store under its locks, then matches
- * none), each followed by an ECHO of its number, in one write; the other
- * then sends a PING. Before the work budget per turn
+ * (each copies every key of the store, a stripe locked at a time, then
+ * matches none), each followed by an ECHO of its number, in one write; the
+ * other then sends a PING. Before the work budget per turn
  * (samples/kv/README.md, "Fairness") the PING waited for the whole
  * pipeline; now it is answered while the flood's replies are still being
  * made. The assertion is on order, not on time: when the PONG arrives,
