@@ -290,7 +290,7 @@ static void keys_reply(const kv_call *c, int rc, kv_scan_result *res) {
  * resume come after the last step. */
 
 #define KV_KEYS_STEP                                                           \
-  4096 /* keys a KEYS examines before it yields its loop: about 1 ms here,     \
+  4096 /* keys a KEYS examines before it yields its loop: 1-2 ms here,         \
           a few stripes of a large store */
 
 struct kv_keys_job {
@@ -371,7 +371,7 @@ void kv_cmd_keys(const kv_call *c) {
   j->call = *c;
   j->loop = weft_channel_loop(c->sess->channel);
   if (rc == 1 && weft_loop_execute(j->loop, keys_job_step, j) == 0) {
-    c->sess->blocked = true; /* kv_keys_job_done answers */
+    c->sess->blocked = true; /* keys_job_done answers */
     c->sess->keys_job = j;
     return;
   }
