@@ -80,10 +80,15 @@ static int tell_watcher(weft_decoder *d, size_t held) {
 
 /* After the cumulation may have changed: the watcher hears of it, and a
  * frame left incomplete starts the frame timeout (once: a frame that
- * trickles in does not restart it). Returns the watcher's refusal. */
+ * trickles in does not restart it). Bytes held only because the channel
+ * paused reading before decoding them (a yield, weft_channel_yield_read)
+ * are not an incomplete frame: the timeout waits for the peer, not for
+ * this side's turn, and starts when decode asks for more bytes
+ * (d->waiting). Returns the watcher's refusal. */
 static int note_held(weft_decoder *d) {
   size_t held = d->cum != NULL && !d->failed ? d->cum->capacity : 0;
-  bool partial = d->cum != NULL && !d->failed && weft_buf_readable(d->cum) > 0;
+  bool partial = d->cum != NULL && !d->failed && d->waiting &&
+                 weft_buf_readable(d->cum) > 0;
   if (!partial)
     d->held_since_ns = 0;
   else if (d->held_since_ns == 0) {
@@ -184,9 +189,12 @@ static int decode_all(weft_ctx *ctx, weft_decoder *d, weft_buf *in) {
     d->need = 0;
     d->resync = false;
     int rc = d->decode(d, in, &out);
-    if (rc == 0)
+    if (rc == 0) {
+      d->waiting = true; /* the frame timeout may run (note_held) */
       break;
+    }
     if (rc > 0) {
+      d->waiting = false; /* a frame's worth of progress */
       if (out != NULL) {
         fired++;
         weft_ctx_fire_channel_read(ctx, out);

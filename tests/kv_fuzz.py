@@ -504,7 +504,10 @@ def main():
     print(f"kv_fuzz: seed {o.seed}: {cs['sequences']} sequences, "
           f"{cs['commands']} commands, {cid} clients, {cs['checks']} model "
           f"checks, {cs['migrations']} slot migrations, {cs['reconnects']} "
-          f"reconnects")
+          f"reconnects, {cs['flooded']} KEYS floods")
+    w, who, what = fz.longest
+    print(f"kv_fuzz: longest wait for a reply {w:.2f} s (the hang bound is "
+          f"{o.hang:g} s): {who}, {short(str(what), 80)}")
     nfail = len(fz.failures)
     print(f"{cs['checks'] - nfail} passed, {nfail} failed")
     if nfail:

@@ -144,8 +144,75 @@ START_TEST(decoder_frame_timeout_despite_trickle) {
 }
 END_TEST
 
+/* After the decoder: pauses reading at the first frame, as a server does
+ * that yields once its work budget per turn is spent
+ * (weft_channel_yield_read); it counts the frames it got. */
+static int pauser_frames;
+
+static void pauser_read(weft_ctx *ctx, void *msg) {
+  if (pauser_frames++ == 0)
+    weft_channel_set_option(weft_ctx_channel(ctx), WEFT_OPT_AUTO_READ, 0);
+  weft_msg_release(msg);
+}
+
+static const weft_handler pauser_handler = {.name = "pauser",
+                                            .channel_read = pauser_read};
+
+static void init_paused(weft_channel *ch, void *arg) {
+  init_watched(ch, arg);
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pauser",
+                                          &pauser_handler, NULL),
+                   0);
+}
+
+/* Whole frames that wait because the channel paused reading are not an
+ * incomplete frame: the frame timeout does not fire while this side
+ * holds them back, however long (issue 27: a yielded RESP connection
+ * with a pipeline of KEYS behind it was closed as a trickler after 30
+ * s). Once reading resumes and decode reaches the incomplete frame at
+ * the end, its timeout runs from there. */
+START_TEST(decoder_frame_timeout_waits_for_a_paused_read) {
+  memset(&seen, 0, sizeof seen);
+  pauser_frames = 0;
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_paused, NULL), 0);
+  th_log_capture_start();
+  /* Two frames, then the start of a third: the first pauses reading. */
+  weft_embedded_write_inbound_bytes(e,
+                                    "\x01"
+                                    "a"
+                                    "\x01"
+                                    "b"
+                                    "\x05"
+                                    "xy",
+                                    7);
+  ck_assert_int_eq(pauser_frames, 1);
+  uint64_t start = th_now_ms();
+  while (th_now_ms() - start < 150) { /* five times the timeout */
+    th_sleep_ms(5);
+    weft_embedded_run_pending(e);
+  }
+  ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
+  ck_assert_int_eq(th_log_count("incomplete frame"), 0);
+  /* Reading resumes: the second frame, then the third's timeout. */
+  weft_channel_set_option(weft_embedded_channel(e), WEFT_OPT_AUTO_READ, 1);
+  weft_embedded_run_pending(e);
+  ck_assert_int_eq(pauser_frames, 2);
+  start = th_now_ms();
+  while (weft_embedded_exception(e, 0) == 0 && th_now_ms() - start < 10000) {
+    th_sleep_ms(5);
+    weft_embedded_run_pending(e);
+  }
+  th_log_capture_stop();
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETIMEDOUT);
+  ck_assert_int_eq(th_log_count("(timeout 30 ms)"), 1);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("decoder", "core", 0, decoder_user_codec_frames_any_split,
                   decoder_watch_reports_and_refuses,
-                  decoder_frame_timeout_despite_trickle, NULL);
+                  decoder_frame_timeout_despite_trickle,
+                  decoder_frame_timeout_waits_for_a_paused_read, NULL);
 }

@@ -129,12 +129,17 @@ struct weft_decoder {
   size_t held; /* read-only: bytes of memory the cumulation holds now (its
                   capacity; 0 when there is none) */
   uint64_t frame_timeout_ns; /* public: an incomplete frame held this long
-                                (from the read that left bytes over) fails
-                                the decoder with WEFT_ETIMEDOUT, checked
-                                by a timer armed only while bytes are
-                                held; 0 = never (default) */
+                                (from the read after which decode asked
+                                for more bytes) fails the decoder with
+                                WEFT_ETIMEDOUT, checked by a timer armed
+                                only while such bytes are held; bytes that
+                                wait because the channel paused reading
+                                (weft_channel_yield_read) do not count;
+                                0 = never (default) */
   /* private */
-  uint64_t held_since_ns; /* when the cumulation last became non-empty */
+  uint64_t held_since_ns; /* when decode last began waiting for bytes */
+  bool waiting;           /* the last decode asked for more bytes (no frame
+                             since) */
   weft_timer frame_timer; /* frame_timeout_ns's; its loop is NULL until
                              first armed */
   weft_ctx *ctx;          /* the handler's context, for the timer */

@@ -7,9 +7,11 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <weft/error.h>
+#include <weft/loop.h>
 
 /* ---- DEL, EXISTS, TYPE, RENAME ---- */
 
@@ -255,21 +257,14 @@ static void reply_keys(const kv_call *c, kv_scan_result *res) {
   kv_scan_result_clear(res);
 }
 
-/* KEYS pattern: bounded as SCAN (kv_keys); past the bound an error says
- * to use SCAN, rather than a partial answer. */
-void kv_cmd_keys(const kv_call *c) {
-  char msg[160];
-  if (c->argv[0].len > KV_SCAN_PATTERN_MAX) {
-    snprintf(msg, sizeof msg,
-             "ERR KEYS pattern too long, must be at most %u bytes",
-             KV_SCAN_PATTERN_MAX);
-    return c->ops->error(c->w, msg);
-  }
-  kv_scan_result res = {0};
-  int rc = kv_keys(c->store, c->argv[0].ptr, c->argv[0].len, &res);
+/* KEYS' answer: the keys of `res` (cleared), or for `rc` < 0 the error
+ * (past the bound one that says to use SCAN, rather than a partial
+ * answer). */
+static void keys_reply(const kv_call *c, int rc, kv_scan_result *res) {
   if (rc < 0)
-    kv_scan_result_clear(&res);
+    kv_scan_result_clear(res);
   if (rc == WEFT_ETOOLONG) {
+    char msg[160];
     snprintf(msg, sizeof msg,
              "ERR KEYS would examine more than %u keys or %u units of work "
              "(key bytes times pattern words); use SCAN",
@@ -278,7 +273,112 @@ void kv_cmd_keys(const kv_call *c) {
   }
   if (rc < 0)
     return kv_reply_store_error(c, rc);
-  reply_keys(c, &res);
+  reply_keys(c, res);
+}
+
+/* ---- a KEYS in steps, the loop yielded between them ----
+ *
+ * One KEYS walks every key (up to KV_KEYS_MAX): tens of milliseconds on a
+ * loaded machine, and the turn's budget (resp_server.c) cannot split a
+ * command, so every other client of the loop waited a whole KEYS per
+ * turn of a client pipelining them (issue 27). So KEYS walks
+ * KV_KEYS_STEP keys (whole stripes), then, with more to do, the session
+ * is blocked as for MIGRATE (its next commands wait, its reading stops)
+ * and the walk goes on in a task of its loop, a step per task: the loop
+ * polls its other channels between two (weft_loop_execute runs a task
+ * queued by a task at a later iteration). Its answer and the session's
+ * resume come after the last step. */
+
+#define KV_KEYS_STEP                                                           \
+  4096 /* keys a KEYS examines before it yields its loop: 1-2 ms here,         \
+          a few stripes of a large store */
+
+struct kv_keys_job {
+  kv_call call; /* sess NULL once the client has gone (kv_keys_detach) */
+  weft_loop *loop;
+  kv_keys_iter it;
+  kv_scan_result res;
+};
+
+static void keys_job_free(struct kv_keys_job *j) {
+  kv_keys_end(&j->it);
+  kv_scan_result_clear(&j->res);
+  free(j);
+}
+
+/* The last step was taken (`rc` 0 or an error): the answer, and the
+ * session goes on. */
+static void keys_job_done(struct kv_keys_job *j, int rc) {
+  kv_session *s = j->call.sess;
+  s->keys_job = NULL;
+  s->blocked = false;
+  keys_reply(&j->call, rc, &j->res);
+  keys_job_free(j);
+  if (s->resume != NULL)
+    s->resume(s); /* its next commands, and the flush */
+}
+
+static void keys_job_step(void *arg) {
+  struct kv_keys_job *j = arg;
+  if (j->call.sess == NULL) { /* the client went: nobody to answer */
+    keys_job_free(j);
+    return;
+  }
+  int rc = kv_keys_step(j->call.store, &j->it, KV_KEYS_STEP, &j->res);
+  /* No later task (the loop is ending): the rest now. */
+  while (rc == 1 && weft_loop_execute(j->loop, keys_job_step, j) != 0)
+    rc = kv_keys_step(j->call.store, &j->it, KV_KEYS_STEP, &j->res);
+  if (rc != 1)
+    keys_job_done(j, rc);
+}
+
+void kv_keys_detach(kv_session *s) {
+  if (s->keys_job != NULL)
+    s->keys_job->call.sess = NULL; /* its task frees it */
+  s->keys_job = NULL;
+}
+
+/* True when a KEYS of this call may take steps: on an open connection
+ * whose protocol resumes a blocked session (RESP), outside EXEC (which
+ * holds every stripe: one walk, as bounded by multi.h). A closed one runs
+ * what it had read at once, for its effect (resp_inactive). */
+static bool keys_in_steps(const kv_call *c) {
+  return c->sess != NULL && c->sess->resume != NULL && !c->sess->in_exec &&
+         c->sess->channel != NULL && weft_channel_is_active(c->sess->channel);
+}
+
+/* KEYS pattern: bounded as SCAN (kv_keys_step); a large store's walk in
+ * steps, the loop yielded between them (above). */
+void kv_cmd_keys(const kv_call *c) {
+  if (c->argv[0].len > KV_SCAN_PATTERN_MAX) {
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "ERR KEYS pattern too long, must be at most %u bytes",
+             KV_SCAN_PATTERN_MAX);
+    return c->ops->error(c->w, msg);
+  }
+  if (!keys_in_steps(c)) {
+    kv_scan_result res = {0};
+    int rc = kv_keys(c->store, c->argv[0].ptr, c->argv[0].len, &res);
+    return keys_reply(c, rc, &res);
+  }
+  struct kv_keys_job *j = calloc(1, sizeof *j);
+  if (j == NULL)
+    return kv_reply_store_error(c, WEFT_ENOMEM);
+  int rc = kv_keys_begin(&j->it, c->argv[0].ptr, c->argv[0].len, &j->res);
+  if (rc == 0)
+    rc = kv_keys_step(c->store, &j->it, KV_KEYS_STEP, &j->res);
+  j->call = *c;
+  j->loop = weft_channel_loop(c->sess->channel);
+  if (rc == 1 && weft_loop_execute(j->loop, keys_job_step, j) == 0) {
+    c->sess->blocked = true; /* keys_job_done answers */
+    c->sess->keys_job = j;
+    return;
+  }
+  while (rc == 1)
+    rc = kv_keys_step(c->store, &j->it, KV_KEYS_STEP, &j->res);
+  keys_reply(c, rc, &j->res);
+  keys_job_free(j);
 }
 
 /* SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]: COUNT above

@@ -803,48 +803,78 @@ int kv_scan(kv_store *s, uint64_t cursor, size_t count, const void *pattern,
 /* ------------------------------------------------------------------------ */
 /* KEYS                                                                      */
 
-/* Copies every live key of every stripe (all locked by the caller) into
- * `res` (which held `from` keys before), adding each one's cost
- * (scan_cost) to *work; WEFT_ETOOLONG past KV_SCAN_WORK_MAX or KV_KEYS_MAX
- * keys. */
-static int keys_copy(kv_store *s, kv_scan_result *res, size_t from,
-                     const glob_nfa *g, size_t *work) {
-  for (unsigned i = 0; i < s->n_stripes; i++) {
-    kv_stripe *st = &s->stripes[i];
-    for (uint64_t b = 0; b <= st->table.mask; b++) {
-      for (kv_entry *e = st->table.buckets[b]; e; e = e->next) {
-        if (kv__entry_expired(s, e))
-          continue;
-        *work += scan_cost(g, e->klen);
-        if (*work > KV_SCAN_WORK_MAX || res->n - from >= KV_KEYS_MAX)
-          return WEFT_ETOOLONG;
-        if (result_push(res, e) != 0)
-          return WEFT_ENOMEM;
-      }
+/* Copies the live keys of stripe `st` (locked by the caller) into `res`,
+ * adding each one's cost (scan_cost) to *work and counting it in *seen;
+ * WEFT_ETOOLONG past KV_SCAN_WORK_MAX or KV_KEYS_MAX keys. */
+static int keys_copy(kv_store *s, kv_stripe *st, kv_scan_result *res,
+                     const glob_nfa *g, size_t *work, size_t *seen) {
+  for (uint64_t b = 0; b <= st->table.mask; b++) {
+    for (kv_entry *e = st->table.buckets[b]; e; e = e->next) {
+      if (kv__entry_expired(s, e))
+        continue;
+      *work += scan_cost(g, e->klen);
+      if (*work > KV_SCAN_WORK_MAX || ++*seen > KV_KEYS_MAX)
+        return WEFT_ETOOLONG;
+      if (result_push(res, e) != 0)
+        return WEFT_ENOMEM;
     }
   }
   return 0;
 }
 
+int kv_keys_begin(kv_keys_iter *it, const void *pattern, size_t plen,
+                  const kv_scan_result *res) {
+  memset(it, 0, sizeof *it);
+  it->from = res->n;
+  return scan_pattern(pattern, plen, &it->pattern);
+}
+
+/* One stripe locked at a time, as SCAN (issue 27): with every stripe
+ * locked for the whole walk, each command of every other loop that
+ * touched the store waited for the KEYS, and one client pipelining KEYS
+ * made another loop's client wait a whole KEYS per command, seconds for a
+ * pipeline. Inside EXEC the transaction holds every stripe already
+ * (kv__stripe_lock takes none), so there KEYS stays one snapshot. Each
+ * stripe's matches are filtered after its unlock, so only the matching
+ * keys are held. */
+int kv_keys_step(kv_store *s, kv_keys_iter *it, size_t keys,
+                 kv_scan_result *res) {
+  size_t until = it->seen + keys;
+  int rc = 0;
+  while (it->stripe < s->n_stripes && it->seen < until) {
+    kv_stripe *st = &s->stripes[it->stripe++];
+    size_t here = res->n;
+    kv__stripe_lock(s, st);
+    rc = keys_copy(s, st, res, it->pattern, &it->work, &it->seen);
+    kv__stripe_unlock(s, st);
+    if (rc != 0)
+      break;
+    if (it->pattern != NULL)
+      scan_filter(res, here, it->pattern);
+  }
+  if (rc != 0) {
+    while (res->n > it->from)
+      kv_blob_release(res->keys[--res->n]);
+    it->stripe = s->n_stripes; /* over */
+    return rc;
+  }
+  return it->stripe < s->n_stripes;
+}
+
+void kv_keys_end(kv_keys_iter *it) {
+  glob_free(it->pattern);
+  it->pattern = NULL;
+}
+
 int kv_keys(kv_store *s, const void *pattern, size_t plen,
             kv_scan_result *res) {
-  glob_nfa *g;
-  int err = scan_pattern(pattern, plen, &g);
+  kv_keys_iter it;
+  int err = kv_keys_begin(&it, pattern, plen, res);
   if (err != 0)
     return err;
-  lock_set all = {{0}};
-  kv__lock_set_all(s, &all);
-  size_t from = res->n, work = 0;
-  kv__lock_set_lock(s, &all);
-  err = keys_copy(s, res, from, g, &work);
-  kv__lock_set_unlock(s, &all);
-  if (err != 0) {
-    while (res->n > from)
-      kv_blob_release(res->keys[--res->n]);
-  } else if (g != NULL) {
-    scan_filter(res, from, g);
-  }
-  glob_free(g);
+  while ((err = kv_keys_step(s, &it, SIZE_MAX / 2, res)) == 1)
+    ;
+  kv_keys_end(&it);
   return err;
 }
 

@@ -6,7 +6,7 @@
  * flush per batch of pipelined commands, large values sent from the stored
  * blob without a copy. Pipelined commands run in batches of up to 16, their
  * keys' lookups loaded together first (resp_run_batch), within a work
- * budget per turn of the loop (resp_spent: one client's pipeline of costly
+ * budget per turn of the loop (kv_turn: one client's pipeline of costly
  * commands cannot hold the loop's other clients). It answers protocol
  * errors as Redis does and closes after them, after QUIT, and at once (after
  * Redis' DENIED error) for a client that protected mode refuses. */
@@ -30,12 +30,6 @@
 #define RESP_BATCH                                                             \
   16 /* pipelined commands held until channel_read_complete, so that their     \
         keys' lookups are loaded together (resp_run_batch) */
-#define RESP_TURN_COMMANDS                                                     \
-  256 /* commands one connection runs per turn of its loop, at most            \
-         (resp_spent) */
-#define RESP_TURN_NS                                                           \
-  (2 * 1000000ull) /* ns of commands one connection runs per turn, at most     \
-                      (resp_spent; measured on the coarse clock) */
 #define RESP_HINT_KEY_MAX                                                      \
   256 /* bytes: longer first arguments are not hinted (resp_run_batch) */
 _Static_assert(RESP_BATCH <= KV_PREFETCH_MAX,
@@ -65,10 +59,7 @@ typedef struct resp_conn {
    * so at most RESP_BATCH commands' bytes are held. */
   weft_resp_cmd *batch[RESP_BATCH];
   size_t batched;
-  /* The work budget of this turn (resp_spent): commands run since it
-   * began, and when it began (kv_session_now_ns, 0 = not yet). */
-  uint32_t turn_cmds;
-  uint64_t turn_ns;
+  kv_turn turn; /* the work budget of this turn (server_internal.h) */
   bool yielded; /* the budget was spent: reading waits for the next turn
                    (weft_channel_yield_read), held commands with it */
 } resp_conn;
@@ -349,49 +340,14 @@ static void resp_hold(resp_conn *c, weft_resp_cmd **from, size_t rest) {
   weft_channel_set_option(weft_ctx_channel(c->ctx), WEFT_OPT_AUTO_READ, 0);
 }
 
-/* ---- the work budget per turn ----
- *
- * One read may hold a thousand pipelined commands, and a command may cost
- * milliseconds (KEYS over a million keys: about 20; each is bounded, a
- * read's batch is not): run all at once, they held the loop, every other
- * client on it and new connections on the listener's loop for 20 s
- * (issue 27). So a connection runs at most RESP_TURN_COMMANDS commands or
- * RESP_TURN_NS of them per turn (a read's batch up to its
- * channel_read_complete, or what follows a resume), then yields the loop
- * (weft_channel_yield_read): the decoder stops and keeps the rest, the
- * commands held in the batch wait, and all goes on at the next turn, in
- * order, once the loop's other channels were served. The time is read on
- * the coarse clock, as the session's (kv_session_now_ns: a vDSO read
- * without the TSC, a few ns; its tick is 1-4 ms): a turn ends within a
- * tick past the budget, plus its last command. */
-
-/* Before a command of the budget runs: the turn's clock starts with its
- * first (from the end of the first, a turn ran two KEYS of 20 ms, not
- * one). */
-static void resp_turn_start(resp_conn *c) {
-  if (c->turn_ns == 0)
-    c->turn_ns = kv_session_now_ns();
-}
-
-/* Counts one command run; true when the turn's budget is spent. */
-static bool resp_spent(resp_conn *c) {
-  return ++c->turn_cmds >= RESP_TURN_COMMANDS ||
-         kv_session_now_ns() - c->turn_ns >= RESP_TURN_NS;
-}
-
-/* A new turn: the read that follows a finished batch, or the resume after
- * a yield. */
-static void resp_turn_reset(resp_conn *c) {
-  c->turn_cmds = 0;
-  c->turn_ns = 0;
-}
+/* ---- the work budget per turn (server_internal.h, kv_turn) ---- */
 
 /* After a yield: true once the channel reads again (the next turn). */
 static bool resp_resumed(resp_conn *c) {
   if (!c->yielded || !weft_channel_is_reading(weft_ctx_channel(c->ctx)))
     return false;
   c->yielded = false;
-  resp_turn_reset(c);
+  kv_turn_reset(&c->turn);
   return true;
 }
 
@@ -437,13 +393,13 @@ static bool resp_run_batch_budget(resp_conn *c, bool budget) {
       return false;
     }
     if (budget)
-      resp_turn_start(c);
+      kv_turn_start(&c->turn);
     if (resp_run(c, c->batch[i])) {
       resp_release_cmds(c->batch + i + 1, n - i - 1);
       resp_close_after_sent(c);
       return true;
     }
-    if (budget && !c->closing && !c->sess.blocked && resp_spent(c)) {
+    if (budget && !c->closing && !c->sess.blocked && kv_turn_spent(&c->turn)) {
       resp_yield(c, i + 1, n);
       return false;
     }
@@ -537,7 +493,7 @@ static void resp_read_complete(weft_ctx *ctx) {
   if (resp_run_batch(c))
     return; /* resp_close_after_sent flushed, and may have freed c */
   if (!c->yielded)
-    resp_turn_reset(c);
+    kv_turn_reset(&c->turn);
   resp_flush(c);
 }
 

@@ -2,13 +2,15 @@
 /* samples/kv/rpc_server.c: the KV server's weft RPC side
  * (server_internal.h): one RPC method per command (proto.h), each running
  * the executor (command.h) for the connection's session and answering
- * with one tagged value built in a growing payload. The session lives in a
+ * with one tagged value built in a growing payload, within the work budget
+ * per turn that RESP has (kv_turn). The session lives in a
  * small handler of the pipeline and the channel's user data, so MULTI,
  * AUTH and CLIENT work per connection as on RESP; a client that protected
  * mode refuses gets the DENIED error for its first request, then the
  * close. */
 #include "server_internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,6 +109,15 @@ static bool rpc_args_fit_unauth(const kv_arg *argv, size_t argc) {
   return true;
 }
 
+/* A connection's state: its session, once the channel is active, and its
+ * work budget per turn (kv_turn). */
+typedef struct rpc_conn {
+  kv_server *srv;
+  kv_session sess;
+  bool started;
+  kv_turn turn; /* reset at each read's end and after a yield */
+} rpc_conn;
+
 /* Every command's method: the arguments (checked against KV_MAX_ARGS and
  * the payload's bytes), the executor, one reply. */
 static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
@@ -125,6 +136,8 @@ static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
     weft_rpc_reply_error(call, rc, NULL);
     return;
   }
+  rpc_conn *c = (rpc_conn *)((char *)s - offsetof(rpc_conn, sess));
+  kv_turn_start(&c->turn);
   rpc_writer w = {.pool = weft_loop_pool(weft_channel_loop(ch))};
   kv_exec(s, weft_rpc_call_method(call), argc, argv, &rpc_ops, &w);
   weft_rpc_msg_release(req); /* argv pointed into its payload */
@@ -137,6 +150,8 @@ static void rpc_method(weft_rpc_call *call, weft_rpc_msg *req, void *arg) {
   }
   if (denied) /* the DENIED error is written and flushed: now the close */
     weft_channel_close(ch, WEFT_PROMISE_NONE);
+  else if (kv_turn_spent(&c->turn))
+    weft_channel_yield_read(ch); /* the rest at the next turn (kv_turn) */
 }
 
 void kv_rpc_methods_init(kv_server *srv) {
@@ -149,13 +164,6 @@ void kv_rpc_methods_init(kv_server *srv) {
 
 /* ---- the session's handler ---- */
 
-/* A connection's state: its session, once the channel is active. */
-typedef struct rpc_conn {
-  kv_server *srv;
-  kv_session sess;
-  bool started;
-} rpc_conn;
-
 /* The connection is up: its session starts, in the channel's user data
  * (where rpc_method finds it). */
 static void session_active(weft_ctx *ctx) {
@@ -167,6 +175,21 @@ static void session_active(weft_ctx *ctx) {
   weft_ctx_fire_channel_active(ctx);
 }
 
+/* A turn ends: the read's messages were all decoded (or, after a yield,
+ * reading resumed): the next command starts a new budget. */
+static void session_read_complete(weft_ctx *ctx) {
+  rpc_conn *c = weft_ctx_state(ctx);
+  kv_turn_reset(&c->turn);
+  weft_ctx_fire_channel_read_complete(ctx);
+}
+
+static void session_user_event(weft_ctx *ctx, void *event) {
+  rpc_conn *c = weft_ctx_state(ctx);
+  if (event == &weft_event_read_resumed)
+    kv_turn_reset(&c->turn);
+  weft_ctx_fire_user_event(ctx, event);
+}
+
 /* The channel is going: the session ends. */
 static void session_removed(weft_ctx *ctx) {
   rpc_conn *c = weft_ctx_state(ctx);
@@ -176,10 +199,12 @@ static void session_removed(weft_ctx *ctx) {
   free(c);
 }
 
-static const weft_handler session_handler = {.name = "kv-session",
-                                             .channel_active = session_active,
-                                             .handler_removed =
-                                                 session_removed};
+static const weft_handler session_handler = {
+    .name = "kv-session",
+    .channel_active = session_active,
+    .channel_read_complete = session_read_complete,
+    .user_event = session_user_event,
+    .handler_removed = session_removed};
 
 void kv_rpc_channel_init(weft_channel *ch, void *arg) {
   kv_server *srv = arg;

@@ -495,3 +495,15 @@ void kv_server_close(kv_server *s) {
   pthread_mutex_destroy(&s->shared.clients_lock);
   free(s);
 }
+
+/* ---- the work budget per turn (server_internal.h) ---- */
+
+void kv_turn_start(kv_turn *t) {
+  if (t->start_ns == 0)
+    t->start_ns = kv_session_now_ns();
+}
+
+bool kv_turn_spent(kv_turn *t) {
+  return ++t->cmds >= KV_TURN_COMMANDS ||
+         kv_session_now_ns() - t->start_ns >= KV_TURN_NS;
+}

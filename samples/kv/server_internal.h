@@ -20,6 +20,45 @@
  *  (kv_conn_limits_init), so the bytes of a command bound its arguments. */
 #define KV_RESP_MAX_ARGS (1024u * 1024u)
 
+/* ---- the work budget of a connection per turn of its loop ----
+ *
+ * One read may hold a thousand pipelined commands, and a command may cost
+ * milliseconds (KEYS over a million keys: about 20; each is bounded, a
+ * read's batch is not): run all at once, they held the loop, every other
+ * client on it and new connections on the listener's loop for 20 s
+ * (issue 27). So a connection runs at most KV_TURN_COMMANDS commands or
+ * KV_TURN_NS of them per turn (a read's batch up to its
+ * channel_read_complete, or what follows a resume), then yields the loop
+ * (weft_channel_yield_read): the decoder stops and keeps the rest, and all
+ * goes on at the next turn, in order, once the loop's other channels were
+ * served. RESP (resp_server.c) and weft RPC (rpc_server.c) both. The time
+ * is read on the coarse clock, as the session's (kv_session_now_ns: a vDSO
+ * read without the TSC, a few ns; its tick is 1-4 ms): a turn ends within
+ * a tick past the budget, plus its last command. */
+
+/** Commands one connection runs per turn of its loop, at most. */
+#define KV_TURN_COMMANDS 256
+/** ns of commands one connection runs per turn, at most (coarse clock). */
+#define KV_TURN_NS (2 * 1000000ull)
+
+/** A connection's budget in the current turn (zeroed: a new turn). */
+typedef struct kv_turn {
+  uint32_t cmds;     /* commands run since it began */
+  uint64_t start_ns; /* kv_session_now_ns at its first command, 0 = none */
+} kv_turn;
+
+/** Before a command of the budget runs: the turn's clock starts with its
+ *  first (from the end of the first, a turn ran two KEYS of 20 ms, not
+ *  one). */
+void kv_turn_start(kv_turn *t);
+
+/** Counts one command run; true when the turn's budget is spent (the
+ *  caller yields). */
+bool kv_turn_spent(kv_turn *t);
+
+/** A new turn. */
+static inline void kv_turn_reset(kv_turn *t) { *t = (kv_turn){0}; }
+
 struct kv_server {
   weft_loop_group *group;
   kv_shared shared; /* the store, passwords, counters (command.h) */

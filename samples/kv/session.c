@@ -128,6 +128,7 @@ void kv_session_init(kv_session *s, kv_shared *shared, weft_channel *ch,
 void kv_session_fini(kv_session *s) {
   weft_timer_stop(&s->auth_timer);
   kv_migrate_detach(s); /* a MIGRATE in flight ends without a reply */
+  kv_keys_detach(s);    /* and a KEYS taking steps */
   kv_multi_reset(&s->multi);
   kv_watch_reset(&s->watch);
   kv_client_unregister(s);

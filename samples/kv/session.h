@@ -57,7 +57,15 @@ struct kv_session {
   void (*resume)(kv_session *s); /* set by the protocol: blocked ended and
                                     the reply is written; run what waits
                                     and flush. Loop thread. */
+  struct kv_keys_job *keys_job;  /* a KEYS taking steps (cmd_keyspace.c),
+                                    blocked meanwhile, or NULL */
 };
+
+/**
+ * The session is closing: a KEYS taking steps for it ends without a reply
+ * (its task frees it). Loop thread.
+ */
+void kv_keys_detach(kv_session *s);
 
 /**
  * Starts a session for channel `ch` (loop thread): a new id, the

@@ -433,23 +433,59 @@ void kv_scan_result_clear(kv_scan_result *res);
 int kv_scan(kv_store *store, uint64_t cursor, size_t count, const void *pattern,
             size_t plen, kv_scan_result *res, uint64_t *next);
 
-/** KEYS' bound on the keys it copies under the locks (kv_keys). */
+/** KEYS' bound on the keys it examines (kv_keys). */
 #define KV_KEYS_MAX 100000u
 
 /**
  * KEYS: appends to `res` every live key matching `pattern` (Redis glob,
- * `plen` bytes, at most KV_SCAN_PATTERN_MAX; NULL = every key), as one
- * snapshot: every stripe is locked, in order, while the keys are copied;
- * they are matched after. Bounded like SCAN: the copying and matching may
- * do at most KV_SCAN_WORK_MAX of work (SCAN's units) and copy at most
- * KV_KEYS_MAX keys; past either it stops and returns WEFT_ETOOLONG, having
- * added nothing to `res` (use SCAN on such a store). Returns 0,
+ * `plen` bytes, at most KV_SCAN_PATTERN_MAX; NULL = every key). The
+ * stripes are walked in order, one locked at a time while its keys are
+ * copied (they are matched after its unlock), so another thread waits for
+ * one stripe's walk at most: each key is seen at most once, but a change
+ * made on another thread meanwhile may be seen in part (a RENAME across
+ * stripes: both names or neither). Under a transaction that holds every
+ * stripe (EXEC) no lock is taken and the answer is one snapshot. Bounded
+ * like SCAN: the copying and matching may do at most KV_SCAN_WORK_MAX of
+ * work (SCAN's units) over at most KV_KEYS_MAX keys; past either it stops
+ * and returns WEFT_ETOOLONG, having added nothing to `res` (use SCAN on
+ * such a store). Returns 0,
  * WEFT_EMSGSIZE (the pattern is too long), WEFT_ETOOLONG or WEFT_ENOMEM
  * (nothing added). Clear `res` with kv_scan_result_clear() either way.
  * Any thread.
  */
 int kv_keys(kv_store *store, const void *pattern, size_t plen,
             kv_scan_result *res);
+
+/**
+ * KEYS in steps, for a caller that must not hold its thread for a whole
+ * walk (the server's KEYS yields its loop between steps): kv_keys_begin,
+ * then kv_keys_step until it returns 0 or an error, then kv_keys_end.
+ * Same answer, bounds and locking as kv_keys, whose steps these are; a
+ * change made between two steps is seen or not, as one made on another
+ * thread during kv_keys. Fields are private. One thread at a time.
+ */
+typedef struct kv_keys_iter {
+  struct glob_nfa *pattern; /* compiled; NULL when it matches every key */
+  size_t stripe;            /* the next stripe to walk */
+  size_t from;              /* res->n when it began */
+  size_t work, seen;        /* SCAN's units, keys examined: the bounds */
+} kv_keys_iter;
+
+/** Starts a KEYS over `pattern` (as kv_keys) whose keys go to `res`.
+ *  Returns 0, WEFT_EMSGSIZE or WEFT_ENOMEM (nothing to end then). */
+int kv_keys_begin(kv_keys_iter *it, const void *pattern, size_t plen,
+                  const kv_scan_result *res);
+
+/** Walks whole stripes, one locked at a time, until about `keys` more keys
+ *  were examined (at least one stripe) or the store is done; appends the
+ *  matches to `res`. Returns 1 while stripes are left, 0 when done, or
+ *  WEFT_ETOOLONG / WEFT_ENOMEM (every key of this KEYS removed from `res`
+ *  again; no more steps). */
+int kv_keys_step(kv_store *store, kv_keys_iter *it, size_t keys,
+                 kv_scan_result *res);
+
+/** Frees what kv_keys_begin took (not `res`). */
+void kv_keys_end(kv_keys_iter *it);
 
 /**
  * True if `str` matches the Redis glob `pattern` (* ? [...] and \ escapes;
