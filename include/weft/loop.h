@@ -30,7 +30,14 @@
  *    with an event within the horizon (a longer spin would have caught it
  *    without a wake-up), but not while contention holds it: 5 ms after a
  *    contended sample, doubling to 100 ms while contention recurs as soon
- *    as the window grows back (as TCP backs off its retransmission timer).
+ *    as the window grows back (as TCP backs off its retransmission timer);
+ *  - it drops to 0 after 8 spins in a row ran out (a sleep followed each,
+ *    its event beyond the window but within the horizon: a peer slower
+ *    than the window, whose gaps the loop would otherwise spin through);
+ *    a spin that catches its event starts the count again. Dropped, it
+ *    grows again only after an event within busy_poll_us of the last
+ *    work, or when a probe sets it back to busy_poll_us for another 8
+ *    tries, after 16 sleeps, doubling per drop without a catch up to 1024.
  * So a loop alone on its CPU keeps spinning, a loop whose CPU another
  * thread needs (a load generator, a second loop's client) blocks as if
  * busy_poll_us were 0, and one whose events follow each other within
@@ -276,6 +283,12 @@ typedef struct weft_loop_stats {
   uint64_t window_contended;    /* samples that found the thread contended
                                    (each halves the window and holds it
                                    there: no growth for 5 to 100 ms) */
+  uint64_t window_misses;       /* spins that ran out a window above 0 before a
+                                   sleep whose event came within the horizon
+                                   (the miss rule's count) */
+  uint64_t window_drops;  /* times 8 misses in a row set the window to 0 */
+  uint64_t window_probes; /* times a dropped window was set back to
+                             busy_poll_us to try spinning again */
 } weft_loop_stats;
 
 /** Copies `loop`'s counters into `*out`. Any thread. */
