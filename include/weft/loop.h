@@ -47,8 +47,8 @@
  * changes.
  *
  * A weft_loop_group owns N loops, each on its own thread, by default one per
- * CPU the process may run on less one (weft_loop_default_count), each
- * pinned to its CPU unless weft_loop_options.pin says otherwise. Everything
+ * CPU the process may run on less one (weft_loop_default_count), placed by
+ * the scheduler unless weft_loop_options.pin pins each to a CPU. Everything
  * that belongs to a loop (sources, timers, channels, the buffer pool) is
  * touched only on that loop's thread; other threads reach a loop only through
  * weft_loop_execute().
@@ -89,11 +89,16 @@ typedef struct weft_loop_options {
                        block (neither adapts) */
   bool busy_poll_adaptive; /* adapt the window between 0 and busy_poll_us
                               (default true); false: always busy_poll_us */
-  bool pin;         /* pin loop i to online CPU i mod n_cpus (default true;
-                       false on a host shared with other work: a pinned loop
-                       cannot leave a CPU another task holds, 0.3-0.9 s waits
-                       seen; unpinned, a UCX server of several loops hit UCX
-                       1.13's async abort more often, docs/transports/ucx.md) */
+  bool pin; /* pin loop i to the (i mod n)-th of the n CPUs the process may
+               run on (sched_getaffinity) (default false, as Netty and
+               Redis: the scheduler places the threads). Pinning pays only
+               where those CPUs are the process' own (a dedicated host, or
+               CPUs given by taskset or a cpuset that nothing else uses):
+               a pinned loop cannot leave a CPU another task holds, and
+               every pinned process puts its loop 0 on the same first CPU
+               (four KV servers on one host stalled 300-600 ms at a time).
+               On UCX 1.13 a server of several loops hit the async abort
+               less often pinned (docs/transports/ucx.md) */
   int poll_budget;  /* max events one source handles per poll (default 64) */
   const char *name; /* thread name prefix, at most 10 chars (default "weft") */
   size_t pool_retain_bytes; /* bytes of empty slab memory each loop's buffer
