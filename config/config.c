@@ -37,9 +37,11 @@ static const weft__key_def loop_keys[] = {
     {"busy_poll_us", KIND_INT, OFF(loop.busy_poll_us), -1, INT_MAX, false,
      "microseconds; 0 = always block, -1 = never block"},
     {"busy_poll_adaptive", KIND_BOOL, OFF(loop.busy_poll_adaptive), 0, 0, false,
-     "the window moves between 0 and busy_poll_us: it shrinks on wasted "
-     "spins and preemptions, grows when events follow a sleep"},
-    {"pin", KIND_BOOL, OFF(loop.pin), 0, 0, false, NULL},
+     "window in 0..busy_poll_us: halves on wasted spins and preemption, 0 "
+     "after 8 missed spins, doubles when events follow a sleep"},
+    {"pin", KIND_BOOL, OFF(loop.pin), 0, 0, false,
+     "pin loop i to CPU i of the affinity mask; pays only on CPUs the "
+     "process has to itself (taskset/cpuset, nothing else busy)"},
     {"poll_budget", KIND_INT, OFF(loop.poll_budget), 1, 65536, false,
      "events one source handles per poll"},
     {"pool_retain_bytes", KIND_SIZE, OFF(loop.pool_retain_bytes), 0, INT64_MAX,
@@ -220,6 +222,10 @@ void weft__config_values_text(const weft__key_def *k, char *buf, size_t len) {
   size_t off = 0;
   buf[0] = '\0';
   explain_values(k, buf, len, &off);
+  /* An integer's hint is in its values already; a boolean's says what it
+   * switches (--help shows this text). */
+  if ((k->kind == KIND_BOOL || k->kind == KIND_FLAG) && k->hint != NULL)
+    msg_append(buf, len, &off, "; %s", k->hint);
 }
 
 void weft__config_value_text(const weft_config *cfg, const weft__key_def *k,

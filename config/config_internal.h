@@ -25,7 +25,8 @@ typedef struct weft__key_def {
   size_t off;         /* offset in weft_config */
   long long min, max; /* integers only */
   bool zero_is_unset; /* integers: 0 in the file is -1 in the struct */
-  const char *hint;   /* integers: units and special values */
+  const char *hint;   /* integers: units and special values; booleans: what
+                         the key switches (shown by --help) */
 } weft__key_def;
 
 typedef struct weft__section_def {

@@ -400,6 +400,12 @@ void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
       atomic_load_explicit(&c->preemptions, memory_order_relaxed);
   out->window_contended =
       atomic_load_explicit(&c->window_contended, memory_order_relaxed);
+  out->window_misses =
+      atomic_load_explicit(&c->window_misses, memory_order_relaxed);
+  out->window_drops =
+      atomic_load_explicit(&c->window_drops, memory_order_relaxed);
+  out->window_probes =
+      atomic_load_explicit(&c->window_probes, memory_order_relaxed);
 }
 
 pid_t weft__loop_tid(const weft_loop *loop) { return atomic_load(&loop->tid); }

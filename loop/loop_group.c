@@ -33,7 +33,7 @@ void weft_loop_options_init(weft_loop_options *opts) {
   opts->n_loops = 0;
   opts->busy_poll_us = WEFT_BUSY_POLL_US_DEFAULT;
   opts->busy_poll_adaptive = true;
-  opts->pin = true; /* see weft_loop_options.pin */
+  opts->pin = false; /* see weft_loop_options.pin */
   opts->poll_budget = WEFT__DEFAULT_POLL_BUDGET;
   opts->name = "weft";
   opts->pool_retain_bytes = WEFT_POOL_RETAIN_BYTES_DEFAULT;

@@ -45,6 +45,9 @@ typedef struct weft__loop_counters {
   _Atomic uint64_t window_grows;
   _Atomic uint64_t preemptions;
   _Atomic uint64_t window_contended;
+  _Atomic uint64_t window_misses;
+  _Atomic uint64_t window_drops;
+  _Atomic uint64_t window_probes;
 } weft__loop_counters;
 
 /**
@@ -69,6 +72,11 @@ typedef struct weft__poll_window {
   uint64_t spin_ns;        /* spent in iterations without work */
   uint64_t spins_ended;    /* runs of such iterations that ended */
   uint64_t hold_period_ns; /* the hold's length now, min..max (backs off) */
+  /* The miss rule (selector.c, "The miss rule"). */
+  unsigned misses;      /* spins in a row that ran out the window */
+  bool dropped;         /* the rule set the window to 0 */
+  unsigned probe_wait;  /* sleeps left before the next probe (dropped) */
+  unsigned probe_every; /* sleeps between probes now (backs off) */
   /* Tuning, set at creation (selector.c's WINDOW_SAMPLE_NS and
    * WINDOW_HOLD_*_NS); a test may change them before the loop starts. */
   uint64_t sample_period_ns; /* between preemption samples, at least */

@@ -369,6 +369,36 @@ static void dispatch(weft_loop *loop, int n) {
  * answer until the loop yields, the 2-loop KV case) are long and still
  * shrink the window.
  *
+ * The miss rule: a gap beyond the window but within the horizon grows the
+ * window, or keeps it at max_ns, because a spin might have caught it; when
+ * the peer is simply slower than the window (a client whose requests come
+ * 50-100 µs apart, beyond the 20 µs default), every such spin runs out and
+ * the loop sleeps anyway: at redis-benchmark -P 1 -c 1 that cost the KV
+ * server 1.11x redis-server's CPU per request (issue 32). So:
+ *
+ *   miss    a spin ran out a window above 0 and the loop slept, the event
+ *           coming within the horizon (beyond it the window halves
+ *           instead, above); WINDOW_MISS_LIMIT misses in a row drop the
+ *           window to 0 (`dropped`): the loop blocks at once;
+ *   hit     a spin that ended in work (the window caught the event) starts
+ *           the count again, and makes the next drop probe soon;
+ *   back    while dropped, the window grows again (from its floor, as
+ *           above) only when a sleep ended with an event within max_ns of
+ *           the last work -- a spin of the whole window would surely have
+ *           caught it, wake-up included -- not within the horizon, which
+ *           is what a slow peer's gaps are; or
+ *   probe   after probe_every sleeps while dropped, the window is set back
+ *           to max_ns for another WINDOW_MISS_LIMIT tries: two loops that
+ *           both dropped (a ping-pong after a pause) see each other's
+ *           messages 40-50 µs apart, and only one that spins again finds
+ *           out that they would come within the window. Each drop without
+ *           a hit since doubles probe_every, from WINDOW_PROBE_MIN up to
+ *           WINDOW_PROBE_MAX sleeps; a hit resets it. Neither returns the
+ *           window while a contention hold (below) lasts.
+ *
+ * A fast peer (events back to back, or a mix where some spins catch the
+ * next event) keeps spinning: only misses in a row drop the window.
+ *
  * Nothing here costs a system call per iteration: the clock is read by
  * the iteration anyway, and getrusage and one pread of schedstat run at
  * most once per WINDOW_SAMPLE_NS, on an iteration that found no work
@@ -401,6 +431,19 @@ static void dispatch(weft_loop *loop, int n) {
  * two context switches in this VM, 4-6 µs measured per sleeping batch):
  * spins shorter than this on average free no CPU by sleeping instead. */
 #define WINDOW_WAKE_NS 5000u
+/* Spins in a row that run out their window before the window drops to 0.
+ * More than the three misses a regrowth from the floor makes on its way
+ * to max_ns (an event that needs the whole window is missed at 1/8, 1/4
+ * and 1/2 of it), so that a window still growing is not dropped; few
+ * enough that a slow peer wastes 8 windows per drop, and 8 per probe. */
+#define WINDOW_MISS_LIMIT 8u
+/* Sleeps while dropped before the window is tried again: from 16,
+ * doubling at each drop without a hit up to 1024. At the maximum a slow
+ * peer pays 8 wasted windows per 1024 sleeps (at 20 µs, 0.16 µs per
+ * event, against 20 µs per event without the rule); two loops that
+ * dropped in a ping-pong (40-50 µs round trips) try again within 50 ms. */
+#define WINDOW_PROBE_MIN 16u
+#define WINDOW_PROBE_MAX 1024u
 
 static void window_publish(weft_loop *loop) {
   atomic_store_explicit(&loop->stats.window_ns, loop->window.ns,
@@ -422,6 +465,10 @@ void weft__window_reset(weft_loop *loop, int busy_poll_us) {
   w->max_us = busy_poll_us;
   w->max_ns = busy_poll_us > 0 ? (uint64_t)busy_poll_us * 1000u : 0;
   w->ns = w->max_ns;
+  w->misses = 0;
+  w->dropped = false;
+  w->probe_wait = 0;
+  w->probe_every = WINDOW_PROBE_MIN;
   atomic_store_explicit(&loop->stats.window_ns,
                         busy_poll_us < 0 ? UINT64_MAX : w->ns,
                         memory_order_relaxed);
@@ -554,8 +601,52 @@ static void window_account(weft__poll_window *w, bool idle, uint64_t now) {
   } else if (w->spinning) {
     w->spins_ended++;
     w->spinning = false;
+    if (w->ns > 0) { /* a hit: the window caught the event */
+      w->misses = 0;
+      w->probe_every = WINDOW_PROBE_MIN;
+    }
   }
   w->iter_ns = now;
+}
+
+/* A spin that ran out a window above 0 before a sleep whose event came
+ * within the horizon. Returns true when it was the WINDOW_MISS_LIMIT-th in
+ * a row: the window is 0 now, until an event within max_ns or a probe. */
+static bool window_miss(weft_loop *loop) {
+  weft__poll_window *w = &loop->window;
+  weft__stat_add(&loop->stats.window_misses, 1);
+  if (++w->misses < WINDOW_MISS_LIMIT)
+    return false;
+  w->misses = 0;
+  w->dropped = true;
+  w->probe_wait = w->probe_every;
+  w->probe_every = w->probe_every * 2 < WINDOW_PROBE_MAX ? w->probe_every * 2
+                                                         : WINDOW_PROBE_MAX;
+  w->ns = 0;
+  weft__stat_add(&loop->stats.window_drops, 1);
+  window_publish(loop);
+  return true;
+}
+
+/* A sleep of a dropped window that ended at `now`, `gap` after the last
+ * work, with `n` events: back from the floor when the event came within
+ * max_ns, at max_ns when the probe is due, never while holding. */
+static void window_dropped_sleep(weft_loop *loop, int n, uint64_t gap,
+                                 uint64_t now) {
+  weft__poll_window *w = &loop->window;
+  if (w->probe_wait > 0)
+    w->probe_wait--;
+  if (now < w->hold_ns)
+    return;
+  if (n > 0 && gap <= w->max_ns) {
+    w->dropped = false;
+    window_grow(loop);
+  } else if (w->probe_wait == 0) {
+    w->dropped = false;
+    w->ns = w->max_ns;
+    weft__stat_add(&loop->stats.window_probes, 1);
+    window_publish(loop);
+  }
 }
 
 /* After a sleep that ended at `now` with `n` events. */
@@ -567,8 +658,13 @@ static void window_after_sleep(weft_loop *loop, int n, uint64_t now) {
   w->iter_ns = 0; /* the time asleep is no spin */
   if (!w->adaptive || w->max_ns == 0)
     return;
-  if (now - loop->last_active_ns > WINDOW_HORIZON * w->max_ns)
+  uint64_t gap = now - loop->last_active_ns;
+  if (w->dropped)
+    window_dropped_sleep(loop, n, gap, now);
+  else if (gap > WINDOW_HORIZON * w->max_ns)
     window_shrink(loop); /* the spin before this sleep was wasted */
+  else if (w->ns > 0 && window_miss(loop))
+    return; /* the spins keep running out: dropped */
   else if (n > 0 && now >= w->hold_ns)
     window_grow(loop); /* a longer spin would have caught the event */
 }

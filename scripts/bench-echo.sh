@@ -59,7 +59,7 @@ start_named() {
   elif [ "${name#echo-}" != "$name" ]; then
     local t=${name#echo-} adaptive=true
     if [ "${t%-fixed}" != "$t" ]; then t=${t%-fixed} adaptive=false; fi
-    # one loop; weft pins it to the first CPU it may use: CPU 1
+    # one loop, on CPU 1 (taskset; weft does not pin it by default)
     start_server taskset -c 1 "$echo_bin" server -o loop.loops=1 \
       -o loop.busy_poll_adaptive="$adaptive" \
       -o server.listen="$t://127.0.0.1:$port"

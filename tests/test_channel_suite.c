@@ -199,6 +199,12 @@ static void group_start(fixture *f, const char *name) {
   weft_loop_options_init(&opts);
   opts.n_loops = th_suite_loops();
   opts.name = name;
+  /* Over UCX the client's and the server's workers share this process,
+   * where UCX 1.13 can abort (docs/transports/ucx.md, "Many workers in one
+   * process"): pinned, as before loops stopped being pinned by default
+   * (issue 32), both groups' loops share the first CPU. Unpinned, 9 of 10
+   * runs passed and one timed out unexplained on the loaded machine. */
+  opts.pin = strcmp(th_transport_name(), "ucx") == 0;
   ck_assert_int_eq(weft_loop_group_new(&f->group, &opts), 0);
   ck_assert_int_eq(weft_loop_group_start(f->group), 0);
 }

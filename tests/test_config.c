@@ -492,6 +492,27 @@ START_TEST(config_print_writes_a_file_that_loads_back) {
 }
 END_TEST
 
+/* --help prints the keys with weft_config_print: a boolean's line says
+ * what it switches, and [loop] pin when pinning pays; pinning is off by
+ * default. */
+START_TEST(config_print_says_when_pinning_pays) {
+  weft_config c;
+  weft_config_init(&c);
+  ck_assert(!c.loop.pin);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(weft_config_print(&c, NULL, f), 0);
+  ck_assert_int_eq(fclose(f), 0);
+  ck_assert_ptr_nonnull(strstr(text, "0); pin loop i to CPU i of the affinity "
+                                     "mask; pays only on CPUs the process "
+                                     "has to itself"));
+  ck_assert_ptr_nonnull(strstr(text, "\npin = false\n"));
+  free(text);
+}
+END_TEST
+
 START_TEST(config_load_app_section_handled) {
   weft_config c;
   app_state st = {0};
@@ -791,8 +812,8 @@ Suite *weft_test_suite(void) {
       config_set_option_splits_at_last_dot,
       config_app_keys_name_valid_keys_and_sections,
       config_print_writes_a_file_that_loads_back,
-      config_load_app_section_handled, config_load_refused_app_unknown_key,
-      config_load_refused_app_bad_value,
+      config_print_says_when_pinning_pays, config_load_app_section_handled,
+      config_load_refused_app_unknown_key, config_load_refused_app_bad_value,
       config_load_refused_app_section_without_app, config_env_overrides_file,
       config_env_refused_bad_value_names_variable,
       config_env_refused_low_above_high, config_env_app_keys,

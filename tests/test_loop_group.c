@@ -34,7 +34,7 @@ START_TEST(loop_group_lifecycle_start_stop_join_free) {
   weft_loop_options_init(&o);
   ck_assert_int_eq(o.n_loops, 0);
   ck_assert_int_eq(o.busy_poll_us, WEFT_BUSY_POLL_US_DEFAULT);
-  ck_assert(o.pin);
+  ck_assert(!o.pin);
   ck_assert_int_eq(o.poll_budget, 64);
   ck_assert_str_eq(o.name, "weft");
   ck_assert_uint_eq(o.pool_retain_bytes, WEFT_POOL_RETAIN_BYTES_DEFAULT);
@@ -131,6 +131,7 @@ END_TEST
 /* ---- Pinning and thread names -------------------------------------------- */
 
 struct affinity {
+  cpu_set_t set;
   int n_cpus;
   int cpu;
   char name[16];
@@ -139,6 +140,7 @@ static int read_affinity(void *arg) {
   struct affinity *a = arg;
   cpu_set_t set;
   ck_assert_int_eq(pthread_getaffinity_np(pthread_self(), sizeof set, &set), 0);
+  a->set = set;
   a->n_cpus = CPU_COUNT(&set);
   a->cpu = -1;
   for (int c = 0; c < CPU_SETSIZE; c++)
@@ -194,6 +196,43 @@ START_TEST(loop_group_pin_off_keeps_process_affinity) {
   weft_loop_group_stop(g);
   ck_assert_int_eq(weft_loop_group_join(g), 0);
   weft_loop_group_free(g);
+}
+END_TEST
+
+/* The default places nothing: each loop thread may run on every CPU the
+ * process may (its mask equals the process's), as Netty's and Redis'
+ * threads do; pinned processes on a shared host queued on one CPU. Check
+ * forks each test, so a narrower mask is made here too (taskset's case):
+ * still the process's, not one CPU of it. */
+START_TEST(loop_group_default_does_not_pin) {
+  cpu_set_t process;
+  ck_assert_int_eq(sched_getaffinity(0, sizeof process, &process), 0);
+  for (int round = 0; round < 2; round++) {
+    weft_loop_options o;
+    weft_loop_options_init(&o);
+    o.n_loops = 2;
+    weft_loop_group *g = NULL;
+    ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
+    ck_assert_int_eq(weft_loop_group_start(g), 0);
+    for (int i = 0; i < 2; i++) {
+      struct affinity a;
+      run_on(weft_loop_group_get(g, i), read_affinity, &a);
+      ck_assert_msg(CPU_EQUAL(&a.set, &process),
+                    "loop %d: %d CPUs, the process %d", i, a.n_cpus,
+                    CPU_COUNT(&process));
+    }
+    weft_loop_group_stop(g);
+    ck_assert_int_eq(weft_loop_group_join(g), 0);
+    weft_loop_group_free(g);
+    if (CPU_COUNT(&process) < 2)
+      break; /* one CPU: no narrower mask to try */
+    int first = nth_allowed_cpu(0, &(int){0});
+    int second = nth_allowed_cpu(1, &(int){0});
+    CPU_ZERO(&process);
+    CPU_SET(first, &process);
+    CPU_SET(second, &process);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof process, &process), 0);
+  }
 }
 END_TEST
 
@@ -447,7 +486,8 @@ Suite *weft_test_suite(void) {
       loop_group_size_default_leaves_a_cpu,
       loop_group_size_default_follows_affinity, loop_group_next_round_robin,
       loop_group_pin_on_one_cpu_each, loop_group_pin_off_keeps_process_affinity,
-      loop_group_keys_locals_per_loop, loop_group_key_create_exhausted_enospc,
+      loop_group_default_does_not_pin, loop_group_keys_locals_per_loop,
+      loop_group_key_create_exhausted_enospc,
       loop_group_on_close_hooks_lifo_on_loop_thread,
       loop_call_returns_result_inline_on_loop_refused_after_finish,
       loop_group_current_and_in_loop, loop_group_join_from_loop_thread_einval,

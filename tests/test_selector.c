@@ -63,7 +63,7 @@ static weft_loop *start_group(int n, int busy_poll_us, int budget,
   o.busy_poll_adaptive = adaptive;
   if (budget > 0)
     o.poll_budget = budget;
-  o.pin = n <= 2; /* pinned like production where the machine allows */
+  o.pin = n <= 2; /* loop 0 on CPU 0, where the hog tests put their hogs */
   ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
   if (no_preemption_samples)
     for (int i = 0; i < n; i++)
@@ -727,6 +727,117 @@ START_TEST(selector_window_grows_within_horizon) {
 }
 END_TEST
 
+/* A peer slower than the window (the miss rule): each event comes at least
+ * 6 ms after the loop's last work, with a 5 ms window (beyond it, within
+ * the 20 ms horizon), so every spin runs out. Without the rule the window
+ * stays at 5 ms and the loop spins through every gap; with it, 8 misses
+ * in a row drop the window to 0, and only the probes (after 16, 32, 64 and
+ * 128 sleeps) spin again, 8 windows each: 32 of 240 gaps. The test counts
+ * the gaps spun through from the window the loop slept with (published, and
+ * unchanged while it sleeps). No time is asserted: the 6 ms is a lower
+ * bound, and a kick the load delays is a miss still (beyond the horizon, a
+ * halving). Preemption samples are off: only this rule acts. */
+START_TEST(selector_window_drops_when_spins_run_out) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 5000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  enum { EVENTS = 240 };
+  int spun = 0;
+  /* The loop may be asleep already: its sleep then counted. */
+  uint64_t since = stats_of(loop).sleeps;
+  since -= since > 0 ? 1 : 0;
+  for (int i = 0; i < EVENTS; i++) {
+    th_sleep_ms(6);
+    wait_asleep(loop, since);
+    weft_loop_stats st = stats_of(loop);
+    if (st.busy_poll_window_ns > 0)
+      spun++;
+    since = st.sleeps; /* asleep: the next sleep is the next event's */
+    kick_after(&t, 0);
+  }
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_msg(spun <= EVENTS / 4, "the loop spun through %d of %d gaps", spun,
+                EVENTS);
+  ck_assert_uint_ge(st.window_misses, 2 * 8);
+  ck_assert_uint_ge(st.window_drops, 2);
+  ck_assert_uint_ge(st.window_probes, 1);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* Kicks `t` `gap_ms` after the loop's last work until its window is
+ * dropped (at most 40 times: 8 misses in a row drop it). */
+static void drop_window(weft_loop *loop, struct tsrc *t, unsigned gap_ms) {
+  for (int i = 0; i < 40 && stats_of(loop).window_drops == 0; i++)
+    kick_after(t, gap_ms);
+  ck_assert_uint_gt(stats_of(loop).window_drops, 0);
+}
+
+/* After a drop, events that come within the maximum window of the loop's
+ * last work (10 ms with a 20 ms window: a spin would have caught them,
+ * wake-up and all) grow the window back from its floor, 0 -> 2.5 -> 5 ->
+ * 10 -> 20 ms, without waiting for a probe; at 20 ms a short gap is
+ * inside the window again. The window was dropped by 25 ms gaps (beyond
+ * the window, within the 80 ms horizon). */
+START_TEST(selector_window_back_when_events_come_within_it) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 20000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  drop_window(loop, &t, 25);
+  weft_loop_stats st0 = stats_of(loop);
+  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
+  uint64_t end = th_now_ms() + 20000;
+  while (stats_of(loop).busy_poll_window_ns < 20000000u && th_now_ms() < end)
+    kick_after(&t, 10);
+  weft_loop_stats st = stats_of(loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 20000000u);
+  ck_assert_uint_ge(st.window_grows - st0.window_grows, 4); /* not a probe */
+  /* A load spike can delay this thread past the window: a few tries. */
+  bool spun = false;
+  for (int i = 0; i < 5 && !spun; i++) {
+    uint64_t sleeps = stats_of(loop).sleeps;
+    kick_after(&t, 2);
+    spun = stats_of(loop).sleeps == sleeps;
+  }
+  ck_assert(spun);
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
+/* A peer of whose events every other one comes within the window: the
+ * spins that catch them (hits) start the count of misses again, so the
+ * ones that run out (25 ms gaps, 20 ms window) never reach 8 in a row and
+ * the window stays: a fast peer keeps the loop spinning. */
+START_TEST(selector_window_kept_when_spins_catch_events) {
+  no_preemption_samples = true;
+  weft_loop *loop = start_group(1, 20000, 0, true);
+  static struct tsrc t;
+  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, &t);
+  for (int i = 0; i < 20; i++) {
+    kick_after(&t, 25); /* a miss */
+    kick_after(&t, 2);  /* a hit, but for a load spike past 20 ms */
+  }
+  weft_loop_stats st = stats_of(loop);
+  /* Misses happened (half the gaps, less any a load spike stretched
+   * beyond the horizon, which halve the window instead). */
+  ck_assert_uint_ge(st.window_misses, 10);
+  ck_assert_uint_eq(st.window_drops, 0);
+  ck_assert_uint_gt(st.busy_poll_window_ns, 0); /* halved by a spike at most */
+  run_on(loop, remove_task, &t);
+  close(t.src.fd);
+  finish_group();
+}
+END_TEST
+
 /* Two threads that spin on the loop's CPU (loop 0 is pinned to CPU 0). */
 struct hogs {
   pthread_t th[2];
@@ -1252,6 +1363,9 @@ Suite *weft_test_suite(void) {
       selector_window_shrinks_on_wasted_spins,
       selector_window_grows_when_events_follow_sleep,
       selector_window_grows_within_horizon,
+      selector_window_drops_when_spins_run_out,
+      selector_window_back_when_events_come_within_it,
+      selector_window_kept_when_spins_catch_events,
       selector_window_shrinks_when_preempted,
       selector_window_keeps_short_spins_when_preempted,
       selector_window_fixed_ignores_preemption, selector_window_hold_backs_off,

@@ -7,7 +7,7 @@
  *   [loop]
  *   loops = 2              ; 0 = one per CPU less one, at least 1
  *   busy_poll_us = 20      ; µs; 0 = always block, -1 = never block
- *   pin = true             ; loop i stays on CPU i (false: shared hosts)
+ *   pin = false            ; true: loop i stays on CPU i (CPUs of its own)
  *   poll_budget = 64
  *   pool_retain_bytes = 4194304 ; bytes of empty buffer slabs kept per loop
  *

@@ -30,7 +30,14 @@
  *    with an event within the horizon (a longer spin would have caught it
  *    without a wake-up), but not while contention holds it: 5 ms after a
  *    contended sample, doubling to 100 ms while contention recurs as soon
- *    as the window grows back (as TCP backs off its retransmission timer).
+ *    as the window grows back (as TCP backs off its retransmission timer);
+ *  - it drops to 0 after 8 spins in a row ran out (a sleep followed each,
+ *    its event beyond the window but within the horizon: a peer slower
+ *    than the window, whose gaps the loop would otherwise spin through);
+ *    a spin that catches its event starts the count again. Dropped, it
+ *    grows again only after an event within busy_poll_us of the last
+ *    work, or when a probe sets it back to busy_poll_us for another 8
+ *    tries, after 16 sleeps, doubling per drop without a catch up to 1024.
  * So a loop alone on its CPU keeps spinning, a loop whose CPU another
  * thread needs (a load generator, a second loop's client) blocks as if
  * busy_poll_us were 0, and one whose events follow each other within
@@ -40,8 +47,8 @@
  * changes.
  *
  * A weft_loop_group owns N loops, each on its own thread, by default one per
- * CPU the process may run on less one (weft_loop_default_count), each
- * pinned to its CPU unless weft_loop_options.pin says otherwise. Everything
+ * CPU the process may run on less one (weft_loop_default_count), placed by
+ * the scheduler unless weft_loop_options.pin pins each to a CPU. Everything
  * that belongs to a loop (sources, timers, channels, the buffer pool) is
  * touched only on that loop's thread; other threads reach a loop only through
  * weft_loop_execute().
@@ -82,11 +89,16 @@ typedef struct weft_loop_options {
                        block (neither adapts) */
   bool busy_poll_adaptive; /* adapt the window between 0 and busy_poll_us
                               (default true); false: always busy_poll_us */
-  bool pin;         /* pin loop i to online CPU i mod n_cpus (default true;
-                       false on a host shared with other work: a pinned loop
-                       cannot leave a CPU another task holds, 0.3-0.9 s waits
-                       seen; unpinned, a UCX server of several loops hit UCX
-                       1.13's async abort more often, docs/transports/ucx.md) */
+  bool pin; /* pin loop i to the (i mod n)-th of the n CPUs the process may
+               run on (sched_getaffinity) (default false, as Netty and
+               Redis: the scheduler places the threads). Pinning pays only
+               where those CPUs are the process' own (a dedicated host, or
+               CPUs given by taskset or a cpuset that nothing else uses):
+               a pinned loop cannot leave a CPU another task holds, and
+               every pinned process puts its loop 0 on the same first CPU
+               (four KV servers on one host stalled 300-600 ms at a time).
+               On UCX 1.13 a server of several loops hit the async abort
+               less often pinned (docs/transports/ucx.md) */
   int poll_budget;  /* max events one source handles per poll (default 64) */
   const char *name; /* thread name prefix, at most 10 chars (default "weft") */
   size_t pool_retain_bytes; /* bytes of empty slab memory each loop's buffer
@@ -274,6 +286,12 @@ typedef struct weft_loop_stats {
   uint64_t window_contended;    /* samples that found the thread contended
                                    (each halves the window and holds it
                                    there: no growth for 5 to 100 ms) */
+  uint64_t window_misses;       /* spins that ran out a window above 0 before a
+                                   sleep whose event came within the horizon
+                                   (the miss rule's count) */
+  uint64_t window_drops;  /* times 8 misses in a row set the window to 0 */
+  uint64_t window_probes; /* times a dropped window was set back to
+                             busy_poll_us to try spinning again */
 } weft_loop_stats;
 
 /** Copies `loop`'s counters into `*out`. Any thread. */
