@@ -90,6 +90,7 @@ struct ucx_loop {
   size_t n_unanswered;
   size_t n_awaiting; /* accepted channels waiting for their HELLO */
   uint64_t drains;   /* polls whose progress ran until nothing was left */
+  uint64_t epoch;    /* polls so far: a channel's read budget is per poll */
   /* What a ucp_worker_progress that found nothing costs, in ns: the
    * least of UCX_PROGRESS_SAMPLES timed ones, one poll in
    * UCX_PROGRESS_SAMPLE timed. Over tcp lanes it is an epoll_wait (poll
