@@ -87,10 +87,55 @@ static weft_buf *copy_out(verbs_chan *vc, weft_buf *b) {
   return c;
 }
 
-/* Delivers held messages while the channel reads; returns how many. */
+/* ---- The read budget (docs/architecture.md, "Read budget") ----
+ *
+ * A channel fires at most its budget of reads (weft_channel_read_budget:
+ * messages and bytes) per loop iteration; the loop polls the device once
+ * per iteration, so a poll is an epoch. The delivery that would go past
+ * the budget stops: the messages stay in held[] (in order, at most
+ * VERBS_CREDITS: each holds a credit, so the peer waits too) and the
+ * channel goes on the device's deliver list, which the next poll runs
+ * first, before its CQs; the source refuses to arm meanwhile, so the loop
+ * does not sleep on held messages (what arm's own poll finds waits for
+ * the next poll too). A completion for the channel that
+ * arrives before then is held behind them. The peer's FIN waits for the
+ * held messages, as while the channel does not read. Counting costs two
+ * compares per message. */
+
+/* Counts one read of `bytes` against the channel's budget of this poll;
+ * true when it spent it. */
+static bool budget_spend(verbs_chan *vc, size_t bytes) {
+  verbs_dev *d = vc->dev;
+  if (vc->rb_epoch != d->epoch) {
+    vc->rb_epoch = d->epoch;
+    vc->rb_msgs = 0;
+    vc->rb_bytes = 0;
+    vc->rb = weft_channel_read_budget(vc->ch);
+  }
+  vc->rb_bytes += bytes;
+  return ++vc->rb_msgs >= vc->rb.max_messages ||
+         vc->rb_bytes >= vc->rb.max_bytes;
+}
+
+/* Whether the channel spent its budget in this poll already; always
+ * while the source arms: arm's poll (after the loop counted its
+ * iteration, which found no work) only takes in, and the next poll
+ * delivers, so that one iteration never delivers two budgets. */
+static bool budget_spent(const verbs_chan *vc) {
+  return vc->dev->arming || (vc->rb_epoch == vc->dev->epoch &&
+                             (vc->rb_msgs >= vc->rb.max_messages ||
+                              vc->rb_bytes >= vc->rb.max_bytes));
+}
+
+/* Delivers held messages while the channel reads and its budget lasts;
+ * returns how many. */
 int weft__verbs_deliver_held(verbs_chan *vc) {
   int n = 0;
   while (vc->n_held > 0 && can_deliver(vc)) {
+    if (budget_spent(vc)) {
+      weft__verbs_queue_deliver(vc); /* the next poll goes on */
+      break;
+    }
     weft_buf *b = vc->held[vc->held_head];
     vc->held_head = (vc->held_head + 1) % VERBS_CREDITS;
     vc->n_held--;
@@ -101,6 +146,7 @@ int weft__verbs_deliver_held(verbs_chan *vc) {
       b = copy_out(vc, b);
     vc->got_data = true;
     n++;
+    budget_spend(vc, weft_buf_readable(b));
     weft_pipeline_fire_channel_read(weft_channel_pipeline(vc->ch), b);
   }
   if (vc->n_held == 0 && vc->flow.fin)
@@ -217,16 +263,26 @@ void weft__verbs_queue_deliver(verbs_chan *vc) {
   vc->dev->deliver = vc;
 }
 
-/* Channels whose held messages may go up now (auto-read came back), or
- * whose handlers gave slots back: finish_batch sends their credits. */
+/* Channels whose held messages may go up now (auto-read came back, or a
+ * new read budget), or whose handlers gave slots back: finish_batch sends
+ * their credits. The list is taken whole first: a channel that spends its
+ * budget here goes on the next poll's list, not this one's again. */
 static int deliver_pending(verbs_dev *d) {
   int n = 0;
-  while (d->deliver != NULL && d->n_touched < VERBS_POLL_BATCH) {
-    verbs_chan *vc = d->deliver;
-    d->deliver = vc->deliver_next;
+  verbs_chan *list = d->deliver;
+  d->deliver = NULL;
+  while (list != NULL && d->n_touched < VERBS_POLL_BATCH) {
+    verbs_chan *vc = list;
+    list = vc->deliver_next;
     vc->in_deliver = false;
     touch(d, vc);
     n += weft__verbs_deliver_held(vc) + 1;
+  }
+  while (list != NULL) { /* past the batch: the next poll's */
+    verbs_chan *vc = list;
+    list = vc->deliver_next;
+    vc->in_deliver = false;
+    weft__verbs_queue_deliver(vc);
   }
   return n;
 }
@@ -260,6 +316,8 @@ static int group_poll(verbs_group *g, int max) {
 
 int weft__verbs_dev_poll(weft_source *src, int budget) {
   verbs_dev *d = src->data;
+  if (!d->arming)
+    d->epoch++; /* a new read budget for every channel */
   int handled = deliver_pending(d);
   if (handled > 0)
     finish_batch(d);
@@ -280,8 +338,10 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
 }
 
 /* Arms the groups' CQs, then polls once more: a completion that landed
- * between the last poll and the arm raises no event. A CQ stays armed
- * until its event comes (dev_wakeup), so an idle loop asks once. */
+ * between the last poll and the arm raises no event. That poll takes the
+ * completions in but delivers no message (`arming`: the read budget):
+ * the next poll does. A CQ stays armed until its event comes
+ * (dev_wakeup), so an idle loop asks once. */
 int weft__verbs_dev_arm(weft_source *src) {
   verbs_dev *d = src->data;
   if (d->deliver != NULL)
@@ -295,7 +355,10 @@ int weft__verbs_dev_arm(weft_source *src) {
     else
       g->armed = true;
   }
-  return weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
+  d->arming = true;
+  int n = weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
+  d->arming = false;
+  return n > 0 ? n : d->deliver != NULL;
 }
 
 /* Takes the CQ events off the completion channel; acknowledges in batches

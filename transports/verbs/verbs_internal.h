@@ -273,6 +273,13 @@ struct verbs_chan {
   verbs_chan *hash_next;
   verbs_chan *prev, *next; /* the loop's channels with an id */
   verbs_chan *deliver_next;
+  /* The read budget (recv.c): reads and bytes delivered in the device's
+   * poll rb_epoch, and the channel's budget, read at its first delivery
+   * of that poll. */
+  uint64_t rb_epoch;
+  uint32_t rb_msgs;
+  size_t rb_bytes;
+  weft_read_budget rb;
 };
 
 /* Channels that share one CQ and one SRQ (group.c). The CQ holds every
@@ -325,6 +332,8 @@ struct verbs_dev {
   verbs_chan *touched[2 * VERBS_POLL_BATCH];
   int n_touched;
   verbs_chan *deliver; /* channels whose held messages or credits can go */
+  uint64_t epoch;      /* polls so far: a channel's read budget is per poll */
+  bool arming;         /* in arm's poll: nothing is delivered (recv.c) */
 };
 
 typedef struct verbs_listener {
@@ -629,8 +638,10 @@ int weft__verbs_flush(weft_channel *ch);
 /* ---- recv.c: CQ polling, delivery, credits coming back ---- */
 
 /**
- * Delivers the channel's held messages (channel_read) while it reads, and
- * marks the peer's FIN pending once none is held. A message goes up in
+ * Delivers the channel's held messages (channel_read) while it reads and
+ * its read budget of this poll lasts (else it is queued for the next
+ * poll: weft__verbs_queue_deliver), and marks the peer's FIN pending once
+ * none is held. A message goes up in
  * its slot while the handlers hold fewer than VERBS_ZC_MAX slots, else as
  * a copy (its slot freed at once; the slot if no memory for the copy).
  * Returns how many went up. Loop thread; the caller holds a channel
