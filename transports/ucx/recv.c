@@ -199,6 +199,21 @@ static void warn_foreign(ucx_loop *tl, const char *what) {
   tl->warned_header = true;
 }
 
+/* Logs once per loop that a message routed by its slot (error_mode =
+ * none), header `h`, was dropped: it did not show it came from the peer
+ * of the channel it names (weft__ucx_wire_from_peer). */
+static void warn_unsequenced(ucx_loop *tl, const ucx_hdr *h) {
+  if (!tl->warned_unsequenced)
+    weft_log(WEFT_LOG_WARN,
+             "ucx: dropped a message without its sender's ep that names a "
+             "channel without its next sequence number (%s for slot %u with "
+             "sequence number %u): not that channel's peer's (error_mode = "
+             "none: forged?); further ones are dropped without a word",
+             weft__ucx_msg_name(weft__ucx_ref_type(h->to)),
+             weft__ucx_ref_id(h->to), h->seq);
+  tl->warned_unsequenced = true;
+}
+
 /* Whose message it is: the ep it came on (every weft message is sent with
  * UCP_AM_SEND_FLAG_REPLY), never the slot it names, which is the sender's
  * to write. A message naming another slot than its ep's channel's breaks a
@@ -228,8 +243,10 @@ ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
     uc = v->r != NULL ? v->r->uc : NULL;
   } else if (tl->cfg.err_mode_none && weft__ucx_ref_type(h.to) != UMSG_HELLO) {
     /* error_mode = none: peers send their ep with HELLO only (send.c), and
-     * the slot a message names says whose it is, as UCX's own protocol
-     * trusts such peers (docs/transports/ucx.md) */
+     * the slot a message names routes it; after the handshake it must also
+     * carry that channel's next sequence number, which started at a random
+     * value only the channel's peer was told (docs/transports/ucx.md,
+     * "Whose message it is") */
     uc = weft__ucx_slot_find(tl, h.to);
   } else {
     warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY: "
@@ -238,6 +255,14 @@ ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
   }
   if (uc == NULL || uc->violation[0] != '\0')
     return v->action; /* closed, or closing for a broken rule: drop */
+  if (!m->has_ep && !weft__ucx_wire_from_peer(&uc->w, &h)) {
+    /* routed by the slot it names, without that channel's next sequence
+     * number (random from its start): not its peer's, whose messages
+     * UCX hands over in order, and nothing says whose; the channel is
+     * not touched */
+    warn_unsequenced(tl, &h);
+    return v->action;
+  }
   v->uc = uc;
   v->type = weft__ucx_ref_type(h.to);
   uint64_t credit = uc->w.send_credit;

@@ -85,7 +85,8 @@ struct ucx_channel {
   int err;               /* PEND_ERROR's error */
   uint64_t err_drain;    /* tl->drains when the ep failed */
   uint64_t credit_owed;  /* credit delivered, not granted back yet */
-  uint32_t send_seq;     /* next DATA/FIN sequence to send */
+  uint32_t send_seq;     /* next DATA/FIN sequence to send (from a random
+                            start: ucx_wire.h, UCX_WIRE_VERSION) */
   bool heard;            /* keepalive: a message came since the last tick */
   bool pong_inflight;    /* a PONG is queued in UCX: no second one */
   uint8_t silent;        /* keepalive: ticks without a message since */
@@ -122,8 +123,9 @@ typedef struct ucx_dial {
 struct ucx_send {
   ucx_op op;
   ucx_hdr hdr;
-  uint32_t ctrl_data[2]; /* HELLO: max_message, flags; HELLO_ACK:
-                            max_message, server id */
+  uint32_t ctrl_data[3]; /* HELLO: max_message, flags; HELLO_ACK:
+                            max_message, server id; both: the first
+                            sequence number */
   weft_buf *hold;
 };
 

@@ -98,12 +98,14 @@ struct ucx_loop {
    * loads (poll progresses until nothing is left, which delivers bigger
    * batches). 0 until measured. */
   uint64_t empty_progress_ns;
-  uint64_t sample_min_ns; /* the least of this round's samples so far */
-  uint32_t n_samples;     /* samples in this round */
-  uint32_t polls;         /* polls so far, for the sampling */
-  bool warned_header;     /* logged a message of another wire format */
-  bool in_progress;       /* inside ucp_worker_progress: UCX callbacks may run,
-                             the core must not (asserted where it calls in) */
+  uint64_t sample_min_ns;  /* the least of this round's samples so far */
+  uint32_t n_samples;      /* samples in this round */
+  uint32_t polls;          /* polls so far, for the sampling */
+  bool warned_header;      /* logged a message of another wire format */
+  bool warned_unsequenced; /* logged a message routed by its slot with
+                              another sequence number (recv.c) */
+  bool in_progress;        /* inside ucp_worker_progress: UCX callbacks may run,
+                              the core must not (asserted where it calls in) */
   /* Connection requests conn_handler queued for poll: entries
    * [accept_head, n_accepts); a closed listener's have uln == NULL. */
   struct ucx_accept *accepts;
