@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <assert.h>
+#include <stdio.h>
 
 #include <weft/buf.h>
 #include <weft/channel.h>
@@ -41,15 +42,11 @@ static int wc_status_to_weft(enum ibv_wc_status s) {
 
 /* ---- receiving ---- */
 
-/* The slot of a receive's wr_id (device.c tags it with VERBS_WR_RECV). */
+/* The slot of a receive's wr_id (device.c tags it with VERBS_WR_RECV),
+ * UINT32_MAX if it names none of ours. */
 static uint32_t slot_of(const verbs_dev *d, uint64_t wr_id) {
   uint64_t slot = wr_id & ~VERBS_WR_RECV;
-  if (slot >= d->n_slots) {
-    weft_log(WEFT_LOG_ERROR, "verbs: a receive completion names slot %llu",
-             (unsigned long long)slot);
-    return UINT32_MAX; /* not a slot of ours: nothing to put back */
-  }
-  return (uint32_t)slot;
+  return slot < d->n_slots ? (uint32_t)slot : UINT32_MAX;
 }
 
 static void touch(verbs_dev *d, verbs_chan *vc) {
@@ -183,35 +180,64 @@ static void take_data(verbs_dev *d, verbs_chan *vc, uint32_t slot,
   weft__verbs_deliver_held(vc);
 }
 
-static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc,
-                    uint32_t slot) {
-  if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER) {
-    slot_put(d, slot); /* for a channel that is gone or closing */
-    return;
-  }
-  touch(d, vc);
+verbs_recv_action weft__verbs_recv_route(verbs_dev *d, const struct ibv_wc *wc,
+                                         verbs_recv_verdict *v) {
+  v->action = VERBS_RECV_DROP;
+  v->vc = weft__verbs_hash_find(d, wc->qp_num);
+  v->slot = UINT32_MAX;
+  v->err = 0;
+  v->len = 0;
+  v->fin = false;
+  if (!(wc->wr_id & VERBS_WR_RECV))
+    return v->action = VERBS_RECV_SEND;
+  if ((v->slot = slot_of(d, wc->wr_id)) == UINT32_MAX)
+    return v->action = VERBS_RECV_BAD_SLOT;
+  verbs_chan *vc = v->vc;
+  if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER)
+    return v->action; /* for a channel that is gone or closing */
   if (wc->status != IBV_WC_SUCCESS) {
-    slot_put(d, slot);
-    weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
-                        "verbs: receive failed: %s",
-                        ibv_wc_status_str(wc->status));
-    return;
+    v->err = wc_status_to_weft(wc->status);
+    snprintf(v->why, sizeof v->why, "verbs: receive failed: %s",
+             ibv_wc_status_str(wc->status));
+    return v->action = VERBS_RECV_FAILED;
   }
   /* Nothing of the message is used before it passed the checks. */
   verbs_rx m = rx_of(wc);
-  char why[160];
-  if (weft__verbs_rx_check(&vc->flow, &m, why, sizeof why) < 0) {
-    slot_put(d, slot);
-    weft__verbs_vc_violation(vc, why);
-    return;
+  if (weft__verbs_rx_check(&vc->flow, &m, v->why, sizeof v->why) < 0) {
+    v->err = WEFT_EPROTO;
+    return v->action = VERBS_RECV_VIOLATION;
   }
   if (vc->state == VC_CONNECTING && vc->passive)
     vc->state = VC_ESTABLISHED; /* data before the ESTABLISHED event */
-  if (m.len > 0)
-    take_data(d, vc, slot, m.len);
-  else
-    slot_put(d, slot); /* credits or FIN only */
-  if ((m.imm & VERBS_IMM_FIN) && vc->n_held == 0)
+  v->len = m.len;
+  v->fin = (m.imm & VERBS_IMM_FIN) != 0;
+  return v->action = m.len > 0 ? VERBS_RECV_DATA : VERBS_RECV_CONTROL;
+}
+
+/* Acts on a receive completion's verdict (weft__verbs_recv_route). */
+static void on_recv(verbs_dev *d, const verbs_recv_verdict *v) {
+  verbs_chan *vc = v->vc;
+  if (v->action == VERBS_RECV_DROP) {
+    slot_put(d, v->slot);
+    return;
+  }
+  touch(d, vc);
+  switch (v->action) {
+  case VERBS_RECV_FAILED:
+    slot_put(d, v->slot);
+    weft__verbs_vc_fail(vc, v->err, "%s", v->why);
+    return;
+  case VERBS_RECV_VIOLATION:
+    slot_put(d, v->slot);
+    weft__verbs_vc_violation(vc, v->why);
+    return;
+  case VERBS_RECV_DATA:
+    take_data(d, vc, v->slot, v->len);
+    break;
+  default:
+    slot_put(d, v->slot); /* credits or FIN only */
+  }
+  if (v->fin && vc->n_held == 0)
     vc->fin_pending = true;
 }
 
@@ -304,12 +330,18 @@ static int group_poll(verbs_group *g, int max) {
   if (n > 0)
     weft__verbs_group_refill(g);
   for (int i = 0; i < n; i++) {
-    verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
-    uint32_t slot = UINT32_MAX;
-    if (!(wcs[i].wr_id & VERBS_WR_RECV))
-      on_send(d, vc, &wcs[i]);
-    else if ((slot = slot_of(d, wcs[i].wr_id)) != UINT32_MAX)
-      on_recv(d, vc, &wcs[i], slot);
+    verbs_recv_verdict v;
+    switch (weft__verbs_recv_route(d, &wcs[i], &v)) {
+    case VERBS_RECV_SEND:
+      on_send(d, v.vc, &wcs[i]);
+      break;
+    case VERBS_RECV_BAD_SLOT:
+      weft_log(WEFT_LOG_ERROR, "verbs: a receive completion names slot %llu",
+               (unsigned long long)(wcs[i].wr_id & ~VERBS_WR_RECV));
+      break; /* not a slot of ours: nothing to put back */
+    default:
+      on_recv(d, &v);
+    }
   }
   return n;
 }

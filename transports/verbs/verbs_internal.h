@@ -649,6 +649,44 @@ int weft__verbs_flush(weft_channel *ch);
  */
 int weft__verbs_deliver_held(verbs_chan *vc);
 
+/* What the receive path does with one work completion
+ * (weft__verbs_recv_route). */
+typedef enum verbs_recv_action {
+  VERBS_RECV_SEND,      /* a send completion: its channel's send records */
+  VERBS_RECV_BAD_SLOT,  /* a receive naming no slot of ours: ignored */
+  VERBS_RECV_DROP,      /* for no channel, or one gone or closing: the slot
+                           goes back */
+  VERBS_RECV_FAILED,    /* the receive failed (err, why): the channel fails */
+  VERBS_RECV_VIOLATION, /* the peer broke a rule (why): the channel closes */
+  VERBS_RECV_DATA,      /* a data message of `len` bytes, booked */
+  VERBS_RECV_CONTROL    /* credits or FIN only, booked */
+} verbs_recv_action;
+
+typedef struct verbs_recv_verdict {
+  verbs_recv_action action;
+  verbs_chan *vc; /* the channel of the completion's QP number, or NULL */
+  uint32_t slot;  /* the receive's slot (UINT32_MAX for SEND, BAD_SLOT) */
+  int err;        /* FAILED, VIOLATION */
+  uint32_t len;   /* DATA */
+  bool fin;       /* DATA, CONTROL: the peer's FIN came with it */
+  char why[160];  /* FAILED, VIOLATION */
+} verbs_recv_verdict;
+
+/**
+ * The receive path's decision for work completion `wc` of device `d`,
+ * into `v` (and returned): whose it is (the channel of its QP number, in
+ * the device's map: the QP is the connection, the peer cannot name
+ * another), whether it is a send's, names a slot of ours, failed, and
+ * whether the message passes weft__verbs_rx_check against that channel's
+ * books, which take it in (credits both ways, FIN); a passive channel
+ * still connecting becomes established. No device call, no pipeline
+ * event: group_poll acts on the verdict, and tests/fuzz/fuzz_verbs_recv.c
+ * drives this with several channels and reused QP numbers. Loop thread
+ * (or a fuzz target).
+ */
+verbs_recv_action weft__verbs_recv_route(verbs_dev *d, const struct ibv_wc *wc,
+                                         verbs_recv_verdict *v);
+
 /**
  * Puts `vc` on its device's deliver list, unless it is on it: the next
  * poll delivers its held messages and sends the credits it may return.
