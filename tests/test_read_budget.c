@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The read budget (docs/architecture.md, "Read budget"), over the
- * transport in WEFT_TEST_TRANSPORT (tcp, uring): two channels on one
- * server loop, one peer floods without a pause, the other plays
+ * transport in WEFT_TEST_TRANSPORT (tcp, uring, ucx, verbs): two channels
+ * on one server loop, one peer floods without a pause, the other plays
  * ping-pong. The flooded channel may fire at most its budget of reads per
- * loop iteration (counted with the loop's iteration counter), the
- * ping-pong completes its rounds while the flood goes on, and every
- * flooded byte arrives once, in order, whatever the budget (down to one
- * read per iteration).
+ * loop iteration (counted with the loop's iteration counter), and no read
+ * once the iteration's reads reached its byte budget; the ping-pong
+ * completes its rounds while the flood goes on, and every flooded byte
+ * arrives once, in order, whatever the budget (down to one read per
+ * iteration).
  *
- * The peers are plain blocking sockets on threads of their own: both
- * transports are TCP on the wire. No assertion is on time: waits poll for
- * progress with generous caps.
+ * The peers of tcp and uring are plain blocking sockets on threads of
+ * their own (both transports are TCP on the wire); those of ucx and verbs
+ * are channels of the same transport on a client loop group of one loop.
+ * No assertion is on time: waits poll for progress with generous caps.
  */
 #include "harness.h"
 
@@ -50,10 +52,13 @@ typedef struct budget_run {
   weft_channel *flood_ch, *ping_ch;
   uint64_t iter;          /* loop iteration of the flood's last read */
   uint64_t reads_in_iter; /* the flood's reads in that iteration */
+  uint64_t bytes_in_iter; /* and their bytes */
   uint64_t since_ping;    /* the flood's reads since the ping's last */
   uint64_t flood_off;     /* flood bytes checked so far */
   /* published */
   atomic_ullong max_per_iter; /* most flood reads in one iteration */
+  atomic_ullong max_before;   /* most flood bytes an iteration had fired
+                                 before one of its reads */
   atomic_ullong max_between;  /* most flood reads between two pings */
   atomic_ullong flood_reads;  /* all of them */
   atomic_ullong flood_bytes;  /* bytes received in order */
@@ -79,9 +84,14 @@ static void atomic_max(atomic_ullong *m, uint64_t v) {
 
 static void flood_read(budget_run *r, weft_channel *ch, weft_buf *b) {
   uint64_t it = loop_iterations(weft_channel_loop(ch));
-  r->reads_in_iter = it == r->iter ? r->reads_in_iter + 1 : 1;
+  if (it != r->iter) {
+    r->reads_in_iter = 0;
+    r->bytes_in_iter = 0;
+  }
   r->iter = it;
-  atomic_max(&r->max_per_iter, r->reads_in_iter);
+  atomic_max(&r->max_per_iter, ++r->reads_in_iter);
+  atomic_max(&r->max_before, r->bytes_in_iter);
+  r->bytes_in_iter += weft_buf_readable(b);
   atomic_max(&r->max_between, ++r->since_ping);
   atomic_fetch_add(&r->flood_reads, 1);
   const uint8_t *p = weft_buf_rptr(b);
@@ -168,14 +178,47 @@ static void budget_init(weft_channel *ch, void *arg) {
                    0);
 }
 
+/* A started group of one loop named `name`. */
+static weft_loop_group *one_loop_group(const char *name) {
+  weft_loop_group *g;
+  weft_loop_options opts;
+  weft_loop_options_init(&opts);
+  opts.n_loops = 1;
+  opts.name = name;
+  ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
+  ck_assert_int_eq(weft_loop_group_start(g), 0);
+  return g;
+}
+
 /* ---- the peers ---- */
 
 typedef struct peers {
-  int flood_fd, ping_fd;
   size_t flood_min;   /* bytes the flood sends at least */
   atomic_size_t sent; /* bytes it sent: until the pings are done */
   atomic_int ping_done, ping_failed;
+  /* sockets (tcp, uring) */
+  int flood_fd, ping_fd;
+  /* channels (ucx, verbs), on the client loop's thread */
+  weft_loop *loop;
+  weft_channel *flood_ch, *ping_ch; /* retained while active */
+  atomic_int connected, connect_err;
+  uint8_t *chunk;  /* FLOOD_CHUNK bytes, refilled per write */
+  size_t written;  /* flood bytes written; sent: their promises done */
+  bool stop;       /* the flood wrote its last byte */
+  bool close_sent; /* its close is queued */
+  int rounds;      /* pings answered */
 } peers;
+
+/* Whether the transport's peers can be plain TCP sockets. */
+static bool socket_peers(void) {
+  return strcmp(th_transport_name(), "tcp") == 0 ||
+         strcmp(th_transport_name(), "uring") == 0;
+}
+
+static void fill_chunk(uint8_t *chunk, size_t off) {
+  for (size_t i = 0; i < FLOOD_CHUNK; i++)
+    chunk[i] = flood_byte(off + i);
+}
 
 static int connect_port(uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -192,8 +235,7 @@ static void *flood_thread(void *arg) {
   uint8_t *chunk = malloc(FLOOD_CHUNK);
   size_t off = 0;
   while (chunk != NULL && (off < p->flood_min || !atomic_load(&p->ping_done))) {
-    for (size_t i = 0; i < FLOOD_CHUNK; i++)
-      chunk[i] = flood_byte(off + i);
+    fill_chunk(chunk, off);
     th_write_all(p->flood_fd, chunk, FLOOD_CHUNK);
     off += FLOOD_CHUNK;
     atomic_store(&p->sent, off);
@@ -217,44 +259,233 @@ static void *ping_thread(void *arg) {
   return NULL;
 }
 
-/* Floods one channel (at least `min` bytes, and until the ping-pong is
- * done) and plays ping-pong on the other, both on a one-loop server whose
- * children have the budget in `r`. */
-static void run_budget(budget_run *r, size_t min) {
-  weft_loop_group *group;
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 1;
-  opts.name = "wt-budget";
-  ck_assert_int_eq(weft_loop_group_new(&group, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(group), 0);
-  char listen[64], uri[300];
-  snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
-  weft_server *srv =
-      th_server_bind(group, listen, budget_init, r, uri, sizeof uri);
-  uint16_t port = (uint16_t)atoi(strrchr(uri, ':') + 1);
-
-  peers p = {.flood_min = min};
-  p.flood_fd = connect_port(port);
+/* Socket peers: connects the flood, then the ping-pong, floods (at least
+ * p->flood_min bytes, and until the ping-pong is done), plays ping-pong
+ * once the flood is under way, and waits for the server to see the
+ * flood's end. */
+static void run_socket_peers(budget_run *r, peers *p, uint16_t port) {
+  p->flood_fd = connect_port(port);
   ASSERT_EVENTUALLY(atomic_load(&r->channels) == 1, 10000);
-  p.ping_fd = connect_port(port);
+  p->ping_fd = connect_port(port);
   ASSERT_EVENTUALLY(atomic_load(&r->channels) == 2, 10000);
   ck_assert_int_eq(atomic_load(&r->opt_err), 0);
 
   pthread_t ft, pt;
-  ck_assert_int_eq(pthread_create(&ft, NULL, flood_thread, &p), 0);
+  ck_assert_int_eq(pthread_create(&ft, NULL, flood_thread, p), 0);
   /* The ping-pong starts once the flood is under way. */
   ASSERT_EVENTUALLY(atomic_load(&r->flood_bytes) > 0, 10000);
-  ck_assert_int_eq(pthread_create(&pt, NULL, ping_thread, &p), 0);
+  ck_assert_int_eq(pthread_create(&pt, NULL, ping_thread, p), 0);
   /* The flood goes on until the pings are done: they are answered between
    * the flood's reads, or never. */
-  ASSERT_EVENTUALLY(atomic_load(&p.ping_done) == 1, 60000);
-  uint64_t flood_when_pinged = atomic_load(&r->flood_bytes);
+  ASSERT_EVENTUALLY(atomic_load(&p->ping_done) == 1, 60000);
   pthread_join(pt, NULL);
   ASSERT_EVENTUALLY(atomic_load(&r->flood_eof) == 1, 120000);
   pthread_join(ft, NULL);
-  close(p.flood_fd);
-  close(p.ping_fd);
+  close(p->flood_fd);
+  close(p->ping_fd);
+}
+
+/* ---- channel peers (ucx, verbs): the same on the client loop ---- */
+
+static void flood_close_task(void *arg) {
+  peers *p = arg;
+  weft_channel_close(p->flood_ch, WEFT_PROMISE_NONE);
+}
+
+/* The flood's close follows its last byte: once every write's promise is
+ * done, its FIN goes behind them. A task, not from inside the promise. */
+static void flood_maybe_close(peers *p) {
+  if (!p->stop || p->close_sent || atomic_load(&p->sent) != p->written)
+    return;
+  p->close_sent = true;
+  if (weft_loop_execute(p->loop, flood_close_task, p) < 0)
+    atomic_store(&p->ping_failed, 1);
+}
+
+static void flood_written(void *arg, int status) {
+  peers *p = arg;
+  if (status < 0)
+    atomic_store(&p->ping_failed, 1); /* an honest flood loses no byte */
+  else
+    atomic_fetch_add(&p->sent, FLOOD_CHUNK);
+  flood_maybe_close(p);
+}
+
+/* Writes chunks while the flood's channel is writable; the writability
+ * event brings it back. Stops once the pings are done and flood_min
+ * bytes were written. */
+static void flood_pump(peers *p) {
+  weft_channel *ch = p->flood_ch;
+  while (!p->stop && ch != NULL && weft_channel_is_writable(ch)) {
+    if (p->written >= p->flood_min && atomic_load(&p->ping_done)) {
+      p->stop = true;
+      break;
+    }
+    fill_chunk(p->chunk, p->written);
+    p->written += FLOOD_CHUNK;
+    weft_channel_write_bytes(ch, p->chunk, FLOOD_CHUNK,
+                             (weft_promise){flood_written, p});
+  }
+  if (ch != NULL)
+    weft_channel_flush(ch);
+  flood_maybe_close(p);
+}
+
+static void flood_writability(weft_ctx *ctx, bool writable) {
+  if (writable)
+    flood_pump(weft_ctx_state(ctx));
+  weft_ctx_fire_writability_changed(ctx, writable);
+}
+
+static void ping_send(peers *p) {
+  char c = (char)('a' + p->rounds % 26);
+  weft_channel_write_bytes(p->ping_ch, &c, 1, WEFT_PROMISE_NONE);
+  weft_channel_flush(p->ping_ch);
+}
+
+/* One pong: the next ping, or the ping-pong is done. */
+static void ping_read(weft_ctx *ctx, void *msg) {
+  peers *p = weft_ctx_state(ctx);
+  weft_buf *b = msg;
+  for (size_t i = 0; i < weft_buf_readable(b); i++)
+    if (weft_buf_rptr(b)[i] != (uint8_t)('a' + p->rounds++ % 26))
+      atomic_store(&p->ping_failed, 1);
+  weft_buf_release(b);
+  if (p->rounds < PING_ROUNDS)
+    ping_send(p);
+  else
+    atomic_store(&p->ping_done, 1);
+}
+
+/* A peer's channel: kept (retained) while active, dropped when it closes
+ * (a ping channel closing early fails the ping-pong). */
+static weft_channel **peer_slot(peers *p, weft_ctx *ctx, bool *flood) {
+  *flood = weft_ctx_handler(ctx)->channel_read == NULL;
+  return *flood ? &p->flood_ch : &p->ping_ch;
+}
+
+static void peer_active(weft_ctx *ctx) {
+  peers *p = weft_ctx_state(ctx);
+  bool flood;
+  *peer_slot(p, ctx, &flood) = weft_channel_retain(weft_ctx_channel(ctx));
+  atomic_fetch_add(&p->connected, 1);
+  weft_ctx_fire_channel_active(ctx);
+}
+
+static void peer_inactive(weft_ctx *ctx) {
+  peers *p = weft_ctx_state(ctx);
+  bool flood;
+  weft_channel **slot = peer_slot(p, ctx, &flood);
+  if (!flood && !atomic_load(&p->ping_done))
+    atomic_store(&p->ping_failed, 1);
+  if (*slot != NULL)
+    weft_channel_release(*slot);
+  *slot = NULL;
+  weft_ctx_fire_channel_inactive(ctx);
+}
+
+static const weft_handler flood_peer = {.name = "flood",
+                                        .channel_active = peer_active,
+                                        .channel_inactive = peer_inactive,
+                                        .writability_changed =
+                                            flood_writability,
+                                        .exception_caught = th_echo_exception};
+
+static const weft_handler ping_peer = {.name = "ping",
+                                       .channel_active = peer_active,
+                                       .channel_inactive = peer_inactive,
+                                       .channel_read = ping_read,
+                                       .exception_caught = th_echo_exception};
+
+static void flood_peer_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch),
+                                          flood_peer.name, &flood_peer, arg),
+                   0);
+}
+
+static void ping_peer_init(weft_channel *ch, void *arg) {
+  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch),
+                                          ping_peer.name, &ping_peer, arg),
+                   0);
+}
+
+static void peer_connected(weft_channel *ch, int status, void *arg) {
+  (void)ch;
+  if (status < 0)
+    atomic_store(&((peers *)arg)->connect_err, status);
+}
+
+static void peer_connect(weft_loop_group *g, peers *p, const char *uri,
+                         weft_channel_init_cb init) {
+  weft_bootstrap b = {.group = g,
+                      .connect = uri,
+                      .init = init,
+                      .init_arg = p,
+                      .on_connect = peer_connected,
+                      .connect_arg = p};
+  weft_channel_config_init(&b.options);
+  b.options.connect_timeout_ms = 60000; /* a loaded machine */
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+}
+
+static int flood_start_task(void *arg) {
+  flood_pump(arg);
+  return 0;
+}
+
+static int ping_start_task(void *arg) {
+  ping_send(arg);
+  return 0;
+}
+
+/* Channel peers: as run_socket_peers, with both peers' channels on one
+ * client loop. */
+static void run_channel_peers(budget_run *r, peers *p, const char *uri) {
+  weft_loop_group *g = one_loop_group("wt-peers");
+  p->loop = weft_loop_group_get(g, 0);
+  p->chunk = malloc(FLOOD_CHUNK);
+  ck_assert_ptr_nonnull(p->chunk);
+
+  peer_connect(g, p, uri, flood_peer_init);
+  ASSERT_EVENTUALLY(
+      atomic_load(&p->connected) == 1 && atomic_load(&r->channels) == 1, 60000);
+  peer_connect(g, p, uri, ping_peer_init);
+  ASSERT_EVENTUALLY(
+      atomic_load(&p->connected) == 2 && atomic_load(&r->channels) == 2, 60000);
+  ck_assert_int_eq(atomic_load(&p->connect_err), 0);
+  ck_assert_int_eq(atomic_load(&r->opt_err), 0);
+
+  ck_assert_int_eq(weft_loop_call(p->loop, flood_start_task, p), 0);
+  ASSERT_EVENTUALLY(atomic_load(&r->flood_bytes) > 0, 10000);
+  ck_assert_int_eq(weft_loop_call(p->loop, ping_start_task, p), 0);
+  ASSERT_EVENTUALLY(atomic_load(&p->ping_done) == 1 ||
+                        atomic_load(&p->ping_failed) == 1,
+                    60000);
+  ck_assert_int_eq(atomic_load(&p->ping_failed), 0);
+  ASSERT_EVENTUALLY(atomic_load(&r->flood_eof) == 1, 120000);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  weft_loop_group_free(g);
+  free(p->chunk);
+}
+
+/* Floods one channel (at least `min` bytes, and until the ping-pong is
+ * done) and plays ping-pong on the other, both on a one-loop server whose
+ * children have the budget in `r`. */
+static void run_budget(budget_run *r, size_t min) {
+  weft_loop_group *group = one_loop_group("wt-budget");
+  char listen[96], uri[300];
+  snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
+           th_test_host());
+  weft_server *srv =
+      th_server_bind(group, listen, budget_init, r, uri, sizeof uri);
+
+  peers p = {.flood_min = min};
+  if (socket_peers())
+    run_socket_peers(r, &p, (uint16_t)atoi(strrchr(uri, ':') + 1));
+  else
+    run_channel_peers(r, &p, uri);
+  uint64_t flood_when_pinged = atomic_load(&r->flood_bytes);
   weft_server_close(srv);
   weft_loop_group_stop(group);
   ck_assert_int_eq(weft_loop_group_join(group), 0);
@@ -262,18 +493,24 @@ static void run_budget(budget_run *r, size_t min) {
 
   fprintf(stderr,
           "%s: budget %lld msgs / %lld bytes: %llu flood reads, at most %llu "
-          "per loop iteration, at most %llu between two pings; pings done at "
-          "%llu of %zu flood bytes\n",
+          "per loop iteration (after at most %llu bytes in it), at most %llu "
+          "between two pings; %llu flood bytes at the end of the pings, "
+          "%zu sent\n",
           th_transport_name(), (long long)r->max_messages,
           (long long)r->max_bytes,
           (unsigned long long)atomic_load(&r->flood_reads),
           (unsigned long long)atomic_load(&r->max_per_iter),
+          (unsigned long long)atomic_load(&r->max_before),
           (unsigned long long)atomic_load(&r->max_between),
           (unsigned long long)flood_when_pinged, atomic_load(&p.sent));
   ck_assert_int_eq(atomic_load(&p.ping_failed), 0);
   ck_assert_int_eq(atomic_load(&r->ping_reads) >= PING_ROUNDS, 1);
   ck_assert_int_eq(atomic_load(&r->flood_bad), 0);
   ck_assert_uint_eq(atomic_load(&r->flood_bytes), atomic_load(&p.sent));
+  /* No read once the iteration's reads reached the byte budget. */
+  size_t max_bytes =
+      r->max_bytes > 0 ? (size_t)r->max_bytes : WEFT_MAX_BYTES_PER_READ_DEFAULT;
+  ck_assert_uint_lt(atomic_load(&r->max_before), max_bytes);
 }
 
 static size_t flood_bytes(size_t base) {

@@ -113,6 +113,8 @@ static void receive(model *m, const ucx_hdr *h, size_t len, bool rndv,
   if (type != UMSG_HELLO && type != UMSG_HELLO_ACK &&
       (before.fin_received || !before.peer_known))
     abort(); /* taken after FIN, or before the handshake */
+  if (type != UMSG_HELLO && type != UMSG_HELLO_ACK && h->seq != before.recv_seq)
+    abort(); /* every message after the handshake has the next sequence */
 }
 
 /* Opcode 1: a header from the state, perturbed by the input. */
@@ -146,6 +148,7 @@ static void receive_built(model *m, script *s) {
     d[0] = mm;
     /* HELLO: flags (UCX_HELLO_ROUTED); HELLO_ACK: the server id */
     d[1] = (flags & 32) ? take32(s) : (type == UMSG_HELLO ? take8(s) & 1u : 7u);
+    d[2] = take32(s); /* the first sequence number of the peer's DATA */
     receive(m, &h, (flags & 16) ? len : UCX_HELLO_DATA, flags & 1,
             (const uint8_t *)d);
     return;

@@ -27,7 +27,9 @@
  *
  * After every message the isolation must hold (a broken one aborts: a
  * finding): only the sending peer's channel may change (without an ep,
- * with error_mode = none: only the channel named); a message taken (TAKE)
+ * with error_mode = none: only the channel named, and only by a message
+ * with that channel's next sequence number, which its HELLO chose from
+ * the input: weft__ucx_wire_from_peer); a message taken (TAKE)
  * named that channel's own slot and generation (or was its HELLO); a
  * message on a closed peer's ep, or without an ep where that is not
  * allowed, is dropped; a VIOLATION is the sender's, and its later messages
@@ -147,6 +149,9 @@ static void deliver(int k, const ucx_hdr *h, size_t len, bool rndv,
   }
   if (v.uc != &p->uc)
     abort(); /* judged as another peer's */
+  if (!with_ep && !weft__ucx_wire_from_peer(&before[k], h))
+    abort(); /* without its ep, it did not show it is the peer's, yet it
+                was taken or closed the channel */
   if (a == UCX_RECV_VIOLATION) {
     if (memcmp(&before[k], &p->uc.w, sizeof before[k]) != 0 || v.why[0] == 0)
       abort(); /* a refused message leaves the state and says why */
@@ -165,9 +170,10 @@ static void hello(script *s, int k) {
   ucx_hdr h = {.to = weft__ucx_slot_ref(UMSG_HELLO, 0, 0),
                .seq = weft__ucx_slot_ref(UCX_WIRE_VERSION, (uint32_t)k, 0),
                .credit = window};
-  static uint32_t d[2];
+  static uint32_t d[3];
   d[0] = UCX_MAX_MESSAGE_MIN + take8(s);
   d[1] = 0;
+  d[2] = take32(s); /* the first sequence number of its DATA */
   peer *p = &peers[k];
   ucx_wire before[PEERS];
   for (int i = 0; i < PEERS; i++)
@@ -202,7 +208,10 @@ static void message(script *s, int k, bool no_ep) {
   ucx_hdr h = {
       .to = weft__ucx_slot_ref(type, peers[j].uc.id,
                                (peers[j].uc.gen - gen_delta) & UCX_GEN_MASK),
-      .seq = type == UMSG_DATA || type == UMSG_FIN ? seq : 0,
+      .seq =
+          type == UMSG_HELLO || type == UMSG_HELLO_ACK || type == UMSG_REDIRECT
+              ? weft__ucx_slot_ref(UCX_WIRE_VERSION, (uint32_t)k, 0)
+              : seq,
       .credit = credit};
   if (type != UMSG_DATA)
     len = len % 16 == 0 ? len : 0;

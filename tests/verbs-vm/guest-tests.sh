@@ -21,7 +21,7 @@ ts() { echo "[t=$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 rc=0 passed=0 failed=0 skipped=""
 # test_tls_tcp: the TLS suite over tcp on loopback, where Debian's kernel
 # has the tls module, so ktls = on hands record encryption to the kernel.
-for t in ${WEFT_VM_TESTS:-test_channel_verbs test_hostile_verbs test_verbs \
+for t in ${WEFT_VM_TESTS:-test_channel_verbs test_hostile_verbs test_read_budget_verbs test_verbs \
   test_verbs_scale test_kv_verbs test_tls_tcp}; do
   ts "===== $t"
   if [ -x "$BUILD/tests/$t" ]; then

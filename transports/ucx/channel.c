@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -152,6 +153,20 @@ failed_slot:
   return err;
 }
 
+/* The first sequence number of a channel's DATA and FIN: random, so that
+ * only its peer, told in the handshake, knows what the channel's next
+ * message must carry (ucx_wire.h, UCX_WIRE_VERSION 4). getrandom; the
+ * clock mixed with the channel's address should it fail (a kernel
+ * without it), which still keeps a guess from being a constant. */
+static uint32_t first_seq(const ucx_channel *uc) {
+  uint32_t x;
+  if (getrandom(&x, sizeof x, GRND_NONBLOCK) == (ssize_t)sizeof x)
+    return x;
+  uint64_t m =
+      (weft__ucx_now_ns() ^ (uint64_t)(uintptr_t)uc) * 0x9e3779b97f4a7c15ull;
+  return (uint32_t)(m >> 32);
+}
+
 /* The read and wire state of channel `ch` (`client`: it connects).
  * Returns its loop's instance, or NULL with the error in `*err`. */
 static ucx_loop *channel_init(weft_channel *ch, bool client, int *err) {
@@ -166,6 +181,7 @@ static ucx_loop *channel_init(weft_channel *ch, bool client, int *err) {
   uc->reading = auto_read != 0;
   weft__ucx_wire_init(&uc->w, (uint32_t)tl->cfg.window,
                       (uint32_t)tl->cfg.max_message, client);
+  uc->send_seq = first_seq(uc);
   return tl;
 }
 

@@ -363,6 +363,7 @@ static int ucx_loop_poll(weft_source *src, int budget) {
   bool sample = tl->polls++ % UCX_PROGRESS_SAMPLE == 0;
   bool deliver_first = tl->empty_progress_ns >= UCX_COSTLY_PROGRESS_NS;
   int n = 0;
+  tl->epoch++; /* a new read budget for every channel (recv.c) */
   while (n < budget) {
     unsigned k = progress_sampled(tl, sample);
     if (k == 0) {

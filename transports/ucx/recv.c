@@ -199,6 +199,21 @@ static void warn_foreign(ucx_loop *tl, const char *what) {
   tl->warned_header = true;
 }
 
+/* Logs once per loop that a message routed by its slot (error_mode =
+ * none), header `h`, was dropped: it did not show it came from the peer
+ * of the channel it names (weft__ucx_wire_from_peer). */
+static void warn_unsequenced(ucx_loop *tl, const ucx_hdr *h) {
+  if (!tl->warned_unsequenced)
+    weft_log(WEFT_LOG_WARN,
+             "ucx: dropped a message without its sender's ep that names a "
+             "channel without its next sequence number (%s for slot %u with "
+             "sequence number %u): not that channel's peer's (error_mode = "
+             "none: forged?); further ones are dropped without a word",
+             weft__ucx_msg_name(weft__ucx_ref_type(h->to)),
+             weft__ucx_ref_id(h->to), h->seq);
+  tl->warned_unsequenced = true;
+}
+
 /* Whose message it is: the ep it came on (every weft message is sent with
  * UCP_AM_SEND_FLAG_REPLY), never the slot it names, which is the sender's
  * to write. A message naming another slot than its ep's channel's breaks a
@@ -228,8 +243,10 @@ ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
     uc = v->r != NULL ? v->r->uc : NULL;
   } else if (tl->cfg.err_mode_none && weft__ucx_ref_type(h.to) != UMSG_HELLO) {
     /* error_mode = none: peers send their ep with HELLO only (send.c), and
-     * the slot a message names says whose it is, as UCX's own protocol
-     * trusts such peers (docs/transports/ucx.md) */
+     * the slot a message names routes it; after the handshake it must also
+     * carry that channel's next sequence number, which started at a random
+     * value only the channel's peer was told (docs/transports/ucx.md,
+     * "Whose message it is") */
     uc = weft__ucx_slot_find(tl, h.to);
   } else {
     warn_foreign(tl, "without its sender's ep (no UCP_AM_SEND_FLAG_REPLY: "
@@ -238,6 +255,14 @@ ucx_recv_action weft__ucx_recv_route(ucx_loop *tl, const ucx_recv_msg *m,
   }
   if (uc == NULL || uc->violation[0] != '\0')
     return v->action; /* closed, or closing for a broken rule: drop */
+  if (!m->has_ep && !weft__ucx_wire_from_peer(&uc->w, &h)) {
+    /* routed by the slot it names, without that channel's next sequence
+     * number (random from its start): not its peer's, whose messages
+     * UCX hands over in order, and nothing says whose; the channel is
+     * not touched */
+    warn_unsequenced(tl, &h);
+    return v->action;
+  }
   v->uc = uc;
   v->type = weft__ucx_ref_type(h.to);
   uint64_t credit = uc->w.send_credit;
@@ -318,14 +343,63 @@ ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
   }
 }
 
+/* ---- The read budget (docs/architecture.md, "Read budget") ----
+ *
+ * A channel fires at most its budget of reads (weft_channel_read_budget:
+ * DATA messages and bytes) per loop iteration; the loop polls the worker
+ * once per iteration, so a poll is an epoch. UCX's callbacks only queue
+ * (the reassembly queue, bounded by the window), and delivery runs from
+ * the pending list, one channel after the other: the delivery that spends
+ * the budget stops there and lists the channel again, at the list's tail,
+ * which this poll's dispatch does not reach (it runs the channels listed
+ * when it began). The next poll delivers the rest, after the other
+ * channels listed before it; the list is not empty meanwhile, so the
+ * worker refuses to arm and the loop does not sleep on queued bytes. The
+ * bytes wait in the queue and hold their credit, so the sender waits too:
+ * a flood holds at most one window, as a reader that does not read. A FIN
+ * is not a read: it closes in order right after the last byte, budget or
+ * not. Counting costs two compares per message. */
+
+/* Counts one read of `bytes` against the channel's budget of this poll;
+ * true when it spent it. */
+static bool budget_spend(ucx_channel *uc, size_t bytes) {
+  if (uc->rb_epoch != uc->tl->epoch) {
+    uc->rb_epoch = uc->tl->epoch;
+    uc->rb_msgs = 0;
+    uc->rb_bytes = 0;
+    uc->rb = weft_channel_read_budget(uc->ch);
+  }
+  uc->rb_bytes += bytes;
+  return ++uc->rb_msgs >= uc->rb.max_messages ||
+         uc->rb_bytes >= uc->rb.max_bytes;
+}
+
+/* Whether the channel spent its budget in this poll already. */
+static bool budget_spent(const ucx_channel *uc) {
+  return uc->rb_epoch == uc->tl->epoch && (uc->rb_msgs >= uc->rb.max_messages ||
+                                           uc->rb_bytes >= uc->rb.max_bytes);
+}
+
+/* Whether bytes the channel would read wait for its next budget: an
+ * error then waits for them, as they arrived before it. */
+static bool rq_waits_for_budget(const ucx_channel *uc) {
+  return uc->reading && uc->rq_head != NULL && uc->rq_head->ready &&
+         uc->rq_head->b != NULL && budget_spent(uc);
+}
+
 /* Hands ready bytes to the pipeline from the queue's head, in order, while
- * the channel reads; FIN becomes an orderly close. */
+ * the channel reads and its read budget lasts (above); FIN becomes an
+ * orderly close. */
 static void deliver(ucx_channel *uc) {
   weft_pipeline *p = weft_channel_pipeline(uc->ch);
   bool fired = false;
   while (uc->reading && weft__ucx_channel_active(uc) && uc->rq_head != NULL &&
          uc->rq_head->ready) {
     rq_entry *e = uc->rq_head;
+    if (e->b != NULL && budget_spent(uc)) {
+      weft__ucx_pend_mark(uc, PEND_DELIVER); /* the next poll goes on */
+      break;
+    }
     uc->rq_head = e->next;
     if (uc->rq_head == NULL)
       uc->rq_tail = NULL;
@@ -341,6 +415,7 @@ static void deliver(ucx_channel *uc) {
       return;
     }
     fired = true;
+    budget_spend(uc, weft_buf_readable(b));
     weft_pipeline_fire_channel_read(p, b);
   }
   if (fired && weft__ucx_channel_active(uc))
@@ -432,7 +507,7 @@ static void run_pending(ucx_channel *uc) {
    * memory and the sockaddr CM): a FIN already sent may not be received
    * yet when the disconnect is. Report the error only after a complete
    * progress drain since it came; a FIN found meanwhile closes in order. */
-  if (uc->tl->drains < uc->err_drain + 2) {
+  if (uc->tl->drains < uc->err_drain + 2 || rq_waits_for_budget(uc)) {
     uc->pend |= PEND_ERROR;
     weft__ucx_pend_mark(uc, PEND_ERROR);
     return;

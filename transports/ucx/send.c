@@ -141,14 +141,18 @@ int weft__ucx_send_ctrl(ucx_channel *uc, uint32_t type, uint32_t flags) {
           uc->dial != NULL && uc->dial->routed ? UCX_HELLO_ROUTED : 0;
     else
       s->ctrl_data[1] = uc->server_id;
+    s->ctrl_data[2] = uc->send_seq; /* nothing was sent before */
     data = s->ctrl_data;
     len = sizeof s->ctrl_data;
   } else if (type == UMSG_CREDIT) {
+    s->hdr.seq = uc->send_seq; /* not taken: says who sends it */
     s->hdr.credit = (uint32_t)uc->credit_owed;
     weft__ucx_wire_granted(&uc->w, s->hdr.credit);
     uc->credit_owed = 0;
   } else if (type == UMSG_FIN) {
     s->hdr.seq = uc->send_seq++;
+  } else {
+    s->hdr.seq = uc->send_seq; /* PING, PONG: not taken */
   }
   int rc =
       am_send_on(uc->tl, uc->epr, s, data, len, flags | UCP_AM_SEND_FLAG_EAGER);

@@ -21,6 +21,7 @@
 
 #include <weft/buf.h>
 #include <weft/channel.h>
+#include <weft/transport_plugin.h>
 
 #include "transports/ucx/ucx_wire.h"
 #include "transports/ucx/ucx_worker.h"
@@ -84,7 +85,8 @@ struct ucx_channel {
   int err;               /* PEND_ERROR's error */
   uint64_t err_drain;    /* tl->drains when the ep failed */
   uint64_t credit_owed;  /* credit delivered, not granted back yet */
-  uint32_t send_seq;     /* next DATA/FIN sequence to send */
+  uint32_t send_seq;     /* next DATA/FIN sequence to send (from a random
+                            start: ucx_wire.h, UCX_WIRE_VERSION) */
   bool heard;            /* keepalive: a message came since the last tick */
   bool pong_inflight;    /* a PONG is queued in UCX: no second one */
   uint8_t silent;        /* keepalive: ticks without a message since */
@@ -95,6 +97,13 @@ struct ucx_channel {
   ucx_wire w;
   rq_entry *rq_head, *rq_tail;
   ucx_channel *pend_next;
+  /* The read budget (recv.c, "The read budget"): reads and bytes
+   * delivered in the loop's poll rb_epoch, and the channel's budget, read
+   * at that poll's first delivery. */
+  uint64_t rb_epoch;
+  uint32_t rb_msgs;
+  size_t rb_bytes;
+  weft_read_budget rb;
   /* The peer broke the protocol (PEND_ERROR with `err`): why, for the log
    * and the close's reason. Its messages are dropped from then on. */
   char violation[120];
@@ -114,8 +123,9 @@ typedef struct ucx_dial {
 struct ucx_send {
   ucx_op op;
   ucx_hdr hdr;
-  uint32_t ctrl_data[2]; /* HELLO: max_message, flags; HELLO_ACK:
-                            max_message, server id */
+  uint32_t ctrl_data[3]; /* HELLO: max_message, flags; HELLO_ACK:
+                            max_message, server id; both: the first
+                            sequence number */
   weft_buf *hold;
 };
 

@@ -67,9 +67,10 @@
  *
  *   HELLO      client -> server, sent with UCP_AM_SEND_FLAG_REPLY so the
  *              server finds the channel by its reply ep; carries the wire
- *              version, the client's slot and receive window, and (8 bytes
- *              of data) the largest DATA message it accepts and its flags
- *              (ROUTED: it came to a listener a REDIRECT named).
+ *              version, the client's slot and receive window, and (12
+ *              bytes of data) the largest DATA message it accepts, its
+ *              flags (ROUTED: it came to a listener a REDIRECT named) and
+ *              the first sequence number of its DATA (random).
  *   HELLO_ACK  server -> client: the same of the server, and (in its data)
  *              the server's id; the client's connect completes here.
  *   REDIRECT   server -> client, instead of HELLO_ACK: the wire version,
@@ -77,9 +78,12 @@
  *              to use and the ports of all the server's listeners (one per
  *              loop, on the same host); the client closes this ep and
  *              connects there (once per connect).
- *   DATA       bytes, with a per-channel sequence number and piggy-backed
- *              credit (bytes the sender consumed since its last grant).
- *   CREDIT     credit alone, when there is no data to carry it.
+ *   DATA       bytes, with a per-channel sequence number (from a random
+ *              start each side announces in its HELLO or HELLO_ACK) and
+ *              piggy-backed credit (bytes the sender consumed since its
+ *              last grant).
+ *   CREDIT     credit alone, when there is no data to carry it; it, PING
+ *              and PONG carry the next sequence number without taking it.
  *   FIN        orderly close; sequenced like DATA, so the peer sees EOF
  *              after the last byte.
  *   PING, PONG keepalive: a channel that heard nothing for keepalive_ms
@@ -104,8 +108,10 @@
  * Whose message it is: with peer error handling every message carries its
  * sender's ep (UCP_AM_SEND_FLAG_REPLY) and belongs to that ep's channel
  * (the loop's ep index, weft__ucx_recv_route); the slot it names must be
- * that channel's. With error_mode = none only HELLO does, and the slot
- * routes (UCX 1.13 trusts such peers: docs/transports/ucx.md).
+ * that channel's. With error_mode = none only HELLO does: the slot routes,
+ * and the message must carry that channel's next sequence number, which
+ * started at a random value only the channel's peer was told, or it is
+ * dropped untouched (weft__ucx_wire_from_peer; docs/transports/ucx.md).
  *
  * Hostile peers: nothing in a message is trusted. weft__ucx_hdr_check
  * (ucx_wire.h, and wire.c) checks every header against the channel's wire

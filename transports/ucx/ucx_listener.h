@@ -47,8 +47,8 @@ struct ucx_preconn {
   uint64_t hello_by; /* closed unanswered after this, ns */
   bool hello;        /* the HELLO below arrived */
   ucx_hdr hdr;       /* the HELLO */
-  uint32_t data[2];
-  size_t len; /* of the HELLO's data (more than 8 B: kept as 9) */
+  uint32_t data[3];
+  size_t len; /* of the HELLO's data (more than 12 B: kept as 13) */
   bool rndv;  /* it came as a rendezvous (a broken rule) */
   ucx_preconn *next;
 };

@@ -49,23 +49,31 @@ enum ucx_msg {
 };
 
 /* The wire version, in the type bits of HELLO's, HELLO_ACK's and
- * REDIRECT's `seq`: 3 since every message is sent with
+ * REDIRECT's `seq`: 4 since each side starts its sequence numbers at a
+ * random value it announces in its HELLO or HELLO_ACK, and every message
+ * after the handshake carries the sender's next sequence number (CREDIT,
+ * PING and PONG without taking it), so that with error_mode = none, where
+ * a message carries no ep and the slot it names routes it, a peer that
+ * names another channel must also guess that channel's 32-bit sequence
+ * (recv.c, weft__ucx_recv_route); 3 since every message is sent with
  * UCP_AM_SEND_FLAG_REPLY, so that the receiver finds the channel by the ep
  * the message came on and a message naming another channel's slot closes
  * its sender's channel (a version 2 peer's messages carry no ep); 2 since a
  * server spreads connections with REDIRECT and channels keep alive with PING
  * and PONG; 1 since DATA messages cost UCX_MSG_COST of credit and the handshake
  * carries max_message (0 before: that weft put nothing there). */
-#define UCX_WIRE_VERSION 3u
-/* Bytes of data a HELLO carries: the client's max_message and its flags
- * (uint32_t each, host byte order). */
-#define UCX_HELLO_DATA 8u
+#define UCX_WIRE_VERSION 4u
+/* Bytes of data a HELLO carries: the client's max_message, its flags and
+ * the sequence number of its first DATA or FIN (uint32_t each, host byte
+ * order). */
+#define UCX_HELLO_DATA 12u
 #define UCX_HELLO_ROUTED                                                       \
   1u /* HELLO flag: this listener was named by a                               \
         REDIRECT; do not redirect again */
-/* Bytes of data a HELLO_ACK carries: the server's max_message and its id
- * (weft_listener_server_id; uint32_t each, host byte order). */
-#define UCX_HELLO_ACK_DATA 8u
+/* Bytes of data a HELLO_ACK carries: the server's max_message, its id
+ * (weft_listener_server_id) and the sequence number of its first DATA or
+ * FIN (uint32_t each, host byte order). */
+#define UCX_HELLO_ACK_DATA 12u
 /* A REDIRECT's data: the server's id, the index of the listener to use
  * (1 .. n-1), the number n of listeners (2 .. UCX_MAX_LISTENERS), then n
  * ports (1 .. 65535); uint32_t each, host byte order. */
@@ -81,8 +89,10 @@ enum ucx_msg {
  * rides on every message anyway. */
 typedef struct ucx_hdr {
   uint32_t to;     /* type and the receiver's slot: weft__ucx_slot_ref() */
-  uint32_t seq;    /* DATA, FIN: order in the channel; HELLO, HELLO_ACK:
-                      the sender's slot, weft__ucx_slot_ref() with type 0 */
+  uint32_t seq;    /* DATA, FIN: order in the channel; CREDIT, PING, PONG:
+                      the sender's next DATA or FIN's; HELLO, HELLO_ACK,
+                      REDIRECT: the wire version and (HELLO, HELLO_ACK)
+                      the sender's slot, weft__ucx_slot_ref() */
   uint32_t credit; /* bytes granted to the receiver of this message
                       (HELLO, HELLO_ACK: the whole window) */
 } ucx_hdr;
@@ -133,7 +143,8 @@ typedef struct ucx_wire {
   uint32_t peer_id, peer_gen;
   uint32_t peer_max_message; /* the largest DATA the peer takes */
   /* receiving */
-  uint32_t recv_seq;    /* the sequence the peer's next DATA or FIN carries */
+  uint32_t recv_seq;    /* the sequence the peer's next message carries
+                           (from its HELLO or HELLO_ACK: random) */
   uint64_t recv_credit; /* credit the peer has left: granted, not used */
   /* sending */
   uint64_t send_credit;  /* credit this side has left */
@@ -192,17 +203,18 @@ int weft__ucx_hdr_check_redirect(ucx_wire *w, const ucx_hdr *h,
  * settings' limits, as eager data of UCX_HELLO_DATA (HELLO, flags known) or
  * UCX_HELLO_ACK_DATA (HELLO_ACK, a server id not 0) bytes; REDIRECT:
  * weft__ucx_hdr_check_redirect); DATA, CREDIT, FIN, PING and PONG only
- * after the handshake and before the peer's FIN; DATA and FIN with the
- * next sequence number; DATA of 1 .. max_message bytes within the credit
- * left (bytes + UCX_MSG_COST); CREDIT, FIN, PING and PONG eager and empty;
- * a credit grant no larger than the credit used and not yet granted back
- * (a CREDIT message's not 0). Takes a valid message into `w` (handshake
- * fields, sequence, credit both ways) and returns 0; returns
+ * after the handshake and before the peer's FIN, each with the next
+ * sequence number (which DATA and FIN take); DATA of 1 .. max_message bytes
+ * within the credit left (bytes + UCX_MSG_COST); CREDIT, FIN, PING and PONG
+ * eager and empty; a credit grant no larger than the credit used and not yet
+ * granted back (a CREDIT message's not 0). Takes a valid message into `w`
+ * (handshake fields, sequence, credit both ways) and returns 0; returns
  * UCX_HDR_FOREIGN for a header of another size (`w` untouched); else, with
  * `w` untouched and a sentence in `why` (`why_len` bytes, "peer sent ..."),
  * WEFT_EMSGSIZE for DATA over max_message or WEFT_EPROTO for any other
- * broken rule. Pure: no UCX call, no allocation; any thread. Inline: it
- * runs for every message (the rules' texts are out of line, in wire.c).
+ * broken rule. Pure: no UCX call, no allocation;
+ * any thread. Inline: it runs for every message (the rules' texts are out of
+ * line, in wire.c).
  */
 static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
                                       size_t header_len, const void *data,
@@ -238,6 +250,11 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
     return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
                                  "peer sent %s after its FIN",
                                  weft__ucx_msg_name(type));
+  if (h.seq != w->recv_seq)
+    return weft__ucx_wire_broken(
+        WEFT_EPROTO, why, why_len,
+        "peer sent %s with sequence number %u, expected %u",
+        weft__ucx_msg_name(type), h.seq, w->recv_seq);
   if (type == UMSG_DATA) {
     if (len == 0)
       return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
@@ -253,11 +270,6 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
                                  weft__ucx_msg_name(type), len);
   }
   bool sequenced = type == UMSG_DATA || type == UMSG_FIN;
-  if (sequenced && h.seq != w->recv_seq)
-    return weft__ucx_wire_broken(
-        WEFT_EPROTO, why, why_len,
-        "peer sent %s with sequence number %u, expected %u",
-        weft__ucx_msg_name(type), h.seq, w->recv_seq);
   uint64_t cost = type == UMSG_DATA ? len + UCX_MSG_COST : 0;
   if (cost > w->recv_credit)
     return weft__ucx_wire_broken(
@@ -284,6 +296,28 @@ static inline int weft__ucx_hdr_check(ucx_wire *w, const void *header,
   if (type == UMSG_FIN)
     w->fin_received = true;
   return 0;
+}
+
+/**
+ * Whether a message with header `h` that came without its sender's ep and
+ * names the channel whose wire state is `w` (error_mode = none routes such
+ * messages by that slot) shows that its sender is the channel's peer: a
+ * DATA, CREDIT, FIN, PING or PONG after the handshake and before the
+ * peer's FIN with the channel's next sequence number, which started at a
+ * random value only the peer was told; or HELLO_ACK or REDIRECT to a
+ * channel that connects and has not heard its peer yet (the handshake,
+ * which has no sequence yet). Any other such message is not the peer's
+ * (UCX keeps an ep's order) or cannot be told from a forgery, so the
+ * receiver drops it without touching the channel. Pure; any thread.
+ */
+static inline bool weft__ucx_wire_from_peer(const ucx_wire *w,
+                                            const ucx_hdr *h) {
+  uint32_t type = weft__ucx_ref_type(h->to);
+  if (type == UMSG_HELLO_ACK || type == UMSG_REDIRECT)
+    return w->client && !w->peer_known;
+  if (type < UMSG_DATA || type > UMSG_PONG) /* REDIRECT: above */
+    return false;
+  return w->peer_known && !w->fin_received && h->seq == w->recv_seq;
 }
 
 /** Records that this side grants `granted` credit back (a CREDIT message,

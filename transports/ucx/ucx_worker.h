@@ -90,6 +90,7 @@ struct ucx_loop {
   size_t n_unanswered;
   size_t n_awaiting; /* accepted channels waiting for their HELLO */
   uint64_t drains;   /* polls whose progress ran until nothing was left */
+  uint64_t epoch;    /* polls so far: a channel's read budget is per poll */
   /* What a ucp_worker_progress that found nothing costs, in ns: the
    * least of UCX_PROGRESS_SAMPLES timed ones, one poll in
    * UCX_PROGRESS_SAMPLE timed. Over tcp lanes it is an epoll_wait (poll
@@ -97,12 +98,14 @@ struct ucx_loop {
    * loads (poll progresses until nothing is left, which delivers bigger
    * batches). 0 until measured. */
   uint64_t empty_progress_ns;
-  uint64_t sample_min_ns; /* the least of this round's samples so far */
-  uint32_t n_samples;     /* samples in this round */
-  uint32_t polls;         /* polls so far, for the sampling */
-  bool warned_header;     /* logged a message of another wire format */
-  bool in_progress;       /* inside ucp_worker_progress: UCX callbacks may run,
-                             the core must not (asserted where it calls in) */
+  uint64_t sample_min_ns;  /* the least of this round's samples so far */
+  uint32_t n_samples;      /* samples in this round */
+  uint32_t polls;          /* polls so far, for the sampling */
+  bool warned_header;      /* logged a message of another wire format */
+  bool warned_unsequenced; /* logged a message routed by its slot with
+                              another sequence number (recv.c) */
+  bool in_progress;        /* inside ucp_worker_progress: UCX callbacks may run,
+                              the core must not (asserted where it calls in) */
   /* Connection requests conn_handler queued for poll: entries
    * [accept_head, n_accepts); a closed listener's have uln == NULL. */
   struct ucx_accept *accepts;

@@ -74,7 +74,8 @@ int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
         WEFT_EPROTO, why, why_len,
         "peer sent %s with %zu B of %s data, expected %u B eager", name, len,
         rndv ? "rendezvous" : "eager", want);
-  uint32_t v[2]; /* max_message; HELLO: flags, HELLO_ACK: server id */
+  uint32_t v[3]; /* max_message; HELLO: flags, HELLO_ACK: server id; the
+                    first sequence number */
   memcpy(v, data, sizeof v);
   uint32_t max_message = v[0];
   if (type == UMSG_HELLO && (v[1] & ~UCX_HELLO_ROUTED) != 0)
@@ -102,6 +103,7 @@ int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
     w->peer_flags = v[1];
   else
     w->peer_server_id = v[1];
+  w->recv_seq = v[2];
   w->send_credit = h->credit; /* nothing was sent before */
   w->send_unacked = 0;
   return 0;

@@ -12,6 +12,7 @@
  */
 #include <arpa/inet.h>
 #include <assert.h>
+#include <stdio.h>
 
 #include <weft/buf.h>
 #include <weft/channel.h>
@@ -41,15 +42,11 @@ static int wc_status_to_weft(enum ibv_wc_status s) {
 
 /* ---- receiving ---- */
 
-/* The slot of a receive's wr_id (device.c tags it with VERBS_WR_RECV). */
+/* The slot of a receive's wr_id (device.c tags it with VERBS_WR_RECV),
+ * UINT32_MAX if it names none of ours. */
 static uint32_t slot_of(const verbs_dev *d, uint64_t wr_id) {
   uint64_t slot = wr_id & ~VERBS_WR_RECV;
-  if (slot >= d->n_slots) {
-    weft_log(WEFT_LOG_ERROR, "verbs: a receive completion names slot %llu",
-             (unsigned long long)slot);
-    return UINT32_MAX; /* not a slot of ours: nothing to put back */
-  }
-  return (uint32_t)slot;
+  return slot < d->n_slots ? (uint32_t)slot : UINT32_MAX;
 }
 
 static void touch(verbs_dev *d, verbs_chan *vc) {
@@ -87,10 +84,55 @@ static weft_buf *copy_out(verbs_chan *vc, weft_buf *b) {
   return c;
 }
 
-/* Delivers held messages while the channel reads; returns how many. */
+/* ---- The read budget (docs/architecture.md, "Read budget") ----
+ *
+ * A channel fires at most its budget of reads (weft_channel_read_budget:
+ * messages and bytes) per loop iteration; the loop polls the device once
+ * per iteration, so a poll is an epoch. The delivery that would go past
+ * the budget stops: the messages stay in held[] (in order, at most
+ * VERBS_CREDITS: each holds a credit, so the peer waits too) and the
+ * channel goes on the device's deliver list, which the next poll runs
+ * first, before its CQs; the source refuses to arm meanwhile, so the loop
+ * does not sleep on held messages (what arm's own poll finds waits for
+ * the next poll too). A completion for the channel that
+ * arrives before then is held behind them. The peer's FIN waits for the
+ * held messages, as while the channel does not read. Counting costs two
+ * compares per message. */
+
+/* Counts one read of `bytes` against the channel's budget of this poll;
+ * true when it spent it. */
+static bool budget_spend(verbs_chan *vc, size_t bytes) {
+  verbs_dev *d = vc->dev;
+  if (vc->rb_epoch != d->epoch) {
+    vc->rb_epoch = d->epoch;
+    vc->rb_msgs = 0;
+    vc->rb_bytes = 0;
+    vc->rb = weft_channel_read_budget(vc->ch);
+  }
+  vc->rb_bytes += bytes;
+  return ++vc->rb_msgs >= vc->rb.max_messages ||
+         vc->rb_bytes >= vc->rb.max_bytes;
+}
+
+/* Whether the channel spent its budget in this poll already; always
+ * while the source arms: arm's poll (after the loop counted its
+ * iteration, which found no work) only takes in, and the next poll
+ * delivers, so that one iteration never delivers two budgets. */
+static bool budget_spent(const verbs_chan *vc) {
+  return vc->dev->arming || (vc->rb_epoch == vc->dev->epoch &&
+                             (vc->rb_msgs >= vc->rb.max_messages ||
+                              vc->rb_bytes >= vc->rb.max_bytes));
+}
+
+/* Delivers held messages while the channel reads and its budget lasts;
+ * returns how many. */
 int weft__verbs_deliver_held(verbs_chan *vc) {
   int n = 0;
   while (vc->n_held > 0 && can_deliver(vc)) {
+    if (budget_spent(vc)) {
+      weft__verbs_queue_deliver(vc); /* the next poll goes on */
+      break;
+    }
     weft_buf *b = vc->held[vc->held_head];
     vc->held_head = (vc->held_head + 1) % VERBS_CREDITS;
     vc->n_held--;
@@ -101,6 +143,7 @@ int weft__verbs_deliver_held(verbs_chan *vc) {
       b = copy_out(vc, b);
     vc->got_data = true;
     n++;
+    budget_spend(vc, weft_buf_readable(b));
     weft_pipeline_fire_channel_read(weft_channel_pipeline(vc->ch), b);
   }
   if (vc->n_held == 0 && vc->flow.fin)
@@ -137,35 +180,64 @@ static void take_data(verbs_dev *d, verbs_chan *vc, uint32_t slot,
   weft__verbs_deliver_held(vc);
 }
 
-static void on_recv(verbs_dev *d, verbs_chan *vc, const struct ibv_wc *wc,
-                    uint32_t slot) {
-  if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER) {
-    slot_put(d, slot); /* for a channel that is gone or closing */
-    return;
-  }
-  touch(d, vc);
+verbs_recv_action weft__verbs_recv_route(verbs_dev *d, const struct ibv_wc *wc,
+                                         verbs_recv_verdict *v) {
+  v->action = VERBS_RECV_DROP;
+  v->vc = weft__verbs_hash_find(d, wc->qp_num);
+  v->slot = UINT32_MAX;
+  v->err = 0;
+  v->len = 0;
+  v->fin = false;
+  if (!(wc->wr_id & VERBS_WR_RECV))
+    return v->action = VERBS_RECV_SEND;
+  if ((v->slot = slot_of(d, wc->wr_id)) == UINT32_MAX)
+    return v->action = VERBS_RECV_BAD_SLOT;
+  verbs_chan *vc = v->vc;
+  if (vc == NULL || vc->state == VC_DONE || vc->state == VC_LINGER)
+    return v->action; /* for a channel that is gone or closing */
   if (wc->status != IBV_WC_SUCCESS) {
-    slot_put(d, slot);
-    weft__verbs_vc_fail(vc, wc_status_to_weft(wc->status),
-                        "verbs: receive failed: %s",
-                        ibv_wc_status_str(wc->status));
-    return;
+    v->err = wc_status_to_weft(wc->status);
+    snprintf(v->why, sizeof v->why, "verbs: receive failed: %s",
+             ibv_wc_status_str(wc->status));
+    return v->action = VERBS_RECV_FAILED;
   }
   /* Nothing of the message is used before it passed the checks. */
   verbs_rx m = rx_of(wc);
-  char why[160];
-  if (weft__verbs_rx_check(&vc->flow, &m, why, sizeof why) < 0) {
-    slot_put(d, slot);
-    weft__verbs_vc_violation(vc, why);
-    return;
+  if (weft__verbs_rx_check(&vc->flow, &m, v->why, sizeof v->why) < 0) {
+    v->err = WEFT_EPROTO;
+    return v->action = VERBS_RECV_VIOLATION;
   }
   if (vc->state == VC_CONNECTING && vc->passive)
     vc->state = VC_ESTABLISHED; /* data before the ESTABLISHED event */
-  if (m.len > 0)
-    take_data(d, vc, slot, m.len);
-  else
-    slot_put(d, slot); /* credits or FIN only */
-  if ((m.imm & VERBS_IMM_FIN) && vc->n_held == 0)
+  v->len = m.len;
+  v->fin = (m.imm & VERBS_IMM_FIN) != 0;
+  return v->action = m.len > 0 ? VERBS_RECV_DATA : VERBS_RECV_CONTROL;
+}
+
+/* Acts on a receive completion's verdict (weft__verbs_recv_route). */
+static void on_recv(verbs_dev *d, const verbs_recv_verdict *v) {
+  verbs_chan *vc = v->vc;
+  if (v->action == VERBS_RECV_DROP) {
+    slot_put(d, v->slot);
+    return;
+  }
+  touch(d, vc);
+  switch (v->action) {
+  case VERBS_RECV_FAILED:
+    slot_put(d, v->slot);
+    weft__verbs_vc_fail(vc, v->err, "%s", v->why);
+    return;
+  case VERBS_RECV_VIOLATION:
+    slot_put(d, v->slot);
+    weft__verbs_vc_violation(vc, v->why);
+    return;
+  case VERBS_RECV_DATA:
+    take_data(d, vc, v->slot, v->len);
+    break;
+  default:
+    slot_put(d, v->slot); /* credits or FIN only */
+  }
+  if (v->fin && vc->n_held == 0)
     vc->fin_pending = true;
 }
 
@@ -217,16 +289,26 @@ void weft__verbs_queue_deliver(verbs_chan *vc) {
   vc->dev->deliver = vc;
 }
 
-/* Channels whose held messages may go up now (auto-read came back), or
- * whose handlers gave slots back: finish_batch sends their credits. */
+/* Channels whose held messages may go up now (auto-read came back, or a
+ * new read budget), or whose handlers gave slots back: finish_batch sends
+ * their credits. The list is taken whole first: a channel that spends its
+ * budget here goes on the next poll's list, not this one's again. */
 static int deliver_pending(verbs_dev *d) {
   int n = 0;
-  while (d->deliver != NULL && d->n_touched < VERBS_POLL_BATCH) {
-    verbs_chan *vc = d->deliver;
-    d->deliver = vc->deliver_next;
+  verbs_chan *list = d->deliver;
+  d->deliver = NULL;
+  while (list != NULL && d->n_touched < VERBS_POLL_BATCH) {
+    verbs_chan *vc = list;
+    list = vc->deliver_next;
     vc->in_deliver = false;
     touch(d, vc);
     n += weft__verbs_deliver_held(vc) + 1;
+  }
+  while (list != NULL) { /* past the batch: the next poll's */
+    verbs_chan *vc = list;
+    list = vc->deliver_next;
+    vc->in_deliver = false;
+    weft__verbs_queue_deliver(vc);
   }
   return n;
 }
@@ -248,18 +330,26 @@ static int group_poll(verbs_group *g, int max) {
   if (n > 0)
     weft__verbs_group_refill(g);
   for (int i = 0; i < n; i++) {
-    verbs_chan *vc = weft__verbs_hash_find(d, wcs[i].qp_num);
-    uint32_t slot = UINT32_MAX;
-    if (!(wcs[i].wr_id & VERBS_WR_RECV))
-      on_send(d, vc, &wcs[i]);
-    else if ((slot = slot_of(d, wcs[i].wr_id)) != UINT32_MAX)
-      on_recv(d, vc, &wcs[i], slot);
+    verbs_recv_verdict v;
+    switch (weft__verbs_recv_route(d, &wcs[i], &v)) {
+    case VERBS_RECV_SEND:
+      on_send(d, v.vc, &wcs[i]);
+      break;
+    case VERBS_RECV_BAD_SLOT:
+      weft_log(WEFT_LOG_ERROR, "verbs: a receive completion names slot %llu",
+               (unsigned long long)(wcs[i].wr_id & ~VERBS_WR_RECV));
+      break; /* not a slot of ours: nothing to put back */
+    default:
+      on_recv(d, &v);
+    }
   }
   return n;
 }
 
 int weft__verbs_dev_poll(weft_source *src, int budget) {
   verbs_dev *d = src->data;
+  if (!d->arming)
+    d->epoch++; /* a new read budget for every channel */
   int handled = deliver_pending(d);
   if (handled > 0)
     finish_batch(d);
@@ -280,8 +370,10 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
 }
 
 /* Arms the groups' CQs, then polls once more: a completion that landed
- * between the last poll and the arm raises no event. A CQ stays armed
- * until its event comes (dev_wakeup), so an idle loop asks once. */
+ * between the last poll and the arm raises no event. That poll takes the
+ * completions in but delivers no message (`arming`: the read budget):
+ * the next poll does. A CQ stays armed until its event comes
+ * (dev_wakeup), so an idle loop asks once. */
 int weft__verbs_dev_arm(weft_source *src) {
   verbs_dev *d = src->data;
   if (d->deliver != NULL)
@@ -295,7 +387,10 @@ int weft__verbs_dev_arm(weft_source *src) {
     else
       g->armed = true;
   }
-  return weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
+  d->arming = true;
+  int n = weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
+  d->arming = false;
+  return n > 0 ? n : d->deliver != NULL;
 }
 
 /* Takes the CQ events off the completion channel; acknowledges in batches

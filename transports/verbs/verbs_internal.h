@@ -273,6 +273,13 @@ struct verbs_chan {
   verbs_chan *hash_next;
   verbs_chan *prev, *next; /* the loop's channels with an id */
   verbs_chan *deliver_next;
+  /* The read budget (recv.c): reads and bytes delivered in the device's
+   * poll rb_epoch, and the channel's budget, read at its first delivery
+   * of that poll. */
+  uint64_t rb_epoch;
+  uint32_t rb_msgs;
+  size_t rb_bytes;
+  weft_read_budget rb;
 };
 
 /* Channels that share one CQ and one SRQ (group.c). The CQ holds every
@@ -325,6 +332,8 @@ struct verbs_dev {
   verbs_chan *touched[2 * VERBS_POLL_BATCH];
   int n_touched;
   verbs_chan *deliver; /* channels whose held messages or credits can go */
+  uint64_t epoch;      /* polls so far: a channel's read budget is per poll */
+  bool arming;         /* in arm's poll: nothing is delivered (recv.c) */
 };
 
 typedef struct verbs_listener {
@@ -629,14 +638,54 @@ int weft__verbs_flush(weft_channel *ch);
 /* ---- recv.c: CQ polling, delivery, credits coming back ---- */
 
 /**
- * Delivers the channel's held messages (channel_read) while it reads, and
- * marks the peer's FIN pending once none is held. A message goes up in
+ * Delivers the channel's held messages (channel_read) while it reads and
+ * its read budget of this poll lasts (else it is queued for the next
+ * poll: weft__verbs_queue_deliver), and marks the peer's FIN pending once
+ * none is held. A message goes up in
  * its slot while the handlers hold fewer than VERBS_ZC_MAX slots, else as
  * a copy (its slot freed at once; the slot if no memory for the copy).
  * Returns how many went up. Loop thread; the caller holds a channel
  * reference (a handler may close the channel).
  */
 int weft__verbs_deliver_held(verbs_chan *vc);
+
+/* What the receive path does with one work completion
+ * (weft__verbs_recv_route). */
+typedef enum verbs_recv_action {
+  VERBS_RECV_SEND,      /* a send completion: its channel's send records */
+  VERBS_RECV_BAD_SLOT,  /* a receive naming no slot of ours: ignored */
+  VERBS_RECV_DROP,      /* for no channel, or one gone or closing: the slot
+                           goes back */
+  VERBS_RECV_FAILED,    /* the receive failed (err, why): the channel fails */
+  VERBS_RECV_VIOLATION, /* the peer broke a rule (why): the channel closes */
+  VERBS_RECV_DATA,      /* a data message of `len` bytes, booked */
+  VERBS_RECV_CONTROL    /* credits or FIN only, booked */
+} verbs_recv_action;
+
+typedef struct verbs_recv_verdict {
+  verbs_recv_action action;
+  verbs_chan *vc; /* the channel of the completion's QP number, or NULL */
+  uint32_t slot;  /* the receive's slot (UINT32_MAX for SEND, BAD_SLOT) */
+  int err;        /* FAILED, VIOLATION */
+  uint32_t len;   /* DATA */
+  bool fin;       /* DATA, CONTROL: the peer's FIN came with it */
+  char why[160];  /* FAILED, VIOLATION */
+} verbs_recv_verdict;
+
+/**
+ * The receive path's decision for work completion `wc` of device `d`,
+ * into `v` (and returned): whose it is (the channel of its QP number, in
+ * the device's map: the QP is the connection, the peer cannot name
+ * another), whether it is a send's, names a slot of ours, failed, and
+ * whether the message passes weft__verbs_rx_check against that channel's
+ * books, which take it in (credits both ways, FIN); a passive channel
+ * still connecting becomes established. No device call, no pipeline
+ * event: group_poll acts on the verdict, and tests/fuzz/fuzz_verbs_recv.c
+ * drives this with several channels and reused QP numbers. Loop thread
+ * (or a fuzz target).
+ */
+verbs_recv_action weft__verbs_recv_route(verbs_dev *d, const struct ibv_wc *wc,
+                                         verbs_recv_verdict *v);
 
 /**
  * Puts `vc` on its device's deliver list, unless it is on it: the next
