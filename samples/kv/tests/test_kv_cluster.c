@@ -12,9 +12,9 @@
 
 #include <weft/error.h>
 
-#include "samples/kv/cluster.h"
-#include "samples/kv/cluster_slot.h"
-#include "samples/kv/kv_config.h"
+#include "cluster.h"
+#include "cluster_slot.h"
+#include "kv_config.h"
 
 static unsigned slot_of(const char *key) {
   return kv_cluster_keyslot(key, strlen(key));

@@ -26,7 +26,7 @@
 #include <weft/error.h>
 #include <weft/loop.h>
 
-#include "samples/kv/server.h"
+#include "server.h"
 
 /* No reply for this long while replies are due: the server is stuck (a
  * deadlock holds its loops for ever; a loaded machine answers within a

@@ -13,7 +13,7 @@
 
 #include <weft/error.h>
 
-#include "samples/kv/store.h"
+#include "store.h"
 
 #define MS 1000000ull /* ns */
 
