@@ -6,6 +6,9 @@
 # another plugin's folder, and no file outside a plugin's folder may name a
 # plugin (its folder, its exported symbols, or its name as a string), but
 # for the one list of built-ins (transports/builtin.c, registry_internal.h).
+# The KV service is a project of its own (samples/kv): tests/ and scripts/
+# hold none of its files, and its own check_kv_public_api holds it to the
+# headers and symbols weft installs (samples/kv/tests/check_public_api.sh).
 #
 # Usage: tests/check_layers.sh [SOURCE_DIR]   (default: the repository)
 # Exit 0 when clean; 1 with one line per violation, "file:line: why".
@@ -111,6 +114,11 @@ for f in $(sources loop transports channel config codec handlers); do
 done > /tmp/check_layers.$$
 if [ -s /tmp/check_layers.$$ ]; then cat /tmp/check_layers.$$; fail=1; fi
 rm -f /tmp/check_layers.$$
+
+# The KV's files are samples/kv's (its code, tests and scripts).
+for f in $(find tests scripts -iname '*kv*' 2>/dev/null | LC_ALL=C sort); do
+  report "$f: a file of the KV service outside samples/kv/"
+done
 
 [ $fail -eq 0 ] && echo "check_layers: every include points down a layer; no plugin named outside its folder"
 exit $fail

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* scripts/alloc_count.c: an LD_PRELOAD shim that counts a process's heap
- * calls, for scripts/bench-kv-counts.sh. It sits in front of whatever
- * allocator the process links (glibc's malloc for weft, jemalloc for
+/* samples/kv/scripts/alloc_count.c: an LD_PRELOAD shim that counts a process's
+ * heap calls, for samples/kv/scripts/bench-kv-counts.sh. It sits in front of
+ * whatever allocator the process links (glibc's malloc for weft, jemalloc for
  * Debian's redis-server: both are reached through the unprefixed symbols),
  * forwards every call to it and adds one to a counter.
  *
@@ -13,7 +13,8 @@
  * aligned calls, then the free(NULL) calls. Without ALLOC_COUNT_FILE the
  * counts stay in the process. Relaxed atomic adds: a few ns per call.
  *
- * Build: cc -O2 -shared -fPIC -o alloc_count.so scripts/alloc_count.c -ldl */
+ * Build: cc -O2 -shared -fPIC -o alloc_count.so
+ * samples/kv/scripts/alloc_count.c -ldl */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 # two weft-kv-servers from the same build, one with the defaults ([server]
 # flow_control on) and one with -o server.flow_control=false, and, given a
 # BEFORE_DIR, a third: a build of the commit before the limits work
-# (scripts/bench-never-read.sh makes one in /tmp/weft-before-COMMIT/build).
+# (samples/kv/scripts/bench-never-read.sh makes one in /tmp/weft-before-COMMIT/build).
 # All run for the whole script (2 loops each, the defaults otherwise). Per
 # run and per setting (-P 1 and -P 16; -t set,get -d 16 -r 100000
 # -n 200000 -c 50) the servers are measured back to back, in an order
@@ -12,11 +12,11 @@
 # medians of ops/s and p50, the spread (min-max), the ratio on/off of the
 # medians and the median of each run's on/off (measured back to back), and
 # the same for on/before; the target is a ratio >= 0.97.
-# Usage: scripts/bench-flow-control.sh [BUILD_DIR] [RUNS] [BEFORE_DIR]
+# Usage: samples/kv/scripts/bench-flow-control.sh [BUILD_DIR] [RUNS] [BEFORE_DIR]
 #        [N16]  (default build/release, 5, none, 200000: N16 is -n at -P 16,
 #        where 200 000 requests take under a second)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
 build=${1:-build/release}
 runs=${2:-5}

@@ -8,9 +8,9 @@
 # the weft ones. Every node has one loop without busy polling
 # (loop.busy_poll_us=0), as redis-server is one thread that sleeps when
 # idle. Prints the load average and a markdown table of medians.
-# Usage: scripts/bench-kv-cluster.sh [BUILD_DIR] [RUNS]  (default build/release, 3)
+# Usage: samples/kv/scripts/bench-kv-cluster.sh [BUILD_DIR] [RUNS]  (default build/release, 3)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 build=${1:-build/release}
 runs=${2:-3}
 . scripts/lib.sh
@@ -23,7 +23,7 @@ fi
 work=$(mktemp -d)
 rpids=()
 cleanup() {
-  for n in 1 2 3; do scripts/kv-cluster.sh stop -d "$work/weft$n" || true; done
+  for n in 1 2 3; do samples/kv/scripts/kv-cluster.sh stop -d "$work/weft$n" || true; done
   for p in "${rpids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$work"
@@ -32,7 +32,7 @@ trap cleanup EXIT
 
 # weft clusters: N nodes from base port 32N01 (RPC 33N01).
 for n in 1 2 3; do
-  scripts/kv-cluster.sh start -n "$n" -p "32${n}01" -d "$work/weft$n" \
+  samples/kv/scripts/kv-cluster.sh start -n "$n" -p "32${n}01" -d "$work/weft$n" \
     -s "$build/samples/kv/weft-kv-server" -- -o loop.busy_poll_us=0 >/dev/null
 done
 # redis-server cluster: 34401..34403 (bus 44401..44403).

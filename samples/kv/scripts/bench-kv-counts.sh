@@ -6,7 +6,7 @@
 # realloc, free), CPU time, context switches, and instructions and cache
 # misses where the machine has hardware counters.
 #
-# Usage: scripts/bench-kv-counts.sh [RUNS] [LABEL=BINARY[,OPTION...] ...]
+# Usage: samples/kv/scripts/bench-kv-counts.sh [RUNS] [LABEL=BINARY[,OPTION...] ...]
 #   default RUNS 3 and one weft server:
 #   weft=build/release/samples/kv/weft-kv-server,-o,loop.loops=1
 #   (the Release tree is built if that binary is missing). Each weft server
@@ -25,15 +25,16 @@
 #   2. under `perf stat -e task-clock,context-switches,...,instructions,
 #      cycles,cache-misses -p PID` without the tracepoints: CPU time and
 #      the hardware counters ("not supported" in a VM without a PMU).
-# Heap calls are counted over pass 2 by scripts/alloc_count.c, an
+# Heap calls are counted over pass 2 by samples/kv/scripts/alloc_count.c, an
 # LD_PRELOAD shim built here and loaded into every server (weft: glibc
 # malloc; Debian's redis-server: jemalloc through the same symbols).
 # Per request = count over the pass / (2 N) (a SET and a GET test of N
 # requests each), connection setup of the 50 clients included. Prints the
 # load average, then one markdown table of medians over the runs.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
+. samples/kv/scripts/kv_lib.sh
 runs=${1:-3}
 [ $# -gt 0 ] && shift
 n=${N:-200000}
@@ -63,7 +64,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cc -O2 -shared -fPIC -o "$out/alloc_count.so" scripts/alloc_count.c -ldl
+cc -O2 -shared -fPIC -o "$out/alloc_count.so" samples/kv/scripts/alloc_count.c -ldl
 
 KV_PRELOAD="$out/alloc_count.so" kv_servers_start "$out" 6450 "${specs[@]}"
 

@@ -5,8 +5,8 @@
 # CPU per request (utime + stime of the server process from /proc/PID/stat
 # over each run, both tests of the run together).
 #
-# Usage: scripts/bench-kv-cpu.sh RUNS LABEL=BINARY[,OPTION...] ...
-#   e.g. scripts/bench-kv-cpu.sh 3 \
+# Usage: samples/kv/scripts/bench-kv-cpu.sh RUNS LABEL=BINARY[,OPTION...] ...
+#   e.g. samples/kv/scripts/bench-kv-cpu.sh 3 \
 #          main=/tmp/main/samples/kv/weft-kv-server \
 #          main-1loop=/tmp/main/samples/kv/weft-kv-server,-o,loop.loops=1 \
 #          new=build/release/samples/kv/weft-kv-server
@@ -18,8 +18,9 @@
 # redis-benchmark's p50 latency, server CPU per request, each beside
 # redis-server's of the same runs.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
+. samples/kv/scripts/kv_lib.sh
 runs=${1:?usage: $0 RUNS LABEL=BINARY[,OPTION...] ...}
 shift
 n=${N:-200000}

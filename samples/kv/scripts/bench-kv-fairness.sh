@@ -19,14 +19,14 @@
 # answer a PING 15 s after its flood's client closed is killed and
 # restarted (redis reloads the store from the RDB file this script saved).
 #
-# Usage: scripts/bench-kv-fairness.sh [--update-docs] [BUILD_DIR]
+# Usage: samples/kv/scripts/bench-kv-fairness.sh [--update-docs] [BUILD_DIR]
 #   (default build/release: a Release build of weft-kv-server, made if
 #   missing). Environment: KEYS (1000000), COMMANDS (1000), ROUNDS (3),
 #   WINDOW (30 s). Results go to $TMPDIR/weft-kv-fairness-DATE.md
 #   (printed); --update-docs writes them into samples/kv/README.md
 #   ("Fairness", between the bench-kv-fairness markers).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
 update=false
 if [ "${1:-}" = --update-docs ]; then
@@ -253,7 +253,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 result=$out/result.md
 {
-  echo "Command: \`scripts/bench-kv-fairness.sh\` (KEYS=$keys COMMANDS=$commands"
+  echo "Command: \`samples/kv/scripts/bench-kv-fairness.sh\` (KEYS=$keys COMMANDS=$commands"
   echo "ROUNDS=$rounds WINDOW=$window), $(date -u +%Y-%m-%d), weft at"
   echo "$(git rev-parse --short HEAD), $(redis-server --version | cut -d' ' -f3),"
   echo "$(nproc) CPUs shared with other work: load average $load_before before,"

@@ -4,9 +4,9 @@
 # same settings in the same run: -t get,set, 16 B values, at -P 1 -c 1,
 # -P 1 -c 50 and -P 16 -c 50; 3 runs of each, interleaved (weft, redis,
 # weft, ...), medians reported as a markdown table.
-# Usage: scripts/bench-kv.sh [BUILD_DIR] [RUNS]   (default build/release, 3)
+# Usage: samples/kv/scripts/bench-kv.sh [BUILD_DIR] [RUNS]   (default build/release, 3)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 build=${1:-build/release}
 runs=${2:-3}
 scripts/deps.sh

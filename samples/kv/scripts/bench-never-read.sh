@@ -14,7 +14,7 @@
 # -o server.flow_control=false (the 64 MiB output limit alone). Prints a
 # markdown table per transport: time, then RSS and GETs sent so far for
 # each run.
-# Usage: scripts/bench-never-read.sh [BUILD_DIR] [BEFORE_COMMIT] [SECONDS]
+# Usage: samples/kv/scripts/bench-never-read.sh [BUILD_DIR] [BEFORE_COMMIT] [SECONDS]
 #        [TRANSPORTS]
 #        (default build/release, d1b5206: ed2bcb0's parent, the last commit
 #        without channel/limits.c; 20 s; "tcp uring")
@@ -22,18 +22,18 @@
 # --clients N: what each such client costs the current server, per
 # transport, with everything at its defaults (flow control, the output
 # limit, uring's zero-copy sends from 64 KiB): 1, then N clients of
-# scripts/never_read_client.c (a weft client, so ucx:// too; built here
+# samples/kv/scripts/never_read_client.c (a weft client, so ucx:// too; built here
 # against BUILD_DIR's libweft), each SETting the value and pipelining GETs
 # it never reads while its own queue is writable, for SECONDS. Prints the
 # server's RSS before, its peak (0.1 s samples) and the growth per client.
 # verbs needs RDMA hardware or the Soft-RoCE VM (scripts/test-verbs-vm.sh),
 # which this script does not start. KV_SERVER=PATH measures that server
 # binary instead (another commit's), with the same client.
-# Usage: [KV_SERVER=PATH] scripts/bench-never-read.sh --clients N
+# Usage: [KV_SERVER=PATH] samples/kv/scripts/bench-never-read.sh --clients N
 #        [BUILD_DIR] [SECONDS] [TRANSPORTS]
 #        (default build/release, 10 s, "tcp uring ucx")
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
 clients=
 if [ "${1:-}" = --clients ]; then
@@ -125,7 +125,7 @@ clients_run() {
 if [ -n "$clients" ]; then
   release . "$build" weft_shared
   cc -O2 -Iinclude -I"$build/include" -o "$out/never-read-client" \
-    scripts/never_read_client.c -L"$build" -lweft -Wl,-rpath,"$PWD/$build"
+    samples/kv/scripts/never_read_client.c -L"$build" -lweft -Wl,-rpath,"$PWD/$build"
   for t in $transports; do
     clients_run "$t" 1
     clients_run "$t" "$clients"

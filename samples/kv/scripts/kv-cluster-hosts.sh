@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # A static weft-kv-server cluster across machines, one node per line of a
-# host list (samples/kv/README.md "Cluster"; scripts/kv-cluster.sh is the
+# host list (samples/kv/README.md "Cluster"; samples/kv/scripts/kv-cluster.sh is the
 # one-machine version). Every node gets the same [cluster] section, an even
 # share of the 16384 slots in host-list order, and is started over ssh.
 #
 # Usage:
-#   scripts/kv-cluster-hosts.sh start  HOSTS [-s SERVER] [-d DIR] [-l LOOPS]
+#   samples/kv/scripts/kv-cluster-hosts.sh start  HOSTS [-s SERVER] [-d DIR] [-l LOOPS]
 #                                      [-- SERVER_ARGS...]
-#   scripts/kv-cluster-hosts.sh stop   HOSTS [-d DIR]
-#   scripts/kv-cluster-hosts.sh status HOSTS [-d DIR]
+#   samples/kv/scripts/kv-cluster-hosts.sh stop   HOSTS [-d DIR]
+#   samples/kv/scripts/kv-cluster-hosts.sh status HOSTS [-d DIR]
 #
 # HOSTS is a file with one node per line: "HOST [RESP_PORT [RPC_PORT]]"
 # (defaults 6380 and 7001; '#' starts a comment). HOST is the address the
@@ -31,7 +31,7 @@
 # `$WEFT_REMOTE HOST COMMAND` with the command's input on stdin (default
 # "ssh -o BatchMode=yes"; the tests use a local runner).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
 

@@ -6,13 +6,13 @@
 # utils/create-cluster does for redis-server.
 #
 # Usage:
-#   scripts/kv-cluster.sh start [-n NODES] [-p BASE_PORT] [-d DIR]
+#   samples/kv/scripts/kv-cluster.sh start [-n NODES] [-p BASE_PORT] [-d DIR]
 #                               [-b BUILD_DIR | -s SERVER] [-l LOOPS]
 #                               [-- SERVER_ARGS...]
-#   scripts/kv-cluster.sh stop  [-d DIR]
-#   scripts/kv-cluster.sh restart -i I [-d DIR] [-b BUILD_DIR | -s SERVER]
+#   samples/kv/scripts/kv-cluster.sh stop  [-d DIR]
+#   samples/kv/scripts/kv-cluster.sh restart -i I [-d DIR] [-b BUILD_DIR | -s SERVER]
 #                               [-- SERVER_ARGS...]
-#   scripts/kv-cluster.sh status [-d DIR]
+#   samples/kv/scripts/kv-cluster.sh status [-d DIR]
 #
 # start writes DIR/nodeI.ini for node I (1..N: RESP on BASE_PORT+I-1, weft
 # RPC on BASE_PORT+I-1+1000, every node's line in [cluster]), starts
@@ -28,7 +28,7 @@
 # /tmp/weft-kv-cluster, BUILD_DIR build/dev, 1 loop each.
 # Then: redis-cli -c -p 30001, redis-benchmark --cluster -p 30001.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$root/scripts/lib.sh"
 

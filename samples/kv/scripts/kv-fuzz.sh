@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# A longer run of the KV fuzzer (tests/kv_fuzz.py, samples/kv/README.md
+# A longer run of the KV fuzzer (samples/kv/tests/kv_fuzz.py, samples/kv/README.md
 # "Fuzzing"): RUNS runs of SECONDS each, each with its own seed (the run
 # number after BASE_SEED), against BUILD_DIR's weft-kv-server; prints each
 # run's summary, then the seeds that failed and the totals.
 #
-# Usage: scripts/kv-fuzz.sh [-b BUILD_DIR] [-n RUNS] [-t SECONDS]
+# Usage: samples/kv/scripts/kv-fuzz.sh [-b BUILD_DIR] [-n RUNS] [-t SECONDS]
 #                           [-s BASE_SEED] [-- KV_FUZZ_ARGS...]
 # Defaults: build/dev, 10 runs, 60 s, base seed 1000; e.g.
-#   scripts/kv-fuzz.sh -n 30 -t 60 -- --mode cluster --skip keys-flood
+#   samples/kv/scripts/kv-fuzz.sh -n 30 -t 60 -- --mode cluster --skip keys-flood
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(cd "$(dirname "$0")/../../.." && pwd)
 build=$root/build/dev runs=10 secs=60 base=1000
 while [ $# -gt 0 ]; do
   case $1 in
@@ -30,7 +30,7 @@ failed=() seqs=0 cmds=0 checks=0 migs=0
 for i in $(seq 1 "$runs"); do
   seed=$((base + i))
   rc=0
-  /usr/bin/python3 "$root/tests/kv_fuzz.py" --server "$server" --seed "$seed" \
+  /usr/bin/python3 "$root/samples/kv/tests/kv_fuzz.py" --server "$server" --seed "$seed" \
     --seconds "$secs" "$@" >"$log.$seed" 2>&1 || rc=$?
   sum=$(grep '^kv_fuzz: seed .*sequences' "$log.$seed" || true)
   echo "run $i: ${sum#kv_fuzz: } -> $(tail -n1 "$log.$seed" | grep -o '[0-9]* failed$' || echo "exit $rc")"

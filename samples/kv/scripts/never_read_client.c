@@ -1,18 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* scripts/never_read_client.c: N connections to a weft-kv-server over any
- * transport weft has (tcp://, uring://, ucx://), each SETting an 8 KiB
+/* samples/kv/scripts/never_read_client.c: N connections to a weft-kv-server
+ * over any transport weft has (tcp://, uring://, ucx://), each SETting an 8 KiB
  * value and then pipelining GETs of it without ever reading a reply
- * (auto-read off), for scripts/bench-never-read.sh: what such clients cost
- * the server, per client. RESP by default; --rpc speaks the binary
+ * (auto-read off), for samples/kv/scripts/bench-never-read.sh: what such
+ * clients cost the server, per client. RESP by default; --rpc speaks the binary
  * protocol (samples/kv/proto.h over weft RPC), which is what the server
  * serves over ucx (RESP needs TCP on the wire). Each connection writes
  * while its own queue is writable, up to GETS requests, so the client's
  * memory stays small; it holds the connections until SECONDS pass.
  *
- * Build (the script does): cc -O2 -Iinclude scripts/never_read_client.c
- *   -Lbuild/release -lweft -Wl,-rpath,build/release
- * Usage: never-read-client [--rpc] URI CONNECTIONS SECONDS [GETS]
- * Prints "connected N" once every connection is up, then the seconds. */
+ * Build (the script does): cc -O2 -Iinclude
+ * samples/kv/scripts/never_read_client.c -Lbuild/release -lweft
+ * -Wl,-rpath,build/release Usage: never-read-client [--rpc] URI CONNECTIONS
+ * SECONDS [GETS] Prints "connected N" once every connection is up, then the
+ * seconds. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """What a ucx REDIRECT costs a client's first connect (docs/transports/ucx.md).
 
-    scripts/ucx-redirect-cost.py SERVER CLIENT N
+    samples/kv/scripts/ucx-redirect-cost.py SERVER CLIENT N
     (SERVER: weft-kv-server, CLIENT: weft-kv, of one build; N runs each)
 
 Starts two 2-loop weft-kv-servers with their RPC listener on ucx, one with

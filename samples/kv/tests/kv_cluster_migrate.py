@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """A slot moves between two weft-kv-server nodes while clients write to it
-(tests/test_kv_cluster.sh): no acknowledged write may be lost.
+(samples/kv/tests/test_kv_cluster.sh): no acknowledged write may be lost.
 
 Writer threads (redis-py's RedisCluster, which follows MOVED and ASK) each
 own a set of keys, half of them in the slot being moved, and SET or DEL
@@ -26,7 +26,7 @@ from redis.cluster import RedisCluster
 # redis-py logs every ASK and MOVED it follows with a traceback.
 logging.disable(logging.CRITICAL)
 ports = [int(p) for p in sys.argv[1:4]]
-TAG = "{b}"  # node A's slot (3300 in scripts/kv-cluster.sh's layout)
+TAG = "{b}"  # node A's slot (3300 in samples/kv/scripts/kv-cluster.sh's layout)
 WRITERS, KEYS_PER_WRITER = 4, 60
 passed = failed = 0
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """redis-py's RedisCluster (Debian's python3-redis) against a weft-kv-server
-cluster (tests/test_kv_cluster.sh): topology discovery from one node, keys
+cluster (samples/kv/tests/test_kv_cluster.sh): topology discovery from one node, keys
 routed to every node, hash tags, pipelines, the server's CROSSSLOT, and
 the CLUSTER commands' parsed replies. Prints FAIL lines and "N passed, M
 failed"; exits 1 on a failure.

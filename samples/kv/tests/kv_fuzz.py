@@ -107,7 +107,7 @@ class Servers:
         raise RuntimeError("redis-server did not start in 5 attempts")
 
     def cluster(self, n):
-        """n nodes as scripts/kv-cluster.sh starts them (slots split
+        """n nodes as samples/kv/scripts/kv-cluster.sh starts them (slots split
         evenly), on free ports: their RESP ports."""
         for _attempt in range(5):
             ports = [free_port() for _ in range(n)]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The KV fuzzer's clients (tests/kv_fuzz.py): connections that the
+"""The KV fuzzer's clients (samples/kv/tests/kv_fuzz.py): connections that the
 watchdog can see waiting, redirections followed as Redis Cluster clients
 do, and one method per operation family, each checking every reply
 against the model (kv_fuzz_model.py)."""

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The KV fuzzer's wire codec and reference model (tests/kv_fuzz.py).
+"""The KV fuzzer's wire codec and reference model (samples/kv/tests/kv_fuzz.py).
 
 RESP: `encode` builds a request, `parse` takes one reply off a buffer.
 Replies are Python values: bytes (bulk), None (nil), int, Simple (+),

@@ -13,7 +13,7 @@ KILL, commands of more than 1024 arguments, and the error a command
 outside the KV service gets.
 
 Usage: kv_redis_compat.py PORT   (a server without a password, 2 loops)
-Run by tests/test_kv_redis_compat.sh. Prints one line per failed check and
+Run by samples/kv/tests/test_kv_redis_compat.sh. Prints one line per failed check and
 "N passed, M failed"; exits 1 on any failure.
 """
 import sys

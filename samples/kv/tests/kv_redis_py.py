@@ -12,7 +12,7 @@ Usage: kv_redis_py.py PORT AUTH_PORT
   PORT       a server without a password
   AUTH_PORT  a server with [kv] requirepass = s3cret and the ACL user
              alice / apw
-Run by tests/test_kv_redis_py.sh, which starts both. Prints one line per
+Run by samples/kv/tests/test_kv_redis_py.sh, which starts both. Prints one line per
 failed check and "N passed, M failed"; exits 1 on any failure.
 """
 import sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # weft-kv-server as a Redis Cluster, against Redis' own cluster clients: a
-# 3-node cluster on loopback started by scripts/kv-cluster.sh; redis-cli -c
+# 3-node cluster on loopback started by samples/kv/scripts/kv-cluster.sh; redis-cli -c
 # sets and gets keys that land on every node; -MOVED, -CROSSSLOT (also in
 # MULTI) and hash tags as Redis answers them; the CLUSTER commands;
 # SETSLOT MIGRATING/IMPORTING with -ASK and ASKING, then NODE; a bad

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# scripts/kv-cluster-hosts.sh, the cluster launcher for several machines,
+# samples/kv/scripts/kv-cluster-hosts.sh, the cluster launcher for several machines,
 # run against this one: a host list of three loopback nodes, started
-# through a local stand-in for ssh (tests/local-remote.sh); redis-cli -c
+# through a local stand-in for ssh (samples/kv/tests/local-remote.sh); redis-cli -c
 # sets keys that land on every node; status, stop; a list with a
 # non-loopback host and no password is refused before anything starts.
 # Usage: test_kv_cluster_hosts.sh weft-kv-server kv-cluster-hosts.sh local-remote.sh

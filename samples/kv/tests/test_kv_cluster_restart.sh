@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # A weft-kv-server cluster node restarted after a reshard serves the slot
 # map it served before (its state file, [cluster] config_file), not the
-# one of its [cluster] lines: a 3-node cluster (scripts/kv-cluster.sh),
+# one of its [cluster] lines: a 3-node cluster (samples/kv/scripts/kv-cluster.sh),
 # slots 0-2 resharded from node 1 to node 2 with redis-cli --cluster
 # reshard, then node 2 and node 1 restarted in turn. Each time redis-cli -c
 # must reach the key without a redirection loop, MOVED must point one way

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # redis-py (Debian's python3-redis) against weft-kv-server: the commands of
-# issue 31 (tests/kv_redis_compat.py), on a server of two loops so that
+# issue 31 (samples/kv/tests/kv_redis_compat.py), on a server of two loops so that
 # WATCH is checked across loops.
 # Usage: test_kv_redis_compat.sh PATH/TO/weft-kv-server   (run by CTest)
 set -u

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # redis-py (Debian's python3-redis) against weft-kv-server: starts two
 # servers on free ports, one without a password and one with [kv]
-# requirepass and an ACL user, and runs tests/kv_redis_py.py against them
+# requirepass and an ACL user, and runs samples/kv/tests/kv_redis_py.py against them
 # with Debian's python3 (/usr/bin/python3 sees python3-redis; a pyenv shim
 # first on PATH would not).
 # Usage: test_kv_redis_py.sh PATH/TO/weft-kv-server   (run by CTest)

@@ -22,7 +22,7 @@
 # test, not the file).
 #
 # Pass criterion: every test weft fails is on the list of known failures
-# (KNOWN, tests/kv_redis_tcl_known.txt: file, test name, and the command
+# (KNOWN, samples/kv/tests/kv_redis_tcl_known.txt: file, test name, and the command
 # outside the KV service it needs), or failed on redis-server in the same
 # run too (the machine, not weft). A new failure is red; a known one that
 # passes is reported, to be taken off the list.
