@@ -9,7 +9,9 @@
 #    header ("loop/x.h", <channel/x.h>, "../../loop/x.h");
 #  - symbols: no object, library or program of the KV names a weft__
 #    symbol (weft's internals, which libweft.so does not export: a KV
-#    program that links libweft.a instead would carry them).
+#    program that links libweft.a instead would carry them), and every
+#    weft_* function or variable it uses is declared in an installed
+#    header (not one exported by accident and declared by hand).
 # The CMake project links libweft.so, so a call of an internal already
 # fails the link; this check says why, and catches the static link and
 # the includes the compiler would accept.
@@ -64,6 +66,11 @@ for f in $sources $harness; do
   done < <(grep -n '^[[:space:]]*#[[:space:]]*include' "$f")
 done
 
+# The names the installed headers declare (any weft_ word in them).
+declared=$(mktemp)
+trap 'rm -f "$declared"' EXIT
+grep -ohw 'weft_[a-z0-9_]*' "$weft"/include/weft/*.h "$weft"/include/weft/*.h.in |
+  LC_ALL=C sort -u >"$declared"
 for b in "$@"; do
   [ -f "$b" ] || { echo "$b: missing (build it first)"; fail=1; continue; }
   hits=$(nm -A "$b" 2>/dev/null | grep -E '[[:space:]]weft__' | head -5)
@@ -72,6 +79,11 @@ for b in "$@"; do
     echo "$hits"
     fail=1
   fi
+  for sym in $(nm -u "$b" 2>/dev/null | awk '$2 ~ /^weft_[a-z0-9]/ {print $2}' |
+    sed 's/@.*//' | LC_ALL=C sort -u | LC_ALL=C comm -23 - "$declared"); do
+    echo "$b: uses $sym, which no header of include/weft declares"
+    fail=1
+  done
 done
 
 [ $fail -eq 0 ] && echo "check_public_api: the KV includes only weft's installed headers and names no weft__ symbol ($# binaries)"
