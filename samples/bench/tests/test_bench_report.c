@@ -12,8 +12,8 @@
 
 #include <sched.h>
 
-#include "samples/bench/bench_util.h"
-#include "samples/bench/report.h"
+#include "bench_util.h"
+#include "report.h"
 
 /* ---- helpers: a memory FILE, a CSV splitter, a JSON checker ---- */
 

@@ -1,32 +1,33 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# The KV is a user of weft: it may use what weft installs and nothing else.
-#  - includes: every #include of a KV source (samples/kv, its tests and
+# A sample that is a project of its own (samples/kv, samples/bench) is a
+# user of weft: it may use what weft installs and nothing else.
+#  - includes: every #include of its sources (SAMPLE_DIR, its tests and
 #    scripts, and the test harness it borrows, tests/harness.[ch]) is a
 #    system header, a header weft installs (<weft/NAME.h>, include/weft/),
-#    or one of the KV's own (a file inside samples/kv, found beside the
-#    including file or at samples/kv's top); never a weft folder's private
+#    or one of the sample's own (a file inside SAMPLE_DIR, found beside the
+#    including file or at SAMPLE_DIR's top); never a weft folder's private
 #    header ("loop/x.h", <channel/x.h>, "../../loop/x.h");
-#  - symbols: no object, library or program of the KV names a weft__
-#    symbol (weft's internals, which libweft.so does not export: a KV
-#    program that links libweft.a instead would carry them), and every
-#    weft_* function or variable it uses is declared in an installed
-#    header (not one exported by accident and declared by hand).
-# The CMake project links libweft.so, so a call of an internal already
-# fails the link; this check says why, and catches the static link and
-# the includes the compiler would accept.
+#  - symbols: no object, library or program of it names a weft__ symbol
+#    (weft's internals, which libweft.so does not export: a program that
+#    links libweft.a instead would carry them), and every weft_* function
+#    or variable it uses is declared in an installed header (not one
+#    exported by accident and declared by hand).
+# Its CMake project links libweft.so (samples/weft_sample.cmake), so a call
+# of an internal already fails the link; this check says why, and catches
+# the static link and the includes the compiler would accept.
 #
-# Usage: check_public_api.sh KV_DIR WEFT_DIR [BINARY...]
+# Usage: check_public_api.sh SAMPLE_DIR WEFT_DIR [BINARY...]
 # Exit 0 when clean; 1 with one line per violation, "file:line: why".
 set -uo pipefail
-kv=$(cd "${1:?usage: $0 KV_DIR WEFT_DIR [BINARY...]}" && pwd)
-weft=$(cd "${2:?usage: $0 KV_DIR WEFT_DIR [BINARY...]}" && pwd)
+sample=$(cd "${1:?usage: $0 SAMPLE_DIR WEFT_DIR [BINARY...]}" && pwd)
+weft=$(cd "${2:?usage: $0 SAMPLE_DIR WEFT_DIR [BINARY...]}" && pwd)
 shift 2
 fail=0
 
-sources=$(find "$kv" \( -name CMakeFiles -o -name 'build*' \) -prune -o \
+sources=$(find "$sample" \( -name CMakeFiles -o -name 'build*' \) -prune -o \
   -name '*.[ch]' -type f -print | LC_ALL=C sort)
-[ -n "$sources" ] || { echo "check_public_api: no sources in $kv" >&2; exit 2; }
+[ -n "$sources" ] || { echo "check_public_api: no sources in $sample" >&2; exit 2; }
 harness="$weft/tests/harness.c $weft/tests/harness.h"
 
 for f in $sources $harness; do
@@ -47,18 +48,18 @@ for f in $sources $harness; do
       ;;
     '"'*)
       name=${inc#\"}; name=${name%%\"*}
-      case " $harness " in *" $f "*) mine=$weft/tests ;; *) mine=$kv ;; esac
+      case " $harness " in *" $f "*) mine=$weft/tests ;; *) mine=$sample ;; esac
       found=
-      for d in "$dir" "$kv"; do
+      for d in "$dir" "$sample"; do
         [ -f "$d/$name" ] && { found=$(realpath "$d/$name"); break; }
       done
-      [ -z "$found" ] && [ "$name" = harness.h ] && [ "$mine" = "$kv" ] &&
+      [ -z "$found" ] && [ "$name" = harness.h ] && [ "$mine" = "$sample" ] &&
         found=$weft/tests/harness.h
       case $found in
       "$mine"/* | "$weft/tests/harness.h") ;;
-      '') echo "$f:$line: includes \"$name\", found neither beside it nor in $kv"
+      '') echo "$f:$line: includes \"$name\", found neither beside it nor in $sample"
           fail=1 ;;
-      *) echo "$f:$line: includes \"$name\" ($found), outside the KV: weft's private header"
+      *) echo "$f:$line: includes \"$name\" ($found), outside $sample: weft's private header"
          fail=1 ;;
       esac
       ;;
@@ -86,5 +87,5 @@ for b in "$@"; do
   done
 done
 
-[ $fail -eq 0 ] && echo "check_public_api: the KV includes only weft's installed headers and names no weft__ symbol ($# binaries)"
+[ $fail -eq 0 ] && echo "check_public_api: ${sample#"$weft"/} includes only weft's installed headers and names no weft__ symbol ($# binaries)"
 exit $fail

@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: Apache-2.0
+# What a sample that is a CMake project of its own (samples/kv,
+# samples/bench) does before its targets, from its project() on: it uses
+# weft only as a user does, through weft::weft, libweft.so, which exports
+# weft_* and hides weft's internals (weft__*, cmake/weft.map), so a call of
+# an internal fails the link; check_public_api.sh checks the rest.
+#   Built alone (cmake -S samples/NAME): an installed weft
+#     (find_package(weft)), the C standard and warnings weft builds with,
+#     options WEFT_SAMPLE_WERROR and WEFT_SAMPLE_BUILD_TESTS (default ON).
+#   From weft's top level: the build tree's weft::weft, weft's own flags
+#     (weft_flags: -Werror, sanitizers) and WEFT_BUILD_TESTS.
+# Either way it defines weft_sample_flags (link it PRIVATE), and sets
+# WEFT_SAMPLE_BUILD_TESTS and WEFT_SAMPLE_WEFT_SOURCE_DIR: the weft tree
+# the sample sits in, for the test harness (tests/harness.c, itself on the
+# public API only), tests/tls/make-certs.sh and check_public_api.sh.
+if(NOT TARGET weft::weft) # built alone
+  find_package(weft 0.2 REQUIRED)
+  set(CMAKE_C_STANDARD 17)
+  set(CMAKE_C_STANDARD_REQUIRED ON)
+  set(CMAKE_C_EXTENSIONS OFF)
+  if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
+    set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
+  endif()
+  include(GNUInstallDirs)
+  find_package(PkgConfig REQUIRED)
+  option(WEFT_SAMPLE_WERROR "Treat compiler warnings as errors" OFF)
+  option(WEFT_SAMPLE_BUILD_TESTS "Build the sample's tests" ON)
+  get_filename_component(WEFT_SAMPLE_WEFT_SOURCE_DIR
+                         ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
+  add_library(weft_sample_flags INTERFACE)
+  target_compile_options(weft_sample_flags INTERFACE -Wall -Wextra -Wshadow
+    -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter)
+  target_compile_definitions(weft_sample_flags INTERFACE _GNU_SOURCE)
+  if(WEFT_SAMPLE_WERROR)
+    target_compile_options(weft_sample_flags INTERFACE -Werror)
+  endif()
+  if(WEFT_SAMPLE_BUILD_TESTS)
+    enable_testing()
+  endif()
+else() # from weft's top level
+  set(WEFT_SAMPLE_WEFT_SOURCE_DIR ${CMAKE_SOURCE_DIR})
+  if(NOT TARGET weft_sample_flags)
+    add_library(weft_sample_flags INTERFACE)
+    target_link_libraries(weft_sample_flags INTERFACE weft_flags)
+  endif()
+  set(WEFT_SAMPLE_BUILD_TESTS ${WEFT_BUILD_TESTS})
+endif()
