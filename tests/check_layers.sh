@@ -6,9 +6,10 @@
 # another plugin's folder, and no file outside a plugin's folder may name a
 # plugin (its folder, its exported symbols, or its name as a string), but
 # for the one list of built-ins (transports/builtin.c, registry_internal.h).
-# The KV service is a project of its own (samples/kv): tests/ and scripts/
-# hold none of its files, and its own check_kv_public_api holds it to the
-# headers and symbols weft installs (samples/kv/tests/check_public_api.sh).
+# The KV service and the benchmarks are projects of their own (samples/kv,
+# samples/bench): tests/ and scripts/ hold no KV file, and their own
+# check_kv_public_api and check_bench_public_api hold them to the headers
+# and symbols weft installs (samples/check_public_api.sh).
 #
 # Usage: tests/check_layers.sh [SOURCE_DIR]   (default: the repository)
 # Exit 0 when clean; 1 with one line per violation, "file:line: why".

@@ -94,18 +94,18 @@ wait "$server"
 [ "$reply" = "hello weft" ] || { echo "README server echoed '$reply'"; exit 1; }
 echo "README snippet: built, echoed, stopped by SIGTERM with status 0"
 
-# The KV service built alone, as the project of its own it is
-# (samples/kv/CMakeLists.txt): against the installed weft only, through
-# find_package(weft) and libweft.so; then its public-API check on what it
-# built (samples/kv/tests/check_public_api.sh).
-kv_src=$(cd "$here/../../samples/kv" && pwd)
+# The samples that are projects of their own (samples/weft_sample.cmake),
+# each built alone against the installed weft only, through
+# find_package(weft) and libweft.so; then their public-API check
+# (samples/check_public_api.sh) on the libraries and programs they built.
+samples=$(cd "$here/../../samples" && pwd)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
-cmake -S "$kv_src" -B "$prefix/kv" -DCMAKE_PREFIX_PATH="$prefix" \
-  -DWEFT_KV_BUILD_TESTS=OFF -DWEFT_KV_WERROR=ON "${launcher[@]}" >/dev/null
-cmake --build "$prefix/kv" -j"$(nproc)" >/dev/null
-"$prefix/kv/weft-kv-server" --version >/dev/null
-"$kv_src/tests/check_public_api.sh" "$kv_src" "$here/../.." \
-  "$prefix"/kv/libweft_kv_*.a "$prefix/kv/weft-kv-server" \
-  "$prefix/kv/weft-kv" "$prefix/kv/weft-kvbench"
-echo "samples/kv: built alone against the installed weft"
+for s in kv bench; do
+  cmake -S "$samples/$s" -B "$prefix/$s" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DWEFT_SAMPLE_BUILD_TESTS=OFF -DWEFT_SAMPLE_WERROR=ON "${launcher[@]}" >/dev/null
+  cmake --build "$prefix/$s" -j"$(nproc)" >/dev/null
+  mapfile -t built < <(find "$prefix/$s" -maxdepth 1 -type f \( -name '*.a' -o -executable \))
+  "$samples/check_public_api.sh" "$samples/$s" "$here/../.." "${built[@]}"
+  echo "samples/$s: built alone against the installed weft"
+done

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Charts from weft-bench's CSV (gnuplot, Debian's gnuplot-nox): one line per
 # configuration (transport and busy-poll window, raw floors dashed).
-#   scripts/bench-plot.sh CSV OUT_DIR
+#   samples/bench/scripts/bench-plot.sh CSV OUT_DIR
 # Writes OUT_DIR/pingpong-p50.png, pingpong-p99.png (round trip vs size),
 # stream.png and bidir.png (payload MB/s vs size). A chart whose pattern is
 # not in the CSV is skipped.

@@ -8,9 +8,9 @@
 # configuration RUNS times (default 5, at most 32), interleaved round-robin
 # so drifting machine load hits all alike; the table shows the median of
 # each column (and the min..max of p50 in brackets).
-# Usage: scripts/bench-transports.sh [BUILD_DIR]   (default build-bench)
+# Usage: samples/bench/scripts/bench-transports.sh [BUILD_DIR]   (default build-bench)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 BUILD=${1:-build-bench}
 RUNS=${RUNS:-5}
 N=${N:-20000}      # round trips per run (after 2000 warm-up)

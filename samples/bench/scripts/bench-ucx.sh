@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # weft over UCX beside ucx_perftest, interleaved, median of N runs (default 5).
-#   scripts/bench-ucx.sh [BUILD_DIR] [RUNS]
+#   samples/bench/scripts/bench-ucx.sh [BUILD_DIR] [RUNS]
 # Rows: weft-bench's 16 B ping-pong and 1 x 64 message rate over ucx (tcp;
 # shared memory with error_mode=none), weft-ucx-peer (UCX AM ping-pong set
 # up as weft sets UCX up, no weft), ucx_perftest tag_lat / am_lat /
