@@ -5,7 +5,8 @@
 # weft_* and hides weft's internals (weft__*, cmake/weft.map), so a call of
 # an internal fails the link; check_public_api.sh checks the rest.
 #   Built alone (cmake -S samples/NAME): an installed weft
-#     (find_package(weft)), the C standard and warnings weft builds with,
+#     (find_package(weft)), the C standard and warnings weft builds with
+#     (cmake/WeftCFlags.cmake),
 #     options WEFT_SAMPLE_WERROR and WEFT_SAMPLE_BUILD_TESTS (default ON).
 #   From weft's top level: the build tree's weft::weft, weft's own flags
 #     (weft_flags: -Werror, sanitizers) and WEFT_BUILD_TESTS.
@@ -27,13 +28,9 @@ if(NOT TARGET weft::weft) # built alone
   option(WEFT_SAMPLE_BUILD_TESTS "Build the sample's tests" ON)
   get_filename_component(WEFT_SAMPLE_WEFT_SOURCE_DIR
                          ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
+  include(${WEFT_SAMPLE_WEFT_SOURCE_DIR}/cmake/WeftCFlags.cmake)
   add_library(weft_sample_flags INTERFACE)
-  target_compile_options(weft_sample_flags INTERFACE -Wall -Wextra -Wshadow
-    -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter)
-  target_compile_definitions(weft_sample_flags INTERFACE _GNU_SOURCE)
-  if(WEFT_SAMPLE_WERROR)
-    target_compile_options(weft_sample_flags INTERFACE -Werror)
-  endif()
+  weft_c_flags(weft_sample_flags "${WEFT_SAMPLE_WERROR}")
   if(WEFT_SAMPLE_BUILD_TESTS)
     enable_testing()
   endif()

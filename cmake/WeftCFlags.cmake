@@ -1,0 +1,13 @@
+# SPDX-License-Identifier: Apache-2.0
+# weft_c_flags(TARGET WERROR): puts the warnings and definitions weft's C
+# is built with on the INTERFACE target TARGET, -Werror too when WERROR is
+# true. Used for weft's own weft_flags and by a sample built alone
+# (samples/weft_sample.cmake), so both compile alike.
+function(weft_c_flags target werror)
+  target_compile_options(${target} INTERFACE -Wall -Wextra -Wshadow
+    -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter)
+  target_compile_definitions(${target} INTERFACE _GNU_SOURCE)
+  if(werror)
+    target_compile_options(${target} INTERFACE -Werror)
+  endif()
+endfunction()
