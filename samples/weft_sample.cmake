@@ -42,3 +42,9 @@ else() # from weft's top level
   endif()
   set(WEFT_SAMPLE_BUILD_TESTS ${WEFT_BUILD_TESTS})
 endif()
+# The installed programs link libweft.so, so they must find it wherever
+# the prefix is (an install to $HOME/.local is not on ld.so's path): in
+# ../lib beside them (weft's own install), or where the installed weft was
+# found (built alone: the link directories outside the build tree).
+set(CMAKE_INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
+set(CMAKE_INSTALL_RPATH_USE_LINK_PATH ON)

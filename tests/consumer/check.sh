@@ -34,6 +34,12 @@ if [ -x "$prefix/bin/weft-kv-server" ]; then
   for p in weft-kv weft-kvbench weft-echo weft-bench; do
     [ -x "$prefix/bin/$p" ] || { echo "cmake --install put no $p in bin/"; exit 1; }
   done
+  # The KV's and the benchmarks' programs link libweft.so: they find it
+  # from wherever the prefix is (their RUNPATH, samples/weft_sample.cmake).
+  for p in weft-kv-server weft-kv weft-kvbench weft-bench; do
+    out=$(env -u LD_LIBRARY_PATH "$prefix/bin/$p" --version 2>&1) ||
+      { echo "$prefix/bin/$p does not run: $out"; exit 1; }
+  done
 fi
 
 # The paths the README gives: an install with --prefix puts the library
