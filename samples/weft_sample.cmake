@@ -16,19 +16,14 @@
 # public API only), tests/tls/make-certs.sh and check_public_api.sh.
 if(NOT TARGET weft::weft) # built alone
   find_package(weft 0.2 REQUIRED)
-  set(CMAKE_C_STANDARD 17)
-  set(CMAKE_C_STANDARD_REQUIRED ON)
-  set(CMAKE_C_EXTENSIONS OFF)
-  if(NOT CMAKE_BUILD_TYPE AND NOT CMAKE_CONFIGURATION_TYPES)
-    set(CMAKE_BUILD_TYPE RelWithDebInfo CACHE STRING "Build type" FORCE)
-  endif()
+  get_filename_component(WEFT_SAMPLE_WEFT_SOURCE_DIR
+                         ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
+  include(${WEFT_SAMPLE_WEFT_SOURCE_DIR}/cmake/WeftCFlags.cmake)
+  weft_c_defaults()
   include(GNUInstallDirs)
   find_package(PkgConfig REQUIRED)
   option(WEFT_SAMPLE_WERROR "Treat compiler warnings as errors" OFF)
   option(WEFT_SAMPLE_BUILD_TESTS "Build the sample's tests" ON)
-  get_filename_component(WEFT_SAMPLE_WEFT_SOURCE_DIR
-                         ${CMAKE_CURRENT_LIST_DIR}/.. ABSOLUTE)
-  include(${WEFT_SAMPLE_WEFT_SOURCE_DIR}/cmake/WeftCFlags.cmake)
   add_library(weft_sample_flags INTERFACE)
   weft_c_flags(weft_sample_flags "${WEFT_SAMPLE_WERROR}")
   if(WEFT_SAMPLE_BUILD_TESTS)
