@@ -12,11 +12,11 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       liburing-dev clang libucx-dev ucx-utils clang-format git python3
       librdmacm-dev libibverbs-dev redis-tools openssh-client
       # weft-kv's interactive mode (line editing, history), and the tmux
-      # that tests/test_kv_cli.sh types into it with
+      # that samples/kv/tests/test_kv_cli.sh types into it with
       libedit-dev tmux
-      # redis-py for tests/test_kv_redis_py.sh and test_kv_redis_compat.sh
+      # redis-py for samples/kv/tests/test_kv_redis_py.sh and test_kv_redis_compat.sh
       python3-redis
-      # Redis' tcl suite (tests/test_kv_redis_tcl.sh): tclsh runs it,
+      # Redis' tcl suite (samples/kv/tests/test_kv_redis_tcl.sh): tclsh runs it,
       # dpkg-source unpacks what apt-get source fetches
       tcl dpkg-dev
       # TLS (handlers/tls_*.c) and its tests' certificates and peers
@@ -25,7 +25,7 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       redis-server gnuplot-nox
       # socket writes counted by scripts/bench-tls.sh
       strace
-      # system calls and CPU time counted by scripts/bench-kv-counts.sh
+      # system calls and CPU time counted by samples/kv/scripts/bench-kv-counts.sh
       linux-perf
       # the API reference (docs/api/), the man pages (cmake/help2man.sh)
       # and the install check's `man` (tests/consumer/check.sh)

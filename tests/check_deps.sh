@@ -5,7 +5,8 @@
 # and required packages, which every Debian system has): the check that
 # would have caught ibverbs-utils missing from a fresh machine.
 #
-# It reads every shell script of the repository (scripts/, tests/), takes
+# It reads every shell script of the repository (scripts/, tests/, and
+# the samples' own, samples/*/scripts and samples/*/tests), takes
 # the first word of each command (after assignments, and after sudo, env,
 # exec, timeout, xargs) and every absolute path under /bin, /sbin, /usr/bin
 # or /usr/sbin, and asks dpkg which package owns each program found.
@@ -41,7 +42,7 @@ return exit set unset export local read echo printf cd pwd test [ [[ ] ]]
 true false shift wait trap eval exec source . break continue kill command
 type declare mapfile readarray let alias umask ulimit getopts printf time
 select shopt hash builtin caller disown jobs fg bg suspend times pushd popd"
-scripts=$(find scripts tests -name '*.sh' -type f | LC_ALL=C sort)
+scripts=$(find scripts tests samples -name '*.sh' -type f | LC_ALL=C sort)
 functions=$(grep -ho '^[[:space:]]*[A-Za-z_][A-Za-z0-9_]*()' $scripts |
   tr -d ' ()' | sort -u)
 

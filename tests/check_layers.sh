@@ -5,9 +5,13 @@
 # come from the file's own layer or one below it, a plugin must not include
 # another plugin's folder, no file outside a plugin's folder may name a
 # plugin (its folder, its exported symbols, or its name as a string: the one
-# list of built-ins, transports/builtin.c, gets the names from CMake), and
+# list of built-ins, transports/builtin.c, gets the names from CMake),
 # transports/ holds the plugins' folders and that list, nothing else (the
-# registry, endpoints and socket helpers are channel/'s).
+# registry, endpoints and socket helpers are channel/'s), and the KV
+# service and the benchmarks are projects of their own (samples/kv,
+# samples/bench): tests/ and scripts/ hold no KV file, and their own
+# check_kv_public_api and check_bench_public_api hold them to the headers
+# and symbols weft installs (samples/check_public_api.sh).
 #
 # Usage: tests/check_layers.sh [SOURCE_DIR]   (default: the repository)
 # Exit 0 when clean; 1 with one line per violation, "file:line: why".
@@ -115,6 +119,11 @@ rm -f /tmp/check_layers.$$
 for f in $(find transports -maxdepth 1 -type f -name '*.[ch]' | LC_ALL=C sort); do
   [ "$f" = transports/builtin.c ] ||
     report "$f: transports/ holds only plugin folders and builtin.c; core code goes in channel/"
+done
+
+# The KV's files are samples/kv's (its code, tests and scripts).
+for f in $(find tests scripts -iname '*kv*' 2>/dev/null | LC_ALL=C sort); do
+  report "$f: a file of the KV service outside samples/kv/"
 done
 
 [ $fail -eq 0 ] && echo "check_layers: every include points down a layer; no plugin named outside its folder"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A server program run as a process of its own, for the tests that measure
- * it from outside (its resident memory, its log): tests/test_kv_hostile.c,
- * tests/test_programs_hostile.c. */
+ * it from outside (its resident memory, its log):
+ * samples/kv/tests/test_kv_hostile.c, tests/test_programs_hostile.c. */
 #ifndef WEFT_TESTS_SERVER_PROC_H
 #define WEFT_TESTS_SERVER_PROC_H
 

@@ -43,8 +43,8 @@
  * pingpong and rate patterns of one configuration: `weft-pingpong MODE -n N
  * -w W -t S -s B` is `weft-bench -S SETUP -p pingpong,rate -s B --rate 1xW
  * --rate-size B -n N -t S -r 1`, SETUP raw-busy, raw-block or (for mode
- * weft) TRANSPORT:BUSY_POLL_US; scripts/bench-transports.sh and
- * scripts/bench-ucx.sh run it so and read the CSV.
+ * weft) TRANSPORT:BUSY_POLL_US; samples/bench/scripts/bench-transports.sh and
+ * samples/bench/scripts/bench-ucx.sh run it so and read the CSV.
  *
  * Every measurement runs its phases in order: connect all, prepare (the
  * 16 B hello telling the server what to do), warm-up (not measured; round
@@ -83,7 +83,8 @@
  *   pingpong.c, echo.c, stream.c, connect.c, idle.c: the patterns, each
  *                    with its raw client and its part of the weft client
  * report.c (percentiles, rows, writers) and bench_util.c (clock, pinning)
- * are shared with tests/test_bench_report.c and the other programs.
+ * are shared with samples/bench/tests/test_bench_report.c and the other
+ * programs.
  *
  * Threads: options and sessions are set up on the main thread before any
  * measurement; a raw client runs on the main thread; a weft client's

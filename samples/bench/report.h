@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* report.h: the pure parts of weft-bench, kept apart from the network code
- * so tests/test_bench_report.c can check them: percentiles of recorded
- * samples, median and spread of repetitions, and the writers (markdown
+ * so samples/bench/tests/test_bench_report.c can check them: percentiles of
+ * recorded samples, median and spread of repetitions, and the writers (markdown
  * table, CSV, JSON).
  *
  * A bench_row is one measured point: one configuration (raw floor or a

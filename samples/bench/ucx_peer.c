@@ -18,7 +18,8 @@
  * Server and client are two threads of this process, pinned to CPU 1 and
  * CPU 0 like weft-bench's; both spin on ucp_worker_progress. After 2000
  * warm-up round trips every round trip is timed with CLOCK_MONOTONIC. Output
- * is one line of key=value pairs (scripts/bench-ucx.sh reads p50_us):
+ * is one line of key=value pairs (samples/bench/scripts/bench-ucx.sh reads
+ * p50_us):
  *
  *   mode=ucx-peer size=16 p50_us=... p99_us=...
  *

@@ -6,8 +6,8 @@
  * node's config ([cluster] node lines, cluster_config.c): there is no
  * gossip and no failover, so every node knows the same map from the start
  * and learns changes only from CLUSTER SETSLOT, which an operator sends
- * to every node (scripts/kv-cluster.sh starts such a cluster), and from
- * its state file at a restart (cluster_state.c, Redis' nodes.conf: the
+ * to every node (samples/kv/scripts/kv-cluster.sh starts such a cluster), and
+ * from its state file at a restart (cluster_state.c, Redis' nodes.conf: the
  * map, epochs and migrations it knew, merged over the lines by config
  * epoch).
  *

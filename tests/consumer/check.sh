@@ -34,6 +34,12 @@ if [ -x "$prefix/bin/weft-kv-server" ]; then
   for p in weft-kv weft-kvbench weft-echo weft-bench; do
     [ -x "$prefix/bin/$p" ] || { echo "cmake --install put no $p in bin/"; exit 1; }
   done
+  # The KV's and the benchmarks' programs link libweft.so: they find it
+  # from wherever the prefix is (their RUNPATH, samples/weft_sample.cmake).
+  for p in weft-kv-server weft-kv weft-kvbench weft-bench; do
+    out=$(env -u LD_LIBRARY_PATH "$prefix/bin/$p" --version 2>&1) ||
+      { echo "$prefix/bin/$p does not run: $out"; exit 1; }
+  done
 fi
 
 # The paths the README gives: an install with --prefix puts the library
@@ -93,3 +99,19 @@ kill -TERM "$server"
 wait "$server"
 [ "$reply" = "hello weft" ] || { echo "README server echoed '$reply'"; exit 1; }
 echo "README snippet: built, echoed, stopped by SIGTERM with status 0"
+
+# The samples that are projects of their own (samples/weft_sample.cmake),
+# each built alone against the installed weft only, through
+# find_package(weft) and libweft.so; then their public-API check
+# (samples/check_public_api.sh) on the libraries and programs they built.
+samples=$(cd "$here/../../samples" && pwd)
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
+for s in kv bench; do
+  cmake -S "$samples/$s" -B "$prefix/$s" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DWEFT_SAMPLE_BUILD_TESTS=OFF -DWEFT_SAMPLE_WERROR=ON "${launcher[@]}" >/dev/null
+  cmake --build "$prefix/$s" -j"$(nproc)" >/dev/null
+  mapfile -t built < <(find "$prefix/$s" -maxdepth 1 -type f \( -name '*.a' -o -executable \))
+  "$samples/check_public_api.sh" "$samples/$s" "$here/../.." "${built[@]}"
+  echo "samples/$s: built alone against the installed weft"
+done
