@@ -71,7 +71,8 @@ for f in $files; do
     case $inc in
       '<weft/'*) inc=${inc#<}; inc=${inc%%>*}
                  name=${inc#weft/}; theirs=$(header_layer "${name%.h}") ;;
-      '"'*/*) inc=${inc#\"}; inc=${inc%%\"*}; theirs=$(dir_layer "$inc") ;;
+      '"'*) inc=${inc#\"}; inc=${inc%%\"*} # (a comment after it may hold a /)
+            case $inc in */*) theirs=$(dir_layer "$inc") ;; *) continue ;; esac ;;
       *) continue ;; # a system header, or one of the same folder
     esac
     if [ "$theirs" -gt "$mine" ]; then
