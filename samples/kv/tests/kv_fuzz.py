@@ -73,6 +73,7 @@ class Servers:
         self.dir = tempfile.mkdtemp(prefix="kv-fuzz-")
         self.procs = []  # (name, Popen, log)
         self.reported = set()  # names dead() returned
+        self.stopping = False  # stop() sent SIGTERM: no exit is a crash
 
     def spawn(self, name, args, path=None):
         log = os.path.join(self.dir, name + ".log")
@@ -135,9 +136,10 @@ class Servers:
         raise RuntimeError("the cluster did not start in 5 attempts")
 
     def dead(self):
-        """(name, exit code, log tail) of a server that exited."""
+        """(name, exit code, log tail) of a server that exited (not one
+        that stop() ends: the watchdog may look once more meanwhile)."""
         for name, p, log in self.procs:
-            if p.poll() is not None:
+            if p.poll() is not None and not self.stopping:
                 self.reported.add(name)
                 return name, p.returncode, open(log, errors="replace").read()[
                     -3000:]
@@ -147,6 +149,7 @@ class Servers:
         """Stops every server (SIGTERM, as an operator would); the ones
         that exited badly or whose log has a sanitizer report, with the
         log's tail."""
+        self.stopping = True
         for _, p, _ in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -212,6 +215,8 @@ class Migrator(threading.Thread):
         self.wait_since, self.last = None, None
 
     def call(self, port, *a):
+        while self.fz.frozen() and not self.fz.stop.is_set():
+            time.sleep(0.01)  # a failure report reads the nodes
         self.last = f"{port}: {' '.join(map(str, a))}"
         t = round(time.monotonic() * 1000 - self.fz.t0)
         r = self.router.conn(port).call(list(a))

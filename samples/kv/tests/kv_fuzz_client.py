@@ -32,8 +32,6 @@ KNOWN = {
     "restore-busykey": "(g) RESTORE onto an existing key: checksum error, "
     "not BUSYKEY",
     "auth-limits": "(e) no limits before AUTH",
-    "filler": "(h) a migrating slot's owner answers ASK for keys it holds "
-    "while GETKEYSINSLOT walks a large store",
 }
 PASSWORD = "fuzz-pw"
 REDIRECTS = ("MOVED ", "ASK ", "TRYAGAIN")
@@ -58,6 +56,9 @@ class Fuzz:
         self.failures = []
         self.t0 = time.monotonic() * 1000
         self.slot_log = {}  # slot -> the migrator's recent calls on it
+        # Failure reports being built: the migrator makes no call while
+        # any is (Migrator.call), so a report sees the slot as it was.
+        self.freezing = 0
         self.counts = dict(sequences=0, commands=0, checks=0, migrations=0,
                            reconnects=0, flooded=0)
         self.clients = []  # everything the watchdog watches
@@ -78,6 +79,15 @@ class Fuzz:
         with self.lock:
             for k, v in kw.items():
                 self.counts[k] += v
+
+    def freeze(self, on):
+        """Starts (True) or ends (False) one report's freeze."""
+        with self.lock:
+            self.freezing += 1 if on else -1
+
+    def frozen(self):
+        with self.lock:
+            return self.freezing > 0
 
     def fail(self, who, msg):
         with self.lock:
@@ -344,13 +354,18 @@ class Client(threading.Thread):
                         r = c.read(3)
                         got.append(f"{k}={short(r[1], 30)} pttl {r[2]}")
                 slot = m.keyslot(cmd[1])
-                c.send(encode(["CLUSTER", "GETKEYSINSLOT", slot, 50]))
-                got.append(f"GETKEYSINSLOT {slot}: {short(c.read(1)[0], 200)}")
+                c.send(encode(["CLUSTER", "GETKEYSINSLOT", slot, 50]) +
+                       encode(["CLUSTER", "NODES"]))
+                keys, nodes = c.read(2)
+                got.append(f"GETKEYSINSLOT {slot}: {short(keys, 200)}")
+                got.append(slot_marks(nodes, slot))
                 c.close()
-                lines.append(f"    node {port} now: {', '.join(got)}")
+                t = round(time.monotonic() * 1000 - self.fz.t0)
+                lines.append(f"    node {port} at {t}: {', '.join(got)}")
             except (OSError, Closed) as e:
                 lines.append(f"    node {port}: {e!r}")
-        return "  where the keys are now (ASKING GET):\n" + "\n".join(lines)
+        return ("  where the keys are now (ASKING GET; the migrator waits "
+                "meanwhile):\n" + "\n".join(lines))
 
     def check(self, cmd, got, ts, tr):
         """Narrows the model by one reply; a Failure when none predicts it."""
@@ -358,8 +373,13 @@ class Client(threading.Thread):
         worlds, want = m.narrow(self.worlds, cmd, got, ts, tr, self.late)
         self.fz.count(checks=1)
         if not worlds:
+            self.fz.freeze(True)
+            try:
+                report = self.key_report(cmd)
+            finally:
+                self.fz.freeze(False)
             raise Failure(f"{short(cmd)} answered {short(got)}, the model "
-                          f"predicts {short(want)}\n{self.key_report(cmd)}")
+                          f"predicts {short(want)}\n{report}")
         self.worlds = worlds
 
     def expect(self, ok, what):
@@ -390,14 +410,32 @@ class Client(threading.Thread):
             else:
                 check(a, r, ts, tr)
         for a, r in later:
-            self.resend(a, r, check)
+            self.resend(a, r, check, [(port, r, ts, tr)], fresh=False)
 
-    def resend(self, a, r, check):
-        """Follows redirections for one command until it is served."""
+    def hops_text(self, hops):
+        """The redirections a command met, for the failure report: node,
+        redirection, ms since start when sent and when answered."""
+        t0 = self.fz.t0
+        return ", ".join(f"{p} {redirect(r)[0]} {round(ts - t0)}-"
+                         f"{round(tr - t0)}" for p, r, ts, tr in hops[-4:])
+
+    def resend(self, a, r, check, hops, fresh=True):
+        """Follows redirections for one command until it is served; `hops`
+        the redirections so far (node, reply, sent, answered). An -ASK
+        holds only while its migration lasts: followed at once when
+        `fresh`, else its node is asked again first. A batch's redirected
+        commands are resent one after the other, seconds after their ASK
+        for a pipeline of hundreds; by then the slot may have moved on and
+        its ASK target import it again from a node that holds the key,
+        and that target serves the ASKING command without the key (as
+        Redis does: ASKING says the owner sent the client there)."""
         start = time.monotonic()
         tries = 0
         while True:
             kind, port, slot = redirect(r)
+            if kind == "ASK" and not fresh:
+                kind, port = "AGAIN", hops[-1][0]
+            fresh = True
             if time.monotonic() - start > self.fz.opts.hang:
                 raise Failure(f"{short(a)}: still redirected after "
                               f"{tries} tries ({r})")
@@ -420,9 +458,14 @@ class Client(threading.Thread):
                 c.send(encode(a))
                 r = c.read(1)[0]
                 self.fz.count(commands=1)
+            tr = time.monotonic() * 1000
             if not redirect(r):
-                self.served = f"{port}{' ASK' if kind == 'ASK' else ''}"
-                return check(a, r, ts, time.monotonic() * 1000)
+                self.served = (f"{port}{' ASK' if kind == 'ASK' else ''}"
+                               f" {round(ts - self.fz.t0)}-"
+                               f"{round(tr - self.fz.t0)} after "
+                               f"{self.hops_text(hops)}")
+                return check(a, r, ts, tr)
+            hops.append((port, r, ts, tr))
             if kind == "MOVED" and tries % 20 == 0:
                 time.sleep(0.01)
 
@@ -893,6 +936,31 @@ def key_of(cmds):
         if len(a) > 1 and a[0] not in ("MULTI", "CLUSTER"):
             return a[1]
     return "x"
+
+
+def slot_marks(nodes, slot):
+    """From a CLUSTER NODES reply: the slot's owner and the node's own
+    MIGRATING / IMPORTING mark for it, each node named by its port."""
+    if not isinstance(nodes, bytes):
+        return f"CLUSTER NODES: {short(nodes)}"
+    port, owner, marks = {}, "none", []
+    lines = [ln.split() for ln in nodes.decode(errors="replace").splitlines()]
+    for w in lines:
+        if len(w) > 1:
+            port[w[0]] = w[1].split("@")[0].rsplit(":", 1)[-1]
+    for w in lines:
+        for r in w[8:]:
+            if r.startswith("["):
+                s, rest = r[1:-1].split("-", 1)
+                if int(s) == slot:
+                    to = rest[2:]
+                    marks.append(("migrating to " if rest[0] == ">"
+                                  else "importing from ")
+                                 + port.get(to, to[:8]))
+            elif "-" in r and int(r.split("-")[0]) <= slot <= int(
+                    r.split("-")[1]) or r.isdigit() and int(r) == slot:
+                owner = port.get(w[0], w[0][:8])
+    return f"slot {slot} owner {owner}" + "".join(", " + x for x in marks)
 
 
 def short(x, n=80):
