@@ -81,6 +81,18 @@ int th_connect_timeout(uint16_t port, unsigned timeout_ms) {
   return fd;
 }
 
+int th_raw_connect(uint16_t port) {
+  int fd = th_connect_timeout(port, 20000);
+  ck_assert_msg(fd >= 0, "connect to 127.0.0.1:%u: %s", port, strerror(-fd));
+  return fd;
+}
+
+int th_listen_loopback(int backlog, uint16_t *port) {
+  int fd = th_bind_loopback(port);
+  ck_assert_int_eq(listen(fd, backlog), 0);
+  return fd;
+}
+
 /* Writes back what arrives... */
 static void batch_echo_read(weft_ctx *ctx, void *msg) {
   weft_ctx_write(ctx, msg, WEFT_PROMISE_NONE);
@@ -89,8 +101,7 @@ static void batch_echo_read(weft_ctx *ctx, void *msg) {
 /* ...and flushes it once per batch. */
 static void batch_echo_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
 
-/* A broken connection closes its channel. */
-static void batch_echo_exception(weft_ctx *ctx, int err, const char *reason) {
+void th_close_on_exception(weft_ctx *ctx, int err, const char *reason) {
   (void)err;
   (void)reason;
   weft_ctx_close(ctx, WEFT_PROMISE_NONE);
@@ -100,7 +111,7 @@ static const weft_handler batch_echo_handler = {
     .name = "echo",
     .channel_read = batch_echo_read,
     .channel_read_complete = batch_echo_read_complete,
-    .exception_caught = batch_echo_exception};
+    .exception_caught = th_close_on_exception};
 
 void th_batch_echo_init(weft_channel *ch, void *arg) {
   (void)arg;

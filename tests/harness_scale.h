@@ -56,6 +56,18 @@ uint16_t th_uri_port(const char *uri);
  */
 int th_connect_timeout(uint16_t port, unsigned timeout_ms);
 
+/** th_connect_timeout with 20 s timeouts, failing the check if the
+ *  connect fails. Test thread. */
+int th_raw_connect(uint16_t port);
+
+/** A TCP socket listening on 127.0.0.1 and an ephemeral port (written to
+ *  `*port`) with `backlog`. Fails the check on error. */
+int th_listen_loopback(int backlog, uint16_t *port);
+
+/** An exception_caught that closes the channel quietly (a broken
+ *  connection of a server that expects some). */
+void th_close_on_exception(weft_ctx *ctx, int err, const char *reason);
+
 /**
  * A channel initializer for servers that echo in batches: every message
  * is written back, flushed once per channel_read_complete; an exception

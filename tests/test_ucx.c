@@ -1051,21 +1051,6 @@ static void pinger_close(weft_loop_group *gc, pinger *pg) {
   ck_assert(WAIT_UNTIL(atomic_load(&pg->inactive) == 1, 10000));
 }
 
-/* A /proc/self/status value in kB ("VmHWM", "VmRSS"), -1 if missing. */
-static long status_kb(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL)
-    return -1;
-  char line[256];
-  long v = -1;
-  size_t n = strlen(key);
-  while (fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, key, n) == 0 && line[n] == ':')
-      v = strtol(line + n + 1, NULL, 10);
-  fclose(f);
-  return v;
-}
-
 /* Resets this process's peak RSS (VmHWM) to its current RSS. */
 static void peak_rss_reset(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w");
@@ -1117,7 +1102,7 @@ static void run_liar(const hostile_case *c) {
 
   th_log_capture_start();
   peak_rss_reset();
-  long rss0 = status_kb("VmRSS");
+  long rss0 = th_status_kib(getpid(), "VmRSS:");
   char arg[400];
   snprintf(arg, sizeof arg, "%s %s", c->mode, uri);
   pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
@@ -1127,7 +1112,7 @@ static void run_liar(const hostile_case *c) {
   /* before the liar is killed, which closes its channel */
   bool liar_open = atomic_load(&hs.liar_inactive) == 0 &&
                    atomic_load(&hs.liar_exceptions) == 0;
-  long grown_kb = status_kb("VmHWM") - rss0;
+  long grown_kb = th_status_kib(getpid(), "VmHWM:") - rss0;
   kill(pid, SIGKILL);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
