@@ -8,7 +8,7 @@
  * The UCX settings come from the environment (UCX_TLS,
  * WEFT_TRANSPORT_UCX_ERROR_MODE), as tests/CMakeLists.txt registers them.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1225,13 +1225,6 @@ START_TEST(ucx_peer_naming_another_channel_closes_only_its_own) {
 }
 END_TEST
 
-/* The port of a "ucx://host:port" URI. */
-static uint16_t uri_port(const char *uri) {
-  const char *colon = strrchr(uri, ':');
-  ck_assert_ptr_nonnull(colon);
-  return (uint16_t)strtoul(colon + 1, NULL, 10);
-}
-
 /* Connects the pinger `pg` from group `gc` to `uri` within `timeout_ms`
  * and returns the outcome (0 or the connect's error). */
 static int pinger_connect(weft_loop_group *gc, pinger *pg, const char *uri,
@@ -1275,7 +1268,9 @@ START_TEST(ucx_server_rebinds_its_port_at_once_after_a_client) {
   gs = group_new("wu-srv");
   hostile_server hs2 = {0};
   char again[64];
-  snprintf(again, sizeof again, "ucx://127.0.0.1:%u", uri_port(uri));
+  uint16_t port = th_uri_port(uri);
+  ck_assert_uint_ne(port, 0);
+  snprintf(again, sizeof again, "ucx://127.0.0.1:%u", port);
   weft_server_bootstrap sb = {.group = gs,
                               .listen = again,
                               .child_init = hostile_init,
