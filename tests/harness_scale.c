@@ -177,6 +177,19 @@ _Noreturn void th_child_serve(weft_loop_group *g, weft_server *srv, int in,
   _exit(rc == 0 ? 0 : 5);
 }
 
+_Noreturn void th_child_echo_server(const char *name, int n_loops,
+                                    const char *listen,
+                                    weft_channel_init_cb init, int backlog,
+                                    int in, int out) {
+  weft_loop_group *g = th_loops_start(name, n_loops, false);
+  if (g == NULL)
+    _exit(2);
+  weft_server *srv = th_child_bind(g, listen, init, backlog);
+  if (srv == NULL)
+    _exit(3);
+  th_child_serve(g, srv, in, out, NULL);
+}
+
 /* ---- a fleet of echoing clients ---- */
 
 uint8_t th_pattern(long long i) { return (uint8_t)(i * 31 + (i >> 9)); }

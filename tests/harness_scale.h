@@ -109,6 +109,16 @@ weft_server *th_child_bind(weft_loop_group *g, const char *listen,
                            weft_channel_init_cb init, int backlog);
 
 /**
+ * In the child: an echo server (`init` for every channel, `backlog`) of
+ * `n_loops` loops named `name` on `listen`, served as th_child_serve does
+ * with no queries; exits 2 if the loops do not start, 3 if the bind fails.
+ */
+_Noreturn void th_child_echo_server(const char *name, int n_loops,
+                                    const char *listen,
+                                    weft_channel_init_cb init, int backlog,
+                                    int in, int out);
+
+/**
  * In the child: writes the address of `srv` to `out`, then reads `in`
  * until EOF (calling `on_byte(out)` for each byte read when it is not
  * NULL, for the parent's queries), then closes the server, stops `g` and

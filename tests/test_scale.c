@@ -58,15 +58,10 @@ static _Noreturn void scale_server(int down, int up) {
   rlim_t hard;
   if (th_raise_fd_limit((rlim_t)scale_count + FD_SPARE, &hard) != 0)
     _exit(10);
-  weft_loop_group *g = th_loops_start("wt-scale", 2, false);
-  if (g == NULL)
-    _exit(11);
   char listen[64];
   snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
-  weft_server *srv = th_child_bind(g, listen, th_batch_echo_init, 1024);
-  if (srv == NULL)
-    _exit(12);
-  th_child_serve(g, srv, down, up, NULL);
+  th_child_echo_server("wt-scale", 2, listen, th_batch_echo_init, 1024, down,
+                       up);
 }
 
 /* ---- the clients: plain blocking sockets ---- */

@@ -478,11 +478,7 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   th_require_transport(); /* exits as skipped where it cannot run */
-  Suite *s = suite_create("hostile");
-  TCase *tc = tcase_create("hostile");
-  tcase_set_timeout(tc, 60);
-  th_add_tests(tc, hostile_stop_with_unsent_output_joins_clean,
-               hostile_fd_limit_closes_new_connections_and_recovers, NULL);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("hostile", "hostile", 60,
+                  hostile_stop_with_unsent_output_joins_clean,
+                  hostile_fd_limit_closes_new_connections_and_recovers, NULL);
 }

@@ -82,27 +82,10 @@ static rss_parts rss_breakdown(pid_t pid) {
 /* The server, in a child process: echoes every message; writes its address
  * to `out`, then serves until `in` reaches EOF; exits 0 if it stopped with
  * no leak. No Check asserts here (a child of a check). */
-static const weft_handler echo_handler = {.name = "echo",
-                                          .channel_read = th_echo_read,
-                                          .exception_caught =
-                                              th_echo_exception};
-
-static void echo_init(weft_channel *ch, void *arg) {
-  (void)arg;
-  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
-                         NULL);
-}
-
 static _Noreturn void scale_server(int in, int out) {
-  weft_loop_group *g = one_loop("wv-big-srv");
-  if (g == NULL)
-    _exit(2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
-  weft_server *srv = th_child_bind(g, listen, echo_init, 1024);
-  if (srv == NULL)
-    _exit(3);
-  th_child_serve(g, srv, in, out, NULL);
+  th_child_echo_server("wv-big-srv", 1, listen, th_echo_init, 1024, in, out);
 }
 
 /* What one connection leaves: the device, its first group and chunk; the
