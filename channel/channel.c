@@ -391,6 +391,7 @@ weft_pipeline *weft_channel_pipeline(weft_channel *ch) { return &ch->pipeline; }
 weft_read_budget weft_channel_read_budget(const weft_channel *ch) {
   return ch->read_budget;
 }
+bool weft_channel_auto_read(const weft_channel *ch) { return ch->auto_read; }
 weft_loop *weft_channel_loop(weft_channel *ch) { return ch->loop; }
 weft_channel_state weft_channel_state_of(const weft_channel *ch) {
   return ch->state;

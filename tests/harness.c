@@ -349,6 +349,17 @@ void th_echo_exception(weft_ctx *ctx, int err, const char *reason) {
   weft_ctx_close(ctx, WEFT_PROMISE_NONE);
 }
 
+static const weft_handler echo_handler = {.name = "echo",
+                                          .channel_read = th_echo_read,
+                                          .exception_caught =
+                                              th_echo_exception};
+
+void th_echo_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
+                         NULL);
+}
+
 long th_rss_bytes(pid_t pid) { return th_status_kib(pid, "VmRSS:") * 1024; }
 
 void th_asan_frees_at_once(void) {

@@ -166,6 +166,10 @@ void th_echo_read(weft_ctx *ctx, void *msg);
  *  "server: <error name>: <reason>" to stderr and closes the channel. */
 void th_echo_exception(weft_ctx *ctx, int err, const char *reason);
 
+/** A channel initializer: an "echo" handler of th_echo_read and
+ *  th_echo_exception. `arg` unused. */
+void th_echo_init(weft_channel *ch, void *arg);
+
 /* ---- skips ----
  * A check that cannot run here (a missing device, kernel feature or
  * capability of the transport) says so and returns: it is counted and

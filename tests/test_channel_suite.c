@@ -12,7 +12,7 @@
  * WEFT_TEST_SCALE (a factor, default 1) scales the bytes of the 100-client
  * echo test, so slow builds (sanitizers) can run it smaller.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -487,25 +487,7 @@ END_TEST
 
 /* ---- plain kernel sockets for the other end ---- */
 
-static int raw_connect(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  struct timeval tv = {.tv_sec = 20};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-/* A listening socket on 127.0.0.1 and an ephemeral port. */
-static int raw_listen(uint16_t *port) {
-  int fd = th_bind_loopback(port);
-  ck_assert_int_eq(listen(fd, 16), 0);
-  return fd;
-}
+/* th_raw_connect and th_listen_loopback: harness_scale.h. */
 
 /* ---- reset ---- */
 
@@ -522,7 +504,7 @@ START_TEST(channel_reset_midstream_closes_only_that_channel) {
   ASSERT_EVENTUALLY(ldz(&c.received_pub) == MIB, 30000);
 
   /* The victim: sends, sees its echo start, then resets (SO_LINGER 0). */
-  int fd = raw_connect(f.port);
+  int fd = th_raw_connect(f.port);
   static uint8_t block[64 * 1024];
   stream_fill(42, 0, block, sizeof block);
   th_write_all(fd, block, sizeof block);
@@ -765,7 +747,7 @@ START_TEST(channel_connect_refused_reports_econnrefused) {
   memset(&f, 0, sizeof f);
   group_start(&f, "wt-refuse");
   uint16_t port;
-  int lfd = raw_listen(&port);
+  int lfd = th_listen_loopback(16, &port);
   close(lfd); /* nothing listens on `port` now */
   char uri[64];
   snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", th_transport_name(),
@@ -838,7 +820,7 @@ static void idle_clients_open(idle_clients *ic, fixture *f, int n) {
   }
   for (int i = 0; i < n; i++) {
     if (ic->raw) {
-      ic->fds[i] = raw_connect(f->port);
+      ic->fds[i] = th_raw_connect(f->port);
       continue;
     }
     /* A client with nothing to send: it connects and stays quiet. */
@@ -1151,7 +1133,7 @@ START_TEST(channel_half_close_peer_reads_eof_and_replies) {
   memset(&f, 0, sizeof f);
   group_start(&f, "wt-half");
   uint16_t port;
-  int lfd = raw_listen(&port);
+  int lfd = th_listen_loopback(16, &port);
   char uri[64];
   snprintf(uri, sizeof uri, "%s://127.0.0.1:%u", th_transport_name(),
            (unsigned)port);

@@ -25,35 +25,17 @@
  * 10 000 slow and the RSS meaningless: it is printed, not asserted);
  * WEFT_TEST_SCALE multiplies the count further. The output says which.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
-#include <weft/buf.h>
-#include <weft/channel.h>
 #include <weft/loop.h>
-#include <weft/pipeline.h>
-
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
 
 #define FULL_COUNT 10000
 #define SANITIZER_COUNT 2000
@@ -66,103 +48,23 @@
 
 /* ---- the server, in a child process ---- */
 
-static void echo_read(weft_ctx *ctx, void *msg) {
-  weft_ctx_write(ctx, msg, WEFT_PROMISE_NONE);
-}
-
-static void echo_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
-
-static void echo_exception(weft_ctx *ctx, int err, const char *reason) {
-  (void)err;
-  (void)reason;
-  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
-}
-
-static const weft_handler echo_handler = {.name = "echo",
-                                          .channel_read = echo_read,
-                                          .channel_read_complete =
-                                              echo_read_complete,
-                                          .exception_caught = echo_exception};
-
-static void echo_init(weft_channel *ch, void *arg) {
-  (void)arg;
-  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
-                         NULL);
-}
-
-/* Raises the soft fd limit to `want`; 0, or -1 if the hard limit is
- * lower (`hard` says what it is). */
-static int raise_fd_limit(rlim_t want, rlim_t *hard) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-    return -1;
-  *hard = rl.rlim_max;
-  if (rl.rlim_cur >= want)
-    return 0;
-  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want)
-    return -1;
-  rl.rlim_cur = want;
-  return setrlimit(RLIMIT_NOFILE, &rl);
-}
+/* The connections of this run, set before the server forks. */
+static int scale_count;
 
 /* The server: an echo server of two loops on WEFT_TEST_TRANSPORT; writes
- * its port to `up`, serves until `down` reaches EOF, exits 0 if its loops
- * stopped with no leak. No Check asserts here (a child of a check). */
-static _Noreturn void scale_server(int n, int up, int down) {
+ * its address to `up`, serves until `down` reaches EOF, exits 0 if its
+ * loops stopped with no leak. No Check asserts here (a child of a check). */
+static _Noreturn void scale_server(int down, int up) {
   rlim_t hard;
-  if (raise_fd_limit((rlim_t)n + FD_SPARE, &hard) != 0)
+  if (th_raise_fd_limit((rlim_t)scale_count + FD_SPARE, &hard) != 0)
     _exit(10);
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 2;
-  opts.name = "wt-scale";
-  weft_loop_group *g;
-  if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
-    _exit(11);
-  char listen[64], uri[128];
+  char listen[64];
   snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
-  weft_server_bootstrap sb = {
-      .group = g, .listen = listen, .child_init = echo_init, .backlog = 1024};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  if (weft_server_bind(&srv, &sb) != 0 ||
-      weft_server_address(srv, uri, sizeof uri) != 0)
-    _exit(12);
-  const char *colon = strrchr(uri, ':');
-  uint16_t port = colon != NULL ? (uint16_t)atoi(colon + 1) : 0;
-  if (write(up, &port, sizeof port) != sizeof port)
-    _exit(13);
-  char c;
-  while (read(down, &c, 1) > 0) {
-  }
-  weft_server_close(srv);
-  weft_loop_group_stop(g);
-  int rc = weft_loop_group_join(g);
-  weft_loop_group_free(g);
-  _exit(rc == 0 ? 0 : 14);
+  th_child_echo_server("wt-scale", 2, listen, th_batch_echo_init, 1024, down,
+                       up);
 }
 
 /* ---- the clients: plain blocking sockets ---- */
-
-/* A blocking socket connected to 127.0.0.1:`port`, whose reads and writes
- * give up after IO_TIMEOUT_MS; -errno. */
-static int raw_connect(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -errno;
-  struct timeval tv = {.tv_sec = IO_TIMEOUT_MS / 1000, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(fd, (struct sockaddr *)&sin, sizeof sin) < 0) {
-    int err = -errno;
-    close(fd);
-    return err;
-  }
-  return fd;
-}
 
 /* Connection `i`'s message of round `round`: its number and the round,
  * padded with a byte of both, so a crossed or stale echo shows. */
@@ -205,13 +107,13 @@ static bool read_echo(int fd, int i, int round, int *report) {
 }
 
 START_TEST(ten_thousand_idle_connections) {
-  int n = UNDER_SANITIZER ? SANITIZER_COUNT : FULL_COUNT;
+  int n = TH_SANITIZED ? SANITIZER_COUNT : FULL_COUNT;
   double scale = th_test_scale();
   n = (int)(n * scale + 0.5);
   if (n < 1)
     n = 1;
   rlim_t hard = 0;
-  if (raise_fd_limit((rlim_t)n + FD_SPARE, &hard) != 0) {
+  if (th_raise_fd_limit((rlim_t)n + FD_SPARE, &hard) != 0) {
     th_skip(__func__,
             "%d connections need RLIMIT_NOFILE %d in each process; the "
             "hard limit is %llu",
@@ -219,21 +121,11 @@ START_TEST(ten_thousand_idle_connections) {
     return;
   }
 
-  int up[2], down[2];
-  ck_assert_int_eq(pipe(up), 0);
-  ck_assert_int_eq(pipe(down), 0);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    close(up[0]);
-    close(down[1]);
-    scale_server(n, up[1], down[0]);
-  }
-  close(up[1]);
-  close(down[0]);
-  uint16_t port = 0;
-  ck_assert_msg(read(up[0], &port, sizeof port) == sizeof port,
-                "the server did not start");
+  scale_count = n;
+  th_child srv;
+  th_child_start(&srv, scale_server);
+  pid_t pid = srv.pid;
+  uint16_t port = th_uri_port(srv.uri);
   th_sleep_ms(300);
   long rss0 = th_status_kib(pid, "VmRSS:");
 
@@ -247,7 +139,7 @@ START_TEST(ten_thousand_idle_connections) {
   for (int base = 0; base < n; base += BATCH) {
     int end = base + BATCH < n ? base + BATCH : n;
     for (int i = base; i < end; i++) {
-      fds[i] = raw_connect(port);
+      fds[i] = th_connect_timeout(port, IO_TIMEOUT_MS);
       ck_assert_msg(fds[i] >= 0, "connection %d: connect: %s", i,
                     strerror(-fds[i]));
       send_message(fds[i], i, 1);
@@ -282,19 +174,19 @@ START_TEST(ten_thousand_idle_connections) {
          "2-loop server; connected and echoed in %.1f s, second echo of "
          "all in %.1f s\n",
          th_transport_name(), n,
-         UNDER_SANITIZER ? "2000 under a sanitizer" : "10000", scale,
+         TH_SANITIZED ? "2000 under a sanitizer" : "10000", scale,
          t_conn / 1000.0, t_round / 1000.0);
   printf("%s scale: server RSS %ld KiB before, %ld KiB with %d idle "
          "connections: %.2f KiB per connection (bound %.0f KiB%s)\n",
          th_transport_name(), rss0, rss_n, n, per_conn, MAX_KIB_PER_CONN,
-         UNDER_SANITIZER ? ", not asserted under a sanitizer" : "");
+         TH_SANITIZED ? ", not asserted under a sanitizer" : "");
   printf("%s scale: server CPU while idle: %.2f%% of one core over %.2f s "
          "(bound %.0f%%)\n",
          th_transport_name(), cpu, idle_ms / 1000.0, MAX_IDLE_CPU);
   fflush(stdout);
 
   ck_assert_msg(bad == 0, "%d of %d connections: no right second echo", bad, n);
-  if (!UNDER_SANITIZER)
+  if (!TH_SANITIZED)
     ck_assert_msg(per_conn < MAX_KIB_PER_CONN,
                   "%.2f KiB of server RSS per idle connection", per_conn);
   ck_assert_msg(cpu < MAX_IDLE_CPU, "the idle server used %.2f%% of a core",
@@ -303,12 +195,7 @@ START_TEST(ten_thousand_idle_connections) {
   for (int i = 0; i < n; i++)
     close(fds[i]);
   free(fds);
-  close(down[1]); /* the server stops */
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the server process ended with status 0x%x", st);
-  close(up[0]);
+  th_child_finish(&srv);
 }
 END_TEST
 

@@ -254,6 +254,19 @@ static int remove_task(void *arg) {
   return 0;
 }
 
+/* Adds an eventfd source `t` to `loop`. */
+static void eventfd_add(struct tsrc *t, weft_loop *loop) {
+  tsrc_init(t, loop, &eventfd_ops, new_eventfd());
+  run_on(loop, add_task, t);
+}
+
+/* Removes `t` from its loop, closes its eventfd and stops the group. */
+static void eventfd_done(struct tsrc *t) {
+  run_on(t->loop, remove_task, t);
+  close(t->src.fd);
+  finish_group();
+}
+
 /* ---- Idle ---------------------------------------------------------------- */
 
 /* utime + stime of one thread, in clock ticks. */
@@ -351,9 +364,7 @@ START_TEST(selector_event_inside_window_no_sleep) {
   kick(t.src.fd);
   WAIT_FOR(atomic_load(&t.handled) == 1);
   ck_assert_uint_eq(atomic_load(&t.sleeps_at_handled), w.sleeps);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -373,9 +384,7 @@ START_TEST(selector_event_after_window_one_sleep) {
   ck_assert_uint_eq(atomic_load(&t.sleeps_at_handled), w.sleeps + 1);
   ck_assert_int_eq(atomic_load(&t.wakeups), 1);
   ck_assert(atomic_load(&t.wake_events) & EPOLLIN);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -602,6 +611,42 @@ static void kick_after(struct tsrc *t, unsigned gap_ms) {
   WAIT_FOR(atomic_load(&t->handled) > before);
 }
 
+/* Kicks `t` `gap_ms` after the loop's last work until its window is 0 (at
+ * most 40 times); asserts it is, and returns the loop's statistics. */
+static weft_loop_stats shrink_window(struct tsrc *t, unsigned gap_ms) {
+  for (int i = 0; i < 40 && stats_of(t->loop).busy_poll_window_ns > 0; i++)
+    kick_after(t, gap_ms);
+  weft_loop_stats st = stats_of(t->loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, 0);
+  return st;
+}
+
+/* Kicks `t` `gap_ms` after the loop's last work until its window is back
+ * at `ns` (for up to `max_ms`); asserts it is, and returns the loop's
+ * statistics. */
+static weft_loop_stats grow_window(struct tsrc *t, uint64_t ns, unsigned gap_ms,
+                                   unsigned max_ms) {
+  uint64_t end = th_now_ms() + max_ms;
+  while (stats_of(t->loop).busy_poll_window_ns < ns && th_now_ms() < end)
+    kick_after(t, gap_ms);
+  weft_loop_stats st = stats_of(t->loop);
+  ck_assert_uint_eq(st.busy_poll_window_ns, ns);
+  return st;
+}
+
+/* Whether a kick `gap_ms` after the loop's last work finds it spinning (no
+ * sleep for it) in one of 5 tries: a load spike can delay this thread
+ * past the window (a sleep then). */
+static bool spins_through(struct tsrc *t, unsigned gap_ms) {
+  bool spun = false;
+  for (int i = 0; i < 5 && !spun; i++) {
+    uint64_t sleeps = stats_of(t->loop).sleeps;
+    kick_after(t, gap_ms);
+    spun = stats_of(t->loop).sleeps == sleeps;
+  }
+  return spun;
+}
+
 static int noop_call(void *arg) {
   (void)arg;
   return 0;
@@ -655,9 +700,7 @@ START_TEST(selector_window_shrinks_on_wasted_spins) {
   uint64_t sleeps = st.sleeps;
   kick_after(&t, 5);
   WAIT_FOR(stats_of(loop).sleeps > sleeps);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -673,31 +716,13 @@ START_TEST(selector_window_grows_when_events_follow_sleep) {
   no_preemption_samples = true;
   weft_loop *loop = start_group(1, 20000, 0, true);
   static struct tsrc t;
-  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
-  run_on(loop, add_task, &t);
-  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
-    kick_after(&t, 100);
-  weft_loop_stats st0 = stats_of(loop);
-  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
-  uint64_t end = th_now_ms() + 20000;
-  while (stats_of(loop).busy_poll_window_ns < 20000000u && th_now_ms() < end)
-    kick_after(&t, 15);
-  weft_loop_stats st = stats_of(loop);
-  ck_assert_uint_eq(st.busy_poll_window_ns, 20000000u);
+  eventfd_add(&t, loop);
+  weft_loop_stats st0 = shrink_window(&t, 100);
+  weft_loop_stats st = grow_window(&t, 20000000u, 15, 20000);
   ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
-  /* At the maximum a short gap is inside the window: no sleep for it. A
-   * load spike can delay this thread past the 20 ms window (a sleep then),
-   * so a few tries; one without a sleep shows the window spins. */
-  bool spun = false;
-  for (int i = 0; i < 5 && !spun; i++) {
-    uint64_t sleeps = stats_of(loop).sleeps;
-    kick_after(&t, 2);
-    spun = stats_of(loop).sleeps == sleeps;
-  }
-  ck_assert(spun);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  /* At the maximum a short gap is inside the window: no sleep for it. */
+  ck_assert(spins_through(&t, 2));
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -709,21 +734,11 @@ START_TEST(selector_window_grows_within_horizon) {
   no_preemption_samples = true;
   weft_loop *loop = start_group(1, 5000, 0, true);
   static struct tsrc t;
-  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
-  run_on(loop, add_task, &t);
-  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++)
-    kick_after(&t, 60);
-  weft_loop_stats st0 = stats_of(loop);
-  ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
-  uint64_t end = th_now_ms() + 20000;
-  while (stats_of(loop).busy_poll_window_ns < 5000000u && th_now_ms() < end)
-    kick_after(&t, 12);
-  weft_loop_stats st = stats_of(loop);
-  ck_assert_uint_eq(st.busy_poll_window_ns, 5000000u);
+  eventfd_add(&t, loop);
+  weft_loop_stats st0 = shrink_window(&t, 60);
+  weft_loop_stats st = grow_window(&t, 5000000u, 12, 20000);
   ck_assert_uint_ge(st.window_grows - st0.window_grows, 4);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -741,8 +756,7 @@ START_TEST(selector_window_drops_when_spins_run_out) {
   no_preemption_samples = true;
   weft_loop *loop = start_group(1, 5000, 0, true);
   static struct tsrc t;
-  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
-  run_on(loop, add_task, &t);
+  eventfd_add(&t, loop);
   enum { EVENTS = 240 };
   int spun = 0;
   /* The loop may be asleep already: its sleep then counted. */
@@ -763,9 +777,7 @@ START_TEST(selector_window_drops_when_spins_run_out) {
   ck_assert_uint_ge(st.window_misses, 2 * 8);
   ck_assert_uint_ge(st.window_drops, 2);
   ck_assert_uint_ge(st.window_probes, 1);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -787,28 +799,14 @@ START_TEST(selector_window_back_when_events_come_within_it) {
   no_preemption_samples = true;
   weft_loop *loop = start_group(1, 20000, 0, true);
   static struct tsrc t;
-  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
-  run_on(loop, add_task, &t);
+  eventfd_add(&t, loop);
   drop_window(loop, &t, 25);
   weft_loop_stats st0 = stats_of(loop);
   ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
-  uint64_t end = th_now_ms() + 20000;
-  while (stats_of(loop).busy_poll_window_ns < 20000000u && th_now_ms() < end)
-    kick_after(&t, 10);
-  weft_loop_stats st = stats_of(loop);
-  ck_assert_uint_eq(st.busy_poll_window_ns, 20000000u);
+  weft_loop_stats st = grow_window(&t, 20000000u, 10, 20000);
   ck_assert_uint_ge(st.window_grows - st0.window_grows, 4); /* not a probe */
-  /* A load spike can delay this thread past the window: a few tries. */
-  bool spun = false;
-  for (int i = 0; i < 5 && !spun; i++) {
-    uint64_t sleeps = stats_of(loop).sleeps;
-    kick_after(&t, 2);
-    spun = stats_of(loop).sleeps == sleeps;
-  }
-  ck_assert(spun);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  ck_assert(spins_through(&t, 2));
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -820,8 +818,7 @@ START_TEST(selector_window_kept_when_spins_catch_events) {
   no_preemption_samples = true;
   weft_loop *loop = start_group(1, 20000, 0, true);
   static struct tsrc t;
-  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
-  run_on(loop, add_task, &t);
+  eventfd_add(&t, loop);
   for (int i = 0; i < 20; i++) {
     kick_after(&t, 25); /* a miss */
     kick_after(&t, 2);  /* a hit, but for a load spike past 20 ms */
@@ -832,9 +829,7 @@ START_TEST(selector_window_kept_when_spins_catch_events) {
   ck_assert_uint_ge(st.window_misses, 10);
   ck_assert_uint_eq(st.window_drops, 0);
   ck_assert_uint_gt(st.busy_poll_window_ns, 0); /* halved by a spike at most */
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  eventfd_done(&t);
 }
 END_TEST
 
@@ -982,8 +977,7 @@ START_TEST(selector_window_grows_back_after_a_short_burst) {
   loop->window.hold_period_ns = 50 * MS;
   ck_assert_int_eq(weft_loop_group_start(group), 0);
   static struct tsrc t;
-  tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
-  run_on(loop, add_task, &t);
+  eventfd_add(&t, loop);
   static struct hogs h;
   hogs_start(&h);
   /* events keep the loop spinning its window, where the samples run */
@@ -994,13 +988,9 @@ START_TEST(selector_window_grows_back_after_a_short_burst) {
   hogs_stop(&h);
   ck_assert_uint_gt(stats_of(loop).window_contended, 0);
   ck_assert_uint_lt(stats_of(loop).busy_poll_window_ns, 2000000u);
-  end = th_now_ms() + 5000;
-  while (stats_of(loop).busy_poll_window_ns < 2000000u && th_now_ms() < end)
-    kick_after(&t, 3); /* beyond the shrunk window, within the horizon */
-  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 2000000u);
-  run_on(loop, remove_task, &t);
-  close(t.src.fd);
-  finish_group();
+  /* beyond the shrunk window, within the horizon */
+  grow_window(&t, 2000000u, 3, 5000);
+  eventfd_done(&t);
 }
 END_TEST
 

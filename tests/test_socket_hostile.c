@@ -15,7 +15,7 @@
  *
  * TH_SHOW_LOG=1 prints the server child's log even when the test passes.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,7 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,71 +57,8 @@ static bool transport_speaks_tcp(void) {
     }                                                                          \
   } while (0)
 
-/* ---- plain kernel sockets ---- */
-
-/* A blocking socket connected to 127.0.0.1:`port` whose reads and writes
- * give up after `timeout_ms`; -errno if connect fails. */
-static int raw_connect(uint16_t port, unsigned timeout_ms) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return -errno;
-  struct timeval tv = {.tv_sec = timeout_ms / 1000,
-                       .tv_usec = (timeout_ms % 1000) * 1000};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(fd, (struct sockaddr *)&sin, sizeof sin) < 0) {
-    int err = -errno;
-    close(fd);
-    return err;
-  }
-  return fd;
-}
-
-/* A listening socket on 127.0.0.1 and an ephemeral port. */
-static int raw_listen(int backlog, uint16_t *port) {
-  int fd = th_bind_loopback(port);
-  ck_assert_int_eq(listen(fd, backlog), 0);
-  return fd;
-}
-
-/* The port of a "scheme://host:port" URI; 0 if it has none. */
-static uint16_t uri_port(const char *uri) {
-  const char *colon = strrchr(uri, ':');
-  return colon != NULL ? (uint16_t)atoi(colon + 1) : 0;
-}
-
-/* ---- a small echo server ---- */
-
-/* Writes back what arrives... */
-static void echo_read(weft_ctx *ctx, void *msg) {
-  weft_ctx_write(ctx, msg, WEFT_PROMISE_NONE);
-}
-
-/* ...and flushes it once per batch. */
-static void echo_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
-
-/* A broken connection closes its channel. */
-static void echo_exception(weft_ctx *ctx, int err, const char *reason) {
-  (void)err;
-  (void)reason;
-  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
-}
-
-static const weft_handler echo_handler = {.name = "echo",
-                                          .channel_read = echo_read,
-                                          .channel_read_complete =
-                                              echo_read_complete,
-                                          .exception_caught = echo_exception};
-
-/* The server's child initializer: the echo handler. */
-static void echo_init(weft_channel *ch, void *arg) {
-  (void)arg;
-  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
-                         NULL);
-}
+/* Plain kernel sockets (th_connect_timeout, th_listen_loopback) and the
+ * echo server (th_batch_echo_init): harness_scale.h. */
 
 /* ======================================================================
  * Out of file descriptors
@@ -197,33 +133,21 @@ static int guard_lines(void) {
  * stops, and checks its log. Exit status: 0, or what went wrong. */
 static int fd_limit_server(int up, int down) {
   int limit = limit_leaving(FD_HEADROOM);
-  struct rlimit rl;
-  getrlimit(RLIMIT_NOFILE, &rl);
-  rl.rlim_cur = (rlim_t)limit;
-  if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+  if (th_set_fd_limit((rlim_t)limit) != 0)
     return 10;
   th_log_capture_start();
   weft_log_set_level(WEFT_LOG_INFO);
   uint64_t t0 = th_now_ms();
 
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 2;
-  opts.name = "wt-emfile";
-  weft_loop_group *group;
-  if (weft_loop_group_new(&group, &opts) < 0 ||
-      weft_loop_group_start(group) < 0)
+  weft_loop_group *group = th_loops_start("wt-emfile", 2, false);
+  if (group == NULL)
     return 11;
   char listen[64], uri[128];
   snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
-  weft_server_bootstrap sb = {
-      .group = group, .listen = listen, .child_init = echo_init};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  if (weft_server_bind(&srv, &sb) < 0 ||
-      weft_server_address(srv, uri, sizeof uri) < 0)
+  weft_server *srv = th_child_bind(group, listen, th_batch_echo_init, 0);
+  if (srv == NULL || weft_server_address(srv, uri, sizeof uri) < 0)
     return 12;
-  uint16_t port = uri_port(uri);
+  uint16_t port = th_uri_port(uri);
   if (write(up, &port, sizeof port) != sizeof port)
     return 13;
 
@@ -263,7 +187,7 @@ static int fd_limit_server(int up, int down) {
 /* Connects a client and pings it: SERVED, REFUSED or HUNG; a connect that
  * fails counts as REFUSED. The socket stays open in `*fd` when SERVED. */
 static enum answer try_client(uint16_t port, int *fd) {
-  *fd = raw_connect(port, ANSWER_MS);
+  *fd = th_connect_timeout(port, ANSWER_MS);
   if (*fd < 0)
     return REFUSED;
   enum answer a = ping(*fd);
@@ -316,7 +240,7 @@ START_TEST(hostile_fd_limit_closes_new_connections_and_recovers) {
   /* A burst of new clients while the limit lasts: each closed at once. */
   int burst[8];
   for (int i = 0; i < 8; i++)
-    burst[i] = raw_connect(port, ANSWER_MS);
+    burst[i] = th_connect_timeout(port, ANSWER_MS);
   for (int i = 0; i < 8; i++) {
     if (burst[i] < 0) {
       refused++;
@@ -442,12 +366,12 @@ static void flood_writability(weft_ctx *ctx, bool writable) {
 /* Frees the handler's state with the handler. */
 static void flood_removed(weft_ctx *ctx) { free(weft_ctx_state(ctx)); }
 
-static const weft_handler flood_handler = {.name = "flood",
-                                           .handler_removed = flood_removed,
-                                           .channel_active = flood_active,
-                                           .writability_changed =
-                                               flood_writability,
-                                           .exception_caught = echo_exception};
+static const weft_handler flood_handler = {
+    .name = "flood",
+    .handler_removed = flood_removed,
+    .channel_active = flood_active,
+    .writability_changed = flood_writability,
+    .exception_caught = th_close_on_exception};
 
 /* The flood server's child initializer: picks the chunk size and whether
  * the channel closes itself when stuck, by order of arrival. */
@@ -502,7 +426,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
     int small = 4096;
     setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     struct sockaddr_in sin = {.sin_family = AF_INET,
-                              .sin_port = htons(uri_port(uri)),
+                              .sin_port = htons(th_uri_port(uri)),
                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     ck_assert_int_eq(connect(fds[i], (struct sockaddr *)&sin, sizeof sin), 0);
   }
@@ -510,8 +434,8 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
   /* A connect that hangs: the peer's backlog is full, so its SYNs go
    * unanswered. */
   uint16_t full_port;
-  int full = raw_listen(0, &full_port);
-  int filler = raw_connect(full_port, 1000);
+  int full = th_listen_loopback(0, &full_port);
+  int filler = th_connect_timeout(full_port, 1000);
   ck_assert_int_ge(filler, 0);
   char full_uri[64];
   snprintf(full_uri, sizeof full_uri, "%s://127.0.0.1:%u", th_transport_name(),
@@ -554,11 +478,7 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   th_require_transport(); /* exits as skipped where it cannot run */
-  Suite *s = suite_create("hostile");
-  TCase *tc = tcase_create("hostile");
-  tcase_set_timeout(tc, 60);
-  th_add_tests(tc, hostile_stop_with_unsent_output_joins_clean,
-               hostile_fd_limit_closes_new_connections_and_recovers, NULL);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("hostile", "hostile", 60,
+                  hostile_stop_with_unsent_output_joins_clean,
+                  hostile_fd_limit_closes_new_connections_and_recovers, NULL);
 }

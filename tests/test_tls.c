@@ -18,7 +18,7 @@
  *    logged while the server serves another client; close_notify seen by
  *    s_client; a silent client closed by the handshake timeout;
  *    renegotiation refused both ways. */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1549,18 +1549,6 @@ START_TEST(client_refuses_wrong_name) {
 }
 END_TEST
 
-static int raw_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-  struct timeval tv = {.tv_sec = 20};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
 /* Reads until EOF (0) or error; returns the bytes read. */
 static ssize_t read_to_eof(int fd, char *buf, size_t cap) {
   size_t n = 0;
@@ -1581,7 +1569,7 @@ START_TEST(refuse_plaintext) {
   net_start(&n, server_ctx());
   client good;
   good_client_start(&n, &good, NULL, NULL);
-  int fd = raw_connect(n.port);
+  int fd = th_raw_connect((uint16_t)n.port);
   th_write_all(fd, "PING\r\n", 6);
   char buf[256];
   ck_assert_int_ge(read_to_eof(fd, buf, sizeof buf), 0); /* closed */
@@ -1602,7 +1590,7 @@ START_TEST(handshake_timeout) {
                                                       .key = "server.key",
                                                       .timeout_ms = 300}));
   uint64_t t0 = th_now_ms();
-  int fd = raw_connect(n.port);
+  int fd = th_raw_connect((uint16_t)n.port);
   char buf[64];
   ck_assert_int_ge(read_to_eof(fd, buf, sizeof buf), 0); /* closed */
   close(fd);

@@ -8,7 +8,7 @@
  * The UCX settings come from the environment (UCX_TLS,
  * WEFT_TRANSPORT_UCX_ERROR_MODE), as tests/CMakeLists.txt registers them.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -1051,21 +1051,6 @@ static void pinger_close(weft_loop_group *gc, pinger *pg) {
   ck_assert(WAIT_UNTIL(atomic_load(&pg->inactive) == 1, 10000));
 }
 
-/* A /proc/self/status value in kB ("VmHWM", "VmRSS"), -1 if missing. */
-static long status_kb(const char *key) {
-  FILE *f = fopen("/proc/self/status", "r");
-  if (f == NULL)
-    return -1;
-  char line[256];
-  long v = -1;
-  size_t n = strlen(key);
-  while (fgets(line, sizeof line, f) != NULL)
-    if (strncmp(line, key, n) == 0 && line[n] == ':')
-      v = strtol(line + n + 1, NULL, 10);
-  fclose(f);
-  return v;
-}
-
 /* Resets this process's peak RSS (VmHWM) to its current RSS. */
 static void peak_rss_reset(void) {
   FILE *f = fopen("/proc/self/clear_refs", "w");
@@ -1117,7 +1102,7 @@ static void run_liar(const hostile_case *c) {
 
   th_log_capture_start();
   peak_rss_reset();
-  long rss0 = status_kb("VmRSS");
+  long rss0 = th_status_kib(getpid(), "VmRSS:");
   char arg[400];
   snprintf(arg, sizeof arg, "%s %s", c->mode, uri);
   pid_t pid = spawn_child("WEFT_UCX_TEST_LIAR", arg);
@@ -1127,7 +1112,7 @@ static void run_liar(const hostile_case *c) {
   /* before the liar is killed, which closes its channel */
   bool liar_open = atomic_load(&hs.liar_inactive) == 0 &&
                    atomic_load(&hs.liar_exceptions) == 0;
-  long grown_kb = status_kb("VmHWM") - rss0;
+  long grown_kb = th_status_kib(getpid(), "VmHWM:") - rss0;
   kill(pid, SIGKILL);
   int wstatus;
   ck_assert_int_eq(waitpid(pid, &wstatus, 0), pid);
@@ -1240,13 +1225,6 @@ START_TEST(ucx_peer_naming_another_channel_closes_only_its_own) {
 }
 END_TEST
 
-/* The port of a "ucx://host:port" URI. */
-static uint16_t uri_port(const char *uri) {
-  const char *colon = strrchr(uri, ':');
-  ck_assert_ptr_nonnull(colon);
-  return (uint16_t)strtoul(colon + 1, NULL, 10);
-}
-
 /* Connects the pinger `pg` from group `gc` to `uri` within `timeout_ms`
  * and returns the outcome (0 or the connect's error). */
 static int pinger_connect(weft_loop_group *gc, pinger *pg, const char *uri,
@@ -1290,7 +1268,9 @@ START_TEST(ucx_server_rebinds_its_port_at_once_after_a_client) {
   gs = group_new("wu-srv");
   hostile_server hs2 = {0};
   char again[64];
-  snprintf(again, sizeof again, "ucx://127.0.0.1:%u", uri_port(uri));
+  uint16_t port = th_uri_port(uri);
+  ck_assert_uint_ne(port, 0);
+  snprintf(again, sizeof again, "ucx://127.0.0.1:%u", port);
   weft_server_bootstrap sb = {.group = gs,
                               .listen = again,
                               .child_init = hostile_init,

@@ -19,7 +19,7 @@
  * sanitizer build (ASan's shadow memory and UCX's many small allocations
  * make the full count slow there); the printed line says which.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -27,46 +27,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
-#include <weft/buf.h>
 #include <weft/channel.h>
-#include <weft/error.h>
 #include <weft/loop.h>
 #include <weft/pipeline.h>
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
-
-#define MSG 64       /* bytes of every message, all the client's tag */
 #define INFLIGHT 64  /* connects in progress at once */
 #define IDLE_MS 5000 /* the idle CPU's window */
 
-/* A started group of `n` loops. */
+/* A started group of `n` loops. The 2-loop server pins its loops, as
+ * docs/transports/ucx.md advises on UCX 1.13 ("Many workers in one
+ * process"): unpinned, this server hit the library's async abort in 2 of 3
+ * CI runs, pinned in 0 of 6. Loops are not pinned by default (issue 32). */
 static weft_loop_group *loops(const char *name, int n) {
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = n;
-  opts.name = name;
-  /* The 2-loop server pins its loops, as docs/transports/ucx.md advises on
-   * UCX 1.13 ("Many workers in one process"): unpinned, this server hit
-   * the library's async abort in 2 of 3 CI runs, pinned in 0 of 6. Loops
-   * are not pinned by default (issue 32). */
-  opts.pin = n > 1;
-  weft_loop_group *g;
-  if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
-    return NULL;
-  return g;
+  return th_loops_start(name, n, n > 1);
 }
 
 /* ---- the server (child process) ----
@@ -96,150 +72,28 @@ static void echo_init(weft_channel *ch, void *arg) {
                          NULL);
 }
 
+/* Answers a 'q': the channels on each loop. */
+static void answer_loops(int out) {
+  char line[64];
+  int len = snprintf(line, sizeof line, "%d %d\n", atomic_load(&srv_on_loop[0]),
+                     atomic_load(&srv_on_loop[1]));
+  if (write(out, line, (size_t)len) != len)
+    _exit(4);
+}
+
 static _Noreturn void scale_server(int in, int out) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   srv_group = loops("wu-big-srv", 2);
   if (srv_group == NULL)
     _exit(2);
-  char uri[300];
-  weft_server_bootstrap sb = {.group = srv_group,
-                              .listen = "ucx://127.0.0.1:0",
-                              .child_init = echo_init};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  if (weft_server_bind(&srv, &sb) != 0 ||
-      weft_server_address(srv, uri, sizeof uri) != 0)
+  weft_server *srv =
+      th_child_bind(srv_group, "ucx://127.0.0.1:0", echo_init, 0);
+  if (srv == NULL)
     _exit(3);
-  if (write(out, uri, strlen(uri)) != (ssize_t)strlen(uri))
-    _exit(4);
-  char c;
-  while (read(in, &c, 1) > 0) {
-    char line[64];
-    int len =
-        snprintf(line, sizeof line, "%d %d\n", atomic_load(&srv_on_loop[0]),
-                 atomic_load(&srv_on_loop[1]));
-    if (write(out, line, (size_t)len) != len)
-      _exit(4);
-  }
-  weft_server_close(srv);
-  weft_loop_group_stop(srv_group);
-  int rc = weft_loop_group_join(srv_group);
-  weft_loop_group_free(srv_group);
-  _exit(rc == 0 ? 0 : 5);
+  th_child_serve(srv_group, srv, in, out, answer_loops);
 }
 
-/* ---- the clients (this process, one loop) ---- */
-
-typedef struct fleet {
-  weft_loop_group *g;
-  atomic_int settled; /* connects that finished, either way */
-} fleet;
-
-typedef struct client {
-  fleet *fl;
-  uint8_t tag;
-  atomic_int status; /* of the connect; 1 until known */
-  atomic_int exceptions;
-  atomic_int bad;      /* an echo that was not this client's bytes */
-  atomic_llong echoed; /* bytes read */
-  weft_channel *ch;    /* loop thread */
-} client;
-
-/* Writes one MSG-byte message of `c`'s tag. Loop thread. */
-static void send_task(void *arg) {
-  client *c = arg;
-  if (c->ch == NULL)
-    return;
-  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(c->ch)), MSG);
-  if (b == NULL)
-    return;
-  memset(b->base, c->tag, MSG);
-  b->writer_index = MSG;
-  weft_channel_write_and_flush(c->ch, b, WEFT_PROMISE_NONE);
-}
-
-static void client_active(weft_ctx *ctx) {
-  ((client *)weft_ctx_state(ctx))->ch = weft_ctx_channel(ctx);
-}
-
-static void client_read(weft_ctx *ctx, void *msg) {
-  client *c = weft_ctx_state(ctx);
-  weft_buf *b = msg;
-  size_t n = weft_buf_readable(b);
-  for (size_t i = 0; i < n; i++)
-    if (weft_buf_rptr(b)[i] != c->tag)
-      atomic_store(&c->bad, 1);
-  weft_buf_release(b);
-  atomic_fetch_add(&c->echoed, (long long)n);
-}
-
-static void client_exception(weft_ctx *ctx, int err, const char *reason) {
-  client *c = weft_ctx_state(ctx);
-  fprintf(stderr, "client %u: %s: %s\n", c->tag, weft_err_name(err), reason);
-  atomic_fetch_add(&c->exceptions, 1);
-  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
-}
-
-static void client_inactive(weft_ctx *ctx) {
-  ((client *)weft_ctx_state(ctx))->ch = NULL;
-}
-
-static const weft_handler client_handler = {.name = "client",
-                                            .channel_active = client_active,
-                                            .channel_read = client_read,
-                                            .channel_inactive = client_inactive,
-                                            .exception_caught =
-                                                client_exception};
-
-static void client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
-}
-
-static void client_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  client *c = arg;
-  atomic_store(&c->status, status);
-  atomic_fetch_add(&c->fl->settled, 1);
-}
-
-static void client_connect(client *c, const char *uri) {
-  atomic_init(&c->status, 1);
-  weft_bootstrap b = {.loop = weft_loop_group_get(c->fl->g, 0),
-                      .connect = uri,
-                      .init = client_init,
-                      .init_arg = c,
-                      .on_connect = client_connected,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
-  b.options.connect_timeout_ms = 60000; /* a crowd of handshakes */
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
-}
-
-static void close_task(void *arg) {
-  client *c = arg;
-  if (c->ch != NULL)
-    weft_channel_close(c->ch, WEFT_PROMISE_NONE);
-}
-
-/* Every client sends one message; all must come back. */
-static void echo_round(fleet *fl, client *cs, int n, long long want) {
-  weft_loop *loop = weft_loop_group_get(fl->g, 0);
-  for (int i = 0; i < n; i++)
-    ck_assert_int_eq(weft_loop_execute(loop, send_task, &cs[i]), 0);
-  uint64_t deadline = th_now_ms() + 120000;
-  int done = 0;
-  while (th_now_ms() < deadline) {
-    done = 0;
-    for (int i = 0; i < n; i++)
-      done += atomic_load(&cs[i].echoed) >= want;
-    if (done == n)
-      break;
-    th_sleep_ms(20);
-  }
-  ck_assert_msg(done == n, "%d of %d clients got their echo", done, n);
-}
+/* ---- the clients (this process, one loop: harness_scale.h) ---- */
 
 /* Asks the server for its per-loop channel counts. */
 static void server_loops(int to, int from, int *l0, int *l1) {
@@ -251,75 +105,54 @@ static void server_loops(int to, int from, int *l0, int *l1) {
   ck_assert_int_eq(sscanf(line, "%d %d", l0, l1), 2);
 }
 
+/* What one connection leaves (the server's workers, UCX's pools): the
+ * connections after it are the cost per connection. */
+typedef struct first_rss {
+  pid_t pid;
+  long kib;
+} first_rss;
+
+static void measure_first(void *arg) {
+  first_rss *f = arg;
+  f->kib = th_status_kib(f->pid, "VmRSS:");
+}
+
 START_TEST(ucx_thousand_connections_on_two_loops) {
-  double scale = th_test_scale() * (SANITIZED ? 0.25 : 1.0);
+  double scale = th_test_scale() * (TH_SANITIZED ? 0.25 : 1.0);
   int n = (int)(1000 * scale + 0.5);
   if (n < 8)
     n = 8;
-  int to_srv[2], from_srv[2];
-  ck_assert_int_eq(pipe(to_srv), 0);
-  ck_assert_int_eq(pipe(from_srv), 0);
-  pid_t pid = fork(); /* before this process touches UCX */
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    close(to_srv[1]);
-    close(from_srv[0]);
-    scale_server(to_srv[0], from_srv[1]);
-  }
-  close(to_srv[0]);
-  close(from_srv[1]);
-  char uri[300] = "";
-  ssize_t got = read(from_srv[0], uri, sizeof uri - 1);
-  ck_assert_msg(got > 0, "the server did not start");
-  uri[got] = '\0';
+  th_child srv;
+  th_child_start(&srv, scale_server); /* before this process touches UCX */
   th_sleep_ms(200);
-  long rss0 = th_status_kib(pid, "VmRSS:");
+  long rss0 = th_status_kib(srv.pid, "VmRSS:");
 
-  fleet fl = {.g = loops("wu-big-cli", 1)};
+  th_fleet fl = {.g = loops("wu-big-cli", 1)};
   ck_assert_ptr_nonnull(fl.g);
-  client *cs = calloc((size_t)n, sizeof *cs);
+  th_client *cs = calloc((size_t)n, sizeof *cs);
   ck_assert_ptr_nonnull(cs);
   uint64_t t0 = th_now_ms();
-  long rss1 = 0;
-  for (int i = 0; i < n; i++) {
-    cs[i].fl = &fl;
-    cs[i].tag = (uint8_t)(i * 7 + 1);
-    while (i - atomic_load(&fl.settled) >= INFLIGHT)
-      th_sleep_ms(1);
-    client_connect(&cs[i], uri);
-    if (i == 0) {
-      /* What one connection leaves (the server's workers, UCX's pools);
-       * the connections after it are the cost per connection. */
-      ASSERT_EVENTUALLY(atomic_load(&fl.settled) == 1, 60000);
-      th_sleep_ms(200);
-      rss1 = th_status_kib(pid, "VmRSS:");
-    }
-  }
-  ASSERT_EVENTUALLY(atomic_load(&fl.settled) == n, 180000);
+  first_rss first = {.pid = srv.pid};
+  th_fleet_connect(&fl, cs, n, srv.uri, INFLIGHT, measure_first, &first);
+  long rss1 = first.kib;
   uint64_t t_conn = th_now_ms() - t0;
-  int failed = 0;
-  for (int i = 0; i < n; i++)
-    if (atomic_load(&cs[i].status) != 0 && failed++ == 0)
-      fprintf(stderr, "client %d: connect failed: %s\n", i,
-              weft_err_name(atomic_load(&cs[i].status)));
-  ck_assert_msg(failed == 0, "%d of %d connects failed", failed, n);
 
-  echo_round(&fl, cs, n, MSG);
+  th_fleet_echo_round(&fl, cs, n, TH_MSG, 120000);
   th_sleep_ms(1000); /* settle: the last credits and completions */
-  long rss_n = th_status_kib(pid, "VmRSS:");
+  long rss_n = th_status_kib(srv.pid, "VmRSS:");
   long my_rss = th_status_kib(getpid(), "VmRSS:");
-  double srv_cpu = th_idle_cpu(pid, IDLE_MS);
+  double srv_cpu = th_idle_cpu(srv.pid, IDLE_MS);
   double cli_cpu = th_idle_cpu(getpid(), IDLE_MS);
-  echo_round(&fl, cs, n, 2 * MSG);
+  th_fleet_echo_round(&fl, cs, n, 2 * TH_MSG, 120000);
   int on0 = 0, on1 = 0;
-  server_loops(to_srv[1], from_srv[0], &on0, &on1);
+  server_loops(srv.to, srv.from, &on0, &on1);
 
   const char *tls = getenv("UCX_TLS");
   int more = n > 1 ? n - 1 : 1;
   printf("ucx scale (UCX_TLS=%s): %d connections (1000 x WEFT_TEST_SCALE "
          "%.2f%s), connected in %.1f s (%.0f/s, %d at a time)\n",
          tls != NULL ? tls : "default", n, th_test_scale(),
-         SANITIZED ? " x 0.25 for the sanitizer build" : "", t_conn / 1000.0,
+         TH_SANITIZED ? " x 0.25 for the sanitizer build" : "", t_conn / 1000.0,
          n / (t_conn / 1000.0), INFLIGHT);
   printf("ucx scale: server RSS %ld KiB at start, %ld KiB with one "
          "connection, %ld KiB with %d idle ones: %.1f KiB per connection "
@@ -329,10 +162,7 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
          "client %.2f%%; server channels: loop 0 %d, loop 1 %d\n",
          IDLE_MS / 1000, srv_cpu, cli_cpu, on0, on1);
   fflush(stdout);
-  for (int i = 0; i < n; i++) {
-    ck_assert_int_eq(atomic_load(&cs[i].bad), 0);
-    ck_assert_int_eq(atomic_load(&cs[i].exceptions), 0);
-  }
+  th_fleet_assert_clean(cs, n);
   ck_assert_int_eq(on0 + on1, n);
   /* Spreading is on where the lanes are tcp only; over shared memory UCX
    * 1.13 can abort a server whose workers share connections
@@ -351,17 +181,10 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
 
   weft_loop *loop = weft_loop_group_get(fl.g, 0);
   for (int i = 0; i < n; i++)
-    ck_assert_int_eq(weft_loop_execute(loop, close_task, &cs[i]), 0);
-  weft_loop_group_stop(fl.g);
-  ck_assert_int_eq(weft_loop_group_join(fl.g), 0);
-  weft_loop_group_free(fl.g);
+    ck_assert_int_eq(weft_loop_execute(loop, th_client_close_task, &cs[i]), 0);
+  th_fleet_stop(&fl);
   free(cs);
-  close(to_srv[1]); /* the server stops */
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the server process ended with status 0x%x", st);
-  close(from_srv[0]);
+  th_child_finish(&srv);
 }
 END_TEST
 

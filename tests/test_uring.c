@@ -6,7 +6,7 @@
  *
  * Each test is recorded as skipped (th_skip) where io_uring cannot run on
  * the host. */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -168,9 +168,8 @@ static void server_start(server *sv, sink *s) {
   char uri[300];
   sv->srv = th_server_bind(sv->group, "uring://127.0.0.1:0", sink_init, s, uri,
                            sizeof uri);
-  const char *colon = strrchr(uri, ':');
-  ck_assert_ptr_nonnull(colon);
-  sv->port = (uint16_t)atoi(colon + 1);
+  sv->port = th_uri_port(uri);
+  ck_assert_uint_ne(sv->port, 0);
 }
 
 static void server_stop(server *sv) {
@@ -178,19 +177,6 @@ static void server_stop(server *sv) {
   weft_loop_group_stop(sv->group);
   ck_assert_int_eq(weft_loop_group_join(sv->group), 0);
   weft_loop_group_free(sv->group);
-}
-
-static int raw_connect(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port = htons(port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  struct timeval tv = {.tv_sec = 20};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  return fd;
 }
 
 /* ---- the provided buffer ring running dry ---- */
@@ -206,7 +192,7 @@ START_TEST(uring_recv_holding_every_buffer_loses_no_byte) {
   s->hoarding = true;
   server sv;
   server_start(&sv, s);
-  int fd = raw_connect(sv.port);
+  int fd = th_raw_connect(sv.port);
   static uint8_t chunk[CHUNK];
   for (uint64_t off = 0; off < TOTAL; off += CHUNK) {
     size_t n = TOTAL - off < CHUNK ? (size_t)(TOTAL - off) : CHUNK;
@@ -233,7 +219,7 @@ END_TEST
 /* ---- zero-copy sends ---- */
 
 static void echo_round_trip(server *sv, size_t total) {
-  int fd = raw_connect(sv->port);
+  int fd = th_raw_connect(sv->port);
   uint8_t *out = malloc(total), *in = malloc(total);
   ck_assert_ptr_nonnull(out);
   ck_assert_ptr_nonnull(in);

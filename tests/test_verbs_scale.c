@@ -19,13 +19,12 @@
  * the 20 must not stall. Afterwards both slow channels get everything,
  * in order.
  */
-#include "harness.h"
+#include "harness_scale.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
@@ -37,14 +36,7 @@
 
 /* A started group of one loop. */
 static weft_loop_group *one_loop(const char *name) {
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 1;
-  opts.name = name;
-  weft_loop_group *g;
-  if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
-    return NULL;
-  return g;
+  return th_loops_start(name, 1, false);
 }
 
 /* ---- what /proc says (the rest: harness.h) ---- */
@@ -83,200 +75,31 @@ static rss_parts rss_breakdown(pid_t pid) {
   return r;
 }
 
-/* ---- clients ---- */
-
-#define MSG 64 /* bytes of every message, all bytes the client's tag */
-
-typedef struct fleet fleet;
-
-typedef struct client {
-  fleet *fl;
-  uint8_t tag;
-  bool pingpong;     /* sends again on every echo while fl->run */
-  bool patterned;    /* its bytes are pattern(offset), not its tag */
-  int count, size;   /* messages it writes at once when active */
-  atomic_int posted; /* of those, write promises completed (posted) */
-  atomic_int status; /* of the connect; 1 until known */
-  atomic_int exceptions;
-  atomic_int bad;      /* an echo that was not this client's bytes */
-  atomic_llong echoed; /* bytes read */
-  atomic_llong rounds; /* echoes completed, whole messages */
-  long long partial;   /* bytes of an echo so far (loop thread) */
-  long long offset;    /* bytes read so far (loop thread) */
-  weft_channel *ch;    /* loop thread */
-} client;
-
-struct fleet {
-  weft_loop_group *g;
-  atomic_int settled; /* connects that finished, either way */
-  atomic_int run;     /* ping-pong clients keep going */
-};
-
-/* Byte `i` of a patterned stream: a reordered or lost message shows. */
-static uint8_t pattern(long long i) { return (uint8_t)(i * 31 + (i >> 9)); }
-
-/* Writes one MSG-byte message of `c`'s tag. Loop thread. */
-static void send_msg(client *c) {
-  if (c->ch == NULL)
-    return;
-  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(c->ch)), MSG);
-  if (b == NULL)
-    return;
-  memset(b->base, c->tag, MSG);
-  b->writer_index = MSG;
-  weft_channel_write_and_flush(c->ch, b, WEFT_PROMISE_NONE);
-}
-
-static void send_task(void *arg) { send_msg(arg); }
-
-static void written(void *arg, int status) {
-  if (status == 0)
-    atomic_fetch_add(&((client *)arg)->posted, 1);
-}
-
-/* Writes `c->count` messages of `c->size` bytes at once, each flushed. */
-static void send_all(client *c) {
-  weft_pool *pool = weft_loop_pool(weft_channel_loop(c->ch));
-  for (int m = 0; m < c->count; m++) {
-    weft_buf *b = weft_buf_alloc(pool, (size_t)c->size);
-    ck_assert_ptr_nonnull(b);
-    for (int i = 0; i < c->size; i++)
-      b->base[i] = c->patterned ? pattern((long long)m * c->size + i) : c->tag;
-    b->writer_index = (size_t)c->size;
-    weft_channel_write_and_flush(c->ch, b, (weft_promise){written, c});
-  }
-}
-
-static void client_active(weft_ctx *ctx) {
-  client *c = weft_ctx_state(ctx);
-  c->ch = weft_ctx_channel(ctx);
-  if (c->count > 0)
-    send_all(c);
-  else if (c->pingpong)
-    send_msg(c);
-}
-
-static void client_read(weft_ctx *ctx, void *msg) {
-  client *c = weft_ctx_state(ctx);
-  weft_buf *b = msg;
-  size_t n = weft_buf_readable(b);
-  for (size_t i = 0; i < n; i++)
-    if (weft_buf_rptr(b)[i] !=
-        (c->patterned ? pattern(c->offset + (long long)i) : c->tag))
-      atomic_store(&c->bad, 1);
-  c->offset += (long long)n;
-  weft_buf_release(b);
-  atomic_fetch_add(&c->echoed, (long long)n);
-  for (c->partial += (long long)n; c->partial >= MSG; c->partial -= MSG) {
-    atomic_fetch_add(&c->rounds, 1);
-    if (c->pingpong && atomic_load(&c->fl->run))
-      send_msg(c);
-  }
-}
-
-static void client_exception(weft_ctx *ctx, int err, const char *reason) {
-  client *c = weft_ctx_state(ctx);
-  fprintf(stderr, "client %u: %s: %s\n", c->tag, weft_err_name(err), reason);
-  atomic_fetch_add(&c->exceptions, 1);
-  weft_ctx_close(ctx, WEFT_PROMISE_NONE);
-}
-
-static void client_inactive(weft_ctx *ctx) {
-  ((client *)weft_ctx_state(ctx))->ch = NULL;
-}
-
-static const weft_handler client_handler = {.name = "client",
-                                            .channel_active = client_active,
-                                            .channel_read = client_read,
-                                            .channel_inactive = client_inactive,
-                                            .exception_caught =
-                                                client_exception};
-
-static void client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
-}
-
-static void client_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  client *c = arg;
-  atomic_store(&c->status, status);
-  atomic_fetch_add(&c->fl->settled, 1);
-}
-
-/* Starts `c`'s connection to `uri` on the fleet's loop, with `init`. */
-static void client_connect(client *c, const char *uri,
-                           weft_channel_init_cb init) {
-  atomic_init(&c->status, 1);
-  weft_bootstrap b = {.loop = weft_loop_group_get(c->fl->g, 0),
-                      .connect = uri,
-                      .init = init,
-                      .init_arg = c,
-                      .on_connect = client_connected,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
-  b.options.connect_timeout_ms = 60000; /* TCG: a crowd of handshakes */
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
-}
+/* ---- clients: harness_scale.h ---- */
 
 /* ---- a thousand connections ---- */
 
 /* The server, in a child process: echoes every message; writes its address
  * to `out`, then serves until `in` reaches EOF; exits 0 if it stopped with
  * no leak. No Check asserts here (a child of a check). */
-static const weft_handler echo_handler = {.name = "echo",
-                                          .channel_read = th_echo_read,
-                                          .exception_caught =
-                                              th_echo_exception};
-
-static void echo_init(weft_channel *ch, void *arg) {
-  (void)arg;
-  weft_pipeline_add_last(weft_channel_pipeline(ch), "echo", &echo_handler,
-                         NULL);
-}
-
 static _Noreturn void scale_server(int in, int out) {
-  weft_loop_group *g = one_loop("wv-big-srv");
-  if (g == NULL)
-    _exit(2);
-  char listen[300], uri[300];
+  char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
-  weft_server_bootstrap sb = {
-      .group = g, .listen = listen, .child_init = echo_init, .backlog = 1024};
-  weft_channel_config_init(&sb.child_options);
-  weft_server *srv;
-  if (weft_server_bind(&srv, &sb) != 0 ||
-      weft_server_address(srv, uri, sizeof uri) != 0)
-    _exit(3);
-  if (write(out, uri, strlen(uri)) != (ssize_t)strlen(uri))
-    _exit(4);
-  char c;
-  while (read(in, &c, 1) > 0) {
-  }
-  weft_server_close(srv);
-  weft_loop_group_stop(g);
-  int rc = weft_loop_group_join(g);
-  weft_loop_group_free(g);
-  _exit(rc == 0 ? 0 : 5);
+  th_child_echo_server("wv-big-srv", 1, listen, th_echo_init, 1024, in, out);
 }
 
-/* Every client sends one message; all must come back. */
-static void echo_round(fleet *fl, client *cs, int n, long long want) {
-  weft_loop *loop = weft_loop_group_get(fl->g, 0);
-  for (int i = 0; i < n; i++)
-    ck_assert_int_eq(weft_loop_execute(loop, send_task, &cs[i]), 0);
-  uint64_t deadline = th_now_ms() + 180000;
-  int done = 0;
-  while (th_now_ms() < deadline) {
-    done = 0;
-    for (int i = 0; i < n; i++)
-      done += atomic_load(&cs[i].echoed) >= want;
-    if (done == n)
-      break;
-    th_sleep_ms(20);
-  }
-  ck_assert_msg(done == n, "%d of %d clients got their echo", done, n);
+/* What one connection leaves: the device, its first group and chunk; the
+ * connections after it are the cost per connection. */
+typedef struct first_conn {
+  pid_t pid;
+  long rss, vmalloc, slab;
+} first_conn;
+
+static void measure_first(void *arg) {
+  first_conn *f = arg;
+  f->rss = th_status_kib(f->pid, "VmRSS:");
+  f->vmalloc = th_meminfo_kib("VmallocUsed:");
+  f->slab = th_meminfo_kib("Slab:");
 }
 
 START_TEST(verbs_thousand_connections_on_one_loop) {
@@ -284,70 +107,33 @@ START_TEST(verbs_thousand_connections_on_one_loop) {
   int n = (int)(1000 * scale + 0.5);
   if (n < 1)
     n = 1;
-  int to_srv[2], from_srv[2];
-  ck_assert_int_eq(pipe(to_srv), 0);
-  ck_assert_int_eq(pipe(from_srv), 0);
   /* Fork before this process touches verbs, so the child starts clean. */
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    close(to_srv[1]);
-    close(from_srv[0]);
-    scale_server(to_srv[0], from_srv[1]);
-  }
-  close(to_srv[0]);
-  close(from_srv[1]);
-  char uri[300] = "";
-  ssize_t got = read(from_srv[0], uri, sizeof uri - 1);
-  ck_assert_msg(got > 0, "the server did not start");
-  uri[got] = '\0';
+  th_child srv;
+  th_child_start(&srv, scale_server);
   th_sleep_ms(200);
-  long rss0 = th_status_kib(pid, "VmRSS:");
+  long rss0 = th_status_kib(srv.pid, "VmRSS:");
 
-  fleet fl = {.g = one_loop("wv-big-cli")};
+  th_fleet fl = {.g = one_loop("wv-big-cli")};
   ck_assert_ptr_nonnull(fl.g);
-  client *cs = calloc((size_t)n, sizeof *cs);
+  th_client *cs = calloc((size_t)n, sizeof *cs);
   ck_assert_ptr_nonnull(cs);
   uint64_t t0 = th_now_ms();
-  long rss1 = 0, vmalloc1 = 0, slab1 = 0;
-  for (int i = 0; i < n; i++) {
-    cs[i].fl = &fl;
-    cs[i].tag = (uint8_t)(i * 7 + 1);
-    /* At most 64 handshakes at a time: the backlog and TCG are finite. */
-    while (i - atomic_load(&fl.settled) >= 64)
-      th_sleep_ms(1);
-    client_connect(&cs[i], uri, client_init);
-    if (i == 0) {
-      /* What one connection leaves: the device, its first group and
-       * chunk; the connections after it are the cost per connection. */
-      ASSERT_EVENTUALLY(atomic_load(&fl.settled) == 1, 60000);
-      th_sleep_ms(200);
-      rss1 = th_status_kib(pid, "VmRSS:");
-      vmalloc1 = th_meminfo_kib("VmallocUsed:");
-      slab1 = th_meminfo_kib("Slab:");
-    }
-  }
-  ASSERT_EVENTUALLY(atomic_load(&fl.settled) == n, 180000);
-  int failed = 0;
-  for (int i = 0; i < n; i++)
-    if (atomic_load(&cs[i].status) != 0) {
-      if (failed++ == 0)
-        fprintf(stderr, "client %d: connect failed: %s\n", i,
-                weft_err_name(atomic_load(&cs[i].status)));
-    }
-  ck_assert_msg(failed == 0, "%d of %d connects failed", failed, n);
+  /* At most 64 handshakes at a time: the backlog and TCG are finite. */
+  first_conn first = {.pid = srv.pid};
+  th_fleet_connect(&fl, cs, n, srv.uri, 64, measure_first, &first);
+  long rss1 = first.rss, vmalloc1 = first.vmalloc, slab1 = first.slab;
   uint64_t t_conn = th_now_ms() - t0;
 
-  echo_round(&fl, cs, n, MSG);
+  th_fleet_echo_round(&fl, cs, n, TH_MSG, 180000);
   th_sleep_ms(1000); /* settle: the last credits and completions */
-  long rss_n = th_status_kib(pid, "VmRSS:");
-  rss_parts parts = rss_breakdown(pid);
+  long rss_n = th_status_kib(srv.pid, "VmRSS:");
+  rss_parts parts = rss_breakdown(srv.pid);
   long my_rss = th_status_kib(getpid(), "VmRSS:");
   long vmalloc_n = th_meminfo_kib("VmallocUsed:");
   long slab_n = th_meminfo_kib("Slab:");
-  double srv_cpu = th_idle_cpu(pid, 5000);
+  double srv_cpu = th_idle_cpu(srv.pid, 5000);
   double cli_cpu = th_idle_cpu(getpid(), 5000);
-  echo_round(&fl, cs, n, 2 * MSG);
+  th_fleet_echo_round(&fl, cs, n, 2 * TH_MSG, 180000);
 
   int more = n > 1 ? n - 1 : 1;
   printf("verbs scale: %d connections (1000 x WEFT_TEST_SCALE %.2f) on one "
@@ -369,23 +155,13 @@ START_TEST(verbs_thousand_connections_on_one_loop) {
   printf("verbs scale: idle CPU over 5 s: server %.1f%%, client %.1f%%\n",
          srv_cpu, cli_cpu);
   fflush(stdout);
-  for (int i = 0; i < n; i++) {
-    ck_assert_int_eq(atomic_load(&cs[i].bad), 0);
-    ck_assert_int_eq(atomic_load(&cs[i].exceptions), 0);
-  }
+  th_fleet_assert_clean(cs, n);
   /* An idle loop sleeps in epoll: a busy-polling one would show ~100%. */
   ck_assert_msg(srv_cpu < 10.0, "the idle server used %.1f%% CPU", srv_cpu);
 
-  weft_loop_group_stop(fl.g);
-  ck_assert_int_eq(weft_loop_group_join(fl.g), 0);
-  weft_loop_group_free(fl.g);
+  th_fleet_stop(&fl);
   free(cs);
-  close(to_srv[1]); /* the server stops */
-  int st = 0;
-  ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-  ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
-                "the server process ended with status 0x%x", st);
-  close(from_srv[0]);
+  th_child_finish(&srv);
 }
 END_TEST
 
@@ -451,11 +227,11 @@ static void sc_init(weft_channel *ch, void *arg) {
 /* The slow reader: auto-read off from the start. */
 static void slow_reader_init(weft_channel *ch, void *arg) {
   weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0);
-  client_init(ch, arg);
+  th_client_init(ch, arg);
 }
 
 static void read_on_task(void *arg) {
-  client *c = arg;
+  th_client *c = arg;
   if (c->ch != NULL)
     weft_channel_set_option(c->ch, WEFT_OPT_AUTO_READ, 1);
 }
@@ -476,8 +252,9 @@ static void wait_quiet(atomic_int *v, unsigned quiet_ms, unsigned max_ms) {
   }
 }
 
-static void connect_one(client *c, const char *uri, weft_channel_init_cb init) {
-  client_connect(c, uri, init);
+static void connect_one(th_client *c, const char *uri,
+                        weft_channel_init_cb init) {
+  th_client_connect(c, uri, init);
   ASSERT_EVENTUALLY(atomic_load(&c->status) != 1, 60000);
   ck_assert_int_eq(atomic_load(&c->status), 0);
 }
@@ -490,25 +267,25 @@ START_TEST(verbs_slow_consumer_stalls_only_itself) {
   char listen[300], uri[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   weft_server *srv = th_server_bind(sg, listen, sc_init, s, uri, sizeof uri);
-  fleet fl = {.g = one_loop("wv-sc-cli")};
+  th_fleet fl = {.g = one_loop("wv-sc-cli")};
   ck_assert_ptr_nonnull(fl.g);
   atomic_init(&fl.run, 1);
 
   /* The holder: its server channel does not read. */
-  client hold = {.fl = &fl, .tag = 0xa1, .count = HOLD_MSGS, .size = MSG};
-  connect_one(&hold, uri, client_init);
+  th_client hold = {.fl = &fl, .tag = 0xa1, .count = HOLD_MSGS, .size = TH_MSG};
+  connect_one(&hold, uri, th_client_init);
   /* The slow reader: sends and does not read its echoes. */
-  client slow = {.fl = &fl,
-                 .tag = 0xb2,
-                 .patterned = true,
-                 .count = SLOW_MSGS,
-                 .size = SLOW_SIZE};
+  th_client slow = {.fl = &fl,
+                    .tag = 0xb2,
+                    .patterned = true,
+                    .count = SLOW_MSGS,
+                    .size = SLOW_SIZE};
   connect_one(&slow, uri, slow_reader_init);
-  client fast[FAST];
+  th_client fast[FAST];
   memset(fast, 0, sizeof fast);
   for (int i = 0; i < FAST; i++) {
-    fast[i] = (client){.fl = &fl, .tag = (uint8_t)(i + 1), .pingpong = true};
-    connect_one(&fast[i], uri, client_init);
+    fast[i] = (th_client){.fl = &fl, .tag = (uint8_t)(i + 1), .pingpong = true};
+    connect_one(&fast[i], uri, th_client_init);
   }
   /* The slow reader is as far as it gets once its sends stop. */
   wait_quiet(&slow.posted, 3000, 120000);
@@ -551,7 +328,7 @@ START_TEST(verbs_slow_consumer_stalls_only_itself) {
   ck_assert_int_eq(weft_loop_execute(weft_loop_group_get(sg, 0),
                                      srv_read_on_task, &s->ch[0]),
                    0);
-  ASSERT_EVENTUALLY(atomic_load(&hold.echoed) == (long long)HOLD_MSGS * MSG,
+  ASSERT_EVENTUALLY(atomic_load(&hold.echoed) == (long long)HOLD_MSGS * TH_MSG,
                     120000);
   ASSERT_EVENTUALLY(
       atomic_load(&slow.echoed) == (long long)SLOW_MSGS * SLOW_SIZE, 120000);
@@ -563,9 +340,7 @@ START_TEST(verbs_slow_consumer_stalls_only_itself) {
     ck_assert_int_eq(atomic_load(&fast[i].exceptions), 0);
   }
 
-  weft_loop_group_stop(fl.g);
-  ck_assert_int_eq(weft_loop_group_join(fl.g), 0);
-  weft_loop_group_free(fl.g);
+  th_fleet_stop(&fl);
   weft_server_close(srv);
   weft_loop_group_stop(sg);
   ck_assert_int_eq(weft_loop_group_join(sg), 0);

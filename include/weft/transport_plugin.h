@@ -391,6 +391,73 @@ typedef struct weft_read_budget {
 weft_read_budget weft_channel_read_budget(const weft_channel *ch);
 
 /**
+ * Whether channel `ch` reads on its own (WEFT_OPT_AUTO_READ, true by
+ * default): what a plugin's reading flag starts from when it takes a
+ * channel, and again once a connect completes (the option may change
+ * meanwhile). Loop thread.
+ */
+bool weft_channel_auto_read(const weft_channel *ch);
+
+/**
+ * A channel's read budget as it is spent over one loop iteration: the
+ * reads and bytes the channel fired in iteration `epoch`, and the budget
+ * (weft_channel_read_budget) read at that iteration's first read. A plugin
+ * keeps one per channel, zero-initialized, and counts with
+ * weft_read_meter_spend; `epoch` is the plugin's own count of its polls
+ * (any value that changes from one iteration to the next). Loop thread.
+ */
+typedef struct weft_read_meter {
+  uint64_t epoch;          /**< the iteration the counts are of */
+  uint32_t msgs;           /**< channel_reads fired in it */
+  size_t bytes;            /**< bytes fired in it */
+  weft_read_budget budget; /**< the channel's, read at its first read */
+} weft_read_meter;
+
+/**
+ * Starts iteration `epoch` on `m` unless it is already in it: the counts
+ * go to zero and the budget of `ch` is read again (so a changed
+ * WEFT_OPT_MAX_MESSAGES_PER_READ applies from the next iteration on).
+ * Loop thread.
+ */
+static inline void weft_read_meter_begin(weft_read_meter *m,
+                                         const weft_channel *ch,
+                                         uint64_t epoch) {
+  if (m->epoch != epoch) {
+    m->epoch = epoch;
+    m->msgs = 0;
+    m->bytes = 0;
+    m->budget = weft_channel_read_budget(ch);
+  }
+}
+
+/** Whether `m` spent its budget: as many reads or bytes as it allows. */
+static inline bool weft_read_meter_exhausted(const weft_read_meter *m) {
+  return m->msgs >= m->budget.max_messages || m->bytes >= m->budget.max_bytes;
+}
+
+/**
+ * Counts one read of `bytes` by `ch` in iteration `epoch` against `m`
+ * (starting the iteration first, weft_read_meter_begin); true when this
+ * read spent the budget: the plugin then keeps what is left for the next
+ * iteration. Two compares per read. Loop thread.
+ */
+static inline bool weft_read_meter_spend(weft_read_meter *m,
+                                         const weft_channel *ch, uint64_t epoch,
+                                         size_t bytes) {
+  weft_read_meter_begin(m, ch, epoch);
+  m->msgs++;
+  m->bytes += bytes;
+  return weft_read_meter_exhausted(m);
+}
+
+/** Whether the channel already spent its budget in iteration `epoch`
+ *  (false in an iteration it has not read in yet). Loop thread. */
+static inline bool weft_read_meter_spent(const weft_read_meter *m,
+                                         uint64_t epoch) {
+  return m->epoch == epoch && weft_read_meter_exhausted(m);
+}
+
+/**
  * Reports the outcome of connect: 0 makes the channel ACTIVE and fires
  * channel_active; an error fails the connect promise and closes the channel.
  */

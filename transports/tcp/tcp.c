@@ -494,28 +494,28 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
  * and closes it then). */
 static int read_ready(tcp_channel *tc, bool busy) {
   weft_pool *pool = weft_loop_pool(weft_channel_loop(tc->ch));
-  weft_read_budget budget = weft_channel_read_budget(tc->ch);
-  size_t total = 0;
+  weft_read_meter rb = {0}; /* one readiness is one iteration's budget */
+  weft_read_meter_begin(&rb, tc->ch, 1);
   ssize_t last = 0;
   bool fired = false, spent = false;
-  for (uint32_t i = 0; i < budget.max_messages; i++) {
+  while (rb.msgs < rb.budget.max_messages) {
     size_t capacity = 0;
     last = pool != NULL ? read_once(tc, pool, &capacity) : WEFT_ENOMEM;
     if (last <= 0)
       break;
     fired = true;
-    total += (size_t)last;
+    bool used_up = weft_read_meter_spend(&rb, tc->ch, 1, (size_t)last);
     recv_record(tc, (size_t)last, capacity);
     if (!channel_open(tc) || !tc->reading || (size_t)last < capacity)
       break;
-    spent = i + 1 == budget.max_messages || total >= budget.max_bytes;
+    spent = used_up;
     if (spent)
       break;
   }
   if (fired && channel_open(tc))
     weft_pipeline_fire_channel_read_complete(weft_channel_pipeline(tc->ch));
   if (!channel_open(tc) || last > 0 || last == WEFT_EAGAIN) {
-    if ((spent || total >= TCP_BUSY_READ_MORE_BYTES) && channel_open(tc) &&
+    if ((spent || rb.bytes >= TCP_BUSY_READ_MORE_BYTES) && channel_open(tc) &&
         tc->reading)
       return WEFT_BUSY_READ_MORE;
     return fired ? 1 : 0;
@@ -597,11 +597,9 @@ static int channel_take_fd(weft_channel *ch, int fd) {
   tcp_loop *tl = loop_state_of(weft_channel_loop(ch), &err);
   if (tl == NULL)
     return err;
-  int64_t auto_read = 1;
-  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
   tc->ch = ch;
   tc->tl = tl;
-  tc->reading = auto_read != 0;
+  tc->reading = weft_channel_auto_read(ch);
   tc->recv_index = RECV_INITIAL;
   err = io_open(tl, &tc->io, fd, channel_event, channel_busy_read, tc);
   if (err < 0)

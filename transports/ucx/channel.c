@@ -174,11 +174,9 @@ static ucx_loop *channel_init(weft_channel *ch, bool client, int *err) {
   ucx_loop *tl = weft__ucx_loop_state_of(weft_channel_loop(ch), err);
   if (tl == NULL)
     return NULL;
-  int64_t auto_read = 1;
-  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
   uc->ch = ch;
   uc->tl = tl;
-  uc->reading = auto_read != 0;
+  uc->reading = weft_channel_auto_read(ch);
   weft__ucx_wire_init(&uc->w, (uint32_t)tl->cfg.window,
                       (uint32_t)tl->cfg.max_message, client);
   uc->send_seq = first_seq(uc);

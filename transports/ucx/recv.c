@@ -363,21 +363,12 @@ ucs_status_t weft__ucx_am_recv(void *arg, const void *header, size_t header_len,
 /* Counts one read of `bytes` against the channel's budget of this poll;
  * true when it spent it. */
 static bool budget_spend(ucx_channel *uc, size_t bytes) {
-  if (uc->rb_epoch != uc->tl->epoch) {
-    uc->rb_epoch = uc->tl->epoch;
-    uc->rb_msgs = 0;
-    uc->rb_bytes = 0;
-    uc->rb = weft_channel_read_budget(uc->ch);
-  }
-  uc->rb_bytes += bytes;
-  return ++uc->rb_msgs >= uc->rb.max_messages ||
-         uc->rb_bytes >= uc->rb.max_bytes;
+  return weft_read_meter_spend(&uc->rb, uc->ch, uc->tl->epoch, bytes);
 }
 
 /* Whether the channel spent its budget in this poll already. */
 static bool budget_spent(const ucx_channel *uc) {
-  return uc->rb_epoch == uc->tl->epoch && (uc->rb_msgs >= uc->rb.max_messages ||
-                                           uc->rb_bytes >= uc->rb.max_bytes);
+  return weft_read_meter_spent(&uc->rb, uc->tl->epoch);
 }
 
 /* Whether bytes the channel would read wait for its next budget: an

@@ -97,13 +97,8 @@ struct ucx_channel {
   ucx_wire w;
   rq_entry *rq_head, *rq_tail;
   ucx_channel *pend_next;
-  /* The read budget (recv.c, "The read budget"): reads and bytes
-   * delivered in the loop's poll rb_epoch, and the channel's budget, read
-   * at that poll's first delivery. */
-  uint64_t rb_epoch;
-  uint32_t rb_msgs;
-  size_t rb_bytes;
-  weft_read_budget rb;
+  /* The read budget (recv.c, "The read budget"), per poll of the loop. */
+  weft_read_meter rb;
   /* The peer broke the protocol (PEND_ERROR with `err`): why, for the log
    * and the close's reason. Its messages are dropped from then on. */
   char violation[120];

@@ -54,9 +54,7 @@ void weft__uring_connect_done(ur_channel *uc, int32_t res) {
   if (weft_channel_state_of(ch) == WEFT_CHANNEL_REGISTERED) {
     if (res == 0) {
       /* auto-read may have changed while connecting */
-      int64_t auto_read = 1;
-      weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
-      uc->reading = auto_read != 0;
+      uc->reading = weft_channel_auto_read(ch);
       weft__uring_recv_arm(uc);
     }
     weft_channel_connected(ch, res);
@@ -72,13 +70,11 @@ static int channel_take_fd(weft_channel *ch, int fd) {
   ur_loop *ul = loop_state_of(weft_channel_loop(ch), &err);
   if (ul == NULL)
     return err;
-  int64_t auto_read = 1;
-  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
   uc->ch = ch;
   uc->ul = ul;
   uc->fd = fd;
   uc->has_fd = true;
-  uc->reading = auto_read != 0;
+  uc->reading = weft_channel_auto_read(ch);
   uc->op_recv.kind = UR_OP_RECV;
   uc->op_plain.kind = UR_OP_PLAIN_RECV;
   uc->op_connect.kind = UR_OP_CONNECT;

@@ -189,16 +189,7 @@ void weft__uring_recv_resume(ur_channel *uc) {
 /* Counts `bytes` read against the channel's budget of this epoch; true
  * when the read spent it. */
 static bool budget_spend(ur_channel *uc, size_t bytes) {
-  ur_loop *ul = uc->ul;
-  if (uc->rb_epoch != ul->epoch) {
-    uc->rb_epoch = ul->epoch;
-    uc->rb_msgs = 0;
-    uc->rb_bytes = 0;
-    uc->rb = weft_channel_read_budget(uc->ch);
-  }
-  uc->rb_bytes += bytes;
-  return ++uc->rb_msgs >= uc->rb.max_messages ||
-         uc->rb_bytes >= uc->rb.max_bytes;
+  return weft_read_meter_spend(&uc->rb, uc->ch, uc->ul->epoch, bytes);
 }
 
 /* The channel spent its budget: it waits on the yield list (with a
@@ -347,7 +338,7 @@ void weft__uring_recv_done(ur_channel *uc, int32_t res, uint32_t flags) {
         hold(uc, b, bid);
         /* A flood holds no more of the ring ("The read budget"); without
          * an SQE the recv goes on and ENOBUFS ends it. */
-        if (uc->yielded && uc->held_n >= uc->rb.max_messages)
+        if (uc->yielded && uc->held_n >= uc->rb.budget.max_messages)
           (void)weft__uring_recv_cancel(uc);
       }
     } else {

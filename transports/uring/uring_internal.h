@@ -334,12 +334,10 @@ struct ur_channel {
   uint16_t held_head, held_tail; /* slot ids, while held_n > 0 */
   weft_buf *held_plain;
   bool deliver_queued; /* weft__uring_recv_resume's task is queued */
-  /* The read budget of this iteration (recv.c): spent in epoch rb_epoch */
+  /* The read budget of this iteration (recv.c), per epoch of the loop */
   bool yielded;  /* spent: on the loop's yield list, completions held */
   bool eof_held; /* the peer's EOF came behind held reads: after them */
-  uint32_t rb_epoch, rb_msgs;
-  size_t rb_bytes;
-  weft_read_budget rb; /* the channel's, read at the epoch's first read */
+  weft_read_meter rb;
   ur_channel *yield_next;
   struct sockaddr_storage peer; /* connect's address */
   socklen_t peer_len;

@@ -95,12 +95,10 @@ static verbs_loop *loop_state_of(weft_loop *loop, int *err) {
 }
 
 static void vc_init(verbs_chan *vc, weft_channel *ch, verbs_loop *vl) {
-  int64_t auto_read = 1;
-  weft_channel_get_option(ch, WEFT_OPT_AUTO_READ, &auto_read);
   vc->kind = KIND_CHANNEL;
   vc->ch = ch;
   vc->vl = vl;
-  vc->reading = auto_read != 0;
+  vc->reading = weft_channel_auto_read(ch);
   weft_timer_init(vl->loop, &vc->linger);
 }
 

@@ -102,16 +102,7 @@ static weft_buf *copy_out(verbs_chan *vc, weft_buf *b) {
 /* Counts one read of `bytes` against the channel's budget of this poll;
  * true when it spent it. */
 static bool budget_spend(verbs_chan *vc, size_t bytes) {
-  verbs_dev *d = vc->dev;
-  if (vc->rb_epoch != d->epoch) {
-    vc->rb_epoch = d->epoch;
-    vc->rb_msgs = 0;
-    vc->rb_bytes = 0;
-    vc->rb = weft_channel_read_budget(vc->ch);
-  }
-  vc->rb_bytes += bytes;
-  return ++vc->rb_msgs >= vc->rb.max_messages ||
-         vc->rb_bytes >= vc->rb.max_bytes;
+  return weft_read_meter_spend(&vc->rb, vc->ch, vc->dev->epoch, bytes);
 }
 
 /* Whether the channel spent its budget in this poll already; always
@@ -119,9 +110,7 @@ static bool budget_spend(verbs_chan *vc, size_t bytes) {
  * iteration, which found no work) only takes in, and the next poll
  * delivers, so that one iteration never delivers two budgets. */
 static bool budget_spent(const verbs_chan *vc) {
-  return vc->dev->arming || (vc->rb_epoch == vc->dev->epoch &&
-                             (vc->rb_msgs >= vc->rb.max_messages ||
-                              vc->rb_bytes >= vc->rb.max_bytes));
+  return vc->dev->arming || weft_read_meter_spent(&vc->rb, vc->dev->epoch);
 }
 
 /* Delivers held messages while the channel reads and its budget lasts;

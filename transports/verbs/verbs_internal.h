@@ -273,13 +273,8 @@ struct verbs_chan {
   verbs_chan *hash_next;
   verbs_chan *prev, *next; /* the loop's channels with an id */
   verbs_chan *deliver_next;
-  /* The read budget (recv.c): reads and bytes delivered in the device's
-   * poll rb_epoch, and the channel's budget, read at its first delivery
-   * of that poll. */
-  uint64_t rb_epoch;
-  uint32_t rb_msgs;
-  size_t rb_bytes;
-  weft_read_budget rb;
+  /* The read budget (recv.c), per poll of the device. */
+  weft_read_meter rb;
 };
 
 /* Channels that share one CQ and one SRQ (group.c). The CQ holds every
