@@ -815,21 +815,36 @@ END_TEST
  * ones that run out (25 ms gaps, 20 ms window) never reach 8 in a row and
  * the window stays: a fast peer keeps the loop spinning. */
 START_TEST(selector_window_kept_when_spins_catch_events) {
-  no_preemption_samples = true;
-  weft_loop *loop = start_group(1, 20000, 0, true);
-  static struct tsrc t;
-  eventfd_add(&t, loop);
-  for (int i = 0; i < 20; i++) {
-    kick_after(&t, 25); /* a miss */
-    kick_after(&t, 2);  /* a hit, but for a load spike past 20 ms */
+  /* A round counts only if every short gap was short: on a loaded machine
+   * the kicking thread itself may wake 20 ms late, and 8 such late kicks
+   * in a row are 8 true misses, which the rule must drop for. Such a
+   * round is run again on a fresh loop, up to 5 times. */
+  for (int attempt = 0; attempt < 5; attempt++) {
+    no_preemption_samples = true;
+    weft_loop *loop = start_group(1, 20000, 0, true);
+    static struct tsrc t;
+    eventfd_add(&t, loop);
+    int late = 0;
+    for (int i = 0; i < 20; i++) {
+      kick_after(&t, 25); /* a miss */
+      uint64_t t0 = th_now_ms();
+      kick_after(&t, 2); /* a hit, unless the kick itself comes late */
+      late += th_now_ms() - t0 > 12;
+    }
+    weft_loop_stats st = stats_of(loop);
+    eventfd_done(&t);
+    if (late > 0)
+      continue;
+    /* Misses happened (half the gaps, less any a load spike stretched
+     * beyond the horizon, which halve the window instead). */
+    ck_assert_uint_ge(st.window_misses, 10);
+    ck_assert_uint_eq(st.window_drops, 0);
+    ck_assert_uint_gt(st.busy_poll_window_ns,
+                      0); /* halved by a spike at most */
+    return;
   }
-  weft_loop_stats st = stats_of(loop);
-  /* Misses happened (half the gaps, less any a load spike stretched
-   * beyond the horizon, which halve the window instead). */
-  ck_assert_uint_ge(st.window_misses, 10);
-  ck_assert_uint_eq(st.window_drops, 0);
-  ck_assert_uint_gt(st.busy_poll_window_ns, 0); /* halved by a spike at most */
-  eventfd_done(&t);
+  th_skip(__func__, "every round had a kick 12 ms late or more: the machine "
+                    "is too loaded to tell a hit from a miss");
 }
 END_TEST
 
