@@ -32,9 +32,10 @@
 
 /* ---- the store: a chained hash table of byte strings, one lock ---- */
 
-#define TABLE_SIZE 4096u          /* buckets (fixed: a teaching program) */
-#define MAX_KEYS (1u << 20)       /* SET refuses a new key past this */
-#define MAX_REPLY_BULK (1u << 20) /* GET's reply buffer, bytes (see SET) */
+#define TABLE_SIZE 4096u    /* buckets (fixed: a teaching program) */
+#define MAX_KEYS (1u << 20) /* SET refuses a new key past this */
+/* bytes: SET refuses a longer value, so GET's reply has a bound too */
+#define MAX_VALUE (1u << 20)
 
 typedef struct entry {
   struct entry *next;
@@ -144,8 +145,11 @@ static void cmd_echo(weft_ctx *ctx, const weft_resp_cmd *c) {
 
 static void cmd_set(weft_ctx *ctx, const weft_resp_cmd *c) {
   const weft_resp_arg *k = &c->argv[1], *v = &c->argv[2];
-  if (v->len > MAX_REPLY_BULK) /* so that GET's reply has a bound too */
-    return reply_error(ctx, "ERR value over %s bytes", "1048576");
+  if (v->len > MAX_VALUE) {
+    char max[24];
+    snprintf(max, sizeof max, "%u", MAX_VALUE);
+    return reply_error(ctx, "ERR value over %s bytes", max);
+  }
   entry *e = malloc(sizeof *e + k->len + v->len);
   if (e == NULL)
     return reply_error(ctx, "OOM %s", "command not allowed");
@@ -251,14 +255,14 @@ static void redis_read(weft_ctx *ctx, void *msg) {
   for (size_t i = 0; i < sizeof commands / sizeof *commands && !k; i++)
     if (weft_resp_arg_equals(c, 0, commands[i].name))
       k = &commands[i];
-  char name[64];
-  snprintf(name, sizeof name, "%.*s",
-           (int)(c->argv[0].len < 40 ? c->argv[0].len : 40),
-           (const char *)c->argv[0].ptr);
-  if (k == NULL) /* named as sent, as Redis does */
+  if (k == NULL) { /* named as sent (up to 40 bytes), as Redis does */
+    char name[64];
+    snprintf(name, sizeof name, "%.*s",
+             (int)(c->argv[0].len < 40 ? c->argv[0].len : 40),
+             (const char *)c->argv[0].ptr);
     reply_error(ctx, "ERR unknown command '%s'", name);
-  else if (k->arity > 0 ? c->argc != (size_t)k->arity
-                        : c->argc < (size_t)-k->arity)
+  } else if (k->arity > 0 ? c->argc != (size_t)k->arity
+                          : c->argc < (size_t)-k->arity)
     reply_error(ctx, "ERR wrong number of arguments for '%s' command",
                 k->name); /* Redis names it in lower case */
   else
