@@ -86,4 +86,60 @@ static inline char *outbound_text(weft_embedded *e) {
   return out;
 }
 
+/** A new embedded channel whose pipeline `init` sets up (its arg NULL). */
+static inline weft_embedded *embedded_of(weft_channel_init_cb init) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init, NULL), 0);
+  return e;
+}
+
+/** Asserts that nothing more reached the tail of `e` and that no exception
+ *  was raised, then frees it: every buffer must have come back. */
+static inline void expect_drained_free(weft_embedded *e) {
+  ck_assert_ptr_null(weft_embedded_read_inbound(e));
+  ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+
+/** Makes message `i` of a test's sequence from `pool` (a weft_buf or any
+ *  other weft_msg the codec under test encodes). */
+typedef void *(*cu_make_fn)(weft_pool *pool, int i);
+
+/** Checks that `msg` is message `i` of a test's sequence (not releasing it). */
+typedef void (*cu_check_fn)(void *msg, int i);
+
+/** Writes messages make(pool, 0..n-1) through the pipeline `init` sets up
+ *  and flushes; returns the wire bytes, copied to `wire` (cap bytes). */
+static inline size_t encode_all(weft_channel_init_cb init, cu_make_fn make,
+                                int n, uint8_t *wire, size_t cap) {
+  weft_embedded *e = embedded_of(init);
+  for (int i = 0; i < n; i++)
+    weft_channel_write(weft_embedded_channel(e), make(weft_embedded_pool(e), i),
+                       WEFT_PROMISE_NONE);
+  weft_channel_flush(weft_embedded_channel(e));
+  size_t len = drain_outbound(e, wire, cap);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  return len;
+}
+
+/** Feeds `wire` to a new channel of `init`'s pipeline in every feed_mode
+ *  (random splits seeded by seed + mode): n messages must reach the tail,
+ *  each passing check(msg, i) in order, then nothing more and no
+ *  exception. */
+static inline void decode_all_at_any_split(weft_channel_init_cb init,
+                                           const void *wire, size_t len, int n,
+                                           unsigned seed, cu_check_fn check) {
+  for (int mode = 0; mode < FEED_MODES; mode++) {
+    weft_embedded *e = embedded_of(init);
+    feed(e, wire, len, mode, seed + (unsigned)mode);
+    for (int i = 0; i < n; i++) {
+      void *m = weft_embedded_read_inbound(e);
+      ck_assert_ptr_nonnull(m);
+      check(m, i);
+      weft_msg_release(m);
+    }
+    expect_drained_free(e);
+  }
+}
+
 #endif /* WEFT_TESTS_CODEC_UTIL_H */

@@ -56,8 +56,7 @@ START_TEST(decoder_user_codec_frames_any_split) {
       want[want_len++] = wire[wlen++] = (uint8_t)(i + j);
   }
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_u8, NULL), 0);
+    weft_embedded *e = embedded_of(init_u8);
     feed(e, wire, wlen, mode, 7u + (unsigned)mode);
     size_t got_len;
     size_t frames = drain_frames(e, got, sizeof got, &got_len);
@@ -96,8 +95,7 @@ static void init_watched(weft_channel *ch, void *arg) {
  * its reason and the watcher hears 0. */
 START_TEST(decoder_watch_reports_and_refuses) {
   memset(&seen, 0, sizeof seen);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_watched, NULL), 0);
+  weft_embedded *e = embedded_of(init_watched);
   weft_embedded_write_inbound_bytes(e,
                                     "\xc8"
                                     "ab",
@@ -125,8 +123,7 @@ END_TEST
  * WEFT_ETIMEDOUT, however it trickles. */
 START_TEST(decoder_frame_timeout_despite_trickle) {
   memset(&seen, 0, sizeof seen);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_watched, NULL), 0);
+  weft_embedded *e = embedded_of(init_watched);
   th_log_capture_start();
   weft_embedded_write_inbound_bytes(e, "\xc8", 1);
   uint64_t start = th_now_ms();
@@ -174,8 +171,7 @@ static void init_paused(weft_channel *ch, void *arg) {
 START_TEST(decoder_frame_timeout_waits_for_a_paused_read) {
   memset(&seen, 0, sizeof seen);
   pauser_frames = 0;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_paused, NULL), 0);
+  weft_embedded *e = embedded_of(init_paused);
   th_log_capture_start();
   /* Two frames, then the start of a third: the first pauses reading. */
   weft_embedded_write_inbound_bytes(e,

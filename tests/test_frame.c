@@ -54,20 +54,23 @@ static void setup(void) {
 static size_t frame_len(int i) { return (size_t)(i * 37 % 1500); }
 static uint8_t frame_byte(int i, size_t j) { return (uint8_t)(i * 7 + j); }
 
+static void *make_frame(weft_pool *pool, int i) {
+  weft_buf *b = weft_buf_alloc(pool, frame_len(i) + 1);
+  for (size_t j = 0; j < frame_len(i); j++)
+    weft_buf_write_u8(b, frame_byte(i, j));
+  return b;
+}
+
+static void check_frame(void *msg, int i) {
+  weft_buf *f = msg;
+  ck_assert_uint_eq(weft_buf_readable(f), frame_len(i));
+  for (size_t j = 0; j < frame_len(i); j++)
+    ck_assert_uint_eq(weft_buf_rptr(f)[j], frame_byte(i, j));
+}
+
 /* Encodes `n` frames with the prepender; returns the wire bytes. */
 static size_t encode_frames(uint8_t *wire, int n) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_prepender, NULL), 0);
-  for (int i = 0; i < n; i++) {
-    weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), frame_len(i) + 1);
-    for (size_t j = 0; j < frame_len(i); j++)
-      weft_buf_write_u8(b, frame_byte(i, j));
-    weft_channel_write(weft_embedded_channel(e), b, WEFT_PROMISE_NONE);
-  }
-  weft_channel_flush(weft_embedded_channel(e));
-  size_t len = drain_outbound(e, wire, MAX_BYTES);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
-  return len;
+  return encode_all(init_prepender, make_frame, n, wire, MAX_BYTES);
 }
 
 /* ---- length field ---- */
@@ -77,30 +80,14 @@ START_TEST(frame_length_field_round_trips_any_split) {
   const int n = 40;
   size_t len = encode_frames(wire, n);
   lf_opts.initial_bytes_to_strip = 4; /* Netty's default keeps the header */
-  for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
-    feed(e, wire, len, mode, 1234u + (unsigned)mode);
-    for (int i = 0; i < n; i++) {
-      weft_buf *f = weft_embedded_read_inbound(e);
-      ck_assert_ptr_nonnull(f);
-      ck_assert_uint_eq(weft_buf_readable(f), frame_len(i));
-      for (size_t j = 0; j < frame_len(i); j++)
-        ck_assert_uint_eq(weft_buf_rptr(f)[j], frame_byte(i, j));
-      weft_buf_release(f);
-    }
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
-  }
+  decode_all_at_any_split(init_lf, wire, len, n, 1234u, check_frame);
 }
 END_TEST
 
 START_TEST(frame_length_field_slices_without_copy_when_contiguous) {
   static uint8_t wire[MAX_BYTES];
   size_t len = encode_frames(wire, 10);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   weft_pool_stats before, after;
   weft_pool_stats_get(weft_embedded_pool(e), &before);
   feed(e, wire, len, FEED_WHOLE, 0);
@@ -123,8 +110,7 @@ START_TEST(frame_length_field_netty_parameters_offset_adjust_strip) {
   lf_opts.initial_bytes_to_strip = 3;
   const uint8_t wire[] = "\xCA\x00\x0C\xFEHELLO, WORLD";
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+    weft_embedded *e = embedded_of(init_lf);
     feed(e, wire, sizeof wire - 1, mode, 7);
     uint8_t out[64];
     size_t len;
@@ -141,8 +127,7 @@ START_TEST(frame_length_field_eight_byte_little_endian) {
   lf_opts.little_endian = true;
   lf_opts.initial_bytes_to_strip = 8;
   const uint8_t wire[] = "\x03\0\0\0\0\0\0\0abc\x01\0\0\0\0\0\0\0z";
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   feed(e, wire, sizeof wire - 1, FEED_BYTES, 0);
   uint8_t out[16];
   size_t len;
@@ -157,8 +142,7 @@ START_TEST(frame_length_field_oversized_fails_fast_before_allocating) {
   lf_opts.max_frame_length = 1024;
   /* Announces 1 GiB; only the header and a few bytes arrive. */
   const uint8_t wire[] = "\x40\x00\x00\x00xyz";
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   weft_pool_stats before, after;
   weft_pool_stats_get(weft_embedded_pool(e), &before);
   th_log_capture_start();
@@ -199,8 +183,7 @@ END_TEST
 
 START_TEST(frame_length_field_short_length_is_bad_frame) {
   lf_opts.length_adjustment = -8; /* frame length 4 + 2 - 8 < 4 */
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   th_log_capture_start();
   feed(e, "\0\0\0\x02zz", 6, FEED_WHOLE, 0);
   th_log_capture_stop();
@@ -211,8 +194,7 @@ START_TEST(frame_length_field_short_length_is_bad_frame) {
 END_TEST
 
 START_TEST(frame_partial_frame_at_close_leaks_nothing) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   feed(e,
        "\0\0\0\x10"
        "abc",
@@ -271,8 +253,7 @@ START_TEST(frame_line_decoder_any_split) {
   const char text[] = "first\r\nsecond\n\nlast line\r\npartial";
   line_opts.strip_delimiter = _i == 0;
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_line, NULL), 0);
+    weft_embedded *e = embedded_of(init_line);
     feed(e, text, sizeof text - 1, mode, 11);
     uint8_t out[64];
     size_t len;
@@ -289,8 +270,7 @@ END_TEST
 
 START_TEST(frame_line_too_long_closes_channel) {
   line_opts.max_length = 4;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_line, NULL), 0);
+  weft_embedded *e = embedded_of(init_line);
   th_log_capture_start();
   /* "abcd\r" may still end well; the sixth byte cannot. */
   feed(e, "abcd\r", 5, FEED_BYTES, 0);

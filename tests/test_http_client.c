@@ -24,8 +24,7 @@ static void setup(void) {
 }
 
 static weft_embedded *new_client(void) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_client, NULL), 0);
+  weft_embedded *e = embedded_of(init_client);
   weft_embedded_set_stream(e, true);
   return e;
 }
@@ -222,8 +221,7 @@ static void init_server(weft_channel *ch, void *arg) {
 static bool serve(weft_embedded *client) {
   static uint8_t wire[65536];
   size_t n = drain_outbound(client, wire, sizeof wire);
-  weft_embedded *server;
-  ck_assert_int_eq(weft_embedded_new(&server, init_server, NULL), 0);
+  weft_embedded *server = embedded_of(init_server);
   weft_embedded_set_stream(server, true);
   ck_assert_int_eq(weft_embedded_write_inbound_bytes(server, wire, n), 0);
   n = drain_outbound(server, wire, sizeof wire);
