@@ -209,16 +209,42 @@ static void add_tests(TCase *tc, va_list ap) {
     tcase_add_test(tc, t);
 }
 
-Suite *th_suite(const char *name, const char *tcase, int timeout, ...) {
-  Suite *s = suite_create(name);
-  TCase *tc = tcase_create(tcase);
+/* Adds to `s` the case `name`, its timeout (0 = Check's default) and the
+ * tests of `ap`; returns the case. */
+static TCase *add_case(Suite *s, const char *name, int timeout, va_list ap) {
+  TCase *tc = tcase_create(name);
   if (timeout > 0)
     tcase_set_timeout(tc, timeout);
+  add_tests(tc, ap);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
+Suite *th_suite(const char *name, const char *tcase, int timeout, ...) {
+  Suite *s = suite_create(name);
   va_list ap;
   va_start(ap, timeout);
-  add_tests(tc, ap);
+  add_case(s, tcase, timeout, ap);
   va_end(ap);
-  suite_add_tcase(s, tc);
+  return s;
+}
+
+TCase *th_add_case(Suite *s, const char *name, int timeout, ...) {
+  va_list ap;
+  va_start(ap, timeout);
+  TCase *tc = add_case(s, name, timeout, ap);
+  va_end(ap);
+  return tc;
+}
+
+Suite *th_suite_fixture(const char *name, const char *tcase,
+                        void (*setup)(void), void (*teardown)(void), ...) {
+  Suite *s = suite_create(name);
+  va_list ap;
+  va_start(ap, teardown);
+  TCase *tc = add_case(s, tcase, 0, ap);
+  va_end(ap);
+  tcase_add_checked_fixture(tc, setup, teardown);
   return s;
 }
 

@@ -217,6 +217,22 @@ void th_require_transport(void);
  */
 Suite *th_suite(const char *name, const char *tcase, int timeout, ...);
 
+/**
+ * Adds to the suite `s` the test case `name` with a timeout of `timeout`
+ * seconds (0 = Check's default) and the tests that follow (START_TEST
+ * names), up to a NULL; returns the case (for a fixture or loop tests).
+ */
+TCase *th_add_case(Suite *s, const char *name, int timeout, ...);
+
+/**
+ * A suite of one test case with a checked fixture: the suite `name`, its
+ * case `tcase` (Check's default timeout), `setup` and `teardown` run in
+ * each test's process around it (either may be NULL), and the tests that
+ * follow (START_TEST names), up to a NULL.
+ */
+Suite *th_suite_fixture(const char *name, const char *tcase,
+                        void (*setup)(void), void (*teardown)(void), ...);
+
 /** Adds the tests that follow (START_TEST names), up to a NULL, to `tc`. */
 void th_add_tests(TCase *tc, ...);
 

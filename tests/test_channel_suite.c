@@ -1239,28 +1239,22 @@ Suite *weft_test_suite(void) {
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
   th_require_transport();
-  TCase *echo = tcase_create("echo");
   /* The echoes fail when they stop moving (clients_finish), not at a
-   * wall time: this only bounds a loaded machine's slowest run. */
-  tcase_set_timeout(echo, 900);
-  th_add_tests(echo, channel_echo_10mb_one_client,
-               channel_echo_10mb_two_clients, channel_echo_10mb_100_clients,
-               NULL);
-  suite_add_tcase(s, echo);
+   * wall time: the timeout only bounds a loaded machine's slowest run. */
+  th_add_case(s, "echo", 900, channel_echo_10mb_one_client,
+              channel_echo_10mb_two_clients, channel_echo_10mb_100_clients,
+              NULL);
 
-  TCase *life = tcase_create("lifecycle");
-  th_add_tests(life, channel_reset_midstream_closes_only_that_channel,
-               channel_connect_refused_reports_econnrefused,
-               channel_socket_options_reach_the_socket,
-               channel_addresses_and_address_in_use,
-               channel_bind_and_connect_parsed_endpoint,
-               channel_idle_server_sleeps,
-               channel_write_promise_completes_after_flush,
-               channel_write_after_close_fails_eclosed, NULL);
-  tcase_add_test(life,
-                 channel_watermark_unwritable_above_high_fires_writability);
-  th_add_tests(life, channel_half_close_peer_reads_eof_and_replies,
-               channel_server_speaks_first_every_client_hears_it, NULL);
-  suite_add_tcase(s, life);
+  th_add_case(
+      s, "lifecycle", 0, channel_reset_midstream_closes_only_that_channel,
+      channel_connect_refused_reports_econnrefused,
+      channel_socket_options_reach_the_socket,
+      channel_addresses_and_address_in_use,
+      channel_bind_and_connect_parsed_endpoint, channel_idle_server_sleeps,
+      channel_write_promise_completes_after_flush,
+      channel_write_after_close_fails_eclosed,
+      channel_watermark_unwritable_above_high_fires_writability,
+      channel_half_close_peer_reads_eof_and_replies,
+      channel_server_speaks_first_every_client_hears_it, NULL);
   return s;
 }

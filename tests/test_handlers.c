@@ -248,9 +248,9 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("handlers");
-  TCase *tc = tcase_create("handlers");
+  TCase *tc =
+      th_add_case(s, "handlers", 0, idle_reader_idle_fires_user_event, NULL);
   tcase_add_checked_fixture(tc, setup, NULL);
-  th_add_tests(tc, idle_reader_idle_fires_user_event, NULL);
   tcase_add_loop_test(tc, idle_writer_and_all_report_their_kind, 0, 2);
   th_add_tests(tc, idle_refuses_all_timeouts_off, NULL);
   tcase_add_loop_test(tc, logging_logs_events_and_hex_dump_only_when_on, 0, 2);
@@ -260,6 +260,5 @@ Suite *weft_test_suite(void) {
                flush_consolidation_idle_flush_goes_through_at_once,
                flush_consolidation_without_read_gathers_into_a_task,
                stats_counts_bytes_and_messages_both_ways, NULL);
-  suite_add_tcase(s, tc);
   return s;
 }

@@ -270,13 +270,9 @@ START_TEST(http_client_and_server_talk_pipelined) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("http_client");
-  TCase *tc = tcase_create("client_codec");
-  tcase_add_checked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, http_client_requests_encode);
-  tcase_add_test(tc, http_client_responses_decode_at_any_split);
-  tcase_add_test(tc, http_client_bad_responses_are_errors);
-  tcase_add_test(tc, http_client_and_server_talk_pipelined);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite_fixture("http_client", "client_codec", setup, NULL,
+                          http_client_requests_encode,
+                          http_client_responses_decode_at_any_split,
+                          http_client_bad_responses_are_errors,
+                          http_client_and_server_talk_pipelined, NULL);
 }

@@ -419,13 +419,10 @@ START_TEST(resp_partial_command_at_close_leaks_nothing) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("resp");
-  TCase *tc = tcase_create("codec");
-  tcase_add_checked_fixture(tc, setup, NULL);
-  th_add_tests(
-      tc, resp_commands_decode_at_any_split, resp_command_encoder_round_trips,
-      resp_reply_encoders_write_resp2, resp_reply_integers_at_the_edges,
-      resp_reply_encoders_write_resp3,
+  return th_suite_fixture(
+      "resp", "codec", setup, NULL, resp_commands_decode_at_any_split,
+      resp_command_encoder_round_trips, resp_reply_encoders_write_resp2,
+      resp_reply_integers_at_the_edges, resp_reply_encoders_write_resp3,
       resp_refuses_malformed_and_oversized_input,
       resp_error_text_replaces_control_bytes,
       resp_inline_longer_than_limit_closes_channel,
@@ -434,6 +431,4 @@ Suite *weft_test_suite(void) {
       resp_claimed_count_allocates_little, resp_inline_quotes_split_as_redis,
       resp_inline_unbalanced_quotes_refused,
       resp_unauthenticated_limits_and_lifting_them, NULL);
-  suite_add_tcase(s, tc);
-  return s;
 }

@@ -375,18 +375,14 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("rpc");
-  TCase *tc = tcase_create("codec");
-  th_add_tests(tc, rpc_codec_round_trips_any_split,
-               rpc_encode_matches_documented_layout,
-               rpc_codec_refuses_malformed_and_oversized_headers, NULL);
-  suite_add_tcase(s, tc);
-  tc = tcase_create("client_server");
-  th_add_tests(tc, rpc_call_gets_reply,
-               rpc_pipelined_replies_out_of_order_match_requests,
-               rpc_call_times_out_and_late_reply_is_dropped,
-               rpc_close_fails_every_pending_request,
-               rpc_unknown_method_answers_enosys,
-               rpc_reply_from_another_thread_through_the_loop, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "codec", 0, rpc_codec_round_trips_any_split,
+              rpc_encode_matches_documented_layout,
+              rpc_codec_refuses_malformed_and_oversized_headers, NULL);
+  th_add_case(s, "client_server", 0, rpc_call_gets_reply,
+              rpc_pipelined_replies_out_of_order_match_requests,
+              rpc_call_times_out_and_late_reply_is_dropped,
+              rpc_close_fails_every_pending_request,
+              rpc_unknown_method_answers_enosys,
+              rpc_reply_from_another_thread_through_the_loop, NULL);
   return s;
 }

@@ -1649,25 +1649,21 @@ END_TEST
 Suite *weft_test_suite(void) {
   th_require_transport();
   Suite *s = suite_create("tls");
-  TCase *emb = tcase_create("embedded");
-  tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
-  th_add_tests(
-      emb, embedded_handshake_and_data, embedded_stale_error_queue,
+  TCase *emb = th_add_case(
+      s, "embedded", 0, embedded_handshake_and_data, embedded_stale_error_queue,
       embedded_small_record_read_in_place, embedded_batching_and_promises,
       embedded_flow_control, embedded_close_notify, embedded_bounds,
       embedded_held_ciphertext_memory, embedded_plaintext_peer,
       embedded_alpn_refused, embedded_starttls, embedded_ktls_wait_is_bounded,
       options_and_config, context_errors, NULL);
-  suite_add_tcase(s, emb);
-  TCase *tc_net = tcase_create("network");
-  tcase_set_timeout(tc_net, 120);
+  tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
+  TCase *tc_net = th_add_case(
+      s, "network", 120, echo_tls12, echo_tls13, s_client_to_weft,
+      s_client_to_ktls_weft, ktls_echo, weft_to_s_server, refuse_wrong_purpose,
+      refuse_no_certificate, refuse_other_ca, refuse_expired,
+      client_refuses_expired, client_refuses_other_ca,
+      client_refuses_wrong_name, refuse_plaintext, handshake_timeout,
+      renegotiation_refused, NULL);
   tcase_add_unchecked_fixture(tc_net, certs_make, certs_remove);
-  th_add_tests(tc_net, echo_tls12, echo_tls13, s_client_to_weft,
-               s_client_to_ktls_weft, ktls_echo, weft_to_s_server,
-               refuse_wrong_purpose, refuse_no_certificate, refuse_other_ca,
-               refuse_expired, client_refuses_expired, client_refuses_other_ca,
-               client_refuses_wrong_name, refuse_plaintext, handshake_timeout,
-               renegotiation_refused, NULL);
-  suite_add_tcase(s, tc_net);
   return s;
 }

@@ -1568,32 +1568,27 @@ Suite *weft_test_suite(void) {
     liar_child(liar_arg);
   }
   Suite *s = suite_create("ucx");
-  TCase *tc = tcase_create("flow");
-  tcase_set_timeout(tc, 120);
-  th_add_tests(tc, ucx_slow_receiver_bounds_sender_and_loses_nothing,
-               ucx_vanished_peer_fires_exception_and_inactive,
-               ucx_hung_peer_is_closed_by_keepalive,
-               ucx_multi_loop_server_survives_connection_churn,
-               ucx_rndv_thresh_is_eager_over_tcp_lanes_only,
-               ucx_server_rebinds_its_port_at_once_after_a_client,
-               ucx_connect_to_a_silent_listener_fails_without_abort,
-               ucx_ms_settings_are_checked, NULL);
-  suite_add_tcase(s, tc);
-  TCase *hostile = tcase_create("hostile");
-  tcase_set_timeout(hostile, 120);
-  th_add_tests(hostile, ucx_peer_message_over_max_message_closes_its_channel,
-               ucx_peer_huge_rendezvous_claim_is_refused_without_allocating,
-               ucx_peer_ignoring_the_credit_window_closes_its_channel,
-               ucx_peer_flooding_tiny_messages_is_bounded_by_the_window,
-               ucx_peer_sequence_far_ahead_closes_its_channel,
-               ucx_peer_unknown_message_type_closes_its_channel,
-               ucx_peer_granting_credit_never_owed_closes_its_channel,
-               ucx_peer_naming_another_channel_closes_only_its_own,
-               ucx_sender_keeps_to_the_peers_max_message,
-               ucx_bad_hello_to_a_held_connection_is_refused,
-               ucx_connection_without_hello_is_closed,
-               ucx_held_connections_count_against_max_connections,
-               ucx_loop_stop_with_receives_in_flight_cancels_them, NULL);
-  suite_add_tcase(s, hostile);
+  th_add_case(s, "flow", 120, ucx_slow_receiver_bounds_sender_and_loses_nothing,
+              ucx_vanished_peer_fires_exception_and_inactive,
+              ucx_hung_peer_is_closed_by_keepalive,
+              ucx_multi_loop_server_survives_connection_churn,
+              ucx_rndv_thresh_is_eager_over_tcp_lanes_only,
+              ucx_server_rebinds_its_port_at_once_after_a_client,
+              ucx_connect_to_a_silent_listener_fails_without_abort,
+              ucx_ms_settings_are_checked, NULL);
+  th_add_case(s, "hostile", 120,
+              ucx_peer_message_over_max_message_closes_its_channel,
+              ucx_peer_huge_rendezvous_claim_is_refused_without_allocating,
+              ucx_peer_ignoring_the_credit_window_closes_its_channel,
+              ucx_peer_flooding_tiny_messages_is_bounded_by_the_window,
+              ucx_peer_sequence_far_ahead_closes_its_channel,
+              ucx_peer_unknown_message_type_closes_its_channel,
+              ucx_peer_granting_credit_never_owed_closes_its_channel,
+              ucx_peer_naming_another_channel_closes_only_its_own,
+              ucx_sender_keeps_to_the_peers_max_message,
+              ucx_bad_hello_to_a_held_connection_is_refused,
+              ucx_connection_without_hello_is_closed,
+              ucx_held_connections_count_against_max_connections,
+              ucx_loop_stop_with_receives_in_flight_cancels_them, NULL);
   return s;
 }

@@ -362,15 +362,11 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("uring");
-  TCase *ring = tcase_create("buffer_ring");
-  tcase_set_timeout(ring, 120);
-  th_add_tests(ring, uring_recv_holding_every_buffer_loses_no_byte,
-               uring_send_zc_above_threshold_keeps_order, NULL);
-  suite_add_tcase(s, ring);
-  TCase *probe = tcase_create("probe");
-  tcase_set_timeout(probe, 120);
-  th_add_tests(probe, uring_probe_blocked_by_seccomp_names_cause_and_tcp,
-               uring_fallback_env_runs_over_tcp_when_blocked, NULL);
-  suite_add_tcase(s, probe);
+  th_add_case(s, "buffer_ring", 120,
+              uring_recv_holding_every_buffer_loses_no_byte,
+              uring_send_zc_above_threshold_keeps_order, NULL);
+  th_add_case(s, "probe", 120,
+              uring_probe_blocked_by_seccomp_names_cause_and_tcp,
+              uring_fallback_env_runs_over_tcp_when_blocked, NULL);
   return s;
 }
