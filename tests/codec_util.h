@@ -5,6 +5,8 @@
 #ifndef WEFT_TESTS_CODEC_UTIL_H
 #define WEFT_TESTS_CODEC_UTIL_H
 
+#include "harness.h"
+
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,38 @@ static inline size_t drain_frames(weft_embedded *e, uint8_t *out, size_t cap,
     frames++;
   }
   return frames;
+}
+
+/** Asserts that the first exception `e` raised was `err` and that the log
+ *  (th_log_capture) named it with `why` once; then frees `e`, nothing
+ *  leaked. */
+static inline void expect_failed_free(weft_embedded *e, int err,
+                                      const char *why) {
+  ck_assert_int_eq(weft_embedded_exception(e, 0), err);
+  ck_assert_int_eq(th_log_count(why), 1);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+
+/** Asserts that the first exception `e` raised was `err` and that it
+ *  closed the channel; then frees `e`, nothing leaked. */
+static inline void expect_closed_free(weft_embedded *e, int err) {
+  ck_assert_int_eq(weft_embedded_exception(e, 0), err);
+  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+
+/** Drains the tail of `e`: `frames` buffers must have reached it, holding
+ *  the `len` bytes of `want` end to end; then frees `e`, nothing leaked. */
+static inline void expect_frames_free(weft_embedded *e, size_t frames,
+                                      const void *want, size_t len) {
+  uint8_t *got = malloc(len + 1);
+  ck_assert_ptr_nonnull(got);
+  size_t got_len;
+  ck_assert_uint_eq(drain_frames(e, got, len + 1, &got_len), frames);
+  ck_assert_uint_eq(got_len, len);
+  ck_assert_mem_eq(got, want, len);
+  free(got);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 
 /** Concatenates every flushed outbound buffer into `out`; returns bytes. */

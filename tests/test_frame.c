@@ -112,12 +112,7 @@ START_TEST(frame_length_field_netty_parameters_offset_adjust_strip) {
   for (int mode = 0; mode < FEED_MODES; mode++) {
     weft_embedded *e = embedded_of(init_lf);
     feed(e, wire, sizeof wire - 1, mode, 7);
-    uint8_t out[64];
-    size_t len;
-    ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 1);
-    ck_assert_uint_eq(len, 13);
-    ck_assert_mem_eq(out, "\xFEHELLO, WORLD", 13);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_frames_free(e, 1, "\xFEHELLO, WORLD", 13);
   }
 }
 END_TEST
@@ -129,12 +124,7 @@ START_TEST(frame_length_field_eight_byte_little_endian) {
   const uint8_t wire[] = "\x03\0\0\0\0\0\0\0abc\x01\0\0\0\0\0\0\0z";
   weft_embedded *e = embedded_of(init_lf);
   feed(e, wire, sizeof wire - 1, FEED_BYTES, 0);
-  uint8_t out[16];
-  size_t len;
-  ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 2);
-  ck_assert_uint_eq(len, 4);
-  ck_assert_mem_eq(out, "abcz", 4);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_frames_free(e, 2, "abcz", 4);
 }
 END_TEST
 
@@ -187,9 +177,7 @@ START_TEST(frame_length_field_short_length_is_bad_frame) {
   th_log_capture_start();
   feed(e, "\0\0\0\x02zz", 6, FEED_WHOLE, 0);
   th_log_capture_stop();
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_EBADFRAME);
-  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_closed_free(e, WEFT_EBADFRAME);
 }
 END_TEST
 
@@ -255,15 +243,10 @@ START_TEST(frame_line_decoder_any_split) {
   for (int mode = 0; mode < FEED_MODES; mode++) {
     weft_embedded *e = embedded_of(init_line);
     feed(e, text, sizeof text - 1, mode, 11);
-    uint8_t out[64];
-    size_t len;
-    ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 4);
     const char *want = line_opts.strip_delimiter
                            ? "firstsecondlast line"
                            : "first\r\nsecond\n\nlast line\r\n";
-    ck_assert_uint_eq(len, strlen(want));
-    ck_assert_mem_eq(out, want, len);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_frames_free(e, 4, want, strlen(want));
   }
 }
 END_TEST
@@ -277,9 +260,7 @@ START_TEST(frame_line_too_long_closes_channel) {
   ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
   feed(e, "x", 1, FEED_BYTES, 0);
   th_log_capture_stop();
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
-  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_closed_free(e, WEFT_ETOOLONG);
 }
 END_TEST
 
