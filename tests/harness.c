@@ -255,6 +255,18 @@ void th_add_tests(TCase *tc, ...) {
   va_end(ap);
 }
 
+void th_add_last(weft_channel *ch, const char *name,
+                 const weft_handler *handler, void *state) {
+  ck_assert_int_eq(
+      weft_pipeline_add_last(weft_channel_pipeline(ch), name, handler, state),
+      0);
+}
+
+void th_store_connect_status(weft_channel *ch, int status, void *arg) {
+  (void)ch;
+  atomic_store((atomic_int *)arg, status);
+}
+
 void th_write_all(int fd, const void *data, size_t n) {
   const uint8_t *p = data;
   while (n > 0) {

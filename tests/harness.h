@@ -218,6 +218,20 @@ void th_require_transport(void);
 Suite *th_suite(const char *name, const char *tcase, int timeout, ...);
 
 /**
+ * Adds `handler` last to the pipeline of `ch` as `name`, with `state` as
+ * its state (weft_ctx_state); fails the test if it cannot. For channel
+ * initializers.
+ */
+void th_add_last(weft_channel *ch, const char *name,
+                 const weft_handler *handler, void *state);
+
+/**
+ * A bootstrap's on_connect that stores the connect's outcome (0 or a
+ * negative WEFT_E* code) in the atomic_int its connect_arg points to.
+ */
+void th_store_connect_status(weft_channel *ch, int status, void *arg);
+
+/**
  * Adds to the suite `s` the test case `name` with a timeout of `timeout`
  * seconds (0 = Check's default) and the tests that follow (START_TEST
  * names), up to a NULL; returns the case (for a fixture or loop tests).

@@ -280,9 +280,7 @@ static const weft_handler client_handler = {.name = "client",
                                                 client_exception};
 
 void th_client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
+  th_add_last(ch, "client", &client_handler, arg);
 }
 
 static void client_connected(weft_channel *ch, int status, void *arg) {

@@ -180,9 +180,7 @@ static void echo_init(weft_channel *ch, void *arg) {
   echo_conn *e = calloc(1, sizeof *e);
   ck_assert_ptr_nonnull(e);
   e->st = arg;
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "echo",
-                                          &echo_handler, e),
-                   0);
+  th_add_last(ch, "echo", &echo_handler, e);
 }
 
 /* A loop group, and optionally an echo server on it. */
@@ -374,9 +372,7 @@ static const weft_handler client_handler = {
     .exception_caught = client_exception};
 
 static void client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
+  th_add_last(ch, "client", &client_handler, arg);
 }
 
 static void client_connected(weft_channel *ch, int status, void *arg) {
@@ -563,9 +559,7 @@ static const weft_handler sockopt_server_handler = {
     .name = "sockopt", .channel_active = sockopt_server_active};
 
 static void sockopt_server_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sockopt",
-                                          &sockopt_server_handler, arg),
-                   0);
+  th_add_last(ch, "sockopt", &sockopt_server_handler, arg);
 }
 
 static void sockopt_client_init(weft_channel *ch, void *arg) {
@@ -1045,14 +1039,7 @@ static const weft_handler probe_handler = {.name = "probe",
                                                probe_writability};
 
 static void probe_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "probe",
-                                          &probe_handler, arg),
-                   0);
-}
-
-static void probe_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((probe *)arg)->connect_status, status);
+  th_add_last(ch, "probe", &probe_handler, arg);
 }
 
 static void probe_setup(probe *p, probe_mode mode, size_t expect) {
@@ -1072,8 +1059,8 @@ static void probe_connect(fixture *f, probe *p, const char *uri) {
                       .connect = uri,
                       .init = probe_init,
                       .init_arg = p,
-                      .on_connect = probe_connected,
-                      .connect_arg = p};
+                      .on_connect = th_store_connect_status,
+                      .connect_arg = &p->connect_status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
@@ -1201,9 +1188,7 @@ static const weft_handler greeter_handler = {.name = "greeter",
 
 static void greeter_init(weft_channel *ch, void *arg) {
   (void)arg;
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "greeter",
-                                          &greeter_handler, NULL),
-                   0);
+  th_add_last(ch, "greeter", &greeter_handler, NULL);
 }
 
 #define GREETED_CLIENTS 20

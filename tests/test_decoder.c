@@ -150,9 +150,7 @@ static const weft_handler pauser_handler = {.name = "pauser",
 
 static void init_paused(weft_channel *ch, void *arg) {
   init_watched(ch, arg);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pauser",
-                                          &pauser_handler, NULL),
-                   0);
+  th_add_last(ch, "pauser", &pauser_handler, NULL);
 }
 
 /* Whole frames that wait because the channel paused reading are not an

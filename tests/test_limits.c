@@ -147,9 +147,7 @@ END_TEST
 static void init_limited(weft_channel *ch, void *arg) {
   (void)arg;
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_OUTPUT_LIMIT, 1000), 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "answer",
-                                          &answer_handler, NULL),
-                   0);
+  th_add_last(ch, "answer", &answer_handler, NULL);
 }
 
 START_TEST(limits_output_limit_closes_channel_with_enobufs) {
@@ -188,9 +186,7 @@ static void init_idle(weft_channel *ch, void *arg) {
   (void)arg;
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_IDLE_TIMEOUT_MS, 40),
                    0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "answer",
-                                          &answer_handler, NULL),
-                   0);
+  th_add_last(ch, "answer", &answer_handler, NULL);
 }
 
 /* Runs the embedded loop for `ms`, feeding a byte every `every` ms (0 =

@@ -173,9 +173,7 @@ static void budget_init(weft_channel *ch, void *arg) {
        weft_channel_set_option(ch, WEFT_OPT_MAX_BYTES_PER_READ, r->max_bytes) !=
            0))
     atomic_store(&r->opt_err, 1);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "budget",
-                                          &budget_handler, r),
-                   0);
+  th_add_last(ch, "budget", &budget_handler, r);
 }
 
 /* A started group of one loop named `name`. */
@@ -398,15 +396,11 @@ static const weft_handler ping_peer = {.name = "ping",
                                        .exception_caught = th_echo_exception};
 
 static void flood_peer_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch),
-                                          flood_peer.name, &flood_peer, arg),
-                   0);
+  th_add_last(ch, flood_peer.name, &flood_peer, arg);
 }
 
 static void ping_peer_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch),
-                                          ping_peer.name, &ping_peer, arg),
-                   0);
+  th_add_last(ch, ping_peer.name, &ping_peer, arg);
 }
 
 static void peer_connected(weft_channel *ch, int status, void *arg) {

@@ -392,12 +392,6 @@ static void no_init(weft_channel *ch, void *arg) {
   (void)arg;
 }
 
-/* Stores the outcome of a connect in the atomic_int `arg`. */
-static void connect_result(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store((atomic_int *)arg, status);
-}
-
 START_TEST(hostile_stop_with_unsent_output_joins_clean) {
   SKIP_UNLESS(transport_speaks_tcp());
   th_log_capture_start();
@@ -445,7 +439,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
   weft_bootstrap b = {.group = group,
                       .connect = full_uri,
                       .init = no_init,
-                      .on_connect = connect_result,
+                      .on_connect = th_store_connect_status,
                       .connect_arg = &connect_status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);

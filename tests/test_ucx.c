@@ -139,9 +139,7 @@ static void reader_init(weft_channel *ch, void *arg) {
   r->ch = ch;
   if (r->paused)
     ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "reader",
-                                          &reader_handler, r),
-                   0);
+  th_add_last(ch, "reader", &reader_handler, r);
 }
 
 static weft_server *reader_server(weft_loop_group *g, reader *r, char *uri,
@@ -233,11 +231,6 @@ static void flooder_init(weft_channel *ch, void *arg) {
                                  &flooder_handler, arg) == 0);
 }
 
-static void flooder_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((flooder *)arg)->connect_status, status);
-}
-
 static void close_task(void *arg) {
   flooder *fl = arg;
   weft_channel *ch = fl->ch;
@@ -254,8 +247,8 @@ static void flooder_connect(weft_loop_group *g, flooder *fl, const char *uri) {
                       .connect = uri,
                       .init = flooder_init,
                       .init_arg = fl,
-                      .on_connect = flooder_connected,
-                      .connect_arg = fl};
+                      .on_connect = th_store_connect_status,
+                      .connect_arg = &fl->connect_status};
   weft_channel_config_init(&b.options);
   REQUIRE(weft_bootstrap_connect(&b) == 0);
 }
@@ -497,9 +490,7 @@ static const weft_handler churn_handler = {.name = "churn",
                                            .exception_caught = churn_exception};
 
 static void churn_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "churn",
-                                          &churn_handler, arg),
-                   0);
+  th_add_last(ch, "churn", &churn_handler, arg);
 }
 
 /* The child: CHURN_ROUNDS rounds of CHURN_CONNS connections at once, each
@@ -954,9 +945,7 @@ static void hostile_init(weft_channel *ch, void *arg) {
     hs->good = ch;
   else
     ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "hostile",
-                                          &hostile_handler, hs),
-                   0);
+  th_add_last(ch, "hostile", &hostile_handler, hs);
 }
 
 /* The honest client: pings, counts the echoed bytes. */
@@ -999,15 +988,7 @@ static const weft_handler pinger_handler = {.name = "pinger",
 
 /* The honest client's channel initializer. */
 static void pinger_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pinger",
-                                          &pinger_handler, arg),
-                   0);
-}
-
-/* The honest client's connect outcome. */
-static void pinger_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((pinger *)arg)->connect_status, status);
+  th_add_last(ch, "pinger", &pinger_handler, arg);
 }
 
 #define PING_SIZE 100u
@@ -1092,8 +1073,8 @@ static void run_liar(const hostile_case *c) {
                       .connect = uri,
                       .init = pinger_init,
                       .init_arg = &pg,
-                      .on_connect = pinger_connected,
-                      .connect_arg = &pg};
+                      .on_connect = th_store_connect_status,
+                      .connect_arg = &pg.connect_status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ck_assert(WAIT_UNTIL(atomic_load(&pg.connect_status) != 1, 10000));
@@ -1234,8 +1215,8 @@ static int pinger_connect(weft_loop_group *gc, pinger *pg, const char *uri,
                       .connect = uri,
                       .init = pinger_init,
                       .init_arg = pg,
-                      .on_connect = pinger_connected,
-                      .connect_arg = pg};
+                      .on_connect = th_store_connect_status,
+                      .connect_arg = &pg->connect_status};
   weft_channel_config_init(&b.options);
   b.options.connect_timeout_ms = timeout_ms;
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);

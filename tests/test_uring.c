@@ -147,9 +147,7 @@ static const weft_handler sink_handler = {.name = "sink",
                                           .channel_inactive = sink_inactive};
 
 static void sink_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sink",
-                                          &sink_handler, arg),
-                   0);
+  th_add_last(ch, "sink", &sink_handler, arg);
 }
 
 typedef struct server {

@@ -177,9 +177,7 @@ static const weft_handler slow_handler = {.name = "slow",
                                           .exception_caught = slow_exception};
 
 static void slow_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "slow",
-                                          &slow_handler, arg),
-                   0);
+  th_add_last(ch, "slow", &slow_handler, arg);
 }
 
 typedef struct fast_client {
@@ -225,16 +223,7 @@ static const weft_handler fast_handler = {.name = "fast",
                                           .exception_caught = fast_exception};
 
 static void fast_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "fast",
-                                          &fast_handler, arg),
-                   0);
-}
-
-/* on_connect for every client here: the status into the atomic_int at
- * `arg`. */
-static void store_status(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store((atomic_int *)arg, status);
+  th_add_last(ch, "fast", &fast_handler, arg);
 }
 
 START_TEST(verbs_slow_receiver_loses_nothing) {
@@ -258,7 +247,7 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
                       .connect = uri,
                       .init = fast_init,
                       .init_arg = &c,
-                      .on_connect = store_status,
+                      .on_connect = th_store_connect_status,
                       .connect_arg = &c.connect_status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
@@ -322,9 +311,7 @@ static const weft_handler survivor_handler = {
     .exception_caught = survivor_exception};
 
 static void survivor_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "survivor",
-                                          &survivor_handler, arg),
-                   0);
+  th_add_last(ch, "survivor", &survivor_handler, arg);
 }
 
 static void hello_active(weft_ctx *ctx) {
@@ -646,9 +633,7 @@ static void hserver_init(weft_channel *ch, void *arg) {
   hchan *c = &s->ch[s->n];
   if (s->n++ > 0)
     weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "hchan",
-                                          &hchan_handler, c),
-                   0);
+  th_add_last(ch, "hchan", &hchan_handler, c);
 }
 
 /* The good client: sends 64 bytes whenever the test asks, counts echoes. */
@@ -682,9 +667,7 @@ static const weft_handler pinger_handler = {.name = "pinger",
                                                 pinger_exception};
 
 static void pinger_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pinger",
-                                          &pinger_handler, arg),
-                   0);
+  th_add_last(ch, "pinger", &pinger_handler, arg);
 }
 
 static void ping_task(void *arg) {
@@ -737,7 +720,7 @@ static bool hostile_start(hostile *h, const char *name) {
                       .connect = h->uri,
                       .init = pinger_init,
                       .init_arg = &h->good,
-                      .on_connect = store_status,
+                      .on_connect = th_store_connect_status,
                       .connect_arg = &h->good.status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
@@ -883,7 +866,7 @@ START_TEST(verbs_server_bad_hello_fails_connect) {
                       .connect = uri,
                       .init = pinger_init,
                       .init_arg = &c,
-                      .on_connect = store_status,
+                      .on_connect = th_store_connect_status,
                       .connect_arg = &c.status};
   weft_channel_config_init(&b.options);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
@@ -930,9 +913,7 @@ static const weft_handler flood_handler = {.name = "flood",
                                            .channel_active = flood_active};
 
 static void flood_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "flood",
-                                          &flood_handler, arg),
-                   0);
+  th_add_last(ch, "flood", &flood_handler, arg);
 }
 
 START_TEST(verbs_shutdown_with_unsent_and_held_frees_everything) {
