@@ -189,6 +189,18 @@ int th_suite_loops(void) {
   return strcmp(th_transport_name(), "ucx") == 0 ? 1 : 2;
 }
 
+weft_loop_group *th_group_start(const char *name, int loops) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = loops;
+  if (name != NULL)
+    o.name = name;
+  weft_loop_group *g = NULL;
+  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
+  ck_assert_int_eq(weft_loop_group_start(g), 0);
+  return g;
+}
+
 weft_server *th_server_bind(weft_loop_group *group, const char *listen,
                             weft_channel_init_cb init, void *arg, char *uri,
                             size_t len) {

@@ -78,6 +78,13 @@ double th_test_scale(void);
 int th_suite_loops(void);
 
 /**
+ * A started loop group of `loops` loops (0: weft's default count) whose
+ * threads are named after `name` (NULL: weft's default), not pinned.
+ * Fails the test on error; the caller stops, joins and frees it.
+ */
+weft_loop_group *th_group_start(const char *name, int loops);
+
+/**
  * Binds a server on `group` listening on `listen` (a URI; port 0 picks a
  * free one) with default child options and `init(ch, arg)` for every
  * accepted channel, and writes its bound address ("scheme://host:port") to

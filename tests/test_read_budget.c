@@ -176,18 +176,6 @@ static void budget_init(weft_channel *ch, void *arg) {
   th_add_last(ch, "budget", &budget_handler, r);
 }
 
-/* A started group of one loop named `name`. */
-static weft_loop_group *one_loop_group(const char *name) {
-  weft_loop_group *g;
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 1;
-  opts.name = name;
-  ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* ---- the peers ---- */
 
 typedef struct peers {
@@ -435,7 +423,7 @@ static int ping_start_task(void *arg) {
 /* Channel peers: as run_socket_peers, with both peers' channels on one
  * client loop. */
 static void run_channel_peers(budget_run *r, peers *p, const char *uri) {
-  weft_loop_group *g = one_loop_group("wt-peers");
+  weft_loop_group *g = th_group_start("wt-peers", 1);
   p->loop = weft_loop_group_get(g, 0);
   p->chunk = malloc(FLOOD_CHUNK);
   ck_assert_ptr_nonnull(p->chunk);
@@ -467,7 +455,7 @@ static void run_channel_peers(budget_run *r, peers *p, const char *uri) {
  * done) and plays ping-pong on the other, both on a one-loop server whose
  * children have the budget in `r`. */
 static void run_budget(budget_run *r, size_t min) {
-  weft_loop_group *group = one_loop_group("wt-budget");
+  weft_loop_group *group = th_group_start("wt-budget", 1);
   char listen[96], uri[300];
   snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
            th_test_host());

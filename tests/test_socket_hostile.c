@@ -396,13 +396,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
   SKIP_UNLESS(transport_speaks_tcp());
   th_log_capture_start();
   weft_log_set_level(WEFT_LOG_INFO);
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 2;
-  opts.name = "wt-stop";
-  weft_loop_group *group;
-  ck_assert_int_eq(weft_loop_group_new(&group, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(group), 0);
+  weft_loop_group *group = th_group_start("wt-stop", 2);
 
   flood fl;
   atomic_init(&fl.channels, 0);

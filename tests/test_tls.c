@@ -936,17 +936,6 @@ END_TEST
 
 /* ---- over the transport ---- */
 
-static weft_loop_group *group_new(int loops) {
-  weft_loop_options o;
-  weft_loop_options_init(&o);
-  o.n_loops = loops;
-  o.pin = false;
-  weft_loop_group *g;
-  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* A weft TLS echo server; "quit" closes the channel. */
 typedef struct net {
   weft_loop_group *servers, *clients;
@@ -985,8 +974,8 @@ static void net_start(net *n, weft_tls_context *sctx) {
   memset(n, 0, sizeof *n);
   n->sctx = sctx;
   n->sw.echo = true;
-  n->servers = group_new(th_suite_loops());
-  n->clients = group_new(1);
+  n->servers = th_group_start(NULL, th_suite_loops());
+  n->clients = th_group_start(NULL, 1);
   char listen[96];
   snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
   n->srv = th_server_bind(n->servers, listen, server_init_echo, n, n->uri,
@@ -1379,7 +1368,7 @@ START_TEST(weft_to_s_server) {
   TH_SKIP_UNLESS(stream_transport());
   proc p;
   int port = s_server_start(&p, (const char *const[]){"-rev", NULL});
-  weft_loop_group *g = group_new(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   client c = {.ctx = client_ctx()};
   char uri[96];
   snprintf(uri, sizeof uri, "%s://127.0.0.1:%d", th_transport_name(), port);
@@ -1625,7 +1614,7 @@ START_TEST(renegotiation_refused) {
   net_stop(&n);
   /* A server asks (s_server's r command): the weft client refuses. */
   int port = s_server_start(&p, (const char *const[]){"-tls1_2", NULL});
-  weft_loop_group *g = group_new(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   client c = {.ctx = client_ctx()};
   char uri[96];
   snprintf(uri, sizeof uri, "%s://127.0.0.1:%d", th_transport_name(), port);

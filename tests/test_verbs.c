@@ -58,18 +58,6 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-/* A started group of `n_loops` loops. */
-static weft_loop_group *group_start(const char *name, int n_loops) {
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = n_loops;
-  opts.name = name;
-  weft_loop_group *g;
-  ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* ---- no device: a clear error at start ---- */
 
 static void no_init(weft_channel *ch, void *arg) {
@@ -89,7 +77,7 @@ START_TEST(verbs_start_without_device_names_the_cause) {
   ck_assert_msg(strstr(why, "transport=tcp") != NULL, "no advice: %s", why);
 
   /* Binding a server on verbs fails at start, before any loop work. */
-  weft_loop_group *g = group_start("wv-nodev", 2);
+  weft_loop_group *g = th_group_start("wv-nodev", 2);
   th_log_capture_start();
   weft_server_bootstrap sb = {
       .group = g, .listen = "verbs://127.0.0.1:0", .child_init = no_init};
@@ -237,7 +225,7 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   fast_client c;
   memset(&c, 0, sizeof c);
   atomic_init(&c.connect_status, 1);
-  weft_loop_group *g = group_start("wv-slow", 2);
+  weft_loop_group *g = th_group_start("wv-slow", 2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   char uri[300];
@@ -382,7 +370,7 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   }
   survivor s;
   memset(&s, 0, sizeof s);
-  weft_loop_group *g = group_start("wv-vanish", 2);
+  weft_loop_group *g = th_group_start("wv-vanish", 2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   char uri[300];
@@ -711,7 +699,7 @@ static bool hostile_start(hostile *h, const char *name) {
   memset(h, 0, sizeof *h);
   atomic_init(&h->good.status, 1);
   th_log_capture_start();
-  h->g = group_start("wv-hostile", 1);
+  h->g = th_group_start("wv-hostile", 1);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   h->srv =
