@@ -127,6 +127,7 @@ typedef struct watch {
   atomic_int last_err;
   /* a reader: pattern checks or the first TEXT_MAX bytes as text */
   bool echo;          /* write back what arrives; "quit" closes */
+  bool shared;        /* every server channel's: none kept in ch */
   bool check_pattern; /* compare with pat() */
   size_t send_total;  /* bytes to send after the handshake (client) */
   unsigned seed;      /* of the random splits */
@@ -134,7 +135,7 @@ typedef struct watch {
   atomic_int mismatch;
   char text[TEXT_MAX + 1];
   atomic_size_t text_len;
-  weft_channel *ch; /* retained once active (client side) */
+  weft_channel *ch; /* retained once active, unless shared */
   char protocol[16];
   char alpn[WEFT_TLS_NAME_MAX];
   atomic_int ktls; /* 1 + info.ktls_tx, noted at the first read */
@@ -177,7 +178,8 @@ static void send_pattern(weft_ctx *ctx, watch *w) {
 
 static void w_active(weft_ctx *ctx) {
   watch *w = weft_ctx_state(ctx);
-  w->ch = weft_channel_retain(weft_ctx_channel(ctx));
+  if (!w->shared)
+    w->ch = weft_channel_retain(weft_ctx_channel(ctx));
   atomic_fetch_add(&w->active, 1);
   weft_ctx_fire_channel_active(ctx);
 }
@@ -946,34 +948,19 @@ typedef struct net {
   int port;
 } net;
 
-/* The server's channels retain nothing: w_active's retain is dropped. */
-static void server_active(weft_ctx *ctx) {
-  watch *w = weft_ctx_state(ctx);
-  atomic_fetch_add(&w->active, 1);
-  weft_ctx_fire_channel_active(ctx);
-}
-
-static const weft_handler server_watch_handler = {
-    .name = "watch",
-    .channel_active = server_active,
-    .channel_inactive = w_inactive,
-    .user_event = w_event,
-    .exception_caught = w_exception,
-    .channel_read = w_read,
-    .channel_read_complete = w_read_complete};
-
 static void server_init_echo(weft_channel *ch, void *arg) {
   net *n = arg;
   weft_pipeline *p = weft_channel_pipeline(ch);
   ck_assert_int_eq(weft_tls_add_first(p, n->sctx, NULL), 0);
-  ck_assert_int_eq(
-      weft_pipeline_add_last(p, "watch", &server_watch_handler, &n->sw), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "watch", &watch_handler, &n->sw),
+                   0);
 }
 
 static void net_start(net *n, weft_tls_context *sctx) {
   memset(n, 0, sizeof *n);
   n->sctx = sctx;
   n->sw.echo = true;
+  n->sw.shared = true;
   n->servers = th_group_start(NULL, th_suite_loops());
   n->clients = th_group_start(NULL, 1);
   char listen[96];
