@@ -338,23 +338,24 @@ static int run_child(int (*fn)(void)) {
   return WEXITSTATUS(status);
 }
 
-START_TEST(uring_probe_blocked_by_seccomp_names_cause_and_tcp) {
-  int rc = run_child(child_blocked);
+/* The check `check`: `child` must report CHILD_OK, or the check is
+ * skipped where no seccomp filter can be installed. */
+static void expect_child_ok(const char *check, int (*child)(void)) {
+  int rc = run_child(child);
   if (rc == CHILD_NO_SECCOMP) {
-    th_skip(__func__, "cannot install a seccomp filter here");
+    th_skip(check, "cannot install a seccomp filter here");
     return;
   }
   ck_assert_int_eq(rc, CHILD_OK);
 }
+
+START_TEST(uring_probe_blocked_by_seccomp_names_cause_and_tcp) {
+  expect_child_ok(__func__, child_blocked);
+}
 END_TEST
 
 START_TEST(uring_fallback_env_runs_over_tcp_when_blocked) {
-  int rc = run_child(child_fallback);
-  if (rc == CHILD_NO_SECCOMP) {
-    th_skip(__func__, "cannot install a seccomp filter here");
-    return;
-  }
-  ck_assert_int_eq(rc, CHILD_OK);
+  expect_child_ok(__func__, child_fallback);
 }
 END_TEST
 
