@@ -7,6 +7,7 @@
 #define WEFT_TESTS_HARNESS_H
 
 #include <check.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -237,6 +238,22 @@ void th_add_last(weft_channel *ch, const char *name,
  * negative WEFT_E* code) in the atomic_int its connect_arg points to.
  */
 void th_store_connect_status(weft_channel *ch, int status, void *arg);
+
+/**
+ * Starts the connect `b` describes, its options (left zero) set to weft's
+ * defaults, with `connect_timeout_ms` if above 0. Fails the test if the
+ * connect cannot start.
+ */
+void th_bootstrap_connect(weft_bootstrap b, int connect_timeout_ms);
+
+/**
+ * Starts a connect to `uri` from `loop` (NULL: the next loop of `group`)
+ * with default channel options: `init(ch, arg)` sets the channel up and
+ * the outcome goes to `*status` (th_store_connect_status). Fails the test
+ * if the connect cannot start.
+ */
+void th_connect(weft_loop_group *group, weft_loop *loop, const char *uri,
+                weft_channel_init_cb init, void *arg, atomic_int *status);
 
 /**
  * Adds to the suite `s` the test case `name` with a timeout of `timeout`

@@ -397,21 +397,19 @@ static void client_setup(stream_client *c, uint64_t seed, size_t total) {
 /* Connects `c` to `uri` on `loop` (NULL: the group's next loop). */
 static void client_connect(fixture *f, stream_client *c, const char *uri,
                            weft_loop *loop) {
-  weft_bootstrap b = {.group = f->group,
-                      .loop = loop,
-                      .connect = uri,
-                      .init = client_init,
-                      .init_arg = c,
-                      .on_connect = client_connected,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
   /* 100 clients connect at once: on a loaded 2-core machine a UCX connect
    * (its CM exchange, wire-up, HELLO and perhaps a REDIRECT, all on busy
    * loops) took more than the 10 s default ("client 8: connect failed:
    * ETIMEDOUT"). A refused or failed connect still reports at once; 60 s
    * only bounds one that hangs. */
-  b.options.connect_timeout_ms = 60000;
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_bootstrap_connect((weft_bootstrap){.group = f->group,
+                                        .loop = loop,
+                                        .connect = uri,
+                                        .init = client_init,
+                                        .init_arg = c,
+                                        .on_connect = client_connected,
+                                        .connect_arg = c},
+                       60000);
 }
 
 static bool clients_finished(stream_client *cs, int n) {
@@ -665,13 +663,12 @@ START_TEST(channel_addresses_and_address_in_use) {
   ck_assert_int_eq(weft_server_bind(&second, &sb), WEFT_EADDRINUSE);
 
   addr_seen seen = {.status = PENDING};
-  weft_bootstrap b = {.group = f.group,
-                      .connect = f.uri,
-                      .init = sockopt_client_init,
-                      .on_connect = addr_connected,
-                      .connect_arg = &seen};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_bootstrap_connect((weft_bootstrap){.group = f.group,
+                                        .connect = f.uri,
+                                        .init = sockopt_client_init,
+                                        .on_connect = addr_connected,
+                                        .connect_arg = &seen},
+                       0);
   ASSERT_EVENTUALLY(ldi(&seen.status) != PENDING, 10000);
   ck_assert_int_eq(ldi(&seen.status), 0);
   char want[80];
@@ -1055,14 +1052,7 @@ static void probe_setup(probe *p, probe_mode mode, size_t expect) {
 }
 
 static void probe_connect(fixture *f, probe *p, const char *uri) {
-  weft_bootstrap b = {.group = f->group,
-                      .connect = uri,
-                      .init = probe_init,
-                      .init_arg = p,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &p->connect_status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(f->group, NULL, uri, probe_init, p, &p->connect_status);
 }
 
 START_TEST(channel_write_promise_completes_after_flush) {

@@ -195,14 +195,13 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
 }
 
 static void client_connect(fixture *f, client *c) {
-  weft_bootstrap b = {.group = f->clients,
-                      .connect = f->uri,
-                      .init = client_init,
-                      .init_arg = c,
-                      .on_connect = on_connect,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_bootstrap_connect((weft_bootstrap){.group = f->clients,
+                                        .connect = f->uri,
+                                        .init = client_init,
+                                        .init_arg = c,
+                                        .on_connect = on_connect,
+                                        .connect_arg = c},
+                       0);
 }
 
 static int close_task(void *arg) {

@@ -399,15 +399,14 @@ static void peer_connected(weft_channel *ch, int status, void *arg) {
 
 static void peer_connect(weft_loop_group *g, peers *p, const char *uri,
                          weft_channel_init_cb init) {
-  weft_bootstrap b = {.group = g,
-                      .connect = uri,
-                      .init = init,
-                      .init_arg = p,
-                      .on_connect = peer_connected,
-                      .connect_arg = p};
-  weft_channel_config_init(&b.options);
-  b.options.connect_timeout_ms = 60000; /* a loaded machine */
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  /* a loaded machine */
+  th_bootstrap_connect((weft_bootstrap){.group = g,
+                                        .connect = uri,
+                                        .init = init,
+                                        .init_arg = p,
+                                        .on_connect = peer_connected,
+                                        .connect_arg = p},
+                       60000);
 }
 
 static int flood_start_task(void *arg) {

@@ -430,13 +430,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
            (unsigned)full_port);
   atomic_int connect_status;
   atomic_init(&connect_status, 1);
-  weft_bootstrap b = {.group = group,
-                      .connect = full_uri,
-                      .init = no_init,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &connect_status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(group, NULL, full_uri, no_init, NULL, &connect_status);
 
   ASSERT_EVENTUALLY(atomic_load(&fl.stuck) == FLOOD_CLIENTS, 10000);
   th_sleep_ms(200); /* the sends fill the sockets and wait there */

@@ -998,10 +998,10 @@ static void client_init(weft_channel *ch, void *arg) {
 }
 
 static void client_connect(weft_loop_group *g, const char *uri, client *c) {
-  weft_bootstrap b = {
-      .group = g, .connect = uri, .init = client_init, .init_arg = c};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_bootstrap_connect(
+      (weft_bootstrap){
+          .group = g, .connect = uri, .init = client_init, .init_arg = c},
+      0);
 }
 
 static void close_task(void *arg) {

@@ -1069,14 +1069,7 @@ static void run_liar(const hostile_case *c) {
                                     uri, sizeof uri);
   pinger pg = {0};
   atomic_init(&pg.connect_status, 1);
-  weft_bootstrap b = {.group = gc,
-                      .connect = uri,
-                      .init = pinger_init,
-                      .init_arg = &pg,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &pg.connect_status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(gc, NULL, uri, pinger_init, &pg, &pg.connect_status);
   ck_assert(WAIT_UNTIL(atomic_load(&pg.connect_status) != 1, 10000));
   ck_assert_int_eq(atomic_load(&pg.connect_status), 0);
   ck_assert(ping(gc, &pg));
@@ -1211,15 +1204,13 @@ END_TEST
 static int pinger_connect(weft_loop_group *gc, pinger *pg, const char *uri,
                           int timeout_ms) {
   atomic_store(&pg->connect_status, 1);
-  weft_bootstrap b = {.group = gc,
-                      .connect = uri,
-                      .init = pinger_init,
-                      .init_arg = pg,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &pg->connect_status};
-  weft_channel_config_init(&b.options);
-  b.options.connect_timeout_ms = timeout_ms;
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_bootstrap_connect((weft_bootstrap){.group = gc,
+                                        .connect = uri,
+                                        .init = pinger_init,
+                                        .init_arg = pg,
+                                        .on_connect = th_store_connect_status,
+                                        .connect_arg = &pg->connect_status},
+                       timeout_ms);
   ck_assert(WAIT_UNTIL(atomic_load(&pg->connect_status) != 1,
                        (unsigned)timeout_ms + 30000));
   return atomic_load(&pg->connect_status);

@@ -231,14 +231,8 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   char uri[300];
   weft_server *srv = th_server_bind(g, listen, slow_init, &s, uri, sizeof uri);
   /* The client on the other loop, so both run at once. */
-  weft_bootstrap b = {.loop = weft_loop_group_get(g, 1),
-                      .connect = uri,
-                      .init = fast_init,
-                      .init_arg = &c,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &c.connect_status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(NULL, weft_loop_group_get(g, 1), uri, fast_init, &c,
+             &c.connect_status);
 
   long long total = (long long)SLOW_MESSAGES * SLOW_SIZE;
   uint64_t deadline = th_now_ms() + 200000;
@@ -704,14 +698,8 @@ static bool hostile_start(hostile *h, const char *name) {
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   h->srv =
       th_server_bind(h->g, listen, hserver_init, &h->s, h->uri, sizeof h->uri);
-  weft_bootstrap b = {.loop = weft_loop_group_get(h->g, 0),
-                      .connect = h->uri,
-                      .init = pinger_init,
-                      .init_arg = &h->good,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &h->good.status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(NULL, weft_loop_group_get(h->g, 0), h->uri, pinger_init, &h->good,
+             &h->good.status);
   ASSERT_EVENTUALLY(atomic_load(&h->good.status) != 1, 30000);
   ck_assert_int_eq(ldi(&h->good.status), 0);
   ping_ok(h);
@@ -850,14 +838,8 @@ START_TEST(verbs_server_bad_hello_fails_connect) {
   pinger c;
   memset(&c, 0, sizeof c);
   atomic_init(&c.status, 1);
-  weft_bootstrap b = {.loop = weft_loop_group_get(h.g, 0),
-                      .connect = uri,
-                      .init = pinger_init,
-                      .init_arg = &c,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &c.status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(NULL, weft_loop_group_get(h.g, 0), uri, pinger_init, &c,
+             &c.status);
   verbs_hello lie = raw_hello(VERBS_CREDITS, 0x80000000u);
   raw_accept(&srv, &lie);
   ASSERT_EVENTUALLY(atomic_load(&c.status) != 1, 30000);
@@ -910,12 +892,11 @@ START_TEST(verbs_shutdown_with_unsent_and_held_frees_everything) {
     return;
   flooder f;
   memset(&f, 0, sizeof f);
-  weft_bootstrap b = {.loop = weft_loop_group_get(h.g, 0),
-                      .connect = h.uri,
-                      .init = flood_init,
-                      .init_arg = &f};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_bootstrap_connect((weft_bootstrap){.loop = weft_loop_group_get(h.g, 0),
+                                        .connect = h.uri,
+                                        .init = flood_init,
+                                        .init_arg = &f},
+                       0);
   ASSERT_EVENTUALLY(atomic_load(&f.posted) == VERBS_CREDITS, 30000);
   raw_peer p = {0};
   verbs_hello hello = raw_hello(VERBS_CREDITS, VERBS_SLOT_SIZE);
