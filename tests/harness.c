@@ -279,23 +279,24 @@ void th_store_connect_status(weft_channel *ch, int status, void *arg) {
   atomic_store((atomic_int *)arg, status);
 }
 
-void th_bootstrap_connect(weft_bootstrap b, int connect_timeout_ms) {
+weft_bootstrap th_bootstrap(weft_loop_group *group, weft_loop *loop,
+                            const char *uri, weft_channel_init_cb init,
+                            void *arg) {
+  weft_bootstrap b = {.group = group,
+                      .loop = loop,
+                      .connect = uri,
+                      .init = init,
+                      .init_arg = arg};
   weft_channel_config_init(&b.options);
-  if (connect_timeout_ms > 0)
-    b.options.connect_timeout_ms = connect_timeout_ms;
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  return b;
 }
 
 void th_connect(weft_loop_group *group, weft_loop *loop, const char *uri,
                 weft_channel_init_cb init, void *arg, atomic_int *status) {
-  th_bootstrap_connect((weft_bootstrap){.group = group,
-                                        .loop = loop,
-                                        .connect = uri,
-                                        .init = init,
-                                        .init_arg = arg,
-                                        .on_connect = th_store_connect_status,
-                                        .connect_arg = status},
-                       0);
+  weft_bootstrap b = th_bootstrap(group, loop, uri, init, arg);
+  b.on_connect = th_store_connect_status;
+  b.connect_arg = status;
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 void th_write_all(int fd, const void *data, size_t n) {

@@ -240,11 +240,14 @@ void th_add_last(weft_channel *ch, const char *name,
 void th_store_connect_status(weft_channel *ch, int status, void *arg);
 
 /**
- * Starts the connect `b` describes, its options (left zero) set to weft's
- * defaults, with `connect_timeout_ms` if above 0. Fails the test if the
- * connect cannot start.
+ * A bootstrap to connect to `uri` from `loop` (NULL: the next loop of
+ * `group`), `init(ch, arg)` setting the channel up, with weft's default
+ * channel options and no on_connect: the caller sets what it needs, then
+ * calls weft_bootstrap_connect.
  */
-void th_bootstrap_connect(weft_bootstrap b, int connect_timeout_ms);
+weft_bootstrap th_bootstrap(weft_loop_group *group, weft_loop *loop,
+                            const char *uri, weft_channel_init_cb init,
+                            void *arg);
 
 /**
  * Starts a connect to `uri` from `loop` (NULL: the next loop of `group`)

@@ -293,15 +293,12 @@ static void client_connected(weft_channel *ch, int status, void *arg) {
 void th_client_connect(th_client *c, const char *uri,
                        weft_channel_init_cb init) {
   atomic_init(&c->status, 1);
-  /* a crowd of handshakes */
-  th_bootstrap_connect(
-      (weft_bootstrap){.loop = weft_loop_group_get(c->fl->g, 0),
-                       .connect = uri,
-                       .init = init,
-                       .init_arg = c,
-                       .on_connect = client_connected,
-                       .connect_arg = c},
-      60000);
+  weft_bootstrap b =
+      th_bootstrap(NULL, weft_loop_group_get(c->fl->g, 0), uri, init, c);
+  b.on_connect = client_connected;
+  b.connect_arg = c;
+  b.options.connect_timeout_ms = 60000; /* a crowd of handshakes */
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 void th_fleet_connect(th_fleet *fl, th_client *cs, int n, const char *uri,

@@ -397,19 +397,16 @@ static void client_setup(stream_client *c, uint64_t seed, size_t total) {
 /* Connects `c` to `uri` on `loop` (NULL: the group's next loop). */
 static void client_connect(fixture *f, stream_client *c, const char *uri,
                            weft_loop *loop) {
+  weft_bootstrap b = th_bootstrap(f->group, loop, uri, client_init, c);
+  b.on_connect = client_connected;
+  b.connect_arg = c;
   /* 100 clients connect at once: on a loaded 2-core machine a UCX connect
    * (its CM exchange, wire-up, HELLO and perhaps a REDIRECT, all on busy
    * loops) took more than the 10 s default ("client 8: connect failed:
    * ETIMEDOUT"). A refused or failed connect still reports at once; 60 s
    * only bounds one that hangs. */
-  th_bootstrap_connect((weft_bootstrap){.group = f->group,
-                                        .loop = loop,
-                                        .connect = uri,
-                                        .init = client_init,
-                                        .init_arg = c,
-                                        .on_connect = client_connected,
-                                        .connect_arg = c},
-                       60000);
+  b.options.connect_timeout_ms = 60000;
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 static bool clients_finished(stream_client *cs, int n) {
@@ -607,12 +604,10 @@ START_TEST(channel_socket_options_reach_the_socket) {
   ck_assert_int_eq(weft_server_bind(&f.srv, &sb), 0);
   ck_assert_int_eq(weft_server_address(f.srv, f.uri, sizeof f.uri), 0);
 
-  weft_bootstrap b = {.group = f.group,
-                      .connect = f.uri,
-                      .init = sockopt_client_init,
-                      .on_connect = sockopt_connected,
-                      .connect_arg = &seen};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(f.group, NULL, f.uri, sockopt_client_init, NULL);
+  b.on_connect = sockopt_connected;
+  b.connect_arg = &seen;
   b.options.so_rcvbuf = 64 * 1024; /* stored before the socket exists */
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 
@@ -663,12 +658,11 @@ START_TEST(channel_addresses_and_address_in_use) {
   ck_assert_int_eq(weft_server_bind(&second, &sb), WEFT_EADDRINUSE);
 
   addr_seen seen = {.status = PENDING};
-  th_bootstrap_connect((weft_bootstrap){.group = f.group,
-                                        .connect = f.uri,
-                                        .init = sockopt_client_init,
-                                        .on_connect = addr_connected,
-                                        .connect_arg = &seen},
-                       0);
+  weft_bootstrap b =
+      th_bootstrap(f.group, NULL, f.uri, sockopt_client_init, NULL);
+  b.on_connect = addr_connected;
+  b.connect_arg = &seen;
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ASSERT_EVENTUALLY(ldi(&seen.status) != PENDING, 10000);
   ck_assert_int_eq(ldi(&seen.status), 0);
   char want[80];
@@ -716,12 +710,10 @@ START_TEST(channel_bind_and_connect_parsed_endpoint) {
   ck_assert_uint_ne(to.port, 0);
 
   atomic_int status = PENDING;
-  weft_bootstrap b = {.group = f.group,
-                      .connect = "not read",
-                      .init = nothing_init,
-                      .on_connect = status_connected,
-                      .connect_arg = &status};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(f.group, NULL, "not read", nothing_init, NULL);
+  b.on_connect = status_connected;
+  b.connect_arg = &status;
   ck_assert_int_eq(weft_bootstrap_connect_endpoint(&b, NULL), WEFT_EINVAL);
   ck_assert_int_eq(weft_bootstrap_connect_endpoint(&b, &to), 0);
   ASSERT_EVENTUALLY(ldi(&status) != PENDING, 10000);

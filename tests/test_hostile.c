@@ -195,13 +195,10 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
 }
 
 static void client_connect(fixture *f, client *c) {
-  th_bootstrap_connect((weft_bootstrap){.group = f->clients,
-                                        .connect = f->uri,
-                                        .init = client_init,
-                                        .init_arg = c,
-                                        .on_connect = on_connect,
-                                        .connect_arg = c},
-                       0);
+  weft_bootstrap b = th_bootstrap(f->clients, NULL, f->uri, client_init, c);
+  b.on_connect = on_connect;
+  b.connect_arg = c;
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 static int close_task(void *arg) {

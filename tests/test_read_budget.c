@@ -399,14 +399,11 @@ static void peer_connected(weft_channel *ch, int status, void *arg) {
 
 static void peer_connect(weft_loop_group *g, peers *p, const char *uri,
                          weft_channel_init_cb init) {
-  /* a loaded machine */
-  th_bootstrap_connect((weft_bootstrap){.group = g,
-                                        .connect = uri,
-                                        .init = init,
-                                        .init_arg = p,
-                                        .on_connect = peer_connected,
-                                        .connect_arg = p},
-                       60000);
+  weft_bootstrap b = th_bootstrap(g, NULL, uri, init, p);
+  b.on_connect = peer_connected;
+  b.connect_arg = p;
+  b.options.connect_timeout_ms = 60000; /* a loaded machine */
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 static int flood_start_task(void *arg) {

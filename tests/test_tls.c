@@ -998,10 +998,8 @@ static void client_init(weft_channel *ch, void *arg) {
 }
 
 static void client_connect(weft_loop_group *g, const char *uri, client *c) {
-  th_bootstrap_connect(
-      (weft_bootstrap){
-          .group = g, .connect = uri, .init = client_init, .init_arg = c},
-      0);
+  weft_bootstrap b = th_bootstrap(g, NULL, uri, client_init, c);
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 static void close_task(void *arg) {

@@ -243,13 +243,9 @@ static void close_task(void *arg) {
 }
 
 static void flooder_connect(weft_loop_group *g, flooder *fl, const char *uri) {
-  weft_bootstrap b = {.group = g,
-                      .connect = uri,
-                      .init = flooder_init,
-                      .init_arg = fl,
-                      .on_connect = th_store_connect_status,
-                      .connect_arg = &fl->connect_status};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(g, NULL, uri, flooder_init, fl);
+  b.on_connect = th_store_connect_status;
+  b.connect_arg = &fl->connect_status;
   REQUIRE(weft_bootstrap_connect(&b) == 0);
 }
 
@@ -1204,13 +1200,11 @@ END_TEST
 static int pinger_connect(weft_loop_group *gc, pinger *pg, const char *uri,
                           int timeout_ms) {
   atomic_store(&pg->connect_status, 1);
-  th_bootstrap_connect((weft_bootstrap){.group = gc,
-                                        .connect = uri,
-                                        .init = pinger_init,
-                                        .init_arg = pg,
-                                        .on_connect = th_store_connect_status,
-                                        .connect_arg = &pg->connect_status},
-                       timeout_ms);
+  weft_bootstrap b = th_bootstrap(gc, NULL, uri, pinger_init, pg);
+  b.on_connect = th_store_connect_status;
+  b.connect_arg = &pg->connect_status;
+  b.options.connect_timeout_ms = timeout_ms;
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ck_assert(WAIT_UNTIL(atomic_load(&pg->connect_status) != 1,
                        (unsigned)timeout_ms + 30000));
   return atomic_load(&pg->connect_status);

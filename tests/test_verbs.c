@@ -331,9 +331,8 @@ static _Noreturn void doomed_peer(int fd) {
   weft_loop_group *g;
   if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
     _exit(3);
-  weft_bootstrap b = {
-      .loop = weft_loop_group_get(g, 0), .connect = uri, .init = hello_init};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(NULL, weft_loop_group_get(g, 0), uri, hello_init, NULL);
   if (weft_bootstrap_connect(&b) != 0)
     _exit(4);
   for (;;)
@@ -892,11 +891,9 @@ START_TEST(verbs_shutdown_with_unsent_and_held_frees_everything) {
     return;
   flooder f;
   memset(&f, 0, sizeof f);
-  th_bootstrap_connect((weft_bootstrap){.loop = weft_loop_group_get(h.g, 0),
-                                        .connect = h.uri,
-                                        .init = flood_init,
-                                        .init_arg = &f},
-                       0);
+  weft_bootstrap b =
+      th_bootstrap(NULL, weft_loop_group_get(h.g, 0), h.uri, flood_init, &f);
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ASSERT_EVENTUALLY(atomic_load(&f.posted) == VERBS_CREDITS, 30000);
   raw_peer p = {0};
   verbs_hello hello = raw_hello(VERBS_CREDITS, VERBS_SLOT_SIZE);
