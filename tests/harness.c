@@ -189,6 +189,18 @@ int th_suite_loops(void) {
   return strcmp(th_transport_name(), "ucx") == 0 ? 1 : 2;
 }
 
+weft_loop_group *th_group_start(const char *name, int loops) {
+  weft_loop_options o;
+  weft_loop_options_init(&o);
+  o.n_loops = loops;
+  if (name != NULL)
+    o.name = name;
+  weft_loop_group *g = NULL;
+  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
+  ck_assert_int_eq(weft_loop_group_start(g), 0);
+  return g;
+}
+
 weft_server *th_server_bind(weft_loop_group *group, const char *listen,
                             weft_channel_init_cb init, void *arg, char *uri,
                             size_t len) {
@@ -209,16 +221,42 @@ static void add_tests(TCase *tc, va_list ap) {
     tcase_add_test(tc, t);
 }
 
-Suite *th_suite(const char *name, const char *tcase, int timeout, ...) {
-  Suite *s = suite_create(name);
-  TCase *tc = tcase_create(tcase);
+/* Adds to `s` the case `name`, its timeout (0 = Check's default) and the
+ * tests of `ap`; returns the case. */
+static TCase *add_case(Suite *s, const char *name, int timeout, va_list ap) {
+  TCase *tc = tcase_create(name);
   if (timeout > 0)
     tcase_set_timeout(tc, timeout);
+  add_tests(tc, ap);
+  suite_add_tcase(s, tc);
+  return tc;
+}
+
+Suite *th_suite(const char *name, const char *tcase, int timeout, ...) {
+  Suite *s = suite_create(name);
   va_list ap;
   va_start(ap, timeout);
-  add_tests(tc, ap);
+  add_case(s, tcase, timeout, ap);
   va_end(ap);
-  suite_add_tcase(s, tc);
+  return s;
+}
+
+TCase *th_add_case(Suite *s, const char *name, int timeout, ...) {
+  va_list ap;
+  va_start(ap, timeout);
+  TCase *tc = add_case(s, name, timeout, ap);
+  va_end(ap);
+  return tc;
+}
+
+Suite *th_suite_fixture(const char *name, const char *tcase,
+                        void (*setup)(void), void (*teardown)(void), ...) {
+  Suite *s = suite_create(name);
+  va_list ap;
+  va_start(ap, teardown);
+  TCase *tc = add_case(s, tcase, 0, ap);
+  va_end(ap);
+  tcase_add_checked_fixture(tc, setup, teardown);
   return s;
 }
 
@@ -227,6 +265,38 @@ void th_add_tests(TCase *tc, ...) {
   va_start(ap, tc);
   add_tests(tc, ap);
   va_end(ap);
+}
+
+void th_add_last(weft_channel *ch, const char *name,
+                 const weft_handler *handler, void *state) {
+  ck_assert_int_eq(
+      weft_pipeline_add_last(weft_channel_pipeline(ch), name, handler, state),
+      0);
+}
+
+void th_store_connect_status(weft_channel *ch, int status, void *arg) {
+  (void)ch;
+  atomic_store((atomic_int *)arg, status);
+}
+
+weft_bootstrap th_bootstrap(weft_loop_group *group, weft_loop *loop,
+                            const char *uri, weft_channel_init_cb init,
+                            void *arg) {
+  weft_bootstrap b = {.group = group,
+                      .loop = loop,
+                      .connect = uri,
+                      .init = init,
+                      .init_arg = arg};
+  weft_channel_config_init(&b.options);
+  return b;
+}
+
+void th_connect(weft_loop_group *group, weft_loop *loop, const char *uri,
+                weft_channel_init_cb init, void *arg, atomic_int *status) {
+  weft_bootstrap b = th_bootstrap(group, loop, uri, init, arg);
+  b.on_connect = th_store_connect_status;
+  b.connect_arg = status;
+  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
 void th_write_all(int fd, const void *data, size_t n) {

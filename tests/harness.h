@@ -7,6 +7,7 @@
 #define WEFT_TESTS_HARNESS_H
 
 #include <check.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,6 +77,13 @@ double th_test_scale(void);
  * with clients in another process.
  */
 int th_suite_loops(void);
+
+/**
+ * A started loop group of `loops` loops (0: weft's default count) whose
+ * threads are named after `name` (NULL: weft's default), not pinned.
+ * Fails the test on error; the caller stops, joins and frees it.
+ */
+weft_loop_group *th_group_start(const char *name, int loops);
 
 /**
  * Binds a server on `group` listening on `listen` (a URI; port 0 picks a
@@ -216,6 +224,55 @@ void th_require_transport(void);
  * follow (START_TEST names), up to a NULL.
  */
 Suite *th_suite(const char *name, const char *tcase, int timeout, ...);
+
+/**
+ * Adds `handler` last to the pipeline of `ch` as `name`, with `state` as
+ * its state (weft_ctx_state); fails the test if it cannot. For channel
+ * initializers.
+ */
+void th_add_last(weft_channel *ch, const char *name,
+                 const weft_handler *handler, void *state);
+
+/**
+ * A bootstrap's on_connect that stores the connect's outcome (0 or a
+ * negative WEFT_E* code) in the atomic_int its connect_arg points to.
+ */
+void th_store_connect_status(weft_channel *ch, int status, void *arg);
+
+/**
+ * A bootstrap to connect to `uri` from `loop` (NULL: the next loop of
+ * `group`), `init(ch, arg)` setting the channel up, with weft's default
+ * channel options and no on_connect: the caller sets what it needs, then
+ * calls weft_bootstrap_connect.
+ */
+weft_bootstrap th_bootstrap(weft_loop_group *group, weft_loop *loop,
+                            const char *uri, weft_channel_init_cb init,
+                            void *arg);
+
+/**
+ * Starts a connect to `uri` from `loop` (NULL: the next loop of `group`)
+ * with default channel options: `init(ch, arg)` sets the channel up and
+ * the outcome goes to `*status` (th_store_connect_status). Fails the test
+ * if the connect cannot start.
+ */
+void th_connect(weft_loop_group *group, weft_loop *loop, const char *uri,
+                weft_channel_init_cb init, void *arg, atomic_int *status);
+
+/**
+ * Adds to the suite `s` the test case `name` with a timeout of `timeout`
+ * seconds (0 = Check's default) and the tests that follow (START_TEST
+ * names), up to a NULL; returns the case (for a fixture or loop tests).
+ */
+TCase *th_add_case(Suite *s, const char *name, int timeout, ...);
+
+/**
+ * A suite of one test case with a checked fixture: the suite `name`, its
+ * case `tcase` (Check's default timeout), `setup` and `teardown` run in
+ * each test's process around it (either may be NULL), and the tests that
+ * follow (START_TEST names), up to a NULL.
+ */
+Suite *th_suite_fixture(const char *name, const char *tcase,
+                        void (*setup)(void), void (*teardown)(void), ...);
 
 /** Adds the tests that follow (START_TEST names), up to a NULL, to `tc`. */
 void th_add_tests(TCase *tc, ...);

@@ -280,9 +280,7 @@ static const weft_handler client_handler = {.name = "client",
                                                 client_exception};
 
 void th_client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
+  th_add_last(ch, "client", &client_handler, arg);
 }
 
 static void client_connected(weft_channel *ch, int status, void *arg) {
@@ -295,13 +293,10 @@ static void client_connected(weft_channel *ch, int status, void *arg) {
 void th_client_connect(th_client *c, const char *uri,
                        weft_channel_init_cb init) {
   atomic_init(&c->status, 1);
-  weft_bootstrap b = {.loop = weft_loop_group_get(c->fl->g, 0),
-                      .connect = uri,
-                      .init = init,
-                      .init_arg = c,
-                      .on_connect = client_connected,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(NULL, weft_loop_group_get(c->fl->g, 0), uri, init, c);
+  b.on_connect = client_connected;
+  b.connect_arg = c;
   b.options.connect_timeout_ms = 60000; /* a crowd of handshakes */
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }

@@ -432,28 +432,21 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("buf");
-  TCase *tc = tcase_create("indices");
-  th_add_tests(tc, buf_indices_fresh_alloc, buf_indices_write_then_read,
-               buf_write_bytes_enospc_when_full,
-               buf_read_bytes_erange_when_short, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "indices", 0, buf_indices_fresh_alloc,
+              buf_indices_write_then_read, buf_write_bytes_enospc_when_full,
+              buf_read_bytes_erange_when_short, NULL);
 
-  tc = tcase_create("typed");
-  th_add_tests(
-      tc, buf_typed_write_be_byte_pattern, buf_typed_write_le_byte_pattern,
-      buf_typed_get_set_absolute_index, buf_typed_write_enospc_when_full, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "typed", 0, buf_typed_write_be_byte_pattern,
+              buf_typed_write_le_byte_pattern, buf_typed_get_set_absolute_index,
+              buf_typed_write_enospc_when_full, NULL);
 
-  tc = tcase_create("refcount");
-  th_add_tests(tc, buf_refcount_retain_release, buf_slice_shares_memory,
-               buf_slice_keeps_parent_after_parent_release,
-               buf_slice_of_slice_holds_root, buf_slice_out_of_range_null,
-               buf_read_slice_advances_reader, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "refcount", 0, buf_refcount_retain_release,
+              buf_slice_shares_memory,
+              buf_slice_keeps_parent_after_parent_release,
+              buf_slice_of_slice_holds_root, buf_slice_out_of_range_null,
+              buf_read_slice_advances_reader, NULL);
 
-  tc = tcase_create("wrap");
-  th_add_tests(tc, buf_wrap_free_cb_once_at_last_release,
-               buf_wrap_bad_arguments_null, buf_msg_type_every_kind, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "wrap", 0, buf_wrap_free_cb_once_at_last_release,
+              buf_wrap_bad_arguments_null, buf_msg_type_every_kind, NULL);
   return s;
 }

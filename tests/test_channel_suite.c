@@ -180,9 +180,7 @@ static void echo_init(weft_channel *ch, void *arg) {
   echo_conn *e = calloc(1, sizeof *e);
   ck_assert_ptr_nonnull(e);
   e->st = arg;
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "echo",
-                                          &echo_handler, e),
-                   0);
+  th_add_last(ch, "echo", &echo_handler, e);
 }
 
 /* A loop group, and optionally an echo server on it. */
@@ -374,9 +372,7 @@ static const weft_handler client_handler = {
     .exception_caught = client_exception};
 
 static void client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
+  th_add_last(ch, "client", &client_handler, arg);
 }
 
 static void client_connected(weft_channel *ch, int status, void *arg) {
@@ -401,14 +397,9 @@ static void client_setup(stream_client *c, uint64_t seed, size_t total) {
 /* Connects `c` to `uri` on `loop` (NULL: the group's next loop). */
 static void client_connect(fixture *f, stream_client *c, const char *uri,
                            weft_loop *loop) {
-  weft_bootstrap b = {.group = f->group,
-                      .loop = loop,
-                      .connect = uri,
-                      .init = client_init,
-                      .init_arg = c,
-                      .on_connect = client_connected,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(f->group, loop, uri, client_init, c);
+  b.on_connect = client_connected;
+  b.connect_arg = c;
   /* 100 clients connect at once: on a loaded 2-core machine a UCX connect
    * (its CM exchange, wire-up, HELLO and perhaps a REDIRECT, all on busy
    * loops) took more than the 10 s default ("client 8: connect failed:
@@ -563,9 +554,7 @@ static const weft_handler sockopt_server_handler = {
     .name = "sockopt", .channel_active = sockopt_server_active};
 
 static void sockopt_server_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sockopt",
-                                          &sockopt_server_handler, arg),
-                   0);
+  th_add_last(ch, "sockopt", &sockopt_server_handler, arg);
 }
 
 static void sockopt_client_init(weft_channel *ch, void *arg) {
@@ -615,12 +604,10 @@ START_TEST(channel_socket_options_reach_the_socket) {
   ck_assert_int_eq(weft_server_bind(&f.srv, &sb), 0);
   ck_assert_int_eq(weft_server_address(f.srv, f.uri, sizeof f.uri), 0);
 
-  weft_bootstrap b = {.group = f.group,
-                      .connect = f.uri,
-                      .init = sockopt_client_init,
-                      .on_connect = sockopt_connected,
-                      .connect_arg = &seen};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(f.group, NULL, f.uri, sockopt_client_init, NULL);
+  b.on_connect = sockopt_connected;
+  b.connect_arg = &seen;
   b.options.so_rcvbuf = 64 * 1024; /* stored before the socket exists */
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 
@@ -671,12 +658,10 @@ START_TEST(channel_addresses_and_address_in_use) {
   ck_assert_int_eq(weft_server_bind(&second, &sb), WEFT_EADDRINUSE);
 
   addr_seen seen = {.status = PENDING};
-  weft_bootstrap b = {.group = f.group,
-                      .connect = f.uri,
-                      .init = sockopt_client_init,
-                      .on_connect = addr_connected,
-                      .connect_arg = &seen};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(f.group, NULL, f.uri, sockopt_client_init, NULL);
+  b.on_connect = addr_connected;
+  b.connect_arg = &seen;
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ASSERT_EVENTUALLY(ldi(&seen.status) != PENDING, 10000);
   ck_assert_int_eq(ldi(&seen.status), 0);
@@ -725,12 +710,10 @@ START_TEST(channel_bind_and_connect_parsed_endpoint) {
   ck_assert_uint_ne(to.port, 0);
 
   atomic_int status = PENDING;
-  weft_bootstrap b = {.group = f.group,
-                      .connect = "not read",
-                      .init = nothing_init,
-                      .on_connect = status_connected,
-                      .connect_arg = &status};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(f.group, NULL, "not read", nothing_init, NULL);
+  b.on_connect = status_connected;
+  b.connect_arg = &status;
   ck_assert_int_eq(weft_bootstrap_connect_endpoint(&b, NULL), WEFT_EINVAL);
   ck_assert_int_eq(weft_bootstrap_connect_endpoint(&b, &to), 0);
   ASSERT_EVENTUALLY(ldi(&status) != PENDING, 10000);
@@ -1045,14 +1028,7 @@ static const weft_handler probe_handler = {.name = "probe",
                                                probe_writability};
 
 static void probe_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "probe",
-                                          &probe_handler, arg),
-                   0);
-}
-
-static void probe_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((probe *)arg)->connect_status, status);
+  th_add_last(ch, "probe", &probe_handler, arg);
 }
 
 static void probe_setup(probe *p, probe_mode mode, size_t expect) {
@@ -1068,14 +1044,7 @@ static void probe_setup(probe *p, probe_mode mode, size_t expect) {
 }
 
 static void probe_connect(fixture *f, probe *p, const char *uri) {
-  weft_bootstrap b = {.group = f->group,
-                      .connect = uri,
-                      .init = probe_init,
-                      .init_arg = p,
-                      .on_connect = probe_connected,
-                      .connect_arg = p};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(f->group, NULL, uri, probe_init, p, &p->connect_status);
 }
 
 START_TEST(channel_write_promise_completes_after_flush) {
@@ -1201,9 +1170,7 @@ static const weft_handler greeter_handler = {.name = "greeter",
 
 static void greeter_init(weft_channel *ch, void *arg) {
   (void)arg;
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "greeter",
-                                          &greeter_handler, NULL),
-                   0);
+  th_add_last(ch, "greeter", &greeter_handler, NULL);
 }
 
 #define GREETED_CLIENTS 20
@@ -1239,28 +1206,22 @@ Suite *weft_test_suite(void) {
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
   th_require_transport();
-  TCase *echo = tcase_create("echo");
   /* The echoes fail when they stop moving (clients_finish), not at a
-   * wall time: this only bounds a loaded machine's slowest run. */
-  tcase_set_timeout(echo, 900);
-  th_add_tests(echo, channel_echo_10mb_one_client,
-               channel_echo_10mb_two_clients, channel_echo_10mb_100_clients,
-               NULL);
-  suite_add_tcase(s, echo);
+   * wall time: the timeout only bounds a loaded machine's slowest run. */
+  th_add_case(s, "echo", 900, channel_echo_10mb_one_client,
+              channel_echo_10mb_two_clients, channel_echo_10mb_100_clients,
+              NULL);
 
-  TCase *life = tcase_create("lifecycle");
-  th_add_tests(life, channel_reset_midstream_closes_only_that_channel,
-               channel_connect_refused_reports_econnrefused,
-               channel_socket_options_reach_the_socket,
-               channel_addresses_and_address_in_use,
-               channel_bind_and_connect_parsed_endpoint,
-               channel_idle_server_sleeps,
-               channel_write_promise_completes_after_flush,
-               channel_write_after_close_fails_eclosed, NULL);
-  tcase_add_test(life,
-                 channel_watermark_unwritable_above_high_fires_writability);
-  th_add_tests(life, channel_half_close_peer_reads_eof_and_replies,
-               channel_server_speaks_first_every_client_hears_it, NULL);
-  suite_add_tcase(s, life);
+  th_add_case(
+      s, "lifecycle", 0, channel_reset_midstream_closes_only_that_channel,
+      channel_connect_refused_reports_econnrefused,
+      channel_socket_options_reach_the_socket,
+      channel_addresses_and_address_in_use,
+      channel_bind_and_connect_parsed_endpoint, channel_idle_server_sleeps,
+      channel_write_promise_completes_after_flush,
+      channel_write_after_close_fails_eclosed,
+      channel_watermark_unwritable_above_high_fires_writability,
+      channel_half_close_peer_reads_eof_and_replies,
+      channel_server_speaks_first_every_client_hears_it, NULL);
   return s;
 }

@@ -795,13 +795,10 @@ START_TEST(config_print_leaves_out_unread_keys) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("config");
-  TCase *tc = tcase_create("core");
-  tcase_add_checked_fixture(tc, setup, teardown);
-  th_add_tests(
-      tc, config_init_defaults, config_load_every_key,
-      config_load_keeps_keys_not_in_file, config_load_bool_spellings,
-      config_load_sockbuf_zero_is_kernel_default,
+  return th_suite_fixture(
+      "config", "core", setup, teardown, config_init_defaults,
+      config_load_every_key, config_load_keeps_keys_not_in_file,
+      config_load_bool_spellings, config_load_sockbuf_zero_is_kernel_default,
       config_load_refused_unknown_section, config_load_refused_unknown_key,
       config_load_refused_key_outside_section, config_load_refused_bad_integer,
       config_load_refused_bad_bool, config_load_refused_out_of_range,
@@ -823,6 +820,4 @@ Suite *weft_test_suite(void) {
       config_option_refused_for_section_not_read,
       config_file_key_not_read_is_ignored_with_a_line,
       config_print_leaves_out_unread_keys, NULL);
-  suite_add_tcase(s, tc);
-  return s;
 }

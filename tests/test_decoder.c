@@ -47,7 +47,7 @@ static void init_u8(weft_channel *ch, void *arg) {
 
 START_TEST(decoder_user_codec_frames_any_split) {
   enum { FRAMES = 300 };
-  static uint8_t wire[FRAMES * 256], want[FRAMES * 256], got[FRAMES * 256];
+  static uint8_t wire[FRAMES * 256], want[FRAMES * 256];
   size_t wlen = 0, want_len = 0;
   for (int i = 0; i < FRAMES; i++) {
     size_t len = (size_t)(i * 37 % 256);
@@ -56,15 +56,9 @@ START_TEST(decoder_user_codec_frames_any_split) {
       want[want_len++] = wire[wlen++] = (uint8_t)(i + j);
   }
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_u8, NULL), 0);
+    weft_embedded *e = embedded_of(init_u8);
     feed(e, wire, wlen, mode, 7u + (unsigned)mode);
-    size_t got_len;
-    size_t frames = drain_frames(e, got, sizeof got, &got_len);
-    ck_assert_uint_eq(frames, FRAMES); /* empty frames too */
-    ck_assert_uint_eq(got_len, want_len);
-    ck_assert_int_eq(memcmp(got, want, want_len), 0);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_frames_free(e, FRAMES, want, want_len); /* empty frames too */
   }
 }
 END_TEST
@@ -96,8 +90,7 @@ static void init_watched(weft_channel *ch, void *arg) {
  * its reason and the watcher hears 0. */
 START_TEST(decoder_watch_reports_and_refuses) {
   memset(&seen, 0, sizeof seen);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_watched, NULL), 0);
+  weft_embedded *e = embedded_of(init_watched);
   weft_embedded_write_inbound_bytes(e,
                                     "\xc8"
                                     "ab",
@@ -115,9 +108,7 @@ START_TEST(decoder_watch_reports_and_refuses) {
                                     3);
   th_log_capture_stop();
   ck_assert_uint_eq(seen.held, 0);
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ENOBUFS);
-  ck_assert_int_eq(th_log_count("held "), 1);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_failed_free(e, WEFT_ENOBUFS, "held ");
 }
 END_TEST
 
@@ -125,8 +116,7 @@ END_TEST
  * WEFT_ETIMEDOUT, however it trickles. */
 START_TEST(decoder_frame_timeout_despite_trickle) {
   memset(&seen, 0, sizeof seen);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_watched, NULL), 0);
+  weft_embedded *e = embedded_of(init_watched);
   th_log_capture_start();
   weft_embedded_write_inbound_bytes(e, "\xc8", 1);
   uint64_t start = th_now_ms();
@@ -160,9 +150,7 @@ static const weft_handler pauser_handler = {.name = "pauser",
 
 static void init_paused(weft_channel *ch, void *arg) {
   init_watched(ch, arg);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pauser",
-                                          &pauser_handler, NULL),
-                   0);
+  th_add_last(ch, "pauser", &pauser_handler, NULL);
 }
 
 /* Whole frames that wait because the channel paused reading are not an
@@ -174,8 +162,7 @@ static void init_paused(weft_channel *ch, void *arg) {
 START_TEST(decoder_frame_timeout_waits_for_a_paused_read) {
   memset(&seen, 0, sizeof seen);
   pauser_frames = 0;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_paused, NULL), 0);
+  weft_embedded *e = embedded_of(init_paused);
   th_log_capture_start();
   /* Two frames, then the start of a third: the first pauses reading. */
   weft_embedded_write_inbound_bytes(e,
@@ -204,9 +191,7 @@ START_TEST(decoder_frame_timeout_waits_for_a_paused_read) {
     weft_embedded_run_pending(e);
   }
   th_log_capture_stop();
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETIMEDOUT);
-  ck_assert_int_eq(th_log_count("(timeout 30 ms)"), 1);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_failed_free(e, WEFT_ETIMEDOUT, "(timeout 30 ms)");
 }
 END_TEST
 

@@ -54,20 +54,23 @@ static void setup(void) {
 static size_t frame_len(int i) { return (size_t)(i * 37 % 1500); }
 static uint8_t frame_byte(int i, size_t j) { return (uint8_t)(i * 7 + j); }
 
+static void *make_frame(weft_pool *pool, int i) {
+  weft_buf *b = weft_buf_alloc(pool, frame_len(i) + 1);
+  for (size_t j = 0; j < frame_len(i); j++)
+    weft_buf_write_u8(b, frame_byte(i, j));
+  return b;
+}
+
+static void check_frame(void *msg, int i) {
+  weft_buf *f = msg;
+  ck_assert_uint_eq(weft_buf_readable(f), frame_len(i));
+  for (size_t j = 0; j < frame_len(i); j++)
+    ck_assert_uint_eq(weft_buf_rptr(f)[j], frame_byte(i, j));
+}
+
 /* Encodes `n` frames with the prepender; returns the wire bytes. */
 static size_t encode_frames(uint8_t *wire, int n) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_prepender, NULL), 0);
-  for (int i = 0; i < n; i++) {
-    weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), frame_len(i) + 1);
-    for (size_t j = 0; j < frame_len(i); j++)
-      weft_buf_write_u8(b, frame_byte(i, j));
-    weft_channel_write(weft_embedded_channel(e), b, WEFT_PROMISE_NONE);
-  }
-  weft_channel_flush(weft_embedded_channel(e));
-  size_t len = drain_outbound(e, wire, MAX_BYTES);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
-  return len;
+  return encode_all(init_prepender, make_frame, n, wire, MAX_BYTES);
 }
 
 /* ---- length field ---- */
@@ -77,30 +80,14 @@ START_TEST(frame_length_field_round_trips_any_split) {
   const int n = 40;
   size_t len = encode_frames(wire, n);
   lf_opts.initial_bytes_to_strip = 4; /* Netty's default keeps the header */
-  for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
-    feed(e, wire, len, mode, 1234u + (unsigned)mode);
-    for (int i = 0; i < n; i++) {
-      weft_buf *f = weft_embedded_read_inbound(e);
-      ck_assert_ptr_nonnull(f);
-      ck_assert_uint_eq(weft_buf_readable(f), frame_len(i));
-      for (size_t j = 0; j < frame_len(i); j++)
-        ck_assert_uint_eq(weft_buf_rptr(f)[j], frame_byte(i, j));
-      weft_buf_release(f);
-    }
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
-  }
+  decode_all_at_any_split(init_lf, wire, len, n, 1234u, check_frame);
 }
 END_TEST
 
 START_TEST(frame_length_field_slices_without_copy_when_contiguous) {
   static uint8_t wire[MAX_BYTES];
   size_t len = encode_frames(wire, 10);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   weft_pool_stats before, after;
   weft_pool_stats_get(weft_embedded_pool(e), &before);
   feed(e, wire, len, FEED_WHOLE, 0);
@@ -123,15 +110,9 @@ START_TEST(frame_length_field_netty_parameters_offset_adjust_strip) {
   lf_opts.initial_bytes_to_strip = 3;
   const uint8_t wire[] = "\xCA\x00\x0C\xFEHELLO, WORLD";
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+    weft_embedded *e = embedded_of(init_lf);
     feed(e, wire, sizeof wire - 1, mode, 7);
-    uint8_t out[64];
-    size_t len;
-    ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 1);
-    ck_assert_uint_eq(len, 13);
-    ck_assert_mem_eq(out, "\xFEHELLO, WORLD", 13);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_frames_free(e, 1, "\xFEHELLO, WORLD", 13);
   }
 }
 END_TEST
@@ -141,15 +122,9 @@ START_TEST(frame_length_field_eight_byte_little_endian) {
   lf_opts.little_endian = true;
   lf_opts.initial_bytes_to_strip = 8;
   const uint8_t wire[] = "\x03\0\0\0\0\0\0\0abc\x01\0\0\0\0\0\0\0z";
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   feed(e, wire, sizeof wire - 1, FEED_BYTES, 0);
-  uint8_t out[16];
-  size_t len;
-  ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 2);
-  ck_assert_uint_eq(len, 4);
-  ck_assert_mem_eq(out, "abcz", 4);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_frames_free(e, 2, "abcz", 4);
 }
 END_TEST
 
@@ -157,8 +132,7 @@ START_TEST(frame_length_field_oversized_fails_fast_before_allocating) {
   lf_opts.max_frame_length = 1024;
   /* Announces 1 GiB; only the header and a few bytes arrive. */
   const uint8_t wire[] = "\x40\x00\x00\x00xyz";
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   weft_pool_stats before, after;
   weft_pool_stats_get(weft_embedded_pool(e), &before);
   th_log_capture_start();
@@ -199,20 +173,16 @@ END_TEST
 
 START_TEST(frame_length_field_short_length_is_bad_frame) {
   lf_opts.length_adjustment = -8; /* frame length 4 + 2 - 8 < 4 */
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   th_log_capture_start();
   feed(e, "\0\0\0\x02zz", 6, FEED_WHOLE, 0);
   th_log_capture_stop();
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_EBADFRAME);
-  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_closed_free(e, WEFT_EBADFRAME);
 }
 END_TEST
 
 START_TEST(frame_partial_frame_at_close_leaks_nothing) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_lf, NULL), 0);
+  weft_embedded *e = embedded_of(init_lf);
   feed(e,
        "\0\0\0\x10"
        "abc",
@@ -271,35 +241,26 @@ START_TEST(frame_line_decoder_any_split) {
   const char text[] = "first\r\nsecond\n\nlast line\r\npartial";
   line_opts.strip_delimiter = _i == 0;
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_line, NULL), 0);
+    weft_embedded *e = embedded_of(init_line);
     feed(e, text, sizeof text - 1, mode, 11);
-    uint8_t out[64];
-    size_t len;
-    ck_assert_uint_eq(drain_frames(e, out, sizeof out, &len), 4);
     const char *want = line_opts.strip_delimiter
                            ? "firstsecondlast line"
                            : "first\r\nsecond\n\nlast line\r\n";
-    ck_assert_uint_eq(len, strlen(want));
-    ck_assert_mem_eq(out, want, len);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_frames_free(e, 4, want, strlen(want));
   }
 }
 END_TEST
 
 START_TEST(frame_line_too_long_closes_channel) {
   line_opts.max_length = 4;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_line, NULL), 0);
+  weft_embedded *e = embedded_of(init_line);
   th_log_capture_start();
   /* "abcd\r" may still end well; the sixth byte cannot. */
   feed(e, "abcd\r", 5, FEED_BYTES, 0);
   ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
   feed(e, "x", 1, FEED_BYTES, 0);
   th_log_capture_stop();
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
-  ck_assert_int_eq(weft_channel_is_active(weft_embedded_channel(e)), 0);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_closed_free(e, WEFT_ETOOLONG);
 }
 END_TEST
 
@@ -345,12 +306,12 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("frame");
-  TCase *tc = tcase_create("codec");
+  TCase *tc =
+      th_add_case(s, "codec", 0, frame_length_field_round_trips_any_split,
+                  frame_length_field_slices_without_copy_when_contiguous,
+                  frame_length_field_netty_parameters_offset_adjust_strip,
+                  frame_length_field_eight_byte_little_endian, NULL);
   tcase_add_checked_fixture(tc, setup, NULL);
-  th_add_tests(tc, frame_length_field_round_trips_any_split,
-               frame_length_field_slices_without_copy_when_contiguous,
-               frame_length_field_netty_parameters_offset_adjust_strip,
-               frame_length_field_eight_byte_little_endian, NULL);
   tcase_add_loop_test(tc,
                       frame_length_field_oversized_fails_fast_before_allocating,
                       0, FEED_MODES);
@@ -364,6 +325,5 @@ Suite *weft_test_suite(void) {
   th_add_tests(tc, frame_line_too_long_closes_channel,
                varint_round_trips_edge_values,
                varint_rejects_overlong_and_overflow, NULL);
-  suite_add_tcase(s, tc);
   return s;
 }

@@ -60,8 +60,7 @@ static void wait_idle(weft_embedded *e, int events) {
 
 START_TEST(idle_reader_idle_fires_user_event) {
   idle_opts = (weft_idle_options){.reader_idle_ns = 1000000};
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_idle, NULL), 0);
+  weft_embedded *e = embedded_of(init_idle);
   wait_idle(e, 1);
   ck_assert_int_eq(last_idle.state, WEFT_IDLE_READER);
   ck_assert(last_idle.first);
@@ -74,8 +73,7 @@ END_TEST
 START_TEST(idle_writer_and_all_report_their_kind) {
   idle_opts = (weft_idle_options){.writer_idle_ns = _i == 0 ? 1000000 : 0,
                                   .all_idle_ns = _i == 1 ? 1000000 : 0};
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_idle, NULL), 0);
+  weft_embedded *e = embedded_of(init_idle);
   wait_idle(e, 1);
   ck_assert_int_eq(last_idle.state, _i == 0 ? WEFT_IDLE_WRITER : WEFT_IDLE_ALL);
   ck_assert_uint_eq(weft_embedded_free(e), 0);
@@ -84,8 +82,7 @@ END_TEST
 
 START_TEST(idle_refuses_all_timeouts_off) {
   idle_opts = (weft_idle_options){0};
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded *e = embedded_of(NULL);
   ck_assert_int_eq(
       weft_idle_add_last(weft_channel_pipeline(weft_embedded_channel(e)),
                          "idle", &idle_opts),
@@ -163,8 +160,7 @@ static size_t outbound_bytes(weft_embedded *e) {
 
 START_TEST(flush_consolidation_one_flush_per_read_batch) {
   weft_flush_consolidation_options_init(&fc_opts);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_fc, NULL), 0);
+  weft_embedded *e = embedded_of(init_fc);
   read_batch(e, 10);
   ck_assert_int_eq(flushes, 1);
   ck_assert_uint_eq(outbound_bytes(e), 40);
@@ -175,8 +171,7 @@ END_TEST
 START_TEST(flush_consolidation_flushes_after_limit_within_batch) {
   weft_flush_consolidation_options_init(&fc_opts);
   fc_opts.explicit_flush_after_flushes = 4;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_fc, NULL), 0);
+  weft_embedded *e = embedded_of(init_fc);
   read_batch(e, 10); /* 4 + 4 held ones sent, 2 at read complete */
   ck_assert_int_eq(flushes, 3);
   ck_assert_uint_eq(outbound_bytes(e), 40);
@@ -186,8 +181,7 @@ END_TEST
 
 START_TEST(flush_consolidation_idle_flush_goes_through_at_once) {
   weft_flush_consolidation_options_init(&fc_opts);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_fc, NULL), 0);
+  weft_embedded *e = embedded_of(init_fc);
   weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), 4);
   weft_buf_write_bytes(b, "pong", 4);
   weft_channel_write_and_flush(weft_embedded_channel(e), b, WEFT_PROMISE_NONE);
@@ -200,8 +194,7 @@ END_TEST
 START_TEST(flush_consolidation_without_read_gathers_into_a_task) {
   weft_flush_consolidation_options_init(&fc_opts);
   fc_opts.consolidate_when_no_read = true;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_fc, NULL), 0);
+  weft_embedded *e = embedded_of(init_fc);
   for (int i = 0; i < 3; i++) {
     weft_buf *b = weft_buf_alloc(weft_embedded_pool(e), 4);
     weft_buf_write_bytes(b, "pong", 4);
@@ -239,8 +232,7 @@ static void init_stats(weft_channel *ch, void *arg) {
 
 START_TEST(stats_counts_bytes_and_messages_both_ways) {
   weft_stats_reset(&stats);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_stats, NULL), 0);
+  weft_embedded *e = embedded_of(init_stats);
   feed(e, "0123456789", 10, FEED_BYTES, 0);
   feed(e, "abc", 3, FEED_WHOLE, 0);
   weft_stats_snapshot snap;
@@ -256,9 +248,9 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("handlers");
-  TCase *tc = tcase_create("handlers");
+  TCase *tc =
+      th_add_case(s, "handlers", 0, idle_reader_idle_fires_user_event, NULL);
   tcase_add_checked_fixture(tc, setup, NULL);
-  th_add_tests(tc, idle_reader_idle_fires_user_event, NULL);
   tcase_add_loop_test(tc, idle_writer_and_all_report_their_kind, 0, 2);
   th_add_tests(tc, idle_refuses_all_timeouts_off, NULL);
   tcase_add_loop_test(tc, logging_logs_events_and_hex_dump_only_when_on, 0, 2);
@@ -268,6 +260,5 @@ Suite *weft_test_suite(void) {
                flush_consolidation_idle_flush_goes_through_at_once,
                flush_consolidation_without_read_gathers_into_a_task,
                stats_counts_bytes_and_messages_both_ways, NULL);
-  suite_add_tcase(s, tc);
   return s;
 }

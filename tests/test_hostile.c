@@ -95,22 +95,11 @@ typedef struct fixture {
   char uri[128];
 } fixture;
 
-static weft_loop_group *group_new(int loops) {
-  weft_loop_options o;
-  weft_loop_options_init(&o);
-  o.n_loops = loops;
-  o.pin = false;
-  weft_loop_group *g;
-  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* A server with `sb`'s limits (group, listen and init are filled in). */
 static void fixture_start(fixture *f, weft_server_bootstrap *sb) {
   memset(f, 0, sizeof *f);
-  f->servers = group_new(th_suite_loops());
-  f->clients = group_new(1);
+  f->servers = th_group_start(NULL, th_suite_loops());
+  f->clients = th_group_start(NULL, 1);
   char listen[96];
   snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
            th_test_host());
@@ -195,9 +184,7 @@ static const weft_handler client_handler = {.name = "client",
                                             .channel_inactive = cli_inactive};
 
 static void client_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "client",
-                                          &client_handler, arg),
-                   0);
+  th_add_last(ch, "client", &client_handler, arg);
 }
 
 static void on_connect(weft_channel *ch, int status, void *arg) {
@@ -208,13 +195,9 @@ static void on_connect(weft_channel *ch, int status, void *arg) {
 }
 
 static void client_connect(fixture *f, client *c) {
-  weft_bootstrap b = {.group = f->clients,
-                      .connect = f->uri,
-                      .init = client_init,
-                      .init_arg = c,
-                      .on_connect = on_connect,
-                      .connect_arg = c};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(f->clients, NULL, f->uri, client_init, c);
+  b.on_connect = on_connect;
+  b.connect_arg = c;
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
@@ -446,7 +429,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
   th_log_capture_stop();
   ck_assert_int_eq(th_log_count("did not complete"), 0);
   weft_loop_group_free(f.servers);
-  f.servers = group_new(1); /* for fixture_stop */
+  f.servers = th_group_start(NULL, 1); /* for fixture_stop */
   fixture_stop(&f);
 }
 END_TEST

@@ -167,9 +167,7 @@ START_TEST(http_requests_decode_at_any_split) {
     ck_assert_mem_eq(weft_buf_rptr(kept), "/h", 2);
     weft_buf_release(kept);
     ck_assert(weft_msg_is(weft_embedded_read_inbound(e), &weft_http_end_type));
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_drained_free(e);
   }
 }
 END_TEST
@@ -573,22 +571,19 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("http");
-  TCase *tc = tcase_create("server_codec");
+  TCase *tc =
+      th_add_case(s, "server_codec", 0, http_requests_decode_at_any_split,
+                  http_pipelined_responses_in_request_order,
+                  http_chunked_response_and_http10_close_delimited,
+                  http_connection_close_and_http10_keep_alive,
+                  http_upgrade_is_ignored_and_connect_closes,
+                  http_expect_continue_before_the_body,
+                  http_pipelining_bounded_by_max_pipelined,
+                  http_flow_control_pauses_pipelined_requests, NULL);
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_add_test(tc, http_requests_decode_at_any_split);
-  tcase_add_test(tc, http_pipelined_responses_in_request_order);
-  tcase_add_test(tc, http_chunked_response_and_http10_close_delimited);
-  tcase_add_test(tc, http_connection_close_and_http10_keep_alive);
-  tcase_add_test(tc, http_upgrade_is_ignored_and_connect_closes);
-  tcase_add_test(tc, http_expect_continue_before_the_body);
-  tcase_add_test(tc, http_pipelining_bounded_by_max_pipelined);
-  tcase_add_test(tc, http_flow_control_pauses_pipelined_requests);
   tcase_add_loop_test(tc, http_hostile_requests_get_their_status_and_close, 0,
                       (int)(sizeof cases / sizeof cases[0]));
-  tcase_add_test(tc, http_slow_head_gets_408);
-  tcase_add_test(tc, http_complete_head_stops_the_timer);
-  tcase_add_test(tc, http_answer_at_the_head);
-  tcase_add_test(tc, http_response_builders);
-  suite_add_tcase(s, tc);
+  th_add_tests(tc, http_slow_head_gets_408, http_complete_head_stops_the_timer,
+               http_answer_at_the_head, http_response_builders, NULL);
   return s;
 }

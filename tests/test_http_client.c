@@ -24,8 +24,7 @@ static void setup(void) {
 }
 
 static weft_embedded *new_client(void) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_client, NULL), 0);
+  weft_embedded *e = embedded_of(init_client);
   weft_embedded_set_stream(e, true);
   return e;
 }
@@ -222,8 +221,7 @@ static void init_server(weft_channel *ch, void *arg) {
 static bool serve(weft_embedded *client) {
   static uint8_t wire[65536];
   size_t n = drain_outbound(client, wire, sizeof wire);
-  weft_embedded *server;
-  ck_assert_int_eq(weft_embedded_new(&server, init_server, NULL), 0);
+  weft_embedded *server = embedded_of(init_server);
   weft_embedded_set_stream(server, true);
   ck_assert_int_eq(weft_embedded_write_inbound_bytes(server, wire, n), 0);
   n = drain_outbound(server, wire, sizeof wire);
@@ -272,13 +270,9 @@ START_TEST(http_client_and_server_talk_pipelined) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("http_client");
-  TCase *tc = tcase_create("client_codec");
-  tcase_add_checked_fixture(tc, setup, NULL);
-  tcase_add_test(tc, http_client_requests_encode);
-  tcase_add_test(tc, http_client_responses_decode_at_any_split);
-  tcase_add_test(tc, http_client_bad_responses_are_errors);
-  tcase_add_test(tc, http_client_and_server_talk_pipelined);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite_fixture("http_client", "client_codec", setup, NULL,
+                          http_client_requests_encode,
+                          http_client_responses_decode_at_any_split,
+                          http_client_bad_responses_are_errors,
+                          http_client_and_server_talk_pipelined, NULL);
 }

@@ -5,6 +5,8 @@
  * timeout closes a channel that reads nothing. */
 #include "harness.h"
 
+#include "codec_util.h"
+
 #include <string.h>
 
 #include <weft/embedded.h>
@@ -91,13 +93,21 @@ static void drain(weft_embedded *e) {
     weft_msg_release(m);
 }
 
-START_TEST(limits_flow_control_pauses_above_high_resumes_below_low) {
+/* A new channel of `init`'s pipeline with the answerer reset to reply
+ * `reply` bytes a message, each flush sending only `write_limit` bytes
+ * (weft_embedded_set_write_limit: the rest stays queued). */
+static weft_embedded *answering(weft_channel_init_cb init, size_t reply,
+                                size_t write_limit) {
   memset(&ans, 0, sizeof ans);
-  ans.reply = 300;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_plain, NULL), 0);
+  ans.reply = reply;
+  weft_embedded *e = embedded_of(init);
+  weft_embedded_set_write_limit(e, write_limit);
+  return e;
+}
+
+START_TEST(limits_flow_control_pauses_above_high_resumes_below_low) {
+  weft_embedded *e = answering(init_plain, 300, 0);
   weft_channel *ch = weft_embedded_channel(e);
-  weft_embedded_set_write_limit(e, 0);
   for (int i = 0; i < 3; i++)
     ck_assert_int_eq(weft_embedded_write_inbound_bytes(e, "x", 1), 0);
   ck_assert(weft_channel_is_reading(ch)); /* 900 B: not above 1000 */
@@ -116,11 +126,7 @@ START_TEST(limits_flow_control_pauses_above_high_resumes_below_low) {
 END_TEST
 
 START_TEST(limits_decoder_stops_at_paused_read_and_goes_on_at_resume) {
-  memset(&ans, 0, sizeof ans);
-  ans.reply = 300;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_decoding, NULL), 0);
-  weft_embedded_set_write_limit(e, 0);
+  weft_embedded *e = answering(init_decoding, 300, 0);
   /* Ten requests in one read: flow control stops the decoder after the
    * fourth reply took the queue over the high watermark. */
   const char *wire = "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n";
@@ -141,18 +147,12 @@ END_TEST
 static void init_limited(weft_channel *ch, void *arg) {
   (void)arg;
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_OUTPUT_LIMIT, 1000), 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "answer",
-                                          &answer_handler, NULL),
-                   0);
+  th_add_last(ch, "answer", &answer_handler, NULL);
 }
 
 START_TEST(limits_output_limit_closes_channel_with_enobufs) {
-  memset(&ans, 0, sizeof ans);
-  ans.reply = 400;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_limited, NULL), 0);
+  weft_embedded *e = answering(init_limited, 400, 0);
   weft_channel *ch = weft_embedded_channel(e);
-  weft_embedded_set_write_limit(e, 0);
   th_log_capture_start();
   ck_assert_int_eq(weft_embedded_write_inbound_bytes(e, "a", 1), 0);
   ck_assert_int_eq(weft_embedded_write_inbound_bytes(e, "b", 1), 0);
@@ -160,9 +160,7 @@ START_TEST(limits_output_limit_closes_channel_with_enobufs) {
   weft_embedded_write_inbound_bytes(e, "c", 1);
   th_log_capture_stop();
   ck_assert(!weft_channel_is_active(ch));
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ENOBUFS);
-  ck_assert_int_eq(th_log_count("output limit of 1000 bytes exceeded"), 1);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_failed_free(e, WEFT_ENOBUFS, "output limit of 1000 bytes exceeded");
 }
 END_TEST
 
@@ -170,11 +168,8 @@ END_TEST
  * smaller figure left once a flush took some before the close: it printed
  * 700 bytes "over" a limit of 1000. */
 START_TEST(limits_output_limit_line_gives_the_crossing_figure) {
-  memset(&ans, 0, sizeof ans);
-  ans.reply = 1200; /* one reply crosses the limit of 1000 */
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_limited, NULL), 0);
-  weft_embedded_set_write_limit(e, 500); /* the flush after it sends 500 */
+  /* One reply crosses the limit of 1000; the flush after it sends 500. */
+  weft_embedded *e = answering(init_limited, 1200, 500);
   th_log_capture_start();
   weft_embedded_write_inbound_bytes(e, "a", 1);
   weft_embedded_run_pending(e);
@@ -191,9 +186,7 @@ static void init_idle(weft_channel *ch, void *arg) {
   (void)arg;
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_IDLE_TIMEOUT_MS, 40),
                    0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "answer",
-                                          &answer_handler, NULL),
-                   0);
+  th_add_last(ch, "answer", &answer_handler, NULL);
 }
 
 /* Runs the embedded loop for `ms`, feeding a byte every `every` ms (0 =
@@ -240,8 +233,7 @@ END_TEST
 /* A channel that reads nothing but whose peer takes what it sends is not
  * idle: sends count, as in Redis (lastinteraction). */
 START_TEST(limits_idle_timeout_spares_a_channel_that_only_sends) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_idle, NULL), 0);
+  weft_embedded *e = embedded_of(init_idle);
   weft_channel *ch = weft_embedded_channel(e);
   uint64_t end = th_now_ms() + 200;
   while (th_now_ms() < end && weft_channel_is_active(ch)) {

@@ -4,6 +4,8 @@
  * releasing what nobody handled. */
 #include "harness.h"
 
+#include "codec_util.h"
+
 #include <string.h>
 
 #include <weft/embedded.h>
@@ -108,8 +110,7 @@ static void release_all_outbound(weft_embedded *e) {
 
 START_TEST(pipeline_event_order_matches_netty_example) {
   setup();
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  weft_embedded *e = embedded_of(init_three);
   ck_assert_str_eq(trace_buf, "1:active ");
   trace_buf[0] = '\0';
   ck_assert_int_eq(weft_embedded_write_inbound(e, bytes(e, "x")), 0);
@@ -129,8 +130,7 @@ END_TEST
 
 START_TEST(pipeline_ctx_write_starts_below_its_handler) {
   setup();
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  weft_embedded *e = embedded_of(init_three);
   trace_buf[0] = '\0';
   weft_ctx *logic = weft_pipeline_context(
       weft_channel_pipeline(weft_embedded_channel(e)), "logic");
@@ -149,8 +149,7 @@ END_TEST
 START_TEST(pipeline_remove_self_during_read_forwards_from_old_place) {
   setup();
   r1.remove_on_read = "decoder"; /* handler 1 removes itself */
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  weft_embedded *e = embedded_of(init_three);
   trace_buf[0] = '\0';
   weft_embedded_write_inbound(e, bytes(e, "a"));
   ck_assert_str_eq(trace_buf, "1:read 1:removed 3:read ");
@@ -166,8 +165,7 @@ END_TEST
 START_TEST(pipeline_remove_next_during_read_skips_it) {
   setup();
   r1.remove_on_read = "logic"; /* handler 1 removes the one after it */
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_three, NULL), 0);
+  weft_embedded *e = embedded_of(init_three);
   trace_buf[0] = '\0';
   weft_embedded_write_inbound(e, bytes(e, "a"));
   ck_assert_str_eq(trace_buf, "1:read 3:removed 1:complete ");
@@ -181,8 +179,7 @@ END_TEST
 
 START_TEST(pipeline_add_during_event_takes_part_in_next_event) {
   setup();
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded *e = embedded_of(NULL);
   weft_pipeline *p = weft_channel_pipeline(weft_embedded_channel(e));
   ck_assert_int_eq(weft_pipeline_add_last(p, "a", &inbound_h, &r1), 0);
   ck_assert_int_eq(weft_pipeline_add_first(p, "b", &inbound_h, &r2), 0);
@@ -243,8 +240,7 @@ static weft_buf *filled(weft_embedded *e, size_t n) {
 
 START_TEST(pipeline_watermarks_have_hysteresis) {
   writability_events = 0;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_writability, NULL), 0);
+  weft_embedded *e = embedded_of(init_writability);
   weft_channel *ch = weft_embedded_channel(e);
   weft_embedded_set_write_limit(e, 0); /* the "socket" takes nothing */
   weft_channel_write(ch, filled(e, 600), WEFT_PROMISE_NONE);
@@ -274,8 +270,7 @@ END_TEST
 
 START_TEST(pipeline_promises_report_sent_and_closed) {
   promise_calls = 0;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded *e = embedded_of(NULL);
   weft_channel *ch = weft_embedded_channel(e);
   weft_channel_write(ch, bytes(e, "sent"),
                      (weft_promise){record_promise, (void *)0});
@@ -310,8 +305,7 @@ static const weft_msg_type plain_type = {"plain", free_plain};
 START_TEST(pipeline_head_refuses_non_buffer_message) {
   promise_calls = 0;
   th_log_capture_start();
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded *e = embedded_of(NULL);
   weft_msg plain = {&plain_type};
   weft_channel_write_and_flush(weft_embedded_channel(e), &plain,
                                (weft_promise){record_promise, (void *)4});
@@ -349,8 +343,7 @@ static void init_exc(weft_channel *ch, void *arg) {
 START_TEST(pipeline_exception_reaches_tail_and_closes_channel) {
   seen_err = 0;
   th_log_capture_start();
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_exc, NULL), 0);
+  weft_embedded *e = embedded_of(init_exc);
   weft_embedded_write_inbound(e, bytes(e, "garbage"));
   ck_assert_int_eq(seen_err, WEFT_EBADFRAME);
   ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_EBADFRAME);
@@ -367,8 +360,7 @@ END_TEST
 /* ---- the tail ---- */
 
 START_TEST(pipeline_tail_releases_unhandled_and_queue_at_close) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded *e = embedded_of(NULL);
   weft_channel *ch = weft_embedded_channel(e);
   for (int i = 0; i < 10; i++)
     weft_embedded_write_inbound(e, bytes(e, "unhandled"));
@@ -381,8 +373,7 @@ END_TEST
 
 START_TEST(pipeline_leak_is_reported_at_finish) {
   th_log_capture_start();
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, NULL, NULL), 0);
+  weft_embedded *e = embedded_of(NULL);
   weft_buf *kept = bytes(e, "kept");
   weft_buf_retain(kept);
   weft_embedded_write_inbound(e, kept); /* tail holds one, we hold one */

@@ -1178,29 +1178,23 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("pool");
-  TCase *tc = tcase_create("classes");
-  th_add_tests(tc, pool_new_bad_options_einval, pool_null_arguments_harmless,
-               pool_size_class_rounding, pool_reuse_same_class_same_memory,
-               pool_slab_grows_when_full, pool_unpooled_above_max_class, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "classes", 0, pool_new_bad_options_einval,
+              pool_null_arguments_harmless, pool_size_class_rounding,
+              pool_reuse_same_class_same_memory, pool_slab_grows_when_full,
+              pool_unpooled_above_max_class, NULL);
 
-  tc = tcase_create("hooks");
-  th_add_tests(tc, pool_slab_hook_existing_and_new_slabs,
-               pool_slab_hook_failure_fails_alloc,
-               pool_slab_hook_add_fails_cleanly, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "hooks", 0, pool_slab_hook_existing_and_new_slabs,
+              pool_slab_hook_failure_fails_alloc,
+              pool_slab_hook_add_fails_cleanly, NULL);
 
-  tc = tcase_create("threads");
-  th_add_tests(tc, pool_remote_release_notify_and_drain,
-               pool_remote_release_drained_by_alloc,
-               pool_remote_release_slice_and_wrap_on_owner,
-               pool_remote_release_many_threads, pool_alloc_wrong_thread_null,
-               NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "threads", 0, pool_remote_release_notify_and_drain,
+              pool_remote_release_drained_by_alloc,
+              pool_remote_release_slice_and_wrap_on_owner,
+              pool_remote_release_many_threads, pool_alloc_wrong_thread_null,
+              NULL);
 
-  tc = tcase_create("release");
-  th_add_tests(
-      tc, pool_release_burst_keeps_budget,
+  th_add_case(
+      s, "release", 0, pool_release_burst_keeps_budget,
       pool_release_budget_not_a_slab_multiple,
       pool_release_unregisters_before_unmap,
       pool_slab_hook_fini_once_at_pool_free,
@@ -1211,14 +1205,11 @@ Suite *weft_test_suite(void) {
       pool_release_skips_reserve_on_empty_list,
       pool_release_keeps_slab_of_live_buffer, pool_release_remote_then_drain,
       pool_release_rss_drops_after_burst, NULL);
-  suite_add_tcase(s, tc);
 
-  tc = tcase_create("leaks");
-  th_add_tests(tc, pool_leak_reported_with_location,
-               pool_leak_location_is_last_touch,
-               pool_leak_detect_off_still_counts,
-               pool_leak_detect_env_and_option_precedence,
-               pool_remote_released_buffers_not_leaks, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "leaks", 0, pool_leak_reported_with_location,
+              pool_leak_location_is_last_touch,
+              pool_leak_detect_off_still_counts,
+              pool_leak_detect_env_and_option_precedence,
+              pool_remote_released_buffers_not_leaks, NULL);
   return s;
 }

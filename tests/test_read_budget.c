@@ -173,21 +173,7 @@ static void budget_init(weft_channel *ch, void *arg) {
        weft_channel_set_option(ch, WEFT_OPT_MAX_BYTES_PER_READ, r->max_bytes) !=
            0))
     atomic_store(&r->opt_err, 1);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "budget",
-                                          &budget_handler, r),
-                   0);
-}
-
-/* A started group of one loop named `name`. */
-static weft_loop_group *one_loop_group(const char *name) {
-  weft_loop_group *g;
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 1;
-  opts.name = name;
-  ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
+  th_add_last(ch, "budget", &budget_handler, r);
 }
 
 /* ---- the peers ---- */
@@ -398,15 +384,11 @@ static const weft_handler ping_peer = {.name = "ping",
                                        .exception_caught = th_echo_exception};
 
 static void flood_peer_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch),
-                                          flood_peer.name, &flood_peer, arg),
-                   0);
+  th_add_last(ch, flood_peer.name, &flood_peer, arg);
 }
 
 static void ping_peer_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch),
-                                          ping_peer.name, &ping_peer, arg),
-                   0);
+  th_add_last(ch, ping_peer.name, &ping_peer, arg);
 }
 
 static void peer_connected(weft_channel *ch, int status, void *arg) {
@@ -417,13 +399,9 @@ static void peer_connected(weft_channel *ch, int status, void *arg) {
 
 static void peer_connect(weft_loop_group *g, peers *p, const char *uri,
                          weft_channel_init_cb init) {
-  weft_bootstrap b = {.group = g,
-                      .connect = uri,
-                      .init = init,
-                      .init_arg = p,
-                      .on_connect = peer_connected,
-                      .connect_arg = p};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(g, NULL, uri, init, p);
+  b.on_connect = peer_connected;
+  b.connect_arg = p;
   b.options.connect_timeout_ms = 60000; /* a loaded machine */
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
@@ -441,7 +419,7 @@ static int ping_start_task(void *arg) {
 /* Channel peers: as run_socket_peers, with both peers' channels on one
  * client loop. */
 static void run_channel_peers(budget_run *r, peers *p, const char *uri) {
-  weft_loop_group *g = one_loop_group("wt-peers");
+  weft_loop_group *g = th_group_start("wt-peers", 1);
   p->loop = weft_loop_group_get(g, 0);
   p->chunk = malloc(FLOOD_CHUNK);
   ck_assert_ptr_nonnull(p->chunk);
@@ -473,7 +451,7 @@ static void run_channel_peers(budget_run *r, peers *p, const char *uri) {
  * done) and plays ping-pong on the other, both on a one-loop server whose
  * children have the budget in `r`. */
 static void run_budget(budget_run *r, size_t min) {
-  weft_loop_group *group = one_loop_group("wt-budget");
+  weft_loop_group *group = th_group_start("wt-budget", 1);
   char listen[96], uri[300];
   snprintf(listen, sizeof listen, "%s://%s:0", th_transport_name(),
            th_test_host());

@@ -38,8 +38,7 @@ START_TEST(resp_commands_decode_at_any_split) {
       "*1\r\n$0\r\n\r\n";
   const char *set[] = {"SET", "key", "v\r\n\0x"};
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+    weft_embedded *e = embedded_of(init_resp);
     feed(e, wire, sizeof wire - 1, mode, 17u + (unsigned)mode);
     weft_resp_cmd *c = weft_embedded_read_inbound(e);
     ck_assert_uint_eq(c->argc, 3);
@@ -57,16 +56,13 @@ START_TEST(resp_commands_decode_at_any_split) {
     c = weft_embedded_read_inbound(e);
     check_cmd(c, 1, (const char *[]){""});
     weft_msg_release(c);
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
+    expect_drained_free(e);
   }
 }
 END_TEST
 
 START_TEST(resp_command_encoder_round_trips) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_embedded *e = embedded_of(init_resp);
   static uint8_t big[5000];
   memset(big, 'z', sizeof big);
   weft_resp_arg argv[] = {{(const uint8_t *)"MSET", 4},
@@ -171,8 +167,7 @@ END_TEST
 /* `wire`, fed byte by byte, must close the channel with `err` and the
  * reason text (the tail logs it), without allocating above a limit. */
 static void check_refused(const char *wire, int err, const char *reason) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_embedded *e = embedded_of(init_resp);
   weft_pool_stats before, after;
   weft_pool_stats_get(weft_embedded_pool(e), &before);
   th_log_capture_start();
@@ -246,17 +241,13 @@ END_TEST
 
 START_TEST(resp_inline_longer_than_limit_closes_channel) {
   opts.max_inline = 16;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_embedded *e = embedded_of(init_resp);
   th_log_capture_start();
   feed(e, "GET aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 34, FEED_BYTES, 0);
   th_log_capture_stop();
-  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ETOOLONG);
-  ck_assert_int_eq(
-      th_log_count("Protocol error: too big inline request (maximum 16 "
-                   "bytes)"),
-      1);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  expect_failed_free(e, WEFT_ETOOLONG,
+                     "Protocol error: too big inline request (maximum 16 "
+                     "bytes)");
 }
 END_TEST
 
@@ -282,8 +273,7 @@ START_TEST(resp_inline_quotes_split_as_redis) {
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     for (int mode = 0; mode < FEED_MODES; mode++) {
-      weft_embedded *e;
-      ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+      weft_embedded *e = embedded_of(init_resp);
       feed(e, cases[c].line, strlen(cases[c].line), mode, 3u + (unsigned)mode);
       weft_resp_cmd *cmd = weft_embedded_read_inbound(e);
       ck_assert_msg(cmd != NULL, "case %zu: no command", c);
@@ -309,8 +299,7 @@ START_TEST(resp_inline_unbalanced_quotes_refused) {
                                       "set \"a\"b c\n", "set 'a'b\n",
                                       "set \"a\\\n",    "set 'a\\'\n"};
   for (size_t c = 0; c < sizeof lines / sizeof lines[0]; c++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+    weft_embedded *e = embedded_of(init_resp);
     th_log_capture_start();
     feed(e, lines[c], strlen(lines[c]), FEED_BYTES, 0);
     th_log_capture_stop();
@@ -341,8 +330,7 @@ START_TEST(resp_unauthenticated_limits_and_lifting_them) {
   };
   for (size_t c = 0; c < 2; c++)
     check_refused(cases[c].wire, WEFT_ETOOLONG, cases[c].reason);
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_embedded *e = embedded_of(init_resp);
   weft_resp_options lifted;
   weft_resp_options_init(&lifted);
   ck_assert_int_eq(
@@ -377,8 +365,7 @@ START_TEST(resp_many_arguments_decode_at_any_split) {
   len +=
       (size_t)snprintf(wire + len, sizeof wire - len, "*1\r\n$4\r\nPING\r\n");
   for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+    weft_embedded *e = embedded_of(init_resp);
     feed(e, wire, len, mode, 5u + (unsigned)mode);
     weft_resp_cmd *c = weft_embedded_read_inbound(e);
     ck_assert_ptr_nonnull(c);
@@ -406,8 +393,7 @@ END_TEST
 START_TEST(resp_claimed_count_allocates_little) {
 #ifdef __GLIBC__
   opts.max_args = 1u << 20;
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_embedded *e = embedded_of(init_resp);
   struct mallinfo2 m = mallinfo2();
   size_t before = m.uordblks + m.hblkhd; /* small and mmap'd blocks */
   feed(e, "*1000000\r\n$1\r\na\r\n", 17, FEED_WHOLE, 0);
@@ -422,8 +408,7 @@ START_TEST(resp_claimed_count_allocates_little) {
 END_TEST
 
 START_TEST(resp_partial_command_at_close_leaks_nothing) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_resp, NULL), 0);
+  weft_embedded *e = embedded_of(init_resp);
   feed(e, "*2\r\n$3\r\nGET\r\n$10\r\nabc", 21, FEED_BYTES, 0);
   ck_assert_ptr_null(weft_embedded_read_inbound(e));
   ck_assert_uint_eq(weft_embedded_free(e), 0);
@@ -431,13 +416,10 @@ START_TEST(resp_partial_command_at_close_leaks_nothing) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("resp");
-  TCase *tc = tcase_create("codec");
-  tcase_add_checked_fixture(tc, setup, NULL);
-  th_add_tests(
-      tc, resp_commands_decode_at_any_split, resp_command_encoder_round_trips,
-      resp_reply_encoders_write_resp2, resp_reply_integers_at_the_edges,
-      resp_reply_encoders_write_resp3,
+  return th_suite_fixture(
+      "resp", "codec", setup, NULL, resp_commands_decode_at_any_split,
+      resp_command_encoder_round_trips, resp_reply_encoders_write_resp2,
+      resp_reply_integers_at_the_edges, resp_reply_encoders_write_resp3,
       resp_refuses_malformed_and_oversized_input,
       resp_error_text_replaces_control_bytes,
       resp_inline_longer_than_limit_closes_channel,
@@ -446,6 +428,4 @@ Suite *weft_test_suite(void) {
       resp_claimed_count_allocates_little, resp_inline_quotes_split_as_redis,
       resp_inline_unbalanced_quotes_refused,
       resp_unauthenticated_limits_and_lifting_them, NULL);
-  suite_add_tcase(s, tc);
-  return s;
 }

@@ -26,7 +26,7 @@ static void init_codec(weft_channel *ch, void *arg) {
 /* Message i: type, ids and a payload of i * 97 % 3000 bytes. */
 static size_t msg_len(int i) { return (size_t)(i * 97 % 3000); }
 
-static weft_rpc_msg *make_msg(weft_pool *pool, int i) {
+static void *make_msg(weft_pool *pool, int i) {
   static uint8_t data[3000];
   for (size_t j = 0; j < msg_len(i); j++)
     data[j] = (uint8_t)(i + j);
@@ -50,36 +50,20 @@ static void check_msg(const weft_rpc_msg *m, int i) {
 /* Writes messages through the codec's encoder and returns the wire bytes:
  * small payloads copied, large ones gathered behind a header buffer. */
 static size_t encode_through_pipeline(uint8_t *wire, int n) {
-  weft_embedded *e;
-  ck_assert_int_eq(weft_embedded_new(&e, init_codec, NULL), 0);
-  for (int i = 0; i < n; i++)
-    weft_channel_write(weft_embedded_channel(e),
-                       make_msg(weft_embedded_pool(e), i), WEFT_PROMISE_NONE);
-  weft_channel_flush(weft_embedded_channel(e));
-  size_t len = drain_outbound(e, wire, MAX_BYTES);
-  ck_assert_uint_eq(weft_embedded_free(e), 0);
-  return len;
+  return encode_all(init_codec, make_msg, n, wire, MAX_BYTES);
+}
+
+/* check_msg on a message the decoder passed on, which must be an RPC one. */
+static void check_decoded(void *msg, int i) {
+  ck_assert(weft_msg_is(msg, &weft_rpc_msg_type));
+  check_msg(msg, i);
 }
 
 START_TEST(rpc_codec_round_trips_any_split) {
   static uint8_t wire[MAX_BYTES];
   const int n = 30;
   size_t len = encode_through_pipeline(wire, n);
-  for (int mode = 0; mode < FEED_MODES; mode++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_codec, NULL), 0);
-    feed(e, wire, len, mode, 99u + (unsigned)mode);
-    for (int i = 0; i < n; i++) {
-      weft_rpc_msg *m = weft_embedded_read_inbound(e);
-      ck_assert_ptr_nonnull(m);
-      ck_assert(weft_msg_is(m, &weft_rpc_msg_type));
-      check_msg(m, i);
-      weft_msg_release(m);
-    }
-    ck_assert_ptr_null(weft_embedded_read_inbound(e));
-    ck_assert_int_eq(weft_embedded_exception(e, 0), 0);
-    ck_assert_uint_eq(weft_embedded_free(e), 0);
-  }
+  decode_all_at_any_split(init_codec, wire, len, n, 99u, check_decoded);
 }
 END_TEST
 
@@ -118,8 +102,7 @@ START_TEST(rpc_codec_refuses_malformed_and_oversized_headers) {
       {{1, 1, [16] = 0xff, 0xff, 0xff, 0xff}, WEFT_ETOOLONG},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    weft_embedded *e;
-    ck_assert_int_eq(weft_embedded_new(&e, init_codec, NULL), 0);
+    weft_embedded *e = embedded_of(init_codec);
     weft_pool_stats before, after;
     weft_pool_stats_get(weft_embedded_pool(e), &before);
     th_log_capture_start();
@@ -392,18 +375,14 @@ END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("rpc");
-  TCase *tc = tcase_create("codec");
-  th_add_tests(tc, rpc_codec_round_trips_any_split,
-               rpc_encode_matches_documented_layout,
-               rpc_codec_refuses_malformed_and_oversized_headers, NULL);
-  suite_add_tcase(s, tc);
-  tc = tcase_create("client_server");
-  th_add_tests(tc, rpc_call_gets_reply,
-               rpc_pipelined_replies_out_of_order_match_requests,
-               rpc_call_times_out_and_late_reply_is_dropped,
-               rpc_close_fails_every_pending_request,
-               rpc_unknown_method_answers_enosys,
-               rpc_reply_from_another_thread_through_the_loop, NULL);
-  suite_add_tcase(s, tc);
+  th_add_case(s, "codec", 0, rpc_codec_round_trips_any_split,
+              rpc_encode_matches_documented_layout,
+              rpc_codec_refuses_malformed_and_oversized_headers, NULL);
+  th_add_case(s, "client_server", 0, rpc_call_gets_reply,
+              rpc_pipelined_replies_out_of_order_match_requests,
+              rpc_call_times_out_and_late_reply_is_dropped,
+              rpc_close_fails_every_pending_request,
+              rpc_unknown_method_answers_enosys,
+              rpc_reply_from_another_thread_through_the_loop, NULL);
   return s;
 }

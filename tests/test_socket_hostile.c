@@ -392,23 +392,11 @@ static void no_init(weft_channel *ch, void *arg) {
   (void)arg;
 }
 
-/* Stores the outcome of a connect in the atomic_int `arg`. */
-static void connect_result(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store((atomic_int *)arg, status);
-}
-
 START_TEST(hostile_stop_with_unsent_output_joins_clean) {
   SKIP_UNLESS(transport_speaks_tcp());
   th_log_capture_start();
   weft_log_set_level(WEFT_LOG_INFO);
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = 2;
-  opts.name = "wt-stop";
-  weft_loop_group *group;
-  ck_assert_int_eq(weft_loop_group_new(&group, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(group), 0);
+  weft_loop_group *group = th_group_start("wt-stop", 2);
 
   flood fl;
   atomic_init(&fl.channels, 0);
@@ -442,13 +430,7 @@ START_TEST(hostile_stop_with_unsent_output_joins_clean) {
            (unsigned)full_port);
   atomic_int connect_status;
   atomic_init(&connect_status, 1);
-  weft_bootstrap b = {.group = group,
-                      .connect = full_uri,
-                      .init = no_init,
-                      .on_connect = connect_result,
-                      .connect_arg = &connect_status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(group, NULL, full_uri, no_init, NULL, &connect_status);
 
   ASSERT_EVENTUALLY(atomic_load(&fl.stuck) == FLOOD_CLIENTS, 10000);
   th_sleep_ms(200); /* the sends fill the sockets and wait there */

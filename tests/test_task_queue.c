@@ -16,17 +16,6 @@
 #include "loop/loop_internal.h"
 #include "loop/task_queue.h"
 
-static weft_loop_group *new_group(int n) {
-  weft_loop_options o;
-  weft_loop_options_init(&o);
-  o.n_loops = n;
-  o.pin = false;
-  weft_loop_group *g = NULL;
-  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 static void finish_group(weft_loop_group *g) {
   weft_loop_group_stop(g);
   ck_assert_int_eq(weft_loop_group_join(g), 0);
@@ -143,7 +132,7 @@ static void *producer(void *arg) {
 }
 
 START_TEST(task_queue_execute_per_producer_fifo_four_threads) {
-  order_group = new_group(2);
+  order_group = th_group_start(NULL, 2);
   pthread_t th[PRODUCERS];
   for (int p = 0; p < PRODUCERS; p++)
     ck_assert_int_eq(
@@ -200,7 +189,7 @@ static void first_task(void *arg) {
 }
 
 START_TEST(task_queue_execute_from_loop_runs_later) {
-  weft_loop_group *g = new_group(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   static struct self_exec s;
   s.loop = weft_loop_group_get(g, 0);
   ck_assert_int_eq(weft_loop_execute(s.loop, first_task, &s), 0);
@@ -218,7 +207,7 @@ END_TEST
 static void nop_task(void *arg) { (void)arg; }
 
 START_TEST(task_queue_execute_after_finish_closed) {
-  weft_loop_group *g = new_group(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   weft_loop *loop = weft_loop_group_get(g, 0);
   ck_assert_int_eq(weft_loop_execute(loop, NULL, NULL), WEFT_EINVAL);
   weft_loop_group_stop(g);
@@ -263,7 +252,7 @@ static void count_task(void *arg) {
 }
 
 START_TEST(task_queue_stop_runs_queued_tasks) {
-  weft_loop_group *g = new_group(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   static struct stop_state s;
   s.loop = weft_loop_group_get(g, 0);
   ck_assert_int_eq(weft_loop_execute(s.loop, blocker, &s), 0);
@@ -304,7 +293,7 @@ static void *race_producer(void *arg) {
 }
 
 START_TEST(task_queue_accepted_tasks_run_racing_stop) {
-  weft_loop_group *g = new_group(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   static struct race_state s;
   s.loop = weft_loop_group_get(g, 0);
   pthread_t th[2];

@@ -200,9 +200,9 @@ static int start_periodic(void *arg) {
   return 0;
 }
 
-static int check_periodic_inactive(void *arg) {
-  (void)arg;
-  ck_assert(!weft_timer_active(&per.t));
+/* Loop thread: the timer `arg` is no longer active. */
+static int check_inactive(void *arg) {
+  ck_assert(!weft_timer_active(arg));
   return 0;
 }
 
@@ -212,7 +212,7 @@ START_TEST(timer_periodic_repeats_until_stopped_in_callback) {
   run_on_loop(start_periodic, (void *)(uintptr_t)(1 * MS));
   WAIT_FOR(atomic_load(&per.done));
   usleep(20 * 1000);
-  run_on_loop(check_periodic_inactive, NULL);
+  run_on_loop(check_inactive, &per.t);
   ck_assert_int_eq(per.count, 5);
   /* Firing k is due (k + 1) periods after the start; never early. */
   for (int k = 0; k < 5; k++)
@@ -257,25 +257,30 @@ static void restart_cb(void *arg) {
   }
 }
 
+static weft_task_cb rs_cb;
+static uint64_t rs_period;
+
 static int start_restart(void *arg) {
   (void)arg;
   weft_timer_init(loop, &rs.t);
-  ck_assert_int_eq(weft_timer_start(&rs.t, 1 * MS, 0, restart_cb, &rs), 0);
+  ck_assert_int_eq(weft_timer_start(&rs.t, 1 * MS, rs_period, rs_cb, &rs), 0);
   return 0;
 }
 
-static int check_restart_inactive(void *arg) {
-  (void)arg;
-  ck_assert(!weft_timer_active(&rs.t));
-  return 0;
-}
-
-START_TEST(timer_start_restart_inside_own_callback) {
+/* On a started loop: rs.t fires `cb` after 1 ms, then every `period` (0:
+ * once), until `cb` says done; 10 ms later the timer must be inactive. */
+static void run_restarting_timer(weft_task_cb cb, uint64_t period) {
   start_loop(WEFT_BUSY_POLL_US_DEFAULT);
+  rs_cb = cb;
+  rs_period = period;
   run_on_loop(start_restart, NULL);
   WAIT_FOR(atomic_load(&rs.done));
   usleep(10 * 1000);
-  run_on_loop(check_restart_inactive, NULL);
+  run_on_loop(check_inactive, &rs.t);
+}
+
+START_TEST(timer_start_restart_inside_own_callback) {
+  run_restarting_timer(restart_cb, 0);
   ck_assert_int_eq(rs.count, 3);
   ck_assert_int_eq(rs.restart_result, 0);
   finish_loop();
@@ -293,20 +298,8 @@ static void periodic_restart_cb(void *arg) {
     atomic_store(&r->done, 1);
 }
 
-static int start_periodic_restart(void *arg) {
-  (void)arg;
-  weft_timer_init(loop, &rs.t);
-  ck_assert_int_eq(
-      weft_timer_start(&rs.t, 1 * MS, 1 * MS, periodic_restart_cb, &rs), 0);
-  return 0;
-}
-
 START_TEST(timer_start_restart_periodic_as_oneshot) {
-  start_loop(WEFT_BUSY_POLL_US_DEFAULT);
-  run_on_loop(start_periodic_restart, NULL);
-  WAIT_FOR(atomic_load(&rs.done));
-  usleep(10 * 1000);
-  run_on_loop(check_restart_inactive, NULL);
+  run_restarting_timer(periodic_restart_cb, 1 * MS);
   ck_assert_int_eq(rs.count, 3);
   finish_loop();
 }

@@ -127,6 +127,7 @@ typedef struct watch {
   atomic_int last_err;
   /* a reader: pattern checks or the first TEXT_MAX bytes as text */
   bool echo;          /* write back what arrives; "quit" closes */
+  bool shared;        /* every server channel's: none kept in ch */
   bool check_pattern; /* compare with pat() */
   size_t send_total;  /* bytes to send after the handshake (client) */
   unsigned seed;      /* of the random splits */
@@ -134,7 +135,7 @@ typedef struct watch {
   atomic_int mismatch;
   char text[TEXT_MAX + 1];
   atomic_size_t text_len;
-  weft_channel *ch; /* retained once active (client side) */
+  weft_channel *ch; /* retained once active, unless shared */
   char protocol[16];
   char alpn[WEFT_TLS_NAME_MAX];
   atomic_int ktls; /* 1 + info.ktls_tx, noted at the first read */
@@ -177,7 +178,8 @@ static void send_pattern(weft_ctx *ctx, watch *w) {
 
 static void w_active(weft_ctx *ctx) {
   watch *w = weft_ctx_state(ctx);
-  w->ch = weft_channel_retain(weft_ctx_channel(ctx));
+  if (!w->shared)
+    w->ch = weft_channel_retain(weft_ctx_channel(ctx));
   atomic_fetch_add(&w->active, 1);
   weft_ctx_fire_channel_active(ctx);
 }
@@ -634,9 +636,7 @@ START_TEST(embedded_alpn_refused) {
 END_TEST
 
 static void watch_only_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "watch",
-                                          &pass_handler, arg),
-                   0);
+  th_add_last(ch, "watch", &pass_handler, arg);
 }
 
 /* STARTTLS: plaintext first, then TLS added to both active channels. */
@@ -938,17 +938,6 @@ END_TEST
 
 /* ---- over the transport ---- */
 
-static weft_loop_group *group_new(int loops) {
-  weft_loop_options o;
-  weft_loop_options_init(&o);
-  o.n_loops = loops;
-  o.pin = false;
-  weft_loop_group *g;
-  ck_assert_int_eq(weft_loop_group_new(&g, &o), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* A weft TLS echo server; "quit" closes the channel. */
 typedef struct net {
   weft_loop_group *servers, *clients;
@@ -959,36 +948,21 @@ typedef struct net {
   int port;
 } net;
 
-/* The server's channels retain nothing: w_active's retain is dropped. */
-static void server_active(weft_ctx *ctx) {
-  watch *w = weft_ctx_state(ctx);
-  atomic_fetch_add(&w->active, 1);
-  weft_ctx_fire_channel_active(ctx);
-}
-
-static const weft_handler server_watch_handler = {
-    .name = "watch",
-    .channel_active = server_active,
-    .channel_inactive = w_inactive,
-    .user_event = w_event,
-    .exception_caught = w_exception,
-    .channel_read = w_read,
-    .channel_read_complete = w_read_complete};
-
 static void server_init_echo(weft_channel *ch, void *arg) {
   net *n = arg;
   weft_pipeline *p = weft_channel_pipeline(ch);
   ck_assert_int_eq(weft_tls_add_first(p, n->sctx, NULL), 0);
-  ck_assert_int_eq(
-      weft_pipeline_add_last(p, "watch", &server_watch_handler, &n->sw), 0);
+  ck_assert_int_eq(weft_pipeline_add_last(p, "watch", &watch_handler, &n->sw),
+                   0);
 }
 
 static void net_start(net *n, weft_tls_context *sctx) {
   memset(n, 0, sizeof *n);
   n->sctx = sctx;
   n->sw.echo = true;
-  n->servers = group_new(th_suite_loops());
-  n->clients = group_new(1);
+  n->sw.shared = true;
+  n->servers = th_group_start(NULL, th_suite_loops());
+  n->clients = th_group_start(NULL, 1);
   char listen[96];
   snprintf(listen, sizeof listen, "%s://127.0.0.1:0", th_transport_name());
   n->srv = th_server_bind(n->servers, listen, server_init_echo, n, n->uri,
@@ -1024,9 +998,7 @@ static void client_init(weft_channel *ch, void *arg) {
 }
 
 static void client_connect(weft_loop_group *g, const char *uri, client *c) {
-  weft_bootstrap b = {
-      .group = g, .connect = uri, .init = client_init, .init_arg = c};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(g, NULL, uri, client_init, c);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
@@ -1381,7 +1353,7 @@ START_TEST(weft_to_s_server) {
   TH_SKIP_UNLESS(stream_transport());
   proc p;
   int port = s_server_start(&p, (const char *const[]){"-rev", NULL});
-  weft_loop_group *g = group_new(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   client c = {.ctx = client_ctx()};
   char uri[96];
   snprintf(uri, sizeof uri, "%s://127.0.0.1:%d", th_transport_name(), port);
@@ -1627,7 +1599,7 @@ START_TEST(renegotiation_refused) {
   net_stop(&n);
   /* A server asks (s_server's r command): the weft client refuses. */
   int port = s_server_start(&p, (const char *const[]){"-tls1_2", NULL});
-  weft_loop_group *g = group_new(1);
+  weft_loop_group *g = th_group_start(NULL, 1);
   client c = {.ctx = client_ctx()};
   char uri[96];
   snprintf(uri, sizeof uri, "%s://127.0.0.1:%d", th_transport_name(), port);
@@ -1649,25 +1621,21 @@ END_TEST
 Suite *weft_test_suite(void) {
   th_require_transport();
   Suite *s = suite_create("tls");
-  TCase *emb = tcase_create("embedded");
-  tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
-  th_add_tests(
-      emb, embedded_handshake_and_data, embedded_stale_error_queue,
+  TCase *emb = th_add_case(
+      s, "embedded", 0, embedded_handshake_and_data, embedded_stale_error_queue,
       embedded_small_record_read_in_place, embedded_batching_and_promises,
       embedded_flow_control, embedded_close_notify, embedded_bounds,
       embedded_held_ciphertext_memory, embedded_plaintext_peer,
       embedded_alpn_refused, embedded_starttls, embedded_ktls_wait_is_bounded,
       options_and_config, context_errors, NULL);
-  suite_add_tcase(s, emb);
-  TCase *tc_net = tcase_create("network");
-  tcase_set_timeout(tc_net, 120);
+  tcase_add_unchecked_fixture(emb, certs_make, certs_remove);
+  TCase *tc_net = th_add_case(
+      s, "network", 120, echo_tls12, echo_tls13, s_client_to_weft,
+      s_client_to_ktls_weft, ktls_echo, weft_to_s_server, refuse_wrong_purpose,
+      refuse_no_certificate, refuse_other_ca, refuse_expired,
+      client_refuses_expired, client_refuses_other_ca,
+      client_refuses_wrong_name, refuse_plaintext, handshake_timeout,
+      renegotiation_refused, NULL);
   tcase_add_unchecked_fixture(tc_net, certs_make, certs_remove);
-  th_add_tests(tc_net, echo_tls12, echo_tls13, s_client_to_weft,
-               s_client_to_ktls_weft, ktls_echo, weft_to_s_server,
-               refuse_wrong_purpose, refuse_no_certificate, refuse_other_ca,
-               refuse_expired, client_refuses_expired, client_refuses_other_ca,
-               client_refuses_wrong_name, refuse_plaintext, handshake_timeout,
-               renegotiation_refused, NULL);
-  suite_add_tcase(s, tc_net);
   return s;
 }

@@ -139,9 +139,7 @@ static void reader_init(weft_channel *ch, void *arg) {
   r->ch = ch;
   if (r->paused)
     ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "reader",
-                                          &reader_handler, r),
-                   0);
+  th_add_last(ch, "reader", &reader_handler, r);
 }
 
 static weft_server *reader_server(weft_loop_group *g, reader *r, char *uri,
@@ -233,11 +231,6 @@ static void flooder_init(weft_channel *ch, void *arg) {
                                  &flooder_handler, arg) == 0);
 }
 
-static void flooder_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((flooder *)arg)->connect_status, status);
-}
-
 static void close_task(void *arg) {
   flooder *fl = arg;
   weft_channel *ch = fl->ch;
@@ -250,13 +243,9 @@ static void close_task(void *arg) {
 }
 
 static void flooder_connect(weft_loop_group *g, flooder *fl, const char *uri) {
-  weft_bootstrap b = {.group = g,
-                      .connect = uri,
-                      .init = flooder_init,
-                      .init_arg = fl,
-                      .on_connect = flooder_connected,
-                      .connect_arg = fl};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(g, NULL, uri, flooder_init, fl);
+  b.on_connect = th_store_connect_status;
+  b.connect_arg = &fl->connect_status;
   REQUIRE(weft_bootstrap_connect(&b) == 0);
 }
 
@@ -497,9 +486,7 @@ static const weft_handler churn_handler = {.name = "churn",
                                            .exception_caught = churn_exception};
 
 static void churn_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "churn",
-                                          &churn_handler, arg),
-                   0);
+  th_add_last(ch, "churn", &churn_handler, arg);
 }
 
 /* The child: CHURN_ROUNDS rounds of CHURN_CONNS connections at once, each
@@ -954,9 +941,7 @@ static void hostile_init(weft_channel *ch, void *arg) {
     hs->good = ch;
   else
     ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "hostile",
-                                          &hostile_handler, hs),
-                   0);
+  th_add_last(ch, "hostile", &hostile_handler, hs);
 }
 
 /* The honest client: pings, counts the echoed bytes. */
@@ -999,15 +984,7 @@ static const weft_handler pinger_handler = {.name = "pinger",
 
 /* The honest client's channel initializer. */
 static void pinger_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pinger",
-                                          &pinger_handler, arg),
-                   0);
-}
-
-/* The honest client's connect outcome. */
-static void pinger_connected(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store(&((pinger *)arg)->connect_status, status);
+  th_add_last(ch, "pinger", &pinger_handler, arg);
 }
 
 #define PING_SIZE 100u
@@ -1088,14 +1065,7 @@ static void run_liar(const hostile_case *c) {
                                     uri, sizeof uri);
   pinger pg = {0};
   atomic_init(&pg.connect_status, 1);
-  weft_bootstrap b = {.group = gc,
-                      .connect = uri,
-                      .init = pinger_init,
-                      .init_arg = &pg,
-                      .on_connect = pinger_connected,
-                      .connect_arg = &pg};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(gc, NULL, uri, pinger_init, &pg, &pg.connect_status);
   ck_assert(WAIT_UNTIL(atomic_load(&pg.connect_status) != 1, 10000));
   ck_assert_int_eq(atomic_load(&pg.connect_status), 0);
   ck_assert(ping(gc, &pg));
@@ -1230,13 +1200,9 @@ END_TEST
 static int pinger_connect(weft_loop_group *gc, pinger *pg, const char *uri,
                           int timeout_ms) {
   atomic_store(&pg->connect_status, 1);
-  weft_bootstrap b = {.group = gc,
-                      .connect = uri,
-                      .init = pinger_init,
-                      .init_arg = pg,
-                      .on_connect = pinger_connected,
-                      .connect_arg = pg};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b = th_bootstrap(gc, NULL, uri, pinger_init, pg);
+  b.on_connect = th_store_connect_status;
+  b.connect_arg = &pg->connect_status;
   b.options.connect_timeout_ms = timeout_ms;
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ck_assert(WAIT_UNTIL(atomic_load(&pg->connect_status) != 1,
@@ -1568,32 +1534,27 @@ Suite *weft_test_suite(void) {
     liar_child(liar_arg);
   }
   Suite *s = suite_create("ucx");
-  TCase *tc = tcase_create("flow");
-  tcase_set_timeout(tc, 120);
-  th_add_tests(tc, ucx_slow_receiver_bounds_sender_and_loses_nothing,
-               ucx_vanished_peer_fires_exception_and_inactive,
-               ucx_hung_peer_is_closed_by_keepalive,
-               ucx_multi_loop_server_survives_connection_churn,
-               ucx_rndv_thresh_is_eager_over_tcp_lanes_only,
-               ucx_server_rebinds_its_port_at_once_after_a_client,
-               ucx_connect_to_a_silent_listener_fails_without_abort,
-               ucx_ms_settings_are_checked, NULL);
-  suite_add_tcase(s, tc);
-  TCase *hostile = tcase_create("hostile");
-  tcase_set_timeout(hostile, 120);
-  th_add_tests(hostile, ucx_peer_message_over_max_message_closes_its_channel,
-               ucx_peer_huge_rendezvous_claim_is_refused_without_allocating,
-               ucx_peer_ignoring_the_credit_window_closes_its_channel,
-               ucx_peer_flooding_tiny_messages_is_bounded_by_the_window,
-               ucx_peer_sequence_far_ahead_closes_its_channel,
-               ucx_peer_unknown_message_type_closes_its_channel,
-               ucx_peer_granting_credit_never_owed_closes_its_channel,
-               ucx_peer_naming_another_channel_closes_only_its_own,
-               ucx_sender_keeps_to_the_peers_max_message,
-               ucx_bad_hello_to_a_held_connection_is_refused,
-               ucx_connection_without_hello_is_closed,
-               ucx_held_connections_count_against_max_connections,
-               ucx_loop_stop_with_receives_in_flight_cancels_them, NULL);
-  suite_add_tcase(s, hostile);
+  th_add_case(s, "flow", 120, ucx_slow_receiver_bounds_sender_and_loses_nothing,
+              ucx_vanished_peer_fires_exception_and_inactive,
+              ucx_hung_peer_is_closed_by_keepalive,
+              ucx_multi_loop_server_survives_connection_churn,
+              ucx_rndv_thresh_is_eager_over_tcp_lanes_only,
+              ucx_server_rebinds_its_port_at_once_after_a_client,
+              ucx_connect_to_a_silent_listener_fails_without_abort,
+              ucx_ms_settings_are_checked, NULL);
+  th_add_case(s, "hostile", 120,
+              ucx_peer_message_over_max_message_closes_its_channel,
+              ucx_peer_huge_rendezvous_claim_is_refused_without_allocating,
+              ucx_peer_ignoring_the_credit_window_closes_its_channel,
+              ucx_peer_flooding_tiny_messages_is_bounded_by_the_window,
+              ucx_peer_sequence_far_ahead_closes_its_channel,
+              ucx_peer_unknown_message_type_closes_its_channel,
+              ucx_peer_granting_credit_never_owed_closes_its_channel,
+              ucx_peer_naming_another_channel_closes_only_its_own,
+              ucx_sender_keeps_to_the_peers_max_message,
+              ucx_bad_hello_to_a_held_connection_is_refused,
+              ucx_connection_without_hello_is_closed,
+              ucx_held_connections_count_against_max_connections,
+              ucx_loop_stop_with_receives_in_flight_cancels_them, NULL);
   return s;
 }

@@ -189,10 +189,6 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("ucx_scale");
-  TCase *tc = tcase_create("scale");
-  tcase_set_timeout(tc, 600);
-  th_add_tests(tc, ucx_thousand_connections_on_two_loops, NULL);
-  suite_add_tcase(s, tc);
-  return s;
+  return th_suite("ucx_scale", "scale", 600,
+                  ucx_thousand_connections_on_two_loops, NULL);
 }

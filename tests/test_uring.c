@@ -147,9 +147,7 @@ static const weft_handler sink_handler = {.name = "sink",
                                           .channel_inactive = sink_inactive};
 
 static void sink_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sink",
-                                          &sink_handler, arg),
-                   0);
+  th_add_last(ch, "sink", &sink_handler, arg);
 }
 
 typedef struct server {
@@ -340,37 +338,34 @@ static int run_child(int (*fn)(void)) {
   return WEXITSTATUS(status);
 }
 
-START_TEST(uring_probe_blocked_by_seccomp_names_cause_and_tcp) {
-  int rc = run_child(child_blocked);
+/* The check `check`: `child` must report CHILD_OK, or the check is
+ * skipped where no seccomp filter can be installed. */
+static void expect_child_ok(const char *check, int (*child)(void)) {
+  int rc = run_child(child);
   if (rc == CHILD_NO_SECCOMP) {
-    th_skip(__func__, "cannot install a seccomp filter here");
+    th_skip(check, "cannot install a seccomp filter here");
     return;
   }
   ck_assert_int_eq(rc, CHILD_OK);
 }
+
+START_TEST(uring_probe_blocked_by_seccomp_names_cause_and_tcp) {
+  expect_child_ok(__func__, child_blocked);
+}
 END_TEST
 
 START_TEST(uring_fallback_env_runs_over_tcp_when_blocked) {
-  int rc = run_child(child_fallback);
-  if (rc == CHILD_NO_SECCOMP) {
-    th_skip(__func__, "cannot install a seccomp filter here");
-    return;
-  }
-  ck_assert_int_eq(rc, CHILD_OK);
+  expect_child_ok(__func__, child_fallback);
 }
 END_TEST
 
 Suite *weft_test_suite(void) {
   Suite *s = suite_create("uring");
-  TCase *ring = tcase_create("buffer_ring");
-  tcase_set_timeout(ring, 120);
-  th_add_tests(ring, uring_recv_holding_every_buffer_loses_no_byte,
-               uring_send_zc_above_threshold_keeps_order, NULL);
-  suite_add_tcase(s, ring);
-  TCase *probe = tcase_create("probe");
-  tcase_set_timeout(probe, 120);
-  th_add_tests(probe, uring_probe_blocked_by_seccomp_names_cause_and_tcp,
-               uring_fallback_env_runs_over_tcp_when_blocked, NULL);
-  suite_add_tcase(s, probe);
+  th_add_case(s, "buffer_ring", 120,
+              uring_recv_holding_every_buffer_loses_no_byte,
+              uring_send_zc_above_threshold_keeps_order, NULL);
+  th_add_case(s, "probe", 120,
+              uring_probe_blocked_by_seccomp_names_cause_and_tcp,
+              uring_fallback_env_runs_over_tcp_when_blocked, NULL);
   return s;
 }

@@ -58,18 +58,6 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-/* A started group of `n_loops` loops. */
-static weft_loop_group *group_start(const char *name, int n_loops) {
-  weft_loop_options opts;
-  weft_loop_options_init(&opts);
-  opts.n_loops = n_loops;
-  opts.name = name;
-  weft_loop_group *g;
-  ck_assert_int_eq(weft_loop_group_new(&g, &opts), 0);
-  ck_assert_int_eq(weft_loop_group_start(g), 0);
-  return g;
-}
-
 /* ---- no device: a clear error at start ---- */
 
 static void no_init(weft_channel *ch, void *arg) {
@@ -89,7 +77,7 @@ START_TEST(verbs_start_without_device_names_the_cause) {
   ck_assert_msg(strstr(why, "transport=tcp") != NULL, "no advice: %s", why);
 
   /* Binding a server on verbs fails at start, before any loop work. */
-  weft_loop_group *g = group_start("wv-nodev", 2);
+  weft_loop_group *g = th_group_start("wv-nodev", 2);
   th_log_capture_start();
   weft_server_bootstrap sb = {
       .group = g, .listen = "verbs://127.0.0.1:0", .child_init = no_init};
@@ -177,9 +165,7 @@ static const weft_handler slow_handler = {.name = "slow",
                                           .exception_caught = slow_exception};
 
 static void slow_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "slow",
-                                          &slow_handler, arg),
-                   0);
+  th_add_last(ch, "slow", &slow_handler, arg);
 }
 
 typedef struct fast_client {
@@ -225,16 +211,7 @@ static const weft_handler fast_handler = {.name = "fast",
                                           .exception_caught = fast_exception};
 
 static void fast_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "fast",
-                                          &fast_handler, arg),
-                   0);
-}
-
-/* on_connect for every client here: the status into the atomic_int at
- * `arg`. */
-static void store_status(weft_channel *ch, int status, void *arg) {
-  (void)ch;
-  atomic_store((atomic_int *)arg, status);
+  th_add_last(ch, "fast", &fast_handler, arg);
 }
 
 START_TEST(verbs_slow_receiver_loses_nothing) {
@@ -248,20 +225,14 @@ START_TEST(verbs_slow_receiver_loses_nothing) {
   fast_client c;
   memset(&c, 0, sizeof c);
   atomic_init(&c.connect_status, 1);
-  weft_loop_group *g = group_start("wv-slow", 2);
+  weft_loop_group *g = th_group_start("wv-slow", 2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   char uri[300];
   weft_server *srv = th_server_bind(g, listen, slow_init, &s, uri, sizeof uri);
   /* The client on the other loop, so both run at once. */
-  weft_bootstrap b = {.loop = weft_loop_group_get(g, 1),
-                      .connect = uri,
-                      .init = fast_init,
-                      .init_arg = &c,
-                      .on_connect = store_status,
-                      .connect_arg = &c.connect_status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(NULL, weft_loop_group_get(g, 1), uri, fast_init, &c,
+             &c.connect_status);
 
   long long total = (long long)SLOW_MESSAGES * SLOW_SIZE;
   uint64_t deadline = th_now_ms() + 200000;
@@ -322,9 +293,7 @@ static const weft_handler survivor_handler = {
     .exception_caught = survivor_exception};
 
 static void survivor_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "survivor",
-                                          &survivor_handler, arg),
-                   0);
+  th_add_last(ch, "survivor", &survivor_handler, arg);
 }
 
 static void hello_active(weft_ctx *ctx) {
@@ -362,9 +331,8 @@ static _Noreturn void doomed_peer(int fd) {
   weft_loop_group *g;
   if (weft_loop_group_new(&g, &opts) != 0 || weft_loop_group_start(g) != 0)
     _exit(3);
-  weft_bootstrap b = {
-      .loop = weft_loop_group_get(g, 0), .connect = uri, .init = hello_init};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(NULL, weft_loop_group_get(g, 0), uri, hello_init, NULL);
   if (weft_bootstrap_connect(&b) != 0)
     _exit(4);
   for (;;)
@@ -395,7 +363,7 @@ START_TEST(verbs_vanished_peer_closes_with_exception) {
   }
   survivor s;
   memset(&s, 0, sizeof s);
-  weft_loop_group *g = group_start("wv-vanish", 2);
+  weft_loop_group *g = th_group_start("wv-vanish", 2);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   char uri[300];
@@ -646,9 +614,7 @@ static void hserver_init(weft_channel *ch, void *arg) {
   hchan *c = &s->ch[s->n];
   if (s->n++ > 0)
     weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0);
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "hchan",
-                                          &hchan_handler, c),
-                   0);
+  th_add_last(ch, "hchan", &hchan_handler, c);
 }
 
 /* The good client: sends 64 bytes whenever the test asks, counts echoes. */
@@ -682,9 +648,7 @@ static const weft_handler pinger_handler = {.name = "pinger",
                                                 pinger_exception};
 
 static void pinger_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "pinger",
-                                          &pinger_handler, arg),
-                   0);
+  th_add_last(ch, "pinger", &pinger_handler, arg);
 }
 
 static void ping_task(void *arg) {
@@ -728,19 +692,13 @@ static bool hostile_start(hostile *h, const char *name) {
   memset(h, 0, sizeof *h);
   atomic_init(&h->good.status, 1);
   th_log_capture_start();
-  h->g = group_start("wv-hostile", 1);
+  h->g = th_group_start("wv-hostile", 1);
   char listen[300];
   snprintf(listen, sizeof listen, "verbs://%s:0", th_test_host());
   h->srv =
       th_server_bind(h->g, listen, hserver_init, &h->s, h->uri, sizeof h->uri);
-  weft_bootstrap b = {.loop = weft_loop_group_get(h->g, 0),
-                      .connect = h->uri,
-                      .init = pinger_init,
-                      .init_arg = &h->good,
-                      .on_connect = store_status,
-                      .connect_arg = &h->good.status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(NULL, weft_loop_group_get(h->g, 0), h->uri, pinger_init, &h->good,
+             &h->good.status);
   ASSERT_EVENTUALLY(atomic_load(&h->good.status) != 1, 30000);
   ck_assert_int_eq(ldi(&h->good.status), 0);
   ping_ok(h);
@@ -879,14 +837,8 @@ START_TEST(verbs_server_bad_hello_fails_connect) {
   pinger c;
   memset(&c, 0, sizeof c);
   atomic_init(&c.status, 1);
-  weft_bootstrap b = {.loop = weft_loop_group_get(h.g, 0),
-                      .connect = uri,
-                      .init = pinger_init,
-                      .init_arg = &c,
-                      .on_connect = store_status,
-                      .connect_arg = &c.status};
-  weft_channel_config_init(&b.options);
-  ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
+  th_connect(NULL, weft_loop_group_get(h.g, 0), uri, pinger_init, &c,
+             &c.status);
   verbs_hello lie = raw_hello(VERBS_CREDITS, 0x80000000u);
   raw_accept(&srv, &lie);
   ASSERT_EVENTUALLY(atomic_load(&c.status) != 1, 30000);
@@ -930,9 +882,7 @@ static const weft_handler flood_handler = {.name = "flood",
                                            .channel_active = flood_active};
 
 static void flood_init(weft_channel *ch, void *arg) {
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "flood",
-                                          &flood_handler, arg),
-                   0);
+  th_add_last(ch, "flood", &flood_handler, arg);
 }
 
 START_TEST(verbs_shutdown_with_unsent_and_held_frees_everything) {
@@ -941,11 +891,8 @@ START_TEST(verbs_shutdown_with_unsent_and_held_frees_everything) {
     return;
   flooder f;
   memset(&f, 0, sizeof f);
-  weft_bootstrap b = {.loop = weft_loop_group_get(h.g, 0),
-                      .connect = h.uri,
-                      .init = flood_init,
-                      .init_arg = &f};
-  weft_channel_config_init(&b.options);
+  weft_bootstrap b =
+      th_bootstrap(NULL, weft_loop_group_get(h.g, 0), h.uri, flood_init, &f);
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
   ASSERT_EVENTUALLY(atomic_load(&f.posted) == VERBS_CREDITS, 30000);
   raw_peer p = {0};

@@ -219,9 +219,7 @@ static void sc_init(weft_channel *ch, void *arg) {
   if (s->n == 0)
     weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0);
   s->ch[s->n].ch = ch; /* used while the test runs: it stays open */
-  ck_assert_int_eq(weft_pipeline_add_last(weft_channel_pipeline(ch), "sc",
-                                          &sc_handler, &s->ch[s->n++]),
-                   0);
+  th_add_last(ch, "sc", &sc_handler, &s->ch[s->n++]);
 }
 
 /* The slow reader: auto-read off from the start. */

@@ -6,6 +6,7 @@ returns the exit status."""
 
 passed = 0
 failed = 0
+prefix = ""  # a script's own, before every check's name: "kv_cluster_py_"
 
 
 def check(name, got, want):
@@ -15,7 +16,7 @@ def check(name, got, want):
         passed += 1
     else:
         failed += 1
-        print(f"FAIL: {name}: got {got!r}, want {want!r}")
+        print(f"FAIL: {prefix}{name}: got {got!r}, want {want!r}")
 
 
 def raises(name, fn, exc, text):
@@ -28,10 +29,10 @@ def raises(name, fn, exc, text):
             passed += 1
         else:
             failed += 1
-            print(f"FAIL: {name}: raised {e!r}, want {text!r} in it")
+            print(f"FAIL: {prefix}{name}: raised {e!r}, want {text!r} in it")
         return
     failed += 1
-    print(f"FAIL: {name}: returned {got!r}, want {exc.__name__}")
+    print(f"FAIL: {prefix}{name}: returned {got!r}, want {exc.__name__}")
 
 
 def run(part, *args):

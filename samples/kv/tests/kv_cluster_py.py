@@ -9,20 +9,13 @@ Usage: /usr/bin/python3 kv_cluster_py.py PORT NODES
 """
 import sys
 
+import kv_checks
+from kv_checks import check, summary
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 port, nodes = int(sys.argv[1]), int(sys.argv[2])
-passed = failed = 0
-
-
-def check(name, got, want):
-    global passed, failed
-    if got == want:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: kv_cluster_py_{name}: got {got!r}, want {want!r}")
+kv_checks.prefix = "kv_cluster_py_"
 
 
 rc = RedisCluster(host="127.0.0.1", port=port, decode_responses=True)
@@ -67,5 +60,4 @@ check("getkeysinslot",
       "key:1" in rc.get_redis_connection(owner).execute_command(
           "CLUSTER", "GETKEYSINSLOT", slot, 1000), True)
 rc.close()
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(summary())

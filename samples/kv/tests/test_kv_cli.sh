@@ -12,10 +12,8 @@
 #        PATH/TO/weft-kvbench  (CTest)
 set -u
 server=$1 cli=$2 kvbench=$3
-for p in redis-cli tmux; do
-  command -v "$p" >/dev/null ||
-    { echo "FAIL: $p is needed (scripts/deps.sh installs it)"; exit 1; }
-done
+. "$(dirname "$0")/kv_checks.sh" # need, checkout, summary
+need "scripts/deps.sh installs it" redis-cli tmux
 dir=$(mktemp -d)
 pids=()
 trap 'tmux -S "$dir/tmux.sock" kill-server 2>/dev/null
@@ -37,15 +35,6 @@ exit_status() { # PID: sets $status to its exit status once it exits (up
   done
 }
 
-passed=0 failed=0
-checkout() { # NAME EXPECTED GOT
-  if [ "$3" == "$2" ]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1: got '$3', want '$2'"
-  fi
-}
 rcli() { timeout 10 redis-cli -p "$port" "$@" 2>&1; }
 wkv() { timeout 10 "$cli" "$@" 2>&1; }
 
@@ -228,5 +217,4 @@ checkout kvbench_sigint_partial yes \
   "$(grep -qE '^run +[0-9.]+ s, [1-9][0-9]* ops .*\(interrupted\)$' "$dir/bench.out" &&
     grep -q '^throughput ' "$dir/bench.out" && echo yes || echo no)"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ] || { cat "$dir"/*.log "$dir"/bench.*; exit 1; }
+summary || { cat "$dir"/*.log "$dir"/bench.*; exit 1; }

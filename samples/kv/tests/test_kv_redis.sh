@@ -10,19 +10,14 @@
 # Usage: test_kv_redis.sh PATH/TO/weft-kv-server PATH/TO/weft-kv  (CTest)
 set -u
 server=$1 cli=$2
-if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null; then
-  echo "FAIL: redis-cli and redis-benchmark are needed (apt-get install redis-tools)"
-  exit 1
-fi
-dir=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+. "$(dirname "$0")/kv_checks.sh" # need, scratch_dir, checkout, summary
+need "apt-get install redis-tools" redis-cli redis-benchmark
+scratch_dir
 
 . "$(dirname "$0")/kv_server.sh" # start_server
 start_server main 127.0.0.1
 main_pid=$pid
 
-passed=0 failed=0
 check() { # NAME EXPECTED ARGS...: redis-cli's output must equal EXPECTED
   local name=$1 want=$2; shift 2
   local got
@@ -50,14 +45,6 @@ check kv_redis_ping PONG ping
 check kv_redis_unknown \
   "ERR unknown command 'nosuch', with args beginning with: 'a' " nosuch a
 
-checkout() { # NAME EXPECTED OUTPUT: OUTPUT must equal EXPECTED
-  if [ "$3" == "$2" ]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1: got '$3', want '$2'"
-  fi
-}
 # CR and LF in a command name: the error still comes (as spaces), and the
 # next command gets its own reply, not this one's.
 checkout kv_redis_unknown_crlf_then_ping \
@@ -232,5 +219,4 @@ else
   checkout kv_redis_unprotected_served PONG \
     "$(timeout 10 redis-cli -h "$ip" -p "$port" ping 2>&1)"
 fi
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary

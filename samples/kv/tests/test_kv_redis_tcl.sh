@@ -67,9 +67,8 @@ helper=$(src_tree)
 [ -n "$helper" ] || skip "apt-get source redis gave no redis 7.0 tree (its version: $(ls "$cache"))"
 suite=$(dirname "$(dirname "$helper")")
 
-dir=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+. "$(dirname "$0")/kv_checks.sh" # scratch_dir
+scratch_dir
 
 # The harness writes under tests/tmp: each run gets its own copy.
 cp -r "$suite/tests" "$dir/" || { echo "FAIL: cannot copy $suite/tests"; exit 1; }
@@ -82,16 +81,9 @@ sed -i 's/^    r function flush$/    catch {r function flush}/
 
 # weft-kv-server on a free port (its log names it), with values up to
 # 8 MiB: "Very big payload in GET/SET" sets 4 MB (Redis takes 512 MB)
-"$server" -o loop.loops=2 -o kv.rpc_listen= -o kv.resp_listen=127.0.0.1:0 \
-  -o kv.max_value_bytes=8388608 2>"$dir/weft.log" &
-pids+=("$!")
-weft_port=""
-for _ in $(seq 100); do
-  weft_port=$(sed -n 's/.*resp on tcp:\/\/127\.0\.0\.1:\([0-9]*\)$/\1/p' "$dir/weft.log")
-  [ -n "$weft_port" ] && break
-  sleep 0.1
-done
-[ -n "$weft_port" ] || { echo "FAIL: weft-kv-server did not start:"; cat "$dir/weft.log"; exit 1; }
+. "$(dirname "$0")/kv_server.sh" # start_resp_server
+start_resp_server weft -o kv.max_value_bytes=8388608
+weft_port=$port
 
 # redis-server on a port free now (retried on a clash)
 redis_port=""

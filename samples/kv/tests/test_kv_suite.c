@@ -1935,15 +1935,13 @@ START_TEST(kv_tls_rpc_connect_auth_and_values) {
 END_TEST
 
 Suite *weft_test_suite(void) {
-  Suite *s = suite_create("kv");
   /* A transport this host cannot run (no RDMA device for verbs) is a skip
    * with its probe's reason, not a failure. */
   th_require_transport();
-  TCase *tc = tcase_create("kv");
-  tcase_set_timeout(tc, 240);
-  th_add_tests(
-      tc, kv_reply_parse_rejects_malformed, kv_reply_dup_copies_tree,
-      kv_random_ops_match_model, kv_pipelined_calls_all_answered_on_loop,
+  return th_suite(
+      "kv", "kv", 240, kv_reply_parse_rejects_malformed,
+      kv_reply_dup_copies_tree, kv_random_ops_match_model,
+      kv_pipelined_calls_all_answered_on_loop,
       kv_pipelined_calls_all_answered_from_other_thread,
       kv_pending_calls_fail_when_server_closes,
       kv_call_times_out_without_answer, kv_sync_call_refused_on_loop_thread,
@@ -1959,6 +1957,4 @@ Suite *weft_test_suite(void) {
       kv_rpc_auth_without_password, kv_resp_auth_hello_and_resp3,
       kv_protected_mode_refuses_other_hosts, kv_tls_rpc_connect_auth_and_values,
       NULL);
-  suite_add_tcase(s, tc);
-  return s;
 }

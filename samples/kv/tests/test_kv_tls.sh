@@ -12,28 +12,13 @@
 # Usage: test_kv_tls.sh weft-kv-server weft-kv weft-kvbench make-certs.sh
 set -u
 server=$1 cli=$2 kvbench=$3 make_certs=$4
-for p in redis-cli redis-benchmark openssl; do
-  command -v "$p" >/dev/null || {
-    echo "FAIL: $p is needed (scripts/deps.sh: redis-tools, openssl)"
-    exit 1
-  }
-done
-dir=$(mktemp -d)
-pids=()
-trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done; rm -rf "$dir"' EXIT
+. "$(dirname "$0")/kv_checks.sh" # need, scratch_dir, checkout, summary
+need "scripts/deps.sh: redis-tools, openssl" redis-cli redis-benchmark openssl
+scratch_dir
 "$make_certs" "$dir/certs" || { echo "FAIL: make-certs.sh"; exit 1; }
 C=$dir/certs
 tls_keys=(-o "kv.tls_cert_file=$C/server.pem" -o "kv.tls_key_file=$C/server.key")
 
-passed=0 failed=0
-checkout() { # NAME EXPECTED OUTPUT: OUTPUT must equal EXPECTED
-  if [ "$3" == "$2" ]; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL: $1: got '$3', want '$2'"
-  fi
-}
 
 port_of() { # NAME LISTENER: the port the server's log names for LISTENER
   sed -n "s/.*: $2 on tcp:\/\/.*:\([0-9]*\)$/\1/p" "$dir/$1.log"
@@ -230,5 +215,4 @@ checkout kv_tls_auth_clients_needs_ca yes \
 out=$(timeout 10 "$server" -o kv.tls_auth_clients=maybe 2>&1)
 checkout kv_tls_auth_clients_values 2 "$?"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary
