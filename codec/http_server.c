@@ -17,6 +17,7 @@
 #include <weft/log.h>
 #include <weft/timer.h>
 
+#include "codec/codec_internal.h"
 #include "codec/http_internal.h"
 #include "codec/http_parse.h"
 
@@ -597,13 +598,10 @@ static void http_added(weft_ctx *ctx) {
                      header_timeout, s);
 }
 
-static const weft_handler http_server_handler = {
-    .name = "http_server_codec",
-    .handler_added = http_added,
-    .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event,
-    .write = http_write};
+static const weft_handler http_server_handler = {.name = "http_server_codec",
+                                                 .handler_added = http_added,
+                                                 WEFT__DECODER_OPS,
+                                                 .write = http_write};
 
 void weft_http_server_options_init(weft_http_server_options *o) {
   *o = (weft_http_server_options){.max_head_bytes = 16 * 1024,
@@ -619,10 +617,7 @@ int weft_http_server_codec_add_last(weft_pipeline *p, const char *name,
   http_server *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_http_server_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_http_server_options_init);
   if (s->o.max_pipelined == 0)
     s->o.max_pipelined = 1;
   s->queue = malloc(s->o.max_pipelined);

@@ -11,6 +11,8 @@
 
 #include <weft/decoder.h>
 
+#include "codec/codec_internal.h"
+
 /* A count or length line ("*123\r\n", "$-1\r\n") longer than this is
  * malformed: 20 digits, a sign, the prefix and "\r\n" fit. */
 #define MAX_NUMBER_LINE 24
@@ -415,11 +417,8 @@ static void resp_free(weft_decoder *d) {
   free(s);
 }
 
-static const weft_handler resp_handler = {
-    .name = "resp_decoder",
-    .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event};
+static const weft_handler resp_handler = {.name = "resp_decoder",
+                                          WEFT__DECODER_OPS};
 
 int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_resp_options *opts) {
@@ -427,10 +426,7 @@ int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
   if (s == NULL)
     return WEFT_ENOMEM;
   weft_decoder_init(&s->base, resp_decode, resp_free);
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_resp_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_resp_options_init);
   return weft_decoder_add_last(p, name, &resp_handler, &s->base);
 }
 
