@@ -210,20 +210,19 @@ int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv) {
 }
 
 int weft_cli_loops_start(const weft_cli *cli, const weft_loop_options *opts,
-                         weft_loop_group **out) {
+                         sigset_t *stop, weft_loop_group **out) {
+  if (stop != NULL) {
+    sigemptyset(stop);
+    sigaddset(stop, SIGINT);
+    sigaddset(stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, stop, NULL);
+  }
   int rc = weft_loop_group_new(out, opts);
   if (rc == 0 && (rc = weft_loop_group_start(*out)) < 0)
     weft_loop_group_free(*out);
   if (rc < 0)
     fprintf(stderr, "%s: loops: %s\n", cli->prog, weft_strerror(rc));
   return rc;
-}
-
-void weft_cli_block_stop_signals(sigset_t *stop) {
-  sigemptyset(stop);
-  sigaddset(stop, SIGINT);
-  sigaddset(stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, stop, NULL);
 }
 
 int weft_cli_wait_stop(const sigset_t *stop) {

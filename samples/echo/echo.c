@@ -309,14 +309,11 @@ int main(int argc, char **argv) {
     weft_cli_usage_error(&cli, "unknown mode '%s'", mode);
     return 2;
   }
-  /* SIGINT and SIGTERM end the server: blocked before the loops start, so
-   * their threads inherit the mask, and taken by sigwait below. A handler
-   * with pause() would miss a signal delivered to a loop thread. */
+  /* SIGINT and SIGTERM end the server: blocked as the loops start, taken
+   * by weft_cli_wait_stop below (weft/cli.h says why not a handler). */
   sigset_t stop;
-  if (server)
-    weft_cli_block_stop_signals(&stop);
   weft_loop_group *group;
-  int rc = weft_cli_loops_start(&cli, &cfg.loop, &group);
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, server ? &stop : NULL, &group);
   if (rc < 0)
     return 1;
   weft_server *srv = NULL;

@@ -267,7 +267,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   weft_loop_group *group;
-  if (weft_cli_loops_start(&cli, &cfg.loop, &group) < 0)
+  if (weft_cli_loops_start(&cli, &cfg.loop, NULL, &group) < 0)
     return 1;
   char uri[WEFT_CONFIG_URI_MAX + 16];
   weft_endpoint ep; /* parsed once; the text is for the report */

@@ -470,11 +470,10 @@ int main(int argc, char **argv) {
   if (open_outputs(&tls) < 0)
     return 2;
   signal(SIGPIPE, SIG_IGN);
-  /* SIGINT and SIGTERM end the server, taken by sigwait (weft-echo). */
+  /* SIGINT and SIGTERM end the server (weft_cli_wait_stop). */
   sigset_t stop;
-  weft_cli_block_stop_signals(&stop);
   weft_loop_group *group;
-  int rc = weft_cli_loops_start(&cli, &cfg.loop, &group);
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, &stop, &group);
   if (rc < 0)
     return 1;
   char uri[WEFT_CONFIG_URI_MAX + 16];

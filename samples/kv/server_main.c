@@ -123,13 +123,13 @@ int main(int argc, char **argv) {
   if (c != 0)
     return c > 0 ? 0 : 2;
   opts.shutdown = shutdown_requested;
-  /* before any thread starts, so the loops inherit the mask (a handler
-   * with pause() would miss a signal the kernel hands to a loop thread,
-   * which strace makes common) */
+  /* SIGINT and SIGTERM, blocked in every thread and taken by
+   * weft_cli_wait_stop: a handler with pause() would miss the signal
+   * whenever the kernel hands it to a loop thread (strace makes that
+   * common), and the server would never stop. */
   sigset_t stop_signals;
-  weft_cli_block_stop_signals(&stop_signals);
   weft_loop_group *group;
-  int rc = weft_cli_loops_start(&cli, &cfg.loop, &group);
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, &stop_signals, &group);
   if (rc < 0)
     return 1;
   kv_server *srv;

@@ -322,12 +322,11 @@ int main(int argc, char **argv) {
     weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[first]);
     return 2;
   }
-  /* SIGINT/SIGTERM are taken by sigwait below: blocked before the loop
-   * threads start, so that they inherit the mask. */
+  /* SIGINT/SIGTERM are taken by weft_cli_wait_stop below: blocked before
+   * the loop threads start, so that they inherit the mask. */
   sigset_t stop;
-  weft_cli_block_stop_signals(&stop);
   weft_loop_group *group;
-  int rc = weft_cli_loops_start(&cli, &cfg.loop, &group);
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, &stop, &group);
   if (rc < 0)
     return 1;
   weft_server_bootstrap sb = {.group = group, .child_init = child_init};
