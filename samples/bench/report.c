@@ -192,21 +192,22 @@ static void json_number(FILE *f, double v) {
     fputs("null", f);
 }
 
+/* `, "key": [1, 5, 15 minute load averages]` */
+static void json_loadavg(FILE *f, const char *key, const double v[3]) {
+  fprintf(f, ", \"%s\": [", key);
+  for (int i = 0; i < 3; i++) {
+    json_number(f, v[i]);
+    fputs(i < 2 ? ", " : "]", f);
+  }
+}
+
 static void json_meta(FILE *f, const bench_meta *m) {
   fputs("{\"command\": ", f);
   json_text(f, m->command);
   fputs(", \"started\": ", f);
   json_text(f, m->started);
-  fputs(", \"load_before\": [", f);
-  for (int i = 0; i < 3; i++) {
-    json_number(f, m->load_before[i]);
-    fputs(i < 2 ? ", " : "]", f);
-  }
-  fputs(", \"load_after\": [", f);
-  for (int i = 0; i < 3; i++) {
-    json_number(f, m->load_after[i]);
-    fputs(i < 2 ? ", " : "]", f);
-  }
+  json_loadavg(f, "load_before", m->load_before);
+  json_loadavg(f, "load_after", m->load_after);
   fprintf(f, ", \"cpus\": %d, \"note\": ", m->cpus);
   json_text(f, m->machine_note ? m->machine_note : "");
   fputc('}', f);

@@ -98,6 +98,18 @@ static int update(kv_store *s, const void *key, size_t klen, update_fn fn,
   }
 }
 
+/* update, then the new value's length in *new_len (APPEND, SETRANGE). */
+static int update_len(kv_store *s, const void *key, size_t klen, update_fn fn,
+                      void *arg, size_t *new_len) {
+  kv_blob *v = NULL;
+  int err = update(s, key, klen, fn, arg, &v);
+  if (err == 0) {
+    *new_len = v->len;
+    kv_blob_release(v);
+  }
+  return err;
+}
+
 /* ---- APPEND ---- */
 
 typedef struct append_arg {
@@ -125,13 +137,7 @@ static int append_build(void *arg, const kv_store *s, const kv_blob *old,
 int kv_append(kv_store *s, const void *key, size_t klen, const void *data,
               size_t len, size_t *new_len) {
   append_arg a = {data, len};
-  kv_blob *v = NULL;
-  int err = update(s, key, klen, append_build, &a, &v);
-  if (err == 0) {
-    *new_len = v->len;
-    kv_blob_release(v);
-  }
-  return err;
+  return update_len(s, key, klen, append_build, &a, new_len);
 }
 
 /* ---- SETRANGE ---- */
@@ -175,13 +181,7 @@ int kv_setrange(kv_store *s, const void *key, size_t klen, uint64_t offset,
     return 0;
   }
   setrange_arg a = {offset, data, len};
-  kv_blob *v = NULL;
-  int err = update(s, key, klen, setrange_build, &a, &v);
-  if (err == 0) {
-    *new_len = v->len;
-    kv_blob_release(v);
-  }
-  return err;
+  return update_len(s, key, klen, setrange_build, &a, new_len);
 }
 
 /* ---- SETBIT ---- */
