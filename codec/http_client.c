@@ -170,11 +170,7 @@ static void write_chunk(http_client *c, weft_buf *b, weft_promise pr) {
   }
   if (n == 0) /* an empty chunk would end the body */
     return fail_write(b, pr, 0);
-  char line[24];
-  int len = snprintf(line, sizeof line, "%zx\r\n", n);
-  weft_ctx_write_bytes(c->ctx, line, (size_t)len, WEFT_PROMISE_NONE);
-  weft_ctx_write(c->ctx, b, WEFT_PROMISE_NONE);
-  weft_ctx_write_bytes(c->ctx, "\r\n", 2, pr);
+  weft__http_write_chunk(c->ctx, b, pr);
 }
 
 static void write_end(http_client *c, weft_promise pr) {

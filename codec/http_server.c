@@ -293,17 +293,12 @@ static void write_chunk(http_server *s, weft_buf *b, weft_promise pr) {
     }
     s->remaining -= n;
     return weft_ctx_write(s->ctx, b, pr);
-  case RESP_CHUNKED: {
+  case RESP_CHUNKED:
     if (n == 0) { /* an empty chunk would end the body */
       weft_buf_release(b);
       return weft_promise_complete(pr, 0);
     }
-    char line[24];
-    int len = snprintf(line, sizeof line, "%zx\r\n", n);
-    weft_ctx_write_bytes(s->ctx, line, (size_t)len, WEFT_PROMISE_NONE);
-    weft_ctx_write(s->ctx, b, WEFT_PROMISE_NONE);
-    return weft_ctx_write_bytes(s->ctx, "\r\n", 2, pr);
-  }
+    return weft__http_write_chunk(s->ctx, b, pr);
   case RESP_EOF:
     return weft_ctx_write(s->ctx, b, pr);
   }

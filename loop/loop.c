@@ -448,13 +448,7 @@ void weft_loop_set_local(weft_loop *loop, int key, void *value) {
 
 void weft_source_init(weft_source *src, const weft_source_ops *ops, int fd,
                       void *data) {
-  src->ops = ops;
-  src->fd = fd;
-  src->events = EPOLLIN;
-  src->data = data;
-  src->loop = NULL;
-  src->next = NULL;
-  src->prev = NULL;
+  *src = (weft_source){.ops = ops, .fd = fd, .events = EPOLLIN, .data = data};
 }
 
 int weft_loop_add_source(weft_loop *loop, weft_source *src) {
