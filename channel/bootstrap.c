@@ -321,6 +321,18 @@ typedef struct adopt_task {
   bool counted;            /* counted in count->live */
 } adopt_task;
 
+/* A channel of `ops` on `loop` for an accept or a connect (`what`), or NULL
+ * with the error in `*err` and a warning logged. */
+static weft_channel *channel_new_logged(const weft_transport_ops *ops,
+                                        weft_loop *loop, const char *what,
+                                        int *err) {
+  weft_channel *ch = weft__channel_new(ops, loop, err);
+  if (ch == NULL)
+    weft_log(WEFT_LOG_WARN, "%s: cannot create a channel: %s", what,
+             weft_strerror(*err));
+  return ch;
+}
+
 /* A task that never became a channel gives back what it held. */
 static void adopt_drop(adopt_task *t) {
   t->ops->discard(t->handle);
@@ -331,10 +343,8 @@ static void adopt_drop(adopt_task *t) {
 static void adopt_on_loop(void *arg) {
   adopt_task *t = arg;
   int err = 0;
-  weft_channel *ch = weft__channel_new(t->ops, t->loop, &err);
+  weft_channel *ch = channel_new_logged(t->ops, t->loop, "accept", &err);
   if (ch == NULL) {
-    weft_log(WEFT_LOG_WARN, "accept: cannot create a channel: %s",
-             weft_strerror(err));
     adopt_drop(t);
     return;
   }
@@ -512,10 +522,8 @@ typedef struct connect_task {
 static void connect_on_loop(void *arg) {
   connect_task *t = arg;
   int err = 0;
-  weft_channel *ch = weft__channel_new(t->ops, t->loop, &err);
+  weft_channel *ch = channel_new_logged(t->ops, t->loop, "connect", &err);
   if (ch == NULL) {
-    weft_log(WEFT_LOG_WARN, "connect: cannot create a channel: %s",
-             weft_strerror(err));
     if (t->on_connect != NULL)
       t->on_connect(NULL, err, t->connect_arg);
     free(t);

@@ -37,76 +37,61 @@ static void leave(weft_pipeline *p) {
     weft__channel_free(p->channel);
 }
 
-/* Next context towards the tail that handles an inbound op; the tail
- * handles all of them, so the walk always ends. */
-#define NEXT_INBOUND(ctx, op)                                                  \
+/* Next context from `ctx` along `link` that handles `op`: towards the
+ * tail (next) for an inbound op, the head (prev) for an outbound one. The
+ * tail handles every inbound op and the head every outbound one, so the
+ * walk always ends. */
+#define NEXT_ALONG(ctx, op, link)                                              \
   ({                                                                           \
-    weft_ctx *n_ = (ctx)->next;                                                \
+    weft_ctx *n_ = (ctx)->link;                                                \
     while (n_->handler->op == NULL)                                            \
-      n_ = n_->next;                                                           \
+      n_ = n_->link;                                                           \
     n_;                                                                        \
   })
+#define NEXT_INBOUND(ctx, op) NEXT_ALONG(ctx, op, next)
+#define NEXT_OUTBOUND(ctx, op) NEXT_ALONG(ctx, op, prev)
 
-/* Next context towards the head that handles an outbound op; the head
- * handles all of them. */
-#define NEXT_OUTBOUND(ctx, op)                                                 \
-  ({                                                                           \
-    weft_ctx *p_ = (ctx)->prev;                                                \
-    while (p_->handler->op == NULL)                                            \
-      p_ = p_->prev;                                                           \
-    p_;                                                                        \
-  })
+/* Calls `op` of the next context that has one (NEXT_INBOUND or
+ * NEXT_OUTBOUND from `ctx`, as `dir` says) with `args`, in parentheses,
+ * where that context is `n`; inside an event of the pipeline, so handlers
+ * removed meanwhile are freed after it. */
+#define FIRE(dir, ctx, op, args)                                               \
+  do {                                                                         \
+    weft_ctx *n = NEXT_##dir(ctx, op);                                         \
+    enter(n->pipeline);                                                        \
+    n->handler->op args;                                                       \
+    leave(n->pipeline);                                                        \
+  } while (0)
 
 /* ---- inbound ---- */
 
 void weft_ctx_fire_channel_active(weft_ctx *ctx) {
-  weft_ctx *n = NEXT_INBOUND(ctx, channel_active);
-  enter(n->pipeline);
-  n->handler->channel_active(n);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, channel_active, (n));
 }
 
 void weft_ctx_fire_channel_inactive(weft_ctx *ctx) {
-  weft_ctx *n = NEXT_INBOUND(ctx, channel_inactive);
-  enter(n->pipeline);
-  n->handler->channel_inactive(n);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, channel_inactive, (n));
 }
 
 void weft_ctx_fire_channel_read(weft_ctx *ctx, void *msg) {
-  weft_ctx *n = NEXT_INBOUND(ctx, channel_read);
-  enter(n->pipeline);
-  n->handler->channel_read(n, msg);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, channel_read, (n, msg));
 }
 
 void weft_ctx_fire_channel_read_complete(weft_ctx *ctx) {
-  weft_ctx *n = NEXT_INBOUND(ctx, channel_read_complete);
-  enter(n->pipeline);
-  n->handler->channel_read_complete(n);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, channel_read_complete, (n));
 }
 
 void weft_ctx_fire_writability_changed(weft_ctx *ctx, bool writable) {
-  weft_ctx *n = NEXT_INBOUND(ctx, writability_changed);
-  enter(n->pipeline);
-  n->handler->writability_changed(n, writable);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, writability_changed, (n, writable));
 }
 
 void weft_ctx_fire_user_event(weft_ctx *ctx, void *event) {
-  weft_ctx *n = NEXT_INBOUND(ctx, user_event);
-  enter(n->pipeline);
-  n->handler->user_event(n, event);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, user_event, (n, event));
 }
 
 void weft_ctx_fire_exception_caught(weft_ctx *ctx, int err,
                                     const char *reason) {
-  weft_ctx *n = NEXT_INBOUND(ctx, exception_caught);
-  enter(n->pipeline);
-  n->handler->exception_caught(n, err, reason);
-  leave(n->pipeline);
+  FIRE(INBOUND, ctx, exception_caught, (n, err, reason));
 }
 
 void weft_pipeline_fire_channel_active(weft_pipeline *p) {
@@ -136,10 +121,7 @@ void weft_pipeline_fire_exception_caught(weft_pipeline *p, int err,
 /* ---- outbound ---- */
 
 void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
-  weft_ctx *n = NEXT_OUTBOUND(ctx, write);
-  enter(n->pipeline);
-  n->handler->write(n, msg, promise);
-  leave(n->pipeline);
+  FIRE(OUTBOUND, ctx, write, (n, msg, promise));
 }
 
 static void head_write(weft_ctx *ctx, void *msg, weft_promise promise);
@@ -184,12 +166,7 @@ void weft_ctx_write_bytes(weft_ctx *ctx, const void *data, size_t len,
     weft__pipeline_write_bytes_slow(ctx, data, len, promise);
 }
 
-void weft_ctx_flush(weft_ctx *ctx) {
-  weft_ctx *n = NEXT_OUTBOUND(ctx, flush);
-  enter(n->pipeline);
-  n->handler->flush(n);
-  leave(n->pipeline);
-}
+void weft_ctx_flush(weft_ctx *ctx) { FIRE(OUTBOUND, ctx, flush, (n)); }
 
 void weft_ctx_write_and_flush(weft_ctx *ctx, void *msg, weft_promise promise) {
   weft_ctx_write(ctx, msg, promise);
@@ -197,10 +174,7 @@ void weft_ctx_write_and_flush(weft_ctx *ctx, void *msg, weft_promise promise) {
 }
 
 void weft_ctx_close(weft_ctx *ctx, weft_promise promise) {
-  weft_ctx *n = NEXT_OUTBOUND(ctx, close);
-  enter(n->pipeline);
-  n->handler->close(n, promise);
-  leave(n->pipeline);
+  FIRE(OUTBOUND, ctx, close, (n, promise));
 }
 
 /* ---- head and tail ---- */

@@ -105,10 +105,12 @@ const weft_transport_ops *weft_transport_at(size_t i) {
   return ops;
 }
 
-/* Writes "unknown transport 'foo'; registered: tcp, uring". */
-static void explain_unknown(const char *name, char *why, size_t why_len) {
-  if (why == NULL || why_len == 0)
-    return;
+/* The registered transport `name`, or NULL having written "unknown
+ * transport 'foo'; registered: tcp, uring" into `why`. */
+static entry *lookup_or_explain(const char *name, char *why, size_t why_len) {
+  entry *e = lookup(name);
+  if (e != NULL || why == NULL || why_len == 0)
+    return e;
   size_t off = (size_t)snprintf(why, why_len,
                                 "unknown transport '%s'; registered:", name);
   pthread_mutex_lock(&reg_lock);
@@ -118,6 +120,7 @@ static void explain_unknown(const char *name, char *why, size_t why_len) {
   if (n_entries == 0 && off < why_len)
     snprintf(why + off, why_len - off, " none");
   pthread_mutex_unlock(&reg_lock);
+  return NULL;
 }
 
 /* Runs the probe on the first call and returns its cached result after;
@@ -176,11 +179,9 @@ const weft_transport_ops *weft_transport_find(const char *name, char *why,
       snprintf(why, why_len, "no transport name given");
     return NULL;
   }
-  entry *e = lookup(name);
-  if (e == NULL) {
-    explain_unknown(name, why, why_len);
+  entry *e = lookup_or_explain(name, why, why_len);
+  if (e == NULL)
     return NULL;
-  }
   pthread_mutex_lock(&probe_lock);
   int rc = probe_once_locked(e);
   if (rc != 0 && why_len > 0)
@@ -284,11 +285,9 @@ int weft_transport_config_set(const char *name, const char *key,
     why_len = 0;
   if (name == NULL || key == NULL || value == NULL)
     return WEFT_EINVAL;
-  entry *e = lookup(name);
-  if (e == NULL) {
-    explain_unknown(name, why, why_len);
+  entry *e = lookup_or_explain(name, why, why_len);
+  if (e == NULL)
     return WEFT_ENOENT;
-  }
   pthread_mutex_lock(&config_lock);
   int rc = set_locked(e, key, value, why, why_len);
   pthread_mutex_unlock(&config_lock);

@@ -11,6 +11,8 @@
 
 #include <weft/decoder.h>
 
+#include "codec/codec_internal.h"
+
 /* Frames up to this many bytes are copied with their length field into one
  * buffer: a small copy is cheaper than a second buffer and iovec. */
 #define PREPEND_COPY_MAX 512
@@ -124,19 +126,13 @@ static int lf_decode(weft_decoder *d, weft_buf *in, void **out) {
 
 static void lf_free(weft_decoder *d) { free(d); }
 
-static const weft_handler lf_handler = {
-    .name = "length_field_decoder",
-    .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event};
+static const weft_handler lf_handler = {.name = "length_field_decoder",
+                                        WEFT__DECODER_OPS};
 
 int weft_length_field_decoder_add_last(weft_pipeline *p, const char *name,
                                        const weft_length_field_options *opts) {
   weft_length_field_options o;
-  if (opts != NULL)
-    o = *opts;
-  else
-    weft_length_field_options_init(&o);
+  WEFT__OPTIONS_OR_DEFAULTS(&o, opts, weft_length_field_options_init);
   if (!field_length_ok(o.length_field_length) || o.max_frame_length == 0 ||
       o.length_field_offset > SIZE_MAX / 2)
     return WEFT_EINVAL;
@@ -217,10 +213,7 @@ int weft_length_prepender_add_last(weft_pipeline *p, const char *name,
   prepender *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_length_prepender_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_length_prepender_options_init);
   int rc = field_length_ok(s->o.length_field_length) ? 0 : WEFT_EINVAL;
   if (rc == 0)
     rc = weft_pipeline_add_last(p, name, &prepender_handler, s);

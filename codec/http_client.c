@@ -12,6 +12,7 @@
 #include <weft/error.h>
 #include <weft/http.h>
 
+#include "codec/codec_internal.h"
 #include "codec/http_internal.h"
 #include "codec/http_parse.h"
 
@@ -169,11 +170,7 @@ static void write_chunk(http_client *c, weft_buf *b, weft_promise pr) {
   }
   if (n == 0) /* an empty chunk would end the body */
     return fail_write(b, pr, 0);
-  char line[24];
-  int len = snprintf(line, sizeof line, "%zx\r\n", n);
-  weft_ctx_write_bytes(c->ctx, line, (size_t)len, WEFT_PROMISE_NONE);
-  weft_ctx_write(c->ctx, b, WEFT_PROMISE_NONE);
-  weft_ctx_write_bytes(c->ctx, "\r\n", 2, pr);
+  weft__http_write_chunk(c->ctx, b, pr);
 }
 
 static void write_end(http_client *c, weft_promise pr) {
@@ -327,24 +324,19 @@ static void client_added(weft_ctx *ctx) {
   c->ctx = ctx;
 }
 
-static const weft_handler http_client_handler = {
-    .name = "http_client_codec",
-    .handler_added = client_added,
-    .channel_read = weft_decoder_channel_read,
-    .channel_inactive = client_inactive,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event,
-    .write = client_write};
+static const weft_handler http_client_handler = {.name = "http_client_codec",
+                                                 .handler_added = client_added,
+                                                 WEFT__DECODER_OPS,
+                                                 .channel_inactive =
+                                                     client_inactive,
+                                                 .write = client_write};
 
 int weft_http_client_codec_add_last(weft_pipeline *p, const char *name,
                                     const weft_http_client_options *opts) {
   http_client *c = calloc(1, sizeof *c);
   if (c == NULL)
     return WEFT_ENOMEM;
-  if (opts != NULL)
-    c->o = *opts;
-  else
-    weft_http_client_options_init(&c->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&c->o, opts, weft_http_client_options_init);
   if (c->o.max_pipelined == 0)
     c->o.max_pipelined = 1;
   c->is_head = calloc(c->o.max_pipelined, sizeof *c->is_head);

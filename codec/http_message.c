@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* HTTP/1.1 messages: request heads, the end marker, response heads and
- * their header lines, reason phrases. No parsing here (http_server.c). */
+ * their header lines, reason phrases, and the chunk framing of both codecs.
+ * No parsing here (http_server.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -248,4 +250,12 @@ const char *weft__http_date(void) {
     cached_sec = now;
   }
   return text;
+}
+
+void weft__http_write_chunk(weft_ctx *ctx, weft_buf *b, weft_promise pr) {
+  char line[24];
+  int len = snprintf(line, sizeof line, "%zx\r\n", weft_buf_readable(b));
+  weft_ctx_write_bytes(ctx, line, (size_t)len, WEFT_PROMISE_NONE);
+  weft_ctx_write(ctx, b, WEFT_PROMISE_NONE);
+  weft_ctx_write_bytes(ctx, "\r\n", 2, pr);
 }

@@ -17,6 +17,7 @@
 #include <weft/log.h>
 #include <weft/timer.h>
 
+#include "codec/codec_internal.h"
 #include "codec/http_internal.h"
 #include "codec/http_parse.h"
 
@@ -292,17 +293,12 @@ static void write_chunk(http_server *s, weft_buf *b, weft_promise pr) {
     }
     s->remaining -= n;
     return weft_ctx_write(s->ctx, b, pr);
-  case RESP_CHUNKED: {
+  case RESP_CHUNKED:
     if (n == 0) { /* an empty chunk would end the body */
       weft_buf_release(b);
       return weft_promise_complete(pr, 0);
     }
-    char line[24];
-    int len = snprintf(line, sizeof line, "%zx\r\n", n);
-    weft_ctx_write_bytes(s->ctx, line, (size_t)len, WEFT_PROMISE_NONE);
-    weft_ctx_write(s->ctx, b, WEFT_PROMISE_NONE);
-    return weft_ctx_write_bytes(s->ctx, "\r\n", 2, pr);
-  }
+    return weft__http_write_chunk(s->ctx, b, pr);
   case RESP_EOF:
     return weft_ctx_write(s->ctx, b, pr);
   }
@@ -597,13 +593,10 @@ static void http_added(weft_ctx *ctx) {
                      header_timeout, s);
 }
 
-static const weft_handler http_server_handler = {
-    .name = "http_server_codec",
-    .handler_added = http_added,
-    .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event,
-    .write = http_write};
+static const weft_handler http_server_handler = {.name = "http_server_codec",
+                                                 .handler_added = http_added,
+                                                 WEFT__DECODER_OPS,
+                                                 .write = http_write};
 
 void weft_http_server_options_init(weft_http_server_options *o) {
   *o = (weft_http_server_options){.max_head_bytes = 16 * 1024,
@@ -619,10 +612,7 @@ int weft_http_server_codec_add_last(weft_pipeline *p, const char *name,
   http_server *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_http_server_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_http_server_options_init);
   if (s->o.max_pipelined == 0)
     s->o.max_pipelined = 1;
   s->queue = malloc(s->o.max_pipelined);

@@ -8,6 +8,8 @@
 
 #include <weft/decoder.h>
 
+#include "codec/codec_internal.h"
+
 typedef struct line_decoder {
   weft_decoder base;
   weft_line_options o;
@@ -56,11 +58,8 @@ static int line_decode(weft_decoder *d, weft_buf *in, void **out) {
 
 static void line_free(weft_decoder *d) { free(d); }
 
-static const weft_handler line_handler = {
-    .name = "line_decoder",
-    .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event};
+static const weft_handler line_handler = {.name = "line_decoder",
+                                          WEFT__DECODER_OPS};
 
 int weft_line_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_line_options *opts) {
@@ -68,10 +67,7 @@ int weft_line_decoder_add_last(weft_pipeline *p, const char *name,
   if (s == NULL)
     return WEFT_ENOMEM;
   weft_decoder_init(&s->base, line_decode, line_free);
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_line_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_line_options_init);
   if (s->o.max_length == 0 || s->o.max_length > SIZE_MAX / 2) {
     free(s);
     return WEFT_EINVAL;

@@ -11,6 +11,8 @@
 
 #include <weft/decoder.h>
 
+#include "codec/codec_internal.h"
+
 /* A count or length line ("*123\r\n", "$-1\r\n") longer than this is
  * malformed: 20 digits, a sign, the prefix and "\r\n" fit. */
 #define MAX_NUMBER_LINE 24
@@ -304,6 +306,20 @@ static int decode_inline(resp_decoder *s, weft_buf *in, void **out) {
   return emit(s, in, eol + 1, argc, s->args, true, out);
 }
 
+/* A `what` ("multibulk", "bulk") length `n` above its maximum: Redis'
+ * error text, which for a client before AUTH (`unauthenticated`) names
+ * neither the length nor the limit. */
+static int over_limit(resp_decoder *s, const char *what, int64_t n,
+                      const char *unit, size_t max) {
+  if (s->o.unauthenticated)
+    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                             "Protocol error: unauthenticated %s length", what);
+  return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
+                           "Protocol error: invalid %s length (%" PRId64
+                           " %s, maximum %zu)",
+                           what, n, unit, max);
+}
+
 static int start_array(resp_decoder *s, weft_buf *in) {
   int64_t n;
   size_t next;
@@ -314,15 +330,8 @@ static int start_array(resp_decoder *s, weft_buf *in) {
     in->reader_index += next;
     return 1;
   }
-  if ((uint64_t)n > s->o.max_args && s->o.unauthenticated)
-    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "Protocol error: unauthenticated multibulk "
-                             "length");
   if ((uint64_t)n > s->o.max_args)
-    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "Protocol error: invalid multibulk length "
-                             "(%" PRId64 " arguments, maximum %zu)",
-                             n, s->o.max_args);
+    return over_limit(s, "multibulk", n, "arguments", s->o.max_args);
   /* Slots for at most ARGS_KEPT now (Redis' 1024 too): a count of a
    * million in a few bytes must not allocate for a million. */
   if (args_reserve(s, (size_t)n < ARGS_KEPT ? (size_t)n : ARGS_KEPT) != 0)
@@ -347,14 +356,8 @@ static int bulk_header(resp_decoder *s, weft_buf *in) {
   if (len < 0)
     return weft_decoder_fail(&s->base, WEFT_EBADFRAME,
                              "Protocol error: invalid bulk length");
-  if ((uint64_t)len > s->o.max_bulk && s->o.unauthenticated)
-    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "Protocol error: unauthenticated bulk length");
   if ((uint64_t)len > s->o.max_bulk)
-    return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
-                             "Protocol error: invalid bulk length "
-                             "(%" PRId64 " bytes, maximum %zu)",
-                             len, s->o.max_bulk);
+    return over_limit(s, "bulk", len, "bytes", s->o.max_bulk);
   if (next + (size_t)len + 2 > s->o.max_command)
     return weft_decoder_fail(&s->base, WEFT_ETOOLONG,
                              "Protocol error: too big request "
@@ -415,11 +418,8 @@ static void resp_free(weft_decoder *d) {
   free(s);
 }
 
-static const weft_handler resp_handler = {
-    .name = "resp_decoder",
-    .channel_read = weft_decoder_channel_read,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event};
+static const weft_handler resp_handler = {.name = "resp_decoder",
+                                          WEFT__DECODER_OPS};
 
 int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
                                const weft_resp_options *opts) {
@@ -427,10 +427,7 @@ int weft_resp_decoder_add_last(weft_pipeline *p, const char *name,
   if (s == NULL)
     return WEFT_ENOMEM;
   weft_decoder_init(&s->base, resp_decode, resp_free);
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_resp_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_resp_options_init);
   return weft_decoder_add_last(p, name, &resp_handler, &s->base);
 }
 

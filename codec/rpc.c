@@ -10,6 +10,8 @@
 
 #include <weft/decoder.h>
 
+#include "codec/codec_internal.h"
+
 /* Header field offsets. */
 #define OFF_VERSION 0
 #define OFF_TYPE 1
@@ -194,11 +196,7 @@ static void codec_write(weft_ctx *ctx, void *msg, weft_promise promise) {
 static void codec_free(weft_decoder *d) { free(d); }
 
 static const weft_handler codec_handler = {
-    .name = "rpc_codec",
-    .channel_read = weft_decoder_channel_read,
-    .write = codec_write,
-    .handler_removed = weft_decoder_handler_removed,
-    .user_event = weft_decoder_user_event};
+    .name = "rpc_codec", .write = codec_write, WEFT__DECODER_OPS};
 
 int weft_rpc_codec_add_last(weft_pipeline *p, const char *name,
                             const weft_rpc_codec_options *opts) {
@@ -206,10 +204,7 @@ int weft_rpc_codec_add_last(weft_pipeline *p, const char *name,
   if (s == NULL)
     return WEFT_ENOMEM;
   weft_decoder_init(&s->base, codec_decode, codec_free);
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_rpc_codec_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_rpc_codec_options_init);
   return weft_decoder_add_last(p, name, &codec_handler, &s->base);
 }
 

@@ -2,6 +2,8 @@
 /* The command-line front door (weft/cli.h) and the configuration printer
  * (weft_config_print) that --help shows. */
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -205,4 +207,27 @@ int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv) {
       return -1;
   }
   return weft_cli_configure(cli, cfg) < 0 ? -1 : optind;
+}
+
+int weft_cli_loops_start(const weft_cli *cli, const weft_loop_options *opts,
+                         sigset_t *stop, weft_loop_group **out) {
+  if (stop != NULL) {
+    sigemptyset(stop);
+    sigaddset(stop, SIGINT);
+    sigaddset(stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, stop, NULL);
+  }
+  int rc = weft_loop_group_new(out, opts);
+  if (rc == 0 && (rc = weft_loop_group_start(*out)) < 0)
+    weft_loop_group_free(*out);
+  if (rc < 0)
+    fprintf(stderr, "%s: loops: %s\n", cli->prog, weft_strerror(rc));
+  return rc;
+}
+
+int weft_cli_wait_stop(const sigset_t *stop) {
+  int sig;
+  while (sigwait(stop, &sig) != 0)
+    ;
+  return sig;
 }

@@ -7,6 +7,8 @@
 #include <weft/flush_consolidation.h>
 #include <weft/loop.h>
 
+#include "codec/codec_internal.h"
+
 typedef struct consolidator {
   weft_ctx *ctx;
   weft_flush_consolidation_options o;
@@ -138,10 +140,7 @@ int weft_flush_consolidation_add_last(
   consolidator *s = calloc(1, sizeof *s);
   if (s == NULL)
     return WEFT_ENOMEM;
-  if (opts != NULL)
-    s->o = *opts;
-  else
-    weft_flush_consolidation_options_init(&s->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&s->o, opts, weft_flush_consolidation_options_init);
   int rc = s->o.explicit_flush_after_flushes > 0 ? 0 : WEFT_EINVAL;
   if (rc == 0)
     rc = weft_pipeline_add_last(p, name, &fc_handler, s);

@@ -9,6 +9,8 @@
 #include <weft/error.h>
 #include <weft/logging.h>
 
+#include "codec/codec_internal.h"
+
 /* Bytes one formatted line of 16 input bytes takes, with room to spare. */
 #define DUMP_LINE 80
 
@@ -152,10 +154,7 @@ int weft_logging_add_last(weft_pipeline *p, const char *name,
   log_handler *h = malloc(sizeof *h);
   if (h == NULL)
     return WEFT_ENOMEM;
-  if (opts != NULL)
-    h->o = *opts;
-  else
-    weft_logging_options_init(&h->o);
+  WEFT__OPTIONS_OR_DEFAULTS(&h->o, opts, weft_logging_options_init);
   int rc = weft_pipeline_add_last(p, name, &log_handler_ops, h);
   if (rc < 0)
     free(h);

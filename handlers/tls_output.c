@@ -309,11 +309,17 @@ static void drain_timeout(void *arg) {
   weft_channel_release(ch);
 }
 
-void weft__tls_cancel_ktls_wait(weft__tls_handler *s) {
-  if (s->after != AFTER_KTLS)
-    return;
+/* Ends the wait for `what` if that is the one running: false if not. */
+static bool end_wait(weft__tls_handler *s, weft__tls_after what) {
+  if (s->after != what)
+    return false;
   s->after = AFTER_NONE;
   weft_timer_stop(&s->drain_timer);
+  return true;
+}
+
+void weft__tls_cancel_ktls_wait(weft__tls_handler *s) {
+  end_wait(s, AFTER_KTLS);
 }
 
 /* The close(s) that waited for close_notify (or a failure) go down. */
@@ -329,10 +335,8 @@ void weft__tls_pass_closes_down(weft__tls_handler *s) {
 }
 
 void weft__tls_report_failure(weft__tls_handler *s) {
-  if (s->after != AFTER_FAIL)
+  if (!end_wait(s, AFTER_FAIL))
     return;
-  s->after = AFTER_NONE;
-  weft_timer_stop(&s->drain_timer);
   weft__tls_hold(s);
   if (!s->done)
     weft__tls_fire_event(s, WEFT_TLS_HANDSHAKE_FAILED, s->fail_err, s->reason);

@@ -373,39 +373,32 @@ int weft_loop_set_busy_poll_us(weft_loop *loop, int busy_poll_us) {
 
 void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
   const weft__loop_counters *c = &loop->stats;
-  out->iterations = atomic_load_explicit(&c->iterations, memory_order_relaxed);
-  out->polls_busy = atomic_load_explicit(&c->polls_busy, memory_order_relaxed);
-  out->arms = atomic_load_explicit(&c->arms, memory_order_relaxed);
-  out->arms_refused =
-      atomic_load_explicit(&c->arms_refused, memory_order_relaxed);
-  out->sleeps = atomic_load_explicit(&c->sleeps, memory_order_relaxed);
-  out->wakeups = atomic_load_explicit(&c->wakeups, memory_order_relaxed);
-  out->tasks_run = atomic_load_explicit(&c->tasks_run, memory_order_relaxed);
-  out->timers_fired =
-      atomic_load_explicit(&c->timers_fired, memory_order_relaxed);
-  out->watcher_polls =
-      atomic_load_explicit(&c->watcher_polls, memory_order_relaxed);
-  out->watcher_events =
-      atomic_load_explicit(&c->watcher_events, memory_order_relaxed);
-  out->busy_reads = atomic_load_explicit(&c->busy_reads, memory_order_relaxed);
-  out->busy_read_hits =
-      atomic_load_explicit(&c->busy_read_hits, memory_order_relaxed);
-  out->busy_poll_window_ns =
-      atomic_load_explicit(&c->window_ns, memory_order_relaxed);
-  out->window_shrinks =
-      atomic_load_explicit(&c->window_shrinks, memory_order_relaxed);
-  out->window_grows =
-      atomic_load_explicit(&c->window_grows, memory_order_relaxed);
-  out->preemptions =
-      atomic_load_explicit(&c->preemptions, memory_order_relaxed);
-  out->window_contended =
-      atomic_load_explicit(&c->window_contended, memory_order_relaxed);
-  out->window_misses =
-      atomic_load_explicit(&c->window_misses, memory_order_relaxed);
-  out->window_drops =
-      atomic_load_explicit(&c->window_drops, memory_order_relaxed);
-  out->window_probes =
-      atomic_load_explicit(&c->window_probes, memory_order_relaxed);
+  /* Relaxed loads: each counter is a figure of its own, read while the
+   * loop goes on counting. */
+#define LOAD(field) atomic_load_explicit(&c->field, memory_order_relaxed)
+#define COPY(field) out->field = LOAD(field)
+  COPY(iterations);
+  COPY(polls_busy);
+  COPY(arms);
+  COPY(arms_refused);
+  COPY(sleeps);
+  COPY(wakeups);
+  COPY(tasks_run);
+  COPY(timers_fired);
+  COPY(watcher_polls);
+  COPY(watcher_events);
+  COPY(busy_reads);
+  COPY(busy_read_hits);
+  out->busy_poll_window_ns = LOAD(window_ns);
+  COPY(window_shrinks);
+  COPY(window_grows);
+  COPY(preemptions);
+  COPY(window_contended);
+  COPY(window_misses);
+  COPY(window_drops);
+  COPY(window_probes);
+#undef COPY
+#undef LOAD
 }
 
 pid_t weft__loop_tid(const weft_loop *loop) { return atomic_load(&loop->tid); }
@@ -455,13 +448,7 @@ void weft_loop_set_local(weft_loop *loop, int key, void *value) {
 
 void weft_source_init(weft_source *src, const weft_source_ops *ops, int fd,
                       void *data) {
-  src->ops = ops;
-  src->fd = fd;
-  src->events = EPOLLIN;
-  src->data = data;
-  src->loop = NULL;
-  src->next = NULL;
-  src->prev = NULL;
+  *src = (weft_source){.ops = ops, .fd = fd, .events = EPOLLIN, .data = data};
 }
 
 int weft_loop_add_source(weft_loop *loop, weft_source *src) {

@@ -49,10 +49,12 @@
 #ifndef WEFT_CLI_H
 #define WEFT_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 
 #include <weft/config.h>
+#include <weft/loop.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -176,6 +178,28 @@ int weft_cli_parse(weft_cli *cli, weft_config *cfg, int argc, char **argv);
  * argument as typed (argv[optind - 1]).
  */
 void weft_cli_bad_option(const weft_cli *cli, int opt, const char *text);
+
+/**
+ * Makes and starts the program's loops: weft_loop_group_new with `opts`
+ * (cfg.loop, as configured), then weft_loop_group_start. A server that
+ * stops on SIGINT or SIGTERM passes `stop`: both are then blocked in the
+ * calling thread first, so that every loop thread inherits the mask and
+ * the signal waits for weft_cli_wait_stop (a handler with pause() would
+ * miss a signal the kernel delivers to a loop thread), and `*stop` is set
+ * to them; NULL leaves the signals alone. Returns 0 with `*out` the
+ * running group, which the caller stops, joins and frees; or the weft
+ * error of either step, having printed "<prog>: loops: <error>" to stderr
+ * and freed what it made (`*out` is then undefined). Main thread.
+ */
+int weft_cli_loops_start(const weft_cli *cli, const weft_loop_options *opts,
+                         sigset_t *stop, weft_loop_group **out);
+
+/**
+ * Waits (sigwait) until one of the blocked signals in `stop` is pending
+ * and takes it; returns its number. Main thread, after
+ * weft_cli_loops_start with `stop`.
+ */
+int weft_cli_wait_stop(const sigset_t *stop);
 
 #ifdef __cplusplus
 }

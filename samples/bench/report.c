@@ -192,35 +192,45 @@ static void json_number(FILE *f, double v) {
     fputs("null", f);
 }
 
+/* `, "key": [1, 5, 15 minute load averages]` */
+static void json_loadavg(FILE *f, const char *key, const double v[3]) {
+  fprintf(f, ", \"%s\": [", key);
+  for (int i = 0; i < 3; i++) {
+    json_number(f, v[i]);
+    fputs(i < 2 ? ", " : "]", f);
+  }
+}
+
+/* `before` (the separator or brace), then `"key": ` and the string (or
+ * the number) as JSON. */
+static void json_key_text(FILE *f, const char *before, const char *key,
+                          const char *value) {
+  fprintf(f, "%s\"%s\": ", before, key);
+  json_text(f, value);
+}
+
+static void json_key_number(FILE *f, const char *before, const char *key,
+                            double value) {
+  fprintf(f, "%s\"%s\": ", before, key);
+  json_number(f, value);
+}
+
 static void json_meta(FILE *f, const bench_meta *m) {
-  fputs("{\"command\": ", f);
-  json_text(f, m->command);
-  fputs(", \"started\": ", f);
-  json_text(f, m->started);
-  fputs(", \"load_before\": [", f);
-  for (int i = 0; i < 3; i++) {
-    json_number(f, m->load_before[i]);
-    fputs(i < 2 ? ", " : "]", f);
-  }
-  fputs(", \"load_after\": [", f);
-  for (int i = 0; i < 3; i++) {
-    json_number(f, m->load_after[i]);
-    fputs(i < 2 ? ", " : "]", f);
-  }
-  fprintf(f, ", \"cpus\": %d, \"note\": ", m->cpus);
-  json_text(f, m->machine_note ? m->machine_note : "");
+  json_key_text(f, "{", "command", m->command);
+  json_key_text(f, ", ", "started", m->started);
+  json_loadavg(f, "load_before", m->load_before);
+  json_loadavg(f, "load_after", m->load_after);
+  fprintf(f, ", \"cpus\": %d", m->cpus);
+  json_key_text(f, ", ", "note", m->machine_note ? m->machine_note : "");
   fputc('}', f);
 }
 
 static void json_row(FILE *f, const bench_row *r) {
-  fputs("    {\"config\": ", f);
-  json_text(f, r->config);
-  fputs(", \"mode\": ", f);
-  json_text(f, r->mode);
-  fputs(", \"transport\": ", f);
-  json_text(f, r->transport);
-  fprintf(f, ", \"busy_poll_us\": %d, \"pattern\": ", r->busy_poll_us);
-  json_text(f, r->pattern);
+  json_key_text(f, "    {", "config", r->config);
+  json_key_text(f, ", ", "mode", r->mode);
+  json_key_text(f, ", ", "transport", r->transport);
+  fprintf(f, ", \"busy_poll_us\": %d", r->busy_poll_us);
+  json_key_text(f, ", ", "pattern", r->pattern);
   fprintf(f,
           ", \"size\": %zu, \"conns\": %d, \"window\": %d, \"reps\": %d, "
           "\"metrics\": {",
@@ -232,12 +242,9 @@ static void json_row(FILE *f, const bench_row *r) {
       fputs("null", f);
       continue;
     }
-    fputs("{\"median\": ", f);
-    json_number(f, s->median);
-    fputs(", \"min\": ", f);
-    json_number(f, s->min);
-    fputs(", \"max\": ", f);
-    json_number(f, s->max);
+    json_key_number(f, "{", "median", s->median);
+    json_key_number(f, ", ", "min", s->min);
+    json_key_number(f, ", ", "max", s->max);
     fprintf(f, ", \"n\": %d}", s->n);
   }
   fputs("}}", f);

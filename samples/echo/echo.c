@@ -309,23 +309,13 @@ int main(int argc, char **argv) {
     weft_cli_usage_error(&cli, "unknown mode '%s'", mode);
     return 2;
   }
-  /* SIGINT and SIGTERM end the server: blocked before the loops start, so
-   * their threads inherit the mask, and taken by sigwait below. A handler
-   * with pause() would miss a signal delivered to a loop thread. */
+  /* SIGINT and SIGTERM end the server: blocked as the loops start, taken
+   * by weft_cli_wait_stop below (weft/cli.h says why not a handler). */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  if (server)
-    pthread_sigmask(SIG_BLOCK, &stop, NULL);
   weft_loop_group *group;
-  int rc = weft_loop_group_new(&group, &cfg.loop);
-  if (rc == 0)
-    rc = weft_loop_group_start(group);
-  if (rc < 0) {
-    fprintf(stderr, "weft-echo: loops: %s\n", weft_strerror(rc));
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, server ? &stop : NULL, &group);
+  if (rc < 0)
     return 1;
-  }
   weft_server *srv = NULL;
   bool config_error = false;
   char uri[WEFT_CONFIG_URI_MAX + 16];
@@ -347,13 +337,10 @@ int main(int argc, char **argv) {
   } else {
     weft_config_endpoint_parse(&cfg, cfg.connect, &ep, NULL, 0);
   } /* (an endpoint that did not parse is refused by the connect) */
-  if (server) {
-    int sig;
-    while (sigwait(&stop, &sig) != 0)
-      ;
-  } else {
+  if (server)
+    weft_cli_wait_stop(&stop);
+  else
     rc = run_client(group, &cfg, &opts, &ep);
-  }
 out:
   if (srv != NULL)
     weft_server_close(srv);

@@ -261,14 +261,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   r.lat = calloc((size_t)r.o.requests, sizeof *r.lat);
-  weft_loop_group *group;
-  int rc = r.lat != NULL ? weft_loop_group_new(&group, &cfg.loop) : -1;
-  if (rc == 0)
-    rc = weft_loop_group_start(group);
-  if (rc < 0) {
-    fprintf(stderr, "weft-http-load: loops: %s\n", weft_strerror(rc));
+  if (r.lat == NULL) {
+    fprintf(stderr, "weft-http-load: latencies: %s\n",
+            weft_strerror(WEFT_ENOMEM));
     return 1;
   }
+  weft_loop_group *group;
+  if (weft_cli_loops_start(&cli, &cfg.loop, NULL, &group) < 0)
+    return 1;
   char uri[WEFT_CONFIG_URI_MAX + 16];
   weft_endpoint ep; /* parsed once; the text is for the report */
   if (weft_config_endpoint_parse(&cfg, cfg.connect, &ep, uri, sizeof uri) < 0) {

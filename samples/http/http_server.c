@@ -470,20 +470,12 @@ int main(int argc, char **argv) {
   if (open_outputs(&tls) < 0)
     return 2;
   signal(SIGPIPE, SIG_IGN);
-  /* SIGINT and SIGTERM end the server, taken by sigwait (weft-echo). */
+  /* SIGINT and SIGTERM end the server (weft_cli_wait_stop). */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, NULL);
   weft_loop_group *group;
-  int rc = weft_loop_group_new(&group, &cfg.loop);
-  if (rc == 0)
-    rc = weft_loop_group_start(group);
-  if (rc < 0) {
-    fprintf(stderr, "weft-http: loops: %s\n", weft_strerror(rc));
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, &stop, &group);
+  if (rc < 0)
     return 1;
-  }
   char uri[WEFT_CONFIG_URI_MAX + 16];
   weft_endpoint ep;
   rc = weft_config_endpoint_parse(&cfg, cfg.listen, &ep, uri, sizeof uri);
@@ -496,9 +488,7 @@ int main(int argc, char **argv) {
   if (rc == 0 && (rc = weft_server_bind_endpoint(&srv, &sb, &ep)) == 0) {
     weft_server_address(srv, uri, sizeof uri);
     fprintf(stderr, "weft-http: listening on %s\n", uri);
-    int sig;
-    while (sigwait(&stop, &sig) != 0)
-      ;
+    weft_cli_wait_stop(&stop);
     weft_server_close(srv);
   }
   weft_loop_group_stop(group);

@@ -91,34 +91,18 @@ static int other_sections(void *arg, const char *section, const char *key,
 /* ---- printing, as redis-cli ---- */
 
 static void print_quoted(const uint8_t *s, size_t n) {
+  /* the letter after the backslash, for the bytes redis-cli escapes so */
+  static const char escape[256] = {
+      ['\\'] = '\\', ['"'] = '"',  ['\n'] = 'n', ['\r'] = 'r',
+      ['\t'] = 't',  ['\a'] = 'a', ['\b'] = 'b'};
   putchar('"');
   for (size_t i = 0; i < n; i++) {
-    switch (s[i]) {
-    case '\\':
-    case '"':
-      printf("\\%c", s[i]);
-      break;
-    case '\n':
-      fputs("\\n", stdout);
-      break;
-    case '\r':
-      fputs("\\r", stdout);
-      break;
-    case '\t':
-      fputs("\\t", stdout);
-      break;
-    case '\a':
-      fputs("\\a", stdout);
-      break;
-    case '\b':
-      fputs("\\b", stdout);
-      break;
-    default:
-      if (isprint(s[i]))
-        putchar(s[i]);
-      else
-        printf("\\x%02x", s[i]);
-    }
+    if (escape[s[i]] != 0)
+      printf("\\%c", escape[s[i]]);
+    else if (isprint(s[i]))
+      putchar(s[i]);
+    else
+      printf("\\x%02x", s[i]);
   }
   putchar('"');
 }

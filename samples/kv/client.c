@@ -115,10 +115,9 @@ static void client_ref(kv_client *c) {
   atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 }
 
-static void client_unref(kv_client *c) {
-  /* acq_rel: the last owner must see every other owner's writes. */
-  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) != 1)
-    return;
+/* Frees `c` and what it owns: at its last reference, or when its
+ * connect could not start. */
+static void client_free(kv_client *c) {
   for (call *k = c->free_calls, *next; k != NULL; k = next) {
     next = k->next;
     free(k);
@@ -129,6 +128,12 @@ static void client_unref(kv_client *c) {
   weft_tls_context_release(c->tls);
   free(c->tls_name);
   free(c);
+}
+
+static void client_unref(kv_client *c) {
+  /* acq_rel: the last owner must see every other owner's writes. */
+  if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+    client_free(c);
 }
 
 static call *call_get(kv_client *c) {
@@ -578,12 +583,7 @@ int kv_client_connect(kv_client **out, weft_loop_group *group, weft_loop *loop,
                       .connect_arg = c};
   int rc = weft_bootstrap_connect(&b);
   if (rc < 0) {
-    pthread_mutex_destroy(&c->lock);
-    secret_free(c->auth_pass);
-    free(c->auth_user);
-    weft_tls_context_release(c->tls);
-    free(c->tls_name);
-    free(c);
+    client_free(c);
     return rc;
   }
   *out = c;
@@ -617,6 +617,16 @@ static void drain_task(void *arg) {
   client_unref(c); /* the task's reference */
 }
 
+/* A call of `cmd` on `c` answered to cb(arg); the other fields zero. */
+static call call_of(kv_client *c, int cmd, uint64_t timeout_ns, kv_reply_cb cb,
+                    void *arg) {
+  return (call){.client = c,
+                .cb = cb,
+                .arg = arg,
+                .timeout_ns = timeout_ns,
+                .cmd = (uint16_t)cmd};
+}
+
 /* From another thread: copy the arguments, queue, wake the loop once. */
 static int call_from_afar(kv_client *c, int cmd, size_t argc,
                           const kv_arg *argv, uint64_t timeout_ns,
@@ -627,13 +637,9 @@ static int call_from_afar(kv_client *c, int cmd, size_t argc,
   call *k = malloc(bytes);
   if (k == NULL)
     return WEFT_ENOMEM;
-  *k = (call){.client = c,
-              .cb = cb,
-              .arg = arg,
-              .timeout_ns = timeout_ns,
-              .cmd = (uint16_t)cmd,
-              .argc = argc,
-              .argv = (kv_arg *)(k + 1)};
+  *k = call_of(c, cmd, timeout_ns, cb, arg);
+  k->argc = argc;
+  k->argv = (kv_arg *)(k + 1);
   uint8_t *data = (uint8_t *)(k->argv + argc);
   for (size_t i = 0; i < argc; i++) {
     if (argv[i].len > 0)
@@ -676,12 +682,8 @@ int kv_client_call(kv_client *c, int cmd, size_t argc, const kv_arg *argv,
   call *k = call_get(c);
   if (k == NULL)
     return WEFT_ENOMEM;
-  *k = (call){.client = c,
-              .cb = cb,
-              .arg = arg,
-              .timeout_ns = timeout_ns,
-              .cmd = (uint16_t)cmd,
-              .pooled = true};
+  *k = call_of(c, cmd, timeout_ns, cb, arg);
+  k->pooled = true;
   int rc = encode(c, argc, argv, &k->payload);
   if (rc < 0) {
     call_put(c, k);

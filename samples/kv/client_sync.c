@@ -117,11 +117,17 @@ static int sync_expect(kv_client *c, int cmd, size_t argc, const kv_arg *argv,
   return 0;
 }
 
+/* sync_expect for a command whose one argument is `key`. */
+static int sync_key(kv_client *c, int cmd, const void *key, size_t klen,
+                    uint8_t tag, kv_reply **out) {
+  kv_arg a[] = {{key, klen}};
+  return sync_expect(c, cmd, 1, a, tag, out);
+}
+
 int kv_sync_get(kv_client *c, const void *key, size_t klen, char **val,
                 size_t *len) {
-  kv_arg a[] = {{key, klen}};
   kv_reply *r;
-  int rc = sync_expect(c, KV_CMD_GET, 1, a, KV_TAG_BULK, &r);
+  int rc = sync_key(c, KV_CMD_GET, key, klen, KV_TAG_BULK, &r);
   if (rc < 0)
     return rc;
   if (r->tag == KV_TAG_NULL) {
@@ -148,9 +154,8 @@ int kv_sync_set(kv_client *c, const void *key, size_t klen, const void *val,
 
 static int sync_integer(kv_client *c, int cmd, const void *key, size_t klen,
                         int64_t *value) {
-  kv_arg a[] = {{key, klen}};
   kv_reply *r;
-  int rc = sync_expect(c, cmd, 1, a, KV_TAG_INTEGER, &r);
+  int rc = sync_key(c, cmd, key, klen, KV_TAG_INTEGER, &r);
   if (rc < 0)
     return rc;
   if (r->tag != KV_TAG_INTEGER)

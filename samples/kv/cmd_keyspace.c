@@ -458,10 +458,7 @@ static uint64_t random_u64(void) {
   static _Thread_local uint64_t state;
   if (state == 0)
     state = (uint64_t)kv_unix_ms() * 0x9E3779B97F4A7C15ull | 1;
-  state ^= state << 13;
-  state ^= state >> 7;
-  state ^= state << 17;
-  return state;
+  return kv_xorshift64(&state);
 }
 
 /* RANDOMKEY: a key picked at random (a SCAN from a random cursor, then a

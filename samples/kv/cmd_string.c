@@ -108,13 +108,17 @@ static void reply_blob(const kv_call *c, kv_blob *b) {
 
 /* ---- GET, SET and their variants ---- */
 
-void kv_cmd_get(const kv_call *c) {
+/* GET, or GETDEL with kv_getdel as `get`: the value, or nil. */
+static void get_with(const kv_call *c,
+                     int (*get)(kv_store *, const void *, size_t, kv_blob **)) {
   kv_blob *blob;
-  int rc = kv_get(c->store, c->argv[0].ptr, c->argv[0].len, &blob);
+  int rc = get(c->store, c->argv[0].ptr, c->argv[0].len, &blob);
   if (rc < 0)
     return kv_reply_store_error(c, rc);
   reply_blob(c, blob);
 }
+
+void kv_cmd_get(const kv_call *c) { get_with(c, kv_get); }
 
 /* SET key value with store options; `get` asks for the old value. Replies
  * as SET does (OK / nil, or the old value with GET), or with 1 / 0 when
@@ -174,13 +178,7 @@ void kv_cmd_setnx(const kv_call *c) {
 void kv_cmd_getset(const kv_call *c) { set_with(c, NULL, true, false); }
 
 /* GETDEL key: the value (or nil), and the key deleted. */
-void kv_cmd_getdel(const kv_call *c) {
-  kv_blob *blob;
-  int rc = kv_getdel(c->store, c->argv[0].ptr, c->argv[0].len, &blob);
-  if (rc < 0)
-    return kv_reply_store_error(c, rc);
-  reply_blob(c, blob);
-}
+void kv_cmd_getdel(const kv_call *c) { get_with(c, kv_getdel); }
 
 /* GETEX key [EX s|PX ms|EXAT t|PXAT t|PERSIST]. As Redis: a missing key is
  * nil even when the expire time is invalid. */

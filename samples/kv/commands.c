@@ -22,20 +22,9 @@
 /* ------------------------------------------------------------------------ */
 /* GET, SET                                                                  */
 
-int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
-  *out = NULL;
-  if (klen > s->max_key_len)
-    return WEFT_EMSGSIZE;
-  key_lock k;
-  kv_entry *e = kv__key_lock(s, &k, key, klen);
-  if (e)
-    *out = kv_blob_retain(e->val);
-  kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
-  kv__key_unlock(s, &k);
-  return e != NULL;
-}
-
-int kv_getdel(kv_store *s, const void *key, size_t klen, kv_blob **out) {
+/* kv_get, and kv_getdel with `del`: the value found is also deleted. */
+static int get_value(kv_store *s, const void *key, size_t klen, bool del,
+                     kv_blob **out) {
   *out = NULL;
   if (klen > s->max_key_len)
     return WEFT_EMSGSIZE;
@@ -43,11 +32,20 @@ int kv_getdel(kv_store *s, const void *key, size_t klen, kv_blob **out) {
   kv_entry *e = kv__key_lock(s, &k, key, klen);
   if (e) {
     *out = kv_blob_retain(e->val);
-    kv__key_delete(&k, e);
+    if (del)
+      kv__key_delete(&k, e);
   }
   kv__counter_add(e ? &k.st->hits : &k.st->misses, 1);
   kv__key_unlock(s, &k);
-  return *out != NULL;
+  return e != NULL;
+}
+
+int kv_get(kv_store *s, const void *key, size_t klen, kv_blob **out) {
+  return get_value(s, key, klen, false, out);
+}
+
+int kv_getdel(kv_store *s, const void *key, size_t klen, kv_blob **out) {
+  return get_value(s, key, klen, true, out);
 }
 
 /* The state one SET carries through the lock. */

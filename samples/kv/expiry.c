@@ -245,14 +245,6 @@ int kv_getex(kv_store *s, const void *key, size_t klen, kv_getex_mode mode,
 /* ------------------------------------------------------------------------ */
 /* Active expiry                                                             */
 
-static inline uint64_t xorshift64(uint64_t *state) {
-  uint64_t x = *state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *state = x;
-}
-
 /* Samples one stripe; returns keys deleted, takes samples from *budget. */
 static size_t expire_stripe(kv_store *s, kv_stripe *st, size_t *budget,
                             garbage *g) {
@@ -269,7 +261,7 @@ static size_t expire_stripe(kv_store *s, kv_stripe *st, size_t *budget,
       break;
     size_t round = 0;
     for (size_t k = 0; k < sample && st->n_expires; k++) {
-      kv_entry *e = st->expires[xorshift64(&st->rng) % st->n_expires];
+      kv_entry *e = st->expires[kv_xorshift64(&st->rng) % st->n_expires];
       if (e->expire_at <= now) {
         kv__entry_unlink(st, kv__table_link_of(&st->table, e), g);
         kv__counter_add(&st->expired, 1);

@@ -425,6 +425,17 @@ static int bind_all(kv_server *srv, const weft_config *cfg) {
   return rc;
 }
 
+/* Frees what a server owns besides its listeners (closed by then). */
+static void server_free(kv_server *s) {
+  weft_tls_context_release(s->tls);
+  weft_tls_context_release(s->shared.migrate_tls);
+  kv_store_free(s->shared.store);
+  kv_cluster_free(s->shared.cluster);
+  free(s->shared.loops);
+  pthread_mutex_destroy(&s->shared.clients_lock);
+  free(s);
+}
+
 int kv_server_bind(kv_server **out, weft_loop_group *group,
                    const weft_config *cfg, const kv_server_options *opts) {
   kv_server *srv = calloc(1, sizeof *srv);
@@ -440,13 +451,7 @@ int kv_server_bind(kv_server **out, weft_loop_group *group,
     rc = bind_all(srv, cfg);
   }
   if (rc < 0) {
-    weft_tls_context_release(srv->tls);
-    weft_tls_context_release(srv->shared.migrate_tls);
-    kv_store_free(srv->shared.store);
-    kv_cluster_free(srv->shared.cluster);
-    free(srv->shared.loops);
-    pthread_mutex_destroy(&srv->shared.clients_lock);
-    free(srv);
+    server_free(srv);
     return rc;
   }
   srv->shared.rpc_port = bound_port(srv->rpc);
@@ -486,14 +491,7 @@ void kv_server_close(kv_server *s) {
   weft_server_close(s->resp);
   weft_server_close(s->tls_resp);
   weft_server_close(s->tls_rpc);
-  /* Channels still open hold their own references. */
-  weft_tls_context_release(s->tls);
-  weft_tls_context_release(s->shared.migrate_tls);
-  kv_store_free(s->shared.store);
-  kv_cluster_free(s->shared.cluster);
-  free(s->shared.loops);
-  pthread_mutex_destroy(&s->shared.clients_lock);
-  free(s);
+  server_free(s); /* channels still open hold their own references */
 }
 
 /* ---- the work budget per turn (server_internal.h) ---- */

@@ -108,17 +108,6 @@ static void print_loop_stats(weft_loop_group *group) {
   }
 }
 
-/* SIGINT and SIGTERM, blocked in every thread and taken by sigwait in
- * main: a signal handler with pause() would miss the signal whenever the
- * kernel hands it to a loop thread (strace makes that common), and the
- * server would never stop. */
-static void block_stop_signals(sigset_t *set) {
-  sigemptyset(set);
-  sigaddset(set, SIGINT);
-  sigaddset(set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, set, NULL);
-}
-
 /* An accepted SHUTDOWN (cmd_shutdown.c), on a loop thread: the stop
  * signal to the process, which main's sigwait takes as it takes SIGTERM
  * from kill, so the stop is the same graceful one. */
@@ -134,17 +123,15 @@ int main(int argc, char **argv) {
   if (c != 0)
     return c > 0 ? 0 : 2;
   opts.shutdown = shutdown_requested;
-  /* before any thread starts, so the loops inherit the mask */
+  /* SIGINT and SIGTERM, blocked in every thread and taken by
+   * weft_cli_wait_stop: a handler with pause() would miss the signal
+   * whenever the kernel hands it to a loop thread (strace makes that
+   * common), and the server would never stop. */
   sigset_t stop_signals;
-  block_stop_signals(&stop_signals);
   weft_loop_group *group;
-  int rc = weft_loop_group_new(&group, &cfg.loop);
-  if (rc == 0 && (rc = weft_loop_group_start(group)) < 0)
-    weft_loop_group_free(group);
-  if (rc < 0) {
-    fprintf(stderr, "weft-kv-server: loops: %s\n", weft_strerror(rc));
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, &stop_signals, &group);
+  if (rc < 0)
     return 1;
-  }
   kv_server *srv;
   rc = kv_server_bind(&srv, group, &cfg, &opts);
   /* The server keeps digests only: the passwords go from here too. */
@@ -160,9 +147,7 @@ int main(int argc, char **argv) {
     for (int which = 0; which < KV_LISTENER_COUNT_; which++)
       if (kv_server_address(srv, which, a, sizeof a) == 0)
         fprintf(stderr, "weft-kv-server: %s on %s\n", names[which], a);
-    int sig;
-    while (sigwait(&stop_signals, &sig) != 0)
-      ;
+    weft_cli_wait_stop(&stop_signals);
     fprintf(stderr, "weft-kv-server: stopping\n");
     print_loop_stats(group);
   }

@@ -55,6 +55,20 @@ extern "C" {
 typedef struct kv_store kv_store;
 
 /**
+ * Marsaglia's xorshift64 (shifts 13, 7, 17; "Xorshift RNGs", 2003): steps
+ * `*state` (never 0: a 0 state stays 0) and returns the new value. Fast
+ * and not secure; for sampling keys (active expiry, benchmarks). The
+ * caller owns the state: one per thread, or under a lock.
+ */
+static inline uint64_t kv_xorshift64(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *state = x;
+}
+
+/**
  * An immutable, reference-counted byte string: a value held by the store or
  * handed to a caller. `len` and `data` are read-only once the blob is given
  * to the store (fill `data` between kv_blob_new and kv_set_blob only);

@@ -54,14 +54,6 @@ typedef struct bench_cfg {
 static char (*keys)[KEY_LEN]; /* key i = "key:%012zu" */
 static const char value[VALUE_LEN] = "0123456789abcdef0123456789abcdef";
 
-static inline uint64_t xorshift64(uint64_t *state) {
-  uint64_t x = *state;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return *state = x;
-}
-
 /* One GET or SET on `s`; the GET's blob is released at once, as a server
  * releases it after encoding the reply. */
 static void do_op(kv_store *s, size_t key, bool set) {
@@ -100,7 +92,7 @@ static void striped_run(void *arg) {
   barrier_wait();
   j->start = weft_now_ns();
   for (size_t i = 0; i < j->ops; i++) {
-    uint64_t r = xorshift64(&rng);
+    uint64_t r = kv_xorshift64(&rng);
     do_op(j->store, (size_t)(r % j->n_keys), (r >> 40) % 100 < j->set_pct);
   }
   j->end = weft_now_ns();
@@ -182,7 +174,7 @@ static void shard_serve(void *arg) {
 static void shard_driver(void *arg) {
   shard *sh = arg;
   for (int b = 0; b < BATCH && sh->issued < sh->ops; b++) {
-    uint64_t r = xorshift64(&sh->rng);
+    uint64_t r = kv_xorshift64(&sh->rng);
     size_t key = (size_t)(r % sh->n_keys);
     bool set = (r >> 40) % 100 < sh->set_pct;
     if ((key & 1) == (size_t)weft_loop_index(sh->loop)) {

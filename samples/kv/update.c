@@ -98,35 +98,11 @@ static int update(kv_store *s, const void *key, size_t klen, update_fn fn,
   }
 }
 
-/* ---- APPEND ---- */
-
-typedef struct append_arg {
-  const void *data;
-  size_t len;
-} append_arg;
-
-static int append_build(void *arg, const kv_store *s, const kv_blob *old,
-                        kv_blob **out) {
-  const append_arg *a = arg;
-  size_t have = old != NULL ? old->len : 0;
-  if (a->len > s->max_value_len - have || have > s->max_value_len)
-    return WEFT_EMSGSIZE;
-  kv_blob *b = kv__blob_alloc(have + a->len);
-  if (b == NULL)
-    return WEFT_ENOMEM;
-  if (have > 0)
-    memcpy(b->data, old->data, have);
-  if (a->len > 0)
-    memcpy(b->data + have, a->data, a->len);
-  *out = b;
-  return 0;
-}
-
-int kv_append(kv_store *s, const void *key, size_t klen, const void *data,
-              size_t len, size_t *new_len) {
-  append_arg a = {data, len};
+/* update, then the new value's length in *new_len (APPEND, SETRANGE). */
+static int update_len(kv_store *s, const void *key, size_t klen, update_fn fn,
+                      void *arg, size_t *new_len) {
   kv_blob *v = NULL;
-  int err = update(s, key, klen, append_build, &a, &v);
+  int err = update(s, key, klen, fn, arg, &v);
   if (err == 0) {
     *new_len = v->len;
     kv_blob_release(v);
@@ -134,10 +110,11 @@ int kv_append(kv_store *s, const void *key, size_t klen, const void *data,
   return err;
 }
 
-/* ---- SETRANGE ---- */
+/* ---- SETRANGE and APPEND ---- */
 
 typedef struct setrange_arg {
-  uint64_t offset;
+  uint64_t offset; /* where `data` goes; APPEND: the old value's end */
+  bool append;
   const void *data;
   size_t len;
 } setrange_arg;
@@ -146,19 +123,27 @@ static int setrange_build(void *arg, const kv_store *s, const kv_blob *old,
                           kv_blob **out) {
   const setrange_arg *a = arg;
   size_t have = old != NULL ? old->len : 0;
-  if (a->offset > s->max_value_len || a->len > s->max_value_len - a->offset)
+  uint64_t offset = a->append ? have : a->offset;
+  if (offset > s->max_value_len || a->len > s->max_value_len - offset)
     return WEFT_EMSGSIZE;
-  size_t end = (size_t)a->offset + a->len;
+  size_t end = (size_t)offset + a->len;
   kv_blob *b = kv__blob_alloc(end > have ? end : have);
   if (b == NULL)
     return WEFT_ENOMEM;
   if (have > 0)
     memcpy(b->data, old->data, have);
-  if (a->offset > have)
-    memset(b->data + have, 0, (size_t)a->offset - have);
-  memcpy(b->data + a->offset, a->data, a->len);
+  if (offset > have)
+    memset(b->data + have, 0, (size_t)offset - have);
+  if (a->len > 0)
+    memcpy(b->data + offset, a->data, a->len);
   *out = b;
   return 0;
+}
+
+int kv_append(kv_store *s, const void *key, size_t klen, const void *data,
+              size_t len, size_t *new_len) {
+  setrange_arg a = {.append = true, .data = data, .len = len};
+  return update_len(s, key, klen, setrange_build, &a, new_len);
 }
 
 int kv_setrange(kv_store *s, const void *key, size_t klen, uint64_t offset,
@@ -174,14 +159,8 @@ int kv_setrange(kv_store *s, const void *key, size_t klen, uint64_t offset,
     kv_blob_release(v);
     return 0;
   }
-  setrange_arg a = {offset, data, len};
-  kv_blob *v = NULL;
-  int err = update(s, key, klen, setrange_build, &a, &v);
-  if (err == 0) {
-    *new_len = v->len;
-    kv_blob_release(v);
-  }
-  return err;
+  setrange_arg a = {.offset = offset, .data = data, .len = len};
+  return update_len(s, key, klen, setrange_build, &a, new_len);
 }
 
 /* ---- SETBIT ---- */

@@ -322,21 +322,13 @@ int main(int argc, char **argv) {
     weft_cli_usage_error(&cli, "unexpected argument '%s'", argv[first]);
     return 2;
   }
-  /* SIGINT/SIGTERM are taken by sigwait below: blocked before the loop
-   * threads start, so that they inherit the mask. */
+  /* SIGINT/SIGTERM are taken by weft_cli_wait_stop below: blocked before
+   * the loop threads start, so that they inherit the mask. */
   sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, NULL);
   weft_loop_group *group;
-  int rc = weft_loop_group_new(&group, &cfg.loop);
-  if (rc == 0 && (rc = weft_loop_group_start(group)) < 0)
-    weft_loop_group_free(group);
-  if (rc < 0) {
-    fprintf(stderr, "weft-mini-redis: loops: %s\n", weft_strerror(rc));
+  int rc = weft_cli_loops_start(&cli, &cfg.loop, &stop, &group);
+  if (rc < 0)
     return 1;
-  }
   weft_server_bootstrap sb = {.group = group, .child_init = child_init};
   weft_config_server_bootstrap(&cfg, &sb);
   weft_endpoint ep;
@@ -351,9 +343,7 @@ int main(int argc, char **argv) {
     char uri[WEFT_CONFIG_URI_MAX + 16];
     weft_server_address(srv, uri, sizeof uri);
     fprintf(stderr, "weft-mini-redis: listening on %s\n", uri);
-    int sig;
-    while (sigwait(&stop, &sig) != 0)
-      ;
+    weft_cli_wait_stop(&stop);
     weft_server_close(srv);
   }
   weft_loop_group_stop(group);

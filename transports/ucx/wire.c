@@ -46,6 +46,19 @@ int weft__ucx_wire_broken(int err, char *why, size_t why_len, const char *fmt,
   return err;
 }
 
+/* HELLO, HELLO_ACK and REDIRECT carry the sender's wire version in the
+ * seq field; a peer of another version is refused with why. */
+static bool version_ok(const ucx_hdr *h, char *why, size_t why_len) {
+  uint32_t version = weft__ucx_ref_type(h->seq);
+  if (version == UCX_WIRE_VERSION)
+    return true;
+  weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
+                        "peer speaks UCX wire version %u, this weft %u (a "
+                        "weft build from another time?)",
+                        version, UCX_WIRE_VERSION);
+  return false;
+}
+
 /* HELLO or HELLO_ACK: the peer's version, slot, window and max_message. */
 int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
                               const void *data, size_t len, bool rndv,
@@ -61,13 +74,8 @@ int weft__ucx_hdr_check_hello(ucx_wire *w, const ucx_hdr *h, uint32_t type,
   if (w->peer_known)
     return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
                                  "peer sent a second %s", name);
-  uint32_t version = weft__ucx_ref_type(h->seq);
-  if (version != UCX_WIRE_VERSION)
-    return weft__ucx_wire_broken(
-        WEFT_EPROTO, why, why_len,
-        "peer speaks UCX wire version %u, this weft %u (a weft build from "
-        "another time?)",
-        version, UCX_WIRE_VERSION);
+  if (!version_ok(h, why, why_len))
+    return WEFT_EPROTO;
   unsigned want = type == UMSG_HELLO ? UCX_HELLO_DATA : UCX_HELLO_ACK_DATA;
   if (rndv || len != want)
     return weft__ucx_wire_broken(
@@ -124,13 +132,8 @@ int weft__ucx_hdr_check_redirect(ucx_wire *w, const ucx_hdr *h,
   if (w->redirected)
     return weft__ucx_wire_broken(WEFT_EPROTO, why, why_len,
                                  "peer sent a second REDIRECT");
-  uint32_t version = weft__ucx_ref_type(h->seq);
-  if (version != UCX_WIRE_VERSION)
-    return weft__ucx_wire_broken(
-        WEFT_EPROTO, why, why_len,
-        "peer speaks UCX wire version %u, this weft %u (a weft build from "
-        "another time?)",
-        version, UCX_WIRE_VERSION);
+  if (!version_ok(h, why, why_len))
+    return WEFT_EPROTO;
   if (rndv || len < UCX_REDIRECT_HEAD)
     return weft__ucx_wire_broken(
         WEFT_EPROTO, why, why_len,

@@ -94,6 +94,18 @@ static verbs_loop *loop_state_of(weft_loop *loop, int *err) {
   return weft_transport_loop_state(&weft__transport_verbs, loop, err);
 }
 
+/* The verbs state of `loop` and the first address of `ep` (rdma_cm takes
+ * one; `passive` to listen), or NULL with `*err` set. */
+static verbs_loop *loop_and_address(weft_loop *loop, const weft_endpoint *ep,
+                                    bool passive, struct sockaddr_storage *addr,
+                                    int *err) {
+  verbs_loop *vl = loop_state_of(loop, err);
+  if (vl != NULL &&
+      (*err = weft_endpoint_resolve_first(ep, passive, addr, NULL)) < 0)
+    return NULL;
+  return vl;
+}
+
 static void vc_init(verbs_chan *vc, weft_channel *ch, verbs_loop *vl) {
   vc->kind = KIND_CHANNEL;
   vc->ch = ch;
@@ -105,12 +117,10 @@ static void vc_init(verbs_chan *vc, weft_channel *ch, verbs_loop *vl) {
 int weft__verbs_connect(weft_channel *ch, const weft_endpoint *ep) {
   verbs_chan *vc = vc_of(ch);
   int err = 0;
-  verbs_loop *vl = loop_state_of(weft_channel_loop(ch), &err);
-  if (vl == NULL)
-    return err;
   struct sockaddr_storage dst;
-  err = weft_endpoint_resolve_first(ep, false, &dst, NULL);
-  if (err < 0)
+  verbs_loop *vl =
+      loop_and_address(weft_channel_loop(ch), ep, false, &dst, &err);
+  if (vl == NULL)
     return err;
   vc_init(vc, ch, vl);
   if (rdma_create_id(vl->ec, &vc->id, vc, RDMA_PS_TCP) != 0)
@@ -358,12 +368,10 @@ int weft__verbs_adopt(weft_channel *ch, intptr_t handle) {
 
 int weft__verbs_listen(weft_listener *l, const weft_endpoint *ep, int backlog) {
   int err = 0;
-  verbs_loop *vl = loop_state_of(weft_listener_loop(l), &err);
-  if (vl == NULL)
-    return err;
   struct sockaddr_storage addr;
-  err = weft_endpoint_resolve_first(ep, true, &addr, NULL);
-  if (err < 0)
+  verbs_loop *vl =
+      loop_and_address(weft_listener_loop(l), ep, true, &addr, &err);
+  if (vl == NULL)
     return err;
   verbs_listener *vls = calloc(1, sizeof *vls);
   if (vls == NULL)
