@@ -32,17 +32,37 @@ static pthread_once_t book_key_once = PTHREAD_ONCE_INIT;
 
 static void make_book_key(void) { book_key = weft_loop_key_create(); }
 
-/* On loop stop: close every channel, then stop every transport instance,
- * last started first. */
-static void book_close(void *arg) {
-  loop_book *b = arg;
+static void close_all(loop_book *b) {
   while (b->channels != NULL)
     weft__channel_close(b->channels, WEFT_PROMISE_NONE);
+}
+
+/* The second close hook: stops every transport instance, last started
+ * first, once the tasks the closes queued have run (a uring channel's
+ * delivery of held reads uses its loop state; freed first, it was a
+ * use-after-free at shutdown, issue 28). A channel such a task opened is
+ * closed first, and the teardown waits one more round for its tasks. */
+static void book_fini(void *arg) {
+  loop_book *b = arg;
+  if (b->channels != NULL) {
+    close_all(b);
+    if (weft_loop_on_close(b->loop, book_fini, b) == 0)
+      return;
+  }
   for (int i = b->n_transports - 1; i >= 0; i--)
     if (b->transports[i].ops->loop_fini != NULL)
       b->transports[i].ops->loop_fini(b->loop, b->transports[i].state);
   weft_loop_set_local(b->loop, book_key, NULL);
   free(b);
+}
+
+/* On loop stop: close every channel, then, in the next round of close
+ * hooks (weft_loop_on_close), stop the transports (book_fini). */
+static void book_close(void *arg) {
+  loop_book *b = arg;
+  close_all(b);
+  if (weft_loop_on_close(b->loop, book_fini, b) < 0)
+    book_fini(b); /* no memory for a hook: at once, as before */
 }
 
 static loop_book *get_book(weft_loop *loop) {

@@ -196,15 +196,23 @@ static void drain_tasks(weft_loop *loop, weft__task *mark) {
   }
 }
 
-/* Runs the close hooks registered so far, newest first. */
+/* Runs the close hooks registered so far, newest first: one round. A hook
+ * that a hook registers waits for the next round, which comes after the
+ * tasks queued meanwhile have run (loop_finish). That is how an owner of
+ * per-loop state frees it after the work its closes queued: the channel
+ * book closes its channels, which may queue tasks that still use a
+ * transport's loop state (uring's delivery of held reads), and registers
+ * the transports' teardown for the next round. */
 static void run_close_hooks(weft_loop *loop) {
-  while (loop->close_hooks != NULL) {
-    weft__close_hook *h = loop->close_hooks;
-    loop->close_hooks = h->next;
+  weft__close_hook *h = loop->close_hooks;
+  loop->close_hooks = NULL;
+  while (h != NULL) {
+    weft__close_hook *next = h->next;
     weft_task_cb cb = h->cb;
     void *arg = h->arg;
     free(h);
     cb(arg);
+    h = next;
   }
 }
 

@@ -332,6 +332,48 @@ START_TEST(loop_group_on_close_hooks_lifo_on_loop_thread) {
 }
 END_TEST
 
+/* A hook that a hook registers runs in the next round, after the tasks
+ * queued in between: how the channel book frees the transports' loop state
+ * only after the work its channels' closes queued (issue 28: a uring
+ * delivery task ran on freed loop state at shutdown). */
+static struct {
+  weft_loop *loop;
+  int step;               /* counts what ran, in order */
+  int task_at, second_at; /* the step at which each ran */
+} rounds;
+static void rounds_task(void *arg) {
+  (void)arg;
+  rounds.task_at = ++rounds.step;
+}
+static void rounds_second_hook(void *arg) {
+  (void)arg;
+  rounds.second_at = ++rounds.step;
+}
+static void rounds_first_hook(void *arg) {
+  (void)arg;
+  ck_assert_int_eq(weft_loop_execute(rounds.loop, rounds_task, NULL), 0);
+  ck_assert_int_eq(weft_loop_on_close(rounds.loop, rounds_second_hook, NULL),
+                   0);
+}
+static int register_rounds(void *arg) {
+  (void)arg;
+  ck_assert_int_eq(weft_loop_on_close(rounds.loop, rounds_first_hook, NULL), 0);
+  return 0;
+}
+
+START_TEST(loop_group_hook_of_a_hook_runs_after_its_tasks) {
+  weft_loop_group *g = new_group(1, false);
+  ck_assert_int_eq(weft_loop_group_start(g), 0);
+  rounds.loop = weft_loop_group_get(g, 0);
+  run_on(rounds.loop, register_rounds, NULL);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  ck_assert_int_eq(rounds.task_at, 1);
+  ck_assert_int_eq(rounds.second_at, 2);
+  weft_loop_group_free(g);
+}
+END_TEST
+
 /* ---- weft_loop_call ------------------------------------------------------*/
 
 struct nested {
@@ -489,6 +531,7 @@ Suite *weft_test_suite(void) {
       loop_group_default_does_not_pin, loop_group_keys_locals_per_loop,
       loop_group_key_create_exhausted_enospc,
       loop_group_on_close_hooks_lifo_on_loop_thread,
+      loop_group_hook_of_a_hook_runs_after_its_tasks,
       loop_call_returns_result_inline_on_loop_refused_after_finish,
       loop_group_current_and_in_loop, loop_group_join_from_loop_thread_einval,
       loop_group_join_reports_leaked_buffers_eleak,

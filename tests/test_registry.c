@@ -5,11 +5,14 @@
  * unregister, so tests must not depend on running in separate processes. */
 #include "harness.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft/channel.h>
 #include <weft/error.h>
+#include <weft/loop.h>
 #include <weft/transport_plugin.h>
 
 static int probe_calls;
@@ -264,6 +267,78 @@ START_TEST(registry_endpoint_caps_refused_unavailable) {
 }
 END_TEST
 
+/* A plugin's per-loop state outlives the work its channels' closes queue:
+ * at loop stop the channel book closes every channel, the plugin's close
+ * queues a task (as uring's delivery of held reads is queued), and only
+ * after that task the plugin's loop_fini runs. Before (issue 28) loop_fini
+ * ran in the same close hook, and the task used freed state (an ASan
+ * use-after-free in weft-kv-server over uring, found under stress-ng). */
+static struct {
+  atomic_int fini_ran;  /* loop_fini ran */
+  atomic_int task_ran;  /* the close's task ran */
+  atomic_int task_late; /* ... after loop_fini */
+} late;
+
+static int late_loop_init(weft_loop *loop, void **state) {
+  (void)loop;
+  *state = &late;
+  return 0;
+}
+
+static void late_loop_fini(weft_loop *loop, void *state) {
+  (void)loop;
+  (void)state;
+  atomic_store(&late.fini_ran, 1);
+}
+
+static int late_connect(weft_channel *ch, const weft_endpoint *ep) {
+  (void)ep;
+  weft_channel_connected(ch, 0);
+  return 0;
+}
+
+static void late_task(void *arg) {
+  atomic_store(&late.task_late, atomic_load(&late.fini_ran));
+  atomic_store(&late.task_ran, 1);
+  weft_channel_release(arg);
+}
+
+static void late_close(weft_channel *ch) {
+  ck_assert_int_eq(weft_loop_execute(weft_channel_loop(ch), late_task,
+                                     weft_channel_retain(ch)),
+                   0);
+}
+
+static void late_init(weft_channel *ch, void *arg) {
+  (void)ch;
+  (void)arg; /* an empty pipeline: nothing is read or written */
+}
+
+static const weft_transport_ops fake_late = {.name = "latefini",
+                                             .loop_init = late_loop_init,
+                                             .loop_fini = late_loop_fini,
+                                             .connect = late_connect,
+                                             .close = late_close};
+
+START_TEST(registry_loop_state_outlives_tasks_of_closes) {
+  ck_assert_int_eq(weft_transport_register(&fake_late), 0);
+  weft_loop_group *g = th_group_start("late", 1);
+  atomic_int status = 1;
+  th_connect(g, NULL, "latefini://127.0.0.1:1", late_init, NULL, &status);
+  WAIT_FOR(atomic_load(&status) != 1);
+  ck_assert_int_eq(atomic_load(&status), 0);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  weft_loop_group_free(g);
+  int task_ran = atomic_load(&late.task_ran);
+  int fini_ran = atomic_load(&late.fini_ran);
+  int task_after_fini = atomic_load(&late.task_late);
+  ck_assert_int_eq(task_ran, 1);
+  ck_assert_int_eq(fini_ran, 1);
+  ck_assert_int_eq(task_after_fini, 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   /* registry_register_refused_full last: it fills the registry, which would
    * break the tests after it when Check runs them in one process
@@ -282,5 +357,6 @@ Suite *weft_test_suite(void) {
                   registry_fallback_replaces_failed_probe,
                   registry_endpoint_caps_from_plugin_caps,
                   registry_endpoint_caps_refused_unavailable,
+                  registry_loop_state_outlives_tasks_of_closes,
                   registry_register_refused_full, NULL);
 }

@@ -141,8 +141,9 @@ int weft_loop_group_start(weft_loop_group *group);
 
 /**
  * Asks every loop to stop gracefully: each loop runs the tasks already queued,
- * then its close hooks (weft_loop_on_close), then the tasks those queued, then
- * destroys its buffer pool (reporting leaks) and exits. Returns at once; use
+ * then its close hooks (weft_loop_on_close), then the tasks those queued and
+ * the hooks those registered, in rounds until none is left, then destroys
+ * its buffer pool (reporting leaks) and exits. Returns at once; use
  * weft_loop_group_join() to wait. Idempotent. Any thread, including a loop
  * thread. Tasks executed after a loop has finished are refused (WEFT_ECLOSED).
  */
@@ -232,9 +233,11 @@ int weft_loop_set_busy_poll_us(weft_loop *loop, int busy_poll_us);
 /**
  * Registers `cb(arg)` to run on the loop thread when the loop stops, after
  * the tasks queued before the stop. Hooks run in reverse order of
- * registration (last registered first), each once. Transports use this to
- * close channels and free per-loop state. Returns 0 or WEFT_ENOMEM. Loop
- * thread only.
+ * registration (last registered first), each once. A hook registered while
+ * hooks run (by a hook, or by a task a hook queued) runs in the next round,
+ * after the tasks queued meanwhile: free state that queued work may still
+ * use from such a second hook. Transports use this to close channels and
+ * free per-loop state. Returns 0 or WEFT_ENOMEM. Loop thread only.
  */
 int weft_loop_on_close(weft_loop *loop, weft_task_cb cb, void *arg);
 
