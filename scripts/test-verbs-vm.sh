@@ -14,6 +14,14 @@
 #   env WEFT_VM_BENCH=1  run tests/verbs-vm/guest-bench.sh (weft-bench over
 #                        verbs, tcp and raw sockets; a few minutes) instead
 #                        of the tests; the tables land in $WEFT_VM_DIR/bench.md
+#   env WEFT_VM_RUN=CMD  run the shell command CMD instead (from this
+#                        repository's root, with WEFT_TEST_HOST and KV_HOST
+#                        set to rxe0's address; tests/verbs-vm/guest-run.sh);
+#                        its output is printed and lands in $WEFT_VM_DIR/run.out,
+#                        the exit status is CMD's. E.g. the KV server's memory
+#                        under clients that never read, over verbs:
+#   WEFT_VM_RUN='samples/kv/scripts/bench-never-read.sh --clients 64 build/dev
+#     10 verbs' scripts/test-verbs-vm.sh build/dev
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -43,13 +51,18 @@ fi
 # kernel command line cannot carry arguments with spaces).
 RUN="$VM/run-in-vm.sh"
 GUEST=guest-tests.sh WHAT="the verbs tests"
+ARGS="'$BUILD'"
 [ "${WEFT_VM_BENCH:-0}" = 0 ] || GUEST=guest-bench.sh WHAT="weft-bench"
+if [ -n "${WEFT_VM_RUN:-}" ]; then
+  GUEST=guest-run.sh WHAT="WEFT_VM_RUN" ARGS="'$ROOT' '$VM/run-cmd.sh'"
+  printf '%s\n' "$WEFT_VM_RUN" >"$VM/run-cmd.sh"
+fi
 {
   echo '#!/bin/sh'
   [ -z "${WEFT_VM_TESTS:-}" ] || echo "export WEFT_VM_TESTS='$WEFT_VM_TESTS'"
   [ -z "${WEFT_VM_BENCH_ARGS:-}" ] ||
     echo "export WEFT_VM_BENCH_ARGS='$WEFT_VM_BENCH_ARGS'"
-  echo "exec sh '$ROOT/tests/verbs-vm/$GUEST' '$BUILD'"
+  echo "exec sh '$ROOT/tests/verbs-vm/$GUEST' $ARGS"
 } >"$RUN"
 chmod +x "$RUN"
 echo "=== verbs VM: running $WHAT from $BUILD ==="
@@ -66,6 +79,12 @@ if [ "$GUEST" = guest-bench.sh ]; then
   sed -n '/^BENCH-BEGIN/,/^BENCH-END/{/^BENCH-/d;p}' "$LOG" | tr -d '\r' \
     >"$VM/bench.md"
   echo "=== verbs VM: weft-bench tables in $VM/bench.md ==="
+fi
+if [ "$GUEST" = guest-run.sh ]; then
+  sed -n '/^RUN-BEGIN/,/^RUN-END/{/^RUN-/d;p}' "$LOG" | tr -d '\r' \
+    >"$VM/run.out"
+  echo "=== verbs VM: the command's output (also in $VM/run.out) ==="
+  cat "$VM/run.out"
 fi
 # The guest's summary line ("N passed, N failed, N skipped"), for
 # scripts/test.sh.

@@ -851,6 +851,47 @@ START_TEST(verbs_server_bad_hello_fails_connect) {
 }
 END_TEST
 
+/* A peer that rejects the server's accept: it connects without a QP of
+ * its own (rdma_cm then reports CONNECT_RESPONSE, not ESTABLISHED) and
+ * answers the reply with rdma_reject, as a client does that closes or
+ * times out between the two. The server's channel, active since its
+ * accept, sees REJECTED: an exception whose handler closes it, and
+ * nothing else. The event's caller held no reference, and the channel was
+ * used after the handler's close had freed it (ASan; hit by
+ * test_hostile_verbs's max_connections case, whose clients close at its
+ * end before their handshakes finish). */
+START_TEST(verbs_peer_rejecting_the_accept_closes_its_channel) {
+  hostile h;
+  if (!hostile_start(&h, __func__))
+    return;
+  raw_peer p = {0};
+  struct sockaddr_in sin;
+  raw_sockaddr(h.uri, &sin);
+  p.ec = rdma_create_event_channel();
+  ck_assert_ptr_nonnull(p.ec);
+  ck_assert_int_eq(rdma_create_id(p.ec, &p.id, NULL, RDMA_PS_TCP), 0);
+  ck_assert_int_eq(rdma_resolve_addr(p.id, NULL, (struct sockaddr *)&sin, 2000),
+                   0);
+  ck_assert_int_eq(raw_event(&p, NULL), RDMA_CM_EVENT_ADDR_RESOLVED);
+  ck_assert_int_eq(rdma_resolve_route(p.id, 2000), 0);
+  ck_assert_int_eq(raw_event(&p, NULL), RDMA_CM_EVENT_ROUTE_RESOLVED);
+  verbs_hello hello = raw_hello(VERBS_CREDITS, VERBS_SLOT_SIZE);
+  struct rdma_conn_param cp = raw_param(&hello);
+  cp.qp_num = 0x123; /* no QP: the reply comes to us, not to a QP */
+  ck_assert_int_eq(rdma_connect(p.id, &cp), 0);
+  ck_assert_int_eq(raw_event(&p, NULL), RDMA_CM_EVENT_CONNECT_RESPONSE);
+  ck_assert_int_eq(rdma_reject(p.id, NULL, 0), 0);
+  hchan *c = &h.s.ch[1];
+  ASSERT_EVENTUALLY(atomic_load(&c->inactive) == 1, 30000);
+  ck_assert_int_eq(ldi(&c->exceptions), 1);
+  ck_assert_int_eq(ldi(&c->first_err), WEFT_ECONNREFUSED);
+  ck_assert_int_eq(ldi(&h.s.ch[0].exceptions), 0);
+  ping_ok(&h);
+  raw_close(&p);
+  hostile_stop(&h);
+}
+END_TEST
+
 /* Shutdown while a channel has output it cannot send (the receiver holds
  * every credit: auto-read off) and the receiving channels hold what
  * arrived, from a weft client and from a raw peer still connected: every
@@ -922,5 +963,6 @@ Suite *weft_test_suite(void) {
       verbs_peer_message_without_imm_closes,
       verbs_peer_message_after_fin_closes, verbs_peer_bad_hello_is_rejected,
       verbs_server_bad_hello_fails_connect,
+      verbs_peer_rejecting_the_accept_closes_its_channel,
       verbs_shutdown_with_unsent_and_held_frees_everything, NULL);
 }

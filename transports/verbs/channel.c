@@ -110,10 +110,15 @@ void weft__verbs_vc_fail(verbs_chan *vc, int err, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(reason, sizeof reason, fmt, ap);
   va_end(ap);
-  if (weft_channel_state_of(vc->ch) == WEFT_CHANNEL_REGISTERED)
-    weft_channel_connected(vc->ch, err);
+  /* The exception's handlers may close the channel and drop its last
+   * reference (an rdma_cm event's caller holds none); the core reads it
+   * after them. `vc` is inside the channel: not used after the release. */
+  weft_channel *ch = weft_channel_retain(vc->ch);
+  if (weft_channel_state_of(ch) == WEFT_CHANNEL_REGISTERED)
+    weft_channel_connected(ch, err);
   else
-    weft_channel_transport_closed(vc->ch, err, reason);
+    weft_channel_transport_closed(ch, err, reason);
+  weft_channel_release(ch);
 }
 
 /* The peer broke the protocol: say so in the log too, as a handler may

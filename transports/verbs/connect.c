@@ -183,17 +183,16 @@ static void on_established(verbs_chan *vc, const void *pdata, uint8_t plen) {
   weft_channel_release(ch);
 }
 
-static void drain_cq(verbs_dev *d) {
-  while (weft__verbs_dev_poll(&d->source, VERBS_POLL_BATCH) > 0) {
-  }
-}
-
-/* The peer disconnected: orderly if its FIN came first. */
+/* The peer disconnected: orderly if its FIN came first. What the CQs hold
+ * is taken in, not delivered: the messages before the FIN go up from the
+ * next polls on, within the read budget, then the EOF. Without a FIN the
+ * channel fails at once, and the messages it holds are dropped (as they
+ * always were while it did not read). */
 static void on_disconnected(verbs_chan *vc) {
   weft_channel *ch = vc->ch;
   weft_channel_retain(ch);
   if (vc->dev != NULL && vc->state != VC_DONE)
-    drain_cq(vc->dev); /* the FIN may wait in the CQ */
+    weft__verbs_dev_take_in(vc->dev); /* the FIN may wait in the CQ */
   if (vc->state == VC_LINGER) {
     weft__verbs_vc_teardown(vc);
   } else if (vc->state != VC_DONE && !vc->flow.fin) {

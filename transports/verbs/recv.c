@@ -93,8 +93,9 @@ static weft_buf *copy_out(verbs_chan *vc, weft_buf *b) {
  * VERBS_CREDITS: each holds a credit, so the peer waits too) and the
  * channel goes on the device's deliver list, which the next poll runs
  * first, before its CQs; the source refuses to arm meanwhile, so the loop
- * does not sleep on held messages (what arm's own poll finds waits for
- * the next poll too). A completion for the channel that
+ * does not sleep on held messages (what arm's own poll and the drain of
+ * a disconnect find waits for the next poll too: weft__verbs_dev_take_in).
+ * A completion for the channel that
  * arrives before then is held behind them. The peer's FIN waits for the
  * held messages, as while the channel does not read. Counting costs two
  * compares per message. */
@@ -106,11 +107,12 @@ static bool budget_spend(verbs_chan *vc, size_t bytes) {
 }
 
 /* Whether the channel spent its budget in this poll already; always
- * while the source arms: arm's poll (after the loop counted its
- * iteration, which found no work) only takes in, and the next poll
- * delivers, so that one iteration never delivers two budgets. */
+ * in a poll that only takes in (`taking_in`): arm's (after the loop
+ * counted its iteration, which found no work) and the drain of rdma_cm's
+ * DISCONNECTED (weft__verbs_dev_take_in). The next poll delivers, so that
+ * one iteration never delivers two budgets. */
 static bool budget_spent(const verbs_chan *vc) {
-  return vc->dev->arming || weft_read_meter_spent(&vc->rb, vc->dev->epoch);
+  return vc->dev->taking_in || weft_read_meter_spent(&vc->rb, vc->dev->epoch);
 }
 
 /* Delivers held messages while the channel reads and its budget lasts;
@@ -337,7 +339,7 @@ static int group_poll(verbs_group *g, int max) {
 
 int weft__verbs_dev_poll(weft_source *src, int budget) {
   verbs_dev *d = src->data;
-  if (!d->arming)
+  if (!d->taking_in)
     d->epoch++; /* a new read budget for every channel */
   int handled = deliver_pending(d);
   if (handled > 0)
@@ -360,7 +362,7 @@ int weft__verbs_dev_poll(weft_source *src, int budget) {
 
 /* Arms the groups' CQs, then polls once more: a completion that landed
  * between the last poll and the arm raises no event. That poll takes the
- * completions in but delivers no message (`arming`: the read budget):
+ * completions in but delivers no message (`taking_in`: the read budget):
  * the next poll does. A CQ stays armed until its event comes
  * (dev_wakeup), so an idle loop asks once. */
 int weft__verbs_dev_arm(weft_source *src) {
@@ -376,10 +378,24 @@ int weft__verbs_dev_arm(weft_source *src) {
     else
       g->armed = true;
   }
-  d->arming = true;
+  d->taking_in = true;
   int n = weft__verbs_dev_poll(src, VERBS_POLL_BATCH);
-  d->arming = false;
+  d->taking_in = false;
   return n > 0 ? n : d->deliver != NULL;
+}
+
+void weft__verbs_dev_take_in(verbs_dev *d) {
+  bool was = d->taking_in;
+  d->taking_in = true;
+  int n;
+  do {
+    n = 0;
+    for (uint32_t k = 0; k < d->n_groups; k++) {
+      n += group_poll(d->groups[k], VERBS_POLL_BATCH);
+      finish_batch(d);
+    }
+  } while (n > 0);
+  d->taking_in = was;
 }
 
 /* Takes the CQ events off the completion channel; acknowledges in batches

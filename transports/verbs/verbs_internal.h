@@ -328,7 +328,8 @@ struct verbs_dev {
   int n_touched;
   verbs_chan *deliver; /* channels whose held messages or credits can go */
   uint64_t epoch;      /* polls so far: a channel's read budget is per poll */
-  bool arming;         /* in arm's poll: nothing is delivered (recv.c) */
+  bool taking_in;      /* in arm's poll or weft__verbs_dev_take_in:
+                          nothing is delivered (recv.c) */
 };
 
 typedef struct verbs_listener {
@@ -699,6 +700,18 @@ void weft__verbs_queue_deliver(verbs_chan *vc);
  * close the channels concerned (an ibv_poll_cq failure is logged).
  */
 int weft__verbs_dev_poll(weft_source *src, int budget);
+
+/**
+ * Takes in every completion `d`'s CQs hold, until they are empty, and
+ * delivers no message: what a channel may read waits in its held[] for
+ * the deliver list of the next poll, as with arm's poll. For rdma_cm's
+ * DISCONNECTED, whose channel's FIN may still wait in a CQ (connect.c).
+ * It is no poll of the loop's: each of the polls it made used to start a
+ * new read budget, so a channel holding VERBS_CREDITS messages fired them
+ * all in one loop iteration (test_read_budget's
+ * read_budget_one_message_through_the_close). Loop thread.
+ */
+void weft__verbs_dev_take_in(verbs_dev *d);
 
 /**
  * The arm of a device's CQ source: requests an event on every group's CQ

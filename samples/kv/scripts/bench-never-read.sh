@@ -26,11 +26,15 @@
 # against BUILD_DIR's libweft), each SETting the value and pipelining GETs
 # it never reads while its own queue is writable, for SECONDS. Prints the
 # server's RSS before, its peak (0.1 s samples) and the growth per client.
-# verbs needs RDMA hardware or the Soft-RoCE VM (scripts/test-verbs-vm.sh),
-# which this script does not start. KV_SERVER=PATH measures that server
-# binary instead (another commit's), with the same client.
-# Usage: [KV_SERVER=PATH] samples/kv/scripts/bench-never-read.sh --clients N
-#        [BUILD_DIR] [SECONDS] [TRANSPORTS]
+# verbs needs RDMA hardware or the Soft-RoCE VM, which this script does not
+# start; there, with KV_HOST set to rxe0's address (RoCE has no loopback):
+#   WEFT_VM_RUN='samples/kv/scripts/bench-never-read.sh --clients 64
+#     build/dev 10 verbs' scripts/test-verbs-vm.sh build/dev
+# KV_SERVER=PATH measures that server binary instead (another commit's),
+# with the same client. KV_HOST: the address the server listens on and the
+# clients connect to (default 127.0.0.1).
+# Usage: [KV_SERVER=PATH] [KV_HOST=ADDR] samples/kv/scripts/bench-never-read.sh
+#        --clients N [BUILD_DIR] [SECONDS] [TRANSPORTS]
 #        (default build/release, 10 s, "tcp uring ucx")
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -62,18 +66,19 @@ release() { # SRC DIR [TARGETS]: a Release build of the KV server in DIR
     quiet_build "$2" --target weft-kv-server ${3:-}
   fi
 }
+host=${KV_HOST:-127.0.0.1}
 out=$(mktemp -d)
 pid=
 trap 'kill "$pid" 2>/dev/null || true; rm -rf "$out"' EXIT
 
 # NAME TRANSPORT BINARY [-o ...]: starts a server (pid, port), its log in
-# $out/NAME.log. RESP, or the binary protocol when $proto is rpc (ucx:
-# RESP needs TCP on the wire).
+# $out/NAME.log. RESP, or the binary protocol when $proto is rpc (ucx,
+# verbs: RESP needs TCP on the wire).
 proto=resp
 server_start() {
-  local name=$1 transport=$2 bin=$3 rpc= resp=127.0.0.1:0
+  local name=$1 transport=$2 bin=$3 rpc= resp=$host:0
   shift 3
-  [ "$proto" = rpc ] && rpc=127.0.0.1:0 resp=
+  [ "$proto" = rpc ] && rpc=$host:0 resp=
   port=
   (ulimit -v $((8 << 20)) && exec "$bin" -o loop.loops=1 \
     -o kv.rpc_listen="$rpc" -o transport.name="$transport" \
@@ -99,12 +104,14 @@ rss_kib() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status"; 
 clients_run() {
   local t=$1 n=$2 base peak r end client flag=
   proto=resp
-  [ "$t" = ucx ] && proto=rpc flag=--rpc
+  if [ "$t" = ucx ] || [ "$t" = verbs ]; then
+    proto=rpc flag=--rpc
+  fi
   server_start "clients-$t-$n" "$t" "${KV_SERVER:-$build/samples/kv/weft-kv-server}"
   sleep 0.5
   base=$(rss_kib "$pid")
   step "$t: $n never-reading clients for $seconds s"
-  "$out/never-read-client" $flag "$t://127.0.0.1:$port" "$n" "$seconds" \
+  "$out/never-read-client" $flag "$t://$host:$port" "$n" "$seconds" \
     >"$out/client.out" 2>"$out/client.err" &
   client=$!
   peak=$base
