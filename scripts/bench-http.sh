@@ -54,14 +54,7 @@ if awk -v l="$load" -v m="${MAX_LOAD:-0.5}" 'BEGIN { exit !(l > m) }'; then
     "not comparable with a quiet machine's"
 fi
 
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
+scratch_with_children
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'

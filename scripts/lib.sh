@@ -94,3 +94,17 @@ stop_server() {
   wait "$server_pid" 2>/dev/null || true
   server_pid=
 }
+
+# scratch_with_children: a scratch directory in $out and an array pids for
+# the background processes a script starts; on exit, however the script
+# ends, each of them is killed and waited for and the directory removed.
+scratch_with_children() {
+  out=$(mktemp -d)
+  pids=()
+  trap kill_children_and_scratch EXIT
+}
+kill_children_and_scratch() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$out"
+}

@@ -55,14 +55,7 @@ for p in redis-server redis-benchmark perf cc; do
   command -v "$p" >/dev/null || scripts/deps.sh
 done
 PY=/usr/bin/python3
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$out"
-}
-trap cleanup EXIT
+scratch_with_children
 
 cc -O2 -shared -fPIC -o "$out/alloc_count.so" samples/kv/scripts/alloc_count.c -ldl
 

@@ -30,13 +30,7 @@ else
   configs=("-P 1 -c 50" "-P 16 -c 50")
 fi
 command -v redis-server >/dev/null || scripts/deps.sh
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
+scratch_with_children
 
 kv_servers_start "$out" 6400 "$@"
 
