@@ -135,6 +135,21 @@ static inline void expect_drained_free(weft_embedded *e) {
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 
+/** Feeds `wire` (`wire_len` bytes) to a new channel of `init`'s pipeline in
+ *  every feed_mode (random splits seeded by seed + mode): each time,
+ *  `frames` buffers must reach the tail, holding the `len` bytes of `want`
+ *  end to end, and nothing may leak. */
+static inline void expect_frames_at_any_split(weft_channel_init_cb init,
+                                              const void *wire, size_t wire_len,
+                                              unsigned seed, size_t frames,
+                                              const void *want, size_t len) {
+  for (int mode = 0; mode < FEED_MODES; mode++) {
+    weft_embedded *e = embedded_of(init);
+    feed(e, wire, wire_len, mode, seed + (unsigned)mode);
+    expect_frames_free(e, frames, want, len);
+  }
+}
+
 /** Makes message `i` of a test's sequence from `pool` (a weft_buf or any
  *  other weft_msg the codec under test encodes). */
 typedef void *(*cu_make_fn)(weft_pool *pool, int i);
