@@ -150,6 +150,25 @@ static inline void expect_frames_at_any_split(weft_channel_init_cb init,
   }
 }
 
+/** Takes the body buffers of an HTTP message from the tail of `e`, then
+ *  its end marker, which must come next; the body must be `want`. */
+static inline void expect_http_body(weft_embedded *e, const char *want) {
+  char got[256];
+  size_t n = 0;
+  void *m;
+  while (weft_msg_is(m = weft_embedded_read_inbound(e), &weft_buf_msg_type)) {
+    weft_buf *b = m;
+    ck_assert_uint_le(n + weft_buf_readable(b), sizeof got);
+    memcpy(got + n, weft_buf_rptr(b), weft_buf_readable(b));
+    n += weft_buf_readable(b);
+    weft_buf_release(b);
+  }
+  ck_assert_msg(weft_msg_is(m, &weft_http_end_type), "got %s",
+                weft_msg_type_name(m));
+  ck_assert_uint_eq(n, strlen(want));
+  ck_assert_mem_eq(got, want, n);
+}
+
 /** Makes message `i` of a test's sequence from `pool` (a weft_buf or any
  *  other weft_msg the codec under test encodes). */
 typedef void *(*cu_make_fn)(weft_pool *pool, int i);
