@@ -14,6 +14,20 @@ need() {
   exit 1
 }
 
+# log_match FILE SED_SCRIPT [TRIES]: waits for a line of FILE (a server's
+# log) that `sed -n SED_SCRIPT` prints something for, polling every 0.1 s up
+# to TRIES times (default 600), and prints it; false, printing nothing, if
+# none comes. E.g. the address a server listens on, once it says so.
+log_match() {
+  local _ found
+  for _ in $(seq "${3:-600}"); do
+    found=$(sed -n "$2" "$1")
+    [ -n "$found" ] && { echo "$found"; return 0; }
+    sleep 0.1
+  done
+  return 1
+}
+
 # quiet_run TEXT COMMAND...: runs COMMAND with its output in a log; says
 # TEXT first and then, every 5 s, the log's last line; on failure, the
 # log's last 40 lines. Returns COMMAND's status.

@@ -19,13 +19,8 @@ log=$(mktemp)
   -o kv.resp_listen=127.0.0.1:0 "$@" 2>"$log" &
 pid=$!
 trap 'kill $pid 2>/dev/null || true; rm -f "$log"' EXIT
-uri=""
-for _ in $(seq 100); do
-  uri=$(sed -n 's/^weft-kv-server: rpc on \(.*\)$/\1/p' "$log")
-  [ -n "$uri" ] && break
-  sleep 0.1
-done
-[ -n "$uri" ] || { cat "$log"; exit 1; }
+uri=$(log_match "$log" 's/^weft-kv-server: rpc on \(.*\)$/\1/p' 100) ||
+  { cat "$log"; exit 1; }
 cat "$log"
 for w in A C; do
   echo "--- weft-kvbench workload $w against $uri ---"

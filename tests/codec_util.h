@@ -135,6 +135,40 @@ static inline void expect_drained_free(weft_embedded *e) {
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 
+/** Feeds `wire` (`wire_len` bytes) to a new channel of `init`'s pipeline in
+ *  every feed_mode (random splits seeded by seed + mode): each time,
+ *  `frames` buffers must reach the tail, holding the `len` bytes of `want`
+ *  end to end, and nothing may leak. */
+static inline void expect_frames_at_any_split(weft_channel_init_cb init,
+                                              const void *wire, size_t wire_len,
+                                              unsigned seed, size_t frames,
+                                              const void *want, size_t len) {
+  for (int mode = 0; mode < FEED_MODES; mode++) {
+    weft_embedded *e = embedded_of(init);
+    feed(e, wire, wire_len, mode, seed + (unsigned)mode);
+    expect_frames_free(e, frames, want, len);
+  }
+}
+
+/** Takes the body buffers of an HTTP message from the tail of `e`, then
+ *  its end marker, which must come next; the body must be `want`. */
+static inline void expect_http_body(weft_embedded *e, const char *want) {
+  char got[256];
+  size_t n = 0;
+  void *m;
+  while (weft_msg_is(m = weft_embedded_read_inbound(e), &weft_buf_msg_type)) {
+    weft_buf *b = m;
+    ck_assert_uint_le(n + weft_buf_readable(b), sizeof got);
+    memcpy(got + n, weft_buf_rptr(b), weft_buf_readable(b));
+    n += weft_buf_readable(b);
+    weft_buf_release(b);
+  }
+  ck_assert_msg(weft_msg_is(m, &weft_http_end_type), "got %s",
+                weft_msg_type_name(m));
+  ck_assert_uint_eq(n, strlen(want));
+  ck_assert_mem_eq(got, want, n);
+}
+
 /** Makes message `i` of a test's sequence from `pool` (a weft_buf or any
  *  other weft_msg the codec under test encodes). */
 typedef void *(*cu_make_fn)(weft_pool *pool, int i);

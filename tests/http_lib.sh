@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by the weft-http test scripts: starts the server and counts
 # checks.
+. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh" # log_match
 
 # start_weft_http SERVER TRANSPORT LOG ARGS...: starts SERVER on
 # TRANSPORT://127.0.0.1:0 with one loop and ARGS, its stderr in LOG; sets
@@ -12,12 +13,8 @@ start_weft_http() {
   "$server" -o loop.loops=1 -o "server.listen=$transport://127.0.0.1:0" "$@" \
     2>"$log" &
   pid=$!
-  port=""
-  for _ in $(seq 100); do
-    port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$log")
-    [ -n "$port" ] && return 0
-    sleep 0.1
-  done
+  port=$(log_match "$log" 's/.*listening on .*:\([0-9]*\)$/\1/p' 100) &&
+    return 0
   if grep -qi "not permitted\|blocked\|no usable\|not supported" "$log"; then
     echo "SKIP: weft-http cannot listen on the $transport transport here:"
     cat "$log"

@@ -8,6 +8,7 @@
 # (separated by ':') what the program needs besides options (a mode, a
 # command).
 set -uo pipefail
+. "$(dirname "$0")/../scripts/lib.sh" # log_match
 version=$(sed -n 's/^#define WEFT_VERSION_STRING "\(.*\)"$/\1/p' "$1")
 shift
 [ -n "$version" ] || { echo "FAIL: no WEFT_VERSION_STRING in the header"; exit 1; }
@@ -114,12 +115,7 @@ print(s.getsockname()[1], flush=True); time.sleep(300)' >"$dir/port" &
   WEFT_LOG_LEVEL=info "$kv_server" -o kv.resp_listen=127.0.0.1:0 \
     -o kv.rpc_listen=127.0.0.1:0 2>"$dir/kv.log" &
   kv_pid=$!
-  port=""
-  for _ in $(seq 600); do
-    port=$(sed -n 's|.*resp on tcp://127.0.0.1:\([0-9]*\)$|\1|p' "$dir/kv.log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
+  port=$(log_match "$dir/kv.log" 's|.*resp on tcp://127.0.0.1:\([0-9]*\)$|\1|p')
   exec 3<>"/dev/tcp/127.0.0.1/$port"
   printf '*2\r\n$x\r\n' >&3
   timeout 30 cat <&3 >/dev/null

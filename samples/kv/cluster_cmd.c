@@ -217,15 +217,13 @@ static int64_t keys_in_slot(kv_store *store, unsigned slot, int64_t max,
       if (out != NULL && n < max) {
         /* Moved to `out`: the result's array keeps a stale pointer that
          * the NULL below stops clear from releasing. */
-        if (out->n == out->cap) {
-          size_t cap = out->cap ? 2 * out->cap : 16;
-          kv_blob **keys = realloc(out->keys, cap * sizeof *keys);
-          if (keys == NULL) {
-            kv_scan_result_clear(&r);
-            return WEFT_ENOMEM;
-          }
-          out->keys = keys, out->cap = cap;
+        kv_blob **keys =
+            kv_array_reserve(out->keys, out->n, &out->cap, sizeof *keys);
+        if (keys == NULL) {
+          kv_scan_result_clear(&r);
+          return WEFT_ENOMEM;
         }
+        out->keys = keys;
         out->keys[out->n++] = k;
         r.keys[i] = NULL;
       }

@@ -686,14 +686,10 @@ void kv_scan_result_clear(kv_scan_result *res) {
 }
 
 static int result_push(kv_scan_result *res, const kv_entry *e) {
-  if (res->n == res->cap) {
-    size_t cap = res->cap ? res->cap * 2 : 16;
-    kv_blob **k = realloc(res->keys, cap * sizeof(*k));
-    if (k == NULL)
-      return WEFT_ENOMEM;
-    res->keys = k;
-    res->cap = cap;
-  }
+  kv_blob **k = kv_array_reserve(res->keys, res->n, &res->cap, sizeof *k);
+  if (k == NULL)
+    return WEFT_ENOMEM;
+  res->keys = k;
   kv_blob *b = kv__blob_alloc(e->klen);
   if (b == NULL)
     return WEFT_ENOMEM;

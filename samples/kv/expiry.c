@@ -32,14 +32,11 @@ void kv_store_set_clock(kv_store *store, kv_clock_fn fn, void *arg) {
 /* TTL array, lazy expiry (all under the stripe lock)                        */
 
 int kv__expires_reserve(kv_stripe *st) {
-  if (st->n_expires < st->cap_expires)
-    return 0;
-  size_t cap = st->cap_expires ? st->cap_expires * 2 : 16;
-  kv_entry **a = realloc(st->expires, cap * sizeof(*a));
+  kv_entry **a =
+      kv_array_reserve(st->expires, st->n_expires, &st->cap_expires, sizeof *a);
   if (a == NULL)
     return WEFT_ENOMEM;
   st->expires = a;
-  st->cap_expires = cap;
   return 0;
 }
 

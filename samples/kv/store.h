@@ -47,6 +47,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -66,6 +67,25 @@ static inline uint64_t kv_xorshift64(uint64_t *state) {
   x ^= x >> 7;
   x ^= x << 17;
   return *state = x;
+}
+
+/**
+ * A growable array of `n` items of `elem_size` bytes at `items`, with room
+ * for `*cap`: makes room for one more, doubling `*cap` (16 at first) when
+ * it is full. Returns the array (moved or not), or NULL when out of memory
+ * or past SIZE_MAX bytes (the array and `*cap` are then as they were).
+ */
+static inline void *kv_array_reserve(void *items, size_t n, size_t *cap,
+                                     size_t elem_size) {
+  if (n < *cap)
+    return items;
+  if (*cap > SIZE_MAX / 2 / elem_size)
+    return NULL;
+  size_t new_cap = *cap ? *cap * 2 : 16;
+  void *a = realloc(items, new_cap * elem_size);
+  if (a != NULL)
+    *cap = new_cap;
+  return a;
 }
 
 /**

@@ -205,30 +205,28 @@ cat > "$R/test.sh" <<'EOF'
 #!/bin/sh
 ts() { echo "[t=$(cut -d' ' -f1 /proc/uptime)s] $*"; }
 rc=0
+# client_server LOG COMMAND...: COMMAND as the server (its output in LOG),
+# then as the client of 127.0.0.1; rc=1 if either fails.
+client_server() {
+  log=$1; shift
+  "$@" > "$log" 2>&1 &
+  SRV=$!
+  sleep 0.5
+  timeout 60 "$@" 127.0.0.1 || rc=1
+  wait $SRV || rc=1
+}
 echo "===== ibv_devices";  ibv_devices || rc=1
 echo "===== ibv_devinfo";  ibv_devinfo -d rxe0 || rc=1
 echo "===== gids"; for i in 0 1 2; do echo "gid[$i] $(cat /sys/class/infiniband/rxe0/ports/1/gids/$i)"; done
 ts "===== ibv_rc_pingpong (gid index $GIDX)"
-ibv_rc_pingpong -d rxe0 -g $GIDX -n 1000 -e > /tmp/srv.log 2>&1 &
-SRV=$!
-sleep 0.5
-timeout 60 ibv_rc_pingpong -d rxe0 -g $GIDX -n 1000 -e 127.0.0.1 || rc=1
-wait $SRV || rc=1
+client_server /tmp/srv.log ibv_rc_pingpong -d rxe0 -g $GIDX -n 1000 -e
 echo "--- server side:"; cat /tmp/srv.log
 ts "rc_pingpong done rc=$rc"
 if command -v ib_send_lat >/dev/null; then
   ts "===== ib_send_lat"
-  ib_send_lat -d rxe0 -x $GIDX -n 1000 -e > /tmp/lat.log 2>&1 &
-  SRV=$!
-  sleep 0.5
-  timeout 60 ib_send_lat -d rxe0 -x $GIDX -n 1000 -e 127.0.0.1 || rc=1
-  wait $SRV || rc=1
+  client_server /tmp/lat.log ib_send_lat -d rxe0 -x $GIDX -n 1000 -e
   ts "===== ib_write_bw"
-  ib_write_bw -d rxe0 -x $GIDX -n 1000 > /tmp/bw.log 2>&1 &
-  SRV=$!
-  sleep 0.5
-  timeout 60 ib_write_bw -d rxe0 -x $GIDX -n 1000 127.0.0.1 || rc=1
-  wait $SRV || rc=1
+  client_server /tmp/bw.log ib_write_bw -d rxe0 -x $GIDX -n 1000
   ts "perftest done rc=$rc"
 fi
 exit $rc

@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
+. samples/kv/scripts/kv_lib.sh # bench_csv
 build=${1:-build/release}
 runs=${2:-5}
 before_dir=${3:-}
@@ -68,9 +69,7 @@ for run in $(seq "$runs"); do
     for who in "${order[@]}"; do
       step "run $run/$runs: ${configs[$ci]}, server $who"
       # shellcheck disable=SC2086
-      redis-benchmark -p "${port[$who]}" -t set,get -d 16 -r 100000 -c 50 \
-        ${configs[$ci]} --csv 2>/dev/null | tail -n +2 |
-        sed "s/^/$who,$ci,$run,/" >>"$out/all.csv"
+      bench_csv "$who,$ci,$run" "${port[$who]}" -c 50 ${configs[$ci]}
     done
   done
 done

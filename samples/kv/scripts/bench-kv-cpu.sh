@@ -44,9 +44,7 @@ for run in $(seq "$runs"); do
     for si in "${!labels[@]}"; do
       before=$(cpu_ticks "${spids[$si]}")
       # shellcheck disable=SC2086
-      redis-benchmark -p "${ports[$si]}" -t set,get -d 16 -r 100000 -n "$n" \
-        ${configs[$ci]} --csv 2>/dev/null | tail -n +2 |
-        sed "s/^/${labels[$si]},$ci,$run,/" >>"$out/all.csv"
+      bench_csv "${labels[$si]},$ci,$run" "${ports[$si]}" -n "$n" ${configs[$ci]}
       after=$(cpu_ticks "${spids[$si]}")
       echo "${labels[$si]},$ci,$run,$((after - before))" >>"$out/cpu.csv"
     done

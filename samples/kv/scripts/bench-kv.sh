@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 build=${1:-build/release}
 runs=${2:-3}
+. samples/kv/scripts/kv_lib.sh # bench_csv
 scripts/deps.sh
 if [ ! -x "$build/samples/kv/weft-kv-server" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DWEFT_BUILD_TESTS=OFF >/dev/null
@@ -30,8 +31,7 @@ for run in $(seq "$runs"); do
     for who in weft redis; do
       port=$WPORT; [ $who = redis ] && port=$RPORT
       # shellcheck disable=SC2086
-      redis-benchmark -p $port -t get,set -d 16 -r 100000 ${configs[$ci]} \
-        --csv 2>/dev/null | tail -n +2 | sed "s/^/$who,$ci,$run,/" >>"$out/all.csv"
+      bench_csv "$who,$ci,$run" $port ${configs[$ci]}
     done
   done
 done

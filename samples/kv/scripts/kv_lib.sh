@@ -54,3 +54,13 @@ kv_server_exec() {
   fi
   exec "$@"
 }
+
+# bench_csv PREFIX PORT ARGS...: one redis-benchmark run of SET and GET (16 B
+# values, 100000 random keys) against 127.0.0.1:PORT with ARGS; its CSV rows,
+# each prefixed with "PREFIX,", appended to $out/all.csv.
+bench_csv() {
+  local prefix=$1 port=$2
+  shift 2
+  redis-benchmark -p "$port" -t set,get -d 16 -r 100000 "$@" --csv 2>/dev/null |
+    tail -n +2 | sed "s/^/$prefix,/" >>"$out/all.csv"
+}
