@@ -301,8 +301,8 @@ void th_client_connect(th_client *c, const char *uri,
   ck_assert_int_eq(weft_bootstrap_connect(&b), 0);
 }
 
-void th_fleet_connect(th_fleet *fl, th_client *cs, int n, const char *uri,
-                      int inflight, void (*first)(void *arg), void *arg) {
+int th_fleet_connect_count(th_fleet *fl, th_client *cs, int n, const char *uri,
+                           int inflight, void (*first)(void *arg), void *arg) {
   for (int i = 0; i < n; i++) {
     cs[i].fl = fl;
     cs[i].tag = (uint8_t)(i * 7 + 1);
@@ -321,6 +321,12 @@ void th_fleet_connect(th_fleet *fl, th_client *cs, int n, const char *uri,
     if (atomic_load(&cs[i].status) != 0 && failed++ == 0)
       fprintf(stderr, "client %d: connect failed: %s\n", i,
               weft_err_name(atomic_load(&cs[i].status)));
+  return failed;
+}
+
+void th_fleet_connect(th_fleet *fl, th_client *cs, int n, const char *uri,
+                      int inflight, void (*first)(void *arg), void *arg) {
+  int failed = th_fleet_connect_count(fl, cs, n, uri, inflight, first, arg);
   ck_assert_msg(failed == 0, "%d of %d connects failed", failed, n);
 }
 

