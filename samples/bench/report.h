@@ -81,7 +81,8 @@ const char *bench_metric_name(bench_metric m);
 /** One measured point and its repetitions. Fill the key fields, then add. */
 typedef struct bench_row {
   char config[40];    /* label: "raw-busy", "tcp bp=20" */
-  char mode[12];      /* "weft", "raw-busy" or "raw-block" */
+  char mode[16];      /* "weft", "raw-busy", "raw-block", "raw-tls-busy"
+                         or "raw-tls-block" */
   char transport[16]; /* "tcp", "uring", ... ("-" for raw) */
   int busy_poll_us;   /* weft's window; raw-busy -1 (never blocks), raw-block
                          0 (always blocks) */
