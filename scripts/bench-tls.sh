@@ -177,7 +177,7 @@ kv_start
 redis_start
 wait_port $WPORT
 wait_port $RPORT
-local wpid=${pids[0]} rpid=${pids[1]} before after
+local wpid=${pids[0]} rpid=${pids[1]}
 configs=("-P 1 -c 1 -n $((20000 / scale))" "-P 1 -c 50 -n $((100000 / scale))"
   "-P 16 -c 50 -n $((400000 / scale))")
 targets=(weft weft+tls redis redis+tls)

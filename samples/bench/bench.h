@@ -446,6 +446,10 @@ int bench_raw_recv_exact(int fd, void *p, size_t n, bool busy);
 /** Sets TCP_NODELAY. */
 void bench_raw_nodelay(int fd);
 
+/** The calling thread becomes s's raw server thread: named "<s->prefix>"
+ * + suffix, pinned to CPU 1, s's listener nonblocking; dies on failure. */
+void bench_raw_server_thread(session *s, const char *suffix);
+
 /** Connects a TCP socket to s's server (TCP_NODELAY); dies on failure. */
 int bench_raw_dial(session *s);
 

@@ -8,12 +8,16 @@
  * the patterns the raw-tls setups run. */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_util.h"
 
 uint8_t bench_zeros[BENCH_TXMAX];
 uint8_t bench_rxbuf[BENCH_TXMAX];
@@ -49,6 +53,17 @@ int bench_raw_recv_exact(int fd, void *p, size_t n, bool busy) {
     n -= (size_t)r;
   }
   return 0;
+}
+
+void bench_raw_server_thread(session *s, const char *suffix) {
+  char name[16];
+  snprintf(name, sizeof name, "%.8s%.7s", s->prefix, suffix);
+  pthread_setname_np(pthread_self(), name);
+  bench_pin_self(1);
+  /* nonblocking: a client gone between readiness and accept blocks
+   * nothing */
+  if (fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK) < 0)
+    bench_die("raw server: listener");
 }
 
 void bench_raw_nodelay(int fd) {

@@ -15,7 +15,6 @@
  * its reason on stderr; the server goes on. */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +25,6 @@
 #include <openssl/ssl.h>
 
 #include "bench.h"
-#include "bench_util.h"
 
 /* Reads exactly n bytes; -1 at EOF or on an error. */
 static int recv_exact(raw_link *l, void *p, size_t n) {
@@ -118,14 +116,9 @@ static int next_connection(session *s) {
 
 void *bench_server_raw_tls_main(void *arg) {
   session *s = arg;
-  char name[16];
-  snprintf(name, sizeof name, "%.8stls", s->prefix);
-  pthread_setname_np(pthread_self(), name);
-  bench_pin_self(1);
+  bench_raw_server_thread(s, "tls");
   uint8_t *rx = malloc(BENCH_TXMAX);
-  /* nonblocking: a client gone between poll and accept4 blocks nothing */
-  if (rx == NULL ||
-      fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK) < 0)
+  if (rx == NULL)
     bench_die("raw-tls server setup");
   for (int fd; (fd = next_connection(s)) >= 0;)
     serve(s, fd, rx);
