@@ -401,6 +401,34 @@ START_TEST(bench_targets_ratio_met_and_missed) {
 }
 END_TEST
 
+/* A +tls row's floor is OpenSSL's own (raw-tls-*), at 1.1x; never the
+ * plaintext raw rows. */
+START_TEST(bench_targets_tls_against_raw_tls) {
+  bench_row rows[5] = {make_row("raw-busy", "raw-busy", -1),
+                       make_row("raw-tls-busy", "raw-tls-busy", -1),
+                       make_row("tcp+tls bp=20", "weft", 20),
+                       make_row("raw-tls-block", "raw-tls-block", 0),
+                       make_row("tcp+tls bp=0", "weft", 0)};
+  double p50[5] = {10, 20, 21, 50, 60};
+  for (int k = 0; k < 5; k++) {
+    bench_row_add(&rows[k], BENCH_P50, p50[k]);
+    bench_row_finish(&rows[k]);
+  }
+  membuf m;
+  mem_open(&m);
+  bench_targets(m.f, rows, 5);
+  mem_close(&m);
+  ck_assert_ptr_nonnull(strstr(m.text, "tcp+tls bp=20: 21 / 20 (raw-tls-busy) "
+                                       "= **1.05x** (target <= 1.1x): met\n"));
+  /* 60/50 = 1.2: 9% over the 1.1 limit */
+  ck_assert_ptr_nonnull(strstr(m.text, "tcp+tls bp=0: 60 / 50 (raw-tls-block) "
+                                       "= **1.20x** (target <= 1.1x): missed "
+                                       "by 9%\n"));
+  ck_assert_ptr_null(strstr(m.text, "(raw-busy)"));
+  free(m.text);
+}
+END_TEST
+
 START_TEST(bench_targets_rate_against_faster_raw) {
   bench_row rows[3] = {make_row("raw-busy", "raw-busy", -1),
                        make_row("raw-block", "raw-block", 0),
@@ -496,7 +524,8 @@ Suite *weft_test_suite(void) {
       bench_csv_parses_back_field_for_field,
       bench_json_well_formed_with_odd_text,
       bench_json_checker_rejects_broken_text, bench_json_empty_report_valid,
-      bench_targets_ratio_met_and_missed, bench_targets_rate_against_faster_raw,
-      bench_table_ratio_to_raw_peer, bench_table_max_is_max_of_repetitions,
-      bench_no_pin_leaves_affinity, NULL);
+      bench_targets_ratio_met_and_missed, bench_targets_tls_against_raw_tls,
+      bench_targets_rate_against_faster_raw, bench_table_ratio_to_raw_peer,
+      bench_table_max_is_max_of_repetitions, bench_no_pin_leaves_affinity,
+      NULL);
 }
