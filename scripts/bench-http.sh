@@ -135,8 +135,6 @@ end
 request = function() return req end
 LUA
 
-cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
-
 modes=(keepalive pipelined)
 for run in $(seq "$runs"); do
   # rotate the order of the servers each run

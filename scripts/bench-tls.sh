@@ -4,15 +4,24 @@
 # run, interleaved (A B A B ...), medians of RUNS:
 #
 #  a. weft-bench: 16 B ping-pong and 16 B / 1 MiB streams over tcp and
-#     uring, plaintext and +tls (the TLS handler first at both ends);
+#     uring, plaintext and +tls (the TLS handler first at both ends), and
+#     the same library's floor beside them: raw-tls-busy and raw-tls-block,
+#     a minimal echo over OpenSSL alone (SSL_read spinning on a nonblocking
+#     socket, or blocking), as raw-busy and raw-block are for plaintext;
 #     weft-bench itself interleaves: repetition r of every setup runs
-#     before repetition r+1. Beside them, `openssl speed -evp` of the
-#     negotiated cipher (AES-128-GCM: weft offers it first) on one core,
-#     16 KiB blocks: the ceiling of user-space records.
+#     before repetition r+1. The ping-pong p50 ratios to the floor: tcp+tls
+#     and uring+tls at busy_poll_us 20 / raw-tls-busy, tcp+tls at 0 /
+#     raw-tls-block (issue 32's target: <= 1.1x). Beside them, `openssl
+#     speed -evp` of the negotiated cipher (AES-128-GCM: weft offers it
+#     first) on one core, 16 KiB blocks: the ceiling of user-space records.
 #  b. weft-kv-server's TLS listener beside its plaintext one (one server,
 #     one store), and redis-server's tls-port beside its port, all driven by
-#     redis-benchmark -t set,get (--tls --cacert for the TLS ports), runs
-#     interleaved weft, weft+tls, redis, redis+tls.
+#     redis-benchmark -t set,get (--tls --cacert for the TLS ports) at -P 1
+#     -c 1, -P 1 -c 50 and -P 16 -c 50, runs interleaved weft, weft+tls,
+#     redis, redis+tls: throughput, and each server's CPU per request
+#     (utime + stime from /proc/PID/stat over each redis-benchmark run, its
+#     SET and GET together; issue 32's targets at -c 50: weft+tls >= 1.0x
+#     redis+tls in throughput, <= 1.0x in CPU per request).
 #  c. whether encrypted records go out in as few writes as the plaintext:
 #     the socket writes (write, writev, sendmsg on a TCP socket; strace -f
 #     -y) of a fixed workload, plaintext vs TLS: weft-kv-server and
@@ -25,12 +34,15 @@
 # temporary directory (never committed). Prints markdown tables.
 # Usage: scripts/bench-tls.sh [BUILD_DIR] [RUNS]   (build/release, 5)
 #   env BENCH_TLS_PARTS  the parts to run, e.g. "c" (default "abc")
+#   env BENCH_TLS_SCALE  divides every round-trip and request count (1): a
+#                        quick check that the script works, not a result
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 build=${1:-build/release}
 runs=${2:-5}
 parts=${BENCH_TLS_PARTS:-abc}
+scale=${BENCH_TLS_SCALE:-1}
 scripts/deps.sh
 for p in openssl redis-cli redis-benchmark redis-server strace python3; do
   need "$p" "$p"
@@ -79,9 +91,10 @@ speed() { # one `openssl speed` figure: AES-128-GCM, 16 KiB blocks, MB/s
 }
 step "openssl speed (before)"
 speeds=("$(speed)")
-step "weft-bench: ${runs} repetitions, plaintext and +tls interleaved"
-"$WB" -S tcp:20 -S tcp+tls:20 "${uring[@]}" --tls-certs "$C" \
-  -p pingpong,stream -s 16,1M -r "$runs" -n 20000 -w 2000 -t 0.5 \
+step "weft-bench: ${runs} repetitions, plaintext, +tls and raw-tls interleaved"
+"$WB" -S tcp:20 -S tcp+tls:20 -S tcp+tls:0 "${uring[@]}" -S raw-tls-busy \
+  -S raw-tls-block --tls-certs "$C" -p pingpong,stream -s 16,1M -r "$runs" \
+  -n $((20000 / scale)) -w $((2000 / scale)) -t 0.5 \
   --no-progress -q --csv "$tmp/wb.csv" >/dev/null 2>"$tmp/wb.err"
 grep 'TLS TLSv' "$tmp/wb.err" >&2 || true
 step "openssl speed (after)"
@@ -113,6 +126,17 @@ for t in ("tcp", "uring"):
         if a is None or b is None:
             continue
         print(f"| {t} | {what} | {a:,.1f} | {b:,.1f} | {b / a:.2f} |")
+print()
+print("weft +tls vs OpenSSL's own floor (raw-tls: SSL_read/SSL_write alone), "
+      "16 B ping-pong p50 (target <= 1.1x):")
+print()
+print("| weft | µs | floor | µs | weft / floor |")
+print("|---|---:|---|---:|---:|")
+for weft, floor in (("tcp+tls bp=20", "raw-tls-busy"), ("uring+tls bp=20", "raw-tls-busy"),
+                    ("tcp+tls bp=0", "raw-tls-block")):
+    a, b = get(weft, "pingpong", "16", "p50_us"), get(floor, "pingpong", "16", "p50_us")
+    if a is not None and b is not None:
+        print(f"| {weft} | {a:,.1f} | {floor} | {b:,.1f} | {a / b:.2f} |")
 mibs = get("tcp+tls bp=20", "stream", "1048576", "mb_per_s")
 print()
 print(f"openssl speed -evp aes-128-gcm, 16 KiB blocks, one core: {aes:,.0f} MB/s "
@@ -153,7 +177,9 @@ kv_start
 redis_start
 wait_port $WPORT
 wait_port $RPORT
-configs=("-P 1 -c 1 -n 20000" "-P 1 -c 50 -n 100000" "-P 16 -c 50 -n 400000")
+local wpid=${pids[0]} rpid=${pids[1]}
+configs=("-P 1 -c 1 -n $((20000 / scale))" "-P 1 -c 50 -n $((100000 / scale))"
+  "-P 16 -c 50 -n $((400000 / scale))")
 targets=(weft weft+tls redis redis+tls)
 for run in $(seq "$runs"); do
   for ci in "${!configs[@]}"; do
@@ -161,15 +187,18 @@ for run in $(seq "$runs"); do
     for who in "${targets[@]}"; do
       args=()
       case $who in
-        weft) port=$WPORT ;;
-        weft+tls) port=$WTPORT args=("${tls_args[@]}") ;;
-        redis) port=$RPORT ;;
-        redis+tls) port=$RTPORT args=("${tls_args[@]}") ;;
+        weft) port=$WPORT pid=$wpid ;;
+        weft+tls) port=$WTPORT pid=$wpid args=("${tls_args[@]}") ;;
+        redis) port=$RPORT pid=$rpid ;;
+        redis+tls) port=$RTPORT pid=$rpid args=("${tls_args[@]}") ;;
       esac
+      before=$(cpu_ticks "$pid")
       # shellcheck disable=SC2086
       redis-benchmark -p $port "${args[@]}" -t set,get -d 16 -r 100000 \
         ${configs[$ci]} --csv 2>/dev/null | tail -n +2 |
         sed "s/^/$who,$ci,$run,/" >>"$tmp/kv.csv"
+      after=$(cpu_ticks "$pid")
+      echo "$who,$ci,$run,$((after - before))" >>"$tmp/cpu.csv"
     done
   done
 done
@@ -178,24 +207,44 @@ stop_all
 echo
 echo "### b. redis-benchmark -t set,get -d 16 -r 100000 (medians of $runs)"
 echo
-python3 - "$tmp/kv.csv" "${configs[@]}" <<'PY'
-import csv, statistics, sys
+python3 - "$tmp/kv.csv" "$tmp/cpu.csv" "${configs[@]}" <<'PY'
+import csv, os, statistics, sys
 rows = list(csv.reader(open(sys.argv[1])))
-configs = sys.argv[2:]
+cpu = list(csv.reader(open(sys.argv[2])))
+configs = sys.argv[3:]
+tick_us = 1e6 / os.sysconf("SC_CLK_TCK")
 def med(who, ci, test, col):
     sel = [float(r[col]) for r in rows
            if r[0] == who and r[1] == str(ci) and r[3].strip('"') == test]
     return statistics.median(sel) if sel else float("nan")
+def cpu_us(who, ci):
+    # server CPU over a run (SET and GET: 2 x -n requests) per request, µs
+    cfg = configs[ci].split()
+    reqs = 2 * int(cfg[cfg.index("-n") + 1])
+    sel = [int(r[3]) * tick_us / reqs for r in cpu if r[0] == who and r[1] == str(ci)]
+    return statistics.median(sel) if sel else float("nan")
+def ratio(a, b):
+    return f"{a / b:.2f}" if b > 0 else "-"
 print("| test | redis-benchmark | weft ops/s | weft+tls ops/s | weft tls/plain "
       "| redis ops/s | redis+tls ops/s | redis tls/plain | weft+tls / redis+tls "
+      "| CPU µs/req weft+tls | CPU µs/req redis+tls | CPU weft+tls / redis+tls "
       "| p50 ms: weft, weft+tls, redis, redis+tls |")
-print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for ci, cfg in enumerate(configs):
+    ct, cr = cpu_us("weft+tls", ci), cpu_us("redis+tls", ci)
     for test in ("SET", "GET"):
         w, wt, r, rt = (med(x, ci, test, 4) for x in ("weft", "weft+tls", "redis", "redis+tls"))
         p = ", ".join(f"{med(x, ci, test, 7):.3f}" for x in ("weft", "weft+tls", "redis", "redis+tls"))
         print(f"| {test} | {' '.join(cfg.split()[:4])} | {w:,.0f} | {wt:,.0f} | {wt / w:.2f} "
-              f"| {r:,.0f} | {rt:,.0f} | {rt / r:.2f} | {wt / rt:.2f} | {p} |")
+              f"| {r:,.0f} | {rt:,.0f} | {rt / r:.2f} | {wt / rt:.2f} "
+              f"| {ct:.2f} | {cr:.2f} | {ratio(ct, cr)} | {p} |")
+print()
+print("Server CPU per request: utime + stime of the server process over each "
+      "redis-benchmark run (SET and GET together; the same figure on both rows), "
+      f"/proc/PID/stat in ticks of {tick_us:,.0f} µs, divided by its requests. "
+      "Plaintext: " + "; ".join(
+          f"{' '.join(c.split()[:4])}: weft {cpu_us('weft', i):.2f}, redis {cpu_us('redis', i):.2f}"
+          for i, c in enumerate(configs)) + " µs/request.")
 PY
 }
 

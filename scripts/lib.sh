@@ -6,6 +6,11 @@
 # step TEXT...: one progress line.
 step() { echo "weft: $*" >&2; }
 
+# cpu_ticks PID: the utime + stime of a process so far, in clock ticks
+# (getconf CLK_TCK a second), from /proc/PID/stat (fields 14 and 15, counted
+# after the command name, which may hold spaces).
+cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+
 # need PROGRAM PACKAGE: fails naming the package to install when a program
 # is missing (scripts/deps.sh installs every one of them).
 need() {

@@ -6,7 +6,9 @@
  *   weft-bench [-S SETUP]... [-p PATTERNS] [-s SIZES] [-r REPS] [options]
  *
  * A setup (-S, repeatable) is `raw-busy` (plain sockets, spinning on
- * recv(MSG_DONTWAIT)), `raw-block` (plain sockets, blocking recv), or a
+ * recv(MSG_DONTWAIT)), `raw-block` (plain sockets, blocking recv),
+ * `raw-tls-busy` or `raw-tls-block` (the same over OpenSSL alone: the
+ * floor of the +tls rows, bench_raw_tls.c; pingpong and stream), or a
  * weft transport with its busy-poll window: `tcp:20`, `uring:0`, `ucx`
  * (busy_poll_us from the configuration: -c FILE, WEFT_LOOP_BUSY_POLL_US,
  * -o loop.busy_poll_us=N, the default 20). Without -S: raw-busy,
@@ -79,6 +81,9 @@
  *   bench_server.c   the weft server: the hello, then echo, count or close
  *   raw_server.c     the raw server, the same over epoll in one thread
  *   bench_raw.c      plain-socket helpers of the raw client and server
+ *   bench_raw_tls.c  the raw-tls setups' OpenSSL: contexts, handshake,
+ *                    SSL_read/SSL_write of the raw client and server
+ *   raw_tls_server.c the raw-tls server: one connection at a time
  *   bench_client.c   the weft client: connections, run state, handler
  *   pingpong.c, echo.c, stream.c, connect.c, idle.c: the patterns, each
  *                    with its raw client and its part of the weft client
@@ -133,12 +138,12 @@ typedef struct session session;
 
 typedef struct bench_config {
   char label[40];
-  char mode[12]; /* weft, raw-busy, raw-block */
+  char mode[16]; /* weft, raw-busy, raw-block, raw-tls-busy, raw-tls-block */
   char transport[16];
   int busy_poll_us;
   bool busy_poll_adaptive; /* [loop] busy_poll_adaptive, for weft setups */
   bool raw, busy;          /* raw: busy = spin */
-  bool tls;                /* weft with the TLS handler first at both ends */
+  bool tls; /* weft: the TLS handler first at both ends; raw: OpenSSL */
   session *s;
 } bench_config;
 
@@ -213,7 +218,19 @@ struct session {
   pid_t server_pid; /* ucx in one-process mode: the server's own process */
   weft_tls_context *tls_server, *tls_client; /* +tls setups, else NULL */
   atomic_bool tls_told; /* the first handshake's cipher was printed */
+  /* raw-tls setups: OpenSSL's SSL_CTX of each side this role runs, else
+   * NULL (bench_raw_tls.c) */
+  struct ssl_ctx_st *ssl_server, *ssl_client;
 };
+
+/* A raw client's connection: a plain socket, or (raw-tls) an OpenSSL
+ * session over it. busy: the socket is nonblocking and every wait spins;
+ * else it blocks. */
+typedef struct raw_link {
+  int fd;
+  struct ssl_st *ssl; /* OpenSSL's SSL, NULL for plain sockets */
+  bool busy;
+} raw_link;
 
 /* ---- the phases of a timed measurement ---- */
 
@@ -401,6 +418,11 @@ void bench_session_stop(bench_config *cf);
  * then closes its connections (not the listener). raw_server.c. */
 void *bench_server_raw_main(void *arg);
 
+/** The raw-tls server's thread (arg: its session): accepts and serves
+ * one connection at a time over OpenSSL, pinned to CPU 1, until
+ * s->stop_fd is written. raw_tls_server.c. */
+void *bench_server_raw_tls_main(void *arg);
+
 /** child_init of the weft server (arg: its session): the TLS handler in
  * a +tls setup, then the bench server handler. */
 void bench_server_weft_init(weft_channel *ch, void *arg);
@@ -424,9 +446,26 @@ int bench_raw_recv_exact(int fd, void *p, size_t n, bool busy);
 /** Sets TCP_NODELAY. */
 void bench_raw_nodelay(int fd);
 
+/** The calling thread becomes s's raw server thread: named "<s->prefix>"
+ * + suffix, pinned to CPU 1, s's listener nonblocking; dies on failure. */
+void bench_raw_server_thread(session *s, const char *suffix);
+
+/** Connects a TCP socket to s's server (TCP_NODELAY); dies on failure. */
+int bench_raw_dial(session *s);
+
 /** Connects to s's server and sends the hello {mode, unit} (not with
  * --plain-echo); dies on failure. Returns the socket. */
 int bench_raw_connect(session *s, uint32_t mode, uint64_t unit);
+
+/** bench_raw_connect, or in a raw-tls setup bench_tls_link_open: a raw
+ * client's connection, its hello sent. */
+raw_link bench_raw_link_open(session *s, uint32_t mode, uint64_t unit);
+
+/** bench_raw_exchange over l (plain or TLS); -1 on EOF or error. */
+int bench_raw_link_exchange(raw_link *l, size_t n);
+
+/** Closes l as bench_raw_close does, after TLS's close_notify. */
+void bench_raw_link_close(raw_link *l);
 
 /** Reads (into bench_rxbuf) until EOF or an error. */
 void bench_raw_drain(int fd, bool busy);
@@ -437,6 +476,53 @@ void bench_raw_close(int fd, bool busy);
 /** Sends n bytes and receives n back (receiving while sending large
  * ones); -1 on EOF or error. */
 int bench_raw_exchange(int fd, size_t n, bool busy);
+
+/* ---- bench_raw_tls.c: OpenSSL alone, the floor of the +tls rows ---- */
+
+/**
+ * An SSL_CTX with weft's TLS policy (handlers/tls_context.c: TLS 1.3 here,
+ * its three suites AES-128-GCM first, no renegotiation or compression,
+ * buffers released when idle) and --tls-certs' files: the server's
+ * server.pem and server.key, or the client's trust in ca.pem. Fails with
+ * exit 2 and OpenSSL's reason when a file does not load. Main thread.
+ */
+struct ssl_ctx_st *bench_tls_ctx_new(bool server);
+
+/** Frees a context of bench_tls_ctx_new (NULL: nothing). */
+void bench_tls_ctx_free(struct ssl_ctx_st *ctx);
+
+/**
+ * The TLS handshake of l (SSL_accept or SSL_connect), spinning on a busy
+ * link. 0 when done; -1 with the reason in why[0..len) otherwise.
+ */
+int bench_tls_handshake(raw_link *l, bool server, char *why, size_t len);
+
+/** Connects to s's server, TLS handshake (the name "localhost" checked),
+ * then the hello as bench_raw_connect; the socket nonblocking when busy.
+ * Dies with OpenSSL's reason on failure. */
+raw_link bench_tls_link_open(session *s, uint32_t mode, uint64_t unit);
+
+/** Writes all n bytes (one SSL_write), spinning while a busy link's
+ * socket is full; -1 on error. */
+int bench_tls_send_all(raw_link *l, const void *p, size_t n);
+
+/** One SSL_write of n bytes: n, 0 when a busy link's socket is full (call
+ * again with the same n: OpenSSL's rule), -1 on error. */
+int bench_tls_send(raw_link *l, const void *p, size_t n);
+
+/** Reads at least 1 byte (at most n): blocking in SSL_read, or spinning
+ * on it while it wants to read (busy). -1 at EOF or on an error. */
+int bench_tls_recv(raw_link *l, void *p, size_t n);
+
+/** Reads what is there without waiting: bytes, 0 for none (or only a
+ * record that carries no data, a session ticket), -1 at EOF or error. */
+int bench_tls_take(raw_link *l, void *p, size_t n);
+
+/** bench_raw_exchange over TLS: n bytes out, n back. -1 on EOF/error. */
+int bench_tls_exchange(raw_link *l, size_t n);
+
+/** Sends close_notify and frees l's SSL (the socket stays open). */
+void bench_tls_end(raw_link *l);
 
 /* ---- bench_client.c ---- */
 

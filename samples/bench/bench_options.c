@@ -2,9 +2,9 @@
 /* bench_options.c: what weft-bench's options mean, apart from how the
  * command line spells them (bench_main.c): bench_opt and its defaults,
  * the comma lists (patterns, sizes, rate points), the configurations
- * (raw-busy, raw-block, TRANSPORT[+tls][:BUSY_POLL_US], or the weft
- * config file's), and the checks before the run. Main thread, before the
- * run. */
+ * (raw-busy, raw-block, raw-tls-busy, raw-tls-block,
+ * TRANSPORT[+tls][:BUSY_POLL_US], or the weft config file's), and the checks
+ * before the run. Main thread, before the run. */
 
 #include <errno.h>
 #include <stdio.h>
@@ -146,13 +146,32 @@ bool bench_opts_role(const char *role) {
 
 /* ---- configurations ---- */
 
-static void add_raw_config(bench_config *cf, const char *spec) {
-  cf->raw = true;
-  cf->busy = spec[4] == 'b' && spec[5] == 'u';
-  cf->busy_poll_us = cf->busy ? -1 : 0;
-  snprintf(cf->mode, sizeof cf->mode, "%s", spec);
-  snprintf(cf->label, sizeof cf->label, "%s", spec);
-  snprintf(cf->transport, sizeof cf->transport, "tcp");
+/* The raw setups: plain sockets or OpenSSL over them, spinning or
+ * blocking. */
+static const struct raw_setup {
+  const char *name;
+  bool busy, tls;
+} raw_setups[] = {{"raw-busy", true, false},
+                  {"raw-block", false, false},
+                  {"raw-tls-busy", true, true},
+                  {"raw-tls-block", false, true}};
+
+/* Fills cf when spec names a raw setup; false otherwise. */
+static bool add_raw_config(bench_config *cf, const char *spec) {
+  for (size_t i = 0; i < sizeof raw_setups / sizeof raw_setups[0]; i++) {
+    const struct raw_setup *r = &raw_setups[i];
+    if (strcmp(spec, r->name) != 0)
+      continue;
+    cf->raw = true;
+    cf->busy = r->busy;
+    cf->tls = r->tls;
+    cf->busy_poll_us = cf->busy ? -1 : 0;
+    snprintf(cf->mode, sizeof cf->mode, "%s", spec);
+    snprintf(cf->label, sizeof cf->label, "%s", spec);
+    snprintf(cf->transport, sizeof cf->transport, "tcp");
+    return true;
+  }
+  return false;
 }
 
 static void add_config(const char *spec, int default_bp) {
@@ -160,10 +179,8 @@ static void add_config(const char *spec, int default_bp) {
     bench_fail("too many configurations (at %s)", spec);
   bench_config *cf = &bench_opt.configs[bench_opt.n_configs++];
   memset(cf, 0, sizeof *cf);
-  if (strcmp(spec, "raw-busy") == 0 || strcmp(spec, "raw-block") == 0) {
-    add_raw_config(cf, spec);
+  if (add_raw_config(cf, spec))
     return;
-  }
   const char *colon = strchr(spec, ':');
   size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
   static const char tls[] = "+tls";
@@ -208,6 +225,22 @@ void bench_opts_configs(const char *const *specs, int n,
     bench_opt.configs[i].busy_poll_adaptive = cfg->loop.busy_poll_adaptive;
 }
 
+/* The raw-tls setups measure pingpong and stream only (their server takes
+ * one connection at a time); a client asked for any other pattern is
+ * refused up front (a server measures nothing). */
+static void check_raw_tls_patterns(void) {
+  if (bench_opt.role == ROLE_SERVER)
+    return;
+  bool others = false;
+  for (int p = 0; p < P_N; p++)
+    others |= bench_opt.patterns[p] && p != P_PINGPONG && p != P_STREAM;
+  for (int i = 0; i < bench_opt.n_configs && others; i++)
+    if (bench_opt.configs[i].raw && bench_opt.configs[i].tls)
+      bench_fail("setup %s measures the pingpong and stream patterns only "
+                 "(-p pingpong,stream)",
+                 bench_opt.configs[i].label);
+}
+
 bool bench_opts_check(void) {
   const bench_opts *o = &bench_opt;
   if (o->reps < 1 || o->reps > BENCH_MAX_REPS || o->iters < 1 ||
@@ -231,5 +264,6 @@ bool bench_opts_check(void) {
       bench_fail("setup %s needs --tls-certs DIR (ca.pem, server.pem, "
                  "server.key: tests/tls/make-certs.sh DIR makes them)",
                  o->configs[i].label);
+  check_raw_tls_patterns();
   return true;
 }

@@ -3,15 +3,21 @@
  * the floor every weft row is compared with: receiving spinning or
  * blocking, sending all, connecting with the hello, closing, and the
  * send-n-receive-n exchange of a round trip. Used by the raw server
- * (bench_server.c) and the raw client of every pattern. */
+ * (raw_server.c) and the raw client of every pattern; a raw_link is the
+ * same connection over plain sockets or OpenSSL (bench_raw_tls.c), for
+ * the patterns the raw-tls setups run. */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_util.h"
 
 uint8_t bench_zeros[BENCH_TXMAX];
 uint8_t bench_rxbuf[BENCH_TXMAX];
@@ -49,22 +55,56 @@ int bench_raw_recv_exact(int fd, void *p, size_t n, bool busy) {
   return 0;
 }
 
+void bench_raw_server_thread(session *s, const char *suffix) {
+  char name[16];
+  snprintf(name, sizeof name, "%.8s%.7s", s->prefix, suffix);
+  pthread_setname_np(pthread_self(), name);
+  bench_pin_self(1);
+  /* nonblocking: a client gone between readiness and accept blocks
+   * nothing */
+  if (fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK) < 0)
+    bench_die("raw server: listener");
+}
+
 void bench_raw_nodelay(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-int bench_raw_connect(session *s, uint32_t mode, uint64_t unit) {
-  hello h = {BENCH_HELLO_MAGIC, mode, unit};
+int bench_raw_dial(session *s) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0)
     bench_die("socket");
   if (connect(fd, (struct sockaddr *)&s->addr, sizeof s->addr) < 0)
     bench_die("connect");
   bench_raw_nodelay(fd);
+  return fd;
+}
+
+int bench_raw_connect(session *s, uint32_t mode, uint64_t unit) {
+  hello h = {BENCH_HELLO_MAGIC, mode, unit};
+  int fd = bench_raw_dial(s);
   if (!bench_opt.plain_echo && bench_raw_send_all(fd, &h, sizeof h) < 0)
     bench_die("send");
   return fd;
+}
+
+raw_link bench_raw_link_open(session *s, uint32_t mode, uint64_t unit) {
+  if (s->cf->tls)
+    return bench_tls_link_open(s, mode, unit);
+  return (raw_link){.fd = bench_raw_connect(s, mode, unit),
+                    .busy = s->cf->busy};
+}
+
+int bench_raw_link_exchange(raw_link *l, size_t n) {
+  return l->ssl != NULL ? bench_tls_exchange(l, n)
+                        : bench_raw_exchange(l->fd, n, l->busy);
+}
+
+void bench_raw_link_close(raw_link *l) {
+  if (l->ssl != NULL)
+    bench_tls_end(l);
+  bench_raw_close(l->fd, l->busy);
 }
 
 void bench_raw_drain(int fd, bool busy) {

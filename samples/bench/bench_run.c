@@ -219,7 +219,7 @@ static void write_outputs(const bench_row *rows, size_t n, bench_meta *meta) {
 static void measure(bench_config *cf, const point *pt, bench_row *row) {
   result res = {
       .msgs_per_s = -1, .mb_per_s = -1, .conns_per_s = -1, .cpu_pct = -1};
-  if (cf->raw)
+  if (cf->raw) /* raw-tls: pingpong and stream (bench_opts_check) */
     bench_patterns[pt->pattern]->raw_run(cf->s, pt, &res);
   else
     bench_weft_measure(cf->s, pt, &res);

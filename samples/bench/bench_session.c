@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* bench_session.c: a configuration's session, started once before the
  * first measurement and stopped after the last. A raw session is a
- * listening socket and the raw server's thread (raw_server.c), or, in the
- * client role, only the server's address. A weft session is a server loop
+ * listening socket and the raw server's thread (raw_server.c; a raw-tls
+ * setup's: raw_tls_server.c, with OpenSSL contexts from --tls-certs), or,
+ * in the client role, only the server's address (and a raw-tls client's
+ * context). A weft session is a server loop
  * group (--server-loops loops, loop i on CPU 1+i) with the bench server
  * bound, and a client loop group (one loop, CPU 0); each role starts only
  * its side. A +tls session also holds a server and a client TLS context,
@@ -37,8 +39,12 @@ static void fill_addr(struct sockaddr_in *sin, int port) {
 
 static void raw_session_start(session *s) {
   fill_addr(&s->addr, bench_opt.port);
+  if (s->cf->tls && bench_opt.role != ROLE_SERVER)
+    s->ssl_client = bench_tls_ctx_new(false);
   if (bench_opt.role == ROLE_CLIENT)
     return;
+  if (s->cf->tls)
+    s->ssl_server = bench_tls_ctx_new(true);
   int one = 1;
   socklen_t sl = sizeof s->addr;
   s->lfd = socket(AF_INET, SOCK_STREAM, 0);
@@ -50,11 +56,14 @@ static void raw_session_start(session *s) {
   s->stop_fd = eventfd(0, EFD_CLOEXEC);
   if (s->stop_fd < 0)
     bench_die("eventfd");
-  if (pthread_create(&s->accept_thread, NULL, bench_server_raw_main, s) != 0)
+  void *(*main)(void *) =
+      s->cf->tls ? bench_server_raw_tls_main : bench_server_raw_main;
+  if (pthread_create(&s->accept_thread, NULL, main, s) != 0)
     bench_die("pthread_create");
 }
 
 static void raw_session_stop(session *s) {
+  bench_tls_ctx_free(s->ssl_client);
   if (bench_opt.role == ROLE_CLIENT)
     return;
   uint64_t one = 1;
@@ -63,6 +72,7 @@ static void raw_session_stop(session *s) {
   pthread_join(s->accept_thread, NULL);
   close(s->stop_fd);
   close(s->lfd);
+  bench_tls_ctx_free(s->ssl_server);
 }
 
 static void pin_task(void *arg) { bench_pin_self((int)(intptr_t)arg); }

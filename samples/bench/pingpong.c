@@ -12,23 +12,23 @@
 #include "bench.h"
 #include "bench_util.h"
 
-/* Raw: one send per message, then a spinning or blocking recv. */
+/* Raw: one send per message, then a spinning or blocking recv (raw-tls:
+ * SSL_write, SSL_read). */
 static void pingpong_raw(session *s, const point *pt, result *res) {
-  bool busy = s->cf->busy;
-  int fd = bench_raw_connect(s, SRV_ECHO, 0);
+  raw_link l = bench_raw_link_open(s, SRV_ECHO, 0);
   uint64_t *rtt = malloc(sizeof *rtt * (size_t)pt->iters);
   if (rtt == NULL)
     bench_die("malloc");
   for (long i = -pt->warm; i < pt->iters; i++) {
     uint64_t t0 = bench_now_ns();
-    if (bench_raw_exchange(fd, pt->size, busy) < 0)
+    if (bench_raw_link_exchange(&l, pt->size) < 0)
       bench_die("ping-pong");
     if (i >= 0)
       rtt[i] = bench_now_ns() - t0;
   }
   res->has_lat = bench_latency_of(rtt, (size_t)pt->iters, &res->lat) == 0;
   free(rtt);
-  bench_raw_close(fd, busy);
+  bench_raw_link_close(&l);
 }
 
 /* ---- weft ---- */

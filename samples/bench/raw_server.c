@@ -17,7 +17,6 @@
  * (issue 17), which is no floor of anything. */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,16 +236,12 @@ static bool serve_once(raw_server *x, struct epoll_event *evs) {
 
 void *bench_server_raw_main(void *arg) {
   session *s = arg;
-  char name[16];
-  snprintf(name, sizeof name, "%.8sraw", s->prefix);
-  pthread_setname_np(pthread_self(), name);
-  bench_pin_self(1);
+  bench_raw_server_thread(s, "raw");
   raw_server x = {.s = s, .busy = s->cf->busy};
   struct epoll_event *evs = calloc(RAW_EVENTS, sizeof *evs);
   x.rx = malloc(BENCH_TXMAX);
   x.ep = epoll_create1(EPOLL_CLOEXEC);
   if (evs == NULL || x.rx == NULL || x.ep < 0 ||
-      fcntl(s->lfd, F_SETFL, fcntl(s->lfd, F_GETFL) | O_NONBLOCK) < 0 ||
       add_fd(x.ep, s->lfd, &listener_tag) < 0 ||
       add_fd(x.ep, s->stop_fd, &stop_tag) < 0)
     bench_die("raw server setup");

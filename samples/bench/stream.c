@@ -29,16 +29,56 @@ static void stream_result(const point *pt, uint64_t unit, uint64_t units,
 }
 
 /* ---- raw: a message per send from 64 KiB up (to 1 MiB), 64 KiB batches
- * of smaller ones ---- */
+ * of smaller ones; raw-tls: one SSL_write each ---- */
 
 typedef struct raw_stream {
-  int fd;
-  bool busy;
+  raw_link l;
   uint64_t unit;
   size_t batch;
+  size_t retry; /* raw-tls: an SSL_write to make again with this length */
   uint64_t sent, units, units0;
   bench_phases ph;
 } raw_stream;
+
+/* Sends up to k bytes: how many went, 0 when the socket is full, dies on
+ * an error. A raw-tls write that found the socket full is made again with
+ * the same length, as OpenSSL wants. */
+static size_t raw_send(raw_stream *x, size_t k) {
+  ssize_t w;
+  if (x->l.ssl != NULL) {
+    k = x->retry != 0 ? x->retry : k;
+    w = bench_tls_send(&x->l, bench_zeros, k);
+    x->retry = w == 0 ? k : 0;
+  } else {
+    w = send(x->l.fd, bench_zeros, k,
+             (x->l.busy ? MSG_DONTWAIT : 0) | MSG_NOSIGNAL);
+    if (w < 0 && (errno == EAGAIN || errno == EINTR))
+      w = 0;
+  }
+  if (w < 0)
+    bench_die("stream send");
+  return (size_t)w;
+}
+
+/* Answer bytes there, waiting for some when `wait` (spinning when busy);
+ * 0 for none yet; dies at EOF or on an error. */
+static size_t raw_answers(raw_stream *x, bool wait) {
+  ssize_t r;
+  if (x->l.ssl != NULL) {
+    r = wait ? bench_tls_recv(&x->l, bench_rxbuf, sizeof bench_rxbuf)
+             : bench_tls_take(&x->l, bench_rxbuf, sizeof bench_rxbuf);
+  } else {
+    r = recv(x->l.fd, bench_rxbuf, sizeof bench_rxbuf,
+             wait && !x->l.busy ? 0 : MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+      return 0;
+    if (r == 0)
+      r = -1; /* EOF */
+  }
+  if (r < 0)
+    bench_die("stream recv");
+  return (size_t)r;
+}
 
 /* Sends a batch, or when draining what is left of the current unit;
  * returns how much it meant to send (0: nothing left). */
@@ -48,24 +88,15 @@ static uint64_t raw_send_some(raw_stream *x) {
                       : x->batch;
   if (left == 0)
     return 0;
-  size_t k = left > x->batch ? x->batch : (size_t)left;
-  ssize_t w =
-      send(x->fd, bench_zeros, k, (x->busy ? MSG_DONTWAIT : 0) | MSG_NOSIGNAL);
-  if (w > 0)
-    x->sent += (uint64_t)w;
-  else if (errno != EAGAIN && errno != EINTR)
-    bench_die("stream send");
+  x->sent += raw_send(x, left > x->batch ? x->batch : (size_t)left);
   return left;
 }
 
-/* Receives answers (blocking once nothing is left to send, unless busy)
- * and moves the phases. */
+/* Receives answers (waiting once nothing is left to send) and moves the
+ * phases. */
 static void raw_take_answers(raw_stream *x, uint64_t left) {
-  int flags = left == 0 && !x->busy ? 0 : MSG_DONTWAIT;
-  ssize_t r = recv(x->fd, bench_rxbuf, sizeof bench_rxbuf, flags);
-  if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-    bench_die("stream recv");
-  if (r < 0)
+  size_t r = raw_answers(x, left == 0);
+  if (r == 0)
     return;
   x->units += (uint64_t)r;
   uint64_t now = bench_now_ns();
@@ -78,8 +109,8 @@ static void raw_take_answers(raw_stream *x, uint64_t left) {
 }
 
 static void stream_raw(session *s, const point *pt, result *res) {
-  raw_stream x = {.busy = s->cf->busy, .unit = stream_unit(pt->size)};
-  x.fd = bench_raw_connect(s, SRV_SINK, x.unit);
+  raw_stream x = {.unit = stream_unit(pt->size)};
+  x.l = bench_raw_link_open(s, SRV_SINK, x.unit);
   x.batch = pt->size >= BENCH_TXMAX   ? BENCH_TXMAX
             : pt->size >= BENCH_CHUNK ? pt->size
                                       : BENCH_CHUNK / pt->size * pt->size;
@@ -87,7 +118,7 @@ static void stream_raw(session *s, const point *pt, result *res) {
   while (x.ph.phase != PH_DONE)
     raw_take_answers(&x, raw_send_some(&x));
   stream_result(pt, x.unit, x.units - x.units0, &x.ph, res);
-  bench_raw_close(x.fd, x.busy);
+  bench_raw_link_close(&x.l);
 }
 
 /* ---- weft: writes while the channel is writable ---- */

@@ -378,26 +378,52 @@ END_TEST
 
 /* ---- tables and targets ---- */
 
-START_TEST(bench_targets_ratio_met_and_missed) {
-  bench_row rows[4] = {
-      make_row("raw-busy", "raw-busy", -1), make_row("tcp bp=20", "weft", 20),
-      make_row("raw-block", "raw-block", 0), make_row("tcp bp=0", "weft", 0)};
-  double p50[4] = {10, 11, 40, 52};
-  for (int k = 0; k < 4; k++) {
+/* The targets of n ping-pong rows, row k with one p50 of p50[k]; the text
+ * is the caller's to free. */
+static char *pingpong_targets(bench_row *rows, const double *p50, int n) {
+  for (int k = 0; k < n; k++) {
     bench_row_add(&rows[k], BENCH_P50, p50[k]);
     bench_row_finish(&rows[k]);
   }
   membuf m;
   mem_open(&m);
-  bench_targets(m.f, rows, 4);
+  bench_targets(m.f, rows, (size_t)n);
   mem_close(&m);
-  ck_assert_ptr_nonnull(strstr(m.text, "tcp bp=20: 11 / 10 (raw-busy) = "
-                                       "**1.10x** (target <= 1.2x): met\n"));
+  return m.text;
+}
+
+START_TEST(bench_targets_ratio_met_and_missed) {
+  bench_row rows[4] = {
+      make_row("raw-busy", "raw-busy", -1), make_row("tcp bp=20", "weft", 20),
+      make_row("raw-block", "raw-block", 0), make_row("tcp bp=0", "weft", 0)};
+  char *text = pingpong_targets(rows, (const double[]){10, 11, 40, 52}, 4);
+  ck_assert_ptr_nonnull(strstr(text, "tcp bp=20: 11 / 10 (raw-busy) = "
+                                     "**1.10x** (target <= 1.2x): met\n"));
   /* 52/40 = 1.3: 8% over the 1.2 limit */
-  ck_assert_ptr_nonnull(strstr(m.text, "tcp bp=0: 52 / 40 (raw-block) = "
-                                       "**1.30x** (target <= 1.2x): missed "
-                                       "by 8%\n"));
-  free(m.text);
+  ck_assert_ptr_nonnull(strstr(text, "tcp bp=0: 52 / 40 (raw-block) = "
+                                     "**1.30x** (target <= 1.2x): missed "
+                                     "by 8%\n"));
+  free(text);
+}
+END_TEST
+
+/* A +tls row's floor is OpenSSL's own (raw-tls-*), at 1.1x; never the
+ * plaintext raw rows. */
+START_TEST(bench_targets_tls_against_raw_tls) {
+  bench_row rows[5] = {make_row("raw-busy", "raw-busy", -1),
+                       make_row("raw-tls-busy", "raw-tls-busy", -1),
+                       make_row("tcp+tls bp=20", "weft", 20),
+                       make_row("raw-tls-block", "raw-tls-block", 0),
+                       make_row("tcp+tls bp=0", "weft", 0)};
+  char *text = pingpong_targets(rows, (const double[]){10, 20, 21, 50, 60}, 5);
+  ck_assert_ptr_nonnull(strstr(text, "tcp+tls bp=20: 21 / 20 (raw-tls-busy) "
+                                     "= **1.05x** (target <= 1.1x): met\n"));
+  /* 60/50 = 1.2: 9% over the 1.1 limit */
+  ck_assert_ptr_nonnull(strstr(text, "tcp+tls bp=0: 60 / 50 (raw-tls-block) "
+                                     "= **1.20x** (target <= 1.1x): missed "
+                                     "by 9%\n"));
+  ck_assert_ptr_null(strstr(text, "(raw-busy)"));
+  free(text);
 }
 END_TEST
 
@@ -496,7 +522,8 @@ Suite *weft_test_suite(void) {
       bench_csv_parses_back_field_for_field,
       bench_json_well_formed_with_odd_text,
       bench_json_checker_rejects_broken_text, bench_json_empty_report_valid,
-      bench_targets_ratio_met_and_missed, bench_targets_rate_against_faster_raw,
-      bench_table_ratio_to_raw_peer, bench_table_max_is_max_of_repetitions,
-      bench_no_pin_leaves_affinity, NULL);
+      bench_targets_ratio_met_and_missed, bench_targets_tls_against_raw_tls,
+      bench_targets_rate_against_faster_raw, bench_table_ratio_to_raw_peer,
+      bench_table_max_is_max_of_repetitions, bench_no_pin_leaves_affinity,
+      NULL);
 }

@@ -34,10 +34,6 @@ scratch_with_children
 
 kv_servers_start "$out" 6400 "$@"
 
-cpu_ticks() { # utime + stime of a process, in clock ticks
-  awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"
-}
-
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for run in $(seq "$runs"); do
   for ci in "${!configs[@]}"; do
