@@ -47,18 +47,19 @@
 # TCP_NODELAY (ss -tin during a run: data_segs_out / data_segs_in = 16 for
 # both, 1 for weft), and wrk acknowledges them with pure ACKs. On loopback
 # a segment's cost (TCP output, the receiver's input run in the sender's
-# softirq, waking wrk) falls on the sender, and it is most of a response's
-# cost. Pipelining spares the peers only the read side (one recvfrom per
+# softirq, waking wrk) falls on the sender, once per response whether
+# pipelined or not. Pipelining spares the peers only the read side (one recvfrom per
 # 16 requests instead of one per request; epoll_wait was already shared
 # by 64 connections); weft gathers the responses of one read into one
-# sendmsg (16 per write). No nginx or h2o setting batches responses
-# across pipelined requests (nginx's postpone_output holds only output
+# sendmsg (16 per write). We know of no nginx or h2o setting that batches
+# responses across pipelined requests (nginx's postpone_output holds only output
 # that is not the end of a response; tcp_nopush acts with sendfile only).
 # So how much the peers' rate rises with pipelining depends on which side
-# was the limit: where the server's CPU is (a server CPU shared with other
-# work), barely; where wrk is near its own limit in keep-alive (issue 33's
-# quieter reading: nginx 96-101k keep-alive, 137-139k pipelined), more,
-# because pipelining also cuts wrk's work per request. Compare servers by
+# was the limit in keep-alive: where the server's CPU is (the first reading
+# in docs/benchmarks.md), barely; where wrk is near its own limit (as issue
+# 33 says of its own reading: nginx 96-101k keep-alive, 137-139k
+# pipelined), more, because pipelining also cuts wrk's work per request;
+# where both wait for a loaded machine's scheduler, most. Compare servers by
 # their CPU per request, not by the rate ratio alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -226,7 +227,7 @@ for s in "${labels[@]}"; do wait_port "${port[$s]}"; done
 if [ "$tls" = 1 ]; then
   suites=$(for s in "${labels[@]}"; do check_tls "$s" "${port[$s]}"; done |
     sort -u)
-  [ "$(echo "$suites" | wc -l)" = 1 ] ||
+  [ -n "$suites" ] && [ "$(echo "$suites" | wc -l)" = 1 ] ||
     { echo "bench-http: the servers negotiate different suites"; exit 1; }
   echo "TLS 1.3, $suites at every server"
 fi
@@ -269,6 +270,7 @@ for run in $(seq "$runs"); do
       echo "$s,$mode$tag,$run,$reqs,$rps,$p99,$((after - before)),$errs" \
         >>"$out/all.csv"
       echo "run $run $mode$tag $s: $rps req/s, p99 $p99, errors $errs" >&2
+      [ "$errs" = 0 ] || grep 'Non-2xx\|Socket errors' "$out/wrk.txt" >&2
     done
   done
 done
