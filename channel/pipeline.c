@@ -230,9 +230,15 @@ static void tail_exception(weft_ctx *ctx, int err, const char *reason) {
   weft_channel *ch = ctx->pipeline->channel;
   if (ch->tail_hooks != NULL)
     ch->tail_hooks->exception(ch, err);
-  weft_channel_log(
-      ch, WEFT_LOG_WARN, "unhandled exception %s (%s): %s; closing the channel",
-      weft_err_name(err), weft_strerror(err), reason != NULL ? reason : "");
+  /* A peer that resets its connection, or is gone when we write, is the
+   * peer's doing and routine for a server (wrk resets every connection at
+   * its end): INFO, as nginx logs it, so that one WARN line per client
+   * does not bury the warnings that need a look. */
+  bool peer_gone = err == WEFT_ECONNRESET || err == WEFT_EPIPE;
+  weft_channel_log(ch, peer_gone ? WEFT_LOG_INFO : WEFT_LOG_WARN,
+                   "unhandled exception %s (%s): %s; closing the channel",
+                   weft_err_name(err), weft_strerror(err),
+                   reason != NULL ? reason : "");
   weft__channel_close(ch, WEFT_PROMISE_NONE);
 }
 

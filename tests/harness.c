@@ -24,17 +24,19 @@ static pthread_mutex_t cap_lock = PTHREAD_MUTEX_INITIALIZER;
 static char cap_buf[1 << 16];
 static size_t cap_len;
 
+/* Each line as weft's default handler writes it, its level first
+ * ("warn: channel 1: ..."), so a test can check the level too. */
 static void capture(weft_log_level level, const char *msg, void *arg) {
-  (void)level;
+  static const char *const names[] = {"error", "warn", "info", "debug"};
   (void)arg;
   pthread_mutex_lock(&cap_lock);
-  size_t n = strlen(msg);
-  if (cap_len + n + 2 < sizeof cap_buf) {
-    memcpy(cap_buf + cap_len, msg, n);
-    cap_len += n;
-    cap_buf[cap_len++] = '\n';
-    cap_buf[cap_len] = '\0';
-  }
+  const char *name = (unsigned)level < 4 ? names[level] : "?";
+  int n = snprintf(cap_buf + cap_len, sizeof cap_buf - cap_len, "%s: %s\n",
+                   name, msg);
+  if (n < 0 || (size_t)n >= sizeof cap_buf - cap_len)
+    cap_buf[cap_len] = '\0'; /* full: drop the line, keep what was there */
+  else
+    cap_len += (size_t)n;
   pthread_mutex_unlock(&cap_lock);
 }
 

@@ -25,7 +25,8 @@ void th_log_capture_start(void);
 void th_log_capture_stop(void);
 /** Number of captured messages containing `needle`. Thread-safe. */
 int th_log_count(const char *needle);
-/** All captured messages, one per line (valid until the next capture). */
+/** All captured messages, one per line, each after its level's name and
+ * ": " ("warn: channel 1: ...") (valid until the next capture). */
 const char *th_log_text(void);
 
 /* ---- time ---- */

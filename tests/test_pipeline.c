@@ -357,6 +357,43 @@ START_TEST(pipeline_exception_reaches_tail_and_closes_channel) {
 }
 END_TEST
 
+/* A peer's reset reaching the tail is routine for a server: INFO, not one
+ * WARN per client (weft-http logged one per wrk connection); any other
+ * error stays a WARN. */
+static void reset_on_read(weft_ctx *ctx, void *msg) {
+  weft_msg_release(msg);
+  weft_ctx_fire_exception_caught(ctx, WEFT_ECONNRESET, "recv");
+}
+static const weft_handler resetter_h = {.name = "resetter",
+                                        .channel_read = reset_on_read};
+static void init_reset(weft_channel *ch, void *arg) {
+  (void)arg;
+  weft_pipeline_add_last(weft_channel_pipeline(ch), "resetter", &resetter_h,
+                         NULL);
+}
+
+START_TEST(pipeline_peer_reset_at_the_tail_is_info_not_warn) {
+  th_log_capture_start();
+  weft_embedded *e = embedded_of(init_reset);
+  weft_embedded_write_inbound(e, bytes(e, "x"));
+  ck_assert_int_eq(weft_channel_state_of(weft_embedded_channel(e)),
+                   WEFT_CHANNEL_CLOSED);
+  ck_assert_msg(th_log_count("info: channel") == 1 &&
+                    th_log_count("ECONNRESET") == 1 &&
+                    th_log_count("warn:") == 0,
+                "log:\n%s", th_log_text());
+  th_log_capture_stop();
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+  /* and an error of the channel's own is still a warning */
+  th_log_capture_start();
+  e = embedded_of(init_exc);
+  weft_embedded_write_inbound(e, bytes(e, "garbage"));
+  ck_assert_msg(th_log_count("warn: channel") == 1, "log:\n%s", th_log_text());
+  th_log_capture_stop();
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 /* ---- the tail ---- */
 
 START_TEST(pipeline_tail_releases_unhandled_and_queue_at_close) {
@@ -634,6 +671,7 @@ Suite *weft_test_suite(void) {
                   pipeline_promises_report_sent_and_closed,
                   pipeline_head_refuses_non_buffer_message,
                   pipeline_exception_reaches_tail_and_closes_channel,
+                  pipeline_peer_reset_at_the_tail_is_info_not_warn,
                   pipeline_tail_releases_unhandled_and_queue_at_close,
                   pipeline_small_writes_merge_on_a_stream_only,
                   pipeline_watermarks_count_merged_small_writes,

@@ -73,7 +73,9 @@
  *
  * Past the ends: a message that reaches the tail unhandled is released (with
  * a DEBUG log line naming its type); an exception that reaches the tail is
- * logged at WARN with the channel and reason, and the channel is closed;
+ * logged with the channel and reason, at INFO for WEFT_ECONNRESET and
+ * WEFT_EPIPE (the peer went away) and at WARN for every other error, and
+ * the channel is closed;
  * other inbound events end silently at the tail. Outbound operations that
  * reach the head go to the transport: write queues a weft_buf (any other
  * message type fails its promise with WEFT_EINVAL and is released), flush
