@@ -9,7 +9,7 @@
 # request (utime + stime of the server process from /proc/PID/stat over
 # the run, divided by the requests wrk counted).
 #
-# Usage: scripts/bench-http.sh [RUNS]            (default 5)
+# Usage: samples/http/scripts/bench-http.sh [RUNS]   (default 5)
 # Environment: WEFT_HTTP (the weft-http binary; default: build/release's,
 #   built if missing), DURATION (s per run, 10), CONNS (wrk -c, 64),
 #   SERVER_CPU (0), CLIENT_CPU (1), MAX_LOAD (1-minute load average above
@@ -22,7 +22,7 @@
 #   taskset -c $CLIENT_CPU wrk -t1 -c$CONNS -d${DURATION}s --latency \
 #     -s pipeline.lua URL -- 16
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
 runs=${1:-5}
 duration=${DURATION:-10}
