@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# A sample that is a project of its own (samples/kv, samples/bench) is a
-# user of weft: it may use what weft installs and nothing else.
+# A sample that is a project of its own (samples/kv, samples/bench,
+# samples/http) is a user of weft: it may use what weft installs and
+# nothing else.
 #  - includes: every #include of its sources (SAMPLE_DIR, its tests and
 #    scripts, and the test harness it borrows, tests/harness.[ch]) is a
 #    system header, a header weft installs (<weft/NAME.h>, include/weft/),

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# What a sample that is a CMake project of its own (samples/kv,
+# What a sample that is a CMake project of its own (samples/kv, samples/http,
 # samples/bench) does before its targets, from its project() on: it uses
 # weft only as a user does, through weft::weft, libweft.so, which exports
 # weft_* and hides weft's internals (weft__*, cmake/weft.map), so a call of

@@ -36,8 +36,8 @@ PKGS=(build-essential cmake pkg-config check libsubunit-dev libinih-dev
       qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core zstd
       ibverbs-utils ibverbs-providers
       # HTTP/1.1: llhttp's C sources (codec/CMakeLists.txt builds them in),
-      # the peers of tests/test_http_server.sh and the servers and load
-      # generator of scripts/bench-http.sh
+      # the peers of samples/http/tests/test_http_server.sh and the servers
+      # and load generator of samples/http/scripts/bench-http.sh
       node-llhttp curl apache2-utils nginx-light h2o wrk)
 
 missing=()

@@ -8,10 +8,12 @@
 # list of built-ins, transports/builtin.c, gets the names from CMake),
 # transports/ holds the plugins' folders and that list, nothing else (the
 # registry, endpoints and socket helpers are channel/'s), and the KV
-# service and the benchmarks are projects of their own (samples/kv,
-# samples/bench): tests/ and scripts/ hold no KV file, and their own
-# check_kv_public_api and check_bench_public_api hold them to the headers
-# and symbols weft installs (samples/check_public_api.sh).
+# service, the benchmarks and the HTTP sample are projects of their own
+# (samples/kv, samples/bench, samples/http): tests/ and scripts/ hold no
+# KV file and no script of the HTTP sample, and their own
+# check_kv_public_api, check_bench_public_api and check_http_public_api
+# hold them to the headers and symbols weft installs
+# (samples/check_public_api.sh).
 #
 # Usage: tests/check_layers.sh [SOURCE_DIR]   (default: the repository)
 # Exit 0 when clean; 1 with one line per violation, "file:line: why".
@@ -125,6 +127,12 @@ done
 # The KV's files are samples/kv's (its code, tests and scripts).
 for f in $(find tests scripts -iname '*kv*' 2>/dev/null | LC_ALL=C sort); do
   report "$f: a file of the KV service outside samples/kv/"
+done
+# The HTTP sample's tests and scripts are samples/http's; weft's own HTTP
+# tests are the codecs' (test_http.c, test_http_client.c, the fuzz target).
+for f in $(find tests scripts \( -iname '*http*.sh' -o -iname '*http*.py' \) \
+  2>/dev/null | LC_ALL=C sort); do
+  report "$f: a script of the HTTP sample outside samples/http/"
 done
 
 [ $fail -eq 0 ] && echo "check_layers: every include points down a layer; no plugin named outside its folder"

@@ -34,9 +34,14 @@ if [ -x "$prefix/bin/weft-kv-server" ]; then
   for p in weft-kv weft-kvbench weft-echo weft-bench; do
     [ -x "$prefix/bin/$p" ] || { echo "cmake --install put no $p in bin/"; exit 1; }
   done
-  # The KV's and the benchmarks' programs link libweft.so: they find it
-  # from wherever the prefix is (their RUNPATH, samples/weft_sample.cmake).
-  for p in weft-kv-server weft-kv weft-kvbench weft-bench; do
+  # The KV's, the benchmarks' and the HTTP sample's programs link
+  # libweft.so: they find it from wherever the prefix is (their RUNPATH,
+  # samples/weft_sample.cmake).
+  http=()
+  if [ -x "$prefix/bin/weft-http" ]; then
+    http=(weft-http weft-http-load)
+  fi
+  for p in weft-kv-server weft-kv weft-kvbench weft-bench "${http[@]}"; do
     out=$(env -u LD_LIBRARY_PATH "$prefix/bin/$p" --version 2>&1) ||
       { echo "$prefix/bin/$p does not run: $out"; exit 1; }
   done
@@ -107,7 +112,13 @@ echo "README snippet: built, echoed, stopped by SIGTERM with status 0"
 samples=$(cd "$here/../../samples" && pwd)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache)
-for s in kv bench; do
+# samples/http too where this weft has the HTTP codec (WEFT_WITH_HTTP: it
+# installed weft-http).
+alone=(kv bench)
+if [ -x "$prefix/bin/weft-http" ]; then
+  alone+=(http)
+fi
+for s in "${alone[@]}"; do
   cmake -S "$samples/$s" -B "$prefix/$s" -DCMAKE_PREFIX_PATH="$prefix" \
     -DWEFT_SAMPLE_BUILD_TESTS=OFF -DWEFT_SAMPLE_WERROR=ON "${launcher[@]}" >/dev/null
   cmake --build "$prefix/$s" -j"$(nproc)" >/dev/null

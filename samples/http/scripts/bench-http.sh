@@ -18,7 +18,7 @@
 # measuring, each server must answer curl -k over TLS 1.3 and refuse a
 # client capped at TLS 1.2.
 #
-# Usage: scripts/bench-http.sh [RUNS]            (default 5)
+# Usage: samples/http/scripts/bench-http.sh [RUNS]   (default 5)
 # Environment: WEFT_HTTP (the weft-http binary; default: build/release's,
 #   built if missing), DURATION (s per run, 10), CONNS (wrk -c, 64),
 #   SERVER_CPU (0), CLIENT_CPU (1), TLS (1 = HTTPS, see above; default 0),
@@ -62,7 +62,7 @@
 # where both wait for a loaded machine's scheduler, most. Compare servers by
 # their CPU per request, not by the rate ratio alone.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 . scripts/lib.sh
 runs=${1:-5}
 duration=${DURATION:-10}

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# curl, Python's http.client (tests/http_client_py.py), ab and weft's own
+# curl, Python's http.client (http_client_py.py), ab and weft's own
 # client (weft-http-load) against
 # weft-http over one transport, optionally with TLS in front: /plaintext,
 # /json, static files, HEAD, keep-alive, pipelining, 100-continue, the
 # hostile cases with their status codes, the access log, --help, and a
 # short ab run (keep-alive) without a failed request.
-# Usage: test_http_server.sh PATH/TO/weft-http TRANSPORT [tls]   (CTest)
+# Usage: test_http_server.sh PATH/TO/weft-http TRANSPORT [tls MAKE_CERTS]
+#   (CTest; MAKE_CERTS is weft's tests/tls/make-certs.sh)
 set -u
-server=$1 transport=$2 tls=${3:-}
+server=$1 transport=$2 tls=${3:-} make_certs=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 for tool in curl ab python3; do
   command -v "$tool" >/dev/null ||
@@ -26,7 +27,7 @@ printf 'secret\n' >"$dir/secret.txt"
 
 scheme=http curl_tls=() py_tls=() srv_tls=()
 if [ "$tls" = tls ]; then
-  "$here/tls/make-certs.sh" "$dir/certs" >/dev/null
+  "$make_certs" "$dir/certs" >/dev/null
   scheme=https
   curl_tls=(--cacert "$dir/certs/ca.pem")
   py_tls=(tls "$dir/certs/ca.pem")

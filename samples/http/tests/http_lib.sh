@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Sourced by the weft-http test scripts: starts the server and counts
 # checks.
-. "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh" # log_match
+. "$(dirname "${BASH_SOURCE[0]}")/../../../scripts/lib.sh" # weft's: log_match
 
 # start_weft_http SERVER TRANSPORT LOG ARGS...: starts SERVER on
 # TRANSPORT://127.0.0.1:0 with one loop and ARGS, its stderr in LOG; sets
