@@ -52,6 +52,9 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+/* sigset_t: POSIX defines it here too, where strict ISO C (-std=c17,
+ * no feature macro) still sees it; <signal.h> then does not declare it. */
+#include <sys/select.h>
 
 #include <weft/config.h>
 #include <weft/loop.h>

@@ -62,6 +62,17 @@ case "$flags" in
 esac
 cc -o "$prefix/pc_consumer" "$here/consumer.c" $flags
 "$prefix/pc_consumer"
+
+# Every installed header compiles alone in strict ISO C17 (no feature
+# macro, no _GNU_SOURCE, as a user's -std=c17 build has): a header that
+# needs a POSIX type includes the POSIX header that defines it (weft/cli.h's
+# sigset_t failed here under <signal.h> alone).
+for h in "$prefix"/include/weft/*.h; do
+  printf '#include <weft/%s>\nint weft_strict_c17;\n' "${h##*/}" |
+    cc -std=c17 -Werror -Wall -Wextra -I"$prefix/include" -fsyntax-only -x c - ||
+    { echo "<weft/${h##*/}> does not compile alone under -std=c17"; exit 1; }
+done
+echo "installed headers: each compiles alone under -std=c17"
 PKG_CONFIG_LIBDIR=/nonexistent PKG_CONFIG_PATH= cmake -S "$here" \
   -B "$prefix/cm_shared" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON \
