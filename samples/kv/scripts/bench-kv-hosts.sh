@@ -34,25 +34,31 @@ base=6500
 # `spids`; returns once each answers PING.
 start_kind() {
   local k p
+  local -a cmd
   spids=()
   for k in $(seq 0 $((servers - 1))); do
     p=$((base + k))
     case $1 in
-    weft) "$bin" -o kv.rpc_listen= -o "kv.resp_listen=127.0.0.1:$p" ;;
-    weft-pinned) "$bin" -o kv.rpc_listen= -o "kv.resp_listen=127.0.0.1:$p" \
-      -o loop.pin=true ;;
-    redis) redis-server --port "$p" --save "" --appendonly no \
-      --daemonize no --loglevel warning ;;
-    esac >/dev/null 2>"$out/$1.$k.log" &
+    weft) cmd=("$bin" -o kv.rpc_listen= -o "kv.resp_listen=127.0.0.1:$p") ;;
+    weft-pinned) cmd=("$bin" -o kv.rpc_listen= \
+      -o "kv.resp_listen=127.0.0.1:$p" -o loop.pin=true) ;;
+    redis) cmd=(redis-server --port "$p" --save "" --appendonly no \
+      --daemonize no --loglevel warning) ;;
+    esac
+    # the server itself in the background (not a subshell around it), so
+    # that stop_kind's signal reaches it and the port is free for the
+    # next kind
+    "${cmd[@]}" >/dev/null 2>"$out/$1.$k.log" &
     spids+=($!)
     pids+=($!)
   done
   for k in $(seq 0 $((servers - 1))); do
     for _ in $(seq 300); do
+      kill -0 "${spids[$k]}" 2>/dev/null || break
       redis-cli -p $((base + k)) ping >/dev/null 2>&1 && continue 2
       sleep 0.1
     done
-    echo "$1 server $k did not answer:" >&2
+    echo "$1 server $k did not start or answer:" >&2
     cat "$out/$1.$k.log" >&2
     return 1
   done
