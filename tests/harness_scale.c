@@ -4,7 +4,9 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +151,43 @@ void th_child_finish(th_child *c) {
   ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                 "the server process ended with status 0x%x", st);
   close(c->from);
+}
+
+void th_child_log_to(const char *path) {
+  int fd = open(path, O_WRONLY | O_APPEND);
+  if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
+    _exit(6);
+  close(fd);
+}
+
+void th_child_print_log(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return;
+  char line[512];
+  while (fgets(line, sizeof line, f) != NULL)
+    fprintf(stderr, "server: %s", line);
+  fclose(f);
+}
+
+bool th_child_aborted_with(th_child *c, const char *log, const char *needle) {
+  int st = 0;
+  for (int i = 0; waitpid(c->pid, &st, WNOHANG) != c->pid; i++) {
+    if (i == 1000)
+      return false; /* still running: not an abort */
+    th_sleep_ms(10);
+  }
+  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+    return false;
+  FILE *f = fopen(log, "r");
+  if (f == NULL)
+    return false;
+  char line[512];
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f) != NULL)
+    found = strstr(line, needle) != NULL;
+  fclose(f);
+  return found;
 }
 
 weft_server *th_child_bind(weft_loop_group *g, const char *listen,

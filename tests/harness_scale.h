@@ -101,6 +101,32 @@ void th_child_start(th_child *c, void (*serve)(int in, int out));
 void th_child_finish(th_child *c);
 
 /**
+ * In the child: sends its stdout and stderr to the file `path` (which the
+ * parent made, e.g. with mkstemp), where a library's fatal message lands
+ * for the parent to read. Exits 6 if it cannot. No Check asserts.
+ */
+void th_child_log_to(const char *path);
+
+/** Copies the file `path` to stderr, each line marked "server: ". Test
+ *  thread. */
+void th_child_print_log(const char *path);
+
+/** The message of UCX 1.13's async abort (`async.c:643 Assertion
+ *  'handler->async == async'`): a socket's event queued for one worker
+ *  while the fd number moved to another worker of the same process
+ *  (docs/transports/ucx.md, "Many workers in one process"; fixed upstream
+ *  in openucx/ucx#9942, after 1.17). */
+#define TH_UCX_ASYNC_ABORT "handler->async == async"
+
+/**
+ * Whether the child ended by SIGABRT with `needle` in its log file `log`
+ * (th_child_log_to): waits up to 10 s for it to end and reaps it, so the
+ * caller must not th_child_finish it afterwards. False if it is still
+ * running, ended otherwise, or logged no `needle`. Test thread.
+ */
+bool th_child_aborted_with(th_child *c, const char *log, const char *needle);
+
+/**
  * In the child: binds a server on `g` listening on `listen` with default
  * child options, `init` for every channel and `backlog` (0: the
  * default). NULL if it fails. No Check asserts.

@@ -21,7 +21,6 @@
  */
 #include "harness_scale.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -88,10 +87,7 @@ static char srv_log[] = "/tmp/weft-ucx-scale-XXXXXX";
 
 static _Noreturn void scale_server(int in, int out) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
-  int fd = open(srv_log, O_WRONLY | O_APPEND);
-  if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)
-    _exit(6);
-  close(fd);
+  th_child_log_to(srv_log);
   srv_group = loops("wu-big-srv", 2);
   if (srv_group == NULL)
     _exit(2);
@@ -100,44 +96,6 @@ static _Noreturn void scale_server(int in, int out) {
   if (srv == NULL)
     _exit(3);
   th_child_serve(srv_group, srv, in, out, answer_loops);
-}
-
-/* The server's log to stderr, each line marked. */
-static void print_server_log(void) {
-  FILE *f = fopen(srv_log, "r");
-  if (f == NULL)
-    return;
-  char line[512];
-  while (fgets(line, sizeof line, f) != NULL)
-    fprintf(stderr, "server: %s", line);
-  fclose(f);
-}
-
-/* Whether the server process ended by UCX 1.13's async abort: killed by
- * SIGABRT with UCX's "async.c:643 Assertion `handler->async == async'" in
- * its log. A socket's event queued for one worker while the fd number
- * moved to another worker, which this server's REDIRECTs and reconnects
- * can do under load even with pinned loops (docs/transports/ucx.md, "Many
- * workers in one process"; fixed upstream in openucx/ucx#9942, after 1.17).
- * Waits up to 10 s for the process to end, and reaps it. */
-static bool server_hit_ucx_async_abort(pid_t pid) {
-  int st = 0;
-  for (int i = 0; waitpid(pid, &st, WNOHANG) != pid; i++) {
-    if (i == 1000)
-      return false; /* still running: not an abort */
-    th_sleep_ms(10);
-  }
-  if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
-    return false;
-  FILE *f = fopen(srv_log, "r");
-  if (f == NULL)
-    return false;
-  char line[512];
-  bool found = false;
-  while (!found && fgets(line, sizeof line, f) != NULL)
-    found = strstr(line, "handler->async == async") != NULL;
-  fclose(f);
-  return found;
 }
 
 /* ---- the clients (this process, one loop: harness_scale.h) ---- */
@@ -186,8 +144,8 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   int failed = th_fleet_connect_count(&fl, cs, n, srv.uri, INFLIGHT,
                                       measure_first, &first);
   if (failed > 0) {
-    print_server_log();
-    if (server_hit_ucx_async_abort(srv.pid)) {
+    th_child_print_log(srv_log);
+    if (th_child_aborted_with(&srv, srv_log, TH_UCX_ASYNC_ABORT)) {
       th_skip(__func__,
               "the server process hit UCX 1.13's async abort "
               "(openucx/ucx#9942, docs/transports/ucx.md \"Many workers in "
@@ -253,7 +211,7 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   th_fleet_stop(&fl);
   free(cs);
   th_child_finish(&srv);
-  print_server_log();
+  th_child_print_log(srv_log);
   unlink(srv_log);
 }
 END_TEST
