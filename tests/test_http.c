@@ -478,6 +478,29 @@ START_TEST(http_hostile_requests_get_their_status_and_close) {
 }
 END_TEST
 
+/* Runs the timers until the channel closes (a timeout fired). */
+static void wait_closed(weft_embedded *e) {
+  WAIT_FOR((weft_embedded_run_pending(e),
+            !weft_channel_is_active(weft_embedded_channel(e))));
+}
+
+/* Waits past a timeout of 1 ms (any more that the machine takes only
+ * makes a timer that is wrongly armed surer to fire), runs the timers,
+ * and checks that none answered 408 or closed the channel. Returns what
+ * was flushed since the last outbound_text() (drained). */
+static char *expect_no_timeout(weft_embedded *e) {
+  th_sleep_ms(5);
+  weft_embedded_run_pending(e);
+  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
+  char *out = outbound_text(e);
+  ck_assert_ptr_null(strstr(out, "408"));
+  return out;
+}
+
+/* A request whose body stops after 3 of its 10 bytes. */
+static const char stalled_post[] =
+    "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc";
+
 /* Slowloris: a head not complete in header_timeout_ms gets 408. */
 START_TEST(http_slow_head_gets_408) {
   opts.header_timeout_ms = 1;
@@ -485,8 +508,7 @@ START_TEST(http_slow_head_gets_408) {
   static const char part[] = "GET / HTTP/1.1\r\nHo";
   th_log_capture_start();
   feed(e, part, sizeof part - 1, FEED_WHOLE, 1);
-  WAIT_FOR((weft_embedded_run_pending(e),
-            !weft_channel_is_active(weft_embedded_channel(e))));
+  wait_closed(e);
   th_log_capture_stop();
   ck_assert_ptr_nonnull(
       strstr(outbound_text(e), "HTTP/1.1 408 Request Timeout\r\n"));
@@ -502,10 +524,7 @@ START_TEST(http_complete_head_stops_the_timer) {
   weft_embedded *e = new_server(&app_handler);
   static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   feed(e, req, sizeof req - 1, FEED_WHOLE, 1);
-  th_sleep_ms(5);
-  weft_embedded_run_pending(e);
-  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  ck_assert_ptr_null(strstr(outbound_text(e), "408"));
+  expect_no_timeout(e);
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -515,12 +534,9 @@ END_TEST
 START_TEST(http_stalled_body_gets_408) {
   opts.body_timeout_ms = 1;
   weft_embedded *e = new_server(&app_handler);
-  static const char part[] =
-      "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc";
   th_log_capture_start();
-  feed(e, part, sizeof part - 1, FEED_WHOLE, 1);
-  WAIT_FOR((weft_embedded_run_pending(e),
-            !weft_channel_is_active(weft_embedded_channel(e))));
+  feed(e, stalled_post, sizeof stalled_post - 1, FEED_WHOLE, 1);
+  wait_closed(e);
   th_log_capture_stop();
   char *out = outbound_text(e);
   ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 408 Request Timeout\r\n"));
@@ -593,13 +609,8 @@ END_TEST
 START_TEST(http_body_timeout_zero_never_fires) {
   opts.body_timeout_ms = 0;
   weft_embedded *e = new_server(&app_handler);
-  static const char part[] =
-      "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc";
-  feed(e, part, sizeof part - 1, FEED_WHOLE, 1);
-  th_sleep_ms(5);
-  weft_embedded_run_pending(e);
-  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  ck_assert_ptr_null(strstr(outbound_text(e), "408"));
+  feed(e, stalled_post, sizeof stalled_post - 1, FEED_WHOLE, 1);
+  expect_no_timeout(e);
   ck_assert_uint_eq(the_app.body_bytes, 3);
   ck_assert_uint_eq(free_server(e), 0);
 }
@@ -617,12 +628,7 @@ START_TEST(http_no_body_no_body_timeout) {
       "POST /w HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nwhole";
   feed(e, wire, sizeof wire - 1, FEED_WHOLE, 1);
   ck_assert_uint_eq(the_app.ends, 3);
-  th_sleep_ms(5);
-  weft_embedded_run_pending(e);
-  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  char *out = outbound_text(e);
-  ck_assert_uint_eq(count(out, "HTTP/1.1 200 OK\r\n"), 3);
-  ck_assert_ptr_null(strstr(out, "408"));
+  ck_assert_uint_eq(count(expect_no_timeout(e), "HTTP/1.1 200 OK\r\n"), 3);
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -634,18 +640,12 @@ START_TEST(http_body_timeout_waits_while_reading_is_paused) {
   opts.body_timeout_ms = 1;
   weft_embedded *e = new_server(&app_handler);
   weft_channel *ch = weft_embedded_channel(e);
-  static const char part[] =
-      "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc";
-  feed(e, part, sizeof part - 1, FEED_WHOLE, 1);
+  feed(e, stalled_post, sizeof stalled_post - 1, FEED_WHOLE, 1);
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
-  for (int i = 0; i < 3; i++) { /* deadlines pass while paused */
-    th_sleep_ms(5);
-    weft_embedded_run_pending(e);
-  }
-  ck_assert(weft_channel_is_active(ch));
-  ck_assert_ptr_null(strstr(outbound_text(e), "408"));
+  for (int i = 0; i < 3; i++) /* deadlines pass while paused */
+    expect_no_timeout(e);
   ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 1), 0);
-  WAIT_FOR((weft_embedded_run_pending(e), !weft_channel_is_active(ch)));
+  wait_closed(e);
   ck_assert_ptr_nonnull(
       strstr(outbound_text(e), "HTTP/1.1 408 Request Timeout\r\n"));
   ck_assert_uint_eq(free_server(e), 0);
@@ -664,14 +664,11 @@ START_TEST(http_body_timeout_starts_at_the_100_continue) {
       "PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
       "Expect: 100-continue\r\n\r\n";
   feed(e, wire, sizeof wire - 1, FEED_WHOLE, 1);
-  th_sleep_ms(5);
-  weft_embedded_run_pending(e);
-  ck_assert(weft_channel_is_active(ch));
-  ck_assert_ptr_null(strstr(outbound_text(e), "100 Continue"));
+  ck_assert_ptr_null(strstr(expect_no_timeout(e), "100 Continue"));
   weft_ctx *ctx = weft_pipeline_context(weft_channel_pipeline(ch), "app");
   ck_assert_int_eq(weft_http_respond(ctx, 204, NULL, NULL, 0), 0);
   weft_ctx_flush(ctx);
-  WAIT_FOR((weft_embedded_run_pending(e), !weft_channel_is_active(ch)));
+  wait_closed(e);
   char *out = outbound_text(e);
   ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 100 Continue\r\n"));
   ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 408 Request Timeout\r\n"));
