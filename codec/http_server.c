@@ -416,6 +416,7 @@ static void refuse(http_server *s, int status) {
   }
 }
 
+/* refuse() for bad input: the reason logged, the rest of `in` dropped. */
 static int reject(http_server *s, weft_buf *in, int status,
                   const char *reason) {
   weft_log(WEFT_LOG_INFO, "channel %" PRIu64 ": http: %d %s: %s",

@@ -238,8 +238,9 @@ typedef struct weft_http_server_options {
  * earlier responses, when its 100 Continue is sent; each read that
  * brings body bytes restarts it; the body's end stops it. When it fires
  * the reason is logged at WEFT_LOG_INFO, the request gets 408 with
- * "Connection: close" (or, when a response to it or to an earlier
- * request has begun, the connection just closes) and the channel closes.
+ * "Connection: close" (or, when its response has begun or earlier
+ * requests still wait for theirs, which a 408 cannot overtake, the
+ * connection just closes) and the channel closes.
  * It does not fire while the server itself is not reading (flow control,
  * auto-read off, a yield): the client cannot send into a paused read.
  * A deadline that passes then moves one period on, and once more after
