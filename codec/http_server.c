@@ -38,10 +38,12 @@ typedef struct http_server {
   weft_http_server_options o;
   weft__http_parse p;
   weft_ctx *ctx;
-  weft_timer timer;    /* header timeout */
-  bool stop;           /* no more requests on this connection */
-  bool decoding_close; /* the request being decoded ends the connection */
-  int reject_status;   /* answer this once the queued requests are answered */
+  weft_timer timer;      /* header timeout */
+  weft_timer body_timer; /* body timeout: restarted by each read of body */
+  bool body_paused;      /* its last deadline passed while reading paused */
+  bool stop;             /* no more requests on this connection */
+  bool decoding_close;   /* the request being decoded ends the connection */
+  int reject_status;     /* answer this once the queued requests are answered */
   /* requests waiting for their response, oldest first */
   uint8_t *queue;
   size_t q_head, q_len;
@@ -77,6 +79,33 @@ static void q_pop(http_server *s) {
 static void set_reading(http_server *s, bool on) {
   s->read_paused = !on;
   weft_channel_set_option(weft_ctx_channel(s->ctx), WEFT_OPT_AUTO_READ, on);
+}
+
+/* ---- the header and body timeouts ---- */
+
+static void body_timeout(void *arg);
+
+/* (Re)starts `t` to fire `ms` from now; 0 = no timeout. */
+static void arm(http_server *s, weft_timer *t, uint32_t ms, weft_task_cb cb) {
+  if (ms != 0)
+    weft_timer_start(t, (uint64_t)ms * 1000000, 0, cb, s);
+}
+
+/* The server waits for body bytes: the request being decoded has a body
+ * whose end has not come, and no 100 Continue it asked for is still owed
+ * (until it is sent, the client is right to wait). */
+static bool body_awaited(http_server *s) {
+  uint8_t *back = q_back(s);
+  return !s->stop && back != NULL &&
+         (*back & (Q_DECODING | Q_EXPECT)) == Q_DECODING;
+}
+
+/* The body timeout counts from now: called when the server starts or goes
+ * on waiting for body bytes (after a read, a 100 Continue, a resume). */
+static void body_wait(http_server *s) {
+  s->body_paused = false;
+  if (body_awaited(s))
+    arm(s, &s->body_timer, s->o.body_timeout_ms, body_timeout);
 }
 
 /* ---- closing after a response ---- */
@@ -200,6 +229,7 @@ static void finish_response(http_server *s) {
   if (next != NULL && (*next & Q_EXPECT)) {
     *next &= (uint8_t)~Q_EXPECT;
     send_continue(s);
+    body_wait(s); /* the body is asked for only now */
   }
   if (s->read_paused && !s->stop && s->q_len < s->o.max_pipelined)
     set_reading(s, true);
@@ -360,16 +390,14 @@ static void write_status(http_server *s, int status) {
 /* ---- decoding ---- */
 
 /* Refuses the connection's input from here on with `status`: answered
- * after the requests before it, then the connection closes. */
-static int reject(http_server *s, weft_buf *in, int status,
-                  const char *reason) {
-  weft_log(WEFT_LOG_INFO, "channel %" PRIu64 ": http: %d %s: %s",
-           weft_channel_id(weft_ctx_channel(s->ctx)), status,
-           weft_http_reason(status), reason);
+ * after the requests before it, then the connection closes. Input still
+ * held is dropped by the next decode (`stop`). May free `s` with the
+ * channel when called from outside a decode (a timer). */
+static void refuse(http_server *s, int status) {
   weft_timer_stop(&s->timer);
+  weft_timer_stop(&s->body_timer);
   s->stop = true;
   s->p.pos = 0;
-  in->reader_index = in->writer_index;
   uint8_t *back = q_back(s);
   if (back != NULL && (*back & Q_DECODING)) {
     /* The error is in the body of a request the handler has seen: its
@@ -386,6 +414,16 @@ static int reject(http_server *s, weft_buf *in, int status,
   } else {
     s->reject_status = status; /* after the responses before it */
   }
+}
+
+/* refuse() for bad input: the reason logged, the rest of `in` dropped. */
+static int reject(http_server *s, weft_buf *in, int status,
+                  const char *reason) {
+  weft_log(WEFT_LOG_INFO, "channel %" PRIu64 ": http: %d %s: %s",
+           weft_channel_id(weft_ctx_channel(s->ctx)), status,
+           weft_http_reason(status), reason);
+  in->reader_index = in->writer_index;
+  refuse(s, status);
   return 1;
 }
 
@@ -501,21 +539,44 @@ static int emit_end(http_server *s, void **out) {
   uint8_t *back = q_back(s);
   if (back != NULL && (*back & Q_DECODING))
     *back &= (uint8_t)~Q_DECODING;
+  weft_timer_stop(&s->body_timer); /* the body has ended */
   if (s->decoding_close)
     s->stop = true; /* nothing after a request that ends the connection */
   *out = weft_http_end();
   return 1;
 }
 
+static void log_timeout(http_server *s, const char *what, uint32_t ms) {
+  weft_log(WEFT_LOG_INFO,
+           "channel %" PRIu64 ": http: 408 Request Timeout: %s within %" PRIu32
+           " ms",
+           weft_channel_id(weft_ctx_channel(s->ctx)), what, ms);
+}
+
 static void header_timeout(void *arg) {
   http_server *s = arg;
   if (s->stop)
     return;
-  weft_log(WEFT_LOG_INFO,
-           "channel %" PRIu64 ": http: 408 Request Timeout: no complete "
-           "request head within %" PRIu32 " ms",
-           weft_channel_id(weft_ctx_channel(s->ctx)), s->o.header_timeout_ms);
+  log_timeout(s, "no complete request head", s->o.header_timeout_ms);
   write_status(s, 408); /* flushes; may free `s` with the channel */
+}
+
+static void body_timeout(void *arg) {
+  http_server *s = arg;
+  if (!body_awaited(s))
+    return;
+  /* While the server itself does not read (flow control, auto-read off,
+   * a yield), the client's silence is not its fault. The decoder's
+   * read-resumed event is not the codec's to take, so the deadline moves
+   * one period on; and once more after a pause was seen, so the client
+   * gets a whole period of the server reading after it. */
+  if (!weft_channel_is_reading(weft_ctx_channel(s->ctx)) || s->body_paused) {
+    s->body_paused = !weft_channel_is_reading(weft_ctx_channel(s->ctx));
+    arm(s, &s->body_timer, s->o.body_timeout_ms, body_timeout);
+    return;
+  }
+  log_timeout(s, "no request body bytes", s->o.body_timeout_ms);
+  refuse(s, 408); /* as a reject in the body; may free `s` */
 }
 
 /* One run of llhttp and what it yields; returns what decode returns. */
@@ -549,9 +610,8 @@ static int execute(void *owner, weft_buf *in, void **out) {
   case WEFT__HTTP_MORE:
     /* The deadline counts from the first read that left a head
      * incomplete; a head read whole never touches the timer heap. */
-    if (s->o.header_timeout_ms != 0 && !weft_timer_active(&s->timer))
-      weft_timer_start(&s->timer, (uint64_t)s->o.header_timeout_ms * 1000000, 0,
-                       header_timeout, s);
+    if (!weft_timer_active(&s->timer))
+      arm(s, &s->timer, s->o.header_timeout_ms, header_timeout);
     s->base.need = s->o.max_head_bytes + 1;
     return 0;
   case WEFT__HTTP_DATA:
@@ -571,7 +631,12 @@ static int execute(void *owner, weft_buf *in, void **out) {
 
 static int http_decode(weft_decoder *d, weft_buf *in, void **out) {
   http_server *s = (http_server *)d;
-  return weft__http_decode_all(d, s->ctx, &s->p, &s->stop, in, out, execute, s);
+  int rc =
+      weft__http_decode_all(d, s->ctx, &s->p, &s->stop, in, out, execute, s);
+  /* Once per decode, not per body slice: a body that came whole with its
+   * head leaves no timer behind; one still coming counts from this read. */
+  body_wait(s);
+  return rc;
 }
 
 /* ---- the handler ---- */
@@ -579,6 +644,7 @@ static int http_decode(weft_decoder *d, weft_buf *in, void **out) {
 static void http_free(weft_decoder *d) {
   http_server *s = (http_server *)d;
   weft_timer_stop(&s->timer);
+  weft_timer_stop(&s->body_timer);
   weft__http_parse_fini(&s->p);
   free(s->queue);
   free(s);
@@ -587,10 +653,10 @@ static void http_free(weft_decoder *d) {
 static void http_added(weft_ctx *ctx) {
   http_server *s = weft_ctx_state(ctx);
   s->ctx = ctx;
-  weft_timer_init(weft_channel_loop(weft_ctx_channel(ctx)), &s->timer);
-  if (s->o.header_timeout_ms != 0)
-    weft_timer_start(&s->timer, (uint64_t)s->o.header_timeout_ms * 1000000, 0,
-                     header_timeout, s);
+  weft_loop *loop = weft_channel_loop(weft_ctx_channel(ctx));
+  weft_timer_init(loop, &s->timer);
+  weft_timer_init(loop, &s->body_timer);
+  arm(s, &s->timer, s->o.header_timeout_ms, header_timeout);
 }
 
 static const weft_handler http_server_handler = {.name = "http_server_codec",
@@ -603,6 +669,7 @@ void weft_http_server_options_init(weft_http_server_options *o) {
                                   .max_headers = 100,
                                   .max_body = 1024 * 1024,
                                   .header_timeout_ms = 10000,
+                                  .body_timeout_ms = 60000,
                                   .max_pipelined = 64,
                                   .server = "weft"};
 }

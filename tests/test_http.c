@@ -2,6 +2,8 @@
 /* The HTTP/1.1 server codec on the embedded channel: every message form at
  * any split, responses in request order, framing rules, and every limit
  * and smuggling rule with its status code (the hostile cases). */
+#include <inttypes.h>
+
 #include "harness.h"
 
 #include "codec_util.h"
@@ -476,6 +478,29 @@ START_TEST(http_hostile_requests_get_their_status_and_close) {
 }
 END_TEST
 
+/* Runs the timers until the channel closes (a timeout fired). */
+static void wait_closed(weft_embedded *e) {
+  WAIT_FOR((weft_embedded_run_pending(e),
+            !weft_channel_is_active(weft_embedded_channel(e))));
+}
+
+/* Waits past a timeout of 1 ms (any more that the machine takes only
+ * makes a timer that is wrongly armed surer to fire), runs the timers,
+ * and checks that none answered 408 or closed the channel. Returns what
+ * was flushed since the last outbound_text() (drained). */
+static char *expect_no_timeout(weft_embedded *e) {
+  th_sleep_ms(5);
+  weft_embedded_run_pending(e);
+  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
+  char *out = outbound_text(e);
+  ck_assert_ptr_null(strstr(out, "408"));
+  return out;
+}
+
+/* A request whose body stops after 3 of its 10 bytes. */
+static const char stalled_post[] =
+    "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc";
+
 /* Slowloris: a head not complete in header_timeout_ms gets 408. */
 START_TEST(http_slow_head_gets_408) {
   opts.header_timeout_ms = 1;
@@ -483,8 +508,7 @@ START_TEST(http_slow_head_gets_408) {
   static const char part[] = "GET / HTTP/1.1\r\nHo";
   th_log_capture_start();
   feed(e, part, sizeof part - 1, FEED_WHOLE, 1);
-  WAIT_FOR((weft_embedded_run_pending(e),
-            !weft_channel_is_active(weft_embedded_channel(e))));
+  wait_closed(e);
   th_log_capture_stop();
   ck_assert_ptr_nonnull(
       strstr(outbound_text(e), "HTTP/1.1 408 Request Timeout\r\n"));
@@ -500,10 +524,154 @@ START_TEST(http_complete_head_stops_the_timer) {
   weft_embedded *e = new_server(&app_handler);
   static const char req[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
   feed(e, req, sizeof req - 1, FEED_WHOLE, 1);
-  th_sleep_ms(5);
-  weft_embedded_run_pending(e);
-  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
-  ck_assert_ptr_null(strstr(outbound_text(e), "408"));
+  expect_no_timeout(e);
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
+/* A body that stops, 3 of its 10 bytes in, gets 408 body_timeout_ms
+ * after its last read, and the channel closes. */
+START_TEST(http_stalled_body_gets_408) {
+  opts.body_timeout_ms = 1;
+  weft_embedded *e = new_server(&app_handler);
+  th_log_capture_start();
+  feed(e, stalled_post, sizeof stalled_post - 1, FEED_WHOLE, 1);
+  wait_closed(e);
+  th_log_capture_stop();
+  char *out = outbound_text(e);
+  ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 408 Request Timeout\r\n"));
+  ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n"));
+  ck_assert_int_eq(th_log_count("408 Request Timeout: no request body bytes "
+                                "within 1 ms"),
+                   1);
+  ck_assert_uint_eq(the_app.heads, 1);
+  ck_assert_uint_eq(the_app.body_bytes, 3);
+  ck_assert_uint_eq(the_app.ends, 0);
+  ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
+/* The timeout is between two reads of the body, not for the whole body
+ * (nginx's client_body_timeout): a body sent a byte at a time, each
+ * within the timeout, is not timed out though it takes several timeouts.
+ * Timers run only in weft_embedded_run_pending(), so each gap is measured
+ * from before a byte's feed to after the timers ran; an attempt in which
+ * the machine stalled one gap past the timeout proves nothing and is
+ * retried on a new connection. */
+START_TEST(http_slow_body_is_timed_per_read_not_whole) {
+  enum { TIMEOUT_MS = 400, BYTES = 12 };
+  const uint64_t timeout_ns = TIMEOUT_MS * 1000000ull;
+  opts.body_timeout_ms = TIMEOUT_MS;
+  static const char head[] =
+      "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n";
+  for (int attempt = 0; attempt < 10; attempt++) {
+    memset(&the_app, 0, sizeof the_app);
+    weft_embedded *e = new_server(&app_handler);
+    weft_channel *ch = weft_embedded_channel(e);
+    uint64_t start = weft_now_ns(), fed = start;
+    feed(e, head, sizeof head - 1, FEED_WHOLE, 1);
+    bool stalled = false;
+    for (int i = 0; i < BYTES && !stalled; i++) {
+      do { /* a quarter of the timeout, the timers running */
+        weft_embedded_run_pending(e);
+        th_sleep_ms(1);
+      } while (weft_now_ns() - fed < timeout_ns / 4);
+      weft_embedded_run_pending(e);
+      stalled = weft_now_ns() - fed >= timeout_ns;
+      if (!stalled) {
+        ck_assert_msg(weft_channel_is_active(ch),
+                      "timed out after byte %d, %" PRIu64 " ms into the body",
+                      i, (weft_now_ns() - start) / 1000000);
+        fed = weft_now_ns();
+        feed(e, "b", 1, FEED_WHOLE, 1);
+      }
+    }
+    if (!stalled) {
+      ck_assert_uint_ge(weft_now_ns() - start, 2 * timeout_ns);
+      ck_assert_uint_eq(the_app.body_bytes, BYTES);
+      ck_assert_uint_eq(the_app.ends, 1);
+      char *out = outbound_text(e);
+      ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 200 OK\r\n"));
+      ck_assert_ptr_null(strstr(out, "408"));
+      ck_assert(weft_channel_is_active(ch));
+    }
+    ck_assert_uint_eq(free_server(e), 0);
+    if (!stalled)
+      return;
+  }
+  th_skip(__func__, "the machine stalled past %d ms in each of 10 attempts",
+          TIMEOUT_MS);
+}
+END_TEST
+
+/* body_timeout_ms = 0: a body that stops is never timed out. */
+START_TEST(http_body_timeout_zero_never_fires) {
+  opts.body_timeout_ms = 0;
+  weft_embedded *e = new_server(&app_handler);
+  feed(e, stalled_post, sizeof stalled_post - 1, FEED_WHOLE, 1);
+  expect_no_timeout(e);
+  ck_assert_uint_eq(the_app.body_bytes, 3);
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
+/* Requests without a body (GET, Content-Length: 0) and one whose body
+ * came whole leave no body timeout behind: answered, the connection stays
+ * open past it (a stray timeout would answer 408 and close). */
+START_TEST(http_no_body_no_body_timeout) {
+  opts.body_timeout_ms = 1;
+  weft_embedded *e = new_server(&app_handler);
+  static const char wire[] =
+      "GET /g HTTP/1.1\r\nHost: x\r\n\r\n"
+      "POST /z HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+      "POST /w HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nwhole";
+  feed(e, wire, sizeof wire - 1, FEED_WHOLE, 1);
+  ck_assert_uint_eq(the_app.ends, 3);
+  ck_assert_uint_eq(count(expect_no_timeout(e), "HTTP/1.1 200 OK\r\n"), 3);
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
+/* While the server itself does not read (auto-read off, as an
+ * application or flow control turns it), a stalled body is not timed
+ * out; once reading resumes it is. */
+START_TEST(http_body_timeout_waits_while_reading_is_paused) {
+  opts.body_timeout_ms = 1;
+  weft_embedded *e = new_server(&app_handler);
+  weft_channel *ch = weft_embedded_channel(e);
+  feed(e, stalled_post, sizeof stalled_post - 1, FEED_WHOLE, 1);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 0), 0);
+  for (int i = 0; i < 3; i++) /* deadlines pass while paused */
+    expect_no_timeout(e);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_AUTO_READ, 1), 0);
+  wait_closed(e);
+  ck_assert_ptr_nonnull(
+      strstr(outbound_text(e), "HTTP/1.1 408 Request Timeout\r\n"));
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
+/* "Expect: 100-continue" behind an unanswered request: its body is not
+ * asked for, and not timed out, until its 100 Continue is sent. */
+START_TEST(http_body_timeout_starts_at_the_100_continue) {
+  opts.body_timeout_ms = 1;
+  the_app.hold = true;
+  weft_embedded *e = new_server(&app_handler);
+  weft_channel *ch = weft_embedded_channel(e);
+  static const char wire[] =
+      "GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+      "PUT /u HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n"
+      "Expect: 100-continue\r\n\r\n";
+  feed(e, wire, sizeof wire - 1, FEED_WHOLE, 1);
+  ck_assert_ptr_null(strstr(expect_no_timeout(e), "100 Continue"));
+  weft_ctx *ctx = weft_pipeline_context(weft_channel_pipeline(ch), "app");
+  ck_assert_int_eq(weft_http_respond(ctx, 204, NULL, NULL, 0), 0);
+  weft_ctx_flush(ctx);
+  wait_closed(e);
+  char *out = outbound_text(e);
+  ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 100 Continue\r\n"));
+  ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 408 Request Timeout\r\n"));
   ck_assert_uint_eq(free_server(e), 0);
 }
 END_TEST
@@ -570,6 +738,11 @@ Suite *weft_test_suite(void) {
   tcase_add_loop_test(tc, http_hostile_requests_get_their_status_and_close, 0,
                       (int)(sizeof cases / sizeof cases[0]));
   th_add_tests(tc, http_slow_head_gets_408, http_complete_head_stops_the_timer,
+               http_stalled_body_gets_408,
+               http_slow_body_is_timed_per_read_not_whole,
+               http_body_timeout_zero_never_fires, http_no_body_no_body_timeout,
+               http_body_timeout_waits_while_reading_is_paused,
+               http_body_timeout_starts_at_the_100_continue,
                http_answer_at_the_head, http_response_builders, NULL);
   return s;
 }

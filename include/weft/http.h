@@ -37,7 +37,8 @@
  * 414, a head longer than that or more than max_headers fields 431, a
  * declared or chunked body above max_body 413, a head not complete within
  * header_timeout_ms of the first read that left it incomplete (or of the
- * connection's start) 408 (slowloris), an HTTP version
+ * connection's start) 408 (slowloris), a body that sends nothing for
+ * body_timeout_ms 408 (see the option), an HTTP version
  * other than 1.0 and 1.1 505, and 400 for everything that can smuggle a
  * request: Content-Length together with Transfer-Encoding, a duplicate or
  * malformed Content-Length, a Transfer-Encoding whose last coding is not
@@ -219,11 +220,37 @@ typedef struct weft_http_server_options {
                                  Content-Length or chunked total gets 413 */
   uint32_t header_timeout_ms; /* from a request's first byte to the end of
                                  its head; default 10000; 0 = none (408) */
+  uint32_t body_timeout_ms;   /* between two reads of a request's body
+                                 (nginx's client_body_timeout, whose default
+                                 it takes): default 60000; 0 = none. See
+                                 below */
   size_t max_pipelined;       /* requests decoded and not answered; default 64;
                                  reading pauses past it */
   const char *server;         /* the Server header's value; default "weft";
                                  NULL = none. Borrowed: must outlive the codec */
 } weft_http_server_options;
+
+/*
+ * body_timeout_ms, as nginx's client_body_timeout: the time allowed
+ * between two successive reads of a request's body, not for the whole
+ * body. It starts when a head whose body is expected (Content-Length > 0
+ * or chunked) is complete, or, for "Expect: 100-continue" held behind
+ * earlier responses, when its 100 Continue is sent; each read that
+ * brings body bytes restarts it; the body's end stops it. When it fires
+ * the reason is logged at WEFT_LOG_INFO, the request gets 408 with
+ * "Connection: close" (or, when its response has begun or earlier
+ * requests still wait for theirs, which a 408 cannot overtake, the
+ * connection just closes) and the channel closes.
+ * It does not fire while the server itself is not reading (flow control,
+ * auto-read off, a yield): the client cannot send into a paused read.
+ * A deadline that passes then moves one period on, and once more after
+ * reading resumes, so the client gets at least a whole period of the
+ * server reading after a pause the codec saw; what the client sent during
+ * a pause is read at the resume and restarts the timeout.
+ * header_timeout_ms has no such rule: the codec's own pause (past
+ * max_pipelined) comes between requests, before that timer starts, but
+ * a flow-control pause during a head already begun counts against it.
+ */
 
 /** Fills `o` with the defaults documented on each field. */
 void weft_http_server_options_init(weft_http_server_options *o);

@@ -51,9 +51,11 @@ static int parse_u64(const char *v, uint64_t max, uint64_t *out) {
 
 static int set_number(http_opts *o, const char *key, const char *value,
                       char *err, size_t err_len) {
-  uint64_t v, max = strcmp(key, "header_timeout_ms") == 0 ? 3600000
-                    : strcmp(key, "max_body") == 0        ? (1ull << 40)
-                                                          : (64u << 20);
+  bool ms = strcmp(key, "header_timeout_ms") == 0 ||
+            strcmp(key, "body_timeout_ms") == 0;
+  uint64_t v, max = ms                             ? 3600000
+                    : strcmp(key, "max_body") == 0 ? (1ull << 40)
+                                                   : (64u << 20);
   if (parse_u64(value, max, &v) < 0) {
     snprintf(err, err_len, "expected an integer from 0 to %" PRIu64, max);
     return WEFT_EINVAL;
@@ -64,6 +66,8 @@ static int set_number(http_opts *o, const char *key, const char *value,
     o->codec.max_head_bytes = (size_t)v;
   else if (strcmp(key, "max_headers") == 0)
     o->codec.max_headers = (size_t)v;
+  else if (strcmp(key, "body_timeout_ms") == 0)
+    o->codec.body_timeout_ms = (uint32_t)v;
   else
     o->codec.header_timeout_ms = (uint32_t)v;
   return 0;
@@ -98,7 +102,9 @@ static int http_section(void *arg, const char *section, const char *key,
     return 0;
   }
   if (strcmp(key, "max_body") == 0 || strcmp(key, "max_head_bytes") == 0 ||
-      strcmp(key, "max_headers") == 0 || strcmp(key, "header_timeout_ms") == 0)
+      strcmp(key, "max_headers") == 0 ||
+      strcmp(key, "header_timeout_ms") == 0 ||
+      strcmp(key, "body_timeout_ms") == 0)
     return set_number(o, key, value, err, err_len);
   return WEFT_ENOENT;
 }
@@ -117,6 +123,8 @@ static const weft_config_key http_keys[] = {
      "request body bytes, 0 to 1099511627776 (413 above)"},
     {"http", "header_timeout_ms", "10000",
      "ms from a request's first byte to its head's end (408), 0 = none"},
+    {"http", "body_timeout_ms", "60000",
+     "ms between two reads of a request's body (408), 0 (none) to 3600000"},
     {NULL, NULL, NULL, NULL}};
 
 /* [http] keys then [tls] keys, ended by a NULL entry. */

@@ -7,8 +7,9 @@ Usage: http_client_py.py PORT ROOT [tls CAFILE]
 http.client: keep-alive GETs on one connection, HEAD, a chunked POST,
 a static file. Raw sockets: 16 pipelined requests in one send answered in
 order, Expect: 100-continue, and the hostile cases (smuggling, sizes, a
-slow head) each answered with its status and a close. Prints one line per
-check and 'N passed, N failed' last; exits non-zero on a failure.
+slow head, a stalled body) each answered with its status and a close.
+Prints one line per check and 'N passed, N failed' last; exits non-zero on
+a failure.
 """
 import http.client
 import socket
@@ -169,6 +170,15 @@ t0 = time.monotonic()
 data = read_all(s)
 check("http_py_slow_head_408", data.startswith(b"HTTP/1.1 408 "),
       repr(data[:100]))
+s.close()
+
+# A body that stops: 3 of its 10 bytes, then nothing; after
+# body_timeout_ms the server gives 408 and closes.
+s = raw()
+s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+data = read_all(s)
+check("http_py_stalled_body_408", data.startswith(b"HTTP/1.1 408 ") and
+      b"Connection: close" in data, repr(data[:100]))
 s.close()
 
 print(f"{passed} passed, {failed} failed")

@@ -38,7 +38,8 @@ fi
 . "$here/http_lib.sh"
 start_weft_http "$server" "$transport" "$dir/server.log" \
   -o "http.root=$dir/root" -o "http.access_log=$dir/access.log" \
-  -o http.header_timeout_ms=1000 "${srv_tls[@]}"
+  -o http.header_timeout_ms=1000 -o http.body_timeout_ms=2000 \
+  "${srv_tls[@]}"
 base="$scheme://127.0.0.1:$port"
 
 fetch() { timeout 20 curl -s "${curl_tls[@]}" "$@"; }
