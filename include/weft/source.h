@@ -15,7 +15,8 @@
  * Each selector iteration polls every source without blocking. When nothing
  * happened for the busy-poll window, the loop asks every source to arm; a
  * source that answers "pending" keeps the loop polling. When all agree, the
- * loop sleeps in epoll_wait on the sources' fds (level-triggered), the
+ * loop sleeps in epoll_wait on the sources' fds (level-triggered unless a
+ * source asks for EPOLLET in `events`), the
  * watchers' fds, its wake-up eventfd and the next timer deadline
  * (epoll_pwait2, nanosecond timeout). A source whose fd was reported ready
  * gets its `wakeup` op, then the loop polls again; a watcher's callback runs
@@ -72,9 +73,13 @@ typedef struct weft_source_ops {
  */
 struct weft_source {
   const weft_source_ops *ops; /* public: the operations */
-  int fd;          /* public: fd epoll waits on, -1 = none (polled only) */
-  uint32_t events; /* public: epoll events to wait for (default EPOLLIN) */
-  void *data;      /* public: the owner's pointer */
+  int fd; /* public: fd epoll waits on, -1 = none (polled only) */
+  /* public: epoll events to wait for (default EPOLLIN). A source whose fd
+   * gets a new event for each notification (an eventfd the kernel writes
+   * once per signal) may add EPOLLET: its wakeup then need not drain the
+   * fd, and its arm must still see work that came before it armed. */
+  uint32_t events;
+  void *data; /* public: the owner's pointer */
   /* private */
   weft_loop *loop;
   weft_source *next;

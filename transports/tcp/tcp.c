@@ -372,8 +372,12 @@ static ssize_t send_some(tcp_channel *tc, size_t *asked) {
     return 0; /* only empty buffers: consumed(0) completes them */
   struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
   ssize_t w;
+  /* One buffer: send, which skips sendmsg's copy of the msghdr and its
+   * iovec from user memory (a ping-pong's usual case). */
   do
-    w = sendmsg(tc->io.w.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    w = n == 1 ? send(tc->io.w.fd, iov[0].iov_base, iov[0].iov_len,
+                      MSG_NOSIGNAL | MSG_DONTWAIT)
+               : sendmsg(tc->io.w.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   while (w < 0 && errno == EINTR);
   if (w < 0)
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : neg_errno();
@@ -462,8 +466,11 @@ static ssize_t read_once(tcp_channel *tc, weft_pool *pool, size_t *capacity) {
   if (b == NULL)
     return WEFT_ENOMEM;
   ssize_t n;
+  /* recv, not read: a socket read through read(2) also takes the file
+   * position lock and the VFS checks (fdget_pos, rw_verify_area), which a
+   * perf profile of a blocking ping-pong showed and recv(2) skips. */
   do
-    n = read(tc->io.w.fd, weft_buf_wptr(b), weft_buf_writable(b));
+    n = recv(tc->io.w.fd, weft_buf_wptr(b), weft_buf_writable(b), 0);
   while (n < 0 && errno == EINTR);
   if (n <= 0) {
     int err = n == 0 ? 0 : errno == EWOULDBLOCK ? WEFT_EAGAIN : neg_errno();
