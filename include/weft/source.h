@@ -74,7 +74,7 @@ typedef struct weft_source_ops {
 struct weft_source {
   const weft_source_ops *ops; /* public: the operations */
   int fd; /* public: fd epoll waits on, -1 = none (polled only) */
-  /* public: epoll events to wait for (default EPOLLIN). A source whose fd
+  /** public: epoll events to wait for (default EPOLLIN). A source whose fd
    * gets a new event for each notification (an eventfd the kernel writes
    * once per signal) may add EPOLLET: its wakeup then need not drain the
    * fd, and its arm must still see work that came before it armed. */
