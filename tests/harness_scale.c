@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,21 +200,85 @@ weft_server *th_child_bind(weft_loop_group *g, const char *listen,
   return weft_server_bind(&srv, &sb) == 0 ? srv : NULL;
 }
 
+/* Room for the line of TH_CHILD_COUNTERS_MAX counters: 20 digits and a
+ * sign or separator each, the '\n' and the NUL. */
+#define COUNTERS_LINE (TH_CHILD_COUNTERS_MAX * 21 + 2)
+
+/* The child's answer to one query: the line of `counters` on `out`, in
+ * one write so that it arrives whole (under PIPE_BUF). */
+static void answer_query(int out, th_child_counters_cb counters) {
+  long long v[TH_CHILD_COUNTERS_MAX];
+  int n = counters(v);
+  if (n < 0 || n > TH_CHILD_COUNTERS_MAX)
+    _exit(4);
+  char line[COUNTERS_LINE];
+  int len = 0;
+  for (int i = 0; i < n; i++)
+    len += snprintf(line + len, sizeof line - (size_t)len, "%s%lld",
+                    i > 0 ? " " : "", v[i]);
+  line[len++] = '\n';
+  if (write(out, line, (size_t)len) != len)
+    _exit(4);
+}
+
 _Noreturn void th_child_serve(weft_loop_group *g, weft_server *srv, int in,
-                              int out, void (*on_byte)(int out)) {
+                              int out, th_child_counters_cb counters) {
   char uri[300];
   if (weft_server_address(srv, uri, sizeof uri) != 0 ||
       write(out, uri, strlen(uri)) != (ssize_t)strlen(uri))
     _exit(4);
   char c;
   while (read(in, &c, 1) > 0)
-    if (on_byte != NULL)
-      on_byte(out);
+    if (counters != NULL)
+      answer_query(out, counters);
   weft_server_close(srv);
   weft_loop_group_stop(g);
   int rc = weft_loop_group_join(g);
   weft_loop_group_free(g);
   _exit(rc == 0 ? 0 : 5);
+}
+
+/* Reads from `fd` into `line` (`size` bytes with the NUL) until a '\n',
+ * waiting at most TH_CHILD_QUERY_MS in all: the line's length without the
+ * NUL, or -1 on EOF, an error, the cap or a line too long. */
+static int read_answer(int fd, char *line, size_t size) {
+  uint64_t deadline = th_now_ms() + TH_CHILD_QUERY_MS;
+  size_t len = 0;
+  while (len == 0 || line[len - 1] != '\n') {
+    uint64_t now = th_now_ms();
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (now >= deadline || len + 1 >= size)
+      return -1;
+    int ready = poll(&p, 1, (int)(deadline - now));
+    if (ready < 0 && errno == EINTR)
+      continue; /* the deadline still holds */
+    if (ready <= 0)
+      return -1;
+    ssize_t got = read(fd, line + len, size - 1 - len);
+    if (got <= 0)
+      return -1;
+    len += (size_t)got;
+  }
+  line[len] = '\0';
+  return (int)len;
+}
+
+bool th_child_query(th_child *c, long long *v, int n) {
+  if (n < 1 || n > TH_CHILD_COUNTERS_MAX || write(c->to, "q", 1) != 1)
+    return false;
+  char line[COUNTERS_LINE];
+  if (read_answer(c->from, line, sizeof line) < 0)
+    return false;
+  char *p = line;
+  for (int i = 0; i < n; i++) {
+    char *end;
+    errno = 0;
+    v[i] = strtoll(p, &end, 10);
+    if (end == p || errno != 0 || *end != (i + 1 < n ? ' ' : '\n'))
+      return false; /* not a number, or more or fewer than n of them */
+    p = end + 1;
+  }
+  return true;
 }
 
 _Noreturn void th_child_echo_server(const char *name, int n_loops,

@@ -78,7 +78,17 @@ void th_batch_echo_init(weft_channel *ch, void *arg);
 /* ---- a server in a child process ----
  * The parent forks before it touches a transport (so each process has its
  * own UCX context or verbs device); the child binds, writes its address to
- * the parent and serves until the parent closes its end. */
+ * the parent and serves until the parent closes its end. Meanwhile the
+ * parent may ask it for its counters (th_child_query); the child answers
+ * from th_child_serve with a th_child_counters_cb.
+ *
+ * The query's wire format, over the two pipes of th_child: the parent
+ * writes one byte ('q') to `to`; the child writes one line to `from`, its
+ * counters in decimal separated by single spaces and ended by '\n'
+ * ("12 0 3\n"), in one write(2) (under PIPE_BUF, so it arrives whole).
+ * The parent owns `to` and `from`: th_child_finish closes both, a caller
+ * that reaped the child with th_child_aborted_with closes them itself. The
+ * child's ends close when it exits. */
 
 /** The parent's view of a server child. */
 typedef struct th_child {
@@ -144,15 +154,50 @@ _Noreturn void th_child_echo_server(const char *name, int n_loops,
                                     weft_channel_init_cb init, int backlog,
                                     int in, int out);
 
+/** Most counters one query answers. */
+#define TH_CHILD_COUNTERS_MAX 8
+
+/**
+ * In the child: fills `v` (room for TH_CHILD_COUNTERS_MAX) with the
+ * counters a query answers and returns how many (0 to
+ * TH_CHILD_COUNTERS_MAX). Runs on the child's main thread (the one in
+ * th_child_serve), not on a loop: what the loops count must be atomics,
+ * and the values are a snapshot of each, not consistent with each other.
+ * No Check asserts.
+ */
+typedef int (*th_child_counters_cb)(long long *v);
+
 /**
  * In the child: writes the address of `srv` to `out`, then reads `in`
- * until EOF (calling `on_byte(out)` for each byte read when it is not
- * NULL, for the parent's queries), then closes the server, stops `g` and
- * exits 0 if its loops stopped with no leak (else 5; 4 if the address
- * could not be written).
+ * until EOF, answering each byte read with the line of `counters` (see
+ * the wire format above; a read byte is ignored if `counters` is NULL),
+ * then closes the server, stops `g` and exits 0 if its loops stopped with
+ * no leak (else 5; 4 if the address or an answer could not be written or
+ * `counters` returned a count out of range).
  */
 _Noreturn void th_child_serve(weft_loop_group *g, weft_server *srv, int in,
-                              int out, void (*on_byte)(int out));
+                              int out, th_child_counters_cb counters);
+
+/** How long th_child_query waits for the child's answer (ms): the child
+ *  answers at once from its main thread, so this only bounds a child that
+ *  hangs; generous for a loaded machine under sanitizers. */
+#define TH_CHILD_QUERY_MS 60000
+
+/**
+ * In the parent: asks server child `c` for its `n` counters (1 to
+ * TH_CHILD_COUNTERS_MAX) and reads them into `v`, as its
+ * th_child_counters_cb filled them (the wire format above). The pipes
+ * stay open. True on an answer of exactly
+ * `n` counters; false, with `v` unspecified, if the child no longer
+ * answers (the query's write fails, its end is closed: it ended, e.g.
+ * aborted), no whole line came within TH_CHILD_QUERY_MS, or the line is
+ * not `n` counters; after a false, query that child no more (a late
+ * answer would be read as the next one's). A write to a child that ended raises
+ * SIGPIPE: a caller that queries a child which may have died ignores it first.
+ * No Check asserts (the caller decides, e.g. th_child_aborted_with first). Test
+ * thread; one query at a time per child.
+ */
+bool th_child_query(th_child *c, long long *v, int n);
 
 /* ---- a fleet of echoing clients ----
  * Clients on the loop of a fleet (one loop of this process), each with a

@@ -501,15 +501,25 @@ static void churn_init(weft_channel *ch, void *arg) {
 /* The server's stdout and stderr (UCX prints its fatal errors there). */
 static char churn_log[] = "/tmp/weft-ucx-churn-XXXXXX";
 
-/* The server's answer to a query: its counts as one line. */
-static void churn_answer(int out) {
-  char line[160];
-  int len = snprintf(
-      line, sizeof line, "%d %d %d %d %zu\n", atomic_load(&churn_srv.active),
-      atomic_load(&churn_srv.inactive), atomic_load(&churn_srv.exceptions),
-      atomic_load(&churn_srv.off_loop), atomic_load(&churn_srv.bytes));
-  if (write(out, line, (size_t)len) != len)
-    _exit(4);
+/* The server's counts, in the order of its answer to a query
+ * (th_child_query). */
+enum {
+  CHURN_ACTIVE,
+  CHURN_INACTIVE,
+  CHURN_EXCEPTIONS,
+  CHURN_OFF_LOOP,
+  CHURN_BYTES_READ,
+  CHURN_COUNTS
+};
+
+/* The server's answer to a query: its counts. */
+static int churn_counters(long long *v) {
+  v[CHURN_ACTIVE] = atomic_load(&churn_srv.active);
+  v[CHURN_INACTIVE] = atomic_load(&churn_srv.inactive);
+  v[CHURN_EXCEPTIONS] = atomic_load(&churn_srv.exceptions);
+  v[CHURN_OFF_LOOP] = atomic_load(&churn_srv.off_loop);
+  v[CHURN_BYTES_READ] = (long long)atomic_load(&churn_srv.bytes);
+  return CHURN_COUNTS;
 }
 
 /* The server process: two loops listening for the churn, answering the
@@ -523,27 +533,7 @@ static _Noreturn void churn_server_child(int in, int out) {
   weft_server *srv = th_child_bind(g, "ucx://127.0.0.1:0", churn_init, 0);
   if (srv == NULL)
     _exit(3);
-  th_child_serve(g, srv, in, out, churn_answer);
-}
-
-/* The server's counts, as churn_answer writes them. */
-typedef struct churn_counts {
-  int active, inactive, exceptions, off_loop;
-  size_t bytes;
-} churn_counts;
-
-/* Asks the server process for its counts; false if it no longer answers
- * (it ended). */
-static bool churn_query(th_child *srv, churn_counts *c) {
-  if (write(srv->to, "q", 1) != 1)
-    return false;
-  char line[160];
-  ssize_t got = read(srv->from, line, sizeof line - 1);
-  if (got <= 0)
-    return false;
-  line[got] = '\0';
-  return sscanf(line, "%d %d %d %d %zu", &c->active, &c->inactive,
-                &c->exceptions, &c->off_loop, &c->bytes) == 5;
+  th_child_serve(g, srv, in, out, churn_counters);
 }
 
 /* The child: CHURN_ROUNDS rounds of CHURN_CONNS connections at once, each
@@ -600,11 +590,12 @@ START_TEST(ucx_multi_loop_server_survives_connection_churn) {
   int wstatus = run_child("WEFT_UCX_TEST_CHURN", srv.uri);
   bool client_ok = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
   int total = CHURN_ROUNDS * CHURN_CONNS;
-  churn_counts c = {0};
+  long long c[CHURN_COUNTS] = {0};
   bool answered = true;
   bool closed =
       client_ok &&
-      WAIT_UNTIL(!(answered = churn_query(&srv, &c)) || c.inactive == total,
+      WAIT_UNTIL(!(answered = th_child_query(&srv, c, CHURN_COUNTS)) ||
+                     c[CHURN_INACTIVE] == total,
                  20000) &&
       answered;
   if (!closed) {
@@ -624,13 +615,14 @@ START_TEST(ucx_multi_loop_server_survives_connection_churn) {
   ck_assert_msg(client_ok, "the churning client failed (wait status 0x%x)",
                 wstatus);
   ck_assert_msg(answered, "the server process stopped answering");
-  ck_assert_msg(closed, "%d of %d server channels closed", c.inactive, total);
-  ck_assert_int_eq(c.active, total);
-  ck_assert_int_eq(c.exceptions, 0);
-  ck_assert_uint_eq(c.bytes, (size_t)total * CHURN_BYTES);
+  ck_assert_msg(closed, "%lld of %d server channels closed", c[CHURN_INACTIVE],
+                total);
+  ck_assert_int_eq(c[CHURN_ACTIVE], total);
+  ck_assert_int_eq(c[CHURN_EXCEPTIONS], 0);
+  ck_assert_int_eq(c[CHURN_BYTES_READ], (long long)total * CHURN_BYTES);
   /* Both loops took a fair share (round-robin: half each, give or take
    * the first connect, which the listener on loop 0 decides). */
-  int off = c.off_loop;
+  int off = (int)c[CHURN_OFF_LOOP];
   if (ucx_spreads())
     ck_assert_msg(off >= total / 4 && total - off >= total / 4,
                   "%d of %d channels on loop 1, %d on loop 0", off, total,

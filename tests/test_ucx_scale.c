@@ -48,9 +48,9 @@ static weft_loop_group *loops(const char *name, int n) {
 
 /* ---- the server (child process) ----
  * Echoes every message and counts the channels each of its two loops
- * took. Writes its address to `out`; then, for each 'q' read from `in`,
- * writes "<loop 0> <loop 1>\n"; at EOF it stops and exits 0 if nothing
- * leaked. No Check asserts here (a child of a check). */
+ * took. Writes its address to `out`; then answers each query
+ * (th_child_query) with "<loop 0> <loop 1>"; at EOF it stops and exits 0
+ * if nothing leaked. No Check asserts here (a child of a check). */
 
 static weft_loop_group *srv_group;
 static atomic_int srv_on_loop[2];
@@ -73,13 +73,11 @@ static void echo_init(weft_channel *ch, void *arg) {
                          NULL);
 }
 
-/* Answers a 'q': the channels on each loop. */
-static void answer_loops(int out) {
-  char line[64];
-  int len = snprintf(line, sizeof line, "%d %d\n", atomic_load(&srv_on_loop[0]),
-                     atomic_load(&srv_on_loop[1]));
-  if (write(out, line, (size_t)len) != len)
-    _exit(4);
+/* Answers a query (th_child_query): the channels on each loop. */
+static int count_loops(long long *v) {
+  v[0] = atomic_load(&srv_on_loop[0]);
+  v[1] = atomic_load(&srv_on_loop[1]);
+  return 2;
 }
 
 /* The server's stdout and stderr (UCX prints its fatal errors there). */
@@ -95,20 +93,10 @@ static _Noreturn void scale_server(int in, int out) {
       th_child_bind(srv_group, "ucx://127.0.0.1:0", echo_init, 0);
   if (srv == NULL)
     _exit(3);
-  th_child_serve(srv_group, srv, in, out, answer_loops);
+  th_child_serve(srv_group, srv, in, out, count_loops);
 }
 
 /* ---- the clients (this process, one loop: harness_scale.h) ---- */
-
-/* Asks the server for its per-loop channel counts. */
-static void server_loops(int to, int from, int *l0, int *l1) {
-  ck_assert_int_eq(write(to, "q", 1), 1);
-  char line[64];
-  ssize_t got = read(from, line, sizeof line - 1);
-  ck_assert_int_gt(got, 0);
-  line[got] = '\0';
-  ck_assert_int_eq(sscanf(line, "%d %d", l0, l1), 2);
-}
 
 /* What one connection leaves (the server's workers, UCX's pools): the
  * connections after it are the cost per connection. */
@@ -170,8 +158,9 @@ START_TEST(ucx_thousand_connections_on_two_loops) {
   double srv_cpu = th_idle_cpu(srv.pid, IDLE_MS);
   double cli_cpu = th_idle_cpu(getpid(), IDLE_MS);
   th_fleet_echo_round(&fl, cs, n, 2 * TH_MSG, 120000);
-  int on0 = 0, on1 = 0;
-  server_loops(srv.to, srv.from, &on0, &on1);
+  long long on[2];
+  ck_assert_msg(th_child_query(&srv, on, 2), "the server did not answer");
+  int on0 = (int)on[0], on1 = (int)on[1];
 
   const char *tls = getenv("UCX_TLS");
   int more = n > 1 ? n - 1 : 1;
