@@ -290,8 +290,14 @@ int weft__http_decode_all(weft_decoder *d, weft_ctx *ctx, weft__http_parse *p,
       }
     }
     last = m;
-    if (!weft_channel_is_reading(weft_ctx_channel(ctx)))
-      break; /* flow control: the rest waits in the cumulation */
+    /* Flow control stops between messages, where the rest waits in the
+     * cumulation for the read-resumed event. Not after a head or a body
+     * slice: the message's end may need a run over no bytes, which no
+     * new read and no resume would bring (the cumulation may be empty),
+     * so a pipelined request would never end. */
+    if (p->between && !p->end_pending &&
+        !weft_channel_is_reading(weft_ctx_channel(ctx)))
+      break;
   }
   *out = last;
   return last != NULL || consumed ? 1 : 0;

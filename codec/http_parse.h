@@ -107,7 +107,9 @@ typedef int (*weft__http_step_cb)(void *owner, weft_buf *in, void **m);
  * bodiless message) or follow the body slice that consumed the last byte.
  * So each message but the last is fired here and the last is returned;
  * between messages it stops where the base would (the channel stopped
- * reading, the handler went). `*stop` set: input is dropped.
+ * reading), never inside one: a message whose head is out gets its body
+ * and end from the bytes at hand. It stops at once when the handler went.
+ * `*stop` set: input is dropped.
  */
 int weft__http_decode_all(weft_decoder *d, weft_ctx *ctx, weft__http_parse *p,
                           const bool *stop, weft_buf *in, void **out,

@@ -19,15 +19,17 @@ need() {
   exit 1
 }
 
-# log_match FILE SED_SCRIPT [TRIES]: waits for a line of FILE (a server's
-# log) that `sed -n SED_SCRIPT` prints something for, polling every 0.1 s up
-# to TRIES times (default 600), and prints it; false, printing nothing, if
-# none comes. E.g. the address a server listens on, once it says so.
+# log_match FILE SED_SCRIPT [TRIES [PID]]: waits for a line of FILE (a
+# server's log) that `sed -n SED_SCRIPT` prints something for, polling every
+# 0.1 s up to TRIES times (default 600), and prints it; false, printing
+# nothing, if none comes, or as soon as process PID (the server writing
+# FILE) has exited. E.g. the address a server listens on, once it says so.
 log_match() {
   local _ found
   for _ in $(seq "${3:-600}"); do
     found=$(sed -n "$2" "$1")
     [ -n "$found" ] && { echo "$found"; return 0; }
+    [ -z "${4:-}" ] || kill -0 "$4" 2>/dev/null || return 1
     sleep 0.1
   done
   return 1

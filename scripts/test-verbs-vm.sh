@@ -9,7 +9,10 @@
 # Usage: scripts/test-verbs-vm.sh [BUILD_DIR]   (default build/default,
 #        which must be configured with -DWEFT_WITH_VERBS=ON and built)
 #   env WEFT_VM_DIR      kernel + initramfs cache (default build/verbs-vm)
-#   env WEFT_VM_TESTS    test programs to run (default: the verbs ones)
+#   env WEFT_VM_TESTS    tests to run: programs of BUILD_DIR/tests or
+#                        samples/kv/tests, or ctest names of BUILD_DIR
+#                        (default: the verbs ones, test_http_verbs among
+#                        them; tests/verbs-vm/guest-tests.sh)
 #   env WEFT_VM_TIMEOUT  seconds before the VM is killed (default 900)
 #   env WEFT_VM_BENCH=1  run tests/verbs-vm/guest-bench.sh (weft-bench over
 #                        verbs, tcp and raw sockets; a few minutes) instead

@@ -368,6 +368,40 @@ START_TEST(http_flow_control_pauses_pipelined_requests) {
 }
 END_TEST
 
+/* Two bodiless requests in one read, the first one's response alone above
+ * the high watermark (its body is its 1100-byte target): flow control
+ * stops decoding after the first, but the second, whose head is already
+ * out, still gets its end marker (it was held back with no byte left to
+ * decode, so nothing resumed it: weft-http over verbs waited forever for
+ * its last pipelined request). Decoding stops between messages, never
+ * between a head and its end. */
+START_TEST(http_flow_control_stops_between_messages_only) {
+  weft_embedded *e;
+  ck_assert_int_eq(weft_embedded_new(&e, init_flow, (void *)&app_handler), 0);
+  weft_embedded_set_stream(e, true);
+  weft_embedded_set_write_limit(e, 0);
+  static char wire[1200], target[1101];
+  memset(target, 'a', sizeof target - 1);
+  int n = snprintf(wire, sizeof wire,
+                   "GET /%s HTTP/1.1\r\nHost: x\r\n\r\n"
+                   "GET /b HTTP/1.1\r\nHost: x\r\n\r\n",
+                   target);
+  ck_assert_int_lt(n, (int)sizeof wire);
+  feed(e, wire, (size_t)n, FEED_WHOLE, 1);
+  weft_channel *ch = weft_embedded_channel(e);
+  ck_assert(!weft_channel_is_reading(ch));
+  weft_embedded_set_write_limit(e, SIZE_MAX);
+  weft_channel_flush(ch);
+  weft_embedded_run_pending(e); /* reading resumes */
+  ck_assert_uint_eq(the_app.heads, 2);
+  ck_assert_uint_eq(the_app.ends, 2);
+  char *out = outbound_text(e);
+  ck_assert_uint_eq(count(out, "HTTP/1.1 200 OK\r\n"), 2);
+  ck_assert_ptr_nonnull(strstr(out, "\r\n\r\n/b"));
+  ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
 /* One hostile request: the status it gets, and the close. */
 typedef struct hostile {
   const char *name, *wire;
@@ -733,7 +767,8 @@ Suite *weft_test_suite(void) {
                   http_upgrade_is_ignored_and_connect_closes,
                   http_expect_continue_before_the_body,
                   http_pipelining_bounded_by_max_pipelined,
-                  http_flow_control_pauses_pipelined_requests, NULL);
+                  http_flow_control_pauses_pipelined_requests,
+                  http_flow_control_stops_between_messages_only, NULL);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_loop_test(tc, http_hostile_requests_get_their_status_and_close, 0,
                       (int)(sizeof cases / sizeof cases[0]));
