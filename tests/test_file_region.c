@@ -7,7 +7,8 @@
  * process-wide counts say so); on uring, and wherever a handler that does
  * not take regions stands between, the pipeline reads them into buffers.
  *
- *   - a whole file, between two buffers, arrives byte-exact and in order;
+ *   - a whole file, between two buffers, arrives byte-exact and in order,
+ *     through the stats and idle handlers, which pass regions on;
  *   - a region counts as pending bytes exactly as a buffer of its size;
  *   - a large file written in regions to a slow reader: the sends resume
  *     after the socket fills, writability toggles, pending bytes stay
@@ -179,10 +180,18 @@ static void between_write(weft_ctx *ctx, void *msg, weft_promise pr) {
 static const weft_handler between_handler = {.name = "between",
                                              .write = between_write};
 
+static weft_stats whole_stats;
+
 static void srv_init(weft_channel *ch, void *arg) {
   (void)arg;
   if (R.mode == BETWEEN)
     th_add_last(ch, "between", &between_handler, NULL);
+  if (R.mode == WHOLE) { /* handlers that pass regions on */
+    weft_pipeline *p = weft_channel_pipeline(ch);
+    weft_idle_options idle = {.all_idle_ns = 60000000000ull};
+    ck_assert_int_eq(weft_stats_add_last(p, "stats", &whole_stats), 0);
+    ck_assert_int_eq(weft_idle_add_last(p, "idle", &idle), 0);
+  }
   th_add_last(ch, "regions", &srv_handler, NULL);
 }
 
@@ -292,6 +301,11 @@ START_TEST(file_region_whole_file_arrives_in_order) {
   ck_assert_uint_eq(s.got, 4 + size + 4);
   ck_assert(atomic_load(&R.direct) == transport_sends_files());
   check_path(&s, size, transport_sends_files());
+  /* The stats handler saw the region's bytes (and the two buffers). */
+  weft_stats_snapshot st;
+  weft_stats_get(&whole_stats, &st);
+  ck_assert_uint_eq(st.bytes_out, 4 + size + 4);
+  ck_assert_uint_eq(st.msgs_out, 3);
 }
 END_TEST
 
