@@ -152,6 +152,29 @@ void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
   leave(n->pipeline);
 }
 
+/* The read of region `r` stopped at `err`: releases it and, unless the
+ * channel is closing anyway (closed, or past its output limit), closes it
+ * with the reason, then fails the promise. The reason first: a promise
+ * callback may close the channel quietly. */
+static void region_read_failed(weft_channel *ch, weft_file_region *r, int err,
+                               weft_promise promise) {
+  uint64_t at = r->transferred, left = weft_file_region_left(r);
+  int fd = r->fd;
+  weft_file_region_release(r);
+  if (err != WEFT_ECLOSED && err != WEFT_ENOBUFS &&
+      ch->state == WEFT_CHANNEL_ACTIVE) {
+    char reason[160];
+    snprintf(reason, sizeof reason,
+             "file region of fd %d: %s with %llu of its bytes read and %llu "
+             "left%s",
+             fd, err == WEFT_EIO ? "the file ended early" : weft_strerror(err),
+             (unsigned long long)at, (unsigned long long)left,
+             err == WEFT_EIO ? " (did it shrink?)" : "");
+    weft_channel_transport_closed(ch, err, reason);
+  }
+  weft_promise_complete(promise, err);
+}
+
 /* File regions where the next writer cannot take one: the region's bytes
  * are read into buffers (64 KiB each, pread) and written from `ctx` in
  * order, the promise on the last. Netty leaves this to each handler (its
@@ -166,39 +189,24 @@ static void write_region_as_bufs(weft_ctx *ctx, weft_file_region *r,
   weft_pipeline *p = ctx->pipeline;
   weft_channel *ch = p->channel;
   enter(p);
-  int err = 0;
-  do {
+  for (;;) {
     weft_buf *b;
-    if (ch->state >= WEFT_CHANNEL_INACTIVE)
-      err = WEFT_ECLOSED;
-    else
-      err = weft_file_region_read(r, weft_loop_pool(ch->loop),
-                                  WEFT_POOL_MAX_CLASS, &b);
-    if (err < 0)
+    int err = ch->state >= WEFT_CHANNEL_INACTIVE ? WEFT_ECLOSED
+              : weft__limits_refuse_write(ch)
+                  ? WEFT_ENOBUFS /* past the output limit: read no more */
+                  : weft_file_region_read(r, weft_loop_pool(ch->loop),
+                                          WEFT_POOL_MAX_CLASS, &b);
+    if (err < 0) {
+      region_read_failed(ch, r, err, promise);
       break;
+    }
     bool last = weft_file_region_left(r) == 0;
     weft_ctx_write(ctx, b, last ? promise : WEFT_PROMISE_NONE);
     if (last) {
       weft_file_region_release(r);
-      leave(p);
-      return;
+      break;
     }
-  } while (true);
-  uint64_t at = r->transferred, left = weft_file_region_left(r);
-  int fd = r->fd;
-  weft_file_region_release(r);
-  /* The reason first: a promise callback may close the channel quietly. */
-  if (err != WEFT_ECLOSED && ch->state == WEFT_CHANNEL_ACTIVE) {
-    char reason[160];
-    snprintf(reason, sizeof reason,
-             "file region of fd %d: %s with %llu of its bytes read and %llu "
-             "left%s",
-             fd, err == WEFT_EIO ? "the file ended early" : weft_strerror(err),
-             (unsigned long long)at, (unsigned long long)left,
-             err == WEFT_EIO ? " (did it shrink?)" : "");
-    weft_channel_transport_closed(ch, err, reason);
   }
-  weft_promise_complete(promise, err);
   leave(p);
 }
 

@@ -738,6 +738,31 @@ START_TEST(pipeline_write_bytes_obeys_the_output_limit) {
 }
 END_TEST
 
+/* A region read into buffers stops reading at the output limit: the
+ * channel closes with WEFT_ENOBUFS, not with megabytes read for nothing. */
+START_TEST(pipeline_file_region_read_stops_at_the_output_limit) {
+  weft_embedded *e = embedded_of(NULL);
+  weft_channel *ch = weft_embedded_channel(e);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_OUTPUT_LIMIT, 100000),
+                   0);
+  int fd = temp_file(4000000, 'x');
+  weft_file_region_stats before, after;
+  weft_file_region_stats_get(&before);
+  weft_channel_write(ch, new_region(fd, 0, 4000000, 0),
+                     (weft_promise){record_promise, (void *)5});
+  weft_file_region_stats_get(&after);
+  ck_assert_int_eq(promise_status[5], WEFT_ENOBUFS);
+  /* The limit plus the read that crossed it, at most. */
+  ck_assert_uint_le(after.read_bytes - before.read_bytes, 100000 + 65536);
+  weft_embedded_run_pending(e); /* the close runs as a task */
+  ck_assert(!weft_channel_is_active(ch));
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ENOBUFS);
+  close(fd);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("pipeline", "embedded", 0,
                   pipeline_event_order_matches_netty_example,
@@ -749,6 +774,7 @@ Suite *weft_test_suite(void) {
                   pipeline_promises_report_sent_and_closed,
                   pipeline_head_refuses_non_buffer_message,
                   pipeline_file_region_becomes_buffers_without_the_capability,
+                  pipeline_file_region_read_stops_at_the_output_limit,
                   pipeline_exception_reaches_tail_and_closes_channel,
                   pipeline_peer_reset_at_the_tail_is_info_not_warn,
                   pipeline_tail_releases_unhandled_and_queue_at_close,
