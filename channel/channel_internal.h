@@ -54,6 +54,7 @@ typedef struct weft__outbound {
   size_t pending_bytes; /* readable bytes in all entries, plus pinned */
   size_t pinned_bytes;  /* sent, but the transport still holds their
                            memory (weft_outbound_pinned) */
+  size_t regions;       /* file regions among the entries */
   size_t low, high;     /* write watermarks in bytes */
   bool writable;
   /* The append window: the free bytes of the queue's own buffer

@@ -129,6 +129,7 @@ int weft__outbound_add_region(weft_channel *ch, weft_file_region *r,
     return WEFT_ENOMEM;
   weft__outbound_close_window(o); /* the tail moves on */
   *slot(o, o->tail++) = (weft__outbound_entry){.region = r, .promise = p};
+  o->regions++;
   o->pending_bytes += (size_t)weft_file_region_left(r);
   weft__limits_queued(ch);
   weft__outbound_update_writability(ch); /* last: it runs handlers */
@@ -180,6 +181,8 @@ static weft__outbound_entry take_head(weft__outbound *o) {
   if (o->flushed < o->head)
     o->flushed = o->head;
   o->pending_bytes -= entry_left(&e);
+  if (e.region != NULL)
+    o->regions--;
   return e;
 }
 
@@ -197,12 +200,16 @@ static void complete_head(weft_channel *ch, int status) {
   finish_entry(take_head(&ch->out), status);
 }
 
+/* The count of queued regions spares the walk of the queue on the
+ * sends of a channel that has none (the common case, on every send). */
 const weft_file_region *weft_outbound_file_region(const weft_channel *ch) {
   const weft__outbound *o = &ch->out;
+  if (o->regions == 0)
+    return NULL;
   for (size_t i = o->head; i != o->flushed; i++) {
     const weft__outbound_entry *e = slot(o, i);
-    if (entry_left(e) > 0)
-      return e->region; /* NULL: a buffer comes first */
+    if (e->region != NULL && entry_left(e) > 0)
+      return e->region;
   }
   return NULL;
 }

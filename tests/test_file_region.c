@@ -9,6 +9,7 @@
  *
  *   - a whole file, between two buffers, arrives byte-exact and in order,
  *     through the stats and idle handlers, which pass regions on;
+ *   - a buffer before a small region leaves with it in one segment;
  *   - a region counts as pending bytes exactly as a buffer of its size;
  *   - a large file written in regions to a slow reader: the sends resume
  *     after the socket fills, writability toggles, pending bytes stay
@@ -21,6 +22,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_data_segs_in */
 #include <netinet/in.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,6 +65,7 @@ enum mode {
   PUMP,    /* the file in REGION_BYTES regions as writability allows */
   BETWEEN, /* as WHOLE, through a handler that does not take regions */
   SHRINK,  /* the file shrinks under the region */
+  SMALL,   /* "head" and a small file as one region, nothing after */
 };
 
 #define REGION_BYTES (256 * 1024)
@@ -127,6 +130,11 @@ static void srv_active(weft_ctx *ctx) {
     write_text(ctx, "head");
     weft_ctx_write(ctx, region(0, R.size), WEFT_PROMISE_NONE);
     weft_ctx_write_bytes(ctx, "tail", 4, done);
+    weft_ctx_flush(ctx);
+    break;
+  case SMALL:
+    write_text(ctx, "head");
+    weft_ctx_write(ctx, region(0, R.size), done);
     weft_ctx_flush(ctx);
     break;
   case PENDING:
@@ -226,8 +234,9 @@ static uint64_t read_all(int fd, const char *want, uint64_t slow,
 }
 
 typedef struct served {
-  uint64_t got; /* bytes the client read */
-  int64_t bad;  /* the first wrong byte's offset, or -1 */
+  uint64_t got;       /* bytes the client read */
+  int64_t bad;        /* the first wrong byte's offset, or -1 */
+  uint32_t data_segs; /* segments with data the client's socket took */
   weft_file_region_stats before, after;
 } served;
 
@@ -260,6 +269,10 @@ static served serve(enum mode mode, uint64_t size, int rcvbuf, uint64_t slow,
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
   s.got = read_all(fd, prefix, slow, &s.bad);
+  struct tcp_info ti = {0};
+  socklen_t tl = sizeof ti;
+  ck_assert_int_eq(getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl), 0);
+  s.data_segs = ti.tcpi_data_segs_in;
   close(fd);
   ASSERT_EVENTUALLY(atomic_load(&R.status) != 1, 20000);
   weft_server_close(srv);
@@ -306,6 +319,21 @@ START_TEST(file_region_whole_file_arrives_in_order) {
   weft_stats_get(&whole_stats, &st);
   ck_assert_uint_eq(st.bytes_out, 4 + size + 4);
   ck_assert_uint_eq(st.msgs_out, 3);
+}
+END_TEST
+
+/* A head before a small file leaves with it in one segment: tcp sends
+ * the head with MSG_MORE since a region follows (without it, head and
+ * body are two segments, and with Nagle on the body waits for the head's
+ * ACK); uring gathers the two buffers it gets into one sendmsg. */
+START_TEST(file_region_follows_its_head_in_one_segment) {
+  const uint64_t size = 1000;
+  served s = serve(SMALL, size, 0, 0, "head");
+  ck_assert_int_eq(atomic_load(&R.status), 0);
+  ck_assert_int_eq(s.bad, -1);
+  ck_assert_uint_eq(s.got, 4 + size);
+  ck_assert_uint_eq(s.data_segs, 1);
+  check_path(&s, size, transport_sends_files());
 }
 END_TEST
 
@@ -377,6 +405,7 @@ Suite *weft_test_suite(void) {
                     th_transport_name());
   return th_suite(
       "file_region", "socket", 120, file_region_whole_file_arrives_in_order,
+      file_region_follows_its_head_in_one_segment,
       file_region_counts_as_pending_bytes, file_region_slow_reader_resumes,
       file_region_handler_between_gets_buffers,
       file_region_shrinking_file_closes_channel, NULL);

@@ -550,13 +550,15 @@ weft_buf *weft_outbound_buf(const weft_channel *ch, size_t i);
 void weft_outbound_consumed(weft_channel *ch, size_t bytes);
 
 /**
- * With WEFT_TRANSPORT_CAP_FILE_REGION: the file region whose bytes are the
- * next to send (the first flushed entry with bytes left is a region), or
- * NULL (a buffer comes first, or nothing). Its next byte is at file offset
- * position + transferred, and weft_file_region_left bytes remain; the
- * transport sends from there (without moving the descriptor's offset) and
- * reports what left with weft_outbound_consumed, which advances
- * `transferred`. Loop thread.
+ * With WEFT_TRANSPORT_CAP_FILE_REGION: the first flushed file region with
+ * bytes left, or NULL. When weft_outbound_iov filled no iovec, its bytes
+ * are the next to send; when it filled some, the region follows them
+ * (so more bytes follow those: tcp sends them with MSG_MORE). Its next
+ * byte is at file offset position + transferred, and
+ * weft_file_region_left bytes remain; the transport sends from there
+ * (without moving the descriptor's offset) and reports what left with
+ * weft_outbound_consumed, which advances `transferred`. One compare when
+ * no region is queued. Loop thread.
  */
 const weft_file_region *weft_outbound_file_region(const weft_channel *ch);
 

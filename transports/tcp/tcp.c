@@ -410,19 +410,22 @@ static ssize_t send_region(tcp_channel *tc, const weft_file_region *r,
 static ssize_t send_some(tcp_channel *tc, size_t *asked) {
   struct iovec iov[TCP_MAX_IOV];
   int n = weft_outbound_iov(tc->ch, iov, TCP_MAX_IOV, asked);
-  if (n == 0) {
-    const weft_file_region *r = weft_outbound_file_region(tc->ch);
-    /* No region: only empty buffers, which consumed(0) completes. */
+  const weft_file_region *r = weft_outbound_file_region(tc->ch);
+  if (n == 0) /* no region: only empty buffers, which consumed(0) takes */
     return r != NULL ? send_region(tc, r, asked) : 0;
-  }
+  /* A region follows these bytes (an HTTP head before its file): MSG_MORE
+   * holds them for the sendfile that comes next in this flush, so head
+   * and body leave in one segment, as one gathered sendmsg sent them
+   * before, and a socket with Nagle on does not wait for the head's ACK
+   * to send the body. */
+  int flags = MSG_NOSIGNAL | MSG_DONTWAIT | (r != NULL ? MSG_MORE : 0);
   struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
   ssize_t w;
   /* One buffer: send, which skips sendmsg's copy of the msghdr and its
    * iovec from user memory (a ping-pong's usual case). */
   do
-    w = n == 1 ? send(tc->io.w.fd, iov[0].iov_base, iov[0].iov_len,
-                      MSG_NOSIGNAL | MSG_DONTWAIT)
-               : sendmsg(tc->io.w.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    w = n == 1 ? send(tc->io.w.fd, iov[0].iov_base, iov[0].iov_len, flags)
+               : sendmsg(tc->io.w.fd, &msg, flags);
   while (w < 0 && errno == EINTR);
   if (w < 0)
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : neg_errno();
