@@ -298,6 +298,13 @@ static void check_path(const served *s, uint64_t bytes, bool direct) {
   }
 }
 
+/* The write succeeded and the client read `bytes`, every one right. */
+static void expect_served(const served *s, uint64_t bytes) {
+  ck_assert_int_eq(atomic_load(&R.status), 0);
+  ck_assert_int_eq(s->bad, -1);
+  ck_assert_uint_eq(s->got, bytes);
+}
+
 /* Whether this transport sends regions from the file (tcp). */
 static bool transport_sends_files(void) {
   const weft_transport_ops *ops =
@@ -329,9 +336,7 @@ END_TEST
 START_TEST(file_region_follows_its_head_in_one_segment) {
   const uint64_t size = 1000;
   served s = serve(SMALL, size, 0, 0, "head");
-  ck_assert_int_eq(atomic_load(&R.status), 0);
-  ck_assert_int_eq(s.bad, -1);
-  ck_assert_uint_eq(s.got, 4 + size);
+  expect_served(&s, 4 + size);
   ck_assert_uint_eq(s.data_segs, 1);
   check_path(&s, size, transport_sends_files());
 }
@@ -340,9 +345,7 @@ END_TEST
 START_TEST(file_region_counts_as_pending_bytes) {
   const uint64_t size = 100000; /* above the 64 KiB high watermark */
   served s = serve(PENDING, size, 0, 0, "");
-  ck_assert_int_eq(atomic_load(&R.status), 0);
-  ck_assert_int_eq(s.bad, -1);
-  ck_assert_uint_eq(s.got, size);
+  expect_served(&s, size);
   ck_assert_uint_eq(atomic_load(&R.pending_after_write), size);
   ck_assert(!atomic_load(&R.writable_after_write));
   ck_assert_int_ge(atomic_load(&R.unwritable), 1);
@@ -355,9 +358,7 @@ START_TEST(file_region_slow_reader_resumes) {
    * the ring's completions (uring) many times. */
   const uint64_t size = 12 * 1024 * 1024 + 5;
   served s = serve(PUMP, size, 4096, 2 * 1024 * 1024, "");
-  ck_assert_int_eq(atomic_load(&R.status), 0);
-  ck_assert_int_eq(s.bad, -1);
-  ck_assert_uint_eq(s.got, size);
+  expect_served(&s, size);
   ck_assert_int_ge(atomic_load(&R.unwritable), 2);
   ck_assert_int_ge(atomic_load(&R.writable), 2);
   /* Flow control held: one region above the high watermark at most. */
@@ -370,9 +371,7 @@ END_TEST
 START_TEST(file_region_handler_between_gets_buffers) {
   const uint64_t size = 300000;
   served s = serve(BETWEEN, size, 0, 0, "head");
-  ck_assert_int_eq(atomic_load(&R.status), 0);
-  ck_assert_int_eq(s.bad, -1);
-  ck_assert_uint_eq(s.got, 4 + size + 4);
+  expect_served(&s, 4 + size + 4);
   ck_assert(!atomic_load(&R.direct));
   ck_assert_int_eq(atomic_load(&R.regions_seen), 0);
   /* "head", five 64 KiB reads of the region, "tail" */
