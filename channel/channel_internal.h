@@ -11,6 +11,7 @@
 
 #include <weft/bootstrap.h>
 #include <weft/channel.h>
+#include <weft/file_region.h>
 #include <weft/pipeline.h>
 #include <weft/timer.h>
 #include <weft/transport_plugin.h>
@@ -33,9 +34,12 @@ struct weft_pipeline {
   weft_ctx *graveyard; /* removed contexts waiting for depth 0 */
 };
 
-/* One written message waiting in the outbound queue. */
+/* One written message waiting in the outbound queue: a buffer, or (on a
+ * transport with WEFT_TRANSPORT_CAP_FILE_REGION) a file region, `buf` then
+ * NULL. */
 typedef struct weft__outbound_entry {
   weft_buf *buf;
+  weft_file_region *region; /* NULL for a buffer */
   weft_promise promise;
   bool own; /* `buf` is the queue's own, small writes copied into it */
 } weft__outbound_entry;
@@ -50,6 +54,7 @@ typedef struct weft__outbound {
   size_t pending_bytes; /* readable bytes in all entries, plus pinned */
   size_t pinned_bytes;  /* sent, but the transport still holds their
                            memory (weft_outbound_pinned) */
+  size_t regions;       /* file regions among the entries */
   size_t low, high;     /* write watermarks in bytes */
   bool writable;
   /* The append window: the free bytes of the queue's own buffer
@@ -307,6 +312,14 @@ static inline int weft__outbound_add(weft_channel *ch, weft_buf *buf,
   weft_buf_release(buf); /* its bytes live in the queue's buffer now */
   return 0;
 }
+/** Queues file region `r` (the transport has WEFT_TRANSPORT_CAP_FILE_REGION):
+ *  its bytes left count as pending, as a buffer's would. Returns 0,
+ *  WEFT_ENOMEM, or WEFT_ENOBUFS past the output limit (the caller fails
+ *  the promise and releases `r`). Loop thread. */
+int weft__outbound_add_region(weft_channel *ch, weft_file_region *r,
+                              weft_promise p);
+/** Counts `bytes` of file regions sent by a transport (file_region.c). */
+void weft__file_region_count_sent(uint64_t bytes);
 /** Marks everything written so far as flushed (closes the window). */
 void weft__outbound_mark_flushed(weft__outbound *o);
 /** Fails every entry with `err` (buffers released, promises completed). */

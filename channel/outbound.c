@@ -23,6 +23,13 @@ static weft__outbound_entry *slot(const weft__outbound *o, size_t i) {
   return &o->ring[i & o->mask];
 }
 
+/* Bytes of an entry still to send: a buffer's readable bytes, a file
+ * region's bytes left. */
+static size_t entry_left(const weft__outbound_entry *e) {
+  return e->region != NULL ? (size_t)weft_file_region_left(e->region)
+                           : weft_buf_readable(e->buf);
+}
+
 /* Doubles the ring, copying live entries so index i keeps slot i & mask. */
 static int grow(weft__outbound *o) {
   size_t cap = o->ring == NULL ? INITIAL_SLOTS : (o->mask + 1) * 2;
@@ -73,6 +80,8 @@ static __attribute__((noinline)) void adopt_tail(weft_channel *ch,
       !(ch->transport->caps & WEFT_TRANSPORT_CAP_STREAM))
     return;
   weft__outbound_entry *last = slot(o, o->tail - 1);
+  if (last->region != NULL)
+    return; /* a file region takes no copies */
   size_t have = weft_buf_readable(last->buf);
   if (last->own || last->promise.cb != NULL || have > WEFT_WRITE_COALESCE_MAX)
     return;
@@ -108,6 +117,25 @@ int weft__outbound_add_slow(weft_channel *ch, weft_buf *buf, weft_promise p) {
   return 0;
 }
 
+/* A region is queued as it is: the transport sends it from the file.
+ * Its bytes count as pending exactly as a buffer of that size would, so
+ * the watermarks and the output limit see no difference. */
+int weft__outbound_add_region(weft_channel *ch, weft_file_region *r,
+                              weft_promise p) {
+  weft__outbound *o = &ch->out;
+  if (weft__limits_refuse_write(ch))
+    return WEFT_ENOBUFS; /* past the output limit: closing */
+  if ((o->ring == NULL || o->tail - o->head > o->mask) && grow(o) < 0)
+    return WEFT_ENOMEM;
+  weft__outbound_close_window(o); /* the tail moves on */
+  *slot(o, o->tail++) = (weft__outbound_entry){.region = r, .promise = p};
+  o->regions++;
+  o->pending_bytes += (size_t)weft_file_region_left(r);
+  weft__limits_queued(ch);
+  weft__outbound_update_writability(ch); /* last: it runs handlers */
+  return 0;
+}
+
 void weft__outbound_mark_flushed(weft__outbound *o) {
   weft__outbound_close_window(o); /* nothing may change under a send */
   o->flushed = o->tail;
@@ -132,10 +160,13 @@ int weft_outbound_iov(weft_channel *ch, struct iovec *iov, int max,
   int n = 0;
   size_t total = 0;
   for (size_t i = o->head; i != o->flushed && n < max; i++) {
-    weft_buf *b = slot(o, i)->buf;
-    size_t len = weft_buf_readable(b);
+    const weft__outbound_entry *e = slot(o, i);
+    size_t len = entry_left(e);
     if (len == 0)
       continue; /* an empty write completes with the next consume */
+    if (e->region != NULL)
+      break; /* its bytes are in a file: weft_outbound_file_region */
+    weft_buf *b = e->buf;
     iov[n++] = (struct iovec){.iov_base = weft_buf_rptr(b), .iov_len = len};
     total += len;
   }
@@ -145,14 +176,63 @@ int weft_outbound_iov(weft_channel *ch, struct iovec *iov, int max,
 
 /* Completes and removes the head entry. The promise runs after the entry
  * left the queue, so a callback that writes again sees a consistent one. */
-static void complete_head(weft_channel *ch, int status) {
-  weft__outbound *o = &ch->out;
+static weft__outbound_entry take_head(weft__outbound *o) {
   weft__outbound_entry e = *slot(o, o->head++);
   if (o->flushed < o->head)
     o->flushed = o->head;
-  o->pending_bytes -= weft_buf_readable(e.buf);
-  weft_buf_release(e.buf);
+  o->pending_bytes -= entry_left(&e);
+  if (e.region != NULL)
+    o->regions--;
+  return e;
+}
+
+/* Releases a removed entry's message, then completes its promise. */
+static void finish_entry(weft__outbound_entry e, int status) {
+  if (e.region != NULL)
+    weft_file_region_release(e.region); /* before the promise: see
+                                           weft/file_region.h */
+  else
+    weft_buf_release(e.buf);
   weft_promise_complete(e.promise, status);
+}
+
+static void complete_head(weft_channel *ch, int status) {
+  finish_entry(take_head(&ch->out), status);
+}
+
+/* The count of queued regions spares the walk of the queue on the
+ * sends of a channel that has none (the common case, on every send). */
+const weft_file_region *weft_outbound_file_region(const weft_channel *ch) {
+  const weft__outbound *o = &ch->out;
+  if (o->regions == 0)
+    return NULL;
+  for (size_t i = o->head; i != o->flushed; i++) {
+    const weft__outbound_entry *e = slot(o, i);
+    if (e->region != NULL && entry_left(e) > 0)
+      return e->region;
+  }
+  return NULL;
+}
+
+void weft_outbound_file_region_failed(weft_channel *ch, int err,
+                                      const char *reason) {
+  weft__outbound *o = &ch->out;
+  /* The empty entries before the region go as a consume of 0 would take
+   * them (their promises may close the channel). */
+  while (o->head != o->flushed && entry_left(slot(o, o->head)) == 0 &&
+         ch->state == WEFT_CHANNEL_ACTIVE)
+    complete_head(ch, 0);
+  if (o->head == o->flushed || slot(o, o->head)->region == NULL) {
+    weft_channel_transport_closed(ch, err, reason);
+    return;
+  }
+  /* The region leaves the queue first, so that the close fails the
+   * entries after it with WEFT_ECLOSED and its own promise gets `err`;
+   * the reason is fired (and logged) before any promise can close the
+   * channel quietly. */
+  weft__outbound_entry e = take_head(o);
+  weft_channel_transport_closed(ch, err, reason);
+  finish_entry(e, err);
 }
 
 void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
@@ -160,10 +240,15 @@ void weft_outbound_consumed(weft_channel *ch, size_t bytes) {
   if (bytes > 0)
     ch->limits.activity++; /* a peer that reads replies is not idle */
   while (o->head != o->flushed) {
-    weft_buf *b = slot(o, o->head)->buf;
-    size_t len = weft_buf_readable(b);
-    if (len > bytes) {
-      b->reader_index += bytes; /* partly sent: the rest goes next time */
+    weft__outbound_entry *e = slot(o, o->head);
+    size_t len = entry_left(e);
+    if (e->region != NULL)
+      weft__file_region_count_sent(len < bytes ? len : bytes);
+    if (len > bytes) { /* partly sent: the rest goes next time */
+      if (e->region != NULL)
+        e->region->transferred += bytes;
+      else
+        e->buf->reader_index += bytes;
       o->pending_bytes -= bytes;
       break;
     }

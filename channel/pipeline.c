@@ -2,6 +2,7 @@
 /* The channel pipeline: a doubly linked list of handler contexts between a
  * head (the transport side) and a tail (the application's end), with event
  * dispatch in both directions. See include/weft/pipeline.h for the rules. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,11 +121,94 @@ void weft_pipeline_fire_exception_caught(weft_pipeline *p, int err,
 
 /* ---- outbound ---- */
 
-void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
-  FIRE(OUTBOUND, ctx, write, (n, msg, promise));
+static void head_write(weft_ctx *ctx, void *msg, weft_promise promise);
+static void write_region_as_bufs(weft_ctx *ctx, weft_file_region *r,
+                                 weft_promise promise);
+
+/* Whether handler context `n` takes a file region as it is: the head when
+ * its transport sends from files, another handler when it says so. */
+static bool takes_regions(const weft_ctx *n) {
+  if (n->handler->write == head_write)
+    return n->pipeline->channel->transport->caps &
+           WEFT_TRANSPORT_CAP_FILE_REGION;
+  return n->handler->file_regions;
 }
 
-static void head_write(weft_ctx *ctx, void *msg, weft_promise promise);
+bool weft_ctx_file_region_direct(weft_ctx *ctx) {
+  weft_ctx *n = NEXT_OUTBOUND(ctx, write);
+  while (n->handler->write != head_write && takes_regions(n))
+    n = NEXT_OUTBOUND(n, write);
+  return takes_regions(n);
+}
+
+void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
+  weft_ctx *n = NEXT_OUTBOUND(ctx, write);
+  if (weft_msg_is(msg, &weft_file_region_type) && !takes_regions(n)) {
+    write_region_as_bufs(ctx, msg, promise);
+    return;
+  }
+  enter(n->pipeline);
+  n->handler->write(n, msg, promise);
+  leave(n->pipeline);
+}
+
+/* The read of region `r` stopped at `err`: releases it and, unless the
+ * channel is closing anyway (closed, or past its output limit), closes it
+ * with the reason, then fails the promise. The reason first: a promise
+ * callback may close the channel quietly. */
+static void region_read_failed(weft_channel *ch, weft_file_region *r, int err,
+                               weft_promise promise) {
+  uint64_t at = r->transferred, left = weft_file_region_left(r);
+  int fd = r->fd;
+  weft_file_region_release(r);
+  if (err != WEFT_ECLOSED && err != WEFT_ENOBUFS &&
+      ch->state == WEFT_CHANNEL_ACTIVE) {
+    char reason[160];
+    snprintf(reason, sizeof reason,
+             "file region of fd %d: %s with %llu of its bytes read and %llu "
+             "left%s",
+             fd, err == WEFT_EIO ? "the file ended early" : weft_strerror(err),
+             (unsigned long long)at, (unsigned long long)left,
+             err == WEFT_EIO ? " (did it shrink?)" : "");
+    weft_channel_transport_closed(ch, err, reason);
+  }
+  weft_promise_complete(promise, err);
+}
+
+/* File regions where the next writer cannot take one: the region's bytes
+ * are read into buffers (64 KiB each, pread) and written from `ctx` in
+ * order, the promise on the last. Netty leaves this to each handler (its
+ * SslHandler refuses a FileRegion; ChunkedWriteHandler converts); one
+ * place in the pipeline keeps every handler and transport correct without
+ * code of its own (docs/architecture.md, "File regions"). A file shorter
+ * than the region fails the promise and closes the channel with the
+ * reason. Inside an event of the pipeline: the writes may close the
+ * channel, which must stay valid until the loop ends. */
+static void write_region_as_bufs(weft_ctx *ctx, weft_file_region *r,
+                                 weft_promise promise) {
+  weft_pipeline *p = ctx->pipeline;
+  weft_channel *ch = p->channel;
+  enter(p);
+  for (;;) {
+    weft_buf *b;
+    int err = ch->state >= WEFT_CHANNEL_INACTIVE ? WEFT_ECLOSED
+              : weft__limits_refuse_write(ch)
+                  ? WEFT_ENOBUFS /* past the output limit: read no more */
+                  : weft_file_region_read(r, weft_loop_pool(ch->loop),
+                                          WEFT_POOL_MAX_CLASS, &b);
+    if (err < 0) {
+      region_read_failed(ch, r, err, promise);
+      break;
+    }
+    bool last = weft_file_region_left(r) == 0;
+    weft_ctx_write(ctx, b, last ? promise : WEFT_PROMISE_NONE);
+    if (last) {
+      weft_file_region_release(r);
+      break;
+    }
+  }
+  leave(p);
+}
 
 /* The bytes go straight into the queue's tail buffer when the next writer
  * is the head and the channel is open (head_write's checks). No
@@ -184,9 +268,11 @@ static void head_write(weft_ctx *ctx, void *msg, weft_promise promise) {
   int err = 0;
   if (ch->state >= WEFT_CHANNEL_INACTIVE)
     err = WEFT_ECLOSED;
+  else if (weft_msg_is(msg, &weft_file_region_type))
+    err = weft__outbound_add_region(ch, msg, promise); /* takes_regions */
   else if (!weft_msg_is(msg, &weft_buf_msg_type))
     err = WEFT_EINVAL;
-  if (err == 0)
+  else
     err = weft__outbound_add(ch, (weft_buf *)msg, promise);
   if (err == 0)
     return;

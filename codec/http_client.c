@@ -170,7 +170,7 @@ static void write_chunk(http_client *c, weft_buf *b, weft_promise pr) {
   }
   if (n == 0) /* an empty chunk would end the body */
     return fail_write(b, pr, 0);
-  weft__http_write_chunk(c->ctx, b, pr);
+  weft__http_write_chunk(c->ctx, b, weft_buf_readable(b), pr);
 }
 
 static void write_end(http_client *c, weft_promise pr) {

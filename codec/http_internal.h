@@ -21,10 +21,12 @@ int weft__http_fields_append(weft_http_fields *f, const char *s, size_t n);
 int weft__http_fields_add(weft_http_fields *f, const char *name,
                           const char *value);
 
-/* Writes `b` (not empty: an empty chunk ends the body; its reference is
- * taken) as one chunk of a chunked body (RFC 9112 7.1): the size line in
- * hex, the bytes, CRLF. `pr` completes with the last of the three. */
-void weft__http_write_chunk(weft_ctx *ctx, weft_buf *b, weft_promise pr);
+/* Writes `chunk`, a weft_buf or a weft_file_region of `n` bytes (not 0:
+ * an empty chunk ends the body; its reference is taken) as one chunk of a
+ * chunked body (RFC 9112 7.1): the size line in hex, the bytes, CRLF. `pr`
+ * completes with the last of the three. */
+void weft__http_write_chunk(weft_ctx *ctx, void *chunk, uint64_t n,
+                            weft_promise pr);
 
 /* The request-target / method checks of weft_http_client_request_new. */
 bool weft__http_is_token(const char *s);

@@ -2,6 +2,7 @@
 /* HTTP/1.1 messages: request heads, the end marker, response heads and
  * their header lines, reason phrases, and the chunk framing of both codecs.
  * No parsing here (http_server.c). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,10 +253,11 @@ const char *weft__http_date(void) {
   return text;
 }
 
-void weft__http_write_chunk(weft_ctx *ctx, weft_buf *b, weft_promise pr) {
+void weft__http_write_chunk(weft_ctx *ctx, void *chunk, uint64_t n,
+                            weft_promise pr) {
   char line[24];
-  int len = snprintf(line, sizeof line, "%zx\r\n", weft_buf_readable(b));
+  int len = snprintf(line, sizeof line, "%" PRIx64 "\r\n", n);
   weft_ctx_write_bytes(ctx, line, (size_t)len, WEFT_PROMISE_NONE);
-  weft_ctx_write(ctx, b, WEFT_PROMISE_NONE);
+  weft_ctx_write(ctx, chunk, WEFT_PROMISE_NONE);
   weft_ctx_write_bytes(ctx, "\r\n", 2, pr);
 }

@@ -13,6 +13,7 @@
 #include <weft/channel.h>
 #include <weft/decoder.h>
 #include <weft/error.h>
+#include <weft/file_region.h>
 #include <weft/http.h>
 #include <weft/log.h>
 #include <weft/timer.h>
@@ -308,13 +309,15 @@ static void write_response(http_server *s, weft_http_response *r,
   weft_ctx_write(s->ctx, b, pr);
 }
 
-static void write_chunk(http_server *s, weft_buf *b, weft_promise pr) {
-  size_t n = weft_buf_readable(b);
+/* A body chunk: `b` is a weft_buf or a weft_file_region (the handler
+ * takes regions: their bytes are framed here as a buffer's are, and the
+ * region goes on to the head as it is) of `n` bytes. */
+static void write_chunk(http_server *s, void *b, uint64_t n, weft_promise pr) {
   switch (s->mode) {
   case RESP_NONE:
     return fail_write(s, b, pr, "body chunk outside a response");
   case RESP_NOBODY: /* HEAD, 204, 304: the body is not sent */
-    weft_buf_release(b);
+    weft_msg_release(b);
     return weft_promise_complete(pr, 0);
   case RESP_LENGTH:
     if (n > s->remaining) {
@@ -325,10 +328,10 @@ static void write_chunk(http_server *s, weft_buf *b, weft_promise pr) {
     return weft_ctx_write(s->ctx, b, pr);
   case RESP_CHUNKED:
     if (n == 0) { /* an empty chunk would end the body */
-      weft_buf_release(b);
+      weft_msg_release(b);
       return weft_promise_complete(pr, 0);
     }
-    return weft__http_write_chunk(s->ctx, b, pr);
+    return weft__http_write_chunk(s->ctx, b, n, pr);
   case RESP_EOF:
     return weft_ctx_write(s->ctx, b, pr);
   }
@@ -358,7 +361,9 @@ static void http_write(weft_ctx *ctx, void *msg, weft_promise pr) {
   if (weft_msg_is(msg, &weft_http_response_type))
     write_response(s, msg, pr);
   else if (weft_msg_is(msg, &weft_buf_msg_type))
-    write_chunk(s, msg, pr);
+    write_chunk(s, msg, weft_buf_readable(msg), pr);
+  else if (weft_msg_is(msg, &weft_file_region_type))
+    write_chunk(s, msg, weft_file_region_left(msg), pr);
   else if (weft_msg_is(msg, &weft_http_end_type))
     write_end(s, pr);
   else
@@ -662,7 +667,8 @@ static void http_added(weft_ctx *ctx) {
 static const weft_handler http_server_handler = {.name = "http_server_codec",
                                                  .handler_added = http_added,
                                                  WEFT__DECODER_OPS,
-                                                 .write = http_write};
+                                                 .write = http_write,
+                                                 .file_regions = true};
 
 void weft_http_server_options_init(weft_http_server_options *o) {
   *o = (weft_http_server_options){.max_head_bytes = 16 * 1024,

@@ -135,7 +135,9 @@ static const weft_handler idle_handler_ops = {.name = "idle",
                                               .channel_active = idle_active,
                                               .channel_inactive = idle_inactive,
                                               .channel_read = idle_read,
-                                              .write = idle_write};
+                                              .write = idle_write,
+                                              /* any message: passed on */
+                                              .file_regions = true};
 
 int weft_idle_add_last(weft_pipeline *p, const char *name,
                        const weft_idle_options *opts) {

@@ -2,6 +2,7 @@
 /* The stats handler: bytes and messages in and out. */
 #include <weft/buf.h>
 #include <weft/error.h>
+#include <weft/file_region.h>
 #include <weft/stats.h>
 
 static void add(_Atomic uint64_t *c, uint64_t n) {
@@ -9,6 +10,8 @@ static void add(_Atomic uint64_t *c, uint64_t n) {
 }
 
 static uint64_t bytes_of(const void *msg) {
+  if (weft_msg_is(msg, &weft_file_region_type))
+    return weft_file_region_left(msg);
   return weft_msg_is(msg, &weft_buf_msg_type) ? weft_buf_readable(msg) : 0;
 }
 
@@ -27,7 +30,10 @@ static void stats_write(weft_ctx *ctx, void *msg, weft_promise promise) {
 }
 
 static const weft_handler stats_handler = {
-    .name = "stats", .channel_read = stats_read, .write = stats_write};
+    .name = "stats",
+    .channel_read = stats_read,
+    .write = stats_write,
+    .file_regions = true}; /* counted and passed on: sendfile still */
 
 void weft_stats_reset(weft_stats *s) {
   atomic_store(&s->bytes_in, 0);

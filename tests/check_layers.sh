@@ -27,7 +27,7 @@ PLUGINS="tcp uring ucx verbs"
 header_layer() {
   case $1 in
     loop|buf|error|log|clock|timer|source|msg|version) echo 1 ;;
-    endpoint|channel_option|transport_plugin) echo 2 ;;
+    endpoint|channel_option|file_region|transport_plugin) echo 2 ;;
     channel|pipeline|bootstrap|embedded) echo 3 ;;
     decoder|frame|rpc|resp|varint|config|cli|http) echo 4 ;;
     flush_consolidation|idle|logging|rpc_client|rpc_server|stats|tls) echo 5 ;;

@@ -3,6 +3,8 @@
  * any split, responses in request order, framing rules, and every limit
  * and smuggling rule with its status code (the hostile cases). */
 #include <inttypes.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -229,6 +231,51 @@ START_TEST(http_chunked_response_and_http10_close_delimited) {
   ck_assert_ptr_nonnull(strstr(out, "Connection: close\r\n\r\nhello world"));
   ck_assert(!weft_channel_is_active(weft_embedded_channel(e)));
   ck_assert_uint_eq(free_server(e), 0);
+}
+END_TEST
+
+/* A handler that sends a file region as the body: chunked framing (no
+ * length given) on the first request, and nothing for a HEAD. */
+static int region_fd = -1;
+
+static void region_read(weft_ctx *ctx, void *msg) {
+  bool end = weft_msg_is(msg, &weft_http_end_type);
+  weft_msg_release(msg);
+  if (!end)
+    return;
+  weft_ctx_write(ctx, weft_http_response_new(200), WEFT_PROMISE_NONE);
+  weft_file_region *r;
+  ck_assert_int_eq(weft_file_region_new(&r, region_fd, 2, 12, 0), 0);
+  weft_ctx_write(ctx, r, WEFT_PROMISE_NONE);
+  weft_ctx_write(ctx, weft_http_end(), WEFT_PROMISE_NONE);
+  weft_ctx_flush(ctx);
+}
+
+static const weft_handler region_handler = {.name = "region",
+                                            .channel_read = region_read};
+
+START_TEST(http_file_region_body_is_framed) {
+  char path[] = "/tmp/weft-http-region-XXXXXX";
+  region_fd = mkstemp(path);
+  ck_assert_int_ge(region_fd, 0);
+  unlink(path);
+  th_write_all(region_fd, "..hello region..", 16);
+  weft_embedded *e = new_server(&region_handler);
+  static const char get[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  feed(e, get, sizeof get - 1, FEED_WHOLE, 1);
+  char *out = outbound_text(e);
+  /* The codec framed the region's 12 bytes (0xc); the embedded channel's
+   * transport cannot send from a file, so they were read into a buffer. */
+  ck_assert_ptr_nonnull(strstr(out, "Transfer-Encoding: chunked\r\n\r\n"
+                                    "c\r\nhello region\r\n0\r\n\r\n"));
+  static const char head[] = "HEAD / HTTP/1.1\r\nHost: x\r\n\r\n";
+  feed(e, head, sizeof head - 1, FEED_WHOLE, 1);
+  out = outbound_text(e);
+  ck_assert_ptr_nonnull(strstr(out, "HTTP/1.1 200 OK\r\n"));
+  ck_assert_ptr_null(strstr(out, "hello")); /* HEAD: the region dropped */
+  ck_assert(weft_channel_is_active(weft_embedded_channel(e)));
+  ck_assert_uint_eq(free_server(e), 0);
+  close(region_fd);
 }
 END_TEST
 
@@ -763,6 +810,7 @@ Suite *weft_test_suite(void) {
       th_add_case(s, "server_codec", 0, http_requests_decode_at_any_split,
                   http_pipelined_responses_in_request_order,
                   http_chunked_response_and_http10_close_delimited,
+                  http_file_region_body_is_framed,
                   http_connection_close_and_http10_keep_alive,
                   http_upgrade_is_ignored_and_connect_closes,
                   http_expect_continue_before_the_body,

@@ -6,7 +6,10 @@
 
 #include "codec_util.h"
 
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <weft/embedded.h>
 #include <weft/error.h>
@@ -313,6 +316,81 @@ START_TEST(pipeline_head_refuses_non_buffer_message) {
   ck_assert_int_eq(promise_calls, 101); /* promise failed, message released */
   ck_assert_int_ge(th_log_count("encoder missing"), 1);
   th_log_capture_stop();
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
+/* ---- file regions where the transport cannot send from a file ---- */
+
+/* A temporary file holding `n` bytes of `c`, unlinked. */
+static int temp_file(size_t n, char c) {
+  char path[] = "/tmp/weft-pipeline-region-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  unlink(path);
+  char chunk[4096];
+  memset(chunk, c, sizeof chunk);
+  for (size_t at = 0; at < n; at += sizeof chunk)
+    th_write_all(fd, chunk, n - at < sizeof chunk ? n - at : sizeof chunk);
+  return fd;
+}
+
+static weft_file_region *new_region(int fd, uint64_t pos, uint64_t count,
+                                    unsigned flags) {
+  weft_file_region *r;
+  ck_assert_int_eq(weft_file_region_new(&r, fd, pos, count, flags), 0);
+  return r;
+}
+
+START_TEST(pipeline_file_region_becomes_buffers_without_the_capability) {
+  promise_calls = 0;
+  weft_embedded *e = embedded_of(NULL); /* no WEFT_TRANSPORT_CAP_FILE_REGION */
+  weft_channel *ch = weft_embedded_channel(e);
+  int fd = temp_file(150000, 'r');
+  int owned = dup(fd);
+  weft_channel_write(ch, new_region(fd, 1, 0, 0), /* empty */
+                     (weft_promise){record_promise, (void *)0});
+  weft_channel_write(ch,
+                     new_region(owned, 1, 149999, WEFT_FILE_REGION_CLOSE_FD),
+                     (weft_promise){record_promise, (void *)1});
+  /* Read at the write: counted as a buffer of that size would be. */
+  ck_assert_uint_eq(weft_channel_pending_bytes(ch), 149999);
+  ck_assert(fcntl(owned, F_GETFD) < 0); /* released: its fd closed */
+  weft_channel_flush(ch);
+  ck_assert_int_eq(promise_calls, 2);
+  ck_assert_int_eq(promise_status[0], 0);
+  ck_assert_int_eq(promise_status[1], 0);
+  size_t n = 0, bufs = 0;
+  void *m;
+  while ((m = weft_embedded_read_outbound(e)) != NULL) {
+    ck_assert(weft_msg_is(m, &weft_buf_msg_type));
+    const uint8_t *p = weft_buf_rptr(m);
+    for (size_t i = 0; i < weft_buf_readable(m); i++)
+      ck_assert_int_eq(p[i], 'r');
+    n += weft_buf_readable(m);
+    bufs++;
+    weft_msg_release(m);
+  }
+  ck_assert_uint_eq(n, 149999);
+  ck_assert_uint_eq(bufs, 1 + 3); /* the empty one, then 64 KiB reads */
+  /* Past the file's end (it shrank): WEFT_EIO, the channel closes. */
+  weft_channel_write_and_flush(ch, new_region(fd, 100000, 60000, 0),
+                               (weft_promise){record_promise, (void *)2});
+  ck_assert_int_eq(promise_status[2], WEFT_EIO);
+  ck_assert(!weft_channel_is_active(ch));
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_EIO);
+  /* Closed: refused, and an owned descriptor still closed. */
+  owned = dup(fd);
+  weft_channel_write(ch, new_region(owned, 0, 10, WEFT_FILE_REGION_CLOSE_FD),
+                     (weft_promise){record_promise, (void *)3});
+  ck_assert_int_eq(promise_status[3], WEFT_ECLOSED);
+  ck_assert(fcntl(owned, F_GETFD) < 0);
+  weft_file_region *r;
+  ck_assert_int_eq(weft_file_region_new(&r, -1, 0, 1, 0), WEFT_EINVAL);
+  ck_assert_int_eq(weft_file_region_new(&r, fd, INT64_MAX, 2, 0), WEFT_EINVAL);
+  ck_assert_int_eq(weft_file_region_new(&r, fd, 0, 1, 0x80), WEFT_EINVAL);
+  close(fd);
+  release_all_outbound(e);
   ck_assert_uint_eq(weft_embedded_free(e), 0);
 }
 END_TEST
@@ -660,6 +738,31 @@ START_TEST(pipeline_write_bytes_obeys_the_output_limit) {
 }
 END_TEST
 
+/* A region read into buffers stops reading at the output limit: the
+ * channel closes with WEFT_ENOBUFS, not with megabytes read for nothing. */
+START_TEST(pipeline_file_region_read_stops_at_the_output_limit) {
+  weft_embedded *e = embedded_of(NULL);
+  weft_channel *ch = weft_embedded_channel(e);
+  ck_assert_int_eq(weft_channel_set_option(ch, WEFT_OPT_OUTPUT_LIMIT, 100000),
+                   0);
+  int fd = temp_file(4000000, 'x');
+  weft_file_region_stats before, after;
+  weft_file_region_stats_get(&before);
+  weft_channel_write(ch, new_region(fd, 0, 4000000, 0),
+                     (weft_promise){record_promise, (void *)5});
+  weft_file_region_stats_get(&after);
+  ck_assert_int_eq(promise_status[5], WEFT_ENOBUFS);
+  /* The limit plus the read that crossed it, at most. */
+  ck_assert_uint_le(after.read_bytes - before.read_bytes, 100000 + 65536);
+  weft_embedded_run_pending(e); /* the close runs as a task */
+  ck_assert(!weft_channel_is_active(ch));
+  ck_assert_int_eq(weft_embedded_exception(e, 0), WEFT_ENOBUFS);
+  close(fd);
+  release_all_outbound(e);
+  ck_assert_uint_eq(weft_embedded_free(e), 0);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("pipeline", "embedded", 0,
                   pipeline_event_order_matches_netty_example,
@@ -670,6 +773,8 @@ Suite *weft_test_suite(void) {
                   pipeline_watermarks_have_hysteresis,
                   pipeline_promises_report_sent_and_closed,
                   pipeline_head_refuses_non_buffer_message,
+                  pipeline_file_region_becomes_buffers_without_the_capability,
+                  pipeline_file_region_read_stops_at_the_output_limit,
                   pipeline_exception_reaches_tail_and_closes_channel,
                   pipeline_peer_reset_at_the_tail_is_info_not_warn,
                   pipeline_tail_releases_unhandled_and_queue_at_close,

@@ -17,6 +17,9 @@
  *                       it is the whole response and nothing else follows
  *   weft_buf ...        otherwise body chunks (chunked on the wire when no
  *                       content length was given and the client speaks 1.1)
+ *                       or weft_file_region (weft/file_region.h): passed
+ *                       on as it is, so a transport that can sends it with
+ *                       sendfile(2)
  *   weft_http_end()     the end marker
  *
  * The codec keeps the rules a handler should not have to: responses to

@@ -133,6 +133,13 @@ typedef struct weft_handler {
   void (*write)(weft_ctx *ctx, void *msg, weft_promise promise);
   void (*flush)(weft_ctx *ctx);
   void (*close)(weft_ctx *ctx, weft_promise promise);
+
+  /* True: `write` takes file regions (weft/file_region.h), handling them
+   * or passing them on. False (the default): a region written towards
+   * this handler reaches its `write` as weft_bufs read from the file, in
+   * order, the region's promise on the last (so a handler that must see
+   * the bytes, as TLS must, sees them). */
+  bool file_regions;
 } weft_handler;
 
 /* ---- building the pipeline ---- */

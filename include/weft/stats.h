@@ -2,12 +2,13 @@
 /* weft/stats.h: the stats handler: bytes and messages in and out.
  *
  * Counts what passes it: inbound channel_read messages and, for weft_bufs,
- * their readable bytes; outbound writes likewise (counted when the write
- * passes, i.e. queued, not yet sent). Placed next to the head it counts
- * wire bytes; above a codec it counts messages. The counters live in a
- * weft_stats the caller owns, so one weft_stats can sum many channels, on
- * any loops: updates are relaxed atomic additions and any thread may read
- * them (weft_stats_get).
+ * their readable bytes; outbound writes likewise, file regions
+ * (weft/file_region.h) with their bytes left, which it passes on as they
+ * are (counted when the write passes, i.e. queued, not yet sent). Placed next
+ * to the head it counts wire bytes; above a codec it counts messages. The
+ * counters live in a weft_stats the caller owns, so one weft_stats can sum many
+ * channels, on any loops: updates are relaxed atomic additions and any thread
+ * may read them (weft_stats_get).
  */
 #ifndef WEFT_STATS_H
 #define WEFT_STATS_H

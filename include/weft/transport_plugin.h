@@ -40,6 +40,7 @@
 #include <weft/buf.h>
 #include <weft/channel_option.h>
 #include <weft/endpoint.h>
+#include <weft/file_region.h>
 #include <weft/loop.h>
 #include <weft/timer.h>
 
@@ -73,6 +74,12 @@ typedef struct weft_listener weft_listener;
  * listened (ucx: its connections are spread by a redirect in its own
  * handshake, docs/transports/ucx.md). */
 #define WEFT_TRANSPORT_CAP_LISTEN_PER_LOOP 0x20u
+/* The transport's flush sends file regions (weft/file_region.h) from the
+ * outbound queue itself, straight from the file (tcp: sendfile(2)):
+ * weft_outbound_iov stops at a region, weft_outbound_file_region names it,
+ * weft_outbound_consumed counts its bytes. Without this flag a region
+ * never reaches the queue: the pipeline reads it into buffers first. */
+#define WEFT_TRANSPORT_CAP_FILE_REGION 0x40u
 
 /**
  * For socket-backed transport plugins (tcp, uring): resolves `ep` as
@@ -520,14 +527,17 @@ int weft_listener_address_of(const weft_listener *l, int i, char *buf,
 /**
  * Fills up to `max` iovecs with the flushed, unsent bytes, from the first
  * unsent byte on, and returns how many were filled; `*bytes` gets their
- * total. Loop thread.
+ * total. Stops before a file region (WEFT_TRANSPORT_CAP_FILE_REGION): 0
+ * iovecs with a region first means weft_outbound_file_region's turn.
+ * Loop thread.
  */
 int weft_outbound_iov(weft_channel *ch, struct iovec *iov, int max,
                       size_t *bytes);
 
 /**
  * Number of flushed buffers not yet fully sent, and the i-th of them (its
- * readable bytes are what remains to send). For message transports.
+ * readable bytes are what remains to send). For message transports, which
+ * have no WEFT_TRANSPORT_CAP_FILE_REGION: their queue holds buffers only.
  */
 size_t weft_outbound_count(const weft_channel *ch);
 weft_buf *weft_outbound_buf(const weft_channel *ch, size_t i);
@@ -538,6 +548,30 @@ weft_buf *weft_outbound_buf(const weft_channel *ch, size_t i);
  * pending bytes and writability are updated. Loop thread.
  */
 void weft_outbound_consumed(weft_channel *ch, size_t bytes);
+
+/**
+ * With WEFT_TRANSPORT_CAP_FILE_REGION: the first flushed file region with
+ * bytes left, or NULL. When weft_outbound_iov filled no iovec, its bytes
+ * are the next to send; when it filled some, the region follows them
+ * (so more bytes follow those: tcp sends them with MSG_MORE). Its next
+ * byte is at file offset position + transferred, and
+ * weft_file_region_left bytes remain; the transport sends from there
+ * (without moving the descriptor's offset) and reports what left with
+ * weft_outbound_consumed, which advances `transferred`. One compare when
+ * no region is queued. Loop thread.
+ */
+const weft_file_region *weft_outbound_file_region(const weft_channel *ch);
+
+/**
+ * The transport cannot send the region weft_outbound_file_region names
+ * (the file ended before the region: `err` WEFT_EIO; or the send failed):
+ * its write's promise fails with `err`, then the channel closes as
+ * weft_channel_transport_closed(ch, err, reason) does (exception_caught
+ * with `reason`, which the tail logs). The transport returns from its
+ * flush after this (the channel is closing). Loop thread.
+ */
+void weft_outbound_file_region_failed(weft_channel *ch, int err,
+                                      const char *reason);
 
 /** True when nothing flushed is waiting to be sent. */
 bool weft_outbound_is_empty(const weft_channel *ch);

@@ -15,6 +15,7 @@
 #include <weft/embedded.h>
 #include <weft/endpoint.h>
 #include <weft/error.h>
+#include <weft/file_region.h>
 #include <weft/flush_consolidation.h>
 #include <weft/frame.h>
 #include <weft/http.h>

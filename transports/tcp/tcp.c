@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -45,8 +46,13 @@
 
 /* ---- tuning ---- */
 
-#define TCP_MAX_IOV 64               /* iovecs per sendmsg */
-#define TCP_MAX_WRITES_PER_FLUSH 16  /* sendmsg calls before yielding */
+#define TCP_MAX_IOV 64              /* iovecs per sendmsg */
+#define TCP_MAX_WRITES_PER_FLUSH 16 /* sendmsg calls before yielding */
+/* Bytes per sendfile(2) of a file region: as a sendmsg of the queue's
+ * iovecs, one call moves what the socket takes; 1 MiB keeps one call of a
+ * flush's TCP_MAX_WRITES_PER_FLUSH from holding the loop on a socket with
+ * a huge send buffer. */
+#define TCP_SENDFILE_MAX (1u << 20)
 #define TCP_MAX_ACCEPTS_PER_EVENT 64 /* accepts per readiness */
 /* Bytes from which a busy read reports a lot (WEFT_BUSY_READ_MORE): the
  * largest receive size, a bulk flow's read. Small batches (64 messages of
@@ -363,21 +369,63 @@ static int finish_shutdown(tcp_channel *tc) {
   return shutdown(tc->io.w.fd, SHUT_WR) < 0 ? neg_errno() : 0;
 }
 
-/* One gathering sendmsg of the flushed bytes. Returns bytes sent, 0 when
- * the socket is full, or an error. */
+/* One sendfile of the file region first in the queue, at most
+ * TCP_SENDFILE_MAX bytes (from the region's offset: the descriptor's own
+ * is not moved). Returns bytes sent, 0 when the socket is full, or an
+ * error. A file that ends before the region (sendfile returns 0: it
+ * shrank) fails the region's write and closes the channel with the
+ * reason (weft_outbound_file_region_failed), and so does a failure of
+ * sendfile that is the file's (a read error), not the socket's. */
+static ssize_t send_region(tcp_channel *tc, const weft_file_region *r,
+                           size_t *asked) {
+  uint64_t left = weft_file_region_left(r);
+  size_t want = left < TCP_SENDFILE_MAX ? (size_t)left : TCP_SENDFILE_MAX;
+  off_t off = (off_t)(r->position + r->transferred);
+  *asked = want;
+  ssize_t w;
+  do
+    w = sendfile(tc->io.w.fd, r->fd, &off, want);
+  while (w < 0 && errno == EINTR);
+  if (w > 0)
+    return w;
+  if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return 0;
+  int err = w == 0 ? WEFT_EIO : neg_errno();
+  if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+    return err; /* the peer's doing: the usual write error */
+  char reason[160];
+  snprintf(reason, sizeof reason,
+           "sendfile of fd %d at offset %llu: %s, %llu bytes of the region "
+           "left%s",
+           r->fd, (unsigned long long)off,
+           w == 0 ? "the file ended early" : weft_strerror(err),
+           (unsigned long long)left, w == 0 ? " (did it shrink?)" : "");
+  weft_outbound_file_region_failed(tc->ch, err, reason);
+  return err;
+}
+
+/* One gathering sendmsg of the flushed bytes (or a sendfile, when a file
+ * region is first). Returns bytes sent, 0 when the socket is full, or an
+ * error. */
 static ssize_t send_some(tcp_channel *tc, size_t *asked) {
   struct iovec iov[TCP_MAX_IOV];
   int n = weft_outbound_iov(tc->ch, iov, TCP_MAX_IOV, asked);
-  if (n == 0)
-    return 0; /* only empty buffers: consumed(0) completes them */
+  const weft_file_region *r = weft_outbound_file_region(tc->ch);
+  if (n == 0) /* no region: only empty buffers, which consumed(0) takes */
+    return r != NULL ? send_region(tc, r, asked) : 0;
+  /* A region follows these bytes (an HTTP head before its file): MSG_MORE
+   * holds them for the sendfile that comes next in this flush, so head
+   * and body leave in one segment, as one gathered sendmsg sent them
+   * before, and a socket with Nagle on does not wait for the head's ACK
+   * to send the body. */
+  int flags = MSG_NOSIGNAL | MSG_DONTWAIT | (r != NULL ? MSG_MORE : 0);
   struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
   ssize_t w;
   /* One buffer: send, which skips sendmsg's copy of the msghdr and its
    * iovec from user memory (a ping-pong's usual case). */
   do
-    w = n == 1 ? send(tc->io.w.fd, iov[0].iov_base, iov[0].iov_len,
-                      MSG_NOSIGNAL | MSG_DONTWAIT)
-               : sendmsg(tc->io.w.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    w = n == 1 ? send(tc->io.w.fd, iov[0].iov_base, iov[0].iov_len, flags)
+               : sendmsg(tc->io.w.fd, &msg, flags);
   while (w < 0 && errno == EINTR);
   if (w < 0)
     return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : neg_errno();
@@ -780,7 +828,8 @@ static int tcp_ktls_send_record(weft_channel *ch, uint8_t type,
 const weft_transport_ops weft__transport_tcp = {
     .name = "tcp",
     .caps = WEFT_TRANSPORT_CAP_STREAM | WEFT_TRANSPORT_CAP_HALF_CLOSE |
-            WEFT_TRANSPORT_CAP_SOCKET_OPTS | WEFT_TRANSPORT_CAP_TCP,
+            WEFT_TRANSPORT_CAP_SOCKET_OPTS | WEFT_TRANSPORT_CAP_TCP |
+            WEFT_TRANSPORT_CAP_FILE_REGION,
     .channel_priv_size = sizeof(tcp_channel),
     .loop_init = tcp_loop_init,
     .loop_fini = tcp_loop_fini,

@@ -36,6 +36,12 @@ run http_load_pipelined -o load.connections=2 -o load.pipeline=16 \
   -o load.requests=4000 -o load.path=/json
 run http_load_static_file -o load.path=/big.bin -o load.requests=40 \
   -o load.pipeline=4
+# The file's bytes were read into buffers (this transport cannot send
+# from a file): weft-http's count at exit.
+kill "$pid"; wait "$pid"; pid=""
+grep -q 'static files: 0 bytes sent from the file (sendfile), 8000000 read' \
+  "$dir/server.log"
+check http_static_file_read_path $? "$(grep 'static files' "$dir/server.log")"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ] || { echo "weft-http's log:"; tail -20 "$dir/server.log"; }
 [ "$failed" = 0 ]
