@@ -12,6 +12,8 @@
 #include <weft/cli.h>
 #include <weft/config.h>
 #include <weft/error.h>
+#include <weft/log.h>
+#include <weft/loop.h>
 #include <weft/transport_plugin.h>
 #include <weft/version.h>
 
@@ -223,6 +225,18 @@ int weft_cli_loops_start(const weft_cli *cli, const weft_loop_options *opts,
   if (rc < 0)
     fprintf(stderr, "%s: loops: %s\n", cli->prog, weft_strerror(rc));
   return rc;
+}
+
+void weft_cli_log_loop_stats(const weft_cli *cli, weft_loop_group *group) {
+  if (weft_log_get_level() < WEFT_LOG_DEBUG)
+    return;
+  for (int i = 0; i < weft_loop_group_size(group); i++) {
+    weft_loop_stats st;
+    char line[1024];
+    weft_loop_stats_get(weft_loop_group_get(group, i), &st);
+    weft_loop_stats_format(&st, line, sizeof line);
+    fprintf(stderr, "%s: loop %d: %s\n", cli->prog, i, line);
+  }
 }
 
 int weft_cli_wait_stop(const sigset_t *stop) {

@@ -379,36 +379,6 @@ int weft_loop_set_busy_poll_us(weft_loop *loop, int busy_poll_us) {
   return 0;
 }
 
-void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out) {
-  const weft__loop_counters *c = &loop->stats;
-  /* Relaxed loads: each counter is a figure of its own, read while the
-   * loop goes on counting. */
-#define LOAD(field) atomic_load_explicit(&c->field, memory_order_relaxed)
-#define COPY(field) out->field = LOAD(field)
-  COPY(iterations);
-  COPY(polls_busy);
-  COPY(arms);
-  COPY(arms_refused);
-  COPY(sleeps);
-  COPY(wakeups);
-  COPY(tasks_run);
-  COPY(timers_fired);
-  COPY(watcher_polls);
-  COPY(watcher_events);
-  COPY(busy_reads);
-  COPY(busy_read_hits);
-  out->busy_poll_window_ns = LOAD(window_ns);
-  COPY(window_shrinks);
-  COPY(window_grows);
-  COPY(preemptions);
-  COPY(window_contended);
-  COPY(window_misses);
-  COPY(window_drops);
-  COPY(window_probes);
-#undef COPY
-#undef LOAD
-}
-
 pid_t weft__loop_tid(const weft_loop *loop) { return atomic_load(&loop->tid); }
 
 size_t weft__loop_leaks(const weft_loop *loop) { return loop->leaks; }

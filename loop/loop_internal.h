@@ -48,6 +48,8 @@ typedef struct weft__loop_counters {
   _Atomic uint64_t window_misses;
   _Atomic uint64_t window_drops;
   _Atomic uint64_t window_probes;
+  _Atomic uint64_t window_hits;
+  _Atomic uint64_t spin_ns;
 } weft__loop_counters;
 
 /**

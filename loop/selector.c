@@ -593,10 +593,13 @@ static void window_sample(weft_loop *loop, uint64_t now) {
  * WINDOW_WAKE_NS: one that took longer (an iteration is a microsecond or
  * two) was preempted, and the time the thread waited for its CPU took
  * nothing from the thread that had it. */
-static void window_account(weft__poll_window *w, bool idle, uint64_t now) {
+static void window_account(weft_loop *loop, bool idle, uint64_t now) {
+  weft__poll_window *w = &loop->window;
   if (idle) {
     uint64_t dt = w->iter_ns != 0 ? now - w->iter_ns : 0;
-    w->spin_ns += dt < WINDOW_WAKE_NS ? dt : WINDOW_WAKE_NS;
+    dt = dt < WINDOW_WAKE_NS ? dt : WINDOW_WAKE_NS;
+    w->spin_ns += dt;
+    weft__stat_add(&loop->stats.spin_ns, dt);
     w->spinning = true;
   } else if (w->spinning) {
     w->spins_ended++;
@@ -604,6 +607,7 @@ static void window_account(weft__poll_window *w, bool idle, uint64_t now) {
     if (w->ns > 0) { /* a hit: the window caught the event */
       w->misses = 0;
       w->probe_every = WINDOW_PROBE_MIN;
+      weft__stat_add(&loop->stats.window_hits, 1);
     }
   }
   w->iter_ns = now;
@@ -752,7 +756,7 @@ void weft__selector_iteration(weft_loop *loop) {
   weft__stat_add(&loop->stats.iterations, 1);
 
   if (loop->window.adaptive)
-    window_account(&loop->window, work == 0 && !pending, now);
+    window_account(loop, work == 0 && !pending, now);
   /* A half-linked push counts as work: the task is nearly there, and the
    * producer will not wake us because it saw us awake. */
   if (work > 0 || pending) {

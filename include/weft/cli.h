@@ -204,6 +204,16 @@ int weft_cli_loops_start(const weft_cli *cli, const weft_loop_options *opts,
  */
 int weft_cli_wait_stop(const sigset_t *stop);
 
+/**
+ * At WEFT_LOG_LEVEL=debug only (an operator's stop needs no such lines),
+ * prints each loop's selector counters to stderr, one line per loop:
+ * "<prog>: loop <i>: " and weft_loop_stats_format's pairs. For benchmark
+ * logs: the busy-poll window's hits, misses and spin time, the sleeps and
+ * wake-ups of a run. Call it before weft_loop_group_stop, so the counters
+ * are the run's and not the shutdown's. Main thread.
+ */
+void weft_cli_log_loop_stats(const weft_cli *cli, weft_loop_group *group);
+
 #ifdef __cplusplus
 }
 #endif

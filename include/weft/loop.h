@@ -295,10 +295,29 @@ typedef struct weft_loop_stats {
   uint64_t window_drops;  /* times 8 misses in a row set the window to 0 */
   uint64_t window_probes; /* times a dropped window was set back to
                              busy_poll_us to try spinning again */
+  uint64_t window_hits;   /* spins with a window above 0 that ended in work:
+                             the window caught the event, saving a sleep */
+  uint64_t spin_ns; /* time spent spinning: in iterations that found no work
+                       (adaptive only; each iteration counts for at most
+                       5000 ns, as a longer one was preempted), ns. Against
+                       window_hits, the CPU the window paid per sleep saved */
 } weft_loop_stats;
 
 /** Copies `loop`'s counters into `*out`. Any thread. */
 void weft_loop_stats_get(const weft_loop *loop, weft_loop_stats *out);
+
+/**
+ * Writes `st` as one line of `name=value` pairs, the field names of
+ * weft_loop_stats in their order, separated by single spaces, without a
+ * newline (busy_poll_window_ns is -1 for UINT64_MAX), into `buf` of `len`
+ * bytes, always NUL-terminated when `len` > 0, as snprintf does. For logs
+ * and benchmark reports: the pairs may grow in later versions, so a reader
+ * should look names up, not count positions.
+ *
+ * Returns the length of the whole line (bytes, without the NUL): at least
+ * `len` means it was cut short. Any thread; `st` is the caller's copy.
+ */
+int weft_loop_stats_format(const weft_loop_stats *st, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

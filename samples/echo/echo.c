@@ -337,9 +337,10 @@ int main(int argc, char **argv) {
   } else {
     weft_config_endpoint_parse(&cfg, cfg.connect, &ep, NULL, 0);
   } /* (an endpoint that did not parse is refused by the connect) */
-  if (server)
+  if (server) {
     weft_cli_wait_stop(&stop);
-  else
+    weft_cli_log_loop_stats(&cli, group);
+  } else
     rc = run_client(group, &cfg, &opts, &ep);
 out:
   if (srv != NULL)

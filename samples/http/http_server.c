@@ -519,6 +519,7 @@ int main(int argc, char **argv) {
     weft_server_address(srv, uri, sizeof uri);
     fprintf(stderr, "weft-http: listening on %s\n", uri);
     weft_cli_wait_stop(&stop);
+    weft_cli_log_loop_stats(&cli, group);
     weft_server_close(srv);
   }
   weft_loop_group_stop(group);

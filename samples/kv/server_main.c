@@ -81,33 +81,6 @@ static int configure(int argc, char **argv, weft_config *cfg,
   return 0;
 }
 
-/* The selector's counters of every loop, for a benchmark's log: at
- * WEFT_LOG_LEVEL=debug only, since an operator's stop needs no such line. */
-static void print_loop_stats(weft_loop_group *group) {
-  if (weft_log_get_level() < WEFT_LOG_DEBUG)
-    return;
-  for (int i = 0; i < weft_loop_group_size(group); i++) {
-    weft_loop_stats st;
-    weft_loop_stats_get(weft_loop_group_get(group, i), &st);
-    fprintf(
-        stderr,
-        "weft-kv-server: loop %d: %llu iterations, %llu busy, %llu "
-        "sleeps, %llu wake-ups, %llu watcher polls, %llu busy reads (%llu "
-        "found); window %lld ns, "
-        "%llu shrinks, %llu grows, %llu preemptions, %llu contended\n",
-        i, (unsigned long long)st.iterations, (unsigned long long)st.polls_busy,
-        (unsigned long long)st.sleeps, (unsigned long long)st.wakeups,
-        (unsigned long long)st.watcher_polls, (unsigned long long)st.busy_reads,
-        (unsigned long long)st.busy_read_hits,
-        st.busy_poll_window_ns == UINT64_MAX
-            ? -1LL
-            : (long long)st.busy_poll_window_ns,
-        (unsigned long long)st.window_shrinks,
-        (unsigned long long)st.window_grows, (unsigned long long)st.preemptions,
-        (unsigned long long)st.window_contended);
-  }
-}
-
 /* An accepted SHUTDOWN (cmd_shutdown.c), on a loop thread: the stop
  * signal to the process, which main's sigwait takes as it takes SIGTERM
  * from kill, so the stop is the same graceful one. */
@@ -149,7 +122,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "weft-kv-server: %s on %s\n", names[which], a);
     weft_cli_wait_stop(&stop_signals);
     fprintf(stderr, "weft-kv-server: stopping\n");
-    print_loop_stats(group);
+    weft_cli_log_loop_stats(&cli, group);
   }
   /* Loops first: they answer what they hold and close the channels; then
    * the store can go. */
