@@ -166,6 +166,12 @@ uint64_t th_now_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+weft_loop_stats th_loop_stats(weft_loop *loop) {
+  weft_loop_stats st;
+  weft_loop_stats_get(loop, &st);
+  return st;
+}
+
 void th_sleep_ms(unsigned ms) {
   struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);

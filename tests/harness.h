@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <weft/bootstrap.h>
+#include <weft/loop.h>
 #include <weft/pipeline.h>
 
 /** Each test program returns its suite here. */
@@ -35,6 +36,9 @@ const char *th_log_text(void);
 uint64_t th_now_ms(void);
 /** Sleeps `ms` milliseconds. */
 void th_sleep_ms(unsigned ms);
+
+/** A copy of `loop`'s selector counters (weft_loop_stats_get). Any thread. */
+weft_loop_stats th_loop_stats(weft_loop *loop);
 
 /* Polls `cond` every millisecond for up to `ms`; true if it became true. */
 #define WAIT_UNTIL(cond, ms)                                                   \

@@ -57,12 +57,6 @@ static void finish_group(void) {
   weft_loop_group_free(group);
 }
 
-static weft_loop_stats stats_of(weft_loop *loop) {
-  weft_loop_stats st;
-  weft_loop_stats_get(loop, &st);
-  return st;
-}
-
 #define run_on(loop, fn, arg) ck_assert_int_eq(weft_loop_call(loop, fn, arg), 0)
 
 /* ---- a watcher on one end of a socketpair ---- */
@@ -193,12 +187,12 @@ static void make_busy(bwatch *b) {
  * enough under TSan beside stress-ng --cpu 2 on a loaded machine.) */
 #define BUSY_READ_TEST_SPINS 2000
 static bool busy_reads_go_on(weft_loop *loop) {
-  weft_loop_stats before = stats_of(loop);
-  ck_assert_msg(WAIT_UNTIL(stats_of(loop).iterations - before.iterations >=
+  weft_loop_stats before = th_loop_stats(loop);
+  ck_assert_msg(WAIT_UNTIL(th_loop_stats(loop).iterations - before.iterations >=
                                BUSY_READ_TEST_SPINS,
                            40000),
                 "the loop did not spin %d times in 40 s", BUSY_READ_TEST_SPINS);
-  return stats_of(loop).busy_reads > before.busy_reads;
+  return th_loop_stats(loop).busy_reads > before.busy_reads;
 }
 
 /* ---- tests ---- */
@@ -218,7 +212,7 @@ START_TEST(busy_read_finds_a_lone_socket_s_data) {
     WAIT_FOR(atomic_load(&b.bytes) == want);
   }
   ck_assert_int_ge(atomic_load(&b.busy_hits), 20);
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_ge(st.busy_read_hits, (uint64_t)atomic_load(&b.busy_hits));
   ck_assert_uint_ge(st.busy_reads, st.busy_read_hits);
   FINISH(loop, &b);
@@ -417,7 +411,7 @@ START_TEST(busy_read_serves_tcp_channels) {
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
                                     uri, sizeof uri);
   int fd = tcp_client(uri);
-  uint64_t hits = stats_of(loop).busy_read_hits;
+  uint64_t hits = th_loop_stats(loop).busy_read_hits;
   for (uint32_t i = 0; i < 200; i++) {
     uint32_t back = ~i;
     th_write_all(fd, &i, sizeof i);
@@ -425,7 +419,7 @@ START_TEST(busy_read_serves_tcp_channels) {
                      (ssize_t)sizeof back);
     ck_assert_uint_eq(back, i);
   }
-  ck_assert_uint_ge(stats_of(loop).busy_read_hits - hits, 100);
+  ck_assert_uint_ge(th_loop_stats(loop).busy_read_hits - hits, 100);
   close(fd);
   weft_server_close(srv);
   finish_group();
@@ -472,7 +466,7 @@ START_TEST(busy_read_without_a_buffer_keeps_an_idle_channel) {
   int fd = tcp_client(uri);
   for (uint32_t i = 0; i < 20; i++)
     ping(fd, i);
-  ck_assert_uint_gt(stats_of(loop).busy_read_hits, 0);
+  ck_assert_uint_gt(th_loop_stats(loop).busy_read_hits, 0);
   run_on(loop, add_failing_hook_task, loop);
   atomic_store(&slabs_fail, true);
   ck_assert(busy_reads_go_on(loop));
@@ -538,11 +532,11 @@ START_TEST(busy_read_of_a_flooded_tcp_channel_asks_epoll_next) {
                    0);
   ck_assert_int_eq(pthread_create(&f.th, NULL, flood_main, &f), 0);
   th_sleep_ms(50);
-  weft_loop_stats a = stats_of(loop);
+  weft_loop_stats a = th_loop_stats(loop);
   /* 20 hits, however long the machine's load makes them take (200 ms
    * held none under TSan beside stress-ng --cpu 2). */
-  WAIT_FOR(stats_of(loop).busy_read_hits - a.busy_read_hits >= 20);
-  weft_loop_stats b = stats_of(loop);
+  WAIT_FOR(th_loop_stats(loop).busy_read_hits - a.busy_read_hits >= 20);
+  weft_loop_stats b = th_loop_stats(loop);
   atomic_store(&f.stop, true);
   pthread_join(f.th, NULL);
   uint64_t hits = b.busy_read_hits - a.busy_read_hits;

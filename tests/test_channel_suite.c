@@ -791,15 +791,7 @@ typedef struct poke {
 
 static void poke_task(void *arg) {
   poke *p = arg;
-  weft_loop_stats st;
-  weft_loop_stats_get(p->loop, &st);
-  atomic_store(&p->sleeps, st.sleeps);
-}
-
-static uint64_t sleeps_of(weft_loop *loop) {
-  weft_loop_stats st;
-  weft_loop_stats_get(loop, &st);
-  return st.sleeps;
+  atomic_store(&p->sleeps, th_loop_stats(p->loop).sleeps);
 }
 
 /* Wakes `loop` with a task and waits until it has run and the loop has
@@ -813,7 +805,7 @@ static void poke_until_asleep(weft_loop *loop) {
   atomic_store(&p.sleeps, UINT64_MAX);
   ck_assert_int_eq(weft_loop_execute(loop, poke_task, &p), 0);
   ASSERT_EVENTUALLY(atomic_load(&p.sleeps) != UINT64_MAX, 20000);
-  ASSERT_EVENTUALLY(sleeps_of(loop) > atomic_load(&p.sleeps), 20000);
+  ASSERT_EVENTUALLY(th_loop_stats(loop).sleeps > atomic_load(&p.sleeps), 20000);
 }
 
 /* Idle connections to the server of `f`: raw sockets where the transport

@@ -73,19 +73,13 @@ typedef struct budget_run {
                                  read-resumed events that followed */
 } budget_run;
 
-static uint64_t loop_iterations(weft_loop *loop) {
-  weft_loop_stats st;
-  weft_loop_stats_get(loop, &st);
-  return st.iterations;
-}
-
 static void atomic_max(atomic_ullong *m, uint64_t v) {
   if (v > atomic_load(m))
     atomic_store(m, v);
 }
 
 static void flood_read(budget_run *r, weft_channel *ch, weft_buf *b) {
-  uint64_t it = loop_iterations(weft_channel_loop(ch));
+  uint64_t it = th_loop_stats(weft_channel_loop(ch)).iterations;
   if (it != r->iter) {
     r->reads_in_iter = 0;
     r->bytes_in_iter = 0;

@@ -98,12 +98,6 @@ static void finish_group(void) {
 /* Runs fn on `loop` and waits for it. */
 #define run_on(loop, fn, arg) ck_assert_int_eq(weft_loop_call(loop, fn, arg), 0)
 
-static uint64_t loop_sleeps(weft_loop *loop) {
-  weft_loop_stats st;
-  weft_loop_stats_get(loop, &st);
-  return st.sleeps;
-}
-
 /* Waits until `loop` sleeps, however long the machine's load makes that:
  * `sleeping` is set right before the loop's last re-check and its
  * epoll_wait, and the sleep is counted after the re-check, so once both
@@ -111,7 +105,7 @@ static uint64_t loop_sleeps(weft_loop *loop) {
  * nothing else to do (no task, no timer), which would otherwise stay
  * asleep. */
 static void wait_asleep(weft_loop *loop, uint64_t since) {
-  WAIT_FOR(atomic_load(&loop->sleeping) && loop_sleeps(loop) > since);
+  WAIT_FOR(atomic_load(&loop->sleeping) && th_loop_stats(loop).sleeps > since);
 }
 
 /* ---- Test sources -------------------------------------------------------- */
@@ -137,7 +131,7 @@ struct tsrc {
 
 static void note_handled(struct tsrc *t, int n) {
   if (atomic_load(&t->handled) == 0)
-    atomic_store(&t->sleeps_at_handled, loop_sleeps(t->loop));
+    atomic_store(&t->sleeps_at_handled, th_loop_stats(t->loop).sleeps);
   atomic_fetch_add(&t->handled, n);
 }
 
@@ -365,7 +359,7 @@ struct window {
 static int add_and_note(void *arg) {
   struct window *w = arg;
   add_task(w->t);
-  w->sleeps = loop_sleeps(w->t->loop);
+  w->sleeps = th_loop_stats(w->t->loop).sleeps;
   return 0;
 }
 
@@ -421,10 +415,10 @@ START_TEST(selector_set_busy_poll_us_changes_window) {
   weft_loop *loop = start_group(1, -1, 0, false);
   ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, -2), WEFT_EINVAL);
   usleep(20 * 1000);
-  ck_assert_uint_eq(loop_sleeps(loop), 0);
+  ck_assert_uint_eq(th_loop_stats(loop).sleeps, 0);
   ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, 0), 0);
   ck_assert_int_eq(weft_loop_busy_poll_us(loop), 0);
-  WAIT_FOR(loop_sleeps(loop) > 0);
+  WAIT_FOR(th_loop_stats(loop).sleeps > 0);
   finish_group();
 }
 END_TEST
@@ -440,7 +434,7 @@ START_TEST(selector_arm_refused_polls_again) {
   weft_loop_stats_get(loop, &before);
   run_on(loop, add_task, &t);
   WAIT_FOR(atomic_load(&t.arms) >= 4);
-  WAIT_FOR(loop_sleeps(loop) > before.sleeps);
+  WAIT_FOR(th_loop_stats(loop).sleeps > before.sleeps);
   weft_loop_stats st;
   weft_loop_stats_get(loop, &st);
   ck_assert_uint_eq(st.arms_refused, 3);
@@ -612,12 +606,6 @@ END_TEST
 
 /* ---- The adaptive window ------------------------------------------------- */
 
-static weft_loop_stats stats_of(weft_loop *loop) {
-  weft_loop_stats st;
-  weft_loop_stats_get(loop, &st);
-  return st;
-}
-
 /* Kicks `t`'s eventfd after `gap_ms` of quiet and waits until the loop
  * handled it: the loop's idle gap before that event is about gap_ms. */
 static void kick_after(struct tsrc *t, unsigned gap_ms) {
@@ -630,9 +618,9 @@ static void kick_after(struct tsrc *t, unsigned gap_ms) {
 /* Kicks `t` `gap_ms` after the loop's last work until its window is 0 (at
  * most 40 times); asserts it is, and returns the loop's statistics. */
 static weft_loop_stats shrink_window(struct tsrc *t, unsigned gap_ms) {
-  for (int i = 0; i < 40 && stats_of(t->loop).busy_poll_window_ns > 0; i++)
+  for (int i = 0; i < 40 && th_loop_stats(t->loop).busy_poll_window_ns > 0; i++)
     kick_after(t, gap_ms);
-  weft_loop_stats st = stats_of(t->loop);
+  weft_loop_stats st = th_loop_stats(t->loop);
   ck_assert_uint_eq(st.busy_poll_window_ns, 0);
   return st;
 }
@@ -643,9 +631,9 @@ static weft_loop_stats shrink_window(struct tsrc *t, unsigned gap_ms) {
 static weft_loop_stats grow_window(struct tsrc *t, uint64_t ns, unsigned gap_ms,
                                    unsigned max_ms) {
   uint64_t end = th_now_ms() + max_ms;
-  while (stats_of(t->loop).busy_poll_window_ns < ns && th_now_ms() < end)
+  while (th_loop_stats(t->loop).busy_poll_window_ns < ns && th_now_ms() < end)
     kick_after(t, gap_ms);
-  weft_loop_stats st = stats_of(t->loop);
+  weft_loop_stats st = th_loop_stats(t->loop);
   ck_assert_uint_eq(st.busy_poll_window_ns, ns);
   return st;
 }
@@ -656,9 +644,9 @@ static weft_loop_stats grow_window(struct tsrc *t, uint64_t ns, unsigned gap_ms,
 static bool spins_through(struct tsrc *t, unsigned gap_ms) {
   bool spun = false;
   for (int i = 0; i < 5 && !spun; i++) {
-    uint64_t sleeps = stats_of(t->loop).sleeps;
+    uint64_t sleeps = th_loop_stats(t->loop).sleeps;
     kick_after(t, gap_ms);
-    spun = stats_of(t->loop).sleeps == sleeps;
+    spun = th_loop_stats(t->loop).sleeps == sleeps;
   }
   return spun;
 }
@@ -698,7 +686,7 @@ END_TEST
 
 START_TEST(selector_window_fixed_values_in_stats) {
   weft_loop *loop = start_group(1, 20, 0, false);
-  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 20000);
+  ck_assert_uint_eq(th_loop_stats(loop).busy_poll_window_ns, 20000);
   /* A change takes effect at the next idle check: wake the loop for it. */
   static const struct {
     int us;
@@ -707,9 +695,9 @@ START_TEST(selector_window_fixed_values_in_stats) {
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
     ck_assert_int_eq(weft_loop_set_busy_poll_us(loop, steps[i].us), 0);
     run_on(loop, noop_call, NULL);
-    WAIT_FOR(stats_of(loop).busy_poll_window_ns == steps[i].ns);
+    WAIT_FOR(th_loop_stats(loop).busy_poll_window_ns == steps[i].ns);
   }
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_eq(st.window_shrinks, 0);
   ck_assert_uint_eq(st.window_grows, 0);
   ck_assert_uint_eq(st.preemptions, 0); /* not sampled when fixed */
@@ -724,26 +712,26 @@ END_TEST
 START_TEST(selector_window_shrinks_on_wasted_spins) {
   no_preemption_samples = true; /* only wasted spins shrink it here */
   weft_loop *loop = start_group(1, 5000, 0, true);
-  ck_assert_uint_eq(stats_of(loop).busy_poll_window_ns, 5000000u);
+  ck_assert_uint_eq(th_loop_stats(loop).busy_poll_window_ns, 5000000u);
   static struct tsrc t;
   tsrc_init(&t, loop, &eventfd_ops, new_eventfd());
   run_on(loop, add_task, &t); /* a wasted spin already if 20 ms late */
   uint64_t prev = UINT64_MAX;
-  for (int i = 0; i < 40 && stats_of(loop).busy_poll_window_ns > 0; i++) {
+  for (int i = 0; i < 40 && th_loop_stats(loop).busy_poll_window_ns > 0; i++) {
     kick_after(&t, 60);
-    uint64_t w = stats_of(loop).busy_poll_window_ns;
+    uint64_t w = th_loop_stats(loop).busy_poll_window_ns;
     ck_assert_uint_le(w, 5000000u);
     ck_assert_uint_le(w, prev); /* nothing here makes it grow */
     prev = w;
   }
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_eq(st.busy_poll_window_ns, 0);
   ck_assert_uint_ge(st.window_shrinks, 4);
   ck_assert_uint_eq(st.window_grows, 0);
   /* With the window at 0 the loop sleeps right after each event. */
   uint64_t sleeps = st.sleeps;
   kick_after(&t, 5);
-  WAIT_FOR(stats_of(loop).sleeps > sleeps);
+  WAIT_FOR(th_loop_stats(loop).sleeps > sleeps);
   eventfd_done(&t);
 }
 END_TEST
@@ -805,18 +793,18 @@ START_TEST(selector_window_drops_when_spins_run_out) {
   enum { EVENTS = 240 };
   int spun = 0;
   /* The loop may be asleep already: its sleep then counted. */
-  uint64_t since = stats_of(loop).sleeps;
+  uint64_t since = th_loop_stats(loop).sleeps;
   since -= since > 0 ? 1 : 0;
   for (int i = 0; i < EVENTS; i++) {
     th_sleep_ms(6);
     wait_asleep(loop, since);
-    weft_loop_stats st = stats_of(loop);
+    weft_loop_stats st = th_loop_stats(loop);
     if (st.busy_poll_window_ns > 0)
       spun++;
     since = st.sleeps; /* asleep: the next sleep is the next event's */
     kick_after(&t, 0);
   }
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   /* A gap a load spike stretched beyond the horizon halves the window
    * (window_shrinks: nothing else shrinks it here) where a miss would have
    * counted towards the drop, so each one delays a drop by one spin. */
@@ -834,9 +822,9 @@ END_TEST
 /* Kicks `t` `gap_ms` after the loop's last work until its window is
  * dropped (at most 40 times: 8 misses in a row drop it). */
 static void drop_window(weft_loop *loop, struct tsrc *t, unsigned gap_ms) {
-  for (int i = 0; i < 40 && stats_of(loop).window_drops == 0; i++)
+  for (int i = 0; i < 40 && th_loop_stats(loop).window_drops == 0; i++)
     kick_after(t, gap_ms);
-  ck_assert_uint_gt(stats_of(loop).window_drops, 0);
+  ck_assert_uint_gt(th_loop_stats(loop).window_drops, 0);
 }
 
 /* After a drop, events that come within the maximum window of the loop's
@@ -851,7 +839,7 @@ START_TEST(selector_window_back_when_events_come_within_it) {
   static struct tsrc t;
   eventfd_add(&t, loop);
   drop_window(loop, &t, 25);
-  weft_loop_stats st0 = stats_of(loop);
+  weft_loop_stats st0 = th_loop_stats(loop);
   ck_assert_uint_eq(st0.busy_poll_window_ns, 0);
   weft_loop_stats st = grow_window(&t, 20000000u, 10, 20000);
   ck_assert_uint_ge(st.window_grows - st0.window_grows, 4); /* not a probe */
@@ -881,7 +869,7 @@ START_TEST(selector_window_kept_when_spins_catch_events) {
       kick_after(&t, 2); /* a hit, unless the kick itself comes late */
       late += th_now_ms() - t0 > 12;
     }
-    weft_loop_stats st = stats_of(loop);
+    weft_loop_stats st = th_loop_stats(loop);
     eventfd_done(&t);
     if (late > 0)
       continue;
@@ -937,10 +925,10 @@ START_TEST(selector_window_shrinks_when_preempted) {
   weft_loop *loop = start_group(1, 2000000, 0, true);
   static struct hogs h;
   hogs_start(&h);
-  WAIT_FOR(stats_of(loop).preemptions > 0 &&
-           stats_of(loop).busy_poll_window_ns < 2000000000u);
+  WAIT_FOR(th_loop_stats(loop).preemptions > 0 &&
+           th_loop_stats(loop).busy_poll_window_ns < 2000000000u);
   hogs_stop(&h);
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_ge(st.window_shrinks, 1);
   ck_assert_uint_eq(st.window_grows, 0);
   finish_group();
@@ -987,11 +975,11 @@ START_TEST(selector_window_keeps_short_spins_when_preempted) {
   hogs_start(&h);
   /* (a shrink ends the wait too: at 0 the loop would sleep, and with no
    * fd to wake it, take no more samples) */
-  WAIT_FOR(stats_of(loop).preemptions > 20 ||
-           stats_of(loop).window_shrinks > 0);
+  WAIT_FOR(th_loop_stats(loop).preemptions > 20 ||
+           th_loop_stats(loop).window_shrinks > 0);
   th_sleep_ms(100); /* more samples, each of them contended */
   hogs_stop(&h);
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_eq(st.window_shrinks, 0);
   ck_assert_uint_eq(st.busy_poll_window_ns, 2000000000u);
   run_on(loop, remove_task, &t);
@@ -1057,12 +1045,12 @@ START_TEST(selector_window_grows_back_after_a_short_burst) {
   hogs_start(&h);
   /* events keep the loop spinning its window, where the samples run */
   uint64_t end = th_now_ms() + 10000;
-  while (stats_of(loop).window_contended == 0 && th_now_ms() < end)
+  while (th_loop_stats(loop).window_contended == 0 && th_now_ms() < end)
     kick_after(&t, 1);
   run_on(loop, stop_samples, loop);
   hogs_stop(&h);
-  ck_assert_uint_gt(stats_of(loop).window_contended, 0);
-  ck_assert_uint_lt(stats_of(loop).busy_poll_window_ns, 2000000u);
+  ck_assert_uint_gt(th_loop_stats(loop).window_contended, 0);
+  ck_assert_uint_lt(th_loop_stats(loop).busy_poll_window_ns, 2000000u);
   /* beyond the shrunk window, within the horizon */
   grow_window(&t, 2000000u, 3, 5000);
   eventfd_done(&t);
@@ -1076,7 +1064,7 @@ START_TEST(selector_window_fixed_ignores_preemption) {
   hogs_start(&h);
   th_sleep_ms(300);
   hogs_stop(&h);
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_eq(st.busy_poll_window_ns, 2000000000u);
   ck_assert_uint_eq(st.window_shrinks, 0);
   ck_assert_uint_eq(st.preemptions, 0);
@@ -1122,7 +1110,7 @@ static void twatch_cb(weft_watcher *w, uint32_t events) {
       ;
   }
   atomic_fetch_or(&t->events, events);
-  atomic_store(&t->sleeps_at_last, loop_sleeps(t->loop));
+  atomic_store(&t->sleeps_at_last, th_loop_stats(t->loop).sleeps);
   atomic_fetch_add(&t->calls, 1);
   struct twatch *v = t->victim;
   if (v != NULL && v->w.loop != NULL) {
@@ -1214,24 +1202,24 @@ END_TEST
 START_TEST(selector_watcher_polls_only_while_watching) {
   weft_loop *loop = start_group(1, -1, 0, false); /* spins: many polls */
   usleep(20 * 1000);
-  ck_assert_uint_eq(stats_of(loop).watcher_polls, 0);
+  ck_assert_uint_eq(th_loop_stats(loop).watcher_polls, 0);
   static struct twatch t;
   twatch_init(&t, loop, new_eventfd());
   run_on(loop, watch_add_task, WATCH(&t, 0));
   usleep(20 * 1000);
-  ck_assert_uint_eq(stats_of(loop).watcher_polls, 0);
+  ck_assert_uint_eq(th_loop_stats(loop).watcher_polls, 0);
   run_on(loop, watch_modify_task, WATCH(&t, EPOLLIN));
-  WAIT_FOR(stats_of(loop).watcher_polls > 100);
+  WAIT_FOR(th_loop_stats(loop).watcher_polls > 100);
   run_on(loop, watch_modify_task, WATCH(&t, 0));
-  uint64_t polls = stats_of(loop).watcher_polls;
+  uint64_t polls = th_loop_stats(loop).watcher_polls;
   usleep(20 * 1000);
-  ck_assert_uint_eq(stats_of(loop).watcher_polls, polls);
+  ck_assert_uint_eq(th_loop_stats(loop).watcher_polls, polls);
   /* With no interest a ready fd is not reported. */
   kick(t.w.fd);
   usleep(20 * 1000);
   ck_assert_int_eq(atomic_load(&t.calls), 0);
   run_on(loop, watch_remove_task, &t);
-  ck_assert_uint_eq(stats_of(loop).watcher_polls, polls);
+  ck_assert_uint_eq(th_loop_stats(loop).watcher_polls, polls);
   finish_group();
   close(t.w.fd);
 }
@@ -1244,15 +1232,15 @@ START_TEST(selector_watcher_fires_while_spinning) {
   twatch_init(&t, loop, new_eventfd());
   t.consume = true;
   run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
-  uint64_t sleeps = loop_sleeps(loop);
+  uint64_t sleeps = th_loop_stats(loop).sleeps;
   for (int i = 1; i <= 5; i++) {
     kick(t.w.fd);
     WAIT_UNTIL(atomic_load(&t.calls) >= i, 10000);
     ck_assert_int_eq(atomic_load(&t.calls), i);
   }
-  ck_assert_uint_eq(loop_sleeps(loop), sleeps);
+  ck_assert_uint_eq(th_loop_stats(loop).sleeps, sleeps);
   ck_assert(atomic_load(&t.events) & EPOLLIN);
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_eq(st.watcher_events, 5);
   ck_assert_uint_gt(st.watcher_polls, 5);
   run_on(loop, watch_remove_task, &t);
@@ -1272,16 +1260,17 @@ START_TEST(selector_watcher_wakes_sleeping_loop) {
   t.consume = true;
   run_on(loop, watch_add_task, WATCH(&t, EPOLLIN));
   usleep(20 * 1000);
-  weft_loop_stats before = stats_of(loop);
+  weft_loop_stats before = th_loop_stats(loop);
   for (int i = 1; i <= 10; i++) {
-    uint64_t sleeps = loop_sleeps(loop);
+    uint64_t sleeps = th_loop_stats(loop).sleeps;
     kick(t.w.fd);
     WAIT_FOR(atomic_load(&t.calls) == i);
     /* The callback ran inside the sleep that the kick ended. */
     ck_assert_uint_eq(atomic_load(&t.sleeps_at_last), sleeps);
-    WAIT_FOR(loop_sleeps(loop) > sleeps); /* and the loop sleeps again */
+    WAIT_FOR(th_loop_stats(loop).sleeps >
+             sleeps); /* and the loop sleeps again */
   }
-  weft_loop_stats st = stats_of(loop);
+  weft_loop_stats st = th_loop_stats(loop);
   ck_assert_uint_eq(st.wakeups - before.wakeups, 10);
   ck_assert_uint_le(st.watcher_polls - before.watcher_polls, 1);
   run_on(loop, watch_remove_task, &t);
@@ -1401,7 +1390,7 @@ START_TEST(selector_watcher_poll_reports_source_fd) {
   WAIT_FOR(atomic_load(&t.wakeups) == 1);
   usleep(10 * 1000);
   ck_assert_int_eq(atomic_load(&t.wakeups), 1); /* acknowledged once */
-  ck_assert_uint_eq(loop_sleeps(loop), 0);
+  ck_assert_uint_eq(th_loop_stats(loop).sleeps, 0);
   ck_assert_int_eq(atomic_load(&w.calls), 0);
   run_on(loop, remove_task, &t);
   run_on(loop, watch_remove_task, &w);
