@@ -68,10 +68,11 @@ typedef struct weft__poll_window {
   uint64_t on_cpu_ns; /* its time on the CPU at the last sample */
   uint64_t delay_ns;  /* its time waiting on a run queue, likewise */
   /* The cost of spinning since the last sample: time in iterations that
-   * found no work, and how many spins ended (in work or in a sleep). */
+   * found no work (the counters' spin_ns, less its value at the last
+   * sample), and how many spins ended (in work or in a sleep). */
   uint64_t iter_ns;        /* the last iteration's clock; 0 after a sleep */
   bool spinning;           /* the last iteration found no work */
-  uint64_t spin_ns;        /* spent in iterations without work */
+  uint64_t spin_ns_mark;   /* stats.spin_ns at the last sample */
   uint64_t spins_ended;    /* runs of such iterations that ended */
   uint64_t hold_period_ns; /* the hold's length now, min..max (backs off) */
   /* The miss rule (selector.c, "The miss rule"). */

@@ -543,10 +543,13 @@ static bool window_contended(weft__poll_window *w, bool preempted) {
  * still going at the sample counts as one: its iterations are in spin_ns
  * already (without it, a slow build whose every iteration hits the cap,
  * as under TSan, read one short spin per sample as costly). */
-static bool window_spins_costly(weft__poll_window *w) {
+static bool window_spins_costly(weft_loop *loop) {
+  weft__poll_window *w = &loop->window;
   uint64_t spins = w->spins_ended + (w->spinning ? 1u : 0u);
-  bool costly = w->spin_ns > spins * WINDOW_WAKE_NS;
-  w->spin_ns = 0;
+  uint64_t total =
+      atomic_load_explicit(&loop->stats.spin_ns, memory_order_relaxed);
+  bool costly = total - w->spin_ns_mark > spins * WINDOW_WAKE_NS;
+  w->spin_ns_mark = total;
   w->spins_ended = 0;
   return costly;
 }
@@ -567,7 +570,7 @@ void weft__window_hold(weft__poll_window *w, uint64_t now) {
 static void window_sample(weft_loop *loop, uint64_t now) {
   weft__poll_window *w = &loop->window;
   w->sample_ns = now + w->sample_period_ns;
-  bool costly = window_spins_costly(w);
+  bool costly = window_spins_costly(loop);
   long n = thread_nivcsw();
   bool preempted = n >= 0 && n > w->nivcsw;
   if (preempted)
@@ -597,9 +600,8 @@ static void window_account(weft_loop *loop, bool idle, uint64_t now) {
   weft__poll_window *w = &loop->window;
   if (idle) {
     uint64_t dt = w->iter_ns != 0 ? now - w->iter_ns : 0;
-    dt = dt < WINDOW_WAKE_NS ? dt : WINDOW_WAKE_NS;
-    w->spin_ns += dt;
-    weft__stat_add(&loop->stats.spin_ns, dt);
+    weft__stat_add(&loop->stats.spin_ns,
+                   dt < WINDOW_WAKE_NS ? dt : WINDOW_WAKE_NS);
     w->spinning = true;
   } else if (w->spinning) {
     w->spins_ended++;

@@ -59,7 +59,7 @@ static uint64_t sample_period_ns; /* the loops' own, before the above */
 static int start_samples(void *arg) {
   weft_loop *loop = arg;
   weft__poll_window *w = &loop->window;
-  w->spin_ns = 0;
+  w->spin_ns_mark = th_loop_stats(loop).spin_ns;
   w->spins_ended = 0;
   w->spinning = false;
   w->iter_ns = 0;
