@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -82,4 +83,18 @@ void weft__file_region_count_sent(uint64_t bytes) {
 void weft_file_region_stats_get(weft_file_region_stats *out) {
   out->sent_bytes = atomic_load_explicit(&sent_bytes, memory_order_relaxed);
   out->read_bytes = atomic_load_explicit(&read_bytes, memory_order_relaxed);
+}
+
+const char *weft_file_region_failure(char *buf, size_t size,
+                                     const weft_file_region *r,
+                                     const char *what, int err) {
+  bool shrank = err == WEFT_EIO;
+  snprintf(buf, size,
+           "file region of fd %d: %s at offset %llu: %s, %llu bytes of the "
+           "region left%s",
+           r->fd, what, (unsigned long long)(r->position + r->transferred),
+           shrank ? "the file ended early" : weft_strerror(err),
+           (unsigned long long)weft_file_region_left(r),
+           shrank ? " (did it shrink?)" : "");
+  return buf;
 }

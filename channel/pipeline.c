@@ -158,20 +158,12 @@ void weft_ctx_write(weft_ctx *ctx, void *msg, weft_promise promise) {
  * callback may close the channel quietly. */
 static void region_read_failed(weft_channel *ch, weft_file_region *r, int err,
                                weft_promise promise) {
-  uint64_t at = r->transferred, left = weft_file_region_left(r);
-  int fd = r->fd;
+  char reason[160];
+  weft_file_region_failure(reason, sizeof reason, r, "pread", err);
   weft_file_region_release(r);
   if (err != WEFT_ECLOSED && err != WEFT_ENOBUFS &&
-      ch->state == WEFT_CHANNEL_ACTIVE) {
-    char reason[160];
-    snprintf(reason, sizeof reason,
-             "file region of fd %d: %s with %llu of its bytes read and %llu "
-             "left%s",
-             fd, err == WEFT_EIO ? "the file ended early" : weft_strerror(err),
-             (unsigned long long)at, (unsigned long long)left,
-             err == WEFT_EIO ? " (did it shrink?)" : "");
+      ch->state == WEFT_CHANNEL_ACTIVE)
     weft_channel_transport_closed(ch, err, reason);
-  }
   weft_promise_complete(promise, err);
 }
 

@@ -115,6 +115,21 @@ int weft_file_region_read(weft_file_region *r, weft_pool *pool, size_t max,
                           weft_buf **out);
 
 /**
+ * Writes why a transfer of `r` failed with `err` into `buf` (`size` bytes,
+ * NUL-terminated, cut short if need be), for the log reason a channel
+ * closes with (weft_channel_transport_closed,
+ * weft_outbound_file_region_failed): `what` (the call that failed, such as
+ * "sendfile" or "pread"), the fd, the file offset it reached (position +
+ * transferred), the bytes left, and for WEFT_EIO, a read that found the
+ * file's end before the region's, the hint that the file shrank. One
+ * wording for the transports and the pipeline's read path. Returns `buf`.
+ * Any thread (it reads `r` only).
+ */
+const char *weft_file_region_failure(char *buf, size_t size,
+                                     const weft_file_region *r,
+                                     const char *what, int err);
+
+/**
  * True when a region written from `ctx` (weft_ctx_write) reaches the
  * transport as it is and is sent from the file: every outbound handler
  * between `ctx` and the head takes regions (weft_handler.file_regions) and

@@ -394,12 +394,7 @@ static ssize_t send_region(tcp_channel *tc, const weft_file_region *r,
   if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
     return err; /* the peer's doing: the usual write error */
   char reason[160];
-  snprintf(reason, sizeof reason,
-           "sendfile of fd %d at offset %llu: %s, %llu bytes of the region "
-           "left%s",
-           r->fd, (unsigned long long)off,
-           w == 0 ? "the file ended early" : weft_strerror(err),
-           (unsigned long long)left, w == 0 ? " (did it shrink?)" : "");
+  weft_file_region_failure(reason, sizeof reason, r, "sendfile", err);
   weft_outbound_file_region_failed(tc->ch, err, reason);
   return err;
 }
