@@ -132,14 +132,15 @@ static int bio_write(BIO *bio, const char *in, int len) {
   return append_copy(q, in, (size_t)len, OUT_MIN) < 0 ? -1 : len;
 }
 
+/* OpenSSL asks ~6 of these per record (kTLS, pending, flush...): the
+ * queue is looked up only for the two that need it. */
 static long bio_ctrl(BIO *bio, int cmd, long num, void *ptr) {
   (void)num, (void)ptr;
-  bufq *q = BIO_get_data(bio);
   switch (cmd) {
   case BIO_CTRL_PENDING:
-    return (long)q->bytes;
+    return (long)((bufq *)BIO_get_data(bio))->bytes;
   case BIO_CTRL_RESET:
-    clear(q);
+    clear(BIO_get_data(bio));
     return 1;
   case BIO_CTRL_FLUSH: /* the handler hands records down itself */
     return 1;

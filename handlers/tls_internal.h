@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -74,7 +75,11 @@ void weft__tls_name(char *buf, size_t len, X509_NAME *name);
 #define WEFT__TLS_KTLS_WAIT_MAX (1024u * 1024u)
 #define WEFT__TLS_NO_END UINT64_MAX /* an ack whose record is not written */
 
-/* A small FIFO of fixed-size elements (`elem` bytes each). */
+/* A small FIFO of fixed-size elements (`elem` bytes each). `cap` is 0 or
+ * a power of two, so a slot is found with a mask: these run several times
+ * per record (the plaintext queue, acks, chunks, the BIOs' buffers), and
+ * a `%` by a variable is a division each time (~1,000 instructions per
+ * 16 B round trip, both ends, under callgrind). */
 typedef struct weft__tls_fifo {
   unsigned char *slots;
   size_t elem, cap, head, len;
@@ -83,9 +88,19 @@ typedef struct weft__tls_fifo {
 /** Appends a copy of `e`; returns 0 or WEFT_ENOMEM. */
 int weft__tls_fifo_push(weft__tls_fifo *f, const void *e);
 /** The i-th element from the front, or NULL. */
-void *weft__tls_fifo_at(const weft__tls_fifo *f, size_t i);
+static inline void *weft__tls_fifo_at(const weft__tls_fifo *f, size_t i) {
+  return i < f->len ? f->slots + ((f->head + i) & (f->cap - 1)) * f->elem
+                    : NULL;
+}
 /** Takes the front element into `out`; false when empty. */
-bool weft__tls_fifo_pop(weft__tls_fifo *f, void *out);
+static inline bool weft__tls_fifo_pop(weft__tls_fifo *f, void *out) {
+  if (f->len == 0)
+    return false;
+  memcpy(out, f->slots + f->head * f->elem, f->elem);
+  f->head = (f->head + 1) & (f->cap - 1);
+  f->len--;
+  return true;
+}
 
 /* Plaintext waiting for encryption. */
 typedef struct weft__tls_plain_write {

@@ -27,32 +27,18 @@
 
 int weft__tls_fifo_push(weft__tls_fifo *f, const void *e) {
   if (f->len == f->cap) {
-    size_t cap = f->cap ? f->cap * 2 : 8;
+    size_t cap = f->cap ? f->cap * 2 : 8; /* stays a power of two */
     unsigned char *s = malloc(cap * f->elem);
     if (s == NULL)
       return WEFT_ENOMEM;
     for (size_t i = 0; i < f->len; i++)
-      memcpy(s + i * f->elem, f->slots + ((f->head + i) % f->cap) * f->elem,
-             f->elem);
+      memcpy(s + i * f->elem, weft__tls_fifo_at(f, i), f->elem);
     free(f->slots);
     f->slots = s, f->cap = cap, f->head = 0;
   }
-  memcpy(f->slots + ((f->head + f->len) % f->cap) * f->elem, e, f->elem);
+  memcpy(f->slots + ((f->head + f->len) & (f->cap - 1)) * f->elem, e, f->elem);
   f->len++;
   return 0;
-}
-
-void *weft__tls_fifo_at(const weft__tls_fifo *f, size_t i) {
-  return i < f->len ? f->slots + ((f->head + i) % f->cap) * f->elem : NULL;
-}
-
-bool weft__tls_fifo_pop(weft__tls_fifo *f, void *out) {
-  if (f->len == 0)
-    return false;
-  memcpy(out, weft__tls_fifo_at(f, 0), f->elem);
-  f->head = (f->head + 1) % f->cap;
-  f->len--;
-  return true;
 }
 
 /* ---- outbound: plaintext in, ciphertext down ---- */
