@@ -240,6 +240,23 @@ static int epoll_wait_ns(weft_loop *loop, const struct timespec *timeout) {
   return epoll_wait(loop->epfd, loop->ready, WEFT__MAX_EVENTS, ms);
 }
 
+/* The relative timeout to `deadline` (ns, UINT64_MAX = none) in `*ts`;
+ * `*timeout` is ts, or NULL for none. False when the deadline has passed. */
+static bool timeout_until(uint64_t deadline, struct timespec *ts,
+                          struct timespec **timeout) {
+  *timeout = NULL;
+  if (deadline == UINT64_MAX)
+    return true;
+  uint64_t now = weft_now_ns();
+  if (deadline <= now)
+    return false;
+  uint64_t left = deadline - now;
+  ts->tv_sec = (time_t)(left / 1000000000u);
+  ts->tv_nsec = (long)(left % 1000000000u);
+  *timeout = ts;
+  return true;
+}
+
 /* Blocks until an event or `deadline` (ns, UINT64_MAX = none). Returns the
  * number of events in loop->ready, or -1 if the deadline has already
  * passed (no sleep then). */
@@ -247,17 +264,10 @@ static int wait_events(weft_loop *loop, uint64_t deadline) {
   int n;
   bool counted = false;
   do {
-    struct timespec ts, *timeout = NULL;
-    if (deadline != UINT64_MAX) {
-      /* Recomputed on every try so that EINTR does not stretch the wait. */
-      uint64_t now = weft_now_ns();
-      if (deadline <= now)
-        return counted ? 0 : -1;
-      uint64_t left = deadline - now;
-      ts.tv_sec = (time_t)(left / 1000000000u);
-      ts.tv_nsec = (long)(left % 1000000000u);
-      timeout = &ts;
-    }
+    /* Recomputed on every try so that EINTR does not stretch the wait. */
+    struct timespec ts, *timeout;
+    if (!timeout_until(deadline, &ts, &timeout))
+      return counted ? 0 : -1;
     if (!counted) {
       weft__stat_add(&loop->stats.sleeps, 1);
       counted = true;
@@ -699,9 +709,56 @@ void weft__selector_finish(weft_loop *loop) {
 
 /* ---- Sleeping ------------------------------------------------------------ */
 
+/* The loop's only source, when it can hold the whole sleep (its `sleep`
+ * op: io_uring submits the queued sends and waits in one io_uring_enter,
+ * where arm, epoll_pwait2 and the enter that collects the completions
+ * made three system calls per blocking round trip). */
+static weft_source *sleeping_source(const weft_loop *loop) {
+  weft_source *src = loop->sources;
+  if (src == NULL || src->next != NULL || src->ops->sleep == NULL)
+    return NULL;
+  return src;
+}
+
+/* Sleeps in `src` until its work, the epoll fd or `deadline` (ns,
+ * UINT64_MAX = none). Returns how many events ended the sleep (the
+ * source's own work counts one), of which `*n_ready` are in loop->ready,
+ * or -1 if no sleep happened (a deadline passed, or the source had work
+ * pending). */
+static int wait_in_source(weft_loop *loop, weft_source *src, uint64_t deadline,
+                          int *n_ready) {
+  *n_ready = 0;
+  struct timespec ts, *timeout;
+  if (!timeout_until(deadline, &ts, &timeout))
+    return -1;
+  /* Counted before, as wait_events does: a loop blocked in the source is
+   * seen asleep (tests wait for that); taken back when it did not sleep. */
+  weft__stat_add(&loop->stats.sleeps, 1);
+  int r = src->ops->sleep(src, loop->epfd, timeout);
+  if (r == WEFT_SOURCE_PENDING) {
+    weft__stat_add(&loop->stats.sleeps, UINT64_MAX); /* minus one */
+    weft__stat_add(&loop->stats.arms_refused, 1);
+    return -1;
+  }
+  if (r < 0) {
+    source_failed(loop, src, "sleep", r);
+    return 0;
+  }
+  if (r == WEFT_SOURCE_SLEPT_WORK)
+    return 1;
+  if (r != WEFT_SOURCE_SLEPT_FD)
+    return 0;
+  int n = epoll_wait(loop->epfd, loop->ready, WEFT__MAX_EVENTS, 0);
+  *n_ready = n > 0 ? n : 0;
+  return *n_ready;
+}
+
 /* Phase 5: arm, announce the sleep, re-check, sleep, dispatch. */
 static void try_sleep(weft_loop *loop) {
-  if (!arm_sources(loop))
+  weft_source *in_src = sleeping_source(loop);
+  if (in_src != NULL)
+    weft__stat_add(&loop->stats.arms, 1); /* its sleep arms */
+  else if (!arm_sources(loop))
     return;
   /* Dekker with producers (weft__loop_wake): store `sleeping`, then load
    * the queue and the remote-returns flag, all seq_cst. A producer that
@@ -713,7 +770,10 @@ static void try_sleep(weft_loop *loop) {
     atomic_store_explicit(&loop->sleeping, false, memory_order_relaxed);
     return;
   }
-  int n = wait_events(loop, weft__timer_heap_next(&loop->timers));
+  uint64_t deadline = weft__timer_heap_next(&loop->timers);
+  int n_ready;
+  int n = in_src != NULL ? wait_in_source(loop, in_src, deadline, &n_ready)
+                         : (n_ready = wait_events(loop, deadline));
   /* Relaxed: producers that still see true only write the eventfd once
    * more, which the next sleep consumes. */
   atomic_store_explicit(&loop->sleeping, false, memory_order_relaxed);
@@ -724,8 +784,10 @@ static void try_sleep(weft_loop *loop) {
   if (n == 0)
     return;
   weft__stat_add(&loop->stats.wakeups, 1);
-  loop->skip_watchers = n < WEFT__MAX_EVENTS;
-  dispatch(loop, n);
+  if (n_ready > 0) { /* not for a source's own work: its poll has it */
+    loop->skip_watchers = n_ready < WEFT__MAX_EVENTS;
+    dispatch(loop, n_ready);
+  }
   /* The window starts again after the work the watchers' callbacks just
    * did (a read, a reply), as it does after a poll that found work. From
    * the wake-up instead, the callbacks' time came off the spin: a

@@ -137,8 +137,10 @@ static void note_handled(struct tsrc *t, int n) {
 
 static int poison_poll(weft_source *src, int budget);
 static void poison_wakeup(weft_source *src, uint32_t events);
-static const weft_source_ops poison_ops = {"poison", poison_poll, NULL,
-                                           poison_wakeup};
+static const weft_source_ops poison_ops = {.name = "poison",
+                                           .poll = poison_poll,
+                                           .arm = NULL,
+                                           .wakeup = poison_wakeup};
 static _Atomic int poisoned_calls;
 static int poison_poll(weft_source *src, int budget) {
   atomic_fetch_add(&poisoned_calls, 1);
@@ -218,18 +220,28 @@ static void reading_wakeup(weft_source *src, uint32_t events) {
   record_wakeup(src, events);
 }
 
-static const weft_source_ops eventfd_ops = {"eventfd-src", counter_poll, NULL,
-                                            record_wakeup};
-static const weft_source_ops timerfd_ops = {"timerfd-src", counter_poll, NULL,
-                                            record_wakeup};
-static const weft_source_ops pipe_ops = {"pipe-src", pipe_poll, NULL,
-                                         record_wakeup};
-static const weft_source_ops refusing_ops = {"refusing-src", idle_poll,
-                                             refusing_arm, NULL};
-static const weft_source_ops failing_ops = {"failing-src", counter_poll, NULL,
-                                            NULL};
-static const weft_source_ops wake_only_ops = {"wake-only-src", idle_poll, NULL,
-                                              reading_wakeup};
+static const weft_source_ops eventfd_ops = {.name = "eventfd-src",
+                                            .poll = counter_poll,
+                                            .arm = NULL,
+                                            .wakeup = record_wakeup};
+static const weft_source_ops timerfd_ops = {.name = "timerfd-src",
+                                            .poll = counter_poll,
+                                            .arm = NULL,
+                                            .wakeup = record_wakeup};
+static const weft_source_ops pipe_ops = {.name = "pipe-src",
+                                         .poll = pipe_poll,
+                                         .arm = NULL,
+                                         .wakeup = record_wakeup};
+static const weft_source_ops refusing_ops = {.name = "refusing-src",
+                                             .poll = idle_poll,
+                                             .arm = refusing_arm,
+                                             .wakeup = NULL};
+static const weft_source_ops failing_ops = {
+    .name = "failing-src", .poll = counter_poll, .arm = NULL, .wakeup = NULL};
+static const weft_source_ops wake_only_ops = {.name = "wake-only-src",
+                                              .poll = idle_poll,
+                                              .arm = NULL,
+                                              .wakeup = reading_wakeup};
 
 static void tsrc_init(struct tsrc *t, weft_loop *loop,
                       const weft_source_ops *ops, int fd) {
@@ -944,8 +956,10 @@ static int alternating_poll(weft_source *src, int budget) {
   struct tsrc *t = src->data;
   return atomic_fetch_add(&t->polls, 1) % 2;
 }
-static const weft_source_ops alternating_ops = {"alternating-src",
-                                                alternating_poll, NULL, NULL};
+static const weft_source_ops alternating_ops = {.name = "alternating-src",
+                                                .poll = alternating_poll,
+                                                .arm = NULL,
+                                                .wakeup = NULL};
 
 /* The hogs contend the loop's CPU as in the test above, but its spins
  * are short: the window stays (sleeping per event would cost more CPU

@@ -85,6 +85,7 @@ typedef struct sink {
   bool corrupt;                 /* a byte differed from the stream */
   weft__uring_stats at_release; /* counters when the hoard was released */
   weft__uring_stats at_end;
+  weft_loop_stats loop_at_end;
   atomic_int done; /* the channel went inactive */
 } sink;
 
@@ -136,7 +137,9 @@ static void sink_read_complete(weft_ctx *ctx) { weft_ctx_flush(ctx); }
 static void sink_inactive(weft_ctx *ctx) {
   sink *s = weft_ctx_state(ctx);
   release_hoard(s);
-  weft__uring_stats_get(weft_channel_loop(weft_ctx_channel(ctx)), &s->at_end);
+  weft_loop *loop = weft_channel_loop(weft_ctx_channel(ctx));
+  weft__uring_stats_get(loop, &s->at_end);
+  weft_loop_stats_get(loop, &s->loop_at_end);
   atomic_store(&s->done, 1);
 }
 
@@ -156,10 +159,13 @@ typedef struct server {
   uint16_t port;
 } server;
 
-static void server_start(server *sv, sink *s) {
+/* A server of one loop with `busy_poll_us` (-1: the default). */
+static void server_start_polling(server *sv, sink *s, int busy_poll_us) {
   weft_loop_options opts;
   weft_loop_options_init(&opts);
   opts.n_loops = 1;
+  if (busy_poll_us >= 0)
+    opts.busy_poll_us = busy_poll_us;
   opts.name = "wt-uring";
   ck_assert_int_eq(weft_loop_group_new(&sv->group, &opts), 0);
   ck_assert_int_eq(weft_loop_group_start(sv->group), 0);
@@ -168,6 +174,10 @@ static void server_start(server *sv, sink *s) {
                            sizeof uri);
   sv->port = th_uri_port(uri);
   ck_assert_uint_ne(sv->port, 0);
+}
+
+static void server_start(server *sv, sink *s) {
+  server_start_polling(sv, s, -1);
 }
 
 static void server_stop(server *sv) {
@@ -210,6 +220,61 @@ START_TEST(uring_recv_holding_every_buffer_loses_no_byte) {
   ck_assert_uint_eq(s->at_end.bufs_out, 0); /* every slot came back */
   /* After the release the ring was used again. */
   ck_assert_uint_gt(s->at_end.recv_bufs, s->at_release.recv_bufs);
+  free(s);
+}
+END_TEST
+
+/* ---- the blocking loop sleeps in the ring ---- */
+
+/* A blocking (busy_poll_us 0) echo of one small message at a time: the
+ * loop sleeps in io_uring_enter (weft_source_ops sleep), so each message
+ * costs the server two system calls, an enter for the reply and the
+ * sleep's, where epoll_pwait2 on the ring's eventfd and two enters made
+ * three. Counted, not timed: enters plus the loop's sleeps outside the
+ * ring (epoll) per message. */
+START_TEST(uring_blocking_echo_sleeps_in_the_ring) {
+  if (!uring_runs_here(__func__))
+    return;
+  enum { MSGS = 300, SIZE = 16 };
+  sink *s = calloc(1, sizeof *s);
+  ck_assert_ptr_nonnull(s);
+  s->echo = true;
+  server sv;
+  server_start_polling(&sv, s, 0);
+  int fd = th_raw_connect(sv.port);
+  uint8_t msg[SIZE], back[SIZE];
+  for (int i = 0; i < MSGS; i++) {
+    memset(msg, 'a' + i % 26, sizeof msg);
+    th_write_all(fd, msg, sizeof msg);
+    size_t got = 0;
+    while (got < sizeof back) {
+      ssize_t r = read(fd, back + got, sizeof back - got);
+      ck_assert_msg(r > 0, "read: %s", r < 0 ? strerror(errno) : "EOF");
+      got += (size_t)r;
+    }
+    ck_assert_int_eq(memcmp(back, msg, sizeof msg), 0);
+  }
+  close(fd);
+  ck_assert_msg(WAIT_UNTIL(atomic_load(&s->done) != 0, 30000),
+                "the server saw no EOF");
+  server_stop(&sv);
+
+  const weft__uring_stats *u = &s->at_end;
+  uint64_t epoll_sleeps = s->loop_at_end.sleeps - u->sleeps;
+  fprintf(stderr,
+          "uring blocking echo: %llu enters (%llu sleeps in the ring), "
+          "%llu epoll sleeps for %d messages\n",
+          (unsigned long long)u->enters, (unsigned long long)u->sleeps,
+          (unsigned long long)epoll_sleeps, MSGS);
+  /* Two per message, and a margin for the accept, the close and wake-ups
+   * with nothing to do. */
+  ck_assert_msg(u->enters + epoll_sleeps <= 2 * MSGS + MSGS / 4,
+                "%llu enters and %llu epoll sleeps for %d messages",
+                (unsigned long long)u->enters, (unsigned long long)epoll_sleeps,
+                MSGS);
+  /* It slept in the ring (not before every message: a request that comes
+   * while the loop still reaps its reply's completion is polled). */
+  ck_assert_msg(u->sleeps > 0, "no sleep in the ring for %d messages", MSGS);
   free(s);
 }
 END_TEST
@@ -364,6 +429,7 @@ Suite *weft_test_suite(void) {
   th_add_case(s, "buffer_ring", 120,
               uring_recv_holding_every_buffer_loses_no_byte,
               uring_send_zc_above_threshold_keeps_order, NULL);
+  th_add_case(s, "sleep", 120, uring_blocking_echo_sleeps_in_the_ring, NULL);
   th_add_case(s, "probe", 120,
               uring_probe_blocked_by_seccomp_names_cause_and_tcp,
               uring_fallback_env_runs_over_tcp_when_blocked, NULL);

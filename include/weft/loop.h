@@ -270,8 +270,10 @@ typedef struct weft_loop_stats {
                               wakeups and watcher_events) */
   uint64_t arms;           /* attempts to arm all sources before sleeping */
   uint64_t arms_refused;   /* arms a source refused (work pending) */
-  uint64_t sleeps;         /* calls to epoll_wait that could block */
-  uint64_t wakeups;        /* sleeps that ended with an fd or eventfd event */
+  uint64_t sleeps;         /* calls to epoll_wait that could block, or to the
+                              only source's sleep (weft_source_ops.sleep) */
+  uint64_t wakeups;        /* sleeps that ended with an fd or eventfd event, or
+                              the sleeping source's own */
   uint64_t tasks_run;      /* tasks from weft_loop_execute that ran */
   uint64_t timers_fired;   /* timer callbacks run */
   uint64_t watcher_polls;  /* non-blocking epoll_waits for fd watchers */

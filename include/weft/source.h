@@ -27,6 +27,7 @@
 #define WEFT_SOURCE_H
 
 #include <stdint.h>
+#include <time.h>
 
 #include <weft/loop.h>
 
@@ -65,7 +66,30 @@ typedef struct weft_source_ops {
    * NULL.
    */
   void (*wakeup)(weft_source *src, uint32_t events);
+  /**
+   * Optional: the loop's whole sleep, inside the source, in place of `arm`
+   * and the epoll_wait, for a source that can submit its queued work and
+   * wait for its own events and a file descriptor in one system call
+   * (io_uring_enter with a poll on `epfd`). The loop calls it instead only
+   * while this source is its only one. `epfd` is the loop's epoll fd (its
+   * watchers, its wake-up eventfd): the call must return when it may be
+   * readable, when the source has work, or after `timeout` (relative; NULL
+   * = none). Returns WEFT_SOURCE_SLEPT_FD (the loop then collects `epfd`'s
+   * events without blocking), WEFT_SOURCE_SLEPT_WORK (own events came),
+   * WEFT_SOURCE_SLEPT_NONE (timeout or interrupted), WEFT_SOURCE_PENDING
+   * (work was pending: it did not sleep, as `arm` > 0), or a negative weft
+   * error, which the loop logs, and then removes the source. Loop thread.
+   */
+  int (*sleep)(weft_source *src, int epfd, const struct timespec *timeout);
 } weft_source_ops;
+
+/** weft_source_ops.sleep results (see there). */
+enum {
+  WEFT_SOURCE_SLEPT_NONE = 0,
+  WEFT_SOURCE_SLEPT_WORK = 1,
+  WEFT_SOURCE_SLEPT_FD = 2,
+  WEFT_SOURCE_PENDING = 3,
+};
 
 /**
  * A registered source. The caller owns the memory and keeps it alive until

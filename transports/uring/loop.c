@@ -5,6 +5,7 @@
  * its request kind. Everything here runs on the loop's thread.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -203,8 +204,84 @@ static int ur_arm(weft_source *src) {
   return kernel_has_work(ul) || io_uring_cq_ready(&ul->ring) > 0;
 }
 
+/* The one-shot poll of the loop's epoll fd (its wake-up eventfd, its
+ * watchers) that ends a sleep in the ring; it stays in the kernel from one
+ * sleep to the next until it fires. */
+static int epoll_poll_arm(ur_loop *ul, int epfd) {
+  if (ul->epoll_polled)
+    return 0;
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
+  if (sqe == NULL)
+    return WEFT_EIO;
+  io_uring_prep_poll_add(sqe, epfd, POLLIN);
+  io_uring_sqe_set_data(sqe, &ul->op_epoll);
+  ul->inflight++;
+  ul->epoll_polled = true;
+  return 0;
+}
+
+/* What ended a sleep in the ring, from the CQEs it left (not reaped yet):
+ * the epoll fd's poll, else the ring's own completions, else nothing. */
+static int sleep_result(ur_loop *ul) {
+  unsigned head, seen = 0;
+  struct io_uring_cqe *cqe;
+  int r = WEFT_SOURCE_SLEPT_NONE;
+  io_uring_for_each_cqe(&ul->ring, head, cqe) {
+    if (cqe->user_data == (uint64_t)(uintptr_t)&ul->op_epoll)
+      return WEFT_SOURCE_SLEPT_FD;
+    r = WEFT_SOURCE_SLEPT_WORK;
+    if (++seen == UR_REAP_MAX)
+      break;
+  }
+  return r;
+}
+
+/* The loop's sleep when the ring is its only source (weft_source_ops
+ * sleep): one io_uring_enter submits what is queued, runs the deferred
+ * completions and waits for the next one, the loop's epoll fd or the
+ * timeout. Where the loop slept in epoll on the ring's eventfd, a blocking
+ * request/response made three calls per message (epoll_pwait2, an enter
+ * that ran the recv completion, an enter that submitted the reply); here
+ * it makes two (the reply's enter, this one). The reply cannot share this
+ * enter: its send completes inline and its CQE would end the wait at once.
+ * The eventfd stays off: nothing waits on it. */
+static int ur_sleep(weft_source *src, int epfd,
+                    const struct timespec *timeout) {
+  ur_loop *ul = src->data;
+  if (ul->yield_head != NULL || io_uring_cq_ready(&ul->ring) > 0)
+    return WEFT_SOURCE_PENDING; /* held reads, completions to reap */
+  evfd_set(ul, false);
+  int rc = epoll_poll_arm(ul, epfd);
+  if (rc < 0)
+    return rc;
+  struct io_uring_cqe *cqe;
+  if (timeout != NULL) {
+    struct __kernel_timespec ts = {.tv_sec = timeout->tv_sec,
+                                   .tv_nsec = timeout->tv_nsec};
+    rc = io_uring_submit_and_wait_timeout(&ul->ring, &cqe, 1, &ts, NULL);
+  } else {
+    rc = io_uring_submit_and_wait(&ul->ring, 1);
+  }
+  ul->stats.enters++;
+  ul->stats.sleeps++;
+  /* ETIME: the timer's deadline; EINTR: a signal; EBUSY/EAGAIN: the CQ
+   * is full, which the next reap resolves. */
+  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+    weft_log(WEFT_LOG_WARN, "uring: io_uring_enter (sleep): %s",
+             weft_strerror(rc));
+  return sleep_result(ul);
+}
+
 static const weft_source_ops ur_source_ops = {
     .name = "uring", .poll = ur_poll, .arm = ur_arm, .wakeup = NULL};
+
+/* Where the kernel takes a timeout with the wait (IORING_FEAT_EXT_ARG,
+ * 5.11): the loop may sleep in the ring. */
+static const weft_source_ops ur_source_ops_sleep = {.name = "uring",
+                                                    .poll = ur_poll,
+                                                    .arm = ur_arm,
+                                                    .wakeup = NULL,
+                                                    .sleep = ur_sleep};
 
 /* ---- loop lifecycle ---- */
 
@@ -216,6 +293,7 @@ int weft__uring_loop_init(weft_loop *loop, void **loop_state) {
   ul->loop = loop;
   ul->efd = -1;
   ul->op_misc.kind = UR_OP_MISC;
+  ul->op_epoll.kind = UR_OP_EPOLL;
   ul->send_zc_min = weft__uring_settings.send_zc_min;
   err = weft__uring_ring_create(&ul->ring, UR_SQ_ENTRIES, UR_CQ_ENTRIES,
                                 &ul->setup_flags);
@@ -237,7 +315,11 @@ int weft__uring_loop_init(weft_loop *loop, void **loop_state) {
   err = buffers_init(ul);
   if (err < 0)
     goto failed_buffers;
-  weft_source_init(&ul->source, &ur_source_ops, ul->efd, ul);
+  weft_source_init(&ul->source,
+                   (ul->ring.features & IORING_FEAT_EXT_ARG)
+                       ? &ur_source_ops_sleep
+                       : &ur_source_ops,
+                   ul->efd, ul);
   /* Edge-triggered, so a wake-up costs no read(2) of the eventfd: the
    * kernel writes the eventfd for each completion it signals (eventfd
    * write -> ep_poll_callback), and each write is a new edge whatever the
@@ -357,6 +439,10 @@ static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
   switch (op->kind) {
   case UR_OP_MISC:
     ul->inflight--; /* cancel, close, shutdown, nop: nothing else to do */
+    break;
+  case UR_OP_EPOLL:
+    ul->inflight--; /* the loop collects the epoll fd's events itself */
+    ul->epoll_polled = false;
     break;
   case UR_OP_ACCEPT:
     weft__uring_accept_done((ur_listener *)op, res, flags);

@@ -21,7 +21,8 @@ extern const weft_transport_ops weft__transport_uring;
 
 /** Counters of one loop's uring instance (all since loop start). */
 typedef struct weft__uring_stats {
-  uint64_t enters;      /* io_uring_enter calls made by poll and arm */
+  uint64_t enters;      /* io_uring_enter calls made by poll and sleep */
+  uint64_t sleeps;      /* of those, the loop's sleeps in the ring */
   uint64_t cqes;        /* completions reaped */
   uint64_t recv_bufs;   /* provided buffers delivered to pipelines */
   uint64_t enobufs;     /* multishot recvs ended by an empty buffer ring */

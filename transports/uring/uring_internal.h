@@ -16,6 +16,10 @@
  *           the kernel does not signal it per completion), then re-checks the
  *           SQ, the TASKRUN flag and the CQ: > 0 if anything is pending.
  *   wakeup  reads the eventfd.
+ *   sleep   (the ring alone on its loop, IORING_FEAT_EXT_ARG) the loop's
+ *           sleep in one io_uring_enter: submits what is queued and waits
+ *           for a completion, a one-shot poll of the loop's epoll fd, or
+ *           the timeout; arm and the eventfd are not used then.
  *
  * SQEs are only queued by the channel ops; they reach the kernel in the next
  * poll (or earlier when the SQ is full), so all submissions of one loop
@@ -211,7 +215,8 @@ enum ur_kind {
   UR_OP_SEND,
   UR_OP_SEND_ZC,
   UR_OP_CONNECT,
-  UR_OP_MISC, /* cancel, close, shutdown, nop: only counted */
+  UR_OP_MISC,  /* cancel, close, shutdown, nop: only counted */
+  UR_OP_EPOLL, /* the poll of the loop's epoll fd while asleep in the ring */
 };
 
 typedef struct ur_op {
@@ -227,10 +232,12 @@ typedef struct ur_loop {
   weft_source source;
   struct io_uring ring;
   unsigned setup_flags;
-  int efd;       /* registered eventfd: in the loop's epoll set */
-  bool evfd_on;  /* the kernel signals efd (only while arming/asleep) */
-  bool stopping; /* loop_fini is draining */
-  ur_op op_misc; /* the user_data of every UR_OP_MISC request */
+  int efd;           /* registered eventfd: in the loop's epoll set */
+  bool evfd_on;      /* the kernel signals efd (only while arming/asleep) */
+  bool stopping;     /* loop_fini is draining */
+  ur_op op_misc;     /* the user_data of every UR_OP_MISC request */
+  ur_op op_epoll;    /* UR_OP_EPOLL: the loop's epoll fd, polled by the ring */
+  bool epoll_polled; /* that poll is in the kernel (one-shot) */
   /* the provided buffer ring */
   struct io_uring_buf_ring *br;
   uint8_t *bufs; /* buf_count * buf_size bytes */
