@@ -487,9 +487,10 @@ int weft_loop_remove_source(weft_loop *loop, weft_source *src) {
 
 /* ---- fd watchers -------------------------------------------------------- */
 
-/* What a watcher may ask for: everything else (EPOLLET, EPOLLONESHOT,
- * EPOLLEXCLUSIVE, ...) would break the level-triggered contract. */
-#define WATCHER_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI)
+/* What a watcher may ask for: everything else (EPOLLONESHOT,
+ * EPOLLEXCLUSIVE, ...) would break the contract of weft/source.h (an fd in
+ * the set is reported while it has events asked for). */
+#define WATCHER_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET)
 
 void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb,
                        void *data) {
@@ -548,6 +549,17 @@ int weft_loop_modify_watcher(weft_loop *loop, weft_watcher *w,
   if ((events & ~(uint32_t)WATCHER_EVENTS) != 0)
     return WEFT_EINVAL;
   return watcher_ctl(loop, w, events);
+}
+
+int weft_loop_rearm_watcher(weft_loop *loop, weft_watcher *w) {
+  if (w->loop != loop)
+    return WEFT_ENOENT;
+  if (w->events == 0)
+    return 0;
+  struct epoll_event ev = {.events = w->events,
+                           .data.u64 =
+                               (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG};
+  return epoll_ctl(loop->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0 ? -errno : 0;
 }
 
 int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w) {

@@ -105,7 +105,8 @@ static bool busy_read_due(weft_loop *loop) {
     loop->busy_read_spins = 0;
     return false;
   }
-  return (w->events & EPOLLIN) && (w->events & ~(EPOLLIN | EPOLLRDHUP)) == 0;
+  return (w->events & EPOLLIN) &&
+         (w->events & ~(EPOLLIN | EPOLLRDHUP | EPOLLET)) == 0;
 }
 
 /* A busy read that found a lot (WEFT_BUSY_READ_MORE: a bulk read) makes

@@ -18,7 +18,8 @@
  * loop sleeps in epoll_wait on the sources' fds (level-triggered unless a
  * source asks for EPOLLET in `events`), the
  * watchers' fds, its wake-up eventfd and the next timer deadline
- * (epoll_pwait2, nanosecond timeout). A source whose fd was reported ready
+ * (epoll_pwait2, nanosecond timeout), level-triggered unless a watcher asks
+ * for EPOLLET. A source whose fd was reported ready
  * gets its `wakeup` op, then the loop polls again; a watcher's callback runs
  * at once. A loop with watchers also reports a ready source fd it finds in
  * its non-blocking epoll_wait to the source's `wakeup` op, outside a sleep.
@@ -194,9 +195,22 @@ typedef int (*weft_watcher_busy_read_fn)(weft_watcher *w);
 #define WEFT_BUSY_READ_MAX_WATCHERS 2
 
 /**
- * An fd in the loop's epoll set, level-triggered. The caller owns the
- * memory and keeps it alive until weft_loop_remove_watcher(). Fields marked
- * public may be read at any time and set before adding.
+ * An fd in the loop's epoll set, level-triggered unless its interest has
+ * EPOLLET. The caller owns the memory and keeps it alive until
+ * weft_loop_remove_watcher(). Fields marked public may be read at any time
+ * and set before adding.
+ *
+ * Edge-triggered (EPOLLET): epoll reports the fd once per change of its
+ * state (new bytes, new room, a hang-up), and `cb` must then read until
+ * EAGAIN or a short read of a stream socket, or call
+ * weft_loop_rearm_watcher() for what it leaves (a read budget spent),
+ * else the fd is not reported again until the peer sends more. What it
+ * buys: a level-triggered fd that was just reported goes back on epoll's
+ * ready list at once, ahead of the fds that become ready after it, so a
+ * connection that sends again soon is served before connections whose
+ * requests came earlier (the tcp transport's keep-alive p99 beside
+ * nginx's, samples/http/docs/benchmarks.md). Edge-triggered fds are
+ * reported in the order their events came, as nginx's are.
  */
 struct weft_watcher {
   int fd;             /* public: the fd (any kind epoll accepts) */
@@ -214,13 +228,14 @@ void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb, void *data);
 
 /**
  * Registers `w` with `loop`, asking for `events` (a combination of
- * EPOLLIN, EPOLLOUT, EPOLLRDHUP and EPOLLPRI; 0 registers it without
+ * EPOLLIN, EPOLLOUT, EPOLLRDHUP, EPOLLPRI and EPOLLET; 0 registers it without
  * putting the fd in the epoll set). From then on each selector iteration
  * polls it (one non-blocking epoll_wait for all the loop's watchers, made
  * only while at least one has events), a sleeping loop wakes for it, and
  * `cb` runs on the loop's thread for each readiness. Returns 0,
  * WEFT_EALREADY if `w` is registered, WEFT_EINVAL for other event bits
- * (EPOLLET, EPOLLONESHOT: watchers are level-triggered), or the epoll_ctl
+ * (EPOLLONESHOT, EPOLLEXCLUSIVE; EPOLLET is allowed, see weft_watcher), or
+ * the epoll_ctl
  * error (WEFT_EPERM for a regular file, WEFT_EEXIST if the fd is in the
  * set already). Loop thread only (or before the group starts).
  */
@@ -236,6 +251,17 @@ int weft_loop_add_watcher(weft_loop *loop, weft_watcher *w, uint32_t events);
  * Loop thread only.
  */
 int weft_loop_modify_watcher(weft_loop *loop, weft_watcher *w, uint32_t events);
+
+/**
+ * For an edge-triggered watcher whose callback left bytes unread (its read
+ * budget spent): asks epoll to look at the fd again (EPOLL_CTL_MOD with
+ * the same interest), which puts it at the back of the ready list if it
+ * is still ready, so the loop's next poll reports it after the fds
+ * already waiting. One system call. Returns 0, WEFT_ENOENT if `w` is not
+ * registered on `loop`, 0 without a call when `w` has no interest, or the
+ * epoll_ctl error. Loop thread only.
+ */
+int weft_loop_rearm_watcher(weft_loop *loop, weft_watcher *w);
 
 /**
  * Unregisters `w` and takes its fd out of the epoll set: `cb` is not
