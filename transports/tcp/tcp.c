@@ -466,6 +466,12 @@ static int write_pending(tcp_channel *tc) {
   if (empty && tc->shutdown_pending)
     err = finish_shutdown(tc);
   int rc = channel_update_interest(tc);
+  /* The batch limit, not a full socket, stopped the sends: the socket
+   * stays writable, so no new edge would report EPOLLOUT (the interest is
+   * edge-triggered). Re-armed, it is reported behind the other ready
+   * sockets, and the rest goes then. */
+  if (rc == 0 && !empty && !blocked)
+    rc = weft_loop_rearm_watcher(tc->tl->loop, &tc->io.w);
   return err < 0 ? err : rc;
 }
 
