@@ -149,12 +149,12 @@ static void linger_start(ur_channel *uc) {
   int fd = uc->fd;
   unsigned timeout = UR_LINGER_TIMEOUT_MS;
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
-  struct io_uring_sqe *sqe = weft__uring_cancel_linked(ul, fd);
+  /* shutdown(2), not the ring's: see shutdown_now (send.c) */
+  shutdown(fd, SHUT_WR);
+  struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
   if (sqe != NULL) {
-    io_uring_prep_shutdown(sqe, fd, SHUT_WR);
+    io_uring_prep_cancel_fd(sqe, fd, IORING_ASYNC_CANCEL_ALL);
     request_misc(ul, sqe);
-  } else {
-    shutdown(fd, SHUT_WR);
   }
   uc->lingering = true;
   uc->linger_fd = fd;

@@ -438,7 +438,7 @@ static void dispatch(ur_loop *ul, uint64_t user_data, int32_t res,
     return;
   switch (op->kind) {
   case UR_OP_MISC:
-    ul->inflight--; /* cancel, close, shutdown, nop: nothing else to do */
+    ul->inflight--; /* cancel, close, nop: nothing else to do */
     break;
   case UR_OP_EPOLL:
     ul->inflight--; /* the loop collects the epoll fd's events itself */

@@ -199,7 +199,6 @@ static bool opcodes_supported(struct io_uring *ring, const char **missing) {
       {IORING_OP_SEND, "SEND"},
       {IORING_OP_SENDMSG, "SENDMSG"},
       {IORING_OP_CLOSE, "CLOSE"},
-      {IORING_OP_SHUTDOWN, "SHUTDOWN"},
       {IORING_OP_ASYNC_CANCEL, "ASYNC_CANCEL"},
   };
   struct io_uring_probe *p = io_uring_get_probe_ring(ring);

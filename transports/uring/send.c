@@ -20,18 +20,21 @@
 
 /* ---- sending ---- */
 
+/* Half-closes now, with shutdown(2): every queued byte is in the socket's
+ * write queue (no send in flight), so the FIN goes after them. Not through
+ * the ring: IORING_OP_SHUTDOWN always runs in io-wq, which looks its fd up
+ * by number when a worker gets to it, and the close's cancel by fd does not
+ * catch it there. On a loaded machine the close then ran first, and the
+ * half-close landed on the next socket given that number: a connection
+ * just accepted saw its FIN before its first byte (test_kv_uring's
+ * protected-mode case got EOF, not DENIED; test_uring_half_close makes
+ * that order certain). A TCP shutdown does not block. */
 static void shutdown_now(ur_channel *uc) {
   uc->shutdown_pending = false;
   if (uc->output_shut || uc->fd < 0)
     return;
   uc->output_shut = true;
-  struct io_uring_sqe *sqe = weft__uring_get_sqe(uc->ul);
-  if (sqe == NULL) {
-    shutdown(uc->fd, SHUT_WR);
-    return;
-  }
-  io_uring_prep_shutdown(sqe, uc->fd, SHUT_WR);
-  request_misc(uc->ul, sqe);
+  shutdown(uc->fd, SHUT_WR);
 }
 
 /* A send context of class `cls` from the loop's cache, malloc'ed (iov and

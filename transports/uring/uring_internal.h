@@ -49,7 +49,8 @@
  * the kernel copied anyway (loopback, or a device without scatter-gather), the
  * channel stops using zero copy: the copy plus the notification cost more.
  *
- * connect, shutdown and close go through the ring. Every request with a
+ * connect and close go through the ring (the output's shutdown is a plain
+ * shutdown(2): see send.c's shutdown_now). Every request with a
  * CQE still to come holds a channel reference, so the channel's memory
  * outlives its requests; a close cancels them all (ASYNC_CANCEL by fd). A
  * channel closed while the kernel still holds zero-copy buffers keeps its
@@ -215,7 +216,7 @@ enum ur_kind {
   UR_OP_SEND,
   UR_OP_SEND_ZC,
   UR_OP_CONNECT,
-  UR_OP_MISC,  /* cancel, close, shutdown, nop: only counted */
+  UR_OP_MISC,  /* cancel, close, nop: only counted */
   UR_OP_EPOLL, /* the poll of the loop's epoll fd while asleep in the ring */
 };
 
@@ -379,7 +380,7 @@ static inline void request_ended(ur_loop *ul, weft_channel *ch) {
   weft_channel_release(ch);
 }
 
-/* A request whose result does not matter (cancel, close, shutdown, nop):
+/* A request whose result does not matter (cancel, close, nop):
  * only counted, so that loop stop waits for it too. */
 static inline void request_misc(ur_loop *ul, struct io_uring_sqe *sqe) {
   io_uring_sqe_set_data(sqe, &ul->op_misc);
@@ -396,7 +397,7 @@ struct io_uring_sqe *weft__uring_get_sqe(ur_loop *ul);
 
 /**
  * Queues a cancel of every request on socket `fd`, hard-linked to the SQE it
- * returns, which the caller fills (close, shutdown): it runs after the
+ * returns, which the caller fills (the close): it runs after the
  * cancel. NULL when the ring gives no SQE (the caller then acts at once).
  * Loop thread.
  */
