@@ -23,7 +23,11 @@
 #   built if missing), DURATION (s per run, 10), CONNS (wrk -c, 64),
 #   SERVER_CPU (0), CLIENT_CPU (1), TLS (1 = HTTPS, see above; default 0),
 #   MAX_LOAD (1-minute load average above which the script refuses to
-#   measure, 0.5; FORCE=1 measures anyway and says so in the output).
+#   measure, 0.5; FORCE=1 measures anyway and says so in the output),
+#   ORDER (1 = load wrk-order.c into wrk in the keep-alive runs: each run's
+#   line on stderr gains where the latency went (server and network, or
+#   waiting in wrk's socket) and whether the server answered in the order
+#   the requests arrived; see that file; default 0).
 #
 # The exact commands, per run and server (SCHEME https with TLS=1):
 #   taskset -c $SERVER_CPU <server>            (started once, kept running)
@@ -243,6 +247,12 @@ end
 request = function() return req end
 LUA
 
+wrk_env=()
+if [ "${ORDER:-0}" = 1 ]; then
+  cc -O2 -shared -fPIC -o "$out/wrk-order.so" samples/http/scripts/wrk-order.c -ldl
+  wrk_env=("LD_PRELOAD=$out/wrk-order.so")
+fi
+
 modes=(keepalive pipelined)
 for run in $(seq "$runs"); do
   # rotate the order of the servers each run
@@ -257,8 +267,8 @@ for run in $(seq "$runs"); do
         taskset -c "$ccpu" wrk -t1 -c"$conns" -d"${duration}s" --latency \
           "${extra[@]}" "$url" -- 16 >"$out/wrk.txt" 2>&1
       else
-        taskset -c "$ccpu" wrk -t1 -c"$conns" -d"${duration}s" --latency \
-          "$url" >"$out/wrk.txt" 2>&1
+        env "${wrk_env[@]}" taskset -c "$ccpu" wrk -t1 -c"$conns" \
+          -d"${duration}s" --latency "$url" >"$out/wrk.txt" 2>&1
       fi
       after=$(cpu_ticks "${spid[$s]}")
       reqs=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$out/wrk.txt")
@@ -267,7 +277,8 @@ for run in $(seq "$runs"); do
       errs=$(grep -c 'Non-2xx\|Socket errors' "$out/wrk.txt" || true)
       echo "$s,$mode$tag,$run,$reqs,$rps,$p99,$((after - before)),$errs" \
         >>"$out/all.csv"
-      echo "run $run $mode$tag $s: $rps req/s, p99 $p99, errors $errs" >&2
+      echo "run $run $mode$tag $s: $rps req/s, p99 $p99, errors $errs" \
+        "$(sed -n 's/^order: //p' "$out/wrk.txt")" >&2
       [ "$errs" = 0 ] || grep 'Non-2xx\|Socket errors' "$out/wrk.txt" >&2
     done
   done
