@@ -15,6 +15,11 @@
  * worker, and a NOP queued behind everything says when io-wq is done. The
  * test's socket must still be open for writing: its peer sees no FIN.
  *
+ * And a close right after a flushed zero-copy write (which makes the
+ * close linger until the kernel is done with the buffers) must let the
+ * write go before its FIN: the half-close of a lingering close is a
+ * plain shutdown(2) now, so the queued send is submitted first.
+ *
  * Recorded as skipped where io_uring cannot run or the kernel cannot limit
  * io-wq's workers (IORING_REGISTER_IOWQ_MAX_WORKERS, Linux 5.15). */
 #include "harness_scale.h"
@@ -32,6 +37,7 @@
 
 #include <liburing.h>
 
+#include <weft/buf.h>
 #include <weft/channel.h>
 #include <weft/error.h>
 #include <weft/loop.h>
@@ -249,7 +255,63 @@ START_TEST(uring_half_close_then_close_spares_next_socket) {
 }
 END_TEST
 
+/* Larger than transport.uring.send_zc_min (64 KiB): a zero-copy send,
+ * so the close that follows it lingers. */
+#define ZC_BYTES (256 * 1024)
+
+static void zc_active(weft_ctx *ctx) {
+  weft_channel *ch = weft_ctx_channel(ctx);
+  weft_buf *b = weft_buf_alloc(weft_loop_pool(weft_channel_loop(ch)), ZC_BYTES);
+  ck_assert_ptr_nonnull(b);
+  for (size_t i = 0; i < ZC_BYTES; i++)
+    weft_buf_wptr(b)[i] = (uint8_t)(i * 7);
+  b->writer_index += ZC_BYTES;
+  weft_ctx_write(ctx, b, WEFT_PROMISE_NONE);
+  weft_ctx_flush(ctx);
+  weft_ctx_close(ctx, WEFT_PROMISE_NONE); /* in the same turn */
+  weft_ctx_fire_channel_active(ctx);
+}
+
+static const weft_handler zc_handler = {.name = "zc-close",
+                                        .channel_active = zc_active};
+
+static void zc_init(weft_channel *ch, void *arg) {
+  (void)arg;
+  th_add_last(ch, "zc-close", &zc_handler, NULL);
+}
+
+START_TEST(uring_lingering_close_sends_the_flushed_write_first) {
+  char why[256] = "";
+  if (weft_transport_find("uring", why, sizeof why) == NULL) {
+    th_skip(__func__, "io_uring cannot run here: %s", why);
+    return;
+  }
+  weft_loop_group *g = th_group_start("wt-zc", 1);
+  char uri[300];
+  weft_server *srv =
+      th_server_bind(g, "uring://127.0.0.1:0", zc_init, NULL, uri, sizeof uri);
+  int fd = th_connect_loopback(atoi(strrchr(uri, ':') + 1));
+  static uint8_t got[ZC_BYTES + 1];
+  size_t n = 0;
+  for (;;) {
+    ssize_t r = recv(fd, got + n, sizeof got - n, 0);
+    if (r <= 0)
+      break;
+    n += (size_t)r;
+  }
+  ck_assert_msg(n == ZC_BYTES, "%zu of %d bytes before the close", n, ZC_BYTES);
+  for (size_t i = 0; i < ZC_BYTES; i++)
+    ck_assert_uint_eq(got[i], (uint8_t)(i * 7));
+  close(fd);
+  weft_server_close(srv);
+  weft_loop_group_stop(g);
+  ck_assert_int_eq(weft_loop_group_join(g), 0);
+  weft_loop_group_free(g);
+}
+END_TEST
+
 Suite *weft_test_suite(void) {
   return th_suite("uring_half_close", "uring_half_close", 120,
-                  uring_half_close_then_close_spares_next_socket, NULL);
+                  uring_half_close_then_close_spares_next_socket,
+                  uring_lingering_close_sends_the_flushed_write_first, NULL);
 }

@@ -149,7 +149,13 @@ static void linger_start(ur_channel *uc) {
   int fd = uc->fd;
   unsigned timeout = UR_LINGER_TIMEOUT_MS;
   setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof timeout);
-  /* shutdown(2), not the ring's: see shutdown_now (send.c) */
+  /* The sends the handlers flushed before the close may still sit in the
+   * submission queue: submitted first, each goes out before the FIN if
+   * the socket has room (as when the shutdown was an SQE behind them);
+   * one that waits for room is cancelled below either way. Then
+   * shutdown(2), not the ring's: see shutdown_now (send.c). */
+  io_uring_submit(&ul->ring);
+  ul->stats.enters++;
   shutdown(fd, SHUT_WR);
   struct io_uring_sqe *sqe = weft__uring_get_sqe(ul);
   if (sqe != NULL) {
