@@ -410,10 +410,11 @@ static ssize_t send_region(tcp_channel *tc, const weft_file_region *r,
 /* One gathering sendmsg of the flushed bytes (or a sendfile, when a file
  * region is first). Returns bytes sent, 0 when the socket is full, or an
  * error. */
-static ssize_t send_some(tcp_channel *tc, size_t *asked) {
+static ssize_t send_some(tcp_channel *tc, size_t *asked, bool *from_file) {
   struct iovec iov[TCP_MAX_IOV];
   int n = weft_outbound_iov(tc->ch, iov, TCP_MAX_IOV, asked);
   const weft_file_region *r = weft_outbound_file_region(tc->ch);
+  *from_file = n == 0 && r != NULL;
   if (n == 0) /* no region: only empty buffers, which consumed(0) takes */
     return r != NULL ? send_region(tc, r, asked) : 0;
   /* A region follows these bytes (an HTTP head before its file): MSG_MORE
@@ -450,12 +451,17 @@ static int write_pending(tcp_channel *tc) {
     if (!channel_open(tc) || weft_outbound_is_empty(tc->ch))
       break;
     size_t asked = 0;
-    ssize_t w = send_some(tc, &asked);
+    bool from_file;
+    ssize_t w = send_some(tc, &asked, &from_file);
     if (w < 0) {
       err = (int)w;
       break;
     }
-    blocked = asked > 0 && (size_t)w < asked;
+    /* A short sendmsg means a full socket (the kernel then sends the
+     * EPOLLOUT edge when room comes). A short sendfile may mean the file
+     * ended (it shrank): no edge would come, so only EAGAIN (0) counts
+     * as blocked for a region; the next call finds the end or EAGAIN. */
+    blocked = asked > 0 && (size_t)w < asked && !(from_file && w > 0);
     weft_outbound_consumed(tc->ch, (size_t)w);
   }
   tc->in_flush = false;
