@@ -489,7 +489,8 @@ int weft_loop_remove_source(weft_loop *loop, weft_source *src) {
 
 /* What a watcher may ask for: everything else (EPOLLONESHOT,
  * EPOLLEXCLUSIVE, ...) would break the contract of weft/source.h (an fd in
- * the set is reported while it has events asked for). */
+ * the set is reported while it has events asked for, or, with EPOLLET,
+ * each time it gets new ones). */
 #define WATCHER_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET)
 
 void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb,

@@ -252,8 +252,8 @@ static int ur_sleep(weft_source *src, int epfd,
     return WEFT_SOURCE_PENDING; /* held reads, completions to reap */
   evfd_set(ul, false);
   int rc = epoll_poll_arm(ul, epfd);
-  if (rc < 0)
-    return rc;
+  if (rc < 0) /* no SQE for the poll now: no sleep (removing the ring as */
+    return WEFT_SOURCE_PENDING; /* a failed source would strand it) */
   struct io_uring_cqe *cqe;
   if (timeout != NULL) {
     struct __kernel_timespec ts = {.tv_sec = timeout->tv_sec,
