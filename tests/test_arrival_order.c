@@ -19,11 +19,11 @@
  * the socket can still take bytes gets no new EPOLLOUT edge, so the rest
  * must go on from a re-arm, or it waits for ever. */
 #include "harness.h"
+#include "harness_scale.h"
 
 #include <linux/sockios.h>
 #include <stdatomic.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -102,7 +102,7 @@ static void served_in_arrival_order(int64_t busy_poll_us) {
   char uri[128];
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", order_init,
                                     NULL, uri, sizeof uri);
-  int port = atoi(strrchr(uri, ':') + 1);
+  int port = th_uri_port(uri);
   int a = th_connect_loopback(port), c = th_connect_loopback(port);
   ASSERT_EVENTUALLY(atomic_load(&seen.channels) == 2, 60000);
 
@@ -162,16 +162,11 @@ static void many_init(weft_channel *ch, void *arg) {
 }
 
 START_TEST(tcp_flush_beyond_the_batch_limit_arrives_whole) {
-  weft_loop_options o;
-  weft_loop_options_init(&o);
-  o.n_loops = 1;
-  weft_loop_group *group;
-  ck_assert_int_eq(weft_loop_group_new(&group, &o), 0);
-  ck_assert_int_eq(weft_loop_group_start(group), 0);
+  weft_loop_group *group = th_group_start("wt-many", 1);
   char uri[128];
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", many_init, NULL,
                                     uri, sizeof uri);
-  int fd = th_connect_loopback(atoi(strrchr(uri, ':') + 1));
+  int fd = th_connect_loopback(th_uri_port(uri));
   struct timeval tv = {.tv_sec = 60}; /* a stall, not a slow machine */
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   static char got[MANY_BUFS * BUF_BYTES];

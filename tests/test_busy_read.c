@@ -8,6 +8,7 @@
  * transport's channels take part. Loops that never sleep (busy_poll_us
  * -1) keep the counts free of the window's decisions. */
 #include "harness.h"
+#include "harness_scale.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -391,17 +392,6 @@ static void echo_init(weft_channel *ch, void *arg) {
 }
 
 /* A blocking socket connected to the server at `uri` (tcp://127.0.0.1:N). */
-static int tcp_client(const char *uri) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ck_assert_int_ge(fd, 0);
-  struct sockaddr_in sin = {.sin_family = AF_INET,
-                            .sin_port =
-                                htons((uint16_t)atoi(strrchr(uri, ':') + 1)),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  ck_assert_int_eq(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
-  return fd;
-}
-
 /* A tcp echo server on a spinning loop, driven in ping-pong by a plain
  * socket: its channel's reads come from busy reads, and every byte comes
  * back in order. */
@@ -410,7 +400,7 @@ START_TEST(busy_read_serves_tcp_channels) {
   char uri[128];
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
                                     uri, sizeof uri);
-  int fd = tcp_client(uri);
+  int fd = th_connect_loopback(th_uri_port(uri));
   uint64_t hits = th_loop_stats(loop).busy_read_hits;
   for (uint32_t i = 0; i < 200; i++) {
     uint32_t back = ~i;
@@ -463,7 +453,7 @@ START_TEST(busy_read_without_a_buffer_keeps_an_idle_channel) {
   char uri[128];
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0", echo_init, NULL,
                                     uri, sizeof uri);
-  int fd = tcp_client(uri);
+  int fd = th_connect_loopback(th_uri_port(uri));
   for (uint32_t i = 0; i < 20; i++)
     ping(fd, i);
   ck_assert_uint_gt(th_loop_stats(loop).busy_read_hits, 0);
@@ -526,7 +516,7 @@ START_TEST(busy_read_of_a_flooded_tcp_channel_asks_epoll_next) {
   weft_server *srv = th_server_bind(group, "tcp://127.0.0.1:0",
                                     slow_discard_init, NULL, uri, sizeof uri);
   static flooder f;
-  f.fd = tcp_client(uri);
+  f.fd = th_connect_loopback(th_uri_port(uri));
   struct timeval tv = {.tv_usec = 10000}; /* so that `stop` is seen */
   ck_assert_int_eq(setsockopt(f.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv),
                    0);

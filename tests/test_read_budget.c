@@ -15,6 +15,7 @@
  * No assertion is on time: waits poll for progress with generous caps.
  */
 #include "harness.h"
+#include "harness_scale.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -488,7 +489,7 @@ static void run_budget(budget_run *r, size_t min) {
 
   peers p = {.flood_min = min};
   if (socket_peers())
-    run_socket_peers(r, &p, (uint16_t)atoi(strrchr(uri, ':') + 1));
+    run_socket_peers(r, &p, th_uri_port(uri));
   else
     run_channel_peers(r, &p, uri);
   uint64_t flood_when_pinged = atomic_load(&r->flood_bytes);
@@ -530,7 +531,7 @@ static void run_close(budget_run *r) {
   p.chunk = malloc(FLOOD_CHUNK);
   ck_assert_ptr_nonnull(p.chunk);
   if (socket_peers()) {
-    p.flood_fd = connect_port((uint16_t)atoi(strrchr(uri, ':') + 1));
+    p.flood_fd = connect_port(th_uri_port(uri));
     ASSERT_EVENTUALLY(atomic_load(&r->channels) == 1, 10000);
     fill_chunk(p.chunk, 0);
     th_write_all(p.flood_fd, p.chunk, FLOOD_CHUNK); /* the socket holds it */

@@ -290,7 +290,7 @@ START_TEST(uring_lingering_close_sends_the_flushed_write_first) {
   char uri[300];
   weft_server *srv =
       th_server_bind(g, "uring://127.0.0.1:0", zc_init, NULL, uri, sizeof uri);
-  int fd = th_connect_loopback(atoi(strrchr(uri, ':') + 1));
+  int fd = th_connect_loopback(th_uri_port(uri));
   static uint8_t got[ZC_BYTES + 1];
   size_t n = 0;
   for (;;) {
