@@ -504,16 +504,23 @@ void weft_watcher_init(weft_watcher *w, int fd, weft_watcher_cb cb,
 }
 
 /* Moves `w`'s interest from w->events to `events` with one epoll_ctl. */
+/* One epoll_ctl of `w`'s fd, its events tagged as a watcher's (dispatch
+ * tells watchers from sources by the tag). Returns 0 or -errno. */
+static int watcher_epoll_ctl(weft_loop *loop, weft_watcher *w, int op,
+                             uint32_t events) {
+  struct epoll_event ev = {
+      .events = events, .data.u64 = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG};
+  return epoll_ctl(loop->epfd, op, w->fd, &ev) < 0 ? -errno : 0;
+}
+
 static int watcher_ctl(weft_loop *loop, weft_watcher *w, uint32_t events) {
   if (events == w->events)
     return 0;
-  struct epoll_event ev = {
-      .events = events, .data.u64 = (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG};
   int op = w->events == 0 ? EPOLL_CTL_ADD
            : events == 0  ? EPOLL_CTL_DEL
                           : EPOLL_CTL_MOD;
-  if (epoll_ctl(loop->epfd, op, w->fd, &ev) < 0) {
-    int err = -errno;
+  int err = watcher_epoll_ctl(loop, w, op, events);
+  if (err < 0) {
     /* DEL of an fd the owner closed already: the kernel dropped it with
      * its last reference, so the fd is out of the set either way. */
     if (op != EPOLL_CTL_DEL || (err != WEFT_EBADF && err != WEFT_ENOENT))
@@ -557,10 +564,7 @@ int weft_loop_rearm_watcher(weft_loop *loop, weft_watcher *w) {
     return WEFT_ENOENT;
   if (w->events == 0)
     return 0;
-  struct epoll_event ev = {.events = w->events,
-                           .data.u64 =
-                               (uint64_t)(uintptr_t)w | WEFT__WATCHER_TAG};
-  return epoll_ctl(loop->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0 ? -errno : 0;
+  return watcher_epoll_ctl(loop, w, EPOLL_CTL_MOD, w->events);
 }
 
 int weft_loop_remove_watcher(weft_loop *loop, weft_watcher *w) {
